@@ -1,0 +1,90 @@
+package catalog
+
+// Precision names a numeric format whose dense tensor (or vector) throughput
+// the catalog records.
+type Precision string
+
+// The precisions the catalog records peak throughput for, widest first.
+const (
+	FP64 Precision = "fp64"
+	FP32 Precision = "fp32"
+	TF32 Precision = "tf32"
+	BF16 Precision = "bf16"
+	FP16 Precision = "fp16"
+	FP8  Precision = "fp8"
+	INT8 Precision = "int8"
+	FP4  Precision = "fp4"
+)
+
+// Precisions lists every precision of the catalog in a fixed order (widest first).
+var Precisions = []Precision{FP64, FP32, TF32, BF16, FP16, FP8, INT8, FP4}
+
+// InterconnectKind classifies the GPU-to-GPU fabric of an accelerator.
+type InterconnectKind string
+
+// Interconnect kinds.
+const (
+	InterconnectNVLink         InterconnectKind = "nvlink"          // NVLink with NVSwitch (HGX, NVL72) or bridges
+	InterconnectPCIe           InterconnectKind = "pcie"            // no GPU-to-GPU fabric beyond PCIe
+	InterconnectInfinityFabric InterconnectKind = "infinity-fabric" // AMD xGMI
+	InterconnectICI            InterconnectKind = "ici"             // Google TPU inter-chip interconnect
+	InterconnectRoCE           InterconnectKind = "roce"            // Intel Gaudi on-chip Ethernet
+	InterconnectNeuronLink     InterconnectKind = "neuronlink"      // AWS Trainium
+)
+
+// GPU is one accelerator model of the catalog. Throughput figures are dense
+// (vendors' sparse figures halved). A nil pointer means "not published" or,
+// in PeakFLOPS, "not supported natively"; it is never a zero.
+type GPU struct {
+	ID                string   `json:"id"`
+	Name              string   `json:"name"`
+	Vendor            string   `json:"vendor"`
+	Architecture      string   `json:"architecture"`
+	ComputeCapability string   `json:"compute_capability,omitempty"` // NVIDIA only, "9.0"
+	LaunchYear        int      `json:"launch_year"`
+	Aliases           []string `json:"aliases,omitempty"`
+
+	MemoryBytes              int64   `json:"memory_bytes"`
+	MemoryType               string  `json:"memory_type"`
+	MemoryBandwidthBytesPerS float64 `json:"memory_bandwidth_bytes_per_s"`
+
+	// PeakFLOPS maps every precision of Precisions to dense FLOP/s (OP/s for
+	// int8), or nil where the format is not supported natively.
+	PeakFLOPS map[Precision]*float64 `json:"peak_flops"`
+
+	Interconnect     string           `json:"interconnect"` // as the vendor writes it
+	InterconnectKind InterconnectKind `json:"interconnect_kind"`
+	// InterconnectBandwidthBytesPerS is the per-GPU GPU-to-GPU bandwidth,
+	// both directions added, as vendors quote it (900 GB/s for H100 SXM).
+	InterconnectBandwidthBytesPerS float64 `json:"interconnect_bandwidth_bytes_per_s"`
+	// DomainSize is how many GPUs share the fast fabric: 8 on an HGX board,
+	// 72 in an NVL72 rack, 2 for an NVLink bridge pair, 1 for PCIe-only cards.
+	DomainSize int `json:"domain_size"`
+
+	PCIeGen    int      `json:"pcie_gen,omitempty"`
+	TDPWatts   *float64 `json:"tdp_watts"`
+	IdleWatts  *float64 `json:"idle_watts"` // typical idle draw, for simulation and energy floors
+	FormFactor string   `json:"form_factor"`
+
+	MIGProfiles []MIGProfile `json:"mig_profiles,omitempty"`
+
+	// PricePerHourUSD is a default on-demand cloud price per GPU-hour.
+	PricePerHourUSD *float64 `json:"price_per_hour_usd"`
+	PriceSource     string   `json:"price_source,omitempty"`
+	PriceDate       string   `json:"price_date,omitempty"` // YYYY-MM
+	// PurchasePriceUSD is an estimate of the price of one GPU bought outright.
+	PurchasePriceUSD    *float64 `json:"purchase_price_usd"`
+	PurchasePriceSource string   `json:"purchase_price_source,omitempty"`
+	PurchasePriceDate   string   `json:"purchase_price_date,omitempty"`
+
+	Notes  string `json:"notes,omitempty"`
+	Source string `json:"source"`
+}
+
+// MIGProfile is one Multi-Instance GPU profile of a GPU model.
+type MIGProfile struct {
+	Name         string `json:"name"`          // "1g.10gb", "1g.10gb+me"
+	Slices       int    `json:"slices"`        // compute slices (the "g" count)
+	MemoryBytes  int64  `json:"memory_bytes"`  // memory of one instance
+	MaxInstances int    `json:"max_instances"` // instances of this profile one GPU holds
+}

@@ -1,0 +1,22 @@
+package gpufleet
+
+import "errors"
+
+// Sentinel errors shared by every package. Wrap them with context
+// (fmt.Errorf("%w: unknown gpu %q", gpufleet.ErrNotFound, id)) and test them
+// with errors.Is; the API maps each to one HTTP status.
+var (
+	// ErrNotFound means the named object (GPU model, built-in model, job,
+	// node, team) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid means an input is malformed or out of range. The wrapping
+	// message names the field and what was expected.
+	ErrInvalid = errors.New("invalid")
+	// ErrUnsupported means the input is well formed but describes something
+	// gpufleet does not handle (an unknown model_type, say).
+	ErrUnsupported = errors.New("unsupported")
+)
+
+// Version is the gpufleet release. Builds may override it with
+// -ldflags "-X github.com/gpufleet/gpufleet.Version=v1.2.3".
+var Version = "v0.1.0-dev"

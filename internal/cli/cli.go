@@ -1,0 +1,124 @@
+// Package cli is gpufleet's command line: the only place that reads flags,
+// environment variables and files for the other packages. Each command's
+// RunE is a few lines that call into the packages that do the work.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// Output formats accepted by -o.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+	outputWide  = "wide"
+)
+
+// env carries the process's streams and the options every command shares.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	output  string // table, json or wide
+	server  string
+	token   string
+	catalog string // --catalog FILE
+}
+
+// exitError carries an exit code other than 1 through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Main runs the gpufleet command line with args (without the program name)
+// and returns the process exit code. Errors are printed to stderr.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpufleet: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gpufleet",
+		Short: "GPU infrastructure control plane that treats GPUs as specialised hardware",
+		Long: `gpufleet plans, schedules and watches GPU fleets with the hardware's real
+characteristics in every decision: memory capacity and bandwidth, interconnect,
+precision support, power and heat, and failure modes.
+
+Commands that need no server: catalog, plan, version.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if e.server == "" {
+				e.server = os.Getenv("GPUFLEET_SERVER")
+			}
+			if e.token == "" {
+				e.token = os.Getenv("GPUFLEET_TOKEN")
+			}
+			switch e.output {
+			case outputTable, outputJSON, outputWide:
+				return nil
+			}
+			return fmt.Errorf("%w: -o/--output %q: expected table, json or wide", gpufleet.ErrInvalid, e.output)
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: table, json or wide")
+	pf.StringVar(&e.server, "server", "", "server URL[,URL...] (env GPUFLEET_SERVER)")
+	pf.StringVar(&e.token, "token", "", "API token (env GPUFLEET_TOKEN)")
+	pf.StringVar(&e.catalog, "catalog", "", "CSV or JSON file that adds or overrides GPU catalog entries")
+	_ = root.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{outputTable, outputJSON, outputWide}, cobra.ShellCompDirectiveNoFileComp
+	})
+
+	root.AddCommand(
+		newVersionCmd(e),
+		newCatalogCmd(e),
+		newPlanCmd(e),
+	)
+	return root
+}
+
+// usageErr is an invalid-input error: the message names the flag or field
+// and what was expected.
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", gpufleet.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// joinComma splits a comma-separated flag value, trimming blanks.
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

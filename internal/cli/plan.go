@@ -1,0 +1,361 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/model"
+	"github.com/gpufleet/gpufleet/planner"
+)
+
+// planFlags are the flags of `plan`, shared with `submit --model`.
+type planFlags struct {
+	model, mode, gpu, precision, kvPrecision, batch string
+	optimizer, recompute, tokens                    string
+	gpus, inputTokens, outputTokens, seq            int
+	microBatch, globalBatch, zero, tp, pp, dp       int
+	latencyTargetMS                                 float64
+	fp32GradAccum                                   bool
+}
+
+func (p *planFlags) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&p.model, "model", "", "model: a config.json path or a built-in name ("+strings.Join(model.BuiltinNames(), ", ")+")")
+	fs.StringVar(&p.mode, "mode", "inference", "inference or training")
+	fs.StringVar(&p.gpu, "gpu", "", "candidate GPU ids, comma-separated (default: the whole catalog)")
+	fs.IntVar(&p.gpus, "gpus", 0, "total GPUs per candidate (default: the smallest count that fits)")
+	fs.StringVar(&p.precision, "precision", "bf16", "weight (inference) or compute (training) precision: fp32, bf16, fp16, fp8, int8, int4, fp4")
+	fs.StringVar(&p.kvPrecision, "kv-precision", "bf16", "KV-cache precision: bf16, fp16, fp8, int8")
+	fs.StringVar(&p.batch, "batch", "", "concurrent sequences per replica, or max (default: the largest that fits, at most 256)")
+	fs.IntVar(&p.inputTokens, "input-tokens", 1024, "prompt tokens per sequence")
+	fs.IntVar(&p.outputTokens, "output-tokens", 256, "generated tokens per sequence")
+	fs.IntVar(&p.seq, "seq", 4096, "training sequence length")
+	fs.IntVar(&p.microBatch, "micro-batch", 1, "training sequences per micro-batch")
+	fs.IntVar(&p.globalBatch, "global-batch", 1024, "training sequences per optimizer step")
+	fs.StringVar(&p.tokens, "tokens", "1T", "tokens to train on (1T, 300B, 2e12)")
+	fs.StringVar(&p.optimizer, "optimizer", "adamw", "adamw, adamw-8bit or sgd")
+	fs.BoolVar(&p.fp32GradAccum, "fp32-grad-accum", false, "keep fp32 gradients (Megatron's default): 18 bytes per parameter with adamw")
+	fs.IntVar(&p.zero, "zero", 0, "ZeRO stage 0-3")
+	fs.StringVar(&p.recompute, "recompute", "selective", "activation recompute: none, selective or full")
+	fs.IntVar(&p.tp, "tp", 0, "tensor parallelism (default: chosen)")
+	fs.IntVar(&p.pp, "pp", 0, "pipeline parallelism (default: chosen)")
+	fs.IntVar(&p.dp, "dp", 0, "data parallelism, replicas (default: chosen)")
+	fs.Float64Var(&p.latencyTargetMS, "latency-target-ms", 0, "rank by the cheapest candidate whose time per output token meets this")
+}
+
+// loadModel reads --model as a file when one exists at that path, else as a
+// built-in name.
+func loadModel(ref string) (*model.Config, error) {
+	if ref == "" {
+		return nil, usageErr("--model: required (a config.json path or one of %s)", strings.Join(model.BuiltinNames(), ", "))
+	}
+	data, err := os.ReadFile(ref)
+	switch {
+	case err == nil:
+		name := strings.TrimSuffix(filepath.Base(ref), filepath.Ext(ref))
+		if name == "config" {
+			name = filepath.Base(filepath.Dir(ref))
+		}
+		cfg, err := model.Parse(name, data)
+		if err != nil {
+			return nil, fmt.Errorf("--model %s: %w", ref, err)
+		}
+		return cfg, nil
+	case errors.Is(err, fs.ErrNotExist):
+		cfg, berr := model.Builtin(ref)
+		if berr != nil {
+			return nil, fmt.Errorf("--model %q is neither a file nor a built-in model: %w", ref, berr)
+		}
+		return cfg, nil
+	}
+	return nil, fmt.Errorf("--model: %w", err)
+}
+
+// parseCount reads 1T, 300B, 5M, 2e12 or a plain integer.
+func parseCount(flag, s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	mult := 1.0
+	for suf, m := range map[string]float64{"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12} {
+		if strings.HasSuffix(t, suf) {
+			t, mult = strings.TrimSuffix(t, suf), m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 {
+		return 0, usageErr("%s %q: expected a positive count such as 1T, 300B or 2e12", flag, s)
+	}
+	return int64(v * mult), nil
+}
+
+// request turns the flags into a planner request over the catalog.
+func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
+	var r planner.Request
+	cfg, err := loadModel(p.model)
+	if err != nil {
+		return r, err
+	}
+	r.Model = cfg
+	switch p.mode {
+	case "inference", "training":
+		r.Mode = planner.Mode(p.mode)
+	default:
+		return r, usageErr("--mode %q: expected inference or training", p.mode)
+	}
+	for _, id := range splitComma(p.gpu) {
+		g, err := cat.Lookup(id)
+		if err != nil {
+			return r, fmt.Errorf("--gpu: %w", err)
+		}
+		r.GPUs = append(r.GPUs, g)
+	}
+	if r.Precision, err = planner.ParseFormat(p.precision); err != nil {
+		return r, fmt.Errorf("--precision: %w", err)
+	}
+	if r.KVPrecision, err = planner.ParseFormat(p.kvPrecision); err != nil {
+		return r, fmt.Errorf("--kv-precision: %w", err)
+	}
+	switch b := strings.TrimSpace(p.batch); b {
+	case "":
+	case "max":
+		r.BatchMax = true
+	default:
+		n, err := strconv.Atoi(b)
+		if err != nil || n <= 0 {
+			return r, usageErr("--batch %q: expected a positive integer or max", p.batch)
+		}
+		r.Batch = n
+	}
+	if r.Tokens, err = parseCount("--tokens", p.tokens); err != nil {
+		return r, err
+	}
+	r.GPUCount, r.InputTokens, r.OutputTokens = p.gpus, p.inputTokens, p.outputTokens
+	r.Seq, r.MicroBatch, r.GlobalBatch = p.seq, p.microBatch, p.globalBatch
+	r.Optimizer, r.Recompute, r.ZeRO = planner.Optimizer(p.optimizer), planner.Recompute(p.recompute), p.zero
+	r.FP32GradAccum = p.fp32GradAccum
+	r.TP, r.PP, r.DP = p.tp, p.pp, p.dp
+	for name, v := range map[string]int{"--gpus": p.gpus, "--input-tokens": p.inputTokens, "--output-tokens": p.outputTokens,
+		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp} {
+		if v < 0 {
+			return r, usageErr("%s %d: expected a positive integer", name, v)
+		}
+	}
+	if p.latencyTargetMS < 0 {
+		return r, usageErr("--latency-target-ms %v: expected a positive number", p.latencyTargetMS)
+	}
+	r.LatencyTargetS = p.latencyTargetMS / 1e3
+	return r, nil
+}
+
+func newPlanCmd(e *env) *cobra.Command {
+	var pf planFlags
+	cmd := &cobra.Command{
+		Use:   "plan --model FILE|NAME [--mode inference|training] [flags]",
+		Short: "Will this model fit, on which GPUs, how many, how fast, at what cost and energy",
+		Long: `Plan a model against the hardware catalog before anything is bought or queued.
+
+For each candidate GPU the planner finds the smallest layout that fits (or the
+best one for --gpus N): tensor parallelism inside the NVLink domain first, then
+pipeline stages, then data-parallel replicas. It reports the memory per GPU
+(weights, KV cache, activations, gradients, optimizer state, runtime
+overhead), whether the precision is native, what bounds decode and prefill
+(compute, memory or interconnect), throughput, latency, cost and energy, and
+ranks candidates by cost per output token (or the cheapest that meets
+--latency-target-ms). See docs/PLANNER.md for the model and docs/ACCURACY.md
+for how well it predicts published measurements.`,
+		Example: `  gpufleet plan --model llama-3.1-70b
+  gpufleet plan --model llama-3.1-8b --gpu l4,a10g,h100-sxm-80gb --batch max
+  gpufleet plan --model mixtral-8x7b-v0.1 --precision fp8 --latency-target-ms 30
+  gpufleet plan --model llama-3.1-70b --mode training --gpus 64 --zero 1 --tokens 2T
+  gpufleet plan --model ./config.json --gpu h100-sxm-80gb -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			cat, err := e.loadCatalog()
+			if err != nil {
+				return err
+			}
+			req, err := pf.request(cat)
+			if err != nil {
+				return err
+			}
+			plan, err := planner.Run(req, cat.All())
+			if err != nil {
+				return err
+			}
+			if e.output == outputJSON {
+				return writeJSON(e.stdout, plan)
+			}
+			return printPlan(e, plan)
+		},
+	}
+	pf.bind(cmd.Flags())
+	_ = cmd.RegisterFlagCompletionFunc("model", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return model.BuiltinNames(), cobra.ShellCompDirectiveDefault
+	})
+	_ = cmd.RegisterFlagCompletionFunc("mode", fixedCompletion("inference", "training"))
+	_ = cmd.RegisterFlagCompletionFunc("optimizer", fixedCompletion("adamw", "adamw-8bit", "sgd"))
+	_ = cmd.RegisterFlagCompletionFunc("recompute", fixedCompletion("none", "selective", "full"))
+	_ = cmd.RegisterFlagCompletionFunc("precision", fixedCompletion("bf16", "fp16", "fp8", "int8", "int4", "fp4", "fp32"))
+	_ = cmd.RegisterFlagCompletionFunc("gpu", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		var ids []string
+		for _, g := range catalog.Default().All() {
+			ids = append(ids, g.ID)
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+func fixedCompletion(vals ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return vals, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func printPlan(e *env, p *planner.Plan) error {
+	w := e.stdout
+	m := p.Model
+	fmt.Fprintf(w, "%s (%s): %s parameters, %s active per token, %d layers, hidden %d, KV cache %s per token (%s)\n\n",
+		m.Name, m.ModelType, humanCount(m.ParamsTotal), humanCount(m.ParamsActive), m.Layers, m.HiddenSize,
+		fmtBytes(float64(m.KVCacheBytesPerToken)), p.Workload.KVPrecision)
+	var t *table
+	if p.Mode == planner.Training {
+		t = newTable(w, "GPU", "GPUS", "TPxPPxDP", "FITS", "MEM/GPU", "PRECISION", "BOUND", "TOKENS/S", "MFU", "STEP", "TRAIN TIME", "COST", "ENERGY")
+	} else {
+		t = newTable(w, "GPU", "GPUS", "TPxPPxDP", "FITS", "MEM/GPU", "PRECISION", "DECODE", "PREFILL", "BATCH(MAX)", "TOKENS/S", "TTFT", "TPOT", "$/M TOKENS", "J/TOKEN")
+	}
+	for _, c := range p.Candidates {
+		layout := fmt.Sprintf("%dx%dx%d", c.TP, c.PP, c.DP)
+		mem := fmt.Sprintf("%s/%s", fmtBytes(float64(c.MemoryPerGPU.TotalBytes)), fmtBytes(float64(c.MemoryPerGPU.CapacityBytes)))
+		prec := "native"
+		if c.PrecisionFallback != nil {
+			prec = string(*c.PrecisionFallback)
+		}
+		fits := "no"
+		if c.Fits {
+			fits = "yes"
+		}
+		if p.Mode == planner.Training {
+			t.row(c.GPU, strconv.Itoa(c.GPUs), layout, fits, mem, prec, bound(c.Bound),
+				num(c.TrainingTokensPerS, 0), pct(c.MFU), secs(c.StepTimeS), days(c.TrainTimeS), fmtUSD(c.TrainCostUSD), joules(c.TrainEnergyJoules))
+			continue
+		}
+		batch := "-"
+		if c.Batch != nil && c.MaxBatch != nil {
+			batch = fmt.Sprintf("%d(%d)", *c.Batch, *c.MaxBatch)
+		}
+		t.row(c.GPU, strconv.Itoa(c.GPUs), layout, fits, mem, prec, bound(c.Bound), bound(c.PrefillBound), batch,
+			num(c.OutputTokensPerS, 0), secs(c.TimeToFirstTokenS), secs(c.TimePerOutputTokenS), money(c.CostPerMillionTokensUSD), num(c.JoulesPerToken, 2))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if r := p.Recommendation; r != nil {
+		fmt.Fprintf(w, "\nRecommendation: %d x %s, scale %s.\n  %s.\n", r.GPUs, r.GPU, r.Scaling, r.Reason)
+		for _, c := range p.Candidates {
+			if c.GPU == r.GPU && len(c.Notes) > 0 {
+				fmt.Fprintln(w, "Notes on "+c.GPU+":")
+				for _, n := range c.Notes {
+					fmt.Fprintln(w, "  - "+n)
+				}
+			}
+		}
+	} else {
+		fmt.Fprintln(w, "\nNo candidate fits. Try more GPUs (--gpus), a smaller precision (--precision fp8), or a shorter context.")
+	}
+	fmt.Fprintln(w, "\nMEM/GPU is the most loaded GPU; TTFT and TPOT are time to first token and per output token; -o json has every field and note.")
+	return nil
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e12:
+		return trimFloat(float64(n)/1e12) + "T"
+	case n >= 1e9:
+		return trimFloat(float64(n)/1e9) + "B"
+	case n >= 1e6:
+		return trimFloat(float64(n)/1e6) + "M"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func bound(b *planner.Bound) string {
+	if b == nil {
+		return "-"
+	}
+	return string(*b)
+}
+
+func num(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
+}
+
+func money(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return "$" + strconv.FormatFloat(*v, 'f', 3, 64)
+}
+
+func secs(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	s := *v
+	switch {
+	case s < 1:
+		return strconv.FormatFloat(s*1e3, 'f', 1, 64) + " ms"
+	case s < 600:
+		return strconv.FormatFloat(s, 'f', 2, 64) + " s"
+	}
+	return days(v)
+}
+
+func days(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	s := *v
+	switch {
+	case s < 3600:
+		return strconv.FormatFloat(s/60, 'f', 1, 64) + " min"
+	case s < 3*86400:
+		return strconv.FormatFloat(s/3600, 'f', 1, 64) + " h"
+	}
+	return strconv.FormatFloat(s/86400, 'f', 1, 64) + " d"
+}
+
+func joules(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	j := *v
+	switch {
+	case j >= 3.6e9:
+		return strconv.FormatFloat(j/3.6e9, 'f', 1, 64) + " MWh"
+	case j >= 3.6e6:
+		return strconv.FormatFloat(j/3.6e6, 'f', 1, 64) + " kWh"
+	}
+	return strconv.FormatFloat(j, 'f', 0, 64) + " J"
+}
+
+var _ = gpufleet.ErrInvalid

@@ -1,0 +1,296 @@
+package planner
+
+import (
+	"math"
+
+	"github.com/gpufleet/gpufleet/model"
+)
+
+// layout is one way to split a model over GPUs.
+type layout struct {
+	tp, pp, dp, ep int
+}
+
+func (l layout) gpus() int { return l.tp * l.pp * l.dp }
+
+// Memory is the per-GPU memory breakdown of the most loaded GPU, in bytes.
+// Fields that do not apply to the mode are zero.
+type Memory struct {
+	WeightsBytes     int64 `json:"weights_bytes"`
+	KVCacheBytes     int64 `json:"kv_cache_bytes"`
+	ActivationsBytes int64 `json:"activations_bytes"`
+	GradientsBytes   int64 `json:"gradients_bytes"`
+	OptimizerBytes   int64 `json:"optimizer_bytes"`
+	OverheadBytes    int64 `json:"overhead_bytes"`
+	TotalBytes       int64 `json:"total_bytes"`
+	CapacityBytes    int64 `json:"capacity_bytes"`
+}
+
+func (m *Memory) sum() {
+	m.TotalBytes = m.WeightsBytes + m.KVCacheBytes + m.ActivationsBytes + m.GradientsBytes + m.OptimizerBytes + m.OverheadBytes
+}
+
+// shape caches what the planner needs of a model.
+type shape struct {
+	cfg    *model.Config
+	params model.Params
+	layers int
+	// blockParams are the parameters of all transformer blocks; expertParams
+	// the routed experts among them; embedParams the input embedding and
+	// headParams the output head (the embedding again when tied).
+	blockParams, expertParams, embedParams, headParams float64
+	// activeBlockParams is what one token touches inside the blocks.
+	activeBlockParams float64
+	// largestLayer is the largest transformer layer's parameter count.
+	largestLayer float64
+}
+
+func newShape(cfg *model.Config) shape {
+	p := cfg.Params()
+	head := float64(p.Head)
+	if head == 0 {
+		head = float64(p.Embedding) // tied: the same matrix serves as head
+	}
+	block := float64(p.Total - p.Embedding - p.Head)
+	return shape{
+		cfg: cfg, params: p, layers: cfg.NumLayers,
+		blockParams:       block,
+		expertParams:      float64(p.Experts),
+		embedParams:       float64(p.Embedding),
+		headParams:        head,
+		activeBlockParams: float64(p.ActiveExcludingEmbeddings),
+		largestLayer:      float64(p.LargestLayer),
+	}
+}
+
+// layersPerStage is the layer count of the most loaded pipeline stage.
+func (s shape) layersPerStage(pp int) int { return (s.layers + pp - 1) / pp }
+
+// stageFraction is the share of the blocks that the most loaded stage holds.
+func (s shape) stageFraction(pp int) float64 {
+	return float64(s.layersPerStage(pp)) / float64(s.layers)
+}
+
+// embedOnStage is the embedding and head parameters held by the most
+// loaded stage: both with one stage, the larger of the two otherwise.
+func (s shape) embedOnStage(pp int) float64 {
+	if pp == 1 {
+		if s.params.Head == 0 {
+			return s.embedParams
+		}
+		return s.embedParams + s.headParams
+	}
+	return math.Max(s.embedParams, s.headParams)
+}
+
+// kvShard is how many ways tensor parallelism splits the KV cache: by KV
+// head, so never more than the KV heads (beyond that they are replicated);
+// latent attention caches one shared latent, replicated on every rank.
+func (s shape) kvShard(tp int) int {
+	if s.cfg.IsMLA() {
+		return 1
+	}
+	return max(1, min(tp, s.cfg.NumKVHeads))
+}
+
+// kvBytesPerSeq is the KV cache of one sequence of ctx tokens on the most
+// loaded GPU, rounded up to whole paged blocks.
+func (s shape) kvBytesPerSeq(ctx int, kv Format, l layout) float64 {
+	blocks := (ctx + pagedBlockTokens - 1) / pagedBlockTokens
+	full := float64(s.cfg.KVCacheBytes(int64(blocks*pagedBlockTokens), kv.BytesPerElement()))
+	return full / float64(s.kvShard(l.tp)) * s.stageFraction(l.pp)
+}
+
+// ffnWidth is the MLP width one token passes through in a layer: the dense
+// intermediate size, or top-k routed experts plus the shared experts.
+func (s shape) ffnWidth() float64 {
+	c := s.cfg
+	if c.IsMoE() {
+		return float64(c.NumExpertsPerToken*c.MoEIntermediateSize + c.SharedExpertIntermediateSize)
+	}
+	return float64(c.IntermediateSize)
+}
+
+// inferenceWeights is the weight memory of the most loaded GPU. Quantised
+// formats apply to the transformer blocks; embedding and head stay 16-bit,
+// as GPTQ, AWQ and FP8 checkpoints keep them.
+func (s shape) inferenceWeights(w Format, l layout) float64 {
+	embB := 2.0
+	if w == FormatFP32 {
+		embB = 4
+	}
+	blocks := s.blockParams * w.BytesPerElement() * s.stageFraction(l.pp)
+	return (blocks + s.embedOnStage(l.pp)*embB) / float64(l.tp)
+}
+
+// inferenceActivations is the workspace of one forward pass over a prefill
+// chunk: the residual stream, the widest of the attention and MLP
+// intermediates of one layer, and fp32 logits for the sampled tokens.
+func (s shape) inferenceActivations(batch, input int, l layout) float64 {
+	c := s.cfg
+	tokens := float64(min(batch*input, prefillChunkTokens))
+	h := float64(c.HiddenSize)
+	tp := float64(l.tp)
+	qkv := float64((c.NumHeads + 2*c.NumKVHeads) * c.HeadDim)
+	mlpMats := 2.0
+	if c.GatedMLP {
+		mlpMats = 3
+	}
+	inter := math.Max(qkv, mlpMats*s.ffnWidth()) / tp
+	logits := float64(min(batch, int(tokens))) * float64(c.VocabSize) * 4 / tp
+	return tokens*(2*h+inter)*2 + logits
+}
+
+// overhead is the runtime's fixed cost per GPU plus allocator slack.
+func overhead(live float64, l layout) float64 {
+	o := float64(cudaContextBytes) + allocatorFragmentation*live
+	if l.tp*l.pp > 1 {
+		o += ncclBufferBytes
+	}
+	return o
+}
+
+// inferenceMemory sizes one GPU serving batch sequences of ctx tokens.
+func (s shape) inferenceMemory(r Request, batch int, l layout, capacity int64) Memory {
+	ctx := r.InputTokens + r.OutputTokens
+	m := Memory{
+		WeightsBytes:     int64(s.inferenceWeights(r.Precision, l)),
+		KVCacheBytes:     int64(float64(batch) * s.kvBytesPerSeq(ctx, r.KVPrecision, l)),
+		ActivationsBytes: int64(s.inferenceActivations(batch, r.InputTokens, l)),
+		CapacityBytes:    capacity,
+	}
+	m.OverheadBytes = int64(overhead(float64(m.WeightsBytes+m.KVCacheBytes+m.ActivationsBytes), l))
+	m.sum()
+	return m
+}
+
+// maxBatch is the largest batch whose memory fits capacity, 0 when even one
+// sequence does not. Memory grows monotonically with batch, so it bisects.
+func (s shape) maxBatch(r Request, l layout, capacity int64) int {
+	fits := func(b int) bool { return s.inferenceMemory(r, b, l, capacity).TotalBytes <= capacity }
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := 1, 2
+	for fits(hi) {
+		lo, hi = hi, hi*2
+		if hi > 1<<22 {
+			return lo
+		}
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// trainingBytesPerParam returns weights, gradients and optimizer bytes per
+// parameter before any ZeRO sharding.
+func trainingBytesPerParam(r Request) (w, g, o float64) {
+	w, g = 2, 2
+	if r.Precision == FormatFP32 {
+		w, g = 4, 4
+	}
+	if r.FP32GradAccum {
+		g = 4
+	}
+	master := 4.0
+	if r.Precision == FormatFP32 {
+		master = 0 // the weights are the fp32 master copy
+	}
+	switch r.Optimizer {
+	case AdamW8bit:
+		o = master + 2
+	case SGD:
+		o = master + 4
+	default:
+		o = master + 8
+	}
+	return w, g, o
+}
+
+// trainingParamsPerGPU is the parameters the most loaded GPU holds before
+// ZeRO: dense block parameters split by tensor and pipeline parallelism,
+// routed experts also split by expert parallelism, plus the stage's
+// embedding or head split by tensor parallelism (vocabulary-parallel).
+func (s shape) trainingParamsPerGPU(l layout) (dense, experts float64) {
+	frac := s.stageFraction(l.pp)
+	dense = ((s.blockParams-s.expertParams)*frac + s.embedOnStage(l.pp)) / float64(l.tp)
+	experts = s.expertParams * frac / float64(l.tp*l.ep)
+	return dense, experts
+}
+
+// activationsPerLayer is the activation memory of one transformer layer for
+// one micro-batch, after Korthikanti et al. (arXiv:2205.05198), generalised
+// to grouped-query attention and gated MLPs, with sequence parallelism
+// whenever tensor parallelism is on (everything divides by tp).
+func (s shape) activationsPerLayer(seq, mb, tp int, rc Recompute) float64 {
+	c := s.cfg
+	sb := float64(seq * mb)
+	h := float64(c.HiddenSize)
+	kvd := float64(c.NumKVHeads * c.HeadDim)
+	if c.IsMLA() {
+		kvd = float64(c.NumHeads * (c.QKNopeHeadDim + c.QKRopeHeadDim))
+	}
+	if rc == RecomputeFull {
+		return 2 * sb * h / float64(tp) // only the layer input is kept
+	}
+	// Attention: qkv input 2sbh, Q 2sbh, K and V 2sb*kvd each, out-proj
+	// input 2sbh, dropout mask sbh; LayerNorm inputs 4sbh.
+	attn := 7*sb*h + 4*sb*kvd + 4*sb*h
+	if rc == RecomputeNone {
+		// softmax output, its dropout mask and dropout output: 5 a s^2 b.
+		attn += 5 * float64(c.NumHeads) * float64(seq) * sb
+	}
+	mats := 4.0 // GELU input and output, 2 bytes each
+	if c.GatedMLP {
+		mats = 6 // gate, up and their product
+	}
+	mlp := 3*sb*h + mats*sb*s.ffnWidth()
+	return (attn + mlp) / float64(tp)
+}
+
+// trainingMemory sizes the most loaded GPU of a training layout.
+func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
+	wB, gB, oB := trainingBytesPerParam(r)
+	dense, experts := s.trainingParamsPerGPU(l)
+	shardDense := float64(l.dp)
+	shardExp := float64(max(1, l.dp/l.ep))
+	shard := func(bytes float64, stage int) float64 {
+		if r.ZeRO >= stage {
+			return dense*bytes/shardDense + experts*bytes/shardExp
+		}
+		return (dense + experts) * bytes
+	}
+	m := Memory{CapacityBytes: capacity}
+	m.OptimizerBytes = int64(shard(oB, 1))
+	m.GradientsBytes = int64(shard(gB, 2))
+	weights := shard(wB, 3)
+	if r.ZeRO == 3 && l.dp > 1 {
+		// The gathered working set: parameters and gradients of the largest layer.
+		weights += 2 * (wB + gB) * s.largestLayer / float64(l.tp)
+	}
+	m.WeightsBytes = int64(weights)
+
+	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
+	inFlight := float64(min(l.pp, microBatches))
+	perLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, r.Recompute)
+	act := perLayer * float64(s.layersPerStage(l.pp)) * inFlight
+	if r.Recompute == RecomputeFull {
+		act += s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, RecomputeSelective)
+	}
+	if l.pp == 1 {
+		// fp32 logits and their gradient for the loss.
+		act += 2 * 4 * float64(r.Seq*r.MicroBatch) * float64(s.cfg.VocabSize) / float64(l.tp)
+	}
+	m.ActivationsBytes = int64(act)
+	live := float64(m.WeightsBytes + m.GradientsBytes + m.OptimizerBytes + m.ActivationsBytes)
+	m.OverheadBytes = int64(overhead(live, layout{tp: l.tp, pp: l.pp * l.dp}))
+	m.sum()
+	return m
+}

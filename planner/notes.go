@@ -1,0 +1,146 @@
+package planner
+
+import (
+	"fmt"
+	"strings"
+)
+
+// gb prints bytes in decimal gigabytes for notes.
+func gb(b float64) string { return fmt.Sprintf("%.1f GB", b/1e9) }
+
+// notes explains a candidate in plain language.
+func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
+	g := h.gpu
+	cfg := s.cfg
+	var out []string
+	m := c.MemoryPerGPU
+	if !c.Fits {
+		out = append(out, fmt.Sprintf("does not fit: needs %s per GPU with %d GPUs (tp %d, pp %d), the card holds %s",
+			gb(float64(m.TotalBytes)), c.GPUs, l.tp, l.pp, gb(float64(m.CapacityBytes))))
+	}
+	switch {
+	case c.PrecisionFallback == nil:
+	case *c.PrecisionFallback == FallbackUnsupported:
+		out = append(out, fmt.Sprintf("%s is not supported on %s (%s): no common kernel runs it; pick another precision", r.Precision, g.ID, g.Architecture))
+	case *c.PrecisionFallback == FallbackDequantized:
+		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %.2g bytes per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
+			r.Precision, g.ID, r.Precision.BytesPerElement(), h.sup.computeP, r.Precision))
+	case *c.PrecisionFallback == FallbackEmulated:
+		out = append(out, fmt.Sprintf("%s is not native on %s: it is emulated in %s at %.0f TFLOPS", r.Precision, g.ID, h.sup.computeP, h.sup.peak/1e12))
+	}
+	if !kvNative(g, r.KVPrecision) {
+		out = append(out, fmt.Sprintf("an %s KV cache is not native on %s: engines store it but convert on every read", r.KVPrecision, g.ID))
+	}
+	if r.Mode == Inference {
+		ctx := r.InputTokens + r.OutputTokens
+		if cfg.MaxPositionEmbeddings > 0 && ctx > cfg.MaxPositionEmbeddings {
+			out = append(out, fmt.Sprintf("context %d exceeds the model's max_position_embeddings %d", ctx, cfg.MaxPositionEmbeddings))
+		}
+		if cfg.SlidingWindow > 0 && ctx > cfg.SlidingWindow {
+			out = append(out, fmt.Sprintf("sliding-window layers keep only %d tokens of KV cache", cfg.SlidingWindow))
+		}
+		if c.Bound != nil && c.DecodeArithmeticIntensity != nil {
+			switch *c.Bound {
+			case BoundMemory:
+				out = append(out, fmt.Sprintf("decode is memory-bound: %.1f FLOP per byte against a ridge point of %.0f; more bandwidth helps, more FLOPS do not",
+					*c.DecodeArithmeticIntensity, c.RidgePoint))
+			case BoundCompute:
+				out = append(out, fmt.Sprintf("decode is compute-bound at batch %d: %.0f FLOP per byte, above the ridge point of %.0f", *c.Batch, *c.DecodeArithmeticIntensity, c.RidgePoint))
+			case BoundInterconnect:
+				out = append(out, fmt.Sprintf("decode is interconnect-bound: tensor parallelism %d over %s costs more than the matmuls", l.tp, tpLink(g, l.tp).kind))
+			}
+		}
+		if cfg.IsMoE() && c.Batch != nil {
+			out = append(out, fmt.Sprintf("mixture of experts: a decode step of %d tokens reads %.0f%% of the routed experts", *c.Batch, 100*s.expertFraction(*c.Batch)))
+		}
+		if c.MaxBatch != nil && c.Batch != nil && *c.MaxBatch > 0 && *c.Batch > *c.MaxBatch {
+			out = append(out, fmt.Sprintf("batch %d does not fit; at most %d sequences of %d tokens fit per replica", *c.Batch, *c.MaxBatch, ctx))
+		}
+	}
+	if l.tp > 1 {
+		k := tpLink(g, l.tp).kind
+		if k == "pcie" || k == "network" {
+			out = append(out, fmt.Sprintf("tensor parallelism %d runs over %s, not NVLink: every layer waits on it", l.tp, k))
+		}
+	}
+	if l.pp > 1 && l.tp*l.pp > max(g.DomainSize, 1) {
+		out = append(out, fmt.Sprintf("the replica spans %d GPUs, beyond one %d-GPU NVLink domain: pipeline stages talk over the network", l.tp*l.pp, max(g.DomainSize, 1)))
+	}
+	if g.PricePerHourUSD == nil {
+		out = append(out, "no price in the catalog: cost unknown (add one with --catalog)")
+	}
+	if g.TDPWatts == nil {
+		out = append(out, "no published TDP: energy unknown")
+	}
+	return out
+}
+
+// recommend picks the best-ranked runnable candidate and says whether to
+// scale vertically or horizontally.
+func recommend(r Request, s shape, cs []Candidate) *Recommendation {
+	var pick *Candidate
+	for i := range cs {
+		if cs[i].Fits && cs[i].supported && (cs[i].MeetsLatencyTarget == nil || *cs[i].MeetsLatencyTarget) {
+			pick = &cs[i]
+			break
+		}
+	}
+	missedTarget := false
+	if pick == nil {
+		// Nothing meets the latency target: the fastest that fits.
+		for i := range cs {
+			c := &cs[i]
+			if !c.Fits || !c.supported || c.TimePerOutputTokenS == nil {
+				continue
+			}
+			if pick == nil || *c.TimePerOutputTokenS < *pick.TimePerOutputTokenS {
+				pick = c
+			}
+		}
+		missedTarget = pick != nil
+	}
+	if pick == nil {
+		return nil
+	}
+	rec := &Recommendation{GPU: pick.GPU, GPUs: pick.GPUs}
+	replica := pick.TP * pick.PP
+	var why []string
+	if missedTarget {
+		why = append(why, fmt.Sprintf("no candidate meets the %.0f ms target; %s is the fastest at %.1f ms per token",
+			r.LatencyTargetS*1e3, pick.GPU, *pick.TimePerOutputTokenS*1e3))
+	}
+	// The smallest replica any fitting candidate needs.
+	var smallest *Candidate
+	for i := range cs {
+		c := &cs[i]
+		if c.Fits && c.supported && (smallest == nil || c.TP*c.PP < smallest.TP*smallest.PP ||
+			(c.TP*c.PP == smallest.TP*smallest.PP && c.MemoryPerGPU.CapacityBytes > smallest.MemoryPerGPU.CapacityBytes)) {
+			smallest = c
+		}
+	}
+	if replica == 1 {
+		rec.Scaling = "horizontal"
+		why = append(why, fmt.Sprintf("%s fits on one %s (%s of %s)", s.cfg.Name, pick.GPU,
+			gb(float64(pick.MemoryPerGPU.TotalBytes)), gb(float64(pick.MemoryPerGPU.CapacityBytes))))
+		if r.Mode == Training {
+			why = append(why, "scale out with data-parallel replicas: each adds throughput and only all-reduces gradients, overlapped with the backward pass")
+		} else {
+			why = append(why, "serve more traffic with more replicas (horizontal): they are independent and need no interconnect, while splitting the model would only add communication")
+		}
+	} else {
+		rec.Scaling = "vertical"
+		why = append(why, fmt.Sprintf("%s needs %d GPUs per replica on %s (tp %d, pp %d)", s.cfg.Name, replica, pick.GPU, pick.TP, pick.PP))
+		if smallest != nil && smallest.TP*smallest.PP < replica {
+			why = append(why, fmt.Sprintf("bigger-memory GPUs shrink the replica: %s needs %d", smallest.GPU, smallest.TP*smallest.PP))
+		}
+		why = append(why, "keep each replica inside one NVLink domain and add memory per GPU before adding replicas (vertical); replicas come after the replica fits")
+	}
+	if c := pick.CostPerMillionTokensUSD; c != nil && r.Mode == Inference {
+		why = append(why, fmt.Sprintf("$%.3f per million output tokens at %.0f tokens/s", *c, *pick.OutputTokensPerS))
+	}
+	if c := pick.TrainCostUSD; c != nil && r.Mode == Training {
+		why = append(why, fmt.Sprintf("$%.0f and %.1f days to train %.3g tokens at %.0f%% MFU", *c, *pick.TrainTimeS/86400, float64(r.Tokens), *pick.MFU*100))
+	}
+	rec.Reason = strings.Join(why, "; ")
+	return rec
+}

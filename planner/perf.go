@@ -1,0 +1,218 @@
+package planner
+
+import (
+	"math"
+
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// Bound names what limits a phase.
+type Bound string
+
+// Bounds.
+const (
+	BoundCompute      Bound = "compute"
+	BoundMemory       Bound = "memory"
+	BoundInterconnect Bound = "interconnect"
+)
+
+// phase is the time of one forward pass (a decode step or a prefill) on one
+// replica, and what bounds it.
+type phase struct {
+	timeS      float64
+	computeS   float64
+	memoryS    float64
+	commS      float64
+	flops      float64 // per GPU
+	bytes      float64 // per GPU
+	bound      Bound
+	intensity  float64 // FLOP per byte of memory traffic
+	ridge      float64 // peak FLOP/s over bandwidth
+	tpLinkKind string
+	ppLinkKind string
+	overheadS  float64
+}
+
+func classify(compute, memory, comm float64) Bound {
+	switch {
+	case comm > compute && comm > memory:
+		return BoundInterconnect
+	case compute >= memory:
+		return BoundCompute
+	}
+	return BoundMemory
+}
+
+// hw is a candidate GPU with its compute support resolved.
+type hw struct {
+	gpu  catalog.GPU
+	sup  computeSupport
+	bw   float64 // achieved memory bandwidth
+	peak float64 // achieved GEMM throughput
+}
+
+func newHW(g catalog.GPU, f Format, eff float64) hw {
+	s := support(g, f)
+	return hw{gpu: g, sup: s, bw: g.MemoryBandwidthBytesPerS * memEfficiency, peak: s.peak * eff}
+}
+
+// tpLink is the fabric tensor parallelism of size tp runs over.
+func tpLink(g catalog.GPU, tp int) link { return groupLink(g, tp) }
+
+// ppLink is the fabric between pipeline stages: inside the domain when the
+// whole replica fits there, else the network.
+func ppLink(g catalog.GPU, l layout) link {
+	if l.pp <= 1 {
+		return link{bytesPerS: 1e18, kind: "none"}
+	}
+	return groupLink(g, l.tp*l.pp)
+}
+
+// expertFraction is the expected share of a layer's routed experts that a
+// batch of tokens touches: each token picks k of E.
+func (s shape) expertFraction(tokens int) float64 {
+	c := s.cfg
+	if !c.IsMoE() || c.NumExperts == 0 {
+		return 1
+	}
+	miss := 1 - float64(c.NumExpertsPerToken)/float64(c.NumExperts)
+	return 1 - math.Pow(miss, float64(tokens))
+}
+
+// forward times one forward pass of a replica over `tokens` new tokens per
+// sequence for `batch` sequences that already hold `ctx` tokens of context.
+// Pipeline stages run one after another (latency view).
+func (s shape) forward(h hw, r Request, l layout, batch, tokens, ctx int) phase {
+	c := s.cfg
+	newTok := float64(batch * tokens)
+	stage := s.stageFraction(l.pp)
+	tp := float64(l.tp)
+
+	// Weight traffic: dense blocks, the experts the batch touches, the head.
+	wB := r.Precision.BytesPerElement()
+	dense := (s.blockParams - s.expertParams) * wB * stage
+	experts := s.expertParams * wB * stage * s.expertFraction(batch*tokens)
+	head := s.headParams * 2 / float64(l.pp) // on the last stage
+	weightBytes := (dense + experts + head) / tp
+	// KV traffic: read the context, write the new tokens.
+	kvBytes := float64(batch) * (s.kvBytesPerSeq(ctx, r.KVPrecision, l) + s.kvBytesPerSeq(tokens, r.KVPrecision, l))
+	actBytes := newTok * float64(c.HiddenSize) * 2 * 4 * float64(s.layersPerStage(l.pp)) / tp
+	bytes := weightBytes + kvBytes + actBytes
+
+	// FLOPs: 2 per active parameter per token, logits for the last token of
+	// each sequence, attention over the context (causal within new tokens).
+	attnDim := float64(c.NumHeads * c.HeadDim)
+	if c.IsMLA() {
+		attnDim = float64(c.NumHeads * (c.QKNopeHeadDim + c.QKRopeHeadDim + c.VHeadDim) / 2)
+	}
+	layers := float64(s.layersPerStage(l.pp))
+	attnFlops := 4 * layers * attnDim * float64(batch) * (float64(tokens)*float64(ctx) + float64(tokens)*float64(tokens)/2)
+	flops := (2*s.activeBlockParams*stage*newTok + 2*s.headParams*float64(batch)/float64(l.pp) + attnFlops) / tp
+
+	ph := phase{flops: flops, bytes: bytes}
+	ph.computeS = flops / h.peak
+	ph.memoryS = bytes / h.bw
+	// Tensor parallelism: two all-reduces of the activations per layer.
+	tl := tpLink(h.gpu, l.tp)
+	ph.tpLinkKind = tl.kind
+	ph.commS = 2 * layers * allReduceTime(newTok*float64(c.HiddenSize)*2, l.tp, tl)
+	// Expert layers sharded by tensor parallelism need no all-to-all here.
+	ph.overheadS = layers * layerLaunchOverheadS
+	stageTime := math.Max(ph.computeS, ph.memoryS) + ph.commS + ph.overheadS
+
+	pl := ppLink(h.gpu, l)
+	ph.ppLinkKind = pl.kind
+	p2p := 0.0
+	if l.pp > 1 {
+		p2p = float64(l.pp-1) * (newTok*float64(c.HiddenSize)*2/pl.bytesPerS + pl.alpha)
+	}
+	ph.timeS = stageTime*float64(l.pp) + p2p
+	ph.computeS *= float64(l.pp)
+	ph.memoryS *= float64(l.pp)
+	ph.commS = ph.commS*float64(l.pp) + p2p
+	ph.bound = classify(ph.computeS, ph.memoryS, ph.commS)
+	ph.intensity = flops / bytes
+	ph.ridge = h.sup.peak / h.gpu.MemoryBandwidthBytesPerS
+	return ph
+}
+
+// inferenceTimes returns the prefill of a batch, one decode step at the
+// average context of the generation, and the end-to-end time of the batch.
+func (s shape) inferenceTimes(h hw, r Request, l layout, batch int) (prefill, decode phase, total float64) {
+	// Prefill runs in chunks of up to prefillChunkTokens tokens; each extra
+	// chunk pays the per-layer fixed costs again.
+	chunks := (batch*r.InputTokens + prefillChunkTokens - 1) / prefillChunkTokens
+	prefill = s.forward(h, r, l, batch, r.InputTokens, 0)
+	prefill.timeS += float64(chunks-1) * float64(s.layers) * layerLaunchOverheadS
+	decode = s.forward(h, r, l, batch, 1, r.InputTokens+r.OutputTokens/2)
+	total = prefill.timeS + float64(r.OutputTokens)*decode.timeS
+	return prefill, decode, total
+}
+
+// train times one optimizer step.
+type trainStep struct {
+	stepS, computeS, bubbleS, tpS, ppS, dpS, epS float64
+	modelFlopsPerStep                            float64
+	bound                                        Bound
+}
+
+// trainingFlopsPerToken is the model FLOPs per trained token: 6 per active
+// parameter plus attention (PaLM appendix B), without recomputation.
+func (s shape) trainingFlopsPerToken(seq int) float64 {
+	c := s.cfg
+	attnDim := float64(c.NumHeads * c.HeadDim)
+	if c.IsMLA() {
+		attnDim = float64(c.NumHeads * (c.QKNopeHeadDim + c.QKRopeHeadDim + c.VHeadDim) / 2)
+	}
+	return 6*(s.activeBlockParams+s.headParams) + 12*float64(c.NumLayers)*attnDim*float64(seq)
+}
+
+func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
+	c := s.cfg
+	tokensPerStep := float64(r.GlobalBatch * r.Seq)
+	modelFlops := s.trainingFlopsPerToken(r.Seq) * tokensPerStep
+	hwFlops := modelFlops
+	if r.Recompute == RecomputeFull {
+		hwFlops *= 8.0 / 6.0 // the forward pass runs twice
+	}
+	n := float64(l.gpus())
+	st := trainStep{modelFlopsPerStep: modelFlops}
+	st.computeS = hwFlops / n / h.peak
+	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
+	st.bubbleS = st.computeS * float64(l.pp-1) / float64(microBatches)
+
+	layers := float64(s.layersPerStage(l.pp))
+	actMsg := float64(r.Seq*r.MicroBatch) * float64(c.HiddenSize) * 2
+	collectives := 4.0 // two in forward, two in backward per layer
+	if r.Recompute == RecomputeFull {
+		collectives = 6
+	}
+	st.tpS = float64(microBatches) * layers * collectives * allReduceTime(actMsg, l.tp, tpLink(h.gpu, l.tp))
+	if l.pp > 1 {
+		pl := ppLink(h.gpu, l)
+		st.ppS = float64(microBatches) * 2 * (actMsg/float64(l.tp)/pl.bytesPerS + pl.alpha)
+	}
+	if l.dp > 1 {
+		dense, experts := s.trainingParamsPerGPU(l)
+		gradBytes := (dense + experts) * 2
+		dl := groupLink(h.gpu, l.gpus())
+		if l.tp*l.pp > 1 && l.gpus() > max(h.gpu.DomainSize, 1) {
+			dl = networkLink()
+		}
+		t := allReduceTime(gradBytes, l.dp, dl)
+		if r.ZeRO == 3 {
+			t *= 1.5 // parameters gathered again for the backward pass
+		}
+		// Gradient buckets overlap with the backward pass (two thirds of compute).
+		st.dpS = math.Max(0, t-st.computeS*2/3)
+	}
+	if c.IsMoE() && l.ep > 1 {
+		moeLayers := layers
+		a2a := float64(r.Seq*r.MicroBatch*c.NumExpertsPerToken) * float64(c.HiddenSize) * 2 / float64(l.tp)
+		el := groupLink(h.gpu, l.tp*l.ep)
+		st.epS = float64(microBatches) * moeLayers * 4 * allGatherTime(a2a, l.ep, el)
+	}
+	st.stepS = st.computeS + st.bubbleS + st.tpS + st.ppS + st.dpS + st.epS
+	st.bound = classify(st.computeS+st.bubbleS, 0, st.tpS+st.ppS+st.dpS+st.epS)
+	return st
+}

@@ -1,0 +1,469 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// Plan is the planner's answer: the model's summary, one candidate per GPU
+// model (its best layout), ranked, and a recommendation.
+type Plan struct {
+	Model          ModelSummary    `json:"model"`
+	Mode           Mode            `json:"mode"`
+	Workload       Workload        `json:"workload"`
+	Candidates     []Candidate     `json:"candidates"`
+	Recommendation *Recommendation `json:"recommendation"`
+}
+
+// ModelSummary describes the planned model.
+type ModelSummary struct {
+	Name         string `json:"name"`
+	ModelType    string `json:"model_type"`
+	ParamsTotal  int64  `json:"params_total"`
+	ParamsActive int64  `json:"params_active"`
+	// ParamsActiveIncludesEmbeddings is always true: params_active counts
+	// the embedding and head; params_active_excluding_embeddings does not.
+	ParamsActiveIncludesEmbeddings bool  `json:"params_active_includes_embeddings"`
+	ParamsActiveExcludingEmbedding int64 `json:"params_active_excluding_embeddings"`
+	Layers                         int   `json:"layers"`
+	HiddenSize                     int   `json:"hidden_size"`
+	// KVCacheBytesPerToken is for the whole model at the KV precision asked for.
+	KVCacheBytesPerToken int64 `json:"kv_cache_bytes_per_token"`
+}
+
+// Workload echoes the workload with defaults filled in.
+type Workload struct {
+	Precision      Format   `json:"precision"`
+	KVPrecision    Format   `json:"kv_precision"`
+	Batch          *int     `json:"batch"`
+	BatchMax       bool     `json:"batch_max"`
+	InputTokens    *int     `json:"input_tokens"`
+	OutputTokens   *int     `json:"output_tokens"`
+	Seq            *int     `json:"seq"`
+	MicroBatch     *int     `json:"micro_batch"`
+	GlobalBatch    *int     `json:"global_batch"`
+	Tokens         *int64   `json:"tokens"`
+	Optimizer      *string  `json:"optimizer"`
+	ZeRO           *int     `json:"zero"`
+	Recompute      *string  `json:"recompute"`
+	LatencyTargetS *float64 `json:"latency_target_s"`
+}
+
+// MemoryBreakdown is a candidate's per-GPU memory on its most loaded GPU.
+// Parts that do not apply to the mode are null.
+type MemoryBreakdown struct {
+	WeightsBytes     int64  `json:"weights_bytes"`
+	KVCacheBytes     *int64 `json:"kv_cache_bytes"`
+	ActivationsBytes int64  `json:"activations_bytes"`
+	GradientsBytes   *int64 `json:"gradients_bytes"`
+	OptimizerBytes   *int64 `json:"optimizer_bytes"`
+	OverheadBytes    int64  `json:"overhead_bytes"`
+	TotalBytes       int64  `json:"total_bytes"`
+	CapacityBytes    int64  `json:"capacity_bytes"`
+}
+
+// Candidate is one GPU model with its best layout and estimates. Fields that
+// do not apply to the mode, or cannot be known (no price, no TDP), are null.
+type Candidate struct {
+	GPU               string          `json:"gpu"`
+	GPUs              int             `json:"gpus"`
+	TP                int             `json:"tp"`
+	PP                int             `json:"pp"`
+	DP                int             `json:"dp"`
+	EP                int             `json:"ep"`
+	Fits              bool            `json:"fits"`
+	PrecisionNative   bool            `json:"precision_native"`
+	PrecisionFallback *Fallback       `json:"precision_fallback"`
+	ComputePrecision  string          `json:"compute_precision"`
+	Bound             *Bound          `json:"bound"`
+	PrefillBound      *Bound          `json:"prefill_bound"`
+	MemoryPerGPU      MemoryBreakdown `json:"memory_per_gpu"`
+
+	MaxBatch                   *int     `json:"max_batch"`
+	Batch                      *int     `json:"batch"`
+	OutputTokensPerS           *float64 `json:"output_tokens_per_s"`
+	TimeToFirstTokenS          *float64 `json:"time_to_first_token_s"`
+	TimePerOutputTokenS        *float64 `json:"time_per_output_token_s"`
+	DecodeArithmeticIntensity  *float64 `json:"decode_arithmetic_intensity"`
+	PrefillArithmeticIntensity *float64 `json:"prefill_arithmetic_intensity"`
+	RidgePoint                 float64  `json:"ridge_point"`
+
+	TrainingTokensPerS *float64 `json:"training_tokens_per_s"`
+	MFU                *float64 `json:"mfu"`
+	StepTimeS          *float64 `json:"step_time_s"`
+	TrainTimeS         *float64 `json:"train_time_s"`
+	TrainCostUSD       *float64 `json:"train_cost_usd"`
+	TrainEnergyJoules  *float64 `json:"train_energy_joules"`
+
+	CostPerMillionTokensUSD *float64 `json:"cost_per_million_tokens_usd"`
+	JoulesPerToken          *float64 `json:"joules_per_token"`
+	PricePerHourUSD         *float64 `json:"price_per_hour_usd"`
+	MeetsLatencyTarget      *bool    `json:"meets_latency_target"`
+	Notes                   []string `json:"notes"`
+
+	supported bool
+	score     float64 // lower is better among fitting layouts of one GPU
+}
+
+// Recommendation is the planner's pick and the scaling advice.
+type Recommendation struct {
+	GPU     string `json:"gpu"`
+	GPUs    int    `json:"gpus"`
+	Scaling string `json:"scaling"` // vertical or horizontal
+	Reason  string `json:"reason"`
+}
+
+// Run plans req against the candidate GPUs (req.GPUs, or gpus when that is
+// empty). It is pure and deterministic: the same request gives the same plan.
+func Run(req Request, gpus []catalog.GPU) (*Plan, error) {
+	r, err := req.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(r.GPUs) > 0 {
+		gpus = r.GPUs
+	}
+	if len(gpus) == 0 {
+		return nil, fmt.Errorf("%w: gpu: no candidate hardware", gpufleet.ErrInvalid)
+	}
+	s := newShape(r.Model)
+	p := &Plan{Model: summary(r, s), Mode: r.Mode, Workload: workload(r)}
+	for _, g := range gpus {
+		p.Candidates = append(p.Candidates, s.best(r, g))
+	}
+	rank(r, p.Candidates)
+	p.Recommendation = recommend(r, s, p.Candidates)
+	return p, nil
+}
+
+func summary(r Request, s shape) ModelSummary {
+	return ModelSummary{
+		Name: r.Model.Name, ModelType: r.Model.ModelType,
+		ParamsTotal: s.params.Total, ParamsActive: s.params.Active,
+		ParamsActiveIncludesEmbeddings: true,
+		ParamsActiveExcludingEmbedding: s.params.ActiveExcludingEmbeddings,
+		Layers:                         r.Model.NumLayers, HiddenSize: r.Model.HiddenSize,
+		KVCacheBytesPerToken: r.Model.KVCacheBytesPerToken(r.KVPrecision.BytesPerElement()),
+	}
+}
+
+func workload(r Request) Workload {
+	w := Workload{Precision: r.Precision, KVPrecision: r.KVPrecision}
+	if r.Mode == Inference {
+		w.InputTokens, w.OutputTokens, w.BatchMax = &r.InputTokens, &r.OutputTokens, r.BatchMax
+		if r.Batch > 0 {
+			w.Batch = &r.Batch
+		}
+		if r.LatencyTargetS > 0 {
+			w.LatencyTargetS = &r.LatencyTargetS
+		}
+		return w
+	}
+	opt, rc := string(r.Optimizer), string(r.Recompute)
+	w.Seq, w.MicroBatch, w.GlobalBatch, w.Tokens = &r.Seq, &r.MicroBatch, &r.GlobalBatch, &r.Tokens
+	w.Optimizer, w.ZeRO, w.Recompute = &opt, &r.ZeRO, &rc
+	return w
+}
+
+// powersOfTwo lists 1, 2, 4, ... up to n.
+func powersOfTwo(n int) []int {
+	var out []int
+	for v := 1; v <= n; v *= 2 {
+		out = append(out, v)
+	}
+	return out
+}
+
+// maxTP is the widest tensor parallelism a GPU model supports well: its
+// NVLink domain, or one host over PCIe.
+func maxTP(g catalog.GPU) int { return max(g.DomainSize, gpusPerHost) }
+
+// layouts lists the ways to split the model over n GPUs, tensor parallelism
+// widest first inside the domain (then fewer pipeline stages).
+func (s shape) layouts(r Request, g catalog.GPU, n int) []layout {
+	var out []layout
+	for _, tp := range slices.Backward(powersOfTwo(min(n, maxTP(g)))) {
+		if r.TP > 0 && tp != r.TP {
+			continue
+		}
+		if s.cfg.NumHeads%tp != 0 {
+			continue
+		}
+		for pp := 1; tp*pp <= n; pp++ {
+			if n%(tp*pp) != 0 || pp > s.layers {
+				continue
+			}
+			if r.Mode == Training && s.layers%pp != 0 {
+				// Megatron-style pipelines need equal stages.
+				continue
+			}
+			if r.PP > 0 && pp != r.PP {
+				continue
+			}
+			dp := n / (tp * pp)
+			if r.DP > 0 && dp != r.DP {
+				continue
+			}
+			if r.Mode == Inference && r.GPUCount == 0 && dp != 1 {
+				continue
+			}
+			if r.Mode == Training && r.GlobalBatch < r.MicroBatch*dp {
+				continue
+			}
+			out = append(out, layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)})
+		}
+	}
+	// Fewer pipeline stages first, then wider tensor parallelism.
+	slices.SortStableFunc(out, func(a, b layout) int { return cmp.Compare(a.pp, b.pp) })
+	return out
+}
+
+// expertParallel is the expert-parallel degree for dp data-parallel ranks:
+// the largest power of two dividing both dp and the expert count.
+func (s shape) expertParallel(dp int) int {
+	if !s.cfg.IsMoE() {
+		return 1
+	}
+	ep := 1
+	for ep*2 <= dp && dp%(ep*2) == 0 && s.cfg.NumExperts%(ep*2) == 0 {
+		ep *= 2
+	}
+	return ep
+}
+
+// counts lists the GPU counts to try: the one asked for, or powers of two.
+func counts(r Request) []int {
+	if r.GPUCount > 0 {
+		return []int{r.GPUCount}
+	}
+	base := 1
+	if r.DP > 0 {
+		base = r.DP
+	}
+	var out []int
+	for n := max(base, max(r.TP, 1)*max(r.PP, 1)*max(r.DP, 1)); n <= r.MaxGPUs; n *= 2 {
+		out = append(out, n)
+	}
+	return out
+}
+
+// best finds the best layout of g: at the given count the fitting layout
+// with the best score; without a count, the smallest count that fits.
+func (s shape) best(r Request, g catalog.GPU) Candidate {
+	var fallback *Candidate
+	for _, n := range counts(r) {
+		var bestC *Candidate
+		for _, l := range s.layouts(r, g, n) {
+			c := s.evaluate(r, g, l)
+			if !c.Fits {
+				if fallback == nil || c.MemoryPerGPU.TotalBytes < fallback.MemoryPerGPU.TotalBytes {
+					cc := c
+					fallback = &cc
+				}
+				continue
+			}
+			if bestC == nil || c.score < bestC.score {
+				cc := c
+				bestC = &cc
+			}
+		}
+		if bestC != nil {
+			return *bestC
+		}
+	}
+	if fallback == nil {
+		c := Candidate{GPU: g.ID, Notes: []string{"no valid layout: tensor parallelism must divide the attention heads and fit the NVLink domain"}}
+		c.MemoryPerGPU.CapacityBytes = g.MemoryBytes
+		return c
+	}
+	return *fallback
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// evaluate estimates one layout of one GPU model.
+func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
+	c := Candidate{GPU: g.ID, GPUs: l.gpus(), TP: l.tp, PP: l.pp, DP: l.dp, EP: l.ep, PricePerHourUSD: g.PricePerHourUSD}
+	eff := computeEfficiency
+	if r.Mode == Training {
+		eff = trainEfficiency
+	}
+	h := newHW(g, r.Precision, eff)
+	c.PrecisionNative = h.sup.native
+	c.ComputePrecision = string(h.sup.computeP)
+	c.supported = h.sup.fallback != FallbackUnsupported
+	if !h.sup.native {
+		c.PrecisionFallback = ptr(h.sup.fallback)
+	}
+	if h.sup.peak > 0 {
+		c.RidgePoint = round(h.sup.peak/g.MemoryBandwidthBytesPerS, 1)
+	}
+	if r.Mode == Training {
+		s.evaluateTraining(r, h, l, &c)
+	} else {
+		s.evaluateInference(r, h, l, &c)
+	}
+	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
+	return c
+}
+
+func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
+	g := h.gpu
+	mb := s.maxBatch(r, l, g.MemoryBytes)
+	c.MaxBatch = ptr(mb)
+	batch := r.Batch
+	switch {
+	case r.BatchMax:
+		batch = max(mb, 1)
+	case batch == 0 && r.LatencyTargetS > 0 && h.peak > 0 && c.supported:
+		batch = s.batchForLatency(h, r, l, max(mb, 1))
+	case batch == 0:
+		batch = max(1, min(mb, defaultMaxSeqs))
+	}
+	c.Batch = ptr(batch)
+	m := s.inferenceMemory(r, batch, l, g.MemoryBytes)
+	c.MemoryPerGPU = MemoryBreakdown{
+		WeightsBytes: m.WeightsBytes, KVCacheBytes: ptr(m.KVCacheBytes), ActivationsBytes: m.ActivationsBytes,
+		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes,
+	}
+	c.Fits = m.TotalBytes <= g.MemoryBytes
+	if !c.supported || h.peak == 0 {
+		c.score = math.Inf(1)
+		return
+	}
+	prefill, decode, total := s.inferenceTimes(h, r, l, batch)
+	tps := float64(l.dp) * float64(batch) * float64(r.OutputTokens) / total
+	c.OutputTokensPerS = ptr(round(tps, 1))
+	c.TimeToFirstTokenS = ptr(round(prefill.timeS, 5))
+	c.TimePerOutputTokenS = ptr(round(decode.timeS, 5))
+	c.Bound, c.PrefillBound = ptr(decode.bound), ptr(prefill.bound)
+	c.DecodeArithmeticIntensity = ptr(round(decode.intensity, 2))
+	c.PrefillArithmeticIntensity = ptr(round(prefill.intensity, 1))
+	if g.PricePerHourUSD != nil {
+		c.CostPerMillionTokensUSD = ptr(round(*g.PricePerHourUSD*float64(l.gpus())/3600/tps*1e6, 4))
+	}
+	if g.TDPWatts != nil {
+		c.JoulesPerToken = ptr(round(*g.TDPWatts*averagePowerFraction*float64(l.gpus())/tps, 4))
+	}
+	meets := r.LatencyTargetS == 0 || decode.timeS <= r.LatencyTargetS
+	if r.LatencyTargetS > 0 {
+		c.MeetsLatencyTarget = ptr(meets)
+	}
+	// Within one GPU model: layouts that meet the target first, then the
+	// highest throughput for the GPUs spent, then the fewest GPUs.
+	c.score = -tps / float64(l.gpus())
+	if !meets {
+		c.score += 1e12
+	}
+}
+
+func (s shape) evaluateTraining(r Request, h hw, l layout, c *Candidate) {
+	g := h.gpu
+	m := s.trainingMemory(r, l, g.MemoryBytes)
+	c.MemoryPerGPU = MemoryBreakdown{
+		WeightsBytes: m.WeightsBytes, ActivationsBytes: m.ActivationsBytes,
+		GradientsBytes: ptr(m.GradientsBytes), OptimizerBytes: ptr(m.OptimizerBytes),
+		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes,
+	}
+	c.Fits = m.TotalBytes <= g.MemoryBytes
+	if !c.supported || h.peak == 0 {
+		c.score = math.Inf(1)
+		return
+	}
+	st := s.trainingStep(h, r, l)
+	tokensPerStep := float64(r.GlobalBatch * r.Seq)
+	tps := tokensPerStep / st.stepS
+	n := float64(l.gpus())
+	c.TrainingTokensPerS = ptr(round(tps, 1))
+	c.StepTimeS = ptr(round(st.stepS, 4))
+	c.MFU = ptr(round(st.modelFlopsPerStep/(st.stepS*n*h.sup.peak), 4))
+	trainS := float64(r.Tokens) / tps
+	c.TrainTimeS = ptr(round(trainS, 0))
+	c.Bound = ptr(st.bound)
+	if g.PricePerHourUSD != nil {
+		c.TrainCostUSD = ptr(round(*g.PricePerHourUSD*n*trainS/3600, 2))
+		c.CostPerMillionTokensUSD = ptr(round(*g.PricePerHourUSD*n/3600/tps*1e6, 4))
+	}
+	if g.TDPWatts != nil {
+		c.TrainEnergyJoules = ptr(round(*g.TDPWatts*averagePowerFraction*n*trainS, 0))
+		c.JoulesPerToken = ptr(round(*g.TDPWatts*averagePowerFraction*n/tps, 4))
+	}
+	c.score = st.stepS
+}
+
+// batchForLatency is the largest batch up to limit whose time per output
+// token meets the latency target (1 when none does). Decode time grows
+// with the batch, so it bisects.
+func (s shape) batchForLatency(h hw, r Request, l layout, limit int) int {
+	meets := func(b int) bool {
+		return s.forward(h, r, l, b, 1, r.InputTokens+r.OutputTokens/2).timeS <= r.LatencyTargetS
+	}
+	if !meets(1) {
+		return 1
+	}
+	if meets(limit) {
+		return limit
+	}
+	lo, hi := 1, limit
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if meets(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// rank orders candidates: runnable and fitting first, then those meeting
+// the latency target, then by cost per token (inference) or cost of the
+// run (training), unknown costs last, then by speed and id.
+func rank(r Request, cs []Candidate) {
+	key := func(c Candidate) (int, float64, float64) {
+		tier := 0
+		switch {
+		case !c.Fits || !c.supported:
+			tier = 3
+		case c.MeetsLatencyTarget != nil && !*c.MeetsLatencyTarget:
+			tier = 2
+		}
+		cost := math.Inf(1)
+		speed := 0.0
+		if r.Mode == Training {
+			if c.TrainCostUSD != nil {
+				cost = *c.TrainCostUSD
+			}
+			if c.TrainingTokensPerS != nil {
+				speed = *c.TrainingTokensPerS
+			}
+		} else {
+			if c.CostPerMillionTokensUSD != nil {
+				cost = *c.CostPerMillionTokensUSD
+			}
+			if c.OutputTokensPerS != nil {
+				speed = *c.OutputTokensPerS
+			}
+		}
+		if tier == 0 && math.IsInf(cost, 1) {
+			tier = 1
+		}
+		return tier, cost, speed
+	}
+	slices.SortStableFunc(cs, func(a, b Candidate) int {
+		ta, ca, sa := key(a)
+		tb, cb, sb := key(b)
+		return cmp.Or(cmp.Compare(ta, tb), cmp.Compare(ca, cb), cmp.Compare(sb, sa), cmp.Compare(a.GPU, b.GPU))
+	})
+}
+
+// round rounds v to n decimals, so that output is stable and readable.
+func round(v float64, n int) float64 {
+	p := math.Pow(10, float64(n))
+	return math.Round(v*p) / p
+}

@@ -1,0 +1,164 @@
+package planner
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/model"
+)
+
+// genModel draws a built-in model.
+func genModel(t *rapid.T) *model.Config {
+	name := rapid.SampledFrom(model.BuiltinNames()).Draw(t, "model")
+	cfg, err := model.Builtin(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func genGPU(t *rapid.T) catalog.GPU {
+	return rapid.SampledFrom(catalog.Default().All()).Draw(t, "gpu")
+}
+
+// genRequest draws a workload with defaults filled in.
+func genRequest(t *rapid.T, mode Mode) Request {
+	r := Request{
+		Model:        genModel(t),
+		Mode:         mode,
+		Precision:    rapid.SampledFrom([]Format{FormatBF16, FormatFP8, FormatINT8, FormatINT4, FormatFP4}).Draw(t, "precision"),
+		KVPrecision:  rapid.SampledFrom([]Format{FormatBF16, FormatFP8}).Draw(t, "kv"),
+		InputTokens:  rapid.IntRange(1, 32768).Draw(t, "input"),
+		OutputTokens: rapid.IntRange(1, 4096).Draw(t, "output"),
+		Seq:          rapid.SampledFrom([]int{512, 2048, 4096, 8192}).Draw(t, "seq"),
+		MicroBatch:   rapid.IntRange(1, 8).Draw(t, "micro"),
+		ZeRO:         rapid.IntRange(0, 3).Draw(t, "zero"),
+		Optimizer:    rapid.SampledFrom([]Optimizer{AdamW, AdamW8bit, SGD}).Draw(t, "optimizer"),
+		Recompute:    rapid.SampledFrom([]Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}).Draw(t, "recompute"),
+	}
+	if mode == Training {
+		r.Precision = FormatBF16
+	}
+	r.GlobalBatch = r.MicroBatch * rapid.SampledFrom([]int{64, 256, 1024}).Draw(t, "gb")
+	r, err := r.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// perGPU is the memory per GPU of a layout at a fixed batch.
+func perGPU(s shape, r Request, l layout, batch int) int64 {
+	if r.Mode == Training {
+		return s.trainingMemory(r, l, 0).TotalBytes
+	}
+	return s.inferenceMemory(r, batch, l, 0).TotalBytes
+}
+
+// TestMoreGPUsNeverNeedMoreMemoryPerGPU doubles tensor, pipeline or data
+// parallelism of a multi-GPU layout and checks memory per GPU never grows.
+// (Going from one GPU to two adds NCCL's buffers, a real cost, so the
+// property starts at two.)
+func TestMoreGPUsNeverNeedMoreMemoryPerGPU(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		mode := rapid.SampledFrom([]Mode{Inference, Training}).Draw(t, "mode")
+		r := genRequest(t, mode)
+		s := newShape(r.Model)
+		tp := rapid.SampledFrom([]int{1, 2, 4}).Draw(t, "tp")
+		pp := rapid.SampledFrom([]int{1, 2, 4}).Draw(t, "pp")
+		dp := rapid.SampledFrom([]int{1, 2, 4}).Draw(t, "dp")
+		if tp*pp*dp < 2 || r.Model.NumHeads%(tp*2) != 0 || pp*2 > s.layers || (mode == Training && s.layers%(pp*2) != 0) {
+			t.Skip("layout not valid for this model")
+		}
+		batch := rapid.IntRange(1, 64).Draw(t, "batch")
+		base := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)}
+		which := rapid.SampledFrom([]string{"tp", "pp", "dp"}).Draw(t, "double")
+		more := base
+		switch which {
+		case "tp":
+			more.tp *= 2
+		case "pp":
+			more.pp *= 2
+		case "dp":
+			more.dp *= 2
+			more.ep = s.expertParallel(more.dp)
+		}
+		a, b := perGPU(s, r, base, batch), perGPU(s, r, more, batch)
+		if b > a {
+			t.Fatalf("%s x2 %+v -> %+v: memory per GPU grew from %d to %d", which, base, more, a, b)
+		}
+	})
+}
+
+// TestWiderPrecisionNeverNeedsLessMemory compares weight formats and KV
+// formats ordered by width on the same layout and batch.
+func TestWiderPrecisionNeverNeedsLessMemory(t *testing.T) {
+	// Ordered by storage width: int4 with its group scales is narrower than NVFP4.
+	order := []Format{FormatINT4, FormatFP4, FormatFP8, FormatINT8, FormatBF16, FormatFP16, FormatFP32}
+	width := map[Format]int{}
+	for i, f := range order {
+		width[f] = i
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRequest(t, Inference)
+		s := newShape(r.Model)
+		l := layout{tp: rapid.SampledFrom([]int{1, 2, 8}).Draw(t, "tp"), pp: 1, dp: 1, ep: 1}
+		batch := rapid.IntRange(1, 64).Draw(t, "batch")
+		narrow := rapid.SampledFrom(order).Draw(t, "narrow")
+		wide := rapid.SampledFrom(order).Draw(t, "wide")
+		if width[wide] < width[narrow] {
+			narrow, wide = wide, narrow
+		}
+		rn, rw := r, r
+		rn.Precision, rw.Precision = narrow, wide
+		if a, b := s.inferenceMemory(rn, batch, l, 0).TotalBytes, s.inferenceMemory(rw, batch, l, 0).TotalBytes; b < a {
+			t.Fatalf("weights %s need %d bytes but wider %s only %d", narrow, a, wide, b)
+		}
+		kvn, kvw := r, r
+		kvn.KVPrecision, kvw.KVPrecision = FormatFP8, FormatBF16
+		if a, b := s.inferenceMemory(kvn, batch, l, 0).KVCacheBytes, s.inferenceMemory(kvw, batch, l, 0).KVCacheBytes; b < a {
+			t.Fatalf("fp8 KV needs %d bytes but bf16 KV only %d", a, b)
+		}
+	})
+}
+
+// TestLongerContextNeverNeedsLessKVCache grows the context and checks the KV
+// cache never shrinks, sliding windows included.
+func TestLongerContextNeverNeedsLessKVCache(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRequest(t, Inference)
+		s := newShape(r.Model)
+		l := layout{tp: rapid.SampledFrom([]int{1, 2, 8}).Draw(t, "tp"), pp: rapid.SampledFrom([]int{1, 2}).Draw(t, "pp"), dp: 1, ep: 1}
+		short := rapid.IntRange(1, 100000).Draw(t, "short")
+		long := short + rapid.IntRange(0, 100000).Draw(t, "extra")
+		if a, b := s.kvBytesPerSeq(short, r.KVPrecision, l), s.kvBytesPerSeq(long, r.KVPrecision, l); b < a {
+			t.Fatalf("context %d needs %.0f bytes of KV, longer %d only %.0f", short, a, long, b)
+		}
+		bpe := r.KVPrecision.BytesPerElement()
+		if a, b := r.Model.KVCacheBytes(int64(short), bpe), r.Model.KVCacheBytes(int64(long), bpe); b < a {
+			t.Fatalf("model KV for %d tokens %d > for %d tokens %d", short, a, long, b)
+		}
+	})
+}
+
+// TestPlanIsDeterministic runs the same request twice over the catalog.
+func TestPlanIsDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		mode := rapid.SampledFrom([]Mode{Inference, Training}).Draw(t, "mode")
+		r := genRequest(t, mode)
+		r.GPUs = []catalog.GPU{genGPU(t), genGPU(t)}
+		if mode == Training {
+			r.GPUCount = rapid.SampledFrom([]int{8, 64}).Draw(t, "gpus")
+		}
+		a, err := Run(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := Run(r, nil)
+		if ja, jb := mustJSON(t, a), mustJSON(t, b); ja != jb {
+			t.Fatalf("same request, different plans:\n%s\n%s", ja, jb)
+		}
+	})
+}

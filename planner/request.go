@@ -1,0 +1,220 @@
+package planner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/model"
+)
+
+// Mode is what the model is planned for.
+type Mode string
+
+// Modes.
+const (
+	Inference Mode = "inference"
+	Training  Mode = "training"
+)
+
+// Format is a numeric format for weights or KV cache. It adds the
+// weight-only format int4 to the catalog's compute precisions.
+type Format string
+
+// Formats the planner sizes.
+const (
+	FormatFP32 Format = "fp32"
+	FormatBF16 Format = "bf16"
+	FormatFP16 Format = "fp16"
+	FormatFP8  Format = "fp8"
+	FormatINT8 Format = "int8"
+	FormatINT4 Format = "int4"
+	FormatFP4  Format = "fp4"
+)
+
+// ParseFormat reads a format name, case-insensitively.
+func ParseFormat(s string) (Format, error) {
+	f := Format(strings.ToLower(strings.TrimSpace(s)))
+	switch f {
+	case FormatFP32, FormatBF16, FormatFP16, FormatFP8, FormatINT8, FormatINT4, FormatFP4:
+		return f, nil
+	}
+	return "", fmt.Errorf("%w: precision %q: expected one of fp32, bf16, fp16, fp8, int8, int4, fp4", gpufleet.ErrInvalid, s)
+}
+
+// BytesPerElement is the storage size of one value, including the scales
+// of block-quantised 4-bit formats.
+func (f Format) BytesPerElement() float64 {
+	switch f {
+	case FormatFP32:
+		return 4
+	case FormatFP8, FormatINT8:
+		return 1
+	case FormatINT4:
+		// 4 bits plus a 16-bit scale and a 4-bit zero point per group.
+		return (4 + (16.0+4.0)/quantGroupSize) / 8
+	case FormatFP4:
+		// NVFP4: 4 bits plus one FP8 scale per 16 values.
+		return (4 + 8.0/fp4GroupSize) / 8
+	}
+	return 2
+}
+
+// Optimizer is a training optimizer.
+type Optimizer string
+
+// Optimizers.
+const (
+	AdamW     Optimizer = "adamw"      // mixed precision: fp32 master, m and v: 12 bytes/param
+	AdamW8bit Optimizer = "adamw-8bit" // 8-bit m and v plus fp32 master: 6 bytes/param
+	SGD       Optimizer = "sgd"        // fp32 master plus momentum: 8 bytes/param
+)
+
+// Recompute is the activation-recomputation strategy of a training run.
+type Recompute string
+
+// Recompute strategies (Korthikanti et al., arXiv:2205.05198).
+const (
+	RecomputeNone      Recompute = "none"
+	RecomputeSelective Recompute = "selective"
+	RecomputeFull      Recompute = "full"
+)
+
+// Request is everything the planner needs. Zero values mean "choose" or
+// "default" as each field says; Validate fills defaults and rejects nonsense.
+type Request struct {
+	Model *model.Config
+	Mode  Mode
+	// GPUs are the candidate hardware; empty means the whole catalog given to Plan.
+	GPUs []catalog.GPU
+	// GPUCount is the total number of GPUs per candidate; 0 finds the
+	// smallest count that fits.
+	GPUCount int
+
+	Precision   Format // weights (inference) or compute (training); default bf16
+	KVPrecision Format // default bf16
+
+	// Inference workload.
+	Batch        int  // concurrent sequences per replica; 0 with BatchMax false means the default
+	BatchMax     bool // use the largest batch that fits
+	InputTokens  int  // prompt length, default 1024
+	OutputTokens int  // generated tokens, default 256
+
+	// Training workload.
+	Seq           int   // sequence length, default 4096
+	MicroBatch    int   // sequences per micro-batch, default 1
+	GlobalBatch   int   // sequences per optimizer step, default 1024
+	Tokens        int64 // tokens to train on, default 1e12 (a rough pretraining budget)
+	Optimizer     Optimizer
+	FP32GradAccum bool // keep an fp32 gradient buffer (Megatron's default): 18 bytes/param with AdamW
+	ZeRO          int  // 0-3
+	Recompute     Recompute
+
+	// Parallelism; 0 lets the planner choose.
+	TP, PP, DP int
+
+	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
+	// per output token meets it.
+	LatencyTargetS float64
+
+	// MaxGPUs bounds the search for the smallest count; default 16384.
+	MaxGPUs int
+}
+
+// withDefaults validates r and returns a copy with defaults filled in.
+func (r Request) withDefaults() (Request, error) {
+	if r.Model == nil {
+		return r, fmt.Errorf("%w: model: required", gpufleet.ErrInvalid)
+	}
+	switch r.Mode {
+	case "":
+		r.Mode = Inference
+	case Inference, Training:
+	default:
+		return r, fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, r.Mode)
+	}
+	if r.Precision == "" {
+		r.Precision = FormatBF16
+	}
+	if r.KVPrecision == "" {
+		r.KVPrecision = FormatBF16
+	}
+	if r.Mode == Training {
+		switch r.Precision {
+		case FormatBF16, FormatFP16, FormatFP8, FormatFP32:
+		default:
+			return r, fmt.Errorf("%w: precision %q: training runs in bf16, fp16, fp8 or fp32", gpufleet.ErrInvalid, r.Precision)
+		}
+	}
+	switch r.KVPrecision {
+	case FormatBF16, FormatFP16, FormatFP8, FormatINT8, FormatFP32:
+	default:
+		return r, fmt.Errorf("%w: kv-precision %q: expected bf16, fp16, fp8, int8 or fp32", gpufleet.ErrInvalid, r.KVPrecision)
+	}
+	for name, v := range map[string]int{"gpus": r.GPUCount, "batch": r.Batch, "input-tokens": r.InputTokens,
+		"output-tokens": r.OutputTokens, "seq": r.Seq, "micro-batch": r.MicroBatch, "global-batch": r.GlobalBatch,
+		"tp": r.TP, "pp": r.PP, "dp": r.DP} {
+		if v < 0 {
+			return r, fmt.Errorf("%w: %s %d: expected a positive number", gpufleet.ErrInvalid, name, v)
+		}
+	}
+	if r.Tokens < 0 {
+		return r, fmt.Errorf("%w: tokens %d: expected a positive number", gpufleet.ErrInvalid, r.Tokens)
+	}
+	if r.InputTokens == 0 {
+		r.InputTokens = 1024
+	}
+	if r.OutputTokens == 0 {
+		r.OutputTokens = 256
+	}
+	if r.Seq == 0 {
+		r.Seq = 4096
+	}
+	if r.MicroBatch == 0 {
+		r.MicroBatch = 1
+	}
+	if r.GlobalBatch == 0 {
+		r.GlobalBatch = 1024
+	}
+	if r.Tokens == 0 {
+		r.Tokens = 1e12
+	}
+	switch r.Optimizer {
+	case "":
+		r.Optimizer = AdamW
+	case AdamW, AdamW8bit, SGD:
+	default:
+		return r, fmt.Errorf("%w: optimizer %q: expected adamw, adamw-8bit or sgd", gpufleet.ErrInvalid, r.Optimizer)
+	}
+	if r.ZeRO < 0 || r.ZeRO > 3 {
+		return r, fmt.Errorf("%w: zero %d: expected 0, 1, 2 or 3", gpufleet.ErrInvalid, r.ZeRO)
+	}
+	switch r.Recompute {
+	case "":
+		r.Recompute = RecomputeSelective
+	case RecomputeNone, RecomputeSelective, RecomputeFull:
+	default:
+		return r, fmt.Errorf("%w: recompute %q: expected none, selective or full", gpufleet.ErrInvalid, r.Recompute)
+	}
+	if r.LatencyTargetS < 0 {
+		return r, fmt.Errorf("%w: latency-target-ms: expected a positive number", gpufleet.ErrInvalid)
+	}
+	if r.MaxGPUs == 0 {
+		r.MaxGPUs = 16384
+	}
+	if r.GPUCount > 0 {
+		for name, v := range map[string]int{"tp": r.TP, "pp": r.PP, "dp": r.DP} {
+			if v > 0 && r.GPUCount%v != 0 {
+				return r, fmt.Errorf("%w: %s %d does not divide gpus %d", gpufleet.ErrInvalid, name, v, r.GPUCount)
+			}
+		}
+		if r.TP > 0 && r.PP > 0 && r.DP > 0 && r.TP*r.PP*r.DP != r.GPUCount {
+			return r, fmt.Errorf("%w: tp x pp x dp = %d, but gpus is %d", gpufleet.ErrInvalid, r.TP*r.PP*r.DP, r.GPUCount)
+		}
+	}
+	if r.Mode == Training && r.GlobalBatch%r.MicroBatch != 0 {
+		return r, fmt.Errorf("%w: global-batch %d is not a multiple of micro-batch %d", gpufleet.ErrInvalid, r.GlobalBatch, r.MicroBatch)
+	}
+	return r, nil
+}
