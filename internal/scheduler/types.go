@@ -1,0 +1,229 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// Priority is a job's priority class. Higher classes are considered first
+// and may preempt lower ones.
+type Priority string
+
+// The built-in priority classes, highest first.
+const (
+	Production  Priority = "production"  // production inference
+	Interactive Priority = "interactive" // notebooks, debugging
+	Training    Priority = "training"
+	Batch       Priority = "batch"
+)
+
+// DefaultPriorities lists the classes highest first.
+var DefaultPriorities = []Priority{Production, Interactive, Training, Batch}
+
+// SharingKind is how a job shares a GPU.
+type SharingKind string
+
+// Sharing kinds.
+const (
+	Exclusive SharingKind = "exclusive" // whole GPUs
+	MIG       SharingKind = "mig"       // a MIG instance: hard isolation
+	TimeSlice SharingKind = "timeslice" // a time share of a GPU: soft isolation
+)
+
+// Sharing is a job's sharing request: "exclusive", "mig:1g.10gb" or
+// "timeslice:0.25".
+type Sharing struct {
+	Kind     SharingKind `json:"kind"`
+	Profile  string      `json:"profile,omitempty"`  // MIG profile name
+	Fraction float64     `json:"fraction,omitempty"` // time-slice share, (0, 1]
+}
+
+// Resources is what a job asks for.
+type Resources struct {
+	GPUs                 int               `json:"gpus"`                 // total GPUs (or MIG instances, or time-slice shares)
+	Nodes                int               `json:"nodes,omitempty"`      // spread evenly over this many nodes; 0 = as few as possible
+	GPUModels            []string          `json:"gpu_models,omitempty"` // allowlist of catalog ids or class names
+	GPUMemoryMinBytes    int64             `json:"gpu_memory_min_bytes,omitempty"`
+	MinComputeCapability string            `json:"min_compute_capability,omitempty"` // "8.0"
+	Precision            catalog.Precision `json:"precision,omitempty"`              // must be native on the GPU
+	Interconnect         string            `json:"interconnect,omitempty"`           // "nvlink" or "any"
+	Sharing              Sharing           `json:"sharing"`
+	Prefer               string            `json:"prefer,omitempty"` // "cheapest" or "fastest"
+	NodeSelector         map[string]string `json:"node_selector,omitempty"`
+}
+
+// GPUState is what the scheduler may do with a GPU or node.
+type GPUState string
+
+// GPU and node states the scheduler cares about. Anything but Ready takes
+// no new work; running work stays until the server stops it.
+const (
+	Ready    GPUState = "ready"
+	Cordoned GPUState = "cordoned"
+	Draining GPUState = "draining"
+	Down     GPUState = "down"
+)
+
+// GPU is one physical GPU of a node.
+type GPU struct {
+	ID    string   `json:"id"`    // UUID
+	Index int      `json:"index"` // index on the node
+	Model string   `json:"model"` // key into Input.Models
+	State GPUState `json:"state"`
+	// NVLinkDomain groups GPUs that share an NVLink/NVSwitch fabric; empty
+	// means the GPU talks to its peers over PCIe only.
+	NVLinkDomain string `json:"nvlink_domain,omitempty"`
+	// MIG lists the GPU's MIG instances when it is in MIG mode; a GPU in MIG
+	// mode only takes MIG jobs.
+	MIG []MIGInstance `json:"mig,omitempty"`
+}
+
+// MIGInstance is one MIG instance of a GPU.
+type MIGInstance struct {
+	ID      string `json:"id"` // MIG UUID
+	Profile string `json:"profile"`
+}
+
+// Node is one machine of the fleet as the scheduler sees it.
+type Node struct {
+	Name   string            `json:"name"`
+	State  GPUState          `json:"state"`
+	Rack   string            `json:"rack,omitempty"`  // multi-node jobs prefer one rack
+	Block  string            `json:"block,omitempty"` // then one network block
+	Labels map[string]string `json:"labels,omitempty"`
+	GPUs   []GPU             `json:"gpus"`
+}
+
+// Team is a tenant with guaranteed quota per GPU class.
+type Team struct {
+	Name string `json:"name"`
+	// Quota maps a GPU class (catalog id or Input.Classes name) to the GPUs
+	// guaranteed to the team.
+	Quota map[string]int `json:"quota,omitempty"`
+	// BorrowingLimit caps the GPUs the team may use beyond its quota out of
+	// other teams' idle capacity; negative means no limit.
+	BorrowingLimit int     `json:"borrowing_limit"`
+	Weight         float64 `json:"weight"` // fair-share weight, > 0
+	// Usage is the team's decayed past usage in GPU-seconds, maintained by
+	// the caller (the server or the simulator) with Config.UsageHalfLife.
+	Usage float64 `json:"usage"`
+}
+
+// Placement is where a job runs: one entry per node.
+type Placement struct {
+	Node string   `json:"node"`
+	GPUs []string `json:"gpus"` // GPU UUIDs or MIG instance ids
+	// Fraction is the time-slice share on each GPU (1 for exclusive and MIG).
+	Fraction float64 `json:"fraction"`
+}
+
+// Job is pending or running work.
+type Job struct {
+	ID        string        `json:"id"`
+	Team      string        `json:"team"`
+	Priority  Priority      `json:"priority"`
+	Resources Resources     `json:"resources"`
+	Submitted time.Time     `json:"submitted"`
+	Estimate  time.Duration `json:"estimate"` // user's estimate of the run time
+	// Preemptible jobs may be stopped for higher-priority work or quota
+	// reclaim; Grace is their checkpoint grace period.
+	Preemptible bool          `json:"preemptible"`
+	Grace       time.Duration `json:"grace,omitempty"`
+
+	// Running jobs carry their start time and placement.
+	Started   time.Time   `json:"started,omitzero"`
+	Placement []Placement `json:"placement,omitempty"`
+	// Requeued jobs (preempted, drained, lost) go to the front of their class.
+	Requeued bool `json:"requeued,omitempty"`
+}
+
+// Running reports whether the job holds GPUs.
+func (j *Job) Running() bool { return len(j.Placement) > 0 }
+
+// Input is one scheduling problem: a snapshot of the fleet and the work.
+type Input struct {
+	Now   time.Time
+	Nodes []Node
+	Teams []Team
+	Jobs  []Job // pending and running
+	// Models maps every GPU model named by a node to its catalog entry. An
+	// opaque model (a trace's undisclosed type) has only ID and Name set and
+	// matches only by name.
+	Models map[string]catalog.GPU
+	// Classes maps admin-defined GPU class names to catalog ids.
+	Classes map[string][]string
+	Config  Config
+}
+
+// Config is the policy. Policies are configurations of the same code.
+type Config struct {
+	Name string // fifo, bestfit, backfill, gpufleet
+	// Priorities orders the classes, highest first; empty = DefaultPriorities.
+	Priorities []Priority
+	// StrictOrder stops at the first job that cannot be placed (fifo);
+	// otherwise later jobs may start when Backfill allows it.
+	StrictOrder bool
+	Backfill    bool // EASY backfill behind the reservation of the head job
+	FairShare   bool // order teams by weighted decayed usage within a class
+	Quotas      bool // honour quotas, borrowing limits and reclaim
+	Preemption  bool // preempt lower classes and reclaim borrowed quota
+	// Packing chooses GPUs: "first-fit", "best-fit" (fewest free GPUs left on
+	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
+	Packing string
+	// HeterogeneityPreference honours Resources.Prefer (cheapest adequate
+	// or fastest model) instead of taking the first model that fits.
+	HeterogeneityPreference bool
+	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
+	MaxPlacementsPerCycle int
+	// ETA computes estimated starts for every pending job by a forward
+	// simulation of running and queued work.
+	ETA bool
+	// DefaultEstimate stands in for jobs without an estimate.
+	DefaultEstimate time.Duration
+	// UsageHalfLife is the decay of team usage, applied by the caller.
+	UsageHalfLife time.Duration
+}
+
+// Preemption asks the caller to stop a running job.
+type Preemption struct {
+	Job    string `json:"job"`
+	For    string `json:"for"`         // the job that needs the GPUs
+	Reason string `json:"reason"`      // in words
+	Code   string `json:"reason_code"` // machine-readable
+}
+
+// Pending explains a job that stays queued.
+type Pending struct {
+	Job          string `json:"job"`
+	Position     int    `json:"position"`      // in the cluster, from 1
+	TeamPosition int    `json:"team_position"` // within its team, from 1
+	ReasonCode   string `json:"reason_code"`
+	Reason       string `json:"reason"` // e.g. "needs 8 GPUs in one NVLink domain; the largest free set is 5"
+	// EstimatedStart is nil when no start can be estimated (nothing in the
+	// fleet can ever run the job).
+	EstimatedStart *time.Time `json:"estimated_start"`
+}
+
+// Output is the scheduler's decision for one cycle.
+type Output struct {
+	Starts      []Start // jobs to start now, in decision order
+	Preemptions []Preemption
+	Pending     []Pending // every job still queued, in cluster order
+	Stats       Stats
+}
+
+// Start places one job.
+type Start struct {
+	Job        string      `json:"job"`
+	Placement  []Placement `json:"placement"`
+	Backfilled bool        `json:"backfilled,omitempty"` // started ahead of a reserved job
+}
+
+// Stats counts the work of a cycle.
+type Stats struct {
+	Considered int // jobs looked at
+	Placed     int
+	Preempted  int
+	Backfilled int
+}
