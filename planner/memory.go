@@ -159,7 +159,9 @@ func (s shape) inferenceMemory(r Request, batch int, l layout, capacity int64) M
 		ActivationsBytes: int64(s.inferenceActivations(batch, r.InputTokens, l)),
 		CapacityBytes:    capacity,
 	}
-	m.OverheadBytes = int64(overhead(float64(m.WeightsBytes+m.KVCacheBytes+m.ActivationsBytes), l))
+	// Paged engines preallocate the KV cache as one pool of blocks, so the
+	// allocator's slack applies to weights and activations only.
+	m.OverheadBytes = int64(overhead(float64(m.WeightsBytes+m.ActivationsBytes), l))
 	m.sum()
 	return m
 }
@@ -187,6 +189,18 @@ func (s shape) maxBatch(r Request, l layout, capacity int64) int {
 		}
 	}
 	return lo
+}
+
+// virtualStages is the model chunks per GPU of Megatron's interleaved 1F1B
+// schedule, which the planner assumes whenever a pipeline has at least as
+// many micro-batches as stages and two or more layers per stage: up to 4
+// chunks, which divides the pipeline bubble by that factor at the cost of
+// as many more point-to-point transfers.
+func (s shape) virtualStages(l layout, microBatches int) int {
+	if l.pp <= 1 || microBatches < l.pp {
+		return 1
+	}
+	return max(1, min(4, s.layersPerStage(l.pp)/2))
 }
 
 // trainingBytesPerParam returns weights, gradients and optimizer bytes per
@@ -281,8 +295,17 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	inFlight := float64(min(l.pp, microBatches))
 	perLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, r.Recompute)
 	act := perLayer * float64(s.layersPerStage(l.pp)) * inFlight
+	if v := s.virtualStages(l, microBatches); v > 1 {
+		// Interleaving keeps a little more in flight on the first stage.
+		act *= 1 + float64(l.pp-1)/float64(l.pp*v)
+	}
+	// The backward pass of a layer holds gradients shaped like that layer's
+	// activations; with full recompute the layer's activations are rebuilt
+	// first, so one more layer's worth is live.
+	oneLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, RecomputeSelective)
+	act += oneLayer
 	if r.Recompute == RecomputeFull {
-		act += s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, RecomputeSelective)
+		act += oneLayer
 	}
 	if l.pp == 1 {
 		// fp32 logits and their gradient for the loss.

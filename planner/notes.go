@@ -5,14 +5,22 @@ import (
 	"strings"
 )
 
-// gb prints bytes in decimal gigabytes for notes.
-func gb(b float64) string { return fmt.Sprintf("%.1f GB", b/1e9) }
+// gb prints bytes in GiB for notes, as NVML counts memory.
+func gb(b float64) string { return fmt.Sprintf("%.1f GiB", b/(1<<30)) }
+
+// perParam prints a storage size per parameter.
+func perParam(b float64) string {
+	if b == 1 {
+		return "1 byte"
+	}
+	return fmt.Sprintf("%.3g bytes", b)
+}
 
 // notes explains a candidate in plain language.
 func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	g := h.gpu
 	cfg := s.cfg
-	var out []string
+	out := []string{}
 	m := c.MemoryPerGPU
 	if !c.Fits {
 		out = append(out, fmt.Sprintf("does not fit: needs %s per GPU with %d GPUs (tp %d, pp %d), the card holds %s",
@@ -23,8 +31,8 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	case *c.PrecisionFallback == FallbackUnsupported:
 		out = append(out, fmt.Sprintf("%s is not supported on %s (%s): no common kernel runs it; pick another precision", r.Precision, g.ID, g.Architecture))
 	case *c.PrecisionFallback == FallbackDequantized:
-		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %.2g bytes per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
-			r.Precision, g.ID, r.Precision.BytesPerElement(), h.sup.computeP, r.Precision))
+		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
+			r.Precision, g.ID, perParam(r.Precision.BytesPerElement()), h.sup.computeP, r.Precision))
 	case *c.PrecisionFallback == FallbackEmulated:
 		out = append(out, fmt.Sprintf("%s is not native on %s: it is emulated in %s at %.0f TFLOPS", r.Precision, g.ID, h.sup.computeP, h.sup.peak/1e12))
 	}

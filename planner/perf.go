@@ -179,7 +179,8 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 	st := trainStep{modelFlopsPerStep: modelFlops}
 	st.computeS = hwFlops / n / h.peak
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
-	st.bubbleS = st.computeS * float64(l.pp-1) / float64(microBatches)
+	v := s.virtualStages(l, microBatches)
+	st.bubbleS = st.computeS * float64(l.pp-1) / float64(v*microBatches)
 
 	layers := float64(s.layersPerStage(l.pp))
 	actMsg := float64(r.Seq*r.MicroBatch) * float64(c.HiddenSize) * 2
@@ -190,7 +191,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 	st.tpS = float64(microBatches) * layers * collectives * allReduceTime(actMsg, l.tp, tpLink(h.gpu, l.tp))
 	if l.pp > 1 {
 		pl := ppLink(h.gpu, l)
-		st.ppS = float64(microBatches) * 2 * (actMsg/float64(l.tp)/pl.bytesPerS + pl.alpha)
+		st.ppS = float64(v*microBatches) * 2 * (actMsg/float64(l.tp)/pl.bytesPerS + pl.alpha)
 	}
 	if l.dp > 1 {
 		dense, experts := s.trainingParamsPerGPU(l)

@@ -198,10 +198,6 @@ func (s shape) layouts(r Request, g catalog.GPU, n int) []layout {
 			if n%(tp*pp) != 0 || pp > s.layers {
 				continue
 			}
-			if r.Mode == Training && s.layers%pp != 0 {
-				// Megatron-style pipelines need equal stages.
-				continue
-			}
 			if r.PP > 0 && pp != r.PP {
 				continue
 			}

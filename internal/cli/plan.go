@@ -91,8 +91,8 @@ func parseCount(flag, s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 {
-		return 0, usageErr("%s %q: expected a positive count such as 1T, 300B or 2e12", flag, s)
+	if err != nil || v*mult < 1 || v*mult > 1e18 {
+		return 0, usageErr("%s %q: expected a positive count up to 1e18, such as 1T, 300B or 2e12", flag, s)
 	}
 	return int64(v * mult), nil
 }

@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process and returns stdout, stderr and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "gpufleet v") {
+		t.Fatalf("version: code %d, out %q", code, out)
+	}
+	out, _, _ = run(t, "version", "-o", "json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v["version"] == "" {
+		t.Fatalf("version -o json: %v %q", err, out)
+	}
+}
+
+func TestCatalogJSONHasContractKeys(t *testing.T) {
+	out, errOut, code := run(t, "catalog", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var gpus []map[string]any
+	if err := json.Unmarshal([]byte(out), &gpus); err != nil {
+		t.Fatal(err)
+	}
+	if len(gpus) < 30 {
+		t.Fatalf("got %d GPUs, want the 30 of the catalog", len(gpus))
+	}
+	keys := []string{"id", "name", "vendor", "architecture", "memory_bytes", "memory_bandwidth_bytes_per_s",
+		"peak_flops", "tdp_watts", "interconnect", "interconnect_bandwidth_bytes_per_s", "price_per_hour_usd", "source"}
+	for _, g := range gpus {
+		for _, k := range keys {
+			if _, ok := g[k]; !ok {
+				t.Errorf("%v: missing key %q", g["id"], k)
+			}
+		}
+	}
+	// A precision a card lacks is null, never 0.
+	for _, g := range gpus {
+		if g["id"] == "v100-sxm2-16gb" {
+			pf := g["peak_flops"].(map[string]any)
+			if v, ok := pf["bf16"]; !ok || v != nil {
+				t.Errorf("v100 bf16 = %v (present %v), want null", v, ok)
+			}
+		}
+	}
+}
+
+func TestCatalogTable(t *testing.T) {
+	out, _, code := run(t, "catalog")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	for _, want := range []string{"ID", "MEMORY", "BANDWIDTH", "h100-sxm-80gb", "80 GiB", "3.35 TB/s", "989.5", "k80"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("catalog table lacks %q", want)
+		}
+	}
+}
+
+func TestCatalogShow(t *testing.T) {
+	tests := map[string]struct {
+		args     []string
+		wantCode int
+		wantOut  []string
+		wantErr  []string
+	}{
+		"by id":                  {args: []string{"catalog", "show", "h100-sxm-80gb"}, wantOut: []string{"Hopper", "mig 1g.10gb", "source"}},
+		"by NVML name":           {args: []string{"catalog", "show", "NVIDIA H100 80GB HBM3"}, wantOut: []string{"h100-sxm-80gb"}},
+		"unknown id suggests":    {args: []string{"catalog", "show", "h100-sxm"}, wantCode: 1, wantErr: []string{"unknown GPU", "did you mean h100-sxm-80gb"}},
+		"flags after subcommand": {args: []string{"catalog", "show", "l4", "-o", "json"}, wantOut: []string{`"id": "l4"`}},
+		"flags before command":   {args: []string{"-o", "json", "catalog", "show", "l4"}, wantOut: []string{`"id": "l4"`}},
+		"bad output format":      {args: []string{"catalog", "-o", "yaml"}, wantCode: 1, wantErr: []string{"-o/--output", "table, json or wide"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, code := run(t, tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d; stderr %s", code, tc.wantCode, errOut)
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q: %s", w, errOut)
+				}
+			}
+		})
+	}
+}
+
+func TestCatalogOverrideFileAppliesToEveryCommand(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "prices.json")
+	if err := os.WriteFile(f, []byte(`[{"id": "h200-sxm-141gb", "price_per_hour_usd": 3.5}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "catalog", "show", "h200-sxm-141gb", "--catalog", f, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"price_per_hour_usd": 3.5`) {
+		t.Fatalf("catalog show with override: code %d, %s %s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "--catalog", f, "plan", "--model", "llama-3.1-8b", "--gpu", "h200-sxm-141gb", "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan with override: %s", errOut)
+	}
+	var p struct {
+		Candidates []struct {
+			Price *float64 `json:"price_per_hour_usd"`
+			Cost  *float64 `json:"cost_per_million_tokens_usd"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Candidates[0].Price == nil || *p.Candidates[0].Price != 3.5 || p.Candidates[0].Cost == nil {
+		t.Errorf("plan did not use the overridden price: %+v", p.Candidates[0])
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`[{"id": "h200-sxm-141gb", "prize": 3}]`), 0o600)
+	_, errOut, code = run(t, "catalog", "--catalog", bad)
+	if code == 0 || !strings.Contains(errOut, "prize") {
+		t.Errorf("unknown override key: code %d, stderr %q; want an error naming it", code, errOut)
+	}
+}
+
+// TestPlanJSONContract checks every key scripts rely on, in both modes.
+func TestPlanJSONContract(t *testing.T) {
+	candidateKeys := []string{"gpu", "gpus", "tp", "pp", "dp", "fits", "precision_native", "precision_fallback",
+		"bound", "prefill_bound", "memory_per_gpu", "max_batch", "output_tokens_per_s", "time_to_first_token_s",
+		"time_per_output_token_s", "training_tokens_per_s", "mfu", "step_time_s", "train_time_s", "train_cost_usd",
+		"train_energy_joules", "cost_per_million_tokens_usd", "joules_per_token", "notes"}
+	memKeys := []string{"weights_bytes", "kv_cache_bytes", "activations_bytes", "gradients_bytes", "optimizer_bytes",
+		"overhead_bytes", "total_bytes", "capacity_bytes"}
+	modelKeys := []string{"name", "params_total", "params_active", "layers", "hidden_size", "kv_cache_bytes_per_token"}
+	for _, mode := range []string{"inference", "training"} {
+		t.Run(mode, func(t *testing.T) {
+			out, errOut, code := run(t, "plan", "--model", "llama-3.1-8b", "--mode", mode, "--gpu", "h100-sxm-80gb,l4", "-o", "json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var p map[string]any
+			if err := json.Unmarshal([]byte(out), &p); err != nil {
+				t.Fatal(err)
+			}
+			m := p["model"].(map[string]any)
+			for _, k := range modelKeys {
+				if _, ok := m[k]; !ok {
+					t.Errorf("model lacks %q", k)
+				}
+			}
+			for _, c := range p["candidates"].([]any) {
+				cm := c.(map[string]any)
+				for _, k := range candidateKeys {
+					if _, ok := cm[k]; !ok {
+						t.Errorf("candidate lacks %q", k)
+					}
+				}
+				mem := cm["memory_per_gpu"].(map[string]any)
+				for _, k := range memKeys {
+					if _, ok := mem[k]; !ok {
+						t.Errorf("memory_per_gpu lacks %q", k)
+					}
+				}
+				if _, isList := cm["notes"].([]any); !isList && cm["notes"] != nil {
+					t.Errorf("notes is %T, want an array", cm["notes"])
+				}
+				// Fields of the other mode are null.
+				other := "training_tokens_per_s"
+				if mode == "training" {
+					other = "time_to_first_token_s"
+				}
+				if cm[other] != nil {
+					t.Errorf("%s: %s = %v, want null", mode, other, cm[other])
+				}
+			}
+			rec := p["recommendation"].(map[string]any)
+			for _, k := range []string{"gpu", "gpus", "scaling", "reason"} {
+				if _, ok := rec[k]; !ok {
+					t.Errorf("recommendation lacks %q", k)
+				}
+			}
+			if s := rec["scaling"]; s != "vertical" && s != "horizontal" {
+				t.Errorf("scaling = %v", s)
+			}
+		})
+	}
+}
+
+func TestPlanErrorsNameTheField(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"no model":                {args: []string{"plan"}, wantErr: "--model: required"},
+		"unknown model":           {args: []string{"plan", "--model", "llama-9"}, wantErr: "neither a file nor a built-in model"},
+		"bad mode":                {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "serve"}, wantErr: "--mode \"serve\": expected inference or training"},
+		"bad precision":           {args: []string{"plan", "--model", "llama-3.1-8b", "--precision", "fp3"}, wantErr: "--precision"},
+		"bad batch":               {args: []string{"plan", "--model", "llama-3.1-8b", "--batch", "lots"}, wantErr: "--batch \"lots\""},
+		"unknown gpu":             {args: []string{"plan", "--model", "llama-3.1-8b", "--gpu", "h100"}, wantErr: ""},
+		"misspelt gpu":            {args: []string{"plan", "--model", "llama-3.1-8b", "--gpu", "h10-sxm"}, wantErr: "did you mean"},
+		"tp not dividing gpus":    {args: []string{"plan", "--model", "llama-3.1-8b", "--gpus", "6", "--tp", "4"}, wantErr: "tp 4 does not divide gpus 6"},
+		"zero stage out of range": {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--zero", "4"}, wantErr: "zero 4"},
+		"bad tokens":              {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--tokens", "many"}, wantErr: "--tokens \"many\""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, errOut, code := run(t, tc.args...)
+			if tc.wantErr == "" { // "h100" is an alias and must work
+				if code != 0 {
+					t.Fatalf("exit %d: %s", code, errOut)
+				}
+				return
+			}
+			if code == 0 || !strings.Contains(errOut, tc.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want an error containing %q", code, errOut, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestPlanReadsConfigFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my-model")
+	os.MkdirAll(dir, 0o755)
+	cfg := `{"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+	  "num_key_value_heads": 4, "intermediate_size": 8192, "vocab_size": 32000, "max_position_embeddings": 4096}`
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o600)
+	out, errOut, code := run(t, "plan", "--model", filepath.Join(dir, "config.json"), "--gpu", "l4", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, `"name": "my-model"`) {
+		t.Errorf("model name should come from the directory: %s", out[:200])
+	}
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "llama"}`), 0o600)
+	_, errOut, code = run(t, "plan", "--model", filepath.Join(dir, "config.json"))
+	if code == 0 || !strings.Contains(errOut, "hidden_size") {
+		t.Errorf("missing field: exit %d, stderr %q; want it named", code, errOut)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	out, _, code := run(t, "completion", "bash")
+	if code != 0 || !strings.Contains(out, "gpufleet") {
+		t.Fatalf("completion bash: exit %d", code)
+	}
+	out, _, _ = run(t, "__complete", "catalog", "show", "h1")
+	if !strings.Contains(out, "h100-sxm-80gb") || !strings.Contains(out, "h200-sxm-141gb") {
+		t.Errorf("completing catalog ids: %s", out)
+	}
+}
+
+func FuzzParseCount(f *testing.F) {
+	for _, s := range []string{"1T", "300B", "2e12", "5M", "-1", "", "1e400", "T"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseCount("--tokens", s)
+		if err == nil && v <= 0 {
+			t.Fatalf("parseCount(%q) = %d without error", s, v)
+		}
+	})
+}
