@@ -34,7 +34,7 @@ func ExampleCatalog_WithOverrides() {
 	gpu, _ := c.Lookup("H100")
 	old, _ := catalog.Default().Lookup("H100")
 	fmt.Printf("%.2f (default %.2f)\n", *gpu.PricePerHourUSD, *old.PricePerHourUSD)
-	// Output: 2.10 (default 2.99)
+	// Output: 2.10 (default 6.88)
 }
 
 func ExampleParsePrecision() {

@@ -32,7 +32,7 @@ func TestWithOverrides(t *testing.T) {
 		},
 		"JSON peak_flops merges one precision": {
 			input: ` [ {"id":"h100-sxm-80gb","peak_flops":{"fp8":null}} ]`,
-			want:  want{id: "h100-sxm-80gb", price: ptr(2.99), memory: 80 << 30, bf16: ptr(989.5e12), fp8: nil, name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 30},
+			want:  want{id: "h100-sxm-80gb", price: ptr(6.88), memory: 80 << 30, bf16: ptr(989.5e12), fp8: nil, name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 30},
 		},
 		"JSON adds a new accelerator": {
 			input: `[{"id":"mi355x","name":"Instinct MI355X","memory_bytes":288000000000,"memory_bandwidth_bytes_per_s":8e12,"peak_flops":{"bf16":2.3e15},"aliases":["AMD Instinct MI355X"]}]`,

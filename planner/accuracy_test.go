@@ -25,8 +25,8 @@ import (
 
 type gtRow struct {
 	id, category, model, gpu, precision, workload, metric, unit, source string
-	count                                                              int
-	value                                                              float64
+	count                                                               int
+	value                                                               float64
 }
 
 func readGroundTruth(t *testing.T) []gtRow {

@@ -9,7 +9,13 @@ import (
 // layout is one way to split a model over GPUs.
 type layout struct {
 	tp, pp, dp, ep int
+	// vs is the virtual pipeline stages (model chunks) per GPU of an
+	// interleaved 1F1B schedule; 0 or 1 means the plain 1F1B schedule.
+	vs int
 }
+
+// v is the virtual stage count, at least 1.
+func (l layout) v() int { return max(1, l.vs) }
 
 func (l layout) gpus() int { return l.tp * l.pp * l.dp }
 
@@ -192,11 +198,13 @@ func (s shape) maxBatch(r Request, l layout, capacity int64) int {
 }
 
 // virtualStages is the model chunks per GPU of Megatron's interleaved 1F1B
-// schedule, which the planner assumes whenever a pipeline has at least as
-// many micro-batches as stages and two or more layers per stage: up to 4
-// chunks, which divides the pipeline bubble by that factor at the cost of
-// as many more point-to-point transfers.
-func (s shape) virtualStages(l layout, microBatches int) int {
+// schedule that the planner considers for a training layout: with at least
+// as many micro-batches as stages and two or more layers per chunk, up to 4
+// chunks. Interleaving divides the pipeline bubble by the chunk count at
+// the cost of as many more point-to-point transfers and a little more
+// activation memory; the planner tries both schedules.
+func (s shape) virtualStages(r Request, l layout) int {
+	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
 	if l.pp <= 1 || microBatches < l.pp {
 		return 1
 	}
@@ -295,7 +303,7 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	inFlight := float64(min(l.pp, microBatches))
 	perLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, r.Recompute)
 	act := perLayer * float64(s.layersPerStage(l.pp)) * inFlight
-	if v := s.virtualStages(l, microBatches); v > 1 {
+	if v := l.v(); v > 1 {
 		// Interleaving keeps a little more in flight on the first stage.
 		act *= 1 + float64(l.pp-1)/float64(l.pp*v)
 	}

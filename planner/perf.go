@@ -179,7 +179,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 	st := trainStep{modelFlopsPerStep: modelFlops}
 	st.computeS = hwFlops / n / h.peak
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
-	v := s.virtualStages(l, microBatches)
+	v := l.v()
 	st.bubbleS = st.computeS * float64(l.pp-1) / float64(v*microBatches)
 
 	layers := float64(s.layersPerStage(l.pp))

@@ -76,6 +76,7 @@ type Candidate struct {
 	PP                int             `json:"pp"`
 	DP                int             `json:"dp"`
 	EP                int             `json:"ep"`
+	VirtualStages     *int            `json:"virtual_stages"` // interleaved pipeline chunks per GPU (training)
 	Fits              bool            `json:"fits"`
 	PrecisionNative   bool            `json:"precision_native"`
 	PrecisionFallback *Fallback       `json:"precision_fallback"`
@@ -84,11 +85,13 @@ type Candidate struct {
 	PrefillBound      *Bound          `json:"prefill_bound"`
 	MemoryPerGPU      MemoryBreakdown `json:"memory_per_gpu"`
 
-	MaxBatch                   *int     `json:"max_batch"`
-	Batch                      *int     `json:"batch"`
-	OutputTokensPerS           *float64 `json:"output_tokens_per_s"`
-	TimeToFirstTokenS          *float64 `json:"time_to_first_token_s"`
-	TimePerOutputTokenS        *float64 `json:"time_per_output_token_s"`
+	MaxBatch            *int     `json:"max_batch"`
+	Batch               *int     `json:"batch"`
+	OutputTokensPerS    *float64 `json:"output_tokens_per_s"`
+	TimeToFirstTokenS   *float64 `json:"time_to_first_token_s"`
+	TimePerOutputTokenS *float64 `json:"time_per_output_token_s"`
+	// BatchPrefillS is the time to prefill the prompts of the whole batch.
+	BatchPrefillS              *float64 `json:"batch_prefill_s"`
 	DecodeArithmeticIntensity  *float64 `json:"decode_arithmetic_intensity"`
 	PrefillArithmeticIntensity *float64 `json:"prefill_arithmetic_intensity"`
 	RidgePoint                 float64  `json:"ridge_point"`
@@ -211,7 +214,14 @@ func (s shape) layouts(r Request, g catalog.GPU, n int) []layout {
 			if r.Mode == Training && r.GlobalBatch < r.MicroBatch*dp {
 				continue
 			}
-			out = append(out, layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)})
+			l := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)}
+			out = append(out, l)
+			if r.Mode == Training {
+				if v := s.virtualStages(r, l); v > 1 {
+					l.vs = v
+					out = append(out, l)
+				}
+			}
 		}
 	}
 	// Fewer pipeline stages first, then wider tensor parallelism.
@@ -300,6 +310,7 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 		c.RidgePoint = round(h.sup.peak/g.MemoryBandwidthBytesPerS, 1)
 	}
 	if r.Mode == Training {
+		c.VirtualStages = ptr(l.v())
 		s.evaluateTraining(r, h, l, &c)
 	} else {
 		s.evaluateInference(r, h, l, &c)
@@ -335,11 +346,15 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	prefill, decode, total := s.inferenceTimes(h, r, l, batch)
 	tps := float64(l.dp) * float64(batch) * float64(r.OutputTokens) / total
 	c.OutputTokensPerS = ptr(round(tps, 1))
-	c.TimeToFirstTokenS = ptr(round(prefill.timeS, 5))
+	// Time to first token is one request's prompt on the replica; a burst
+	// of a whole batch waits for all the prompts (BatchPrefillS).
+	single, _, _ := s.inferenceTimes(h, r, l, 1)
+	c.TimeToFirstTokenS = ptr(round(single.timeS, 5))
+	c.BatchPrefillS = ptr(round(prefill.timeS, 4))
 	c.TimePerOutputTokenS = ptr(round(decode.timeS, 5))
-	c.Bound, c.PrefillBound = ptr(decode.bound), ptr(prefill.bound)
+	c.Bound, c.PrefillBound = ptr(decode.bound), ptr(single.bound)
 	c.DecodeArithmeticIntensity = ptr(round(decode.intensity, 2))
-	c.PrefillArithmeticIntensity = ptr(round(prefill.intensity, 1))
+	c.PrefillArithmeticIntensity = ptr(round(single.intensity, 1))
 	if g.PricePerHourUSD != nil {
 		c.CostPerMillionTokensUSD = ptr(round(*g.PricePerHourUSD*float64(l.gpus())/3600/tps*1e6, 4))
 	}
