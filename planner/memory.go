@@ -211,6 +211,36 @@ func (s shape) virtualStages(r Request, l layout) int {
 	return max(1, min(4, s.layersPerStage(l.pp)/2))
 }
 
+// maxContext is the longest context (prompt plus output) that batch
+// sequences can hold on the layout, 0 when even a one-token context does
+// not fit. It bisects over the context, which memory grows with.
+func (s shape) maxContext(r Request, batch int, l layout, capacity int64) int {
+	fits := func(ctx int) bool {
+		rr := r
+		rr.InputTokens, rr.OutputTokens = max(1, ctx-1), 1
+		return s.inferenceMemory(rr, batch, l, capacity).TotalBytes <= capacity
+	}
+	if !fits(2) {
+		return 0
+	}
+	lo, hi := 2, 4
+	for fits(hi) {
+		lo, hi = hi, hi*2
+		if hi > 1<<24 {
+			return lo
+		}
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
 // trainingBytesPerParam returns weights, gradients and optimizer bytes per
 // parameter before any ZeRO sharding.
 func trainingBytesPerParam(r Request) (w, g, o float64) {

@@ -85,7 +85,10 @@ type Candidate struct {
 	PrefillBound      *Bound          `json:"prefill_bound"`
 	MemoryPerGPU      MemoryBreakdown `json:"memory_per_gpu"`
 
-	MaxBatch            *int     `json:"max_batch"`
+	MaxBatch *int `json:"max_batch"`
+	// MaxContextTokens is the longest context (prompt plus output) that
+	// the batch used can hold per sequence.
+	MaxContextTokens    *int     `json:"max_context_tokens"`
 	Batch               *int     `json:"batch"`
 	OutputTokensPerS    *float64 `json:"output_tokens_per_s"`
 	TimeToFirstTokenS   *float64 `json:"time_to_first_token_s"`
@@ -339,6 +342,7 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes,
 	}
 	c.Fits = m.TotalBytes <= g.MemoryBytes
+	c.MaxContextTokens = ptr(s.maxContext(r, batch, l, g.MemoryBytes))
 	if !c.supported || h.peak == 0 {
 		c.score = math.Inf(1)
 		return
