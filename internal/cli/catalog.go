@@ -126,7 +126,14 @@ func newCatalogShowCmd(e *env) *cobra.Command {
 			t.row("memory", fmtBytes(float64(g.MemoryBytes))+" "+g.MemoryType)
 			t.row("memory bandwidth", fmtRate(g.MemoryBandwidthBytesPerS))
 			for _, p := range catalog.Precisions {
-				t.row("peak "+string(p), fmtPeak(g, p)+" dense T(FL)OPS")
+				v := "not native"
+				if _, ok := g.Peak(p); ok {
+					v = fmtPeak(g, p) + " dense TFLOPS"
+					if p == catalog.INT8 {
+						v = fmtPeak(g, p) + " dense TOPS"
+					}
+				}
+				t.row("peak "+string(p), v)
 			}
 			t.row("interconnect", fmt.Sprintf("%s (%s, %s per GPU, domain of %d)", g.Interconnect, g.InterconnectKind, fmtRate(g.InterconnectBandwidthBytesPerS), g.DomainSize))
 			t.row("pcie gen", dash(strconv.Itoa(g.PCIeGen)))
