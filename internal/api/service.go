@@ -1,0 +1,174 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// Principal is who makes a request: an admin token (fleet-wide), a member
+// token (one team), or an agent's node credential (one node).
+type Principal struct {
+	TokenID string
+	Role    gpufleet.Role // admin or member; empty for agents
+	Team    string        // for members
+	Node    string        // for agents
+}
+
+// IsAdmin reports whether the principal is fleet-wide.
+func (p Principal) IsAdmin() bool { return p.Role == gpufleet.RoleAdmin }
+
+// SubmitRequest is the body of POST /api/v1/jobs: the job file's schema.
+// Unknown fields are rejected.
+type SubmitRequest struct {
+	Name        string             `json:"name,omitempty" yaml:"name,omitempty"`
+	Team        string             `json:"team,omitempty" yaml:"team,omitempty"`
+	Priority    string             `json:"priority,omitempty" yaml:"priority,omitempty"`
+	RequestID   string             `json:"request_id,omitempty" yaml:"request_id,omitempty"`
+	Resources   gpufleet.Resources `json:"resources" yaml:"resources"`
+	Command     []string           `json:"command" yaml:"command"`
+	Env         map[string]string  `json:"env,omitempty" yaml:"env,omitempty"`
+	Workdir     string             `json:"workdir,omitempty" yaml:"workdir,omitempty"`
+	TimeLimit   string             `json:"time_limit,omitempty" yaml:"time_limit,omitempty"` // "4h" or seconds
+	Estimate    string             `json:"estimate,omitempty" yaml:"estimate,omitempty"`
+	Preemptible bool               `json:"preemptible,omitempty" yaml:"preemptible,omitempty"`
+	Grace       string             `json:"grace,omitempty" yaml:"grace,omitempty"`
+	Retries     int                `json:"retries,omitempty" yaml:"retries,omitempty"`
+	SimLoad     string             `json:"sim_load,omitempty" yaml:"sim_load,omitempty"`
+	// Model, when set, is admitted through the planner (memory-fit admission).
+	Model *ModelRequest `json:"model,omitempty" yaml:"model,omitempty"`
+	// Strict rejects a request smaller than its plan instead of warning.
+	Strict bool `json:"strict,omitempty" yaml:"strict,omitempty"`
+}
+
+// ModelRequest describes the model a job runs, as `gpufleet plan` takes it.
+type ModelRequest struct {
+	Name         string         `json:"name,omitempty" yaml:"name,omitempty"`     // built-in name
+	Config       map[string]any `json:"config,omitempty" yaml:"config,omitempty"` // inline config.json
+	Mode         string         `json:"mode,omitempty" yaml:"mode,omitempty"`     // inference or training
+	Precision    string         `json:"precision,omitempty" yaml:"precision,omitempty"`
+	KVPrecision  string         `json:"kv_precision,omitempty" yaml:"kv_precision,omitempty"`
+	Batch        int            `json:"batch,omitempty" yaml:"batch,omitempty"`
+	InputTokens  int            `json:"input_tokens,omitempty" yaml:"input_tokens,omitempty"`
+	OutputTokens int            `json:"output_tokens,omitempty" yaml:"output_tokens,omitempty"`
+	Seq          int            `json:"seq,omitempty" yaml:"seq,omitempty"`
+	MicroBatch   int            `json:"micro_batch,omitempty" yaml:"micro_batch,omitempty"`
+	GlobalBatch  int            `json:"global_batch,omitempty" yaml:"global_batch,omitempty"`
+	Optimizer    string         `json:"optimizer,omitempty" yaml:"optimizer,omitempty"`
+	ZeRO         int            `json:"zero,omitempty" yaml:"zero,omitempty"`
+	Recompute    string         `json:"recompute,omitempty" yaml:"recompute,omitempty"`
+	TP           int            `json:"tp,omitempty" yaml:"tp,omitempty"`
+	PP           int            `json:"pp,omitempty" yaml:"pp,omitempty"`
+}
+
+// SubmitResponse is the job plus any admission warnings.
+type SubmitResponse struct {
+	gpufleet.Job
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// JobList is a page of jobs.
+type JobList struct {
+	Jobs      []gpufleet.Job `json:"jobs"`
+	NextToken string         `json:"next_token"`
+}
+
+// JobQuery filters GET /api/v1/jobs.
+type JobQuery struct {
+	Team      string
+	States    []gpufleet.JobState
+	All       bool // include finished jobs
+	NextToken string
+	Limit     int
+}
+
+// TeamRequest creates or updates a team.
+type TeamRequest struct {
+	Name           string         `json:"name"`
+	Quota          map[string]int `json:"quota,omitempty"`
+	BorrowingLimit *int           `json:"borrowing_limit,omitempty"`
+	Weight         *float64       `json:"weight,omitempty"`
+}
+
+// TokenRequest creates a token.
+type TokenRequest struct {
+	Team string        `json:"team,omitempty"`
+	Role gpufleet.Role `json:"role"`
+}
+
+// JoinTokenRequest creates an agent join token.
+type JoinTokenRequest struct {
+	Node string `json:"node,omitempty"`
+	TTL  string `json:"ttl,omitempty"` // "1h"; empty = single use without expiry
+}
+
+// JoinTokenResponse carries the secret once.
+type JoinTokenResponse struct {
+	ID        string     `json:"id"`
+	Token     string     `json:"token"`
+	Node      string     `json:"node,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	SingleUse bool       `json:"single_use"`
+}
+
+// UsageQuery selects accounting.
+type UsageQuery struct {
+	Team     string
+	From, To time.Time
+}
+
+// UsageReport is GPU-hours, effective GPU-hours and energy by team.
+type UsageReport struct {
+	From  time.Time   `json:"from"`
+	To    time.Time   `json:"to"`
+	Teams []TeamUsage `json:"teams"`
+}
+
+// TeamUsage is one team's accounting over the period.
+type TeamUsage struct {
+	Team                 string  `json:"team"`
+	GPUHours             float64 `json:"gpu_hours"`
+	EffectiveGPUHours    float64 `json:"effective_gpu_hours"`
+	IdleAllocatedGPUHour float64 `json:"idle_allocated_gpu_hours"`
+	EnergyJoules         float64 `json:"energy_joules"`
+}
+
+// NodeAction is cordon, uncordon, drain or repaired.
+type NodeAction string
+
+// Node actions.
+const (
+	Cordon   NodeAction = "cordon"
+	Uncordon NodeAction = "uncordon"
+	Drain    NodeAction = "drain"
+)
+
+// Service is what the HTTP API needs from the control plane. Every method
+// checks the principal: a member sees and touches only its own team's jobs
+// (gpufleet.ErrNotFound for the others), admin-only methods return
+// ErrForbidden to members.
+type Service interface {
+	SubmitJob(ctx context.Context, p Principal, r SubmitRequest) (SubmitResponse, error)
+	Jobs(ctx context.Context, p Principal, q JobQuery) (JobList, error)
+	Job(ctx context.Context, p Principal, id string) (gpufleet.Job, error)
+	CancelJob(ctx context.Context, p Principal, id string) (gpufleet.Job, error)
+	Queue(ctx context.Context, p Principal) ([]gpufleet.QueueEntry, error)
+
+	Nodes(ctx context.Context, p Principal) ([]gpufleet.Node, error)
+	Node(ctx context.Context, p Principal, name string) (gpufleet.Node, error)
+	NodeAction(ctx context.Context, p Principal, name string, a NodeAction) (gpufleet.Node, error)
+
+	Teams(ctx context.Context, p Principal) ([]gpufleet.Team, error)
+	PutTeam(ctx context.Context, p Principal, r TeamRequest) (gpufleet.Team, error)
+	Classes(ctx context.Context, p Principal) ([]gpufleet.Class, error)
+	PutClass(ctx context.Context, p Principal, c gpufleet.Class) (gpufleet.Class, error)
+	Tokens(ctx context.Context, p Principal) ([]gpufleet.Token, error)
+	CreateToken(ctx context.Context, p Principal, r TokenRequest) (gpufleet.Token, error)
+	RevokeToken(ctx context.Context, p Principal, id string) error
+	CreateJoinToken(ctx context.Context, p Principal, r JoinTokenRequest) (JoinTokenResponse, error)
+	Usage(ctx context.Context, p Principal, q UsageQuery) (UsageReport, error)
+
+	// Authenticate resolves a bearer token (user token or node credential).
+	Authenticate(ctx context.Context, bearer string) (Principal, error)
+}

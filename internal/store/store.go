@@ -1,0 +1,200 @@
+// Package store keeps gpufleet's state: teams, classes, tokens, nodes, jobs,
+// attempts, events, usage and the leadership lease. One Store interface, one
+// implementation over database/sql with a SQLite dialect (embedded, the
+// default) and a PostgreSQL dialect (highly available control plane), and a
+// conformance suite (storetest) that every dialect passes.
+//
+// Every job and attempt transition is one transaction. Scheduling writes
+// are fenced by the leadership epoch: ApplySchedule fails with ErrFenced
+// when the caller's epoch is no longer current, so a deposed leader can
+// never commit a decision.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// ErrFenced means the caller's leadership epoch is stale.
+var ErrFenced = errors.New("leadership epoch is stale")
+
+// TokenRecord is a stored API token: its hash, never the secret.
+type TokenRecord struct {
+	ID        string
+	Hash      []byte // SHA-256 of the secret
+	Team      string // empty for admins
+	Role      gpufleet.Role
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// JoinToken lets an agent register once (or until it expires).
+type JoinToken struct {
+	ID        string
+	Hash      []byte
+	Node      string // when set, only this node name may use it
+	SingleUse bool
+	ExpiresAt *time.Time
+	UsedAt    *time.Time
+	CreatedAt time.Time
+}
+
+// NodeCredential is the per-node secret an agent uses after joining.
+type NodeCredential struct {
+	Node      string
+	Hash      []byte
+	ExpiresAt time.Time
+}
+
+// JobFilter selects jobs for ListJobs. Zero values select everything.
+type JobFilter struct {
+	Team   string
+	States []gpufleet.JobState
+	// After is the pagination cursor (a job id) returned as next_token.
+	After string
+	Limit int // default 100
+}
+
+// EventFilter selects audit events.
+type EventFilter struct {
+	Team    string
+	Object  string
+	AfterID int64
+	Limit   int
+}
+
+// SubmitResult is the outcome of one submission in a batch.
+type SubmitResult struct {
+	Job     gpufleet.Job
+	Created bool // false when the request id matched an earlier job
+	Err     error
+}
+
+// Start places one queued job: a new attempt on the given nodes.
+type Start struct {
+	JobID     string
+	AttemptID string
+	Nodes     []gpufleet.AttemptNode
+	// Fraction is the time-slice share per GPU (1 for exclusive and MIG).
+	Fraction float64
+}
+
+// Stop asks for a running attempt to be stopped (preemption, drain).
+type Stop struct {
+	AttemptID  string
+	Reason     string
+	ReasonCode string
+}
+
+// Decision is one scheduling cycle's outcome, written in one transaction.
+type Decision struct {
+	At     time.Time
+	Starts []Start
+	Stops  []Stop
+	// Queue replaces the stored queue information of every queued job.
+	Queue []gpufleet.QueueEntry
+}
+
+// AttemptUpdate is a state change of an attempt reported by an agent or
+// decided by the server (lost, stopped).
+type AttemptUpdate struct {
+	AttemptID  string
+	State      gpufleet.AttemptState
+	At         time.Time
+	ExitCode   *int
+	Reason     string
+	ReasonCode string
+	// Accounting so far (totals, not increments).
+	GPUSeconds          float64
+	EffectiveGPUSeconds float64
+	EnergyJoules        float64
+	Actor               string
+}
+
+// UsageRow is accounting aggregated per team, GPU model and day.
+type UsageRow struct {
+	Team                string    `json:"team"`
+	Model               string    `json:"gpu_model"`
+	Day                 time.Time `json:"day"`
+	GPUSeconds          float64   `json:"gpu_seconds"`
+	EffectiveGPUSeconds float64   `json:"effective_gpu_seconds"`
+	EnergyJoules        float64   `json:"energy_joules"`
+}
+
+// Lease is the leadership lease.
+type Lease struct {
+	Holder    string
+	Epoch     int64
+	ExpiresAt time.Time
+}
+
+// Store is gpufleet's state. Methods are safe for concurrent use.
+type Store interface {
+	Close() error
+
+	// TryLease acquires or renews the leadership lease for holder with ttl,
+	// measured by the store's clock. It returns the lease and whether
+	// holder now holds it; a new holder gets epoch+1.
+	TryLease(ctx context.Context, holder string, ttl time.Duration) (Lease, bool, error)
+	// Lease reads the current lease.
+	Lease(ctx context.Context) (Lease, error)
+
+	PutTeam(ctx context.Context, t gpufleet.Team, actor string) error
+	Team(ctx context.Context, name string) (gpufleet.Team, error)
+	Teams(ctx context.Context) ([]gpufleet.Team, error)
+	PutClass(ctx context.Context, c gpufleet.Class, actor string) error
+	Classes(ctx context.Context) ([]gpufleet.Class, error)
+
+	CreateToken(ctx context.Context, t TokenRecord, actor string) error
+	Token(ctx context.Context, id string) (TokenRecord, error)
+	Tokens(ctx context.Context) ([]TokenRecord, error)
+	RevokeToken(ctx context.Context, id string, at time.Time, actor string) error
+	CreateJoinToken(ctx context.Context, t JoinToken, actor string) error
+	// UseJoinToken marks a join token used by node at time at and returns
+	// it; it fails with gpufleet.ErrNotFound when the token does not exist,
+	// is spent, expired, or bound to another node.
+	UseJoinToken(ctx context.Context, id, node string, at time.Time) (JoinToken, error)
+	PutNodeCredential(ctx context.Context, c NodeCredential) error
+	NodeCredential(ctx context.Context, node string) (NodeCredential, error)
+
+	// PutNode records a node's inventory (labels, versions, GPUs) at
+	// registration, keeping its state unless the node is new.
+	PutNode(ctx context.Context, n gpufleet.Node) error
+	Node(ctx context.Context, name string) (gpufleet.Node, error)
+	Nodes(ctx context.Context) ([]gpufleet.Node, error)
+	SetNodeState(ctx context.Context, name string, state gpufleet.NodeState, reason, actor string, at time.Time) error
+	SetNodeHealth(ctx context.Context, name string, health gpufleet.Health, reason string, gpus []gpufleet.NodeGPU, at time.Time) error
+
+	// SubmitJobs stores new jobs in one transaction. A job whose (team,
+	// request id) matches an earlier one returns that job, Created false.
+	SubmitJobs(ctx context.Context, jobs []gpufleet.Job, actor string) ([]SubmitResult, error)
+	Job(ctx context.Context, id string) (gpufleet.Job, error)
+	// ListJobs returns jobs in id order after the cursor, and the next
+	// cursor (empty at the end).
+	ListJobs(ctx context.Context, f JobFilter) ([]gpufleet.Job, string, error)
+	// RequestCancel sets cancel_requested; a queued job turns cancelled at
+	// once, a running one once its attempts stop.
+	RequestCancel(ctx context.Context, id, actor string, at time.Time) (gpufleet.Job, error)
+	// ActiveJobs returns every queued, scheduled or running job with its
+	// attempts: the scheduler's snapshot.
+	ActiveJobs(ctx context.Context) ([]gpufleet.Job, error)
+
+	// ApplySchedule writes a cycle's decision in one transaction, fenced by
+	// epoch (ErrFenced when it is stale).
+	ApplySchedule(ctx context.Context, epoch int64, d Decision) error
+	// UpdateAttempt applies an attempt transition and its effect on the job
+	// in one transaction: a failure uses the retry budget (requeue while
+	// retries remain, else the job fails); stopped and lost requeue the job
+	// without using it; success finishes the job; a cancel-requested job
+	// turns cancelled once its attempts are terminal.
+	UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error)
+
+	AppendEvent(ctx context.Context, e gpufleet.Event) error
+	Events(ctx context.Context, f EventFilter) ([]gpufleet.Event, error)
+
+	AddUsage(ctx context.Context, rows []UsageRow) error
+	Usage(ctx context.Context, team string, from, to time.Time) ([]UsageRow, error)
+}

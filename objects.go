@@ -1,0 +1,231 @@
+package gpufleet
+
+import "time"
+
+// JobState is where a job is in its life.
+type JobState string
+
+// Job states. A cancel sets CancelRequested; the job turns Cancelled once
+// its attempts have stopped.
+const (
+	JobQueued    JobState = "queued"
+	JobScheduled JobState = "scheduled" // placed; its attempt is starting
+	JobRunning   JobState = "running"
+	JobSucceeded JobState = "succeeded"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+)
+
+// Terminal reports whether the state is final.
+func (s JobState) Terminal() bool {
+	return s == JobSucceeded || s == JobFailed || s == JobCancelled
+}
+
+// AttemptState is where one run of a job is.
+type AttemptState string
+
+// Attempt states. Stopped covers preempted, drained and cancelled runs.
+const (
+	AttemptStarting  AttemptState = "starting"
+	AttemptRunning   AttemptState = "running"
+	AttemptSucceeded AttemptState = "succeeded"
+	AttemptFailed    AttemptState = "failed"
+	AttemptStopped   AttemptState = "stopped"
+	AttemptLost      AttemptState = "lost"
+)
+
+// Terminal reports whether the attempt has ended.
+func (s AttemptState) Terminal() bool {
+	return s == AttemptSucceeded || s == AttemptFailed || s == AttemptStopped || s == AttemptLost
+}
+
+// NodeState is what the scheduler may do with a node or GPU.
+type NodeState string
+
+// Node states.
+const (
+	NodeReady      NodeState = "ready"
+	NodeCordoned   NodeState = "cordoned"
+	NodeDraining   NodeState = "draining"
+	NodeDown       NodeState = "down" // no heartbeat
+	NodeRepairing  NodeState = "repairing"
+	NodeValidating NodeState = "validating"
+)
+
+// Health is the condition of a node or GPU, from the health rules.
+type Health string
+
+// Health values.
+const (
+	Healthy   Health = "healthy"
+	Degraded  Health = "degraded"
+	Unhealthy Health = "unhealthy"
+)
+
+// Role is what a token may do.
+type Role string
+
+// Roles: an admin is fleet-wide; a member belongs to one team.
+const (
+	RoleAdmin  Role = "admin"
+	RoleMember Role = "member"
+)
+
+// Resources is what a job asks for, as users write it.
+type Resources struct {
+	GPUs                 int               `json:"gpus"`
+	Nodes                int               `json:"nodes,omitempty"`
+	GPUModels            []string          `json:"gpu_models,omitempty"`
+	GPUMemoryMinBytes    int64             `json:"gpu_memory_min_bytes,omitempty"`
+	MinComputeCapability string            `json:"min_compute_capability,omitempty"`
+	Precision            string            `json:"precision,omitempty"`
+	Interconnect         string            `json:"interconnect,omitempty"` // nvlink or any
+	Sharing              string            `json:"sharing,omitempty"`      // exclusive, mig:PROFILE, timeslice:F
+	Prefer               string            `json:"prefer,omitempty"`       // cheapest or fastest
+	NodeSelector         map[string]string `json:"node_selector,omitempty"`
+}
+
+// Retries counts a job's own failures against its budget. Preemption, drain
+// and node loss do not use it up.
+type Retries struct {
+	Max  int `json:"max"`
+	Used int `json:"used"`
+}
+
+// Job is a unit of work and its history, as the API returns it.
+type Job struct {
+	ID              string            `json:"id"`
+	Team            string            `json:"team"`
+	Name            string            `json:"name"`
+	State           JobState          `json:"state"`
+	CancelRequested bool              `json:"cancel_requested"`
+	Priority        string            `json:"priority"`
+	RequestID       string            `json:"request_id,omitempty"`
+	Resources       Resources         `json:"resources"`
+	Command         []string          `json:"command"`
+	Env             map[string]string `json:"env,omitempty"`
+	Workdir         string            `json:"workdir,omitempty"`
+	TimeLimitS      *float64          `json:"time_limit_s"`
+	EstimateS       *float64          `json:"estimate_s"`
+	Preemptible     bool              `json:"preemptible"`
+	GraceS          *float64          `json:"grace_s"`
+	Retries         Retries           `json:"retries"`
+	// Interruptions counts stops that were not the job's fault (preemption,
+	// drain, node loss); they do not use the retry budget.
+	Interruptions int        `json:"interruptions"`
+	SimLoad       string     `json:"sim_load,omitempty"` // compute, memory or idle, for simulated nodes
+	SubmittedAt   time.Time  `json:"submitted_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	// Plan is the planner's answer the job was admitted with, when it
+	// described a model.
+	Plan     any       `json:"plan"`
+	Attempts []Attempt `json:"attempts"`
+	// Queue is the job's place in the queue while it is queued.
+	Queue *QueueEntry `json:"queue,omitempty"`
+}
+
+// AttemptNode is one node of an attempt with its GPU or MIG UUIDs.
+type AttemptNode struct {
+	Name string   `json:"name"`
+	GPUs []string `json:"gpus"`
+}
+
+// Attempt is one run of a job on one set of GPUs.
+type Attempt struct {
+	ID                  string        `json:"id"`
+	JobID               string        `json:"job_id"`
+	State               AttemptState  `json:"state"`
+	Node                string        `json:"node"` // first node's name
+	GPUs                []string      `json:"gpus"` // first node's GPU or MIG UUIDs
+	Nodes               []AttemptNode `json:"nodes"`
+	StartedAt           *time.Time    `json:"started_at"`
+	FinishedAt          *time.Time    `json:"finished_at"`
+	ExitCode            *int          `json:"exit_code"`
+	Reason              string        `json:"reason"`
+	ReasonCode          string        `json:"reason_code"`
+	GPUSeconds          float64       `json:"gpu_seconds"`
+	EffectiveGPUSeconds float64       `json:"effective_gpu_seconds"`
+	EnergyJoules        float64       `json:"energy_joules"`
+}
+
+// QueueEntry is a pending job's place in the queue.
+type QueueEntry struct {
+	ID             string     `json:"id"`
+	Team           string     `json:"team"`
+	Priority       string     `json:"priority"`
+	Position       int        `json:"position"`
+	TeamPosition   int        `json:"team_position"`
+	Reason         string     `json:"reason"`
+	ReasonCode     string     `json:"reason_code"`
+	EstimatedStart *time.Time `json:"estimated_start"`
+}
+
+// NodeGPU is one GPU of a node.
+type NodeGPU struct {
+	Index        int           `json:"index"`
+	UUID         string        `json:"uuid"`
+	Model        string        `json:"model"`
+	MemoryBytes  int64         `json:"memory_bytes"`
+	State        NodeState     `json:"state"`
+	Health       Health        `json:"health"`
+	Reason       string        `json:"reason"`
+	NVLinkDomain string        `json:"nvlink_domain,omitempty"`
+	MIGInstances []MIGInstance `json:"mig_instances"`
+}
+
+// MIGInstance is one MIG instance of a GPU.
+type MIGInstance struct {
+	UUID    string `json:"uuid"`
+	Profile string `json:"profile"`
+}
+
+// Node is one machine of the fleet.
+type Node struct {
+	Name          string            `json:"name"`
+	State         NodeState         `json:"state"`
+	Health        Health            `json:"health"`
+	Reason        string            `json:"reason"`
+	HeartbeatAgeS *float64          `json:"heartbeat_age_s"`
+	MetricsURL    string            `json:"metrics_url"`
+	Labels        map[string]string `json:"labels"`
+	Versions      map[string]string `json:"versions"`
+	GPUs          []NodeGPU         `json:"gpus"`
+}
+
+// Team is a tenant: guaranteed quota per GPU class, borrowing limit and
+// fair-share weight, and what it uses now.
+type Team struct {
+	Name           string         `json:"name"`
+	Quota          map[string]int `json:"quota"`
+	BorrowingLimit int            `json:"borrowing_limit"` // -1: no limit
+	Weight         float64        `json:"weight"`
+	Used           map[string]int `json:"used"`
+}
+
+// Class is an admin-defined group of catalog ids.
+type Class struct {
+	Name   string   `json:"name"`
+	Models []string `json:"models"`
+}
+
+// Token is an API credential. The secret appears once, at creation.
+type Token struct {
+	ID        string     `json:"id"`
+	Token     string     `json:"token,omitempty"`
+	Team      string     `json:"team"`
+	Role      Role       `json:"role"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+// Event is one entry of the audit log: a state change and who caused it.
+type Event struct {
+	ID     int64     `json:"id"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`  // token id, "scheduler", "agent:NODE", "system"
+	Kind   string    `json:"kind"`   // job.submitted, attempt.started, node.cordoned...
+	Object string    `json:"object"` // job, attempt or node id
+	Team   string    `json:"team,omitempty"`
+	Detail string    `json:"detail"`
+}
