@@ -133,20 +133,25 @@ type AttemptNode struct {
 
 // Attempt is one run of a job on one set of GPUs.
 type Attempt struct {
-	ID                  string        `json:"id"`
-	JobID               string        `json:"job_id"`
-	State               AttemptState  `json:"state"`
-	Node                string        `json:"node"` // first node's name
-	GPUs                []string      `json:"gpus"` // first node's GPU or MIG UUIDs
-	Nodes               []AttemptNode `json:"nodes"`
-	StartedAt           *time.Time    `json:"started_at"`
-	FinishedAt          *time.Time    `json:"finished_at"`
-	ExitCode            *int          `json:"exit_code"`
-	Reason              string        `json:"reason"`
-	ReasonCode          string        `json:"reason_code"`
-	GPUSeconds          float64       `json:"gpu_seconds"`
-	EffectiveGPUSeconds float64       `json:"effective_gpu_seconds"`
-	EnergyJoules        float64       `json:"energy_joules"`
+	ID         string        `json:"id"`
+	JobID      string        `json:"job_id"`
+	State      AttemptState  `json:"state"`
+	Node       string        `json:"node"` // first node's name
+	GPUs       []string      `json:"gpus"` // first node's GPU or MIG UUIDs
+	Nodes      []AttemptNode `json:"nodes"`
+	StartedAt  *time.Time    `json:"started_at"`
+	FinishedAt *time.Time    `json:"finished_at"`
+	ExitCode   *int          `json:"exit_code"`
+	Reason     string        `json:"reason"`
+	ReasonCode string        `json:"reason_code"`
+	// StopRequested is set when the server wants the attempt stopped
+	// (preemption, drain, cancel, time limit); the agent stops it.
+	StopRequested bool `json:"stop_requested"`
+	// Fraction is the time-slice share held on each GPU (1 when whole).
+	Fraction            float64 `json:"fraction"`
+	GPUSeconds          float64 `json:"gpu_seconds"`
+	EffectiveGPUSeconds float64 `json:"effective_gpu_seconds"`
+	EnergyJoules        float64 `json:"energy_joules"`
 }
 
 // QueueEntry is a pending job's place in the queue.

@@ -266,6 +266,9 @@ func counts(r Request) []int {
 func (s shape) best(r Request, g catalog.GPU) Candidate {
 	var fallback *Candidate
 	for _, n := range counts(r) {
+		if avail, ok := r.Available[g.ID]; ok && n > avail {
+			break
+		}
 		var bestC *Candidate
 		for _, l := range s.layouts(r, g, n) {
 			c := s.evaluate(r, g, l)

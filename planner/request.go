@@ -120,6 +120,10 @@ type Request struct {
 
 	// MaxGPUs bounds the search for the smallest count; default 16384.
 	MaxGPUs int
+	// Available, when set, caps the GPUs of each catalog id that a
+	// candidate may use (what a fleet has); ids absent from it are
+	// unlimited.
+	Available map[string]int
 }
 
 // withDefaults validates r and returns a copy with defaults filled in.

@@ -102,7 +102,9 @@ Commands that need no server: catalog, plan, version.`,
 		newVersionCmd(e),
 		newCatalogCmd(e),
 		newPlanCmd(e),
+		newSimCmd(e),
 	)
+	addClientCommands(root, e)
 	return root
 }
 

@@ -161,6 +161,9 @@ type Config struct {
 	Name string // fifo, bestfit, backfill, gpufleet
 	// Priorities orders the classes, highest first; empty = DefaultPriorities.
 	Priorities []Priority
+	// PriorityClasses orders the queue by class before anything else;
+	// off, the queue is one class (fifo ignores priorities).
+	PriorityClasses bool
 	// StrictOrder stops at the first job that cannot be placed (fifo);
 	// otherwise later jobs may start when Backfill allows it.
 	StrictOrder bool

@@ -21,6 +21,15 @@ import (
 // ErrFenced means the caller's leadership epoch is stale.
 var ErrFenced = errors.New("leadership epoch is stale")
 
+// ErrStale means a scheduling decision names a job or attempt whose state
+// changed after the snapshot the decision was computed from (a job
+// cancelled meanwhile, say). Nothing of the decision was written; the
+// leader takes a fresh snapshot and decides again.
+var ErrStale = errors.New("decision is stale")
+
+// ErrClosed means the store was closed.
+var ErrClosed = errors.New("store is closed")
+
 // TokenRecord is a stored API token: its hash, never the secret.
 type TokenRecord struct {
 	ID        string
@@ -124,6 +133,30 @@ type UsageRow struct {
 	EnergyJoules        float64   `json:"energy_joules"`
 }
 
+// AttemptRecord is an attempt with what the store keeps beside the API's
+// view of it: its job's team and why it was asked to stop (Attempt's
+// StopRequested is set by a Stop decision or a cancel; the agent stops
+// the attempt and reports it stopped). Agents learn their assignments
+// from these.
+type AttemptRecord struct {
+	gpufleet.Attempt
+	Team           string // the job's team
+	StopReason     string
+	StopReasonCode string
+}
+
+// Requeued reports whether a queued job is back in the queue because its
+// last attempt was stopped (preemption, drain, cancel) or lost rather than
+// failed: the scheduler puts such jobs at the front of their class. The
+// store derives it from the attempts, so it needs no column of its own.
+func Requeued(j gpufleet.Job) bool {
+	if j.State != gpufleet.JobQueued || len(j.Attempts) == 0 {
+		return false
+	}
+	s := j.Attempts[len(j.Attempts)-1].State
+	return s == gpufleet.AttemptStopped || s == gpufleet.AttemptLost
+}
+
 // Lease is the leadership lease.
 type Lease struct {
 	Holder    string
@@ -153,10 +186,13 @@ type Store interface {
 	Tokens(ctx context.Context) ([]TokenRecord, error)
 	RevokeToken(ctx context.Context, id string, at time.Time, actor string) error
 	CreateJoinToken(ctx context.Context, t JoinToken, actor string) error
-	// UseJoinToken marks a join token used by node at time at and returns
-	// it; it fails with gpufleet.ErrNotFound when the token does not exist,
-	// is spent, expired, or bound to another node.
-	UseJoinToken(ctx context.Context, id, node string, at time.Time) (JoinToken, error)
+	// UseJoinToken checks a join token's secret hash (in constant time),
+	// marks it used by node at time at and returns it; it fails with
+	// gpufleet.ErrNotFound when the token does not exist, the hash does not
+	// match, or it is spent, expired, or bound to another node.
+	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time) (JoinToken, error)
+	// JoinTokens lists join tokens (hashes only) in creation order.
+	JoinTokens(ctx context.Context) ([]JoinToken, error)
 	PutNodeCredential(ctx context.Context, c NodeCredential) error
 	NodeCredential(ctx context.Context, node string) (NodeCredential, error)
 
@@ -181,6 +217,15 @@ type Store interface {
 	// ActiveJobs returns every queued, scheduled or running job with its
 	// attempts: the scheduler's snapshot.
 	ActiveJobs(ctx context.Context) ([]gpufleet.Job, error)
+	// Queue returns the queue information the last decision stored for
+	// the jobs still queued, ordered by position.
+	Queue(ctx context.Context) ([]gpufleet.QueueEntry, error)
+	// Attempt reads one attempt; unknown ids wrap gpufleet.ErrNotFound.
+	Attempt(ctx context.Context, id string) (AttemptRecord, error)
+	// NodeAttempts returns the attempts that are not terminal and use
+	// node (every node when node is empty), in id order: what the agent on
+	// the node should be running, and which of those to stop.
+	NodeAttempts(ctx context.Context, node string) ([]AttemptRecord, error)
 
 	// ApplySchedule writes a cycle's decision in one transaction, fenced by
 	// epoch (ErrFenced when it is stale).

@@ -1,0 +1,327 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// HandlerOptions configures NewHandler. The zero value is usable.
+type HandlerOptions struct {
+	// Logger receives request logs (debug) and internal errors (error).
+	// Nil discards them.
+	Logger *slog.Logger
+	// MaxBodyBytes caps request bodies; larger ones get 413. Default 1 MiB.
+	MaxBodyBytes int64
+	// MetricsHandler serves /metrics to admin tokens. Nil: /metrics is 404.
+	MetricsHandler http.Handler
+	// Ready reports whether the server can serve (/readyz). Nil: always ready.
+	Ready func() error
+	// KeepAlive is how often an idle event stream gets a comment line so
+	// proxies keep it open. Default 15s.
+	KeepAlive time.Duration
+	// StreamWriteTimeout bounds each write of a stream (events, followed
+	// logs), replacing the server's WriteTimeout there. Default 30s.
+	StreamWriteTimeout time.Duration
+}
+
+// DefaultMaxBodyBytes is the request body cap when HandlerOptions leaves it 0.
+const DefaultMaxBodyBytes = 1 << 20
+
+// handler serves the API. Routes come from one table (table), which both
+// registers them with the mux and feeds Routes().
+type handler struct {
+	svc    Service
+	agents AgentService
+	logs   LogService
+	watch  WatchService
+	opts   HandlerOptions
+	log    *slog.Logger
+	mux    *http.ServeMux
+	// registered lists what was handed to the mux, for the route test.
+	registered []Route
+}
+
+// routeFunc handles one route for an authenticated principal. A returned
+// error becomes the JSON error response (unless the handler already began
+// writing, as streams do).
+type routeFunc func(w http.ResponseWriter, r *http.Request, p Principal) error
+
+type routeDef struct {
+	Route
+	fn routeFunc
+}
+
+// NewHandler returns the HTTP API over the control plane's services:
+// /api/v1/..., /healthz, /readyz and /metrics. Every /api/v1 route but the
+// API document takes Authorization: Bearer TOKEN; errors are JSON
+// {"error", "code"} with the status errorStatus picks. agents, logs and
+// watch may be nil: their routes then answer 422.
+func NewHandler(svc Service, agents AgentService, logs LogService, watch WatchService, opts HandlerOptions) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 15 * time.Second
+	}
+	if opts.StreamWriteTimeout <= 0 {
+		opts.StreamWriteTimeout = 30 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{svc: svc, agents: agents, logs: logs, watch: watch, opts: opts,
+		log: log.With("component", "api"), mux: http.NewServeMux()}
+	for _, rt := range h.table() {
+		h.mux.Handle(rt.Method+" "+rt.Pattern, h.wrap(rt))
+		h.registered = append(h.registered, rt.Route)
+	}
+	return h
+}
+
+// Routes lists every route NewHandler serves, with the credential each
+// takes. The OpenAPI document covers exactly these; tests walk them.
+func Routes() []Route {
+	defs := (*handler)(nil).table()
+	out := make([]Route, len(defs))
+	for i, d := range defs {
+		out[i] = d.Route
+	}
+	return out
+}
+
+// table is the route table: the one place a route is declared.
+func (h *handler) table() []routeDef {
+	r := func(method, pattern string, auth AuthKind, summary string, fn routeFunc) routeDef {
+		return routeDef{Route{Method: method, Pattern: pattern, Auth: auth, Summary: summary}, fn}
+	}
+	const v1 = "/api/v1"
+	return []routeDef{
+		r("GET", "/healthz", AuthNone, "Liveness: always 200 ok", h.healthz),
+		r("GET", "/readyz", AuthNone, "Readiness: 200 when the server can serve, else 503", h.readyz),
+		r("GET", "/metrics", AuthAdmin, "Prometheus metrics", h.metrics),
+		r("GET", v1+"/openapi.json", AuthNone, "This API's OpenAPI 3.1 document", h.openapi),
+
+		r("POST", v1+"/jobs", AuthMember, "Submit a job", h.submitJob),
+		r("GET", v1+"/jobs", AuthMember, "List jobs", h.listJobs),
+		r("GET", v1+"/jobs/{id}", AuthMember, "Get a job with its attempts", h.getJob),
+		r("POST", v1+"/jobs/{id}/cancel", AuthMember, "Request a job's cancellation", h.cancelJob),
+		r("GET", v1+"/jobs/{id}/logs", AuthMember, "A job's log (latest attempt); follow=1 streams it", h.jobLogs),
+		r("GET", v1+"/queue", AuthMember, "The queue with positions, reasons and ETAs", h.queue),
+
+		r("GET", v1+"/nodes", AuthMember, "List nodes", h.listNodes),
+		r("GET", v1+"/nodes/{name}", AuthMember, "Get a node", h.getNode),
+		r("POST", v1+"/nodes/{name}/cordon", AuthAdmin, "Stop placing work on a node", h.nodeAction(Cordon)),
+		r("POST", v1+"/nodes/{name}/uncordon", AuthAdmin, "Return a node to ready", h.nodeAction(Uncordon)),
+		r("POST", v1+"/nodes/{name}/drain", AuthAdmin, "Cordon a node and stop its attempts (they requeue)", h.nodeAction(Drain)),
+
+		r("GET", v1+"/teams", AuthMember, "List teams (members see their own)", h.listTeams),
+		r("POST", v1+"/teams", AuthAdmin, "Create or update a team", h.putTeam),
+		r("GET", v1+"/classes", AuthMember, "List GPU classes", h.listClasses),
+		r("POST", v1+"/classes", AuthAdmin, "Create or update a GPU class", h.putClass),
+		r("GET", v1+"/tokens", AuthAdmin, "List API tokens (never their secrets)", h.listTokens),
+		r("POST", v1+"/tokens", AuthAdmin, "Create an API token (the secret is shown once)", h.createToken),
+		r("DELETE", v1+"/tokens/{id}", AuthAdmin, "Revoke an API token", h.revokeToken),
+		r("POST", v1+"/join-tokens", AuthAdmin, "Create an agent join token", h.createJoinToken),
+		r("GET", v1+"/usage", AuthMember, "GPU-hours, effective GPU-hours and energy by team", h.usage),
+		r("GET", v1+"/events", AuthMember, "Audit events; watch=1 streams them as server-sent events", h.events),
+
+		r("POST", v1+"/agent/register", AuthJoin, "Agent registration with a join token", h.register),
+		r("POST", v1+"/agent/heartbeat", AuthAgent, "Agent heartbeat: samples and attempt reports in, assignments out", h.heartbeat),
+	}
+}
+
+// ServeHTTP answers unknown paths and methods with JSON errors and hands
+// everything else to the mux.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if mh, pattern := h.mux.Handler(r); pattern == "" {
+		probe := &probeWriter{header: http.Header{}}
+		mh.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeErrorBody(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+				fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		writeErrorBody(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// probeWriter records what the mux's own 404/405 handler would write.
+type probeWriter struct {
+	header http.Header
+	status int
+}
+
+func (p *probeWriter) Header() http.Header         { return p.header }
+func (p *probeWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (p *probeWriter) WriteHeader(status int)      { p.status = status }
+
+// wrap adds authentication, the body cap, error mapping and a request log
+// line around a route.
+func (h *handler) wrap(rt routeDef) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		if strings.HasPrefix(rt.Pattern, "/api/") {
+			sw.Header().Set("Cache-Control", "no-store")
+		}
+		p, err := h.authenticate(r, rt.Auth)
+		if err == nil {
+			if r.Body != nil {
+				r.Body = http.MaxBytesReader(sw, r.Body, h.opts.MaxBodyBytes)
+			}
+			err = rt.fn(sw, r, p)
+		}
+		if err != nil {
+			h.fail(sw, r, rt, err)
+		}
+		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
+			slog.String("method", r.Method), slog.String("route", rt.Pattern), slog.String("path", r.URL.Path),
+			slog.Int("status", sw.statusCode()), slog.Duration("duration", time.Since(start)),
+			slog.String("principal", principalName(p)))
+	})
+}
+
+func principalName(p Principal) string {
+	switch {
+	case p.Node != "":
+		return "agent:" + p.Node
+	case p.TokenID != "":
+		return p.TokenID
+	}
+	return ""
+}
+
+// fail writes err as a JSON error response, or only logs it when the
+// response has already begun.
+func (h *handler) fail(w *statusWriter, r *http.Request, rt routeDef, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away
+	}
+	status, code := errorStatus(err)
+	msg := err.Error()
+	if status >= 500 {
+		h.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("method", r.Method), slog.String("route", rt.Pattern), slog.Any("err", err))
+		if status == http.StatusInternalServerError {
+			msg = "internal error"
+		}
+	}
+	if w.wrote {
+		return
+	}
+	switch status {
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	}
+	writeErrorBody(w, status, code, msg)
+}
+
+func writeErrorBody(w http.ResponseWriter, status int, code, msg string) {
+	body, _ := encodeJSON(ErrorBody{Error: msg, Code: code})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeJSON writes v as the response body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	body, err := encodeJSON(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return nil
+}
+
+// statusWriter remembers the status and whether the response has begun.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.status, s.wrote = http.StatusOK, true
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusWriter) statusCode() int {
+	if !s.wrote {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// bearer returns the token of an Authorization: Bearer header.
+func bearer(r *http.Request) (string, error) {
+	v := r.Header.Get("Authorization")
+	if v == "" {
+		return "", fmt.Errorf("%w: missing credential: send Authorization: Bearer TOKEN", ErrUnauthorized)
+	}
+	scheme, tok, ok := strings.Cut(v, " ")
+	tok = strings.TrimSpace(tok)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", fmt.Errorf("%w: malformed Authorization header: expected Bearer TOKEN", ErrUnauthorized)
+	}
+	return tok, nil
+}
+
+// authenticate resolves the request's credential and checks it fits the
+// route's auth kind.
+func (h *handler) authenticate(r *http.Request, kind AuthKind) (Principal, error) {
+	switch kind {
+	case AuthNone:
+		return Principal{}, nil
+	case AuthJoin:
+		_, err := bearer(r)
+		return Principal{}, err
+	}
+	tok, err := bearer(r)
+	if err != nil {
+		return Principal{}, err
+	}
+	p, err := h.svc.Authenticate(r.Context(), tok)
+	if err != nil {
+		if status, _ := errorStatus(err); status >= 500 && !errors.Is(err, ErrUnauthorized) {
+			return Principal{}, fmt.Errorf("authenticate: %w", err)
+		}
+		return Principal{}, fmt.Errorf("%w: invalid, expired or revoked token", ErrUnauthorized)
+	}
+	switch {
+	case p.Node == "" && p.Role == "":
+		return Principal{}, fmt.Errorf("%w: token has no role", ErrUnauthorized)
+	case kind == AuthAgent && p.Node == "":
+		return Principal{}, fmt.Errorf("%w: agent endpoints take a node credential, not a user token", ErrForbidden)
+	case kind != AuthAgent && p.Node != "":
+		return Principal{}, fmt.Errorf("%w: node credentials work only on agent endpoints", ErrForbidden)
+	case kind == AuthAdmin && !p.IsAdmin():
+		return Principal{}, fmt.Errorf("%w: admin token required", ErrForbidden)
+	}
+	return p, nil
+}

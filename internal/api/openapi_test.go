@@ -1,0 +1,170 @@
+package api
+
+import (
+	"encoding/json"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+type openapiDoc struct {
+	OpenAPI string                                     `json:"openapi"`
+	Paths   map[string]map[string]openapiOperation     `json:"paths"`
+	Comps   struct{ Schemas map[string]openapiSchema } `json:"components"`
+}
+
+type openapiOperation struct {
+	OperationID string `json:"operationId"`
+	Auth        string `json:"x-gpufleet-auth"`
+	Summary     string `json:"summary"`
+}
+
+type openapiSchema struct {
+	Properties map[string]json.RawMessage `json:"properties"`
+}
+
+func loadOpenAPI(t *testing.T) openapiDoc {
+	t.Helper()
+	var doc openapiDoc
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	if doc.OpenAPI != "3.1.0" {
+		t.Fatalf("openapi version %q", doc.OpenAPI)
+	}
+	return doc
+}
+
+// TestEveryRouteIsDocumented fails when a route is added without docs, or
+// docs describe a route the server does not have.
+func TestEveryRouteIsDocumented(t *testing.T) {
+	doc := loadOpenAPI(t)
+	served := map[string]Route{}
+	for _, rt := range Routes() {
+		key := strings.ToLower(rt.Method) + " " + rt.Pattern
+		if _, dup := served[key]; dup {
+			t.Errorf("route %s declared twice", key)
+		}
+		served[key] = rt
+	}
+	documented := map[string]openapiOperation{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			documented[method+" "+path] = op
+		}
+	}
+	for key, rt := range served {
+		op, ok := documented[key]
+		if !ok {
+			t.Errorf("route %s is not in openapi.json", key)
+			continue
+		}
+		if op.Auth != string(rt.Auth) {
+			t.Errorf("%s: openapi x-gpufleet-auth %q, route table %q", key, op.Auth, rt.Auth)
+		}
+		if op.Summary != rt.Summary {
+			t.Errorf("%s: openapi summary %q, route table %q", key, op.Summary, rt.Summary)
+		}
+	}
+	for key := range documented {
+		if _, ok := served[key]; !ok {
+			t.Errorf("openapi.json documents %s, which no route serves", key)
+		}
+	}
+}
+
+// TestMuxServesExactlyTheRouteTable checks the handler registered every
+// route of Routes() and that each one answers (not the mux's 404/405).
+func TestMuxServesExactlyTheRouteTable(t *testing.T) {
+	svc := newMemService()
+	h := NewHandler(svc, svc, svc, svc, HandlerOptions{}).(*handler)
+	if diff := cmp.Diff(Routes(), h.registered); diff != "" {
+		t.Errorf("registered routes differ from Routes() (-want +got):\n%s", diff)
+	}
+	for _, rt := range Routes() {
+		path := strings.NewReplacer("{id}", "x", "{name}", "n1").Replace(rt.Pattern)
+		req := httptest.NewRequest(rt.Method, path, strings.NewReader("{}"))
+		_, pattern := h.mux.Handler(req)
+		if pattern != rt.Method+" "+rt.Pattern {
+			t.Errorf("%s %s routed to %q", rt.Method, path, pattern)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rt.Auth != AuthNone && rec.Code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d, want 401", rt.Method, path, rec.Code)
+		}
+	}
+}
+
+// TestOpenAPISchemasMatchTypes keeps the hand-written schemas' property
+// lists equal to the Go types' JSON fields.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	types := map[string]any{
+		"Job": gpufleet.Job{}, "Resources": gpufleet.Resources{}, "Retries": gpufleet.Retries{}, "Attempt": gpufleet.Attempt{},
+		"AttemptNode": gpufleet.AttemptNode{}, "QueueEntry": gpufleet.QueueEntry{}, "Node": gpufleet.Node{}, "NodeGPU": gpufleet.NodeGPU{},
+		"MIGInstance": gpufleet.MIGInstance{}, "Team": gpufleet.Team{}, "Class": gpufleet.Class{}, "Token": gpufleet.Token{},
+		"Event": gpufleet.Event{}, "SubmitRequest": SubmitRequest{}, "ModelRequest": ModelRequest{}, "SubmitResponse": SubmitResponse{},
+		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{},
+		"TokenList": TokenList{}, "EventList": EventList{}, "TeamRequest": TeamRequest{}, "TokenRequest": TokenRequest{},
+		"JoinTokenRequest": JoinTokenRequest{}, "JoinTokenResponse": JoinTokenResponse{}, "UsageReport": UsageReport{},
+		"TeamUsage": TeamUsage{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
+		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
+		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
+	}
+	for name, v := range types {
+		s, ok := doc.Comps.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s missing", name)
+			continue
+		}
+		want := jsonFields(reflect.TypeOf(v))
+		got := slices.Sorted(maps.Keys(s.Properties))
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("schema %s properties (-Go type +openapi.json):\n%s", name, diff)
+		}
+	}
+	for name := range doc.Comps.Schemas {
+		if _, ok := types[name]; !ok {
+			t.Errorf("schema %s has no Go type in this test", name)
+		}
+	}
+}
+
+// jsonFields lists a struct's JSON field names, embedded structs flattened.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	srv, _ := newTestServer(t, HandlerOptions{})
+	r := call(t, srv, "GET", "/api/v1/openapi.json", "", "")
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" || !json.Valid([]byte(r.body)) {
+		t.Errorf("openapi: %d %v", r.status, r.header)
+	}
+}

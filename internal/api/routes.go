@@ -1,0 +1,413 @@
+package api
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// Page sizes for list endpoints: ?limit= defaults to DefaultPageLimit and
+// is capped at MaxPageLimit.
+const (
+	DefaultPageLimit = 500
+	MaxPageLimit     = 1000
+)
+
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+	return nil
+}
+
+func (h *handler) readyz(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+	if h.opts.Ready != nil {
+		if err := h.opts.Ready(); err != nil {
+			return fmt.Errorf("%w: not ready: %v", ErrUnavailable, err)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+	return nil
+}
+
+func (h *handler) metrics(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	if h.opts.MetricsHandler == nil {
+		return fmt.Errorf("%w: metrics are not enabled on this server", gpufleet.ErrNotFound)
+	}
+	h.opts.MetricsHandler.ServeHTTP(w, r)
+	return nil
+}
+
+func (h *handler) openapi(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openapiJSON)
+	return nil
+}
+
+func (h *handler) submitJob(w http.ResponseWriter, r *http.Request, p Principal) error {
+	req, err := DecodeSubmitRequest(r.Body)
+	if err != nil {
+		return err
+	}
+	resp, err := h.svc.SubmitJob(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, resp)
+}
+
+func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, p Principal) error {
+	q := r.URL.Query()
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	jq := JobQuery{Team: q.Get("team"), NextToken: token, Limit: limit}
+	if jq.All, err = boolParam(r, "all"); err != nil {
+		return err
+	}
+	for _, s := range splitList(q["state"]) {
+		jq.States = append(jq.States, gpufleet.JobState(s))
+	}
+	list, err := h.svc.Jobs(r.Context(), p, jq)
+	if err != nil {
+		return err
+	}
+	if list.Jobs == nil {
+		list.Jobs = []gpufleet.Job{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+func (h *handler) getJob(w http.ResponseWriter, r *http.Request, p Principal) error {
+	job, err := h.svc.Job(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, job)
+}
+
+func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, p Principal) error {
+	job, err := h.svc.CancelJob(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, job)
+}
+
+func (h *handler) queue(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	entries, err := h.svc.Queue(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(entries, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, QueueList{Queue: page, NextToken: next})
+}
+
+func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	nodes, err := h.svc.Nodes(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(nodes, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, NodeList{Nodes: page, NextToken: next})
+}
+
+func (h *handler) getNode(w http.ResponseWriter, r *http.Request, p Principal) error {
+	n, err := h.svc.Node(r.Context(), p, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, n)
+}
+
+func (h *handler) nodeAction(a NodeAction) routeFunc {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		n, err := h.svc.NodeAction(r.Context(), p, r.PathValue("name"), a)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, n)
+	}
+}
+
+func (h *handler) listTeams(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	teams, err := h.svc.Teams(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(teams, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, TeamList{Teams: page, NextToken: next})
+}
+
+func (h *handler) putTeam(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req TeamRequest
+	if err := decodeStrict(r.Body, &req); err != nil {
+		return err
+	}
+	t, err := h.svc.PutTeam(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, t)
+}
+
+func (h *handler) listClasses(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	classes, err := h.svc.Classes(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(classes, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ClassList{Classes: page, NextToken: next})
+}
+
+func (h *handler) putClass(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var c gpufleet.Class
+	if err := decodeStrict(r.Body, &c); err != nil {
+		return err
+	}
+	out, err := h.svc.PutClass(r.Context(), p, c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) listTokens(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	toks, err := h.svc.Tokens(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	for i := range toks {
+		toks[i].Token = "" // secrets appear once, at creation
+	}
+	page, next, err := paginate(toks, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, TokenList{Tokens: page, NextToken: next})
+}
+
+func (h *handler) createToken(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req TokenRequest
+	if err := decodeStrict(r.Body, &req); err != nil {
+		return err
+	}
+	t, err := h.svc.CreateToken(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, t)
+}
+
+func (h *handler) revokeToken(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := h.svc.RevokeToken(r.Context(), p, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *handler) createJoinToken(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req JoinTokenRequest
+	if err := decodeStrict(r.Body, &req); err != nil {
+		return err
+	}
+	if req.TTL != "" {
+		if _, err := ParseDuration(req.TTL); err != nil {
+			return fmt.Errorf("ttl: %w", err)
+		}
+	}
+	resp, err := h.svc.CreateJoinToken(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, resp)
+}
+
+func (h *handler) usage(w http.ResponseWriter, r *http.Request, p Principal) error {
+	q := r.URL.Query()
+	uq := UsageQuery{Team: q.Get("team")}
+	var err error
+	if uq.From, err = timeParam(r, "from"); err != nil {
+		return err
+	}
+	if uq.To, err = timeParam(r, "to"); err != nil {
+		return err
+	}
+	if !uq.From.IsZero() && !uq.To.IsZero() && uq.To.Before(uq.From) {
+		return fmt.Errorf("%w: to %s is before from %s", gpufleet.ErrInvalid, uq.To.Format(time.RFC3339), uq.From.Format(time.RFC3339))
+	}
+	rep, err := h.svc.Usage(r.Context(), p, uq)
+	if err != nil {
+		return err
+	}
+	if rep.Teams == nil {
+		rep.Teams = []TeamUsage{}
+	}
+	return writeJSON(w, http.StatusOK, rep)
+}
+
+func (h *handler) register(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	if h.agents == nil {
+		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)
+	}
+	tok, err := bearer(r)
+	if err != nil {
+		return err
+	}
+	var req RegisterRequest
+	if err := decodeLenient(r.Body, &req); err != nil {
+		return err
+	}
+	resp, err := h.agents.Register(r.Context(), tok, req)
+	if err != nil {
+		if errors.Is(err, gpufleet.ErrNotFound) {
+			// An unknown join token is a credential problem, not a missing object.
+			return fmt.Errorf("%w: invalid, used or expired join token", ErrUnauthorized)
+		}
+		return err
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
+func (h *handler) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if h.agents == nil {
+		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)
+	}
+	var req HeartbeatRequest
+	if err := decodeLenient(r.Body, &req); err != nil {
+		return err
+	}
+	if req.Node != "" && req.Node != p.Node {
+		return fmt.Errorf("%w: credential is for node %q, heartbeat names %q", ErrForbidden, p.Node, req.Node)
+	}
+	req.Node = p.Node
+	resp, err := h.agents.Heartbeat(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
+// pageParams reads ?limit= and ?next_token=.
+func pageParams(r *http.Request) (int, string, error) {
+	q := r.URL.Query()
+	limit := 0
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return 0, "", fmt.Errorf("%w: limit %q: expected a non-negative integer", gpufleet.ErrInvalid, s)
+		}
+		limit = min(n, MaxPageLimit)
+	}
+	return limit, q.Get("next_token"), nil
+}
+
+// paginate serves a page of a whole list the service returned. Its tokens
+// are opaque offsets.
+func paginate[T any](items []T, limit int, token string) ([]T, string, error) {
+	if limit == 0 {
+		limit = DefaultPageLimit
+	}
+	off := 0
+	if token != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(token)
+		s, ok := strings.CutPrefix(string(raw), "off:")
+		n, aerr := strconv.Atoi(s)
+		if err != nil || !ok || aerr != nil || n < 0 {
+			return nil, "", fmt.Errorf("%w: next_token %q: not a token this server issued", gpufleet.ErrInvalid, token)
+		}
+		off = n
+	}
+	if off > len(items) {
+		off = len(items)
+	}
+	end := min(off+limit, len(items))
+	page := items[off:end]
+	if page == nil {
+		page = []T{}
+	}
+	next := ""
+	if end < len(items) {
+		next = base64.RawURLEncoding.EncodeToString([]byte("off:" + strconv.Itoa(end)))
+	}
+	return page, next, nil
+}
+
+// boolParam reads ?name=1|true|0|false (absent: false).
+func boolParam(r *http.Request, name string) (bool, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s %q: expected 1, true, 0 or false", gpufleet.ErrInvalid, name, s)
+	}
+	return b, nil
+}
+
+// timeParam reads an RFC 3339 time (absent: zero).
+func timeParam(r *http.Request, name string) (time.Time, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s %q: expected an RFC 3339 time such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, s)
+	}
+	return t.UTC(), nil
+}
+
+// splitList flattens repeated and comma-separated query values.
+func splitList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

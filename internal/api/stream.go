@@ -1,0 +1,158 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// streamConn prepares a long-lived response: it lifts the server's read
+// deadline (a read timeout in the background would cancel the request) and
+// bounds each write by StreamWriteTimeout instead of the server's
+// WriteTimeout.
+type streamConn struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (h *handler) newStream(w http.ResponseWriter) *streamConn {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // not supported by every writer (tests)
+	return &streamConn{w: w, rc: rc, timeout: h.opts.StreamWriteTimeout}
+}
+
+// Write writes and flushes b within the per-write deadline.
+func (s *streamConn) Write(b []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	n, err := s.w.Write(b)
+	if err != nil {
+		return n, err
+	}
+	return n, s.flush()
+}
+
+func (s *streamConn) flush() error {
+	if err := s.rc.Flush(); err != nil && err != http.ErrNotSupported {
+		return err
+	}
+	return nil
+}
+
+func (h *handler) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if h.logs == nil {
+		return fmt.Errorf("%w: this server does not serve logs", gpufleet.ErrUnsupported)
+	}
+	follow, err := boolParam(r, "follow")
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if follow {
+		w.Header().Set("X-Accel-Buffering", "no")
+	}
+	// An error before the first byte still becomes a JSON error; after it,
+	// the stream just ends. Even without follow a log can be long, so the
+	// stream's per-write deadline applies.
+	return h.logs.Logs(r.Context(), p, r.PathValue("id"), follow, h.newStream(w))
+}
+
+// events lists stored events, or with ?watch=1 streams them as server-sent
+// events: "id:", "event:" and "data:" lines per event, a comment line every
+// KeepAlive while idle. ?since= (or the Last-Event-ID header on a
+// reconnect) resumes after that id.
+func (h *handler) events(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if h.watch == nil {
+		return fmt.Errorf("%w: this server does not serve events", gpufleet.ErrUnsupported)
+	}
+	watch, err := boolParam(r, "watch")
+	if err != nil {
+		return err
+	}
+	var since int64
+	if s := r.URL.Query().Get("since"); s != "" {
+		if since, err = strconv.ParseInt(s, 10, 64); err != nil || since < 0 {
+			return fmt.Errorf("%w: since %q: expected an event id", gpufleet.ErrInvalid, s)
+		}
+	}
+	if !watch {
+		lister, ok := h.watch.(EventLister)
+		if !ok {
+			return fmt.Errorf("%w: this server only streams events: use ?watch=1", gpufleet.ErrUnsupported)
+		}
+		limit, token, err := pageParams(r)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			if since, err = strconv.ParseInt(token, 10, 64); err != nil || since < 0 {
+				return fmt.Errorf("%w: next_token %q: not a token this server issued", gpufleet.ErrInvalid, token)
+			}
+		}
+		list, err := lister.Events(r.Context(), p, EventQuery{Since: since, Limit: limit})
+		if err != nil {
+			return err
+		}
+		if list.Events == nil {
+			list.Events = []gpufleet.Event{}
+		}
+		return writeJSON(w, http.StatusOK, list)
+	}
+	if s := r.Header.Get("Last-Event-ID"); s != "" {
+		if id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil && id > since {
+			since = id
+		}
+	}
+	ch, err := h.watch.Watch(r.Context(), p, since)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := h.newStream(w)
+	if _, err := s.Write([]byte(": connected\n\n")); err != nil {
+		return err
+	}
+	tick := time.NewTicker(h.opts.KeepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-tick.C:
+			if _, err := s.Write([]byte(": keepalive\n\n")); err != nil {
+				return err
+			}
+		case ev, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if _, err := s.Write(sseFrame(ev)); err != nil {
+				return err
+			}
+			tick.Reset(h.opts.KeepAlive)
+		}
+	}
+}
+
+// sseFrame encodes one event as a server-sent event.
+func sseFrame(ev gpufleet.Event) []byte {
+	data, _ := json.Marshal(ev) // an Event always encodes
+	kind := strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, ev.Kind)
+	if kind == "" {
+		kind = "message"
+	}
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.ID, kind, data)
+}

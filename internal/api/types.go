@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// QueueList is a page of GET /api/v1/queue.
+type QueueList struct {
+	Queue     []gpufleet.QueueEntry `json:"queue"`
+	NextToken string                `json:"next_token"`
+}
+
+// NodeList is a page of GET /api/v1/nodes.
+type NodeList struct {
+	Nodes     []gpufleet.Node `json:"nodes"`
+	NextToken string          `json:"next_token"`
+}
+
+// TeamList is a page of GET /api/v1/teams.
+type TeamList struct {
+	Teams     []gpufleet.Team `json:"teams"`
+	NextToken string          `json:"next_token"`
+}
+
+// ClassList is a page of GET /api/v1/classes.
+type ClassList struct {
+	Classes   []gpufleet.Class `json:"classes"`
+	NextToken string           `json:"next_token"`
+}
+
+// TokenList is a page of GET /api/v1/tokens. Secrets are never listed.
+type TokenList struct {
+	Tokens    []gpufleet.Token `json:"tokens"`
+	NextToken string           `json:"next_token"`
+}
+
+// EventList is a page of GET /api/v1/events.
+type EventList struct {
+	Events []gpufleet.Event `json:"events"`
+	// NextToken is the id to pass as since for the next page; empty when
+	// this page is the last.
+	NextToken string `json:"next_token"`
+}
+
+// EventQuery selects stored events: those with an id above Since, oldest
+// first, at most Limit (0: the service's default).
+type EventQuery struct {
+	Since int64
+	Limit int
+}
+
+// EventLister lists stored events. A WatchService that also implements it
+// serves GET /api/v1/events without ?watch=1; otherwise that request is a
+// 422 and only the stream is offered.
+type EventLister interface {
+	Events(ctx context.Context, p Principal, q EventQuery) (EventList, error)
+}
+
+// AuthKind is what credential a route takes.
+type AuthKind string
+
+// Auth kinds of the routes.
+const (
+	// AuthNone routes take no credential (health, readiness, the API document).
+	AuthNone AuthKind = "none"
+	// AuthMember routes take any user token; members see their own team's
+	// objects only.
+	AuthMember AuthKind = "member"
+	// AuthAdmin routes take an admin token; members get 403.
+	AuthAdmin AuthKind = "admin"
+	// AuthJoin is agent registration: the bearer is a join token.
+	AuthJoin AuthKind = "join"
+	// AuthAgent routes take a node credential issued at registration.
+	AuthAgent AuthKind = "agent"
+)
+
+// Route is one entry of the API's route table.
+type Route struct {
+	Method  string   // GET, POST, DELETE
+	Pattern string   // net/http pattern path, e.g. /api/v1/jobs/{id}
+	Auth    AuthKind // what credential it takes
+	Summary string   // one line, as in openapi.json
+}

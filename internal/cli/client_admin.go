@@ -1,0 +1,514 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+func newNodesCmd(c *clientEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes [NAME]",
+		Short: "List nodes with state, health and GPUs (or show one)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			var nodes []gpufleet.Node
+			if len(args) == 1 {
+				n, err := cl.Node(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if c.output == outputJSON {
+					return writeJSON(c.stdout, n)
+				}
+				return c.printNode(n)
+			}
+			if nodes, err = cl.Nodes(cmd.Context()); err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, nodes)
+			}
+			return c.printNodes(nodes)
+		},
+	}
+}
+
+func (c *clientEnv) printNodes(nodes []gpufleet.Node) error {
+	cols := []string{"NAME", "STATE", "HEALTH", "GPUS", "HEARTBEAT", "REASON"}
+	if c.output == outputWide {
+		cols = append(cols, "DRIVER", "LABELS")
+	}
+	t := newTable(c.stdout, cols...)
+	for _, n := range nodes {
+		row := []string{n.Name, string(n.State), string(n.Health), gpuSummary(n.GPUs), heartbeat(n.HeartbeatAgeS), orDash(n.Reason)}
+		if c.output == outputWide {
+			row = append(row, orDash(n.Versions["driver"]), kvList(n.Labels))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func (c *clientEnv) printNode(n gpufleet.Node) error {
+	kv := newTable(c.stdout, "FIELD", "VALUE")
+	kv.row("name", n.Name)
+	kv.row("state", string(n.State))
+	kv.row("health", string(n.Health))
+	kv.row("reason", orDash(n.Reason))
+	kv.row("heartbeat", heartbeat(n.HeartbeatAgeS))
+	kv.row("metrics", orDash(n.MetricsURL))
+	kv.row("labels", kvList(n.Labels))
+	kv.row("versions", kvList(n.Versions))
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout)
+	t := newTable(c.stdout, "INDEX", "UUID", "MODEL", "MEMORY", "STATE", "HEALTH", "MIG", "REASON")
+	for _, g := range n.GPUs {
+		var mig []string
+		for _, m := range g.MIGInstances {
+			mig = append(mig, m.Profile)
+		}
+		t.row(strconv.Itoa(g.Index), g.UUID, g.Model, api.FormatBytes(g.MemoryBytes), string(g.State), string(g.Health),
+			orDash(strings.Join(mig, ",")), orDash(g.Reason))
+	}
+	return t.flush()
+}
+
+// gpuSummary prints a node's GPUs as counts per model: "8x h100-sxm-80gb".
+func gpuSummary(gpus []gpufleet.NodeGPU) string {
+	if len(gpus) == 0 {
+		return "-"
+	}
+	counts := map[string]int{}
+	var order []string
+	for _, g := range gpus {
+		if counts[g.Model] == 0 {
+			order = append(order, g.Model)
+		}
+		counts[g.Model]++
+	}
+	parts := make([]string, len(order))
+	for i, m := range order {
+		parts[i] = fmt.Sprintf("%dx %s", counts[m], m)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func heartbeat(age *float64) string {
+	if age == nil {
+		return "never"
+	}
+	return roughDuration(time.Duration(*age*float64(time.Second))) + " ago"
+}
+
+func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
+	short := map[api.NodeAction]string{
+		api.Cordon:   "Stop placing new work on a node (admin)",
+		api.Uncordon: "Return a node to ready (admin)",
+		api.Drain:    "Cordon a node and stop its attempts; they requeue elsewhere (admin)",
+	}[a]
+	return &cobra.Command{
+		Use:   string(a) + " NODE",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			n, err := cl.NodeAction(cmd.Context(), args[0], a)
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, n)
+			}
+			_, err = fmt.Fprintf(c.stdout, "node %s: %s\n", n.Name, n.State)
+			return err
+		},
+	}
+}
+
+func newTeamsCmd(c *clientEnv) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "teams",
+		Short: "Create and list teams: quotas per GPU class, borrowing and fair-share weight",
+		Args:  cobra.NoArgs,
+	}
+	var (
+		quota   []string
+		borrow  int
+		weight  float64
+		noLimit bool
+	)
+	create := &cobra.Command{
+		Use:     "create NAME [--quota CLASS=N ...] [--borrow-limit N] [--weight W]",
+		Aliases: []string{"update", "set"},
+		Short:   "Create or update a team (admin)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.TeamRequest{Name: args[0]}
+			kv, err := parseKV(quota)
+			if err != nil {
+				return fmt.Errorf("%w: --quota %s", gpufleet.ErrInvalid, detail(err))
+			}
+			for k, v := range kv {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return usageErr("--quota %s=%s: expected CLASS=GPUS with a non-negative count", k, v)
+				}
+				if req.Quota == nil {
+					req.Quota = map[string]int{}
+				}
+				req.Quota[k] = n
+			}
+			fs := cmd.Flags()
+			switch {
+			case fs.Changed("borrow-limit") && fs.Changed("no-borrow-limit"):
+				return usageErr("--borrow-limit and --no-borrow-limit exclude each other")
+			case fs.Changed("borrow-limit"):
+				if borrow < 0 {
+					return usageErr("--borrow-limit %d: expected a non-negative GPU count (or --no-borrow-limit)", borrow)
+				}
+				req.BorrowingLimit = &borrow
+			case noLimit:
+				none := -1
+				req.BorrowingLimit = &none
+			}
+			if fs.Changed("weight") {
+				if weight <= 0 {
+					return usageErr("--weight %v: expected a positive number", weight)
+				}
+				req.Weight = &weight
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			t, err := cl.PutTeam(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, t)
+			}
+			return c.printTeams([]gpufleet.Team{t})
+		},
+	}
+	create.Flags().StringArrayVar(&quota, "quota", nil, "guaranteed GPUs of a class, CLASS=N (repeatable)")
+	create.Flags().IntVar(&borrow, "borrow-limit", 0, "GPUs the team may borrow beyond its quota")
+	create.Flags().BoolVar(&noLimit, "no-borrow-limit", false, "let the team borrow without limit")
+	create.Flags().Float64Var(&weight, "weight", 1, "fair-share weight")
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List teams with quota and use (members see their own)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			teams, err := cl.Teams(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, teams)
+			}
+			return c.printTeams(teams)
+		},
+	}
+	cmd.AddCommand(create, list)
+	cmd.RunE = list.RunE // plain `teams` lists
+	return cmd
+}
+
+func (c *clientEnv) printTeams(teams []gpufleet.Team) error {
+	t := newTable(c.stdout, "NAME", "QUOTA", "USED", "BORROW LIMIT", "WEIGHT")
+	for _, tm := range teams {
+		limit := strconv.Itoa(tm.BorrowingLimit)
+		if tm.BorrowingLimit < 0 {
+			limit = "none"
+		}
+		t.row(tm.Name, kvList(tm.Quota), kvList(tm.Used), limit, strconv.FormatFloat(tm.Weight, 'g', -1, 64))
+	}
+	return t.flush()
+}
+
+func newClassesCmd(c *clientEnv) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "classes",
+		Short: "Create and list GPU classes: named groups of catalog ids",
+		Args:  cobra.NoArgs,
+	}
+	var models string
+	create := &cobra.Command{
+		Use:     "create NAME --models ID,ID",
+		Aliases: []string{"update", "set"},
+		Short:   "Create or update a GPU class (admin)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := splitComma(models)
+			if len(ids) == 0 {
+				return usageErr("--models: required, catalog ids separated by commas")
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			cls, err := cl.PutClass(cmd.Context(), gpufleet.Class{Name: args[0], Models: ids})
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, cls)
+			}
+			return c.printClasses([]gpufleet.Class{cls})
+		},
+	}
+	create.Flags().StringVar(&models, "models", "", "catalog ids in the class, comma-separated")
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List GPU classes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			classes, err := cl.Classes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, classes)
+			}
+			return c.printClasses(classes)
+		},
+	}
+	cmd.AddCommand(create, list)
+	cmd.RunE = list.RunE // plain `classes` lists
+	return cmd
+}
+
+func (c *clientEnv) printClasses(classes []gpufleet.Class) error {
+	t := newTable(c.stdout, "NAME", "MODELS")
+	for _, cl := range classes {
+		t.row(cl.Name, strings.Join(cl.Models, ","))
+	}
+	return t.flush()
+}
+
+func newTokensCmd(c *clientEnv) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tokens",
+		Short: "Create, list and revoke API tokens (admin)",
+		Args:  cobra.NoArgs,
+	}
+	var req api.TokenRequest
+	var role string
+	create := &cobra.Command{
+		Use:   "create --team NAME --role member|admin",
+		Short: "Create an API token; its secret is printed once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch gpufleet.Role(role) {
+			case gpufleet.RoleMember:
+				if req.Team == "" {
+					return usageErr("--team: required for a member token")
+				}
+			case gpufleet.RoleAdmin:
+			default:
+				return usageErr("--role %q: expected member or admin", role)
+			}
+			req.Role = gpufleet.Role(role)
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			tok, err := cl.CreateToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, tok)
+			}
+			t := newTable(c.stdout, "ID", "TEAM", "ROLE", "TOKEN")
+			t.row(tok.ID, orDash(tok.Team), string(tok.Role), tok.Token)
+			fmt.Fprintln(c.stderr, "store the token now: it is not shown again")
+			return t.flush()
+		},
+	}
+	create.Flags().StringVar(&req.Team, "team", "", "the member's team")
+	create.Flags().StringVar(&role, "role", string(gpufleet.RoleMember), "member (one team) or admin (fleet-wide)")
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List API tokens (never their secrets)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			toks, err := cl.Tokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, toks)
+			}
+			t := newTable(c.stdout, "ID", "TEAM", "ROLE", "CREATED", "REVOKED")
+			for _, tok := range toks {
+				t.row(tok.ID, orDash(tok.Team), string(tok.Role), c.ago(&tok.CreatedAt), c.ago(tok.RevokedAt))
+			}
+			return t.flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke an API token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cl.RevokeToken(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, map[string]any{"id": args[0], "revoked": true})
+			}
+			_, err = fmt.Fprintf(c.stdout, "token %s: revoked\n", args[0])
+			return err
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	cmd.RunE = list.RunE // plain `tokens` lists
+	return cmd
+}
+
+func newJoinTokensCmd(c *clientEnv) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "join-tokens",
+		Short: "Create join tokens that let agents register (admin)",
+		Args:  cobra.NoArgs,
+	}
+	var req api.JoinTokenRequest
+	create := &cobra.Command{
+		Use:   "create [--node NAME] [--ttl D]",
+		Short: "Create a join token; without --ttl it is single-use and does not expire",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.TTL != "" {
+				d, err := normaliseDuration(req.TTL)
+				if err != nil {
+					return usageErr("--ttl %v", err)
+				}
+				req.TTL = d
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			jt, err := cl.CreateJoinToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, jt)
+			}
+			expires := "never"
+			if jt.ExpiresAt != nil {
+				expires = jt.ExpiresAt.UTC().Format(time.RFC3339)
+			}
+			t := newTable(c.stdout, "ID", "NODE", "EXPIRES", "SINGLE USE", "TOKEN")
+			t.row(jt.ID, orDash(jt.Node), expires, strconv.FormatBool(jt.SingleUse), jt.Token)
+			return t.flush()
+		},
+	}
+	create.Flags().StringVar(&req.Node, "node", "", "only this node name may register with it")
+	create.Flags().StringVar(&req.TTL, "ttl", "", "valid for this long and reusable until then (1h, 7d)")
+	cmd.AddCommand(create)
+	return cmd
+}
+
+func newUsageCmd(c *clientEnv) *cobra.Command {
+	var team, from, to string
+	cmd := &cobra.Command{
+		Use:   "usage [--team T] [--from TIME] [--to TIME]",
+		Short: "GPU-hours, effective GPU-hours, idle allocated GPU-hours and energy by team",
+		Long: `Accounting by team over a period. --from and --to take RFC 3339 times
+(2025-01-31T00:00:00Z), dates (2025-01-31), or durations meaning that long ago
+(7d, 24h). Without them the server picks its default period.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := api.UsageQuery{Team: team}
+			var err error
+			if q.From, err = c.parseWhen("--from", from); err != nil {
+				return err
+			}
+			if q.To, err = c.parseWhen("--to", to); err != nil {
+				return err
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			rep, err := cl.Usage(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, rep)
+			}
+			fmt.Fprintf(c.stdout, "from %s to %s\n", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
+			t := newTable(c.stdout, "TEAM", "GPU-HOURS", "EFFECTIVE", "IDLE ALLOCATED", "EFFICIENCY", "ENERGY")
+			for _, u := range rep.Teams {
+				eff := "-"
+				if u.GPUHours > 0 {
+					eff = fmt.Sprintf("%.0f%%", 100*u.EffectiveGPUHours/u.GPUHours)
+				}
+				t.row(u.Team, fmt.Sprintf("%.1f", u.GPUHours), fmt.Sprintf("%.1f", u.EffectiveGPUHours),
+					fmt.Sprintf("%.1f", u.IdleAllocatedGPUHour), eff, fmt.Sprintf("%.1f kWh", u.EnergyJoules/3.6e6))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&team, "team", "", "only this team")
+	cmd.Flags().StringVar(&from, "from", "", "start of the period")
+	cmd.Flags().StringVar(&to, "to", "", "end of the period")
+	return cmd
+}
+
+// parseWhen reads an RFC 3339 time, a date, or a duration ago.
+func (c *clientEnv) parseWhen(flag, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if d, err := api.ParseDuration(s); err == nil {
+		return c.now().Add(-d).UTC().Truncate(time.Second), nil
+	}
+	return time.Time{}, usageErr("%s %q: expected an RFC 3339 time, a date (2025-01-31) or a duration ago (7d)", flag, s)
+}

@@ -1,0 +1,237 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// fakeService is a transitional test double behind the real API handler:
+// it records what the CLI sent and answers with canned objects. The CLI's
+// end-to-end tests against the real server live with the server.
+type fakeService struct {
+	mu         sync.Mutex
+	lastSubmit api.SubmitRequest
+	lastJobs   api.JobQuery
+	lastUsage  api.UsageQuery
+	lastTeam   api.TeamRequest
+	lastClass  gpufleet.Class
+	lastToken  api.TokenRequest
+	lastJoin   api.JoinTokenRequest
+	lastAction string
+	now        time.Time
+}
+
+const (
+	fakeAdmin  = "admin-secret-0123456789"
+	fakeMember = "member-secret-0123456789"
+)
+
+var (
+	_ api.Service      = (*fakeService)(nil)
+	_ api.LogService   = (*fakeService)(nil)
+	_ api.WatchService = (*fakeService)(nil)
+)
+
+// startFake serves the API over a fakeService and isolates the test from
+// the caller's environment and config file.
+func startFake(t *testing.T) (*httptest.Server, *fakeService) {
+	t.Helper()
+	isolateClientEnv(t)
+	f := &fakeService{}
+	return newFakeServer(t, f), f
+}
+
+// newFakeServer serves the API over f.
+func newFakeServer(t *testing.T, f *fakeService) *httptest.Server {
+	t.Helper()
+	f.now = time.Now()
+	srv := httptest.NewServer(api.NewHandler(f, nil, f, f, api.HandlerOptions{}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func isolateClientEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"GPUFLEET_SERVER", "GPUFLEET_TOKEN", "GPUFLEET_CONTEXT"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("GPUFLEET_CONFIG", filepath.Join(t.TempDir(), "absent.yaml"))
+}
+
+func (f *fakeService) Authenticate(_ context.Context, bearer string) (api.Principal, error) {
+	switch bearer {
+	case fakeAdmin:
+		return api.Principal{TokenID: "t-admin", Role: gpufleet.RoleAdmin}, nil
+	case fakeMember:
+		return api.Principal{TokenID: "t-a", Role: gpufleet.RoleMember, Team: "team-a"}, nil
+	}
+	return api.Principal{}, api.ErrUnauthorized
+}
+
+func (f *fakeService) job(id string) gpufleet.Job {
+	started := f.now.Add(-5 * time.Minute)
+	limit := 14400.0
+	exit := 0
+	return gpufleet.Job{
+		ID: id, Team: "team-a", Name: "train", State: gpufleet.JobRunning, Priority: "training",
+		Resources:   gpufleet.Resources{GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}, GPUMemoryMinBytes: 80 << 30},
+		Command:     []string{"torchrun", "train.py"},
+		TimeLimitS:  &limit,
+		SubmittedAt: f.now.Add(-10 * time.Minute), StartedAt: &started,
+		Attempts: []gpufleet.Attempt{{ID: id + "-a1", JobID: id, State: gpufleet.AttemptRunning, Node: "n1",
+			GPUs: []string{"GPU-1"}, Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"GPU-1"}}, {Name: "n2", GPUs: []string{"GPU-9"}}},
+			StartedAt: &started, ExitCode: &exit}},
+	}
+}
+
+func (f *fakeService) SubmitJob(_ context.Context, p api.Principal, r api.SubmitRequest) (api.SubmitResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastSubmit = r
+	j := f.job("j-42")
+	j.State, j.StartedAt, j.Attempts = gpufleet.JobQueued, nil, nil
+	return api.SubmitResponse{Job: j, Warnings: []string{"plan needs 2 GPUs, request has 1"}}, nil
+}
+
+func (f *fakeService) Jobs(_ context.Context, _ api.Principal, q api.JobQuery) (api.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastJobs = q
+	if q.NextToken == "" {
+		return api.JobList{Jobs: []gpufleet.Job{f.job("j-1")}, NextToken: "page2"}, nil
+	}
+	return api.JobList{Jobs: []gpufleet.Job{f.job("j-2")}}, nil
+}
+
+func (f *fakeService) Job(_ context.Context, _ api.Principal, id string) (gpufleet.Job, error) {
+	if id != "j-1" {
+		return gpufleet.Job{}, fmt.Errorf("%w: job %q", gpufleet.ErrNotFound, id)
+	}
+	return f.job(id), nil
+}
+
+func (f *fakeService) CancelJob(ctx context.Context, p api.Principal, id string) (gpufleet.Job, error) {
+	j, err := f.Job(ctx, p, id)
+	j.CancelRequested = true
+	return j, err
+}
+
+func (f *fakeService) Queue(context.Context, api.Principal) ([]gpufleet.QueueEntry, error) {
+	eta := f.now.Add(12*time.Minute + 30*time.Second)
+	return []gpufleet.QueueEntry{
+		{ID: "j-7", Team: "team-a", Priority: "training", Position: 1, TeamPosition: 1, Reason: "waiting for 8 h100-sxm-80gb GPUs (4 free)", ReasonCode: "capacity", EstimatedStart: &eta},
+		{ID: "j-8", Team: "team-b", Priority: "batch", Position: 2, TeamPosition: 1, Reason: "team-b is over its quota", ReasonCode: "quota"},
+	}, nil
+}
+
+func (f *fakeService) Nodes(context.Context, api.Principal) ([]gpufleet.Node, error) {
+	age := 2.0
+	gpus := []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-1", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30, State: gpufleet.NodeReady, Health: gpufleet.Healthy}}
+	return []gpufleet.Node{
+		{Name: "n1", State: gpufleet.NodeReady, Health: gpufleet.Healthy, HeartbeatAgeS: &age, GPUs: append(gpus, gpus[0]), Labels: map[string]string{"rack": "r1"}},
+		{Name: "n2", State: gpufleet.NodeDown, Health: gpufleet.Degraded, Reason: "no heartbeat"},
+	}, nil
+}
+
+func (f *fakeService) Node(ctx context.Context, p api.Principal, name string) (gpufleet.Node, error) {
+	nodes, _ := f.Nodes(ctx, p)
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return gpufleet.Node{}, fmt.Errorf("%w: node %q", gpufleet.ErrNotFound, name)
+}
+
+func (f *fakeService) NodeAction(ctx context.Context, p api.Principal, name string, a api.NodeAction) (gpufleet.Node, error) {
+	f.mu.Lock()
+	f.lastAction = string(a) + " " + name
+	f.mu.Unlock()
+	n, err := f.Node(ctx, p, name)
+	n.State = map[api.NodeAction]gpufleet.NodeState{api.Cordon: gpufleet.NodeCordoned, api.Uncordon: gpufleet.NodeReady, api.Drain: gpufleet.NodeDraining}[a]
+	return n, err
+}
+
+func (f *fakeService) Teams(context.Context, api.Principal) ([]gpufleet.Team, error) {
+	return []gpufleet.Team{{Name: "team-a", Quota: map[string]int{"h100": 8}, BorrowingLimit: -1, Weight: 1, Used: map[string]int{"h100": 4}}}, nil
+}
+
+func (f *fakeService) PutTeam(_ context.Context, _ api.Principal, r api.TeamRequest) (gpufleet.Team, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastTeam = r
+	return gpufleet.Team{Name: r.Name, Quota: r.Quota, Weight: 1}, nil
+}
+
+func (f *fakeService) Classes(context.Context, api.Principal) ([]gpufleet.Class, error) {
+	return []gpufleet.Class{{Name: "hopper", Models: []string{"h100-sxm-80gb", "h200-sxm-141gb"}}}, nil
+}
+
+func (f *fakeService) PutClass(_ context.Context, _ api.Principal, c gpufleet.Class) (gpufleet.Class, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastClass = c
+	return c, nil
+}
+
+func (f *fakeService) Tokens(context.Context, api.Principal) ([]gpufleet.Token, error) {
+	return []gpufleet.Token{{ID: "t-a", Team: "team-a", Role: gpufleet.RoleMember, CreatedAt: f.now.Add(-time.Hour)}}, nil
+}
+
+func (f *fakeService) CreateToken(_ context.Context, _ api.Principal, r api.TokenRequest) (gpufleet.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastToken = r
+	return gpufleet.Token{ID: "t-new", Token: "s3cret", Team: r.Team, Role: r.Role, CreatedAt: f.now}, nil
+}
+
+func (f *fakeService) RevokeToken(_ context.Context, _ api.Principal, id string) error {
+	if id != "t-a" {
+		return fmt.Errorf("%w: token %q", gpufleet.ErrNotFound, id)
+	}
+	return nil
+}
+
+func (f *fakeService) CreateJoinToken(_ context.Context, _ api.Principal, r api.JoinTokenRequest) (api.JoinTokenResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastJoin = r
+	return api.JoinTokenResponse{ID: "jt-1", Token: "join-s3cret", Node: r.Node, SingleUse: r.TTL == ""}, nil
+}
+
+func (f *fakeService) Usage(_ context.Context, _ api.Principal, q api.UsageQuery) (api.UsageReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastUsage = q
+	return api.UsageReport{From: q.From, To: q.To, Teams: []api.TeamUsage{{Team: "team-a", GPUHours: 100, EffectiveGPUHours: 62.5, EnergyJoules: 3.6e9}}}, nil
+}
+
+func (f *fakeService) Logs(_ context.Context, _ api.Principal, id string, follow bool, w io.Writer) error {
+	if id != "j-1" {
+		return fmt.Errorf("%w: job %q", gpufleet.ErrNotFound, id)
+	}
+	_, err := fmt.Fprintf(w, "epoch 1 loss 2.31\nfollow=%v\n", follow)
+	return err
+}
+
+func (f *fakeService) Watch(ctx context.Context, _ api.Principal, _ int64) (<-chan gpufleet.Event, error) {
+	ch := make(chan gpufleet.Event)
+	go func() {
+		defer close(ch)
+		select {
+		case ch <- gpufleet.Event{ID: 1, Kind: "job.started", Object: "j-1"}:
+		case <-ctx.Done():
+		}
+		<-ctx.Done()
+	}()
+	return ch, nil
+}

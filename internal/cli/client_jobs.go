@@ -1,0 +1,660 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/model"
+)
+
+// submitFlags are the flags of `submit`. Only flags given on the command
+// line override the job file.
+type submitFlags struct {
+	gpus, nodes, retries                                                  int
+	gpuModels, gpuMemory, minCC, precision, interconnect, sharing, prefer string
+	nodeSelector, env                                                     []string
+	priority, team, timeLimit, estimate, grace                            string
+	workdir, requestID, simLoad, name                                     string
+	preemptible, strict                                                   bool
+	plan                                                                  planFlags
+}
+
+// submitPlanFlags are the planner flags submit shares with plan; plan's
+// --gpus, --gpu and --precision mean other things here (the job's GPU
+// count, --gpu-model and the job's precision).
+var submitPlanFlags = []string{"model", "mode", "kv-precision", "batch", "input-tokens", "output-tokens", "seq",
+	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp"}
+
+func (f *submitFlags) bind(fs *pflag.FlagSet) {
+	fs.IntVar(&f.gpus, "gpus", 0, "total GPUs (over all nodes)")
+	fs.IntVar(&f.nodes, "nodes", 0, "nodes to spread the GPUs over (a gang)")
+	fs.StringVar(&f.gpuModels, "gpu-model", "", "acceptable GPU catalog ids or classes, comma-separated")
+	fs.StringVar(&f.gpuMemory, "gpu-memory", "", "minimum memory per GPU, such as 80GiB or 141GB")
+	fs.StringVar(&f.minCC, "min-compute-capability", "", "minimum CUDA compute capability, such as 8.0")
+	fs.StringVar(&f.precision, "precision", "", "precision the GPUs must support natively: fp32, bf16, fp16, fp8, int8, int4, fp4")
+	fs.StringVar(&f.interconnect, "interconnect", "", "nvlink or any")
+	fs.StringVar(&f.sharing, "sharing", "", "exclusive, mig:PROFILE (mig:1g.18gb) or timeslice:FRACTION (timeslice:0.25)")
+	fs.StringVar(&f.prefer, "prefer", "", "cheapest or fastest among fitting GPUs")
+	fs.StringArrayVar(&f.nodeSelector, "node-selector", nil, "node label KEY=VALUE the nodes must carry (repeatable)")
+	fs.StringVar(&f.priority, "priority", "", "production, interactive, training or batch")
+	fs.StringVar(&f.team, "team", "", "team to run as (admins; members run as their own team)")
+	fs.StringVar(&f.timeLimit, "time-limit", "", "stop the job after this long (90s, 4h, 2d)")
+	fs.StringVar(&f.estimate, "estimate", "", "expected run time, for queue ETAs and backfill (90s, 4h)")
+	fs.BoolVar(&f.preemptible, "preemptible", false, "the job may be preempted by higher priorities (it requeues)")
+	fs.StringVar(&f.grace, "grace", "", "time between the stop signal and the kill (30s)")
+	fs.IntVar(&f.retries, "retries", 0, "times to rerun the job after its own failure")
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	fs.StringVar(&f.workdir, "workdir", "", "working directory on the node")
+	fs.StringVar(&f.requestID, "request-id", "", "idempotency key: resubmitting with the same id returns the same job")
+	fs.StringVar(&f.simLoad, "sim-load", "", "load on simulated GPUs: compute, memory or idle")
+	fs.StringVar(&f.name, "name", "", "job name")
+	fs.BoolVar(&f.strict, "strict", false, "reject the job when its request is smaller than the planner's plan (default: warn)")
+	tmp := pflag.NewFlagSet("plan", pflag.ContinueOnError)
+	f.plan.bind(tmp)
+	for _, name := range submitPlanFlags {
+		fl := tmp.Lookup(name)
+		if name == "model" {
+			fl.Usage = "admit through the planner for this model: a config.json path or a built-in name"
+		}
+		fs.AddFlag(fl)
+	}
+}
+
+// request builds the submit request: the job file (if any), then the flags
+// given, then the command after --.
+func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []string) (api.SubmitRequest, error) {
+	var req api.SubmitRequest
+	if len(fileArgs) > 1 {
+		return req, usageErr("more than one job file (%s): put the command after --", strings.Join(fileArgs, " "))
+	}
+	if len(fileArgs) == 1 {
+		var err error
+		if req, err = readJobFile(e, fileArgs[0]); err != nil {
+			return req, err
+		}
+	}
+	res := &req.Resources
+	set := func(name string, apply func() error) error {
+		if !fs.Changed(name) {
+			return nil
+		}
+		if err := apply(); err != nil {
+			return fmt.Errorf("%w: --%s %s", gpufleet.ErrInvalid, name, detail(err))
+		}
+		return nil
+	}
+	check := func(path, v string) error {
+		if c := fieldChecks[path]; c != nil {
+			if err := c(v); err != nil {
+				return fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
+			}
+		}
+		return nil
+	}
+	positive := func(v int) error {
+		if v < 0 {
+			return fmt.Errorf("%w: %d: expected a non-negative integer", gpufleet.ErrInvalid, v)
+		}
+		return nil
+	}
+	duration := func(dst *string, v string) func() error {
+		return func() error {
+			d, err := normaliseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
+			}
+			*dst = d
+			return nil
+		}
+	}
+	steps := []struct {
+		flag  string
+		apply func() error
+	}{
+		{"gpus", func() error { res.GPUs = f.gpus; return positive(f.gpus) }},
+		{"nodes", func() error { res.Nodes = f.nodes; return positive(f.nodes) }},
+		{"gpu-model", func() error { res.GPUModels = splitComma(f.gpuModels); return nil }},
+		{"gpu-memory", func() error {
+			n, err := api.ParseBytes(f.gpuMemory)
+			res.GPUMemoryMinBytes = n
+			return err
+		}},
+		{"min-compute-capability", func() error {
+			res.MinComputeCapability = f.minCC
+			return check("resources.min_compute_capability", f.minCC)
+		}},
+		{"precision", func() error { res.Precision = f.precision; return check("resources.precision", f.precision) }},
+		{"interconnect", func() error {
+			res.Interconnect = f.interconnect
+			return check("resources.interconnect", f.interconnect)
+		}},
+		{"sharing", func() error { res.Sharing = f.sharing; return check("resources.sharing", f.sharing) }},
+		{"prefer", func() error { res.Prefer = f.prefer; return check("resources.prefer", f.prefer) }},
+		{"node-selector", func() error {
+			m, err := parseKV(f.nodeSelector)
+			res.NodeSelector = mergeKV(res.NodeSelector, m)
+			return err
+		}},
+		{"priority", func() error { req.Priority = f.priority; return check("priority", f.priority) }},
+		{"team", func() error { req.Team = f.team; return nil }},
+		{"time-limit", duration(&req.TimeLimit, f.timeLimit)},
+		{"estimate", duration(&req.Estimate, f.estimate)},
+		{"grace", duration(&req.Grace, f.grace)},
+		{"preemptible", func() error { req.Preemptible = f.preemptible; return nil }},
+		{"retries", func() error { req.Retries = f.retries; return positive(f.retries) }},
+		{"env", func() error {
+			m, err := parseKV(f.env)
+			req.Env = mergeKV(req.Env, m)
+			return err
+		}},
+		{"workdir", func() error { req.Workdir = f.workdir; return nil }},
+		{"request-id", func() error { req.RequestID = f.requestID; return nil }},
+		{"sim-load", func() error { req.SimLoad = f.simLoad; return check("sim_load", f.simLoad) }},
+		{"name", func() error { req.Name = f.name; return nil }},
+		{"strict", func() error { req.Strict = f.strict; return nil }},
+	}
+	for _, s := range steps {
+		if err := set(s.flag, s.apply); err != nil {
+			return req, err
+		}
+	}
+	if err := f.applyModel(fs, &req); err != nil {
+		return req, err
+	}
+	if len(command) > 0 {
+		req.Command = command
+	}
+	return req, nil
+}
+
+// applyModel sets req.Model from --model and the planner flags.
+func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) error {
+	changed := false
+	for _, name := range submitPlanFlags {
+		changed = changed || fs.Changed(name)
+	}
+	if !changed {
+		return nil
+	}
+	m := req.Model
+	if m == nil {
+		m = &api.ModelRequest{}
+	}
+	if fs.Changed("model") {
+		mr, err := modelRequest(f.plan.model)
+		if err != nil {
+			return err
+		}
+		m.Name, m.Config = mr.Name, mr.Config
+	}
+	if m.Name == "" && m.Config == nil {
+		return usageErr("planner flags (--mode, --batch, ...) need --model or a model in the job file")
+	}
+	p := &f.plan
+	if fs.Changed("mode") || m.Mode == "" {
+		if err := fieldChecks["model.mode"](p.mode); err != nil {
+			return usageErr("--mode %v", err)
+		}
+		m.Mode = p.mode
+	}
+	if fs.Changed("kv-precision") {
+		if err := checkPrecision(p.kvPrecision); err != nil {
+			return usageErr("--kv-precision %v", err)
+		}
+		m.KVPrecision = p.kvPrecision
+	}
+	if fs.Changed("batch") {
+		n, err := strconv.Atoi(p.batch)
+		if err != nil || n <= 0 {
+			return usageErr("--batch %q: expected a positive integer", p.batch)
+		}
+		m.Batch = n
+	}
+	ints := []struct {
+		flag string
+		dst  *int
+		v    int
+	}{
+		{"input-tokens", &m.InputTokens, p.inputTokens}, {"output-tokens", &m.OutputTokens, p.outputTokens},
+		{"seq", &m.Seq, p.seq}, {"micro-batch", &m.MicroBatch, p.microBatch}, {"global-batch", &m.GlobalBatch, p.globalBatch},
+		{"zero", &m.ZeRO, p.zero}, {"tp", &m.TP, p.tp}, {"pp", &m.PP, p.pp},
+	}
+	for _, it := range ints {
+		if fs.Changed(it.flag) {
+			if it.v < 0 {
+				return usageErr("--%s %d: expected a non-negative integer", it.flag, it.v)
+			}
+			*it.dst = it.v
+		}
+	}
+	if fs.Changed("optimizer") {
+		m.Optimizer = p.optimizer
+	}
+	if fs.Changed("recompute") {
+		m.Recompute = p.recompute
+	}
+	if m.Precision == "" && req.Resources.Precision != "" {
+		m.Precision = req.Resources.Precision
+	}
+	req.Model = m
+	return nil
+}
+
+// modelRequest reads --model as a config.json path when a file exists
+// there (sent inline), else as a built-in model name.
+func modelRequest(ref string) (*api.ModelRequest, error) {
+	data, err := os.ReadFile(ref)
+	switch {
+	case err == nil:
+		name := strings.TrimSuffix(filepath.Base(ref), filepath.Ext(ref))
+		if _, err := model.Parse(name, data); err != nil {
+			return nil, fmt.Errorf("--model %s: %w", ref, err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, fmt.Errorf("%w: --model %s: %v", gpufleet.ErrInvalid, ref, err)
+		}
+		return &api.ModelRequest{Config: cfg}, nil
+	case errors.Is(err, fs.ErrNotExist):
+		if _, berr := model.Builtin(ref); berr != nil {
+			return nil, fmt.Errorf("--model %q is neither a file nor a built-in model: %w", ref, berr)
+		}
+		return &api.ModelRequest{Name: ref}, nil
+	}
+	return nil, fmt.Errorf("--model: %w", err)
+}
+
+func mergeKV(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}
+
+// readJobFile opens and parses a job file ("-": stdin).
+func readJobFile(e *env, path string) (api.SubmitRequest, error) {
+	if path == "-" {
+		return parseJobFile(e.stdin, "stdin")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return api.SubmitRequest{}, fmt.Errorf("job file: %w", err)
+	}
+	defer f.Close()
+	return parseJobFile(f, path)
+}
+
+func newSubmitCmd(c *clientEnv) *cobra.Command {
+	var f submitFlags
+	cmd := &cobra.Command{
+		Use:   "submit [FILE] [flags] [-- COMMAND ARGS...]",
+		Short: "Submit a job from a job file, flags, or both",
+		Long: `Submit a job. FILE is a YAML or JSON job file (docs/JOBS.md; - reads stdin);
+flags given on the command line override it, and the command after -- replaces
+its command. With --model the job is admitted through the planner: a request
+smaller than the model needs is a warning, or with --strict an error.
+
+Prints the job id; warnings go to stderr. -o json prints the job.`,
+		Example: `  gpufleet submit --gpus 8 --gpu-model h100-sxm-80gb --priority training -- torchrun train.py
+  gpufleet submit examples/jobs/train-gang.yaml --time-limit 12h
+  gpufleet submit --gpus 1 --sharing mig:1g.18gb --priority interactive -- jupyter lab
+  gpufleet submit --gpus 2 --model llama-3.1-70b --precision fp8 --strict -- vllm serve`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fileArgs, command := args, []string(nil)
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				fileArgs, command = args[:dash], args[dash:]
+			}
+			req, err := f.request(c.env, cmd.Flags(), fileArgs, command)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			resp, err := cl.SubmitJob(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			for _, w := range resp.Warnings {
+				fmt.Fprintf(c.stderr, "warning: %s\n", w)
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, resp)
+			}
+			_, err = fmt.Fprintln(c.stdout, resp.ID)
+			return err
+		},
+	}
+	f.bind(cmd.Flags())
+	return cmd
+}
+
+func newJobsCmd(c *clientEnv) *cobra.Command {
+	var (
+		q     api.JobQuery
+		state string
+		watch bool
+	)
+	cmd := &cobra.Command{
+		Use:   "jobs [--all] [--team T] [--state S,S] [--watch]",
+		Short: "List jobs (active ones; --all adds finished)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			for _, s := range splitComma(state) {
+				q.States = append(q.States, gpufleet.JobState(s))
+			}
+			render := func(ctx context.Context) error {
+				jobs, err := cl.AllJobs(ctx, q)
+				if err != nil {
+					return err
+				}
+				if c.output == outputJSON {
+					return writeJSON(c.stdout, jobs)
+				}
+				return c.printJobs(jobs)
+			}
+			return c.maybeWatch(cmd.Context(), cl, watch, render)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&q.All, "all", false, "include finished jobs")
+	fs.StringVar(&q.Team, "team", "", "only this team's jobs")
+	fs.StringVar(&state, "state", "", "only these states, comma-separated")
+	fs.BoolVarP(&watch, "watch", "w", false, "print again whenever something changes")
+	return cmd
+}
+
+func (c *clientEnv) printJobs(jobs []gpufleet.Job) error {
+	cols := []string{"ID", "NAME", "TEAM", "STATE", "PRIORITY", "GPUS", "SUBMITTED"}
+	if c.output == outputWide {
+		cols = append(cols, "STARTED", "MODELS", "SHARING", "RETRIES", "NODES")
+	}
+	t := newTable(c.stdout, cols...)
+	for _, j := range jobs {
+		row := []string{j.ID, orDash(j.Name), j.Team, jobState(j), orDash(j.Priority), gpuCount(j.Resources), c.ago(&j.SubmittedAt)}
+		if c.output == outputWide {
+			row = append(row, c.ago(j.StartedAt), orDash(strings.Join(j.Resources.GPUModels, ",")), orDash(j.Resources.Sharing),
+				fmt.Sprintf("%d/%d", j.Retries.Used, j.Retries.Max), attemptNodes(j))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func jobState(j gpufleet.Job) string {
+	if j.CancelRequested && !j.State.Terminal() {
+		return string(j.State) + " (cancelling)"
+	}
+	return string(j.State)
+}
+
+func gpuCount(r gpufleet.Resources) string {
+	s := strconv.Itoa(r.GPUs)
+	if r.Nodes > 1 {
+		s += fmt.Sprintf(" on %d nodes", r.Nodes)
+	}
+	return s
+}
+
+// attemptNodes names the nodes of the job's latest attempt.
+func attemptNodes(j gpufleet.Job) string {
+	if len(j.Attempts) == 0 {
+		return "-"
+	}
+	a := j.Attempts[len(j.Attempts)-1]
+	var names []string
+	for _, n := range a.Nodes {
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 && a.Node != "" {
+		names = []string{a.Node}
+	}
+	return orDash(strings.Join(names, ","))
+}
+
+func newJobCmd(c *clientEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "job ID",
+		Short: "Show a job: request, state, queue position and attempts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			j, err := cl.Job(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, j)
+			}
+			return c.printJob(j)
+		},
+	}
+}
+
+func (c *clientEnv) printJob(j gpufleet.Job) error {
+	w := c.stdout
+	kv := newTable(w, "FIELD", "VALUE")
+	r := j.Resources
+	res := []string{gpuCount(r) + " GPUs"}
+	if len(r.GPUModels) > 0 {
+		res = append(res, strings.Join(r.GPUModels, "|"))
+	}
+	if r.GPUMemoryMinBytes > 0 {
+		res = append(res, ">="+api.FormatBytes(r.GPUMemoryMinBytes))
+	}
+	for _, s := range []string{r.Sharing, r.Precision, r.Interconnect, r.MinComputeCapability} {
+		if s != "" {
+			res = append(res, s)
+		}
+	}
+	if len(r.NodeSelector) > 0 {
+		res = append(res, kvList(r.NodeSelector))
+	}
+	rows := [][2]string{
+		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"state", jobState(j)}, {"priority", orDash(j.Priority)},
+		{"resources", strings.Join(res, ", ")}, {"command", orDash(strings.Join(j.Command, " "))},
+		{"submitted", c.ago(&j.SubmittedAt)}, {"started", c.ago(j.StartedAt)}, {"finished", c.ago(j.FinishedAt)},
+		{"time limit", seconds(j.TimeLimitS)}, {"estimate", seconds(j.EstimateS)},
+		{"retries", fmt.Sprintf("%d of %d used", j.Retries.Used, j.Retries.Max)},
+		{"preemptible", strconv.FormatBool(j.Preemptible)},
+	}
+	if j.Queue != nil {
+		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s: %s",
+			j.Queue.Position, j.Queue.TeamPosition, c.eta(j.Queue.EstimatedStart), j.Queue.Reason)})
+	}
+	for _, row := range rows {
+		kv.row(row[0], row[1])
+	}
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(j.Attempts) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "ATTEMPT", "STATE", "NODES", "GPUS", "STARTED", "EXIT", "REASON")
+	for _, a := range j.Attempts {
+		exit := "-"
+		if a.ExitCode != nil {
+			exit = strconv.Itoa(*a.ExitCode)
+		}
+		gpus := len(a.GPUs)
+		for i, n := range a.Nodes {
+			if i > 0 {
+				gpus += len(n.GPUs)
+			}
+		}
+		t.row(a.ID, string(a.State), attemptNodes(gpufleet.Job{Attempts: []gpufleet.Attempt{a}}), strconv.Itoa(gpus),
+			c.ago(a.StartedAt), exit, orDash(a.Reason))
+	}
+	return t.flush()
+}
+
+func newCancelCmd(c *clientEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job (it turns cancelled once its attempts have stopped)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			j, err := cl.CancelJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, j)
+			}
+			_, err = fmt.Fprintf(c.stdout, "job %s: %s\n", j.ID, jobState(j))
+			return err
+		},
+	}
+}
+
+func newLogsCmd(c *clientEnv) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID [-f]",
+		Short: "Print a job's log (its latest attempt)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			return cl.Logs(cmd.Context(), args[0], follow, c.stdout)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the attempt ends")
+	return cmd
+}
+
+func newQueueCmd(c *clientEnv) *cobra.Command {
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "queue [--watch]",
+		Short: "Show the queue: positions, why each job waits, and when it should start",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			return c.maybeWatch(cmd.Context(), cl, watch, func(ctx context.Context) error {
+				q, err := cl.Queue(ctx)
+				if err != nil {
+					return err
+				}
+				if c.output == outputJSON {
+					return writeJSON(c.stdout, q)
+				}
+				return c.printQueue(q)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again whenever something changes")
+	return cmd
+}
+
+func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
+	cols := []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA"}
+	if c.output == outputWide {
+		cols = append(cols, "REASON CODE", "ESTIMATED START")
+	}
+	t := newTable(c.stdout, cols...)
+	for _, e := range q {
+		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(e.Priority), orDash(e.Reason), c.eta(e.EstimatedStart)}
+		if c.output == outputWide {
+			start := "-"
+			if e.EstimatedStart != nil {
+				start = e.EstimatedStart.UTC().Format(time.RFC3339)
+			}
+			row = append(row, orDash(e.ReasonCode), start)
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+// maybeWatch renders once, and with watch again after every change the
+// event stream reports (at most twice a second) until ctx is done. Servers
+// that do not stream events are polled every 2s.
+func (c *clientEnv) maybeWatch(ctx context.Context, cl *api.Client, watch bool, render func(context.Context) error) error {
+	if err := render(ctx); err != nil || !watch {
+		return err
+	}
+	changed := make(chan struct{}, 1)
+	errc := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		errc <- cl.Watch(wctx, 0, func(gpufleet.Event) error {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	var poll <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if !errors.Is(err, gpufleet.ErrUnsupported) {
+				return err
+			}
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			poll, errc = t.C, nil
+			continue
+		case <-changed:
+		case <-poll:
+		}
+		if c.output != outputJSON {
+			fmt.Fprintf(c.stdout, "\n-- %s\n", c.now().Format("15:04:05"))
+		}
+		if err := render(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

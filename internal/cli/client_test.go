@@ -1,0 +1,384 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+func TestSubmitFlagsMapToTheRequest(t *testing.T) {
+	srv, fake := startFake(t)
+	dir := t.TempDir()
+	jobFile := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jobFile, []byte("name: from-file\nresources:\n  gpus: 4\n  node_selector: {rack: r1}\ncommand: [python, file.py]\nenv: {A: \"1\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		args []string
+		want api.SubmitRequest
+	}{
+		"every resource flag": {
+			args: []string{"--gpus", "16", "--nodes", "2", "--gpu-model", "h100-sxm-80gb, h200-sxm-141gb", "--gpu-memory", "80GiB",
+				"--min-compute-capability", "9.0", "--precision", "bf16", "--interconnect", "nvlink", "--sharing", "exclusive",
+				"--prefer", "fastest", "--node-selector", "rack=r12", "--node-selector", "zone=a", "--", "torchrun", "train.py"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb", "h200-sxm-141gb"},
+				GPUMemoryMinBytes: 80 << 30, MinComputeCapability: "9.0", Precision: "bf16", Interconnect: "nvlink", Sharing: "exclusive",
+				Prefer: "fastest", NodeSelector: map[string]string{"rack": "r12", "zone": "a"}}, Command: []string{"torchrun", "train.py"}},
+		},
+		"job fields and human durations": {
+			args: []string{"--gpus", "1", "--priority", "interactive", "--team", "team-b", "--time-limit", "4h", "--estimate", "5400",
+				"--preemptible", "--grace", "30s", "--retries", "3", "--env", "A=1", "--env", "B=x=y", "--workdir", "/w",
+				"--request-id", "r-1", "--sim-load", "memory", "--name", "nb", "--sharing", "mig:1g.18gb", "--", "jupyter", "lab"},
+			want: api.SubmitRequest{Name: "nb", Team: "team-b", Priority: "interactive", RequestID: "r-1",
+				Resources: gpufleet.Resources{GPUs: 1, Sharing: "mig:1g.18gb"}, Command: []string{"jupyter", "lab"},
+				Env: map[string]string{"A": "1", "B": "x=y"}, Workdir: "/w", TimeLimit: "4h0m0s", Estimate: "1h30m0s",
+				Preemptible: true, Grace: "30s", Retries: 3, SimLoad: "memory"},
+		},
+		"planner flags build the model": {
+			args: []string{"--gpus", "2", "--precision", "fp8", "--model", "llama-3.1-70b", "--batch", "32", "--input-tokens", "2048",
+				"--tp", "2", "--kv-precision", "fp8", "--strict", "--", "vllm", "serve"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2, Precision: "fp8"}, Command: []string{"vllm", "serve"}, Strict: true,
+				Model: &api.ModelRequest{Name: "llama-3.1-70b", Mode: "inference", Precision: "fp8", KVPrecision: "fp8", Batch: 32, InputTokens: 2048, TP: 2}},
+		},
+		"training model": {
+			args: []string{"--gpus", "64", "--model", "llama-3.1-8b", "--mode", "training", "--seq", "8192", "--zero", "1", "--global-batch", "256", "--", "x"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 64}, Command: []string{"x"},
+				Model: &api.ModelRequest{Name: "llama-3.1-8b", Mode: "training", Seq: 8192, ZeRO: 1, GlobalBatch: 256}},
+		},
+		"flags override the file, maps merge, -- replaces the command": {
+			args: []string{jobFile, "--gpus", "8", "--node-selector", "zone=b", "--env", "B=2", "--", "python", "flag.py"},
+			want: api.SubmitRequest{Name: "from-file", Resources: gpufleet.Resources{GPUs: 8, NodeSelector: map[string]string{"rack": "r1", "zone": "b"}},
+				Command: []string{"python", "flag.py"}, Env: map[string]string{"A": "1", "B": "2"}},
+		},
+		"the file alone": {
+			args: []string{jobFile},
+			want: api.SubmitRequest{Name: "from-file", Resources: gpufleet.Resources{GPUs: 4, NodeSelector: map[string]string{"rack": "r1"}},
+				Command: []string{"python", "file.py"}, Env: map[string]string{"A": "1"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"submit", "--server", srv.URL, "--token", fakeAdmin}, tc.args...)
+			out, errOut, code := run(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if strings.TrimSpace(out) != "j-42" {
+				t.Errorf("stdout %q, want the job id", out)
+			}
+			if !strings.Contains(errOut, "warning: plan needs 2 GPUs") {
+				t.Errorf("stderr %q lacks the warning", errOut)
+			}
+			if diff := cmp.Diff(tc.want, fake.lastSubmit); diff != "" {
+				t.Errorf("request (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSubmitRejectsBadFlags(t *testing.T) {
+	srv, _ := startFake(t)
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"sharing":               {[]string{"--sharing", "half"}, `--sharing "half": expected exclusive, mig:PROFILE or timeslice:FRACTION`},
+		"timeslice fraction":    {[]string{"--sharing", "timeslice:2"}, `--sharing "timeslice:2": expected a fraction`},
+		"priority":              {[]string{"--priority", "urgent"}, `--priority "urgent": expected production, interactive, training or batch`},
+		"interconnect":          {[]string{"--interconnect", "pcie"}, `--interconnect "pcie": expected nvlink or any`},
+		"size":                  {[]string{"--gpu-memory", "lots"}, `--gpu-memory size "lots"`},
+		"duration":              {[]string{"--time-limit", "soon"}, `--time-limit duration "soon"`},
+		"env":                   {[]string{"--env", "NOVALUE"}, `--env "NOVALUE": expected KEY=VALUE`},
+		"negative gpus":         {[]string{"--gpus", "-1"}, `--gpus -1: expected a non-negative integer`},
+		"precision":             {[]string{"--precision", "fp64"}, `--precision "fp64"`},
+		"unknown model":         {[]string{"--model", "gpt-17"}, `neither a file nor a built-in model`},
+		"planner without model": {[]string{"--batch", "4"}, "need --model"},
+		"two files":             {[]string{"a.yaml", "b.yaml"}, "more than one job file"},
+		"missing file":          {[]string{"nope.yaml"}, "nope.yaml"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"submit", "--server", srv.URL, "--token", fakeAdmin}, tc.args...)
+			_, errOut, code := run(t, args...)
+			if code == 0 || !strings.Contains(errOut, tc.wantErr) {
+				t.Errorf("exit %d, stderr %q, want it to contain %q", code, errOut, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestGlobalFlagsBeforeOrAfterTheCommand(t *testing.T) {
+	srv, _ := startFake(t)
+	before, _, code1 := run(t, "--server", srv.URL, "--token", fakeAdmin, "-o", "json", "queue")
+	after, _, code2 := run(t, "queue", "-o", "json", "--token", fakeAdmin, "--server", srv.URL)
+	if code1 != 0 || code2 != 0 || before != after || !json.Valid([]byte(before)) {
+		t.Errorf("before (%d) %q\nafter (%d) %q", code1, before, code2, after)
+	}
+	mixed, errOut, code := run(t, "--server", srv.URL, "nodes", "--token", fakeAdmin, "-o", "wide")
+	if code != 0 || !strings.Contains(mixed, "LABELS") || !strings.Contains(mixed, "rack=r1") {
+		t.Errorf("mixed (%d): %q %s", code, mixed, errOut)
+	}
+}
+
+func TestJSONOutputShapes(t *testing.T) {
+	srv, _ := startFake(t)
+	tests := map[string]struct {
+		args     []string
+		wantKeys []string // of the object, or of each element of the array
+		array    bool
+	}{
+		"jobs":          {[]string{"jobs"}, []string{"id", "team", "name", "state", "cancel_requested", "priority", "resources", "command", "time_limit_s", "estimate_s", "retries", "submitted_at", "started_at", "finished_at", "plan", "attempts"}, true},
+		"job":           {[]string{"job", "j-1"}, []string{"id", "state", "resources", "attempts"}, false},
+		"cancel":        {[]string{"cancel", "j-1"}, []string{"id", "cancel_requested"}, false},
+		"queue":         {[]string{"queue"}, []string{"id", "team", "priority", "position", "team_position", "reason", "reason_code", "estimated_start"}, true},
+		"nodes":         {[]string{"nodes"}, []string{"name", "state", "health", "reason", "heartbeat_age_s", "metrics_url", "labels", "versions", "gpus"}, true},
+		"node":          {[]string{"nodes", "n1"}, []string{"name", "gpus"}, false},
+		"cordon":        {[]string{"cordon", "n1"}, []string{"name", "state"}, false},
+		"teams":         {[]string{"teams", "list"}, []string{"name", "quota", "borrowing_limit", "weight", "used"}, true},
+		"teams create":  {[]string{"teams", "create", "team-c", "--quota", "h100=8"}, []string{"name", "quota"}, false},
+		"classes":       {[]string{"classes"}, []string{"name", "models"}, true},
+		"tokens create": {[]string{"tokens", "create", "--team", "team-a", "--role", "member"}, []string{"id", "token", "team", "role"}, false},
+		"tokens list":   {[]string{"tokens", "list"}, []string{"id", "team", "role"}, true},
+		"join token":    {[]string{"join-tokens", "create", "--node", "n9"}, []string{"id", "token", "node", "expires_at", "single_use"}, false},
+		"usage":         {[]string{"usage"}, []string{"from", "to", "teams"}, false},
+		"submit":        {[]string{"submit", "--gpus", "1", "--", "true"}, []string{"id", "state", "warnings"}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"-o", "json", "--server", srv.URL, "--token", fakeAdmin}, tc.args...)
+			out, errOut, code := run(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var objs []map[string]any
+			if tc.array {
+				if err := json.Unmarshal([]byte(out), &objs); err != nil {
+					t.Fatalf("not a JSON array: %v\n%s", err, out)
+				}
+				if len(objs) == 0 {
+					t.Fatal("empty array")
+				}
+			} else {
+				var obj map[string]any
+				if err := json.Unmarshal([]byte(out), &obj); err != nil {
+					t.Fatalf("not one JSON object: %v\n%s", err, out)
+				}
+				objs = []map[string]any{obj}
+			}
+			for _, o := range objs {
+				for _, k := range tc.wantKeys {
+					if _, ok := o[k]; !ok {
+						t.Errorf("missing key %q in %v", k, o)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestJobsFollowsPagesAndPassesFilters(t *testing.T) {
+	srv, fake := startFake(t)
+	out, errOut, code := run(t, "jobs", "--all", "--team", "team-a", "--state", "running,queued", "--server", srv.URL, "--token", fakeMember)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"ID", "STATE", "j-1", "j-2", "16 on 2 nodes", "10m ago"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobs table lacks %q:\n%s", want, out)
+		}
+	}
+	want := api.JobQuery{Team: "team-a", All: true, States: []gpufleet.JobState{"running", "queued"}, NextToken: "page2"}
+	if diff := cmp.Diff(want, fake.lastJobs); diff != "" {
+		t.Errorf("last query (-want +got):\n%s", diff)
+	}
+}
+
+func TestQueueTable(t *testing.T) {
+	srv, _ := startFake(t)
+	out, errOut, code := run(t, "queue", "--server", srv.URL, "--token", fakeMember)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and 2 rows:\n%s", out)
+	}
+	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("header %q lacks %s", lines[0], col)
+		}
+	}
+	if !strings.Contains(lines[1], "in 12m") || !strings.Contains(lines[1], "waiting for 8 h100-sxm-80gb GPUs") {
+		t.Errorf("row 1 %q", lines[1])
+	}
+	if !strings.HasSuffix(strings.TrimSpace(lines[2]), "unknown") {
+		t.Errorf("row 2 %q: a null ETA is unknown", lines[2])
+	}
+}
+
+func TestHumanTables(t *testing.T) {
+	srv, fake := startFake(t)
+	tests := map[string]struct {
+		args []string
+		want []string
+	}{
+		"job":     {[]string{"job", "j-1"}, []string{"train", "16 on 2 nodes GPUs", ">=80GiB", "torchrun train.py", "4h", "j-1-a1", "n1,n2"}},
+		"nodes":   {[]string{"nodes"}, []string{"2x h100-sxm-80gb", "2s ago", "never", "no heartbeat"}},
+		"node":    {[]string{"nodes", "n1"}, []string{"GPU-1", "80GiB", "rack=r1"}},
+		"teams":   {[]string{"teams"}, []string{"team-a", "h100=8", "h100=4", "none"}},
+		"classes": {[]string{"classes", "list"}, []string{"hopper", "h100-sxm-80gb,h200-sxm-141gb"}},
+		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1000.0 kWh"}},
+		"cordon":  {[]string{"drain", "n1"}, []string{"node n1: draining"}},
+		"cancel":  {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
+		"logs":    {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
+		"revoke":  {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, code := run(t, append(tc.args, "--server", srv.URL, "--token", fakeAdmin)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	if fake.lastAction != "drain n1" {
+		t.Errorf("node action %q", fake.lastAction)
+	}
+}
+
+func TestAdminCommandsSendRequests(t *testing.T) {
+	srv, fake := startFake(t)
+	base := []string{"--server", srv.URL, "--token", fakeAdmin}
+	mustRun := func(args ...string) {
+		t.Helper()
+		if _, errOut, code := run(t, append(args, base...)...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	mustRun("teams", "create", "team-c", "--quota", "h100=8", "--quota", "a100=4", "--borrow-limit", "2", "--weight", "2.5")
+	two, w := 2, 2.5
+	if diff := cmp.Diff(api.TeamRequest{Name: "team-c", Quota: map[string]int{"h100": 8, "a100": 4}, BorrowingLimit: &two, Weight: &w}, fake.lastTeam); diff != "" {
+		t.Errorf("team request (-want +got):\n%s", diff)
+	}
+	mustRun("teams", "create", "team-d", "--no-borrow-limit")
+	if fake.lastTeam.BorrowingLimit == nil || *fake.lastTeam.BorrowingLimit != -1 || fake.lastTeam.Weight != nil {
+		t.Errorf("no-borrow-limit request %+v", fake.lastTeam)
+	}
+	mustRun("classes", "create", "hopper", "--models", "h100-sxm-80gb,h200-sxm-141gb")
+	if diff := cmp.Diff(gpufleet.Class{Name: "hopper", Models: []string{"h100-sxm-80gb", "h200-sxm-141gb"}}, fake.lastClass); diff != "" {
+		t.Errorf("class (-want +got):\n%s", diff)
+	}
+	mustRun("tokens", "create", "--role", "admin")
+	if fake.lastToken.Role != gpufleet.RoleAdmin {
+		t.Errorf("token request %+v", fake.lastToken)
+	}
+	mustRun("join-tokens", "create", "--node", "n9", "--ttl", "2d")
+	if diff := cmp.Diff(api.JoinTokenRequest{Node: "n9", TTL: "48h0m0s"}, fake.lastJoin); diff != "" {
+		t.Errorf("join token (-want +got):\n%s", diff)
+	}
+	mustRun("usage", "--team", "team-a", "--from", "2025-01-01", "--to", "2025-02-01T00:00:00Z")
+	if got := fake.lastUsage; got.Team != "team-a" || got.From.Format("2006-01-02") != "2025-01-01" || got.To.Month() != 2 {
+		t.Errorf("usage query %+v", got)
+	}
+	for _, bad := range [][]string{
+		{"teams", "create", "x", "--quota", "h100"},
+		{"teams", "create", "x", "--quota", "h100=-1"},
+		{"tokens", "create", "--role", "member"},
+		{"tokens", "create", "--role", "owner"},
+		{"classes", "create", "x"},
+		{"usage", "--from", "last tuesday"},
+	} {
+		if _, _, code := run(t, append(bad, base...)...); code == 0 {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+}
+
+func TestServerErrorsReachStderr(t *testing.T) {
+	srv, _ := startFake(t)
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"not found":     {[]string{"job", "j-404", "--token", fakeAdmin}, `gpufleet: not found: job "j-404"`},
+		"forbidden":     {[]string{"cordon", "n1", "--token", fakeMember}, "gpufleet: forbidden: admin token required"},
+		"bad token":     {[]string{"nodes", "--token", "wrong"}, "unauthorized"},
+		"missing token": {[]string{"nodes"}, "missing credential"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, code := run(t, append(tc.args, "--server", srv.URL)...)
+			if code == 0 || out != "" || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want stderr with %q", code, out, errOut, tc.want)
+			}
+		})
+	}
+	isolateClientEnv(t)
+	if _, errOut, code := run(t, "jobs"); code == 0 || !strings.Contains(errOut, "no server") {
+		t.Errorf("no server: exit %d %q", code, errOut)
+	}
+}
+
+func TestConnectionPrecedence(t *testing.T) {
+	srv, _ := startFake(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := "current: dev\ncontexts:\n  dev:\n    server: " + srv.URL + "\n    token: " + fakeMember + "\n" +
+		"  prod:\n    server: http://127.0.0.1:1\n    token: prod-token\n" +
+		"  admin:\n    server: " + srv.URL + "\n    token: " + fakeAdmin + "\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPUFLEET_CONFIG", cfgPath)
+	// The file's current context (a member: cordon is forbidden, listing works).
+	if _, errOut, code := run(t, "nodes"); code != 0 {
+		t.Fatalf("current context: %s", errOut)
+	}
+	if _, errOut, _ := run(t, "cordon", "n1"); !strings.Contains(errOut, "forbidden") {
+		t.Errorf("current context should be the member: %q", errOut)
+	}
+	// --context before or after the command.
+	for _, args := range [][]string{{"--context", "admin", "cordon", "n1"}, {"cordon", "n1", "--context", "admin"}} {
+		if _, errOut, code := run(t, args...); code != 0 {
+			t.Errorf("%v: %s", args, errOut)
+		}
+	}
+	// GPUFLEET_CONTEXT names one too; an unknown one is an error listing them.
+	t.Setenv("GPUFLEET_CONTEXT", "nope")
+	if _, errOut, code := run(t, "nodes"); code == 0 || !strings.Contains(errOut, "admin, dev, prod") {
+		t.Errorf("unknown context: %q", errOut)
+	}
+	t.Setenv("GPUFLEET_CONTEXT", "")
+	// Env beats the current context; flags beat env.
+	t.Setenv("GPUFLEET_TOKEN", fakeAdmin)
+	if _, errOut, code := run(t, "cordon", "n1"); code != 0 {
+		t.Errorf("env token: %s", errOut)
+	}
+	if _, errOut, _ := run(t, "cordon", "n1", "--token", fakeMember); !strings.Contains(errOut, "forbidden") {
+		t.Errorf("flag token should beat env: %q", errOut)
+	}
+	// The current context's token never goes to another server.
+	t.Setenv("GPUFLEET_TOKEN", "")
+	other := newFakeServer(t, &fakeService{})
+	if _, errOut, _ := run(t, "nodes", "--server", other.URL); !strings.Contains(errOut, "missing credential") {
+		t.Errorf("context token sent to another server: %q", errOut)
+	}
+	// A malformed file is an error naming it.
+	if err := os.WriteFile(cfgPath, []byte("current: dev\ncontext: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "nodes"); code == 0 || !strings.Contains(errOut, cfgPath) {
+		t.Errorf("bad config: %q", errOut)
+	}
+}

@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/server"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// serverFlags are the flags of `gpufleet server` (and the server part of
+// `gpufleet dev`).
+type serverFlags struct {
+	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
+	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL                                     time.Duration
+}
+
+func (f *serverFlags) bind(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	d := server.Default()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7080", "address to serve the API on (127.0.0.1:0 picks a free port)")
+	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-data", "directory for the SQLite store, admin-token and server.url")
+	fs.StringVar(&f.adminToken, "admin-token", "", "admin token, at least 16 characters (default: generated into DATA_DIR/admin-token)")
+	fs.StringVar(&f.db, "db", "", "database URL (default: SQLite at DATA_DIR/gpufleet.db; postgres://... for HA)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (serves HTTPS with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key file")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics without a token on this separate address")
+	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	fs.StringVar(&f.policy, "policy", d.Policy, "scheduling policy: fifo, bestfit, backfill or gpufleet")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.tick, "tick", d.Tick, "scheduling interval")
+	fs.DurationVar(&f.heartbeat, "heartbeat", d.Heartbeat, "agent heartbeat interval")
+	fs.DurationVar(&f.heartbeatGrace, "heartbeat-grace", d.HeartbeatGrace, "silence before a node is down")
+	fs.DurationVar(&f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
+}
+
+func newServerCmd(e *env) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the control plane: API, scheduler, store",
+		Long: `Run the gpufleet control plane. State lives in SQLite at DATA_DIR/gpufleet.db
+unless --db names PostgreSQL. On start it prints "listening on URL" and writes
+URL to DATA_DIR/server.url. Every flag can also come from GPUFLEET_<FLAG> or a
+--config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvAndConfig(cmd, f.config); err != nil {
+				return err
+			}
+			return runServer(cmd.Context(), e, f, nil)
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+// runServer runs the control plane until ctx is done. ready, when set, is
+// called with the URL once the server listens.
+func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, adminToken string)) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageErr("--log-level %q: expected debug, info, warn or error", f.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usageErr("--tls-cert and --tls-key go together")
+	}
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	token, err := adminToken(f.dataDir, f.adminToken)
+	if err != nil {
+		return err
+	}
+	dsn := f.db
+	if dsn == "" {
+		dsn = filepath.Join(f.dataDir, "gpufleet.db")
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	cat, err := e.loadCatalog()
+	if err != nil {
+		return err
+	}
+	cfg := server.Default()
+	host, _ := os.Hostname()
+	cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
+	srv, err := server.New(ctx, cfg, st, cat, token, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	scheme := "http"
+	if f.tlsCert != "" {
+		scheme = "https"
+	}
+	url := scheme + "://" + ln.Addr().String()
+	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready}
+	if f.metricsListen == "" {
+		opts.MetricsHandler = srv.MetricsHandler()
+	}
+	h := api.NewHandler(srv, srv, nil, srv, opts)
+	hs := api.NewHTTPServer(ln.Addr().String(), h)
+	errc := make(chan error, 3)
+	go func() {
+		if f.tlsCert != "" {
+			errc <- hs.ServeTLS(ln, f.tlsCert, f.tlsKey)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	var ms *http.Server
+	if f.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		ms = &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- ms.ListenAndServe() }()
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { errc <- srv.Run(runCtx) }()
+
+	if err := writeFileAtomic(filepath.Join(f.dataDir, "server.url"), []byte(url+"\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "listening on %s\n", url)
+	if ready != nil {
+		ready(url, token)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	_ = hs.Shutdown(shut)
+	if ms != nil {
+		_ = ms.Shutdown(shut)
+	}
+	return nil
+}
+
+// adminToken returns the given admin token, or the one in DIR/admin-token,
+// generating and writing it (mode 0600) on first start.
+func adminToken(dir, given string) (string, error) {
+	if given != "" {
+		if len(given) < 16 {
+			return "", usageErr("--admin-token: expected at least 16 characters")
+		}
+		return given, nil
+	}
+	path := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); len(t) >= 16 {
+			return t, nil
+		}
+		return "", fmt.Errorf("%w: %s: expected a token of at least 16 characters", gpufleet.ErrInvalid, path)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	t := "gpa_" + hex.EncodeToString(b)
+	return t, writeFileAtomic(path, []byte(t+"\n"), 0o600)
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so readers
+// never see half a file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/sim"
+)
+
+// simFlags are the flags of `sim`.
+type simFlags struct {
+	trace, format, nodes, cluster, policy, plot string
+	estimateError, timeScale, fill, scalingEff  float64
+	seed                                        uint64
+	skipBad                                     bool
+	ablate                                      []string
+	mtbf, repair, loadPeriod, halfLife          string
+}
+
+// ablations turn one gpufleet feature off.
+var ablations = map[string]func(*scheduler.Config){
+	"priorities":    func(c *scheduler.Config) { c.PriorityClasses = false },
+	"backfill":      func(c *scheduler.Config) { c.Backfill = false },
+	"fairshare":     func(c *scheduler.Config) { c.FairShare = false },
+	"quotas":        func(c *scheduler.Config) { c.Quotas = false },
+	"preemption":    func(c *scheduler.Config) { c.Preemption = false },
+	"topology":      func(c *scheduler.Config) { c.Packing = scheduler.PackBestFit },
+	"packing":       func(c *scheduler.Config) { c.Packing = scheduler.PackFirstFit },
+	"heterogeneity": func(c *scheduler.Config) { c.HeterogeneityPreference = false },
+	"eta":           func(c *scheduler.Config) { c.ETA = false },
+}
+
+func newSimCmd(e *env) *cobra.Command {
+	var sf simFlags
+	cmd := &cobra.Command{
+		Use:   "sim --trace FILE --format FORMAT [--nodes FILE | --cluster FILE] --policy POLICY [flags]",
+		Short: "Replay a GPU cluster trace through the scheduler with a virtual clock",
+		Long: `Replay a real or synthetic GPU cluster trace through the same scheduler the
+server runs, on a simulated fleet, with virtual time. Reports job completion
+time and wait percentiles (overall, per class and per team), GPU allocation,
+fragmentation, Jain's fairness over teams, ETA accuracy, preemptions and
+scheduler speed.
+
+Formats: openb (Alibaba 2023 pods; --nodes for its node list), philly-gavel
+(Philly via Gavel, per-GPU-type durations), dlrm (Alibaba 2025 inference
+instances) and csv (submit_s, duration_s, gpus, nodes, team, priority,
+gpu_model, sharing, estimate_s, preemptible, duration_s_<model>). Gzip files
+are read transparently. The fleet comes from --nodes (openb) or --cluster
+(YAML or JSON node_groups and teams). See docs/SIMULATOR.md.`,
+		Example: `  gpufleet sim --trace traces/philly-gavel/philly_gavel.csv.gz --format philly-gavel \
+      --cluster traces/clusters/philly.yaml --policy gpufleet
+  gpufleet sim --trace traces/alibaba-openb-2023/openb_pod_list_gpuspec33.csv --format openb \
+      --nodes traces/alibaba-openb-2023/openb_node_list_all_node.csv --policy bestfit -o json
+  gpufleet sim --trace jobs.csv --format csv --cluster cluster.yaml --policy fifo \
+      --estimate-error 0.5 --seed 7 --plot fifo.svg`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runSim(e, &sf) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&sf.trace, "trace", "", "trace file (gzip detected)")
+	fs.StringVar(&sf.format, "format", "", "trace format: "+strings.Join(sim.Formats, ", "))
+	fs.StringVar(&sf.nodes, "nodes", "", "openb node list (openb_node_list_all_node.csv)")
+	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
+	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: fifo, bestfit, backfill or gpufleet")
+	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
+	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw")
+	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
+	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
+	fs.StringSliceVar(&sf.ablate, "ablate", nil, "turn a policy feature off (repeatable): "+strings.Join(ablationNames(), ", "))
+	fs.StringVar(&sf.plot, "plot", "", "write an SVG plot (allocation over time, wait CDF) to FILE")
+	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
+	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
+	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
+	fs.StringVar(&sf.loadPeriod, "load-period", "", "report the offered load per period of this length, e.g. 50d")
+	fs.StringVar(&sf.halfLife, "usage-half-life", "", "override the policy's usage half-life, e.g. 24h")
+	fs.Float64Var(&sf.scalingEff, "scaling-efficiency", sim.DefaultScalingEfficiency, "philly-gavel: parallel efficiency where the trace has only single-GPU times")
+	_ = cmd.RegisterFlagCompletionFunc("format", fixedCompletion(sim.Formats...))
+	_ = cmd.RegisterFlagCompletionFunc("policy", fixedCompletion("fifo", "bestfit", "backfill", "gpufleet"))
+	_ = cmd.RegisterFlagCompletionFunc("ablate", fixedCompletion(ablationNames()...))
+	return cmd
+}
+
+func ablationNames() []string {
+	var out []string
+	for k := range ablations {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// parseSimDuration accepts Go durations and a day suffix ("50d", "1.5d").
+func parseSimDuration(flag, s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		v, err := strconv.ParseFloat(d, 64)
+		if err == nil && v >= 0 {
+			return v * 86400, nil
+		}
+	} else if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d.Seconds(), nil
+	}
+	return 0, usageErr("--%s %q: expected a duration such as 90s, 4h or 50d", flag, s)
+}
+
+func runSim(e *env, sf *simFlags) error {
+	if sf.trace == "" {
+		return usageErr("--trace: required")
+	}
+	if !slices.Contains(sim.Formats, sf.format) {
+		return usageErr("--format %q: expected one of %s", sf.format, strings.Join(sim.Formats, ", "))
+	}
+	if (sf.nodes == "") == (sf.cluster == "") {
+		return usageErr("give exactly one of --nodes (openb node list) and --cluster (spec file)")
+	}
+	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 {
+		return usageErr("--time-scale must be positive; --estimate-error and --fill must not be negative")
+	}
+	policy, err := scheduler.PolicyConfig(sf.policy)
+	if err != nil {
+		return usageErr("--policy: %v", err)
+	}
+	for _, a := range sf.ablate {
+		off, ok := ablations[a]
+		if !ok {
+			return usageErr("--ablate %q: expected one of %s", a, strings.Join(ablationNames(), ", "))
+		}
+		off(&policy)
+		policy.Name += "-" + a
+	}
+	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill}
+	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
+		return err
+	}
+	if cfg.RepairTime, err = parseSimDuration("repair", sf.repair); err != nil {
+		return err
+	}
+	if cfg.LoadPeriod, err = parseSimDuration("load-period", sf.loadPeriod); err != nil {
+		return err
+	}
+	if sf.halfLife != "" {
+		h, err := parseSimDuration("usage-half-life", sf.halfLife)
+		if err != nil {
+			return err
+		}
+		cfg.Policy.UsageHalfLife = time.Duration(h * 1e9)
+	}
+
+	cat, err := e.loadCatalog()
+	if err != nil {
+		return err
+	}
+	tr, err := readSimTrace(sf)
+	if err != nil {
+		return err
+	}
+	var spec sim.ClusterSpec
+	if sf.nodes != "" {
+		f, err := os.Open(sf.nodes)
+		if err != nil {
+			return fmt.Errorf("--nodes: %w", err)
+		}
+		spec, _, err = sim.ParseOpenbNodes(f, sim.ReadOptions{Name: filepath.Base(sf.nodes)})
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--nodes: %w", err)
+		}
+	} else {
+		f, err := os.Open(sf.cluster)
+		if err != nil {
+			return fmt.Errorf("--cluster: %w", err)
+		}
+		spec, err = sim.ParseClusterSpec(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--cluster %s: %w", sf.cluster, err)
+		}
+	}
+	cl, err := sim.BuildCluster(spec, cat)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+
+	cfg.Clock = time.Now
+	start, last := time.Now(), time.Now()
+	cfg.Progress = func(p sim.Progress) {
+		if now := time.Now(); now.Sub(last) >= 2*time.Second {
+			last = now
+			fmt.Fprintf(e.stderr, "sim: %s: %d/%d jobs arrived, %d completed, %d queued, %d running, virtual day %.1f, %.0fs\n",
+				policy.Name, p.Arrived, p.Jobs, p.Completed, p.Pending, p.Running, p.VirtualS/86400, now.Sub(start).Seconds())
+		}
+	}
+	res, err := sim.Run(tr, cl, cfg)
+	if err != nil {
+		return err
+	}
+	if sf.plot != "" {
+		f, err := os.Create(sf.plot)
+		if err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		if err := sim.WriteSVG(f, res); err != nil {
+			f.Close()
+			return fmt.Errorf("--plot: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	if e.output == outputJSON {
+		return writeJSON(e.stdout, res.Report)
+	}
+	return printSimReport(e, &res.Report)
+}
+
+func readSimTrace(sf *simFlags) (*sim.Trace, error) {
+	f, err := os.Open(sf.trace)
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	defer f.Close()
+	return sim.Read(f, sf.format, sim.ReadOptions{Name: filepath.Base(sf.trace), SkipBadLines: sf.skipBad, ScalingEfficiency: sf.scalingEff})
+}
+
+func printSimReport(e *env, r *sim.Report) error {
+	w := e.stdout
+	fmt.Fprintf(w, "policy %s, trace %s (%s): %d jobs, %d completed, %d unfinished, %d skipped, %d bad lines\n",
+		r.Policy, r.Trace, r.Format, r.Jobs, r.Completed, r.Unfinished, r.Skipped, r.BadLines)
+	fmt.Fprintf(w, "cluster %d GPUs: allocation %s, fragmentation %.1f GPUs, unallocated at end %.1f\n",
+		r.CapacityGPUs, pct(&r.GPUAllocationRatio), r.FragmentationGPUs, r.UnallocatedGPUs)
+	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",
+		days(&r.MakespanS), r.Preemptions, r.Failures, num(r.JainFairness, 3),
+		secs(r.ETAMedianAbsErrorS), secs(r.ETAP90AbsErrorS), r.ETAJobs)
+	fmt.Fprintf(w, "%d cycles, %d decisions in %.2f s wall (%.0f decisions/s)\n", r.Cycles, r.Decisions, r.SimWallS, r.DecisionsPerS)
+	if l := r.OfferedLoad; l != nil {
+		fmt.Fprintf(w, "offered load %.2f (in %s-GPU seconds over %.0f reference GPUs)\n", l.Overall, dash(l.RefModel), l.CapacityRefGPUs)
+		for _, p := range l.Periods {
+			fmt.Fprintf(w, "  day %.0f-%.0f: %.2f (%d jobs)\n", p.StartS/86400, p.EndS/86400, p.Load, p.Jobs)
+		}
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "GROUP", "JOBS", "DONE", "AVG JCT", "P50 JCT", "P95 JCT", "P99 JCT", "AVG WAIT", "P50 WAIT", "P95 WAIT", "P99 WAIT", "SLOWDOWN")
+	row := func(name string, l sim.Latency) {
+		t.row(name, strconv.Itoa(l.Jobs), strconv.Itoa(l.Completed), secs(l.AvgJCTS), secs(l.P50JCTS), secs(l.P95JCTS), secs(l.P99JCTS),
+			secs(l.AvgWaitS), secs(l.P50WaitS), secs(l.P95WaitS), secs(l.P99WaitS), num(l.AvgSlowdown, 2))
+	}
+	row("all", r.Latency)
+	for _, k := range sortedKeys(r.ByClass) {
+		row("class "+k, r.ByClass[k])
+	}
+	if e.output == outputWide || len(r.ByTeam) <= 20 {
+		for _, k := range sortedKeys(r.ByTeam) {
+			row("team "+k, r.ByTeam[k])
+		}
+	} else {
+		t.row(fmt.Sprintf("(%d teams: -o wide or -o json)", len(r.ByTeam)))
+	}
+	return t.flush()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

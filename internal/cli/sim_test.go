@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestSimJSONKeys(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "p.svg")
+	out, errOut, code := runCLI(t, "sim", "--trace", "../sim/testdata/tiny.csv", "--format", "csv",
+		"--cluster", "../sim/testdata/tiny-cluster.yaml", "--policy", "gpufleet", "--plot", plot, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"policy", "jobs", "completed", "skipped", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
+		"avg_wait_s", "p50_wait_s", "p95_wait_s", "p99_wait_s", "gpu_allocation_ratio", "fragmentation_gpus", "jain_fairness",
+		"eta_median_abs_error_s", "eta_p90_abs_error_s", "makespan_s", "preemptions", "sim_wall_s", "decisions_per_s", "by_class", "by_team"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("report lacks %q", k)
+		}
+	}
+	if rep["completed"].(float64) != 10 {
+		t.Errorf("completed = %v, want all 10 tiny jobs", rep["completed"])
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("plot: %v, %.40q", err, svg)
+	}
+}
+
+func TestSimErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(bad, []byte("submit_s,duration_s,gpus\n0,10,1\n0,x,1\n"), 0o600)
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"bad line names file and line": {args: []string{"--trace", bad, "--format", "csv", "--cluster", "../sim/testdata/tiny-cluster.yaml"}, want: "bad.csv:3"},
+		"unknown policy":               {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--policy", "lottery"}, want: "--policy"},
+		"no cluster":                   {args: []string{"--trace", bad, "--format", "csv"}, want: "--nodes"},
+		"unknown ablation":             {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--ablate", "magic"}, want: "--ablate"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, errOut, code := runCLI(t, append([]string{"sim"}, tc.args...)...)
+			if code == 0 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stderr %q; want an error naming %q", code, errOut, tc.want)
+			}
+		})
+	}
+	out, errOut, code := runCLI(t, "sim", "--trace", bad, "--format", "csv", "--cluster", "../sim/testdata/tiny-cluster.yaml", "--skip-bad-lines", "--policy", "fifo")
+	if code != 0 || !strings.Contains(out, "1 bad lines") {
+		t.Errorf("--skip-bad-lines: exit %d, %s%s", code, out, errOut)
+	}
+}

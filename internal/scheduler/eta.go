@@ -1,0 +1,399 @@
+package scheduler
+
+import (
+	"math"
+	"time"
+)
+
+// The ETA is a forward simulation through the same placement code: from
+// the state the cycle leaves, running jobs end at Started+Estimate (now if
+// overdue; preempted ones after their grace), and at each end the queue is
+// tried again in cluster order under the same policy (strict order, EASY
+// backfill with the head's reservation, quotas). A job's estimated start
+// is the simulated time it starts. Each job is placed once; jobs with the
+// same shape are grouped, so a moment at which a shape cannot fit costs
+// one cached check, not one per queued job.
+
+// simGroup is the queued jobs of one shape, split by team (quotas differ
+// per team).
+type simGroup struct {
+	sh   *shape
+	subs []*simSub
+	left int
+	dead [4]bool // per fitMode, within one simulated moment
+
+	// A group is looked at again only when capacity it could use was
+	// freed (stamp) or a quota that held one of its teams moved (waits).
+	checked bool
+	stamp   uint64
+	waits   []quotaWait
+}
+
+// quotaWait is a team held by quota: by its borrowing limit (it waits for
+// its own use to shrink) or by capacity reserved for owners (it waits for
+// the class's reserve to move).
+type quotaWait struct {
+	team, class int32
+	limit       bool
+	gen         uint32
+}
+
+// quotaMoved reports whether any quota that held the group has moved.
+func (s *sched) quotaMoved(g *simGroup) bool {
+	for _, w := range g.waits {
+		if w.limit && s.teams[w.team].gen != w.gen || !w.limit && s.classGen[w.class] != w.gen {
+			return true
+		}
+	}
+	return false
+}
+
+// simSub is one team's jobs of a shape, in cluster order.
+type simSub struct {
+	g     *simGroup
+	jobs  []*pjob
+	open  openList
+	ests  minTree // estimates of open jobs, to find the next short one
+	scan  int32
+	first int32
+}
+
+// minTree is a segment tree of minimums: the first job at or after an
+// index with an estimate within a bound, in O(log n).
+type minTree struct {
+	n int
+	t []int64
+}
+
+func newMinTree(vals []int64) minTree {
+	n := 1
+	for n < len(vals) {
+		n *= 2
+	}
+	m := minTree{n: n, t: make([]int64, 2*n)}
+	for i := range m.t[n:] {
+		m.t[n+i] = math.MaxInt64
+	}
+	copy(m.t[n:], vals)
+	for i := n - 1; i >= 1; i-- {
+		m.t[i] = min(m.t[2*i], m.t[2*i+1])
+	}
+	return m
+}
+
+func (m *minTree) set(i int, v int64) {
+	i += m.n
+	m.t[i] = v
+	for i > 1 {
+		i /= 2
+		m.t[i] = min(m.t[2*i], m.t[2*i+1])
+	}
+}
+
+// first returns the first index >= from whose value is <= x, or -1.
+func (m *minTree) first(from int, x int64) int {
+	var rec func(node, lo, hi int) int
+	rec = func(node, lo, hi int) int {
+		if hi <= from || m.t[node] > x {
+			return -1
+		}
+		if hi-lo == 1 {
+			return lo
+		}
+		mid := (lo + hi) / 2
+		if r := rec(2*node, lo, mid); r >= 0 {
+			return r
+		}
+		return rec(2*node+1, mid, hi)
+	}
+	return rec(1, 0, m.n)
+}
+
+// openList finds the next unstarted job after skipping started ones, with
+// path compression so long runs of started jobs are skipped at once.
+type openList struct{ next []int32 }
+
+func newOpenList(n int) openList {
+	o := openList{next: make([]int32, n+1)}
+	for i := range o.next {
+		o.next[i] = int32(i)
+	}
+	return o
+}
+
+// find returns the first open index >= i (len when none).
+func (o *openList) find(i int32) int32 {
+	r := i
+	for o.next[r] != r {
+		r = o.next[r]
+	}
+	for o.next[i] != r {
+		o.next[i], i = r, o.next[i]
+	}
+	return r
+}
+
+func (o *openList) close(i int32) { o.next[i] = i + 1 }
+
+// estimate runs the simulation and sets startAt on every job it starts.
+func (s *sched) estimate() {
+	s.explain = false
+	for _, c := range s.claims {
+		s.events.push(event{at: s.now, g: c, gen: c.gen})
+	}
+	for _, v := range s.victims {
+		v.g.gen++
+		s.events.push(event{at: s.now.Add(v.job.Grace), g: v.g, gen: v.g.gen})
+	}
+	var queue []*pjob
+	for _, j := range s.pending {
+		if j.started || j.static != nil {
+			continue
+		}
+		j.simIdx = int32(len(queue))
+		queue = append(queue, j)
+		g := j.shape.group
+		if g == nil {
+			g = &simGroup{sh: j.shape}
+			j.shape.group = g
+			s.groups = append(s.groups, g)
+		}
+		g.left++
+		var sub *simSub
+		for _, x := range g.subs {
+			if x.jobs[0].team == j.team {
+				sub = x
+				break
+			}
+		}
+		if sub == nil {
+			sub = &simSub{g: g}
+			g.subs = append(g.subs, sub)
+		}
+		j.sub, j.subIdx = sub, int32(len(sub.jobs))
+		sub.jobs = append(sub.jobs, j)
+	}
+	for _, g := range s.groups {
+		for _, sub := range g.subs {
+			sub.open = newOpenList(len(sub.jobs))
+			ests := make([]int64, len(sub.jobs))
+			for i, j := range sub.jobs {
+				ests[i] = int64(j.est)
+			}
+			sub.ests = newMinTree(ests)
+		}
+	}
+	s.queue, s.open, s.left = queue, newOpenList(len(queue)), len(queue)
+	t := s.now
+	for {
+		s.simCycle(t)
+		if s.left == 0 {
+			return
+		}
+		for s.events.len() > 0 && s.events.peek().gen != s.events.peek().g.gen {
+			s.events.pop()
+		}
+		if s.events.len() == 0 {
+			return // the rest can never start (quota)
+		}
+		t = s.events.peek().at
+		for s.events.len() > 0 && !s.events.peek().at.After(t) {
+			e := s.events.pop()
+			if e.gen == e.g.gen {
+				s.releaseGrant(e.g)
+			}
+		}
+	}
+}
+
+// simStart starts a job in the simulation.
+func (s *sched) simStart(j *pjob, p placement, t time.Time) {
+	s.start(j, p, t)
+	s.left--
+	j.shape.group.left--
+	s.open.close(j.simIdx)
+	j.sub.open.close(j.subIdx)
+	j.sub.ests.set(int(j.subIdx), math.MaxInt64)
+}
+
+// simCycle is one simulated moment: the head of the queue first (strict
+// order stops there; backfill reserves for it), then every shape that can
+// fit, its jobs in cluster order.
+func (s *sched) simCycle(t time.Time) {
+	if s.cfg.Backfill || s.cfg.StrictOrder {
+		skipped := 0
+		for i := s.open.find(0); int(i) < len(s.queue) && skipped < 32; i = s.open.find(i + 1) {
+			j := s.queue[i]
+			var held *reservation
+			if s.resv != nil && s.resv.job == j {
+				held = s.dropReservation()
+			}
+			p, w, ok := s.tryPlace(j, s.modeFor(j, t))
+			if ok {
+				s.simStart(j, p, t)
+				continue
+			}
+			if held != nil {
+				s.applyReservation(held)
+			}
+			if !w.capacity() {
+				skipped++
+				continue
+			}
+			if !s.cfg.Backfill {
+				return
+			}
+			if s.resv == nil && !s.reserveFor(j, t) {
+				skipped++
+				continue
+			}
+			break
+		}
+		if !s.cfg.Backfill {
+			return
+		}
+	}
+	s.groupPhase(t)
+}
+
+// groupPhase starts what fits now, shape by shape, in cluster order.
+func (s *sched) groupPhase(t time.Time) {
+	h := &s.sheap
+	h.subs = h.subs[:0]
+	loose := modeNormal
+	if s.resv != nil {
+		loose = modeShort
+	}
+	for _, g := range s.groups {
+		if g.left == 0 {
+			continue
+		}
+		st := s.f.stamp(g.sh) + uint64(s.resvGen)
+		if g.checked && st == g.stamp && !s.quotaMoved(g) {
+			continue
+		}
+		g.checked, g.stamp, g.waits = true, st, g.waits[:0]
+		if !s.shapeFits(g.sh, loose) {
+			continue
+		}
+		g.dead = [4]bool{}
+		for _, sub := range g.subs {
+			sub.first = sub.open.find(sub.first)
+			if int(sub.first) < len(sub.jobs) {
+				sub.scan = sub.first
+				h.push(sub)
+			}
+		}
+	}
+	for len(h.subs) > 0 {
+		sub := h.pop()
+		g := sub.g
+		if g.dead[loose] {
+			continue
+		}
+		j := sub.jobs[sub.scan]
+		if s.resv == nil || s.resv.job != j {
+			mode := s.modeFor(j, t)
+			if !g.dead[mode] {
+				p, w, ok := s.tryPlace(j, mode)
+				switch {
+				case ok:
+					s.simStart(j, p, t)
+				case !w.capacity() && w.code != ReasonReservation:
+					qw := quotaWait{team: j.team, class: w.class, limit: w.limit}
+					if w.limit {
+						qw.gen = s.teams[j.team].gen
+					} else if w.class >= 0 {
+						qw.gen = s.classGen[w.class]
+					}
+					g.waits = append(g.waits, qw)
+					continue // quota: this team's jobs of the shape wait
+				default:
+					g.dead[mode] = true
+					if mode == modeShort {
+						g.dead[modeLong] = true
+					}
+				}
+			}
+		}
+		sub.scan = s.nextScan(sub, t)
+		if int(sub.scan) < len(sub.jobs) && !g.dead[loose] {
+			h.push(sub)
+		}
+	}
+}
+
+// nextScan moves a sub-queue to its next job worth trying: the next open
+// one, or, when only jobs that end before the reservation can still fit,
+// the next of those.
+func (s *sched) nextScan(sub *simSub, t time.Time) int32 {
+	i := sub.open.find(sub.scan + 1)
+	g := sub.g
+	if s.resv == nil || !g.dead[modeLong] || g.dead[modeShort] || int(i) >= len(sub.jobs) {
+		return i
+	}
+	r := sub.ests.first(int(i), int64(s.resv.at.Sub(t)))
+	if r < 0 {
+		return int32(len(sub.jobs))
+	}
+	return int32(r)
+}
+
+// shapeFits checks capacity for a shape on all its models, cached.
+func (s *sched) shapeFits(sh *shape, mode fitMode) bool {
+	key := failKey{sh.id, ^uint64(0), mode}
+	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
+		return false
+	}
+	if mode != modeShort && !s.mayFit(sh, sh.models) {
+		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
+		return false
+	}
+	if _, ok := s.search(sh, sh.models, mode); !ok {
+		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
+		return false
+	}
+	return true
+}
+
+// subHeap orders team sub-queues by their current job's cluster position.
+type subHeap struct{ subs []subEntry }
+
+type subEntry struct {
+	pos int
+	sub *simSub
+}
+
+func (h *subHeap) push(x *simSub) {
+	h.subs = append(h.subs, subEntry{x.jobs[x.scan].idx, x})
+	for i := len(h.subs) - 1; i > 0; {
+		p := (i - 1) / 2
+		if h.subs[i].pos >= h.subs[p].pos {
+			break
+		}
+		h.subs[i], h.subs[p] = h.subs[p], h.subs[i]
+		i = p
+	}
+}
+
+func (h *subHeap) pop() *simSub {
+	top := h.subs[0].sub
+	last := len(h.subs) - 1
+	h.subs[0] = h.subs[last]
+	h.subs = h.subs[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < last && h.subs[l].pos < h.subs[m].pos {
+			m = l
+		}
+		if r < last && h.subs[r].pos < h.subs[m].pos {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.subs[i], h.subs[m] = h.subs[m], h.subs[i]
+		i = m
+	}
+	return top
+}

@@ -1,0 +1,269 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// shape is what placement sees of a job: jobs with the same shape fit or do
+// not fit alike, so "does not fit" is cached per shape.
+type shape struct {
+	id       int32
+	key      string
+	kind     SharingKind
+	gpus     int32 // GPUs, MIG instances or time-slice shares
+	nodes    int32 // explicit node count, 0 = automatic
+	perNode  int32 // GPUs per node when spread over nodes
+	units    int32 // time-slice units per GPU
+	profile  int32 // MIG profile, -1 when unknown
+	nvlink   bool  // all GPUs in one NVLink domain required
+	selector [][2]string
+	models   []int32 // eligible models: preference order when prefer, else by id
+	prefer   bool    // take the first model that fits
+	multi    bool    // spans nodes
+	invalid  string  // a request no fleet could satisfy, in words
+
+	static    *why // unplaceable on an empty fleet (nil = placeable); set lazily
+	staticSet bool
+	group     *simGroup
+}
+
+// shapeKey is the identity of a job's shape, built into buf.
+func shapeKey(buf []byte, r *Resources, prefer bool) []byte {
+	b := buf[:0]
+	for i, m := range r.GPUModels {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, m...)
+	}
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(r.GPUs), 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(r.Nodes), 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, r.GPUMemoryMinBytes, 10)
+	for _, x := range []string{r.MinComputeCapability, string(r.Precision), r.Interconnect, string(r.Sharing.Kind), r.Sharing.Profile} {
+		b = append(b, '|')
+		b = append(b, x...)
+	}
+	b = append(b, '|')
+	b = strconv.AppendFloat(b, r.Sharing.Fraction, 'g', -1, 64)
+	if prefer {
+		b = append(b, '|')
+		b = append(b, r.Prefer...)
+	}
+	for _, k := range sortedKeys(r.NodeSelector) {
+		b = append(b, '|')
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, r.NodeSelector[k]...)
+	}
+	return b
+}
+
+// shapeOf returns the interned shape of a job's resources.
+func (s *sched) shapeOf(r *Resources) *shape {
+	prefer := s.cfg.HeterogeneityPreference && r.Prefer != ""
+	s.keyBuf = shapeKey(s.keyBuf, r, prefer)
+	if sh, ok := s.shapeIdx[string(s.keyBuf)]; ok {
+		return sh
+	}
+	key := string(s.keyBuf)
+	sh := &shape{id: int32(len(s.shapes)), key: key, gpus: int32(r.GPUs), nodes: int32(r.Nodes), profile: -1, prefer: prefer}
+	sh.kind = r.Sharing.Kind
+	if sh.kind == "" {
+		sh.kind = Exclusive
+	}
+	sh.nvlink = strings.EqualFold(r.Interconnect, "nvlink") && r.GPUs > 1
+	for _, k := range sortedKeys(r.NodeSelector) {
+		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
+	}
+	switch {
+	case r.GPUs <= 0:
+		sh.invalid = "asks for no GPUs"
+	case r.Nodes < 0:
+		sh.invalid = "asks for a negative node count"
+	case r.Nodes > 1 && r.GPUs%r.Nodes != 0:
+		sh.invalid = fmt.Sprintf("%d GPUs do not spread evenly over %d nodes", r.GPUs, r.Nodes)
+	case r.Nodes > 1 && sh.kind != Exclusive:
+		sh.invalid = "shared GPUs (mig, timeslice) cannot span nodes"
+	case sh.kind == TimeSlice && (r.Sharing.Fraction <= 0 || r.Sharing.Fraction > 1):
+		sh.invalid = fmt.Sprintf("time-slice fraction %g is outside (0, 1]", r.Sharing.Fraction)
+	case sh.kind != Exclusive && sh.kind != MIG && sh.kind != TimeSlice:
+		sh.invalid = fmt.Sprintf("unknown sharing %q", sh.kind)
+	}
+	if sh.kind == TimeSlice {
+		sh.units = int32(math.Round(r.Sharing.Fraction * unit))
+		if sh.units <= 0 && sh.invalid == "" {
+			sh.invalid = fmt.Sprintf("time-slice fraction %g is too small", r.Sharing.Fraction)
+		}
+	}
+	if sh.kind == MIG {
+		if p, ok := s.f.profileIdx[strings.ToLower(r.Sharing.Profile)]; ok {
+			sh.profile = p
+		}
+	}
+	if r.Nodes > 1 {
+		sh.multi = true
+		sh.perNode = int32(r.GPUs / r.Nodes)
+	}
+	sh.models = s.eligibleModels(r, sh)
+	if prefer {
+		s.rankModels(sh.models, r.Prefer)
+	}
+	s.shapeIdx[key] = sh
+	s.shapes = append(s.shapes, sh)
+	return sh
+}
+
+// eligibleModels lists the models of the fleet a request may use, by id.
+func (s *sched) eligibleModels(r *Resources, sh *shape) []int32 {
+	var out []int32
+	constrained := r.GPUMemoryMinBytes > 0 || r.MinComputeCapability != "" || r.Precision != ""
+	for m := range s.f.models {
+		mi := &s.f.models[m]
+		if mi.gpus == 0 {
+			continue // a catalog entry no node has
+		}
+		named := len(r.GPUModels) == 0
+		for _, name := range r.GPUModels {
+			if s.modelNamed(mi, name) {
+				named = true
+				break
+			}
+		}
+		if !named {
+			continue
+		}
+		if mi.opaque {
+			// An opaque model matches only when a job names it, or asks
+			// nothing a catalog entry would be needed to check.
+			if len(r.GPUModels) == 0 && constrained {
+				continue
+			}
+			out = append(out, int32(m))
+			continue
+		}
+		mem := mi.gpu.MemoryBytes
+		if sh.kind == MIG {
+			if mp, ok := mi.gpu.MIG(r.Sharing.Profile); ok {
+				mem = mp.MemoryBytes
+			}
+		}
+		if r.GPUMemoryMinBytes > 0 && mem < r.GPUMemoryMinBytes {
+			continue
+		}
+		if r.MinComputeCapability != "" && compareCC(mi.gpu.ComputeCapability, r.MinComputeCapability) < 0 {
+			continue
+		}
+		if r.Precision != "" {
+			if _, ok := mi.gpu.Peak(r.Precision); !ok {
+				continue
+			}
+		}
+		out = append(out, int32(m))
+	}
+	return out
+}
+
+// modelNamed reports whether an allowlist entry names a model: its catalog
+// id, its name, an alias, or an admin-defined class that contains it.
+func (s *sched) modelNamed(mi *modelInfo, name string) bool {
+	if strings.EqualFold(name, mi.id) || strings.EqualFold(name, mi.gpu.Name) {
+		return true
+	}
+	if mi.opaque {
+		return false
+	}
+	for _, a := range mi.gpu.Aliases {
+		if strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	for _, id := range s.in.Classes[name] {
+		if strings.EqualFold(id, mi.id) {
+			return true
+		}
+	}
+	return false
+}
+
+// rankModels orders models by preference: cheapest adequate (lowest price,
+// unknown price last) or fastest (highest bf16 or fp16 peak).
+func (s *sched) rankModels(models []int32, prefer string) {
+	ms := s.f.models
+	slices.SortStableFunc(models, func(a, b int32) int {
+		switch prefer {
+		case "cheapest":
+			pa, pb := ms[a].price, ms[b].price
+			switch {
+			case pa != nil && pb != nil && *pa != *pb:
+				return cmp.Compare(*pa, *pb)
+			case pa != nil && pb == nil:
+				return -1
+			case pa == nil && pb != nil:
+				return 1
+			}
+		case "fastest":
+			if ms[a].speed != ms[b].speed {
+				return cmp.Compare(ms[b].speed, ms[a].speed)
+			}
+		}
+		return cmp.Compare(a, b)
+	})
+}
+
+// compareCC compares compute capabilities such as "8.0" and "9.0"; an
+// unknown one sorts lowest.
+func compareCC(a, b string) int {
+	pa, pb := parseCC(a), parseCC(b)
+	if c := cmp.Compare(pa[0], pb[0]); c != 0 {
+		return c
+	}
+	return cmp.Compare(pa[1], pb[1])
+}
+
+func parseCC(s string) [2]int {
+	major, minor, _ := strings.Cut(strings.TrimSpace(s), ".")
+	a, err := strconv.Atoi(major)
+	if err != nil {
+		return [2]int{-1, -1}
+	}
+	b, _ := strconv.Atoi(minor)
+	return [2]int{a, b}
+}
+
+// selectorOK reports whether a node carries every label a shape selects.
+func selectorOK(n *nodeSlot, sel [][2]string) bool {
+	for _, kv := range sel {
+		if v, ok := n.labels[kv[0]]; !ok || v != kv[1] {
+			return false
+		}
+	}
+	return true
+}
+
+// charge is what one placement of the shape on model m counts against a
+// quota, in milli-GPUs.
+func (s *sched) charge(sh *shape, m int32) int64 {
+	switch sh.kind {
+	case TimeSlice:
+		return int64(sh.gpus) * int64(sh.units)
+	case MIG:
+		if sh.profile < 0 {
+			return int64(sh.gpus) * unit / 7
+		}
+		return int64(sh.gpus) * s.f.migCharge(m, sh.profile)
+	}
+	return int64(sh.gpus) * unit
+}
+
+func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,555 @@
+package scheduler
+
+import (
+	"math/bits"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// unit is one whole GPU in time-slice units (and in milli-GPUs of quota
+// accounting): a share of 0.25 is 250 units.
+const unit = 1000
+
+// bitset is a set of node indices; iteration runs in index order, which is
+// node-name order, so every scan is deterministic.
+type bitset []uint64
+
+func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+
+func (b bitset) set(i int32)   { b[i>>6] |= 1 << (uint(i) & 63) }
+func (b bitset) unset(i int32) { b[i>>6] &^= 1 << (uint(i) & 63) }
+
+// next returns the first member >= i, or -1.
+func (b bitset) next(i int32) int32 {
+	w := int(i >> 6)
+	if w >= len(b) {
+		return -1
+	}
+	word := b[w] >> (uint(i) & 63)
+	if word != 0 {
+		return i + int32(bits.TrailingZeros64(word))
+	}
+	for w++; w < len(b); w++ {
+		if b[w] != 0 {
+			return int32(w*64 + bits.TrailingZeros64(b[w]))
+		}
+	}
+	return -1
+}
+
+// modelInfo is one GPU model of the fleet.
+type modelInfo struct {
+	id     string
+	gpu    catalog.GPU
+	opaque bool  // only ID and Name known: matches by name only
+	class  int32 // quota class, -1 when no team's quota names it
+	gpus   int   // GPUs of the model in the fleet, whatever their state
+	speed  float64
+	price  *float64
+}
+
+// migSlot is one MIG instance of a GPU.
+type migSlot struct {
+	id      string
+	profile int32
+	used    bool
+}
+
+// gpuSlot is one GPU in the free-capacity model.
+type gpuSlot struct {
+	id       string
+	model    int32
+	domain   int32 // node-local NVLink domain, -1 for PCIe only
+	ready    bool
+	mig      []migSlot // non-nil in MIG mode
+	used     int32     // units in use; unit when held whole
+	excl     bool      // held whole (exclusive job or a preemption claim)
+	reserved bool      // part of the head job's backfill reservation
+}
+
+// modelFree counts one model's GPUs on a node.
+type modelFree struct {
+	model int32
+	free  int32 // whole-free, not reserved, countable
+	resv  int32 // whole-free but reserved
+}
+
+// nodeSlot is one node in the free-capacity model.
+type nodeSlot struct {
+	name        string
+	ready       bool
+	rack, block int32 // -1 when unknown
+	labels      map[string]string
+	gpus        []gpuSlot
+	mfree       []modelFree // one entry per model on the node, by model
+	migFree     []int32     // free MIG instances per profile; nil without MIG
+}
+
+// loc names a GPU or MIG instance.
+type loc struct {
+	node, gpu, inst int32 // inst -1 for a whole GPU
+}
+
+// fleet is the compact free-capacity model the placement code works on. It
+// keeps, per model, the nodes bucketed by their count of whole free GPUs,
+// so a fit is found without scanning every node.
+type fleet struct {
+	nodes      []nodeSlot
+	models     []modelInfo
+	modelIdx   map[string]int32
+	profiles   []string
+	profileIdx map[string]int32
+	racks      []string
+	blocks     []string
+
+	maxK      []int32    // per model: most GPUs of the model on one node
+	buckets   [][]bitset // [model][k]: nodes with exactly k whole free GPUs
+	counts    [][]int32  // [model][k]: members of buckets[model][k]
+	totalFree []int64    // per model: whole free GPUs
+	migNodes  []bitset   // [profile]: nodes with a free instance
+	tsNodes   []bitset   // [model]: nodes with a partly shared GPU
+	classFree []int64    // per quota class: free capacity in milli-GPUs
+	locs      map[string]loc
+
+	// epoch grows whenever capacity grows; cached "does not fit" answers
+	// are valid only within one epoch.
+	epoch uint32
+	// raise counts, per model and level k, the times a node's whole free
+	// GPUs rose to k or more: a shape needing k GPUs on one node can only
+	// start fitting when raise[m][k] moves. migRaise, tsRaise, totalRaise
+	// and resvRaise do the same for MIG instances, time-slice room, total
+	// free GPUs and reserved GPUs.
+	raise      [][]uint32
+	migRaise   []uint32
+	tsRaise    []uint32
+	totalRaise []uint32
+	resvRaise  uint32
+}
+
+// buildFleet turns the input's nodes into the capacity model, nodes sorted
+// by name so that input order does not matter.
+func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *fleet {
+	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: map[string]loc{}}
+	nodes := make([]*Node, 0, len(in.Nodes))
+	for i := range in.Nodes {
+		nodes = append(nodes, &in.Nodes[i])
+	}
+	slices.SortStableFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
+
+	// Intern models: every Input.Models entry plus any model a node names.
+	modelIDs := map[string]bool{}
+	for id := range in.Models {
+		modelIDs[id] = true
+	}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			modelIDs[g.Model] = true
+		}
+	}
+	for _, id := range sortedKeys(modelIDs) {
+		g, ok := in.Models[id]
+		if !ok {
+			g = catalog.GPU{ID: id, Name: id}
+		}
+		mi := modelInfo{id: id, gpu: g, class: classOf(id), price: g.PricePerHourUSD}
+		mi.opaque = g.MemoryBytes == 0 && g.ComputeCapability == "" && len(g.PeakFLOPS) == 0
+		if v, ok := g.Peak(catalog.BF16); ok {
+			mi.speed = v
+		} else if v, ok := g.Peak(catalog.FP16); ok {
+			mi.speed = v
+		}
+		f.modelIdx[id] = int32(len(f.models))
+		f.models = append(f.models, mi)
+	}
+	rackIdx, blockIdx := map[string]int32{}, map[string]int32{}
+	intern := func(m map[string]int32, list *[]string, s string) int32 {
+		if s == "" {
+			return -1
+		}
+		if i, ok := m[s]; ok {
+			return i
+		}
+		m[s] = int32(len(*list))
+		*list = append(*list, s)
+		return m[s]
+	}
+	f.maxK = make([]int32, len(f.models))
+	for _, n := range nodes {
+		ns := nodeSlot{name: n.Name, ready: n.State == Ready || n.State == "", labels: n.Labels,
+			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
+		gs := slices.Clone(n.GPUs)
+		slices.SortStableFunc(gs, func(a, b GPU) int { return a.Index - b.Index })
+		domIdx := map[string]int32{}
+		perModel := map[int32]int32{}
+		for _, g := range gs {
+			m := f.modelIdx[g.Model]
+			f.models[m].gpus++
+			slot := gpuSlot{id: g.ID, model: m, domain: -1, ready: g.State == Ready || g.State == ""}
+			if g.NVLinkDomain != "" {
+				key := g.NVLinkDomain + "\x00" + g.Model
+				if _, ok := domIdx[key]; !ok {
+					domIdx[key] = int32(len(domIdx))
+				}
+				slot.domain = domIdx[key]
+			}
+			if len(g.MIG) > 0 {
+				slot.mig = make([]migSlot, 0, len(g.MIG))
+				for _, mi := range g.MIG {
+					p := intern(f.profileIdx, &f.profiles, strings.ToLower(mi.Profile))
+					slot.mig = append(slot.mig, migSlot{id: mi.ID, profile: p})
+				}
+			} else {
+				perModel[m]++
+			}
+			ns.gpus = append(ns.gpus, slot)
+		}
+		for _, m := range sortedKeys(perModel) {
+			ns.mfree = append(ns.mfree, modelFree{model: m})
+			f.maxK[m] = max(f.maxK[m], perModel[m])
+		}
+		f.nodes = append(f.nodes, ns)
+	}
+	f.raise = make([][]uint32, len(f.models))
+	f.tsRaise = make([]uint32, len(f.models))
+	f.totalRaise = make([]uint32, len(f.models))
+	f.buckets = make([][]bitset, len(f.models))
+	f.counts = make([][]int32, len(f.models))
+	f.totalFree = make([]int64, len(f.models))
+	f.tsNodes = make([]bitset, len(f.models))
+	for m := range f.models {
+		f.buckets[m] = make([]bitset, f.maxK[m]+1)
+		for k := range f.buckets[m] {
+			f.buckets[m][k] = newBitset(len(f.nodes))
+		}
+		f.counts[m] = make([]int32, f.maxK[m]+1)
+		f.raise[m] = make([]uint32, f.maxK[m]+1)
+		f.tsNodes[m] = newBitset(len(f.nodes))
+	}
+	f.migNodes = make([]bitset, len(f.profiles))
+	f.migRaise = make([]uint32, len(f.profiles))
+	for p := range f.profiles {
+		f.migNodes[p] = newBitset(len(f.nodes))
+	}
+	f.classFree = make([]int64, nClasses)
+	for ni := range f.nodes {
+		n := &f.nodes[ni]
+		for gi := range n.gpus {
+			g := &n.gpus[gi]
+			f.locs[g.id] = loc{int32(ni), int32(gi), -1}
+			for ii, inst := range g.mig {
+				f.locs[inst.id] = loc{int32(ni), int32(gi), int32(ii)}
+			}
+			if !n.ready || !g.ready {
+				continue
+			}
+			if g.mig != nil {
+				if n.migFree == nil {
+					n.migFree = make([]int32, len(f.profiles))
+				}
+				for _, inst := range g.mig {
+					n.migFree[inst.profile]++
+					f.migNodes[inst.profile].set(int32(ni))
+					f.addClass(g.model, f.migCharge(g.model, inst.profile))
+				}
+				continue
+			}
+			n.mfree[f.mfIndex(n, g.model)].free++
+			f.totalFree[g.model]++
+			f.addClass(g.model, unit)
+		}
+		for _, mf := range n.mfree {
+			f.buckets[mf.model][mf.free].set(int32(ni))
+			f.counts[mf.model][mf.free]++
+		}
+	}
+	return f
+}
+
+// clone copies the mutable state so that the copy can be changed freely.
+func (f *fleet) clone() *fleet {
+	c := *f
+	c.nodes = slices.Clone(f.nodes)
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		n.gpus = slices.Clone(n.gpus)
+		for gi := range n.gpus {
+			n.gpus[gi].mig = slices.Clone(n.gpus[gi].mig)
+		}
+		n.mfree = slices.Clone(n.mfree)
+		n.migFree = slices.Clone(n.migFree)
+	}
+	c.buckets = make([][]bitset, len(f.buckets))
+	for m := range f.buckets {
+		c.buckets[m] = make([]bitset, len(f.buckets[m]))
+		for k := range f.buckets[m] {
+			c.buckets[m][k] = slices.Clone(f.buckets[m][k])
+		}
+	}
+	c.counts = make([][]int32, len(f.counts))
+	for m := range f.counts {
+		c.counts[m] = slices.Clone(f.counts[m])
+	}
+	c.totalFree = slices.Clone(f.totalFree)
+	c.migNodes = make([]bitset, len(f.migNodes))
+	for p := range f.migNodes {
+		c.migNodes[p] = slices.Clone(f.migNodes[p])
+	}
+	c.tsNodes = make([]bitset, len(f.tsNodes))
+	for m := range f.tsNodes {
+		c.tsNodes[m] = slices.Clone(f.tsNodes[m])
+	}
+	c.classFree = slices.Clone(f.classFree)
+	c.raise = make([][]uint32, len(f.raise))
+	for m := range f.raise {
+		c.raise[m] = slices.Clone(f.raise[m])
+	}
+	c.migRaise = slices.Clone(f.migRaise)
+	c.tsRaise = slices.Clone(f.tsRaise)
+	c.totalRaise = slices.Clone(f.totalRaise)
+	return &c
+}
+
+func (f *fleet) mfIndex(n *nodeSlot, m int32) int {
+	for i := range n.mfree {
+		if n.mfree[i].model == m {
+			return i
+		}
+	}
+	return -1
+}
+
+// freeOf returns the whole free GPUs of model m on node n.
+func (f *fleet) freeOf(n *nodeSlot, m int32) int32 {
+	if i := f.mfIndex(n, m); i >= 0 {
+		return n.mfree[i].free
+	}
+	return 0
+}
+
+// migCharge is the quota charge of one MIG instance in milli-GPUs.
+func (f *fleet) migCharge(m, p int32) int64 {
+	g := f.models[m].gpu
+	total := 0
+	for _, mp := range g.MIGProfiles {
+		total = max(total, mp.Slices)
+	}
+	if mp, ok := g.MIG(f.profiles[p]); ok && total > 0 && mp.Slices > 0 {
+		return int64(mp.Slices) * unit / int64(total)
+	}
+	return unit / 7
+}
+
+func (f *fleet) addClass(m int32, delta int64) {
+	if c := f.models[m].class; c >= 0 {
+		f.classFree[c] += delta
+	}
+}
+
+// countable reports whether a non-MIG GPU counts as capacity.
+func countable(n *nodeSlot, g *gpuSlot) bool { return n.ready && g.ready && g.mig == nil }
+
+// adjFree moves a node between free-count buckets of model m.
+func (f *fleet) adjFree(ni int32, m int32, delta int32) {
+	n := &f.nodes[ni]
+	i := f.mfIndex(n, m)
+	mf := &n.mfree[i]
+	f.buckets[m][mf.free].unset(ni)
+	f.counts[m][mf.free]--
+	old := mf.free
+	mf.free += delta
+	f.buckets[m][mf.free].set(ni)
+	f.counts[m][mf.free]++
+	f.totalFree[m] += int64(delta)
+	if delta > 0 {
+		f.epoch++
+		for k := old + 1; k <= mf.free; k++ {
+			f.raise[m][k]++
+		}
+		f.tsRaise[m]++
+		f.totalRaise[m]++
+	}
+}
+
+// becomesBusy and becomesFree keep the counters when a GPU's used count
+// leaves or returns to zero.
+func (f *fleet) becomesBusy(ni, gi int32) {
+	n := &f.nodes[ni]
+	g := &n.gpus[gi]
+	if !countable(n, g) {
+		return
+	}
+	if g.reserved {
+		n.mfree[f.mfIndex(n, g.model)].resv--
+		return
+	}
+	f.adjFree(ni, g.model, -1)
+}
+
+func (f *fleet) becomesFree(ni, gi int32) {
+	n := &f.nodes[ni]
+	g := &n.gpus[gi]
+	if !countable(n, g) {
+		return
+	}
+	if g.reserved {
+		n.mfree[f.mfIndex(n, g.model)].resv++
+		f.epoch++
+		f.resvRaise++
+		return
+	}
+	f.adjFree(ni, g.model, +1)
+}
+
+// alloc is one piece of a placement: a whole GPU, a time-slice share of
+// one, or one MIG instance.
+type alloc struct {
+	node, gpu, inst int32 // inst -1 unless MIG
+	units           int32 // time-slice units; unit for whole
+	whole           bool
+}
+
+// take applies one piece of a placement to the free-capacity model.
+func (f *fleet) take(a alloc) {
+	n := &f.nodes[a.node]
+	g := &n.gpus[a.gpu]
+	if a.inst >= 0 {
+		in := &g.mig[a.inst]
+		if in.used {
+			return
+		}
+		in.used = true
+		if n.ready && g.ready {
+			n.migFree[in.profile]--
+			if n.migFree[in.profile] == 0 {
+				f.migNodes[in.profile].unset(a.node)
+			}
+			f.addClass(g.model, -f.migCharge(g.model, in.profile))
+		}
+		return
+	}
+	wasFree := g.used == 0
+	g.used += a.units
+	if a.whole {
+		g.excl = true
+	}
+	if wasFree && g.used > 0 {
+		f.becomesBusy(a.node, a.gpu)
+	}
+	if countable(n, g) {
+		f.addClass(g.model, -int64(a.units))
+		if !a.whole {
+			f.updateTS(a.node, g.model)
+		}
+	}
+}
+
+// release undoes take.
+func (f *fleet) release(a alloc) {
+	n := &f.nodes[a.node]
+	g := &n.gpus[a.gpu]
+	if a.inst >= 0 {
+		in := &g.mig[a.inst]
+		if !in.used {
+			return
+		}
+		in.used = false
+		if n.ready && g.ready {
+			if n.migFree[in.profile] == 0 {
+				f.migNodes[in.profile].set(a.node)
+			}
+			n.migFree[in.profile]++
+			f.addClass(g.model, f.migCharge(g.model, in.profile))
+			f.epoch++
+			f.migRaise[in.profile]++
+		}
+		return
+	}
+	g.used -= a.units
+	if a.whole {
+		g.excl = false
+	}
+	if countable(n, g) {
+		f.addClass(g.model, int64(a.units))
+	}
+	if g.used == 0 {
+		f.becomesFree(a.node, a.gpu)
+	}
+	if countable(n, g) && !a.whole {
+		f.updateTS(a.node, g.model)
+		f.epoch++
+		f.tsRaise[g.model]++
+	}
+}
+
+// updateTS keeps tsNodes: nodes with a partly used, shareable GPU.
+func (f *fleet) updateTS(ni, m int32) {
+	n := &f.nodes[ni]
+	for gi := range n.gpus {
+		g := &n.gpus[gi]
+		if g.model == m && countable(n, g) && !g.excl && g.used > 0 && g.used < unit {
+			f.tsNodes[m].set(ni)
+			return
+		}
+	}
+	f.tsNodes[m].unset(ni)
+}
+
+// reserve and unreserve mark a GPU as held for the backfill reservation.
+func (f *fleet) reserve(ni, gi int32) {
+	n := &f.nodes[ni]
+	g := &n.gpus[gi]
+	if g.reserved {
+		return
+	}
+	if countable(n, g) && g.used == 0 {
+		f.adjFree(ni, g.model, -1)
+		n.mfree[f.mfIndex(n, g.model)].resv++
+	}
+	g.reserved = true
+}
+
+func (f *fleet) unreserve(ni, gi int32) {
+	n := &f.nodes[ni]
+	g := &n.gpus[gi]
+	if !g.reserved {
+		return
+	}
+	g.reserved = false
+	if countable(n, g) && g.used == 0 {
+		n.mfree[f.mfIndex(n, g.model)].resv--
+		f.adjFree(ni, g.model, +1)
+	}
+	f.epoch++
+}
+
+// wholeFree reports whether a GPU can be given whole to a job.
+func wholeFree(n *nodeSlot, g *gpuSlot, allowReserved bool) bool {
+	return g.used == 0 && countable(n, g) && (allowReserved || !g.reserved)
+}
+
+// stamp sums the counters that must move before a shape that did not fit
+// can fit: it is unchanged while no relevant capacity was freed.
+func (f *fleet) stamp(sh *shape) uint64 {
+	var st uint64
+	for _, m := range sh.models {
+		switch {
+		case sh.kind == MIG:
+			if sh.profile >= 0 {
+				st += uint64(f.migRaise[sh.profile])
+			}
+		case sh.kind == TimeSlice:
+			st += uint64(f.tsRaise[m])
+		case sh.multi:
+			if sh.perNode <= f.maxK[m] {
+				st += uint64(f.raise[m][sh.perNode])
+			}
+		case sh.gpus > f.maxK[m]:
+			st += uint64(f.totalRaise[m])
+		default:
+			st += uint64(f.raise[m][sh.gpus])
+		}
+	}
+	return st + uint64(f.resvRaise)
+}

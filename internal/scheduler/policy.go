@@ -1,0 +1,80 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Packing policies for Config.Packing.
+const (
+	PackFirstFit = "first-fit" // the first node (by name) that fits
+	PackBestFit  = "best-fit"  // the node left with the fewest free GPUs
+	PackTopology = "topology"  // NVLink domain, rack and fragmentation scoring
+)
+
+// Sort preferences for Resources.Prefer.
+const (
+	PreferCheapest = "cheapest" // lowest PricePerHourUSD; unknown price last
+	PreferFastest  = "fastest"  // highest bf16 (else fp16) peak
+)
+
+// ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
+var ErrUnknownPolicy = errors.New("unknown scheduling policy")
+
+// policies are the built-in policies: each is only a Config, so adding one
+// is adding an entry here.
+var policies = map[string]Config{
+	// fifo: one queue by submit time, first-fit, stop at the first job that
+	// does not fit; no priorities, backfill, quotas or preemption.
+	"fifo": {Name: "fifo", StrictOrder: true, Packing: PackFirstFit},
+	// bestfit: fifo order, best-fit packing.
+	"bestfit": {Name: "bestfit", StrictOrder: true, Packing: PackBestFit},
+	// backfill: Slurm-like priority classes with EASY backfill.
+	"backfill": {Name: "backfill", PriorityClasses: true, Backfill: true, Packing: PackBestFit},
+	// gpufleet: everything.
+	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
+		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour},
+}
+
+// Policies lists the built-in policy names.
+func Policies() []string { return sortedKeys(policies) }
+
+// PolicyConfig returns the Config of a built-in policy: "fifo", "bestfit",
+// "backfill" or "gpufleet". Every feature of gpufleet can be switched off
+// in the returned Config for an ablation.
+func PolicyConfig(name string) (Config, error) {
+	c, ok := policies[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		return Config{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownPolicy, name, strings.Join(Policies(), ", "))
+	}
+	c.Priorities = slices.Clone(DefaultPriorities)
+	c.ETA = true
+	c.DefaultEstimate = 4 * time.Hour
+	return c, nil
+}
+
+// Validate reports a Config the scheduler cannot run.
+func (c Config) Validate() error {
+	switch c.Packing {
+	case "", PackFirstFit, PackBestFit, PackTopology:
+	default:
+		return fmt.Errorf("packing %q: want %s, %s or %s", c.Packing, PackFirstFit, PackBestFit, PackTopology)
+	}
+	seen := map[Priority]bool{}
+	for _, p := range c.Priorities {
+		if seen[p] {
+			return fmt.Errorf("priority class %q listed twice", p)
+		}
+		seen[p] = true
+	}
+	if c.MaxPlacementsPerCycle < 0 {
+		return fmt.Errorf("max placements per cycle %d is negative", c.MaxPlacementsPerCycle)
+	}
+	if c.DefaultEstimate < 0 {
+		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Preemption reason codes.
+const (
+	PreemptPriority = "preempted_priority" // for a job of a higher class
+	PreemptReclaim  = "preempted_reclaim"  // borrowed capacity returned to its owner
+)
+
+// maxPreemptNodes bounds the nodes one preemption search compares.
+const maxPreemptNodes = 32
+
+// mayPreempt says whether running job v may be stopped for queued job j.
+// Only preemptible jobs, and only of a lower class, or (with quotas) jobs
+// running on borrowed capacity: of a lower class, or of any class when j
+// claims its own guaranteed quota back (reclaim).
+func (s *sched) mayPreempt(v *rjob, j *pjob, reclaim bool, class int32) bool {
+	if !v.job.Preemptible || v.victim {
+		return false
+	}
+	lower := v.rank > j.rank
+	if !s.cfg.Quotas || v.team == j.team {
+		return lower
+	}
+	if !v.borrowed {
+		return false
+	}
+	return lower || (reclaim && v.g.class == class)
+}
+
+// victimSet is one node's way to make room by preemption.
+type victimSet struct {
+	ok      bool
+	node    int32
+	model   int32
+	gpus    []int32
+	victims []*rjob
+	cost    [4]int64
+	reclaim bool
+}
+
+// preempt looks for running jobs to stop so that j fits on one node,
+// losing the least work: victims of the lowest classes first, the most
+// recently started first; nodes compare by the highest class they would
+// stop, then GPU-seconds lost, then victim count. On success the victims
+// are reported, the free GPUs of the chosen node are claimed for j, and j
+// waits for the victims to stop (it is placed in a later cycle).
+func (s *sched) preempt(j *pjob) bool {
+	sh := j.shape
+	if sh.kind != Exclusive || sh.multi || len(s.victimAt) == 0 {
+		return false
+	}
+	key := failKey{shape: sh.id, mask: uint64(j.rank)<<32 | uint64(j.team), mode: modePreempt}
+	if _, ok := s.fails[key]; ok {
+		return false
+	}
+	var best victimSet
+	for _, m := range sh.models {
+		if sh.gpus > s.f.maxK[m] {
+			continue
+		}
+		class := s.f.models[m].class
+		charge := s.charge(sh, m)
+		reclaim := false
+		if s.cfg.Quotas && class >= 0 {
+			ts := &s.teams[j.team]
+			if ts.limit >= 0 && ts.used[class]+charge > ts.quota[class]+ts.limit {
+				continue
+			}
+			reclaim = ts.used[class]+charge <= ts.quota[class]
+		}
+		found := 0
+		for _, ni := range s.victimAt {
+			if s.nodeLow[ni] <= j.rank && !(reclaim && s.nodeBorrowed[ni]) {
+				continue // nothing here j may stop
+			}
+			vs := s.victimsOn(j, ni, m, reclaim, class)
+			if !vs.ok {
+				continue
+			}
+			vs.reclaim = reclaim
+			found++
+			if !best.ok || slices.Compare(vs.cost[:], best.cost[:]) < 0 {
+				best = vs
+			}
+			if found >= maxPreemptNodes {
+				break
+			}
+		}
+		if best.ok && sh.prefer {
+			break
+		}
+	}
+	if !best.ok {
+		s.fails[key] = failEntry{}
+		return false
+	}
+	// Claim the GPUs that are free now; the rest come from the victims.
+	claim := &grant{team: j.team, class: -1}
+	n := &s.f.nodes[best.node]
+	var grace time.Duration
+	for _, gi := range best.gpus {
+		if wholeFree(n, &n.gpus[gi], false) {
+			claim.allocs = append(claim.allocs, alloc{node: best.node, gpu: gi, inst: -1, units: unit, whole: true})
+		}
+	}
+	s.takeGrant(claim)
+	s.claims = append(s.claims, claim)
+	for _, v := range best.victims {
+		v.victim = true
+		s.victims = append(s.victims, v)
+		grace = max(grace, v.job.Grace)
+		code, text := PreemptPriority, ""
+		if best.reclaim && v.team != j.team {
+			code = PreemptReclaim
+			text = fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
+		} else {
+			text = fmt.Sprintf("preempted for job %s (%s outranks %s)", j.job.ID, j.job.Priority, v.job.Priority)
+		}
+		if v.job.Grace > 0 {
+			text += fmt.Sprintf("; grace %s to checkpoint", v.job.Grace)
+		}
+		s.out.Preemptions = append(s.out.Preemptions, Preemption{Job: v.job.ID, For: j.job.ID, Reason: text, Code: code})
+		s.out.Stats.Preempted++
+	}
+	j.why = why{code: ReasonPreempting, text: fmt.Sprintf("waiting for %s to stop", plural(int32(len(best.victims)), "preempted job"))}
+	if grace > 0 {
+		j.why.text += fmt.Sprintf(" (grace up to %s)", grace)
+	}
+	return true
+}
+
+// victimsOn finds the cheapest set of victims on one node that makes room
+// for j on model m.
+func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victimSet {
+	n := &s.f.nodes[ni]
+	if s.f.mfIndex(n, m) < 0 || !selectorOK(n, j.shape.selector) {
+		return victimSet{}
+	}
+	var cands []*rjob
+	for _, v := range s.nodeRuns[ni] {
+		if s.mayPreempt(v, j, reclaim, class) && holdsWhole(v, ni, n, m) {
+			cands = append(cands, v)
+		}
+	}
+	if len(cands) == 0 {
+		return victimSet{}
+	}
+	slices.SortFunc(cands, func(a, b *rjob) int {
+		if c := cmp.Compare(b.rank, a.rank); c != 0 {
+			return c
+		}
+		if c := b.job.Started.Compare(a.job.Started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.job.ID, b.job.ID)
+	})
+	avail := make([]bool, len(n.gpus))
+	for gi := range n.gpus {
+		avail[gi] = n.gpus[gi].model == m && wholeFree(n, &n.gpus[gi], false)
+	}
+	for i, v := range cands {
+		for _, a := range v.g.allocs {
+			if a.node == ni && a.inst < 0 && !n.gpus[a.gpu].reserved {
+				avail[a.gpu] = true
+			}
+		}
+		gpus, ok := pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
+		if !ok {
+			continue
+		}
+		vs := victimSet{ok: true, node: ni, model: m, gpus: gpus, victims: cands[:i+1]}
+		top := len(s.prio) + 1
+		var lost int64
+		for _, v := range vs.victims {
+			top = min(top, v.rank)
+			lost += int64(s.now.Sub(v.job.Started).Seconds()) * int64(len(v.g.allocs))
+		}
+		vs.cost = [4]int64{-int64(top), lost, int64(len(vs.victims)), int64(ni)}
+		return vs
+	}
+	return victimSet{}
+}
+
+// holdsWhole reports whether v holds a whole GPU of model m on node ni.
+func holdsWhole(v *rjob, ni int32, n *nodeSlot, m int32) bool {
+	for _, a := range v.g.allocs {
+		if a.node == ni && a.whole && n.gpus[a.gpu].model == m {
+			return true
+		}
+	}
+	return false
+}
+
+// pickFrom chooses need GPUs among the available ones, inside one NVLink
+// domain when one holds them (required when nvlink).
+func pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
+	byDom := map[int32][]int32{}
+	var all []int32
+	for gi, ok := range avail {
+		if !ok || n.gpus[gi].model != m {
+			continue
+		}
+		all = append(all, int32(gi))
+		byDom[n.gpus[gi].domain] = append(byDom[n.gpus[gi].domain], int32(gi))
+	}
+	if int32(len(all)) < need {
+		return nil, false
+	}
+	bestDom, bestLen := int32(-2), 1<<30
+	for _, d := range sortedKeys(byDom) {
+		if d >= 0 && int32(len(byDom[d])) >= need && len(byDom[d]) < bestLen {
+			bestDom, bestLen = d, len(byDom[d])
+		}
+	}
+	if bestDom >= 0 {
+		return slices.Clone(byDom[bestDom][:need]), true
+	}
+	if nvlink && need > 1 {
+		return nil, false
+	}
+	return all[:need], true
+}
+
+func (s *sched) className(c int32) string {
+	if c < 0 {
+		return "unquoted"
+	}
+	return s.classes[c]
+}

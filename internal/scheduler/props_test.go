@@ -1,0 +1,340 @@
+package scheduler_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
+)
+
+var propModels = []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4"}
+
+// genFleet draws a small heterogeneous fleet: NVLink domains or PCIe, MIG
+// GPUs, racks, nodes and GPUs that are not ready.
+func genFleet(t *rapid.T) []scheduler.Node {
+	n := rapid.IntRange(1, 6).Draw(t, "nodes")
+	var nodes []scheduler.Node
+	for i := range n {
+		model := rapid.SampledFrom(propModels).Draw(t, "model")
+		gpus := rapid.SampledFrom([]int{1, 2, 4, 8}).Draw(t, "gpus")
+		b := schedtest.MakeNode(fmt.Sprintf("n%d", i), model, gpus).
+			Rack(fmt.Sprintf("r%d", rapid.IntRange(0, 2).Draw(t, "rack"))).
+			Domains(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(t, "domain"))
+		if model != "l4" && rapid.IntRange(0, 3).Draw(t, "mig") == 0 {
+			b.MIG(rapid.IntRange(1, gpus).Draw(t, "migGPUs"), "1g.10gb", 7)
+		}
+		if rapid.IntRange(0, 9).Draw(t, "cordon") == 0 {
+			b.State(scheduler.Cordoned)
+		}
+		if rapid.IntRange(0, 9).Draw(t, "down") == 0 {
+			b.GPUState(rapid.IntRange(0, gpus-1).Draw(t, "downGPU"), scheduler.Down)
+		}
+		nodes = append(nodes, b.Obj())
+	}
+	return nodes
+}
+
+// genJob draws a queued job.
+func genJob(t *rapid.T, id string) scheduler.Job {
+	b := schedtest.MakeJob(id, rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "team"),
+		rapid.SampledFrom([]int{1, 1, 1, 2, 3, 4, 8, 16}).Draw(t, "gpus")).
+		Priority(rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "prio")).
+		Estimate(time.Duration(rapid.IntRange(1, 300).Draw(t, "est")) * time.Minute).
+		Submitted(time.Duration(rapid.IntRange(0, 3600).Draw(t, "at")) * time.Second)
+	j := b.Obj()
+	switch rapid.IntRange(0, 9).Draw(t, "kind") {
+	case 0:
+		b.MIG("1g.10gb")
+	case 1:
+		b.TimeSlice(rapid.SampledFrom([]float64{0.25, 0.5, 0.75}).Draw(t, "frac"))
+	case 2:
+		if j.Resources.GPUs >= 2 && j.Resources.GPUs%2 == 0 {
+			b.Nodes(2)
+		}
+	case 3:
+		b.NVLink()
+	case 4:
+		b.Models(rapid.SampledFrom(propModels).Draw(t, "allow"))
+	}
+	if rapid.Bool().Draw(t, "preemptible") {
+		b.Preemptible(time.Duration(rapid.IntRange(0, 60).Draw(t, "grace")) * time.Second)
+	}
+	return b.Obj()
+}
+
+// genConfig draws a policy with features switched on and off.
+func genConfig(t *rapid.T) scheduler.Config {
+	c, err := scheduler.PolicyConfig(rapid.SampledFrom(scheduler.Policies()).Draw(t, "policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Backfill = c.Backfill && rapid.Bool().Draw(t, "backfill")
+	c.Preemption = c.Preemption && rapid.Bool().Draw(t, "preemption")
+	c.FairShare = c.FairShare && rapid.Bool().Draw(t, "fairshare")
+	c.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")
+	return c
+}
+
+// genInput draws a fleet, teams, running work (placed by the scheduler
+// itself in an earlier cycle) and a queue.
+func genInput(t *rapid.T) scheduler.Input {
+	in := scheduler.Input{Now: schedtest.T0.Add(2 * time.Hour), Models: schedtest.Models(), Nodes: genFleet(t)}
+	for _, name := range []string{"a", "b", "c"} {
+		in.Teams = append(in.Teams, scheduler.Team{Name: name, Weight: 1, BorrowingLimit: rapid.IntRange(-1, 8).Draw(t, "borrow"),
+			Quota: map[string]int{rapid.SampledFrom(propModels).Draw(t, "qmodel"): rapid.IntRange(0, 16).Draw(t, "quota")},
+			Usage: float64(rapid.IntRange(0, 10000).Draw(t, "usage"))})
+	}
+	first := rapid.IntRange(0, 12).Draw(t, "running")
+	for i := range first {
+		in.Jobs = append(in.Jobs, genJob(t, fmt.Sprintf("r%d", i)))
+	}
+	in.Config = genConfig(t)
+	warm := in
+	warm.Now = schedtest.T0.Add(time.Hour)
+	out := scheduler.Schedule(warm)
+	started := map[string]scheduler.Start{}
+	for _, s := range out.Starts {
+		started[s.Job] = s
+	}
+	var jobs []scheduler.Job
+	for _, j := range in.Jobs {
+		if s, ok := started[j.ID]; ok {
+			j.Started, j.Placement = warm.Now, s.Placement
+			jobs = append(jobs, j)
+		}
+	}
+	n := rapid.IntRange(0, 15).Draw(t, "pending")
+	for i := range n {
+		jobs = append(jobs, genJob(t, fmt.Sprintf("q%d", i)))
+	}
+	in.Jobs = jobs
+	in.Config = genConfig(t)
+	return in
+}
+
+// gpuUse is what the jobs hold of one GPU.
+type gpuUse struct {
+	whole int
+	share float64
+	mig   map[string]int
+}
+
+// checkOutput verifies the invariants of one decision: no GPU or MIG
+// instance double-booked, time-slice shares within 1.0, nothing on GPUs
+// or nodes that are not ready, gangs all-or-nothing with the asked GPU and
+// node counts, every queued job either started or pending exactly once.
+func checkOutput(t *rapid.T, in scheduler.Input, out scheduler.Output) {
+	type where struct {
+		node  *scheduler.Node
+		gpu   *scheduler.GPU
+		inMIG string // instance id
+	}
+	loc := map[string]where{}
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
+			loc[gp.ID] = where{node: n, gpu: gp}
+			for _, m := range gp.MIG {
+				loc[m.ID] = where{node: n, gpu: gp, inMIG: m.ID}
+			}
+		}
+	}
+	use := map[string]*gpuUse{}
+	hold := func(j scheduler.Job, ps []scheduler.Placement, fresh bool) {
+		for _, p := range ps {
+			for _, id := range p.GPUs {
+				w, ok := loc[id]
+				if !ok {
+					t.Fatalf("job %s placed on unknown GPU %s", j.ID, id)
+				}
+				if w.node.Name != p.Node {
+					t.Fatalf("job %s: GPU %s is not on node %s", j.ID, id, p.Node)
+				}
+				if fresh && (w.node.State != scheduler.Ready || w.gpu.State != scheduler.Ready) {
+					t.Fatalf("job %s started on %s/%s, which is not ready", j.ID, p.Node, id)
+				}
+				u := use[w.gpu.ID]
+				if u == nil {
+					u = &gpuUse{mig: map[string]int{}}
+					use[w.gpu.ID] = u
+				}
+				switch {
+				case w.inMIG != "":
+					u.mig[w.inMIG]++
+				case j.Resources.Sharing.Kind == scheduler.TimeSlice:
+					if len(w.gpu.MIG) > 0 {
+						t.Fatalf("job %s time-slices GPU %s, which is in MIG mode", j.ID, id)
+					}
+					u.share += p.Fraction
+				default:
+					if len(w.gpu.MIG) > 0 {
+						t.Fatalf("job %s holds GPU %s whole, which is in MIG mode", j.ID, id)
+					}
+					u.whole++
+				}
+			}
+		}
+	}
+	jobs := map[string]scheduler.Job{}
+	for _, j := range in.Jobs {
+		jobs[j.ID] = j
+		if j.Running() {
+			hold(j, j.Placement, false)
+		}
+	}
+	seen := map[string]bool{}
+	for _, s := range out.Starts {
+		j, ok := jobs[s.Job]
+		if !ok || j.Running() || seen[s.Job] {
+			t.Fatalf("start of %s: unknown, running or started twice", s.Job)
+		}
+		seen[s.Job] = true
+		hold(j, s.Placement, true)
+		total := 0
+		models := map[string]bool{}
+		for _, p := range s.Placement {
+			total += len(p.GPUs)
+			if j.Resources.Nodes > 1 && len(p.GPUs) != j.Resources.GPUs/j.Resources.Nodes {
+				t.Fatalf("job %s: %d GPUs on %s, want %d per node", j.ID, len(p.GPUs), p.Node, j.Resources.GPUs/j.Resources.Nodes)
+			}
+			for _, id := range p.GPUs {
+				models[loc[id].gpu.Model] = true
+			}
+		}
+		if total != j.Resources.GPUs {
+			t.Fatalf("job %s got %d GPUs, asked %d", j.ID, total, j.Resources.GPUs)
+		}
+		if j.Resources.Nodes > 1 && len(s.Placement) != j.Resources.Nodes {
+			t.Fatalf("job %s on %d nodes, asked %d", j.ID, len(s.Placement), j.Resources.Nodes)
+		}
+		if len(models) != 1 {
+			t.Fatalf("job %s spans models %v", j.ID, models)
+		}
+		for m := range models {
+			if a := j.Resources.GPUModels; len(a) > 0 && !slices.Contains(a, m) {
+				t.Fatalf("job %s on %s, allowed %v", j.ID, m, a)
+			}
+		}
+	}
+	for id, u := range use {
+		if u.whole > 1 || (u.whole == 1 && u.share > 0) || u.share > 1+1e-9 {
+			t.Fatalf("GPU %s double-booked: %d whole holders, shares %.2f", id, u.whole, u.share)
+		}
+		for inst, c := range u.mig {
+			if c > 1 {
+				t.Fatalf("MIG instance %s held by %d jobs", inst, c)
+			}
+		}
+	}
+	for i, p := range out.Pending {
+		if seen[p.Job] {
+			t.Fatalf("job %s both started and pending", p.Job)
+		}
+		seen[p.Job] = true
+		if p.Position != i+1 || p.ReasonCode == "" || p.Reason == "" {
+			t.Fatalf("pending %+v at %d: bad position or missing reason", p, i)
+		}
+	}
+	for _, j := range in.Jobs {
+		if !j.Running() && !seen[j.ID] {
+			t.Fatalf("queued job %s neither started nor pending", j.ID)
+		}
+	}
+	for _, p := range out.Preemptions {
+		if j, ok := jobs[p.Job]; !ok || !j.Running() || !j.Preemptible {
+			t.Fatalf("preempted %s: not a running preemptible job", p.Job)
+		}
+	}
+}
+
+func TestPropertyInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		checkOutput(t, in, scheduler.Schedule(in))
+	})
+}
+
+// TestPropertyDeterministic: the same input gives byte-identical output,
+// also with the nodes in another order.
+func TestPropertyDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		a, _ := json.Marshal(scheduler.Schedule(in))
+		b, _ := json.Marshal(scheduler.Schedule(in))
+		if string(a) != string(b) {
+			t.Fatalf("two runs differ:\n%s\n%s", a, b)
+		}
+		perm := rapid.Permutation(in.Nodes).Draw(t, "nodeOrder")
+		shuffled := in
+		shuffled.Nodes = perm
+		c, _ := json.Marshal(scheduler.Schedule(shuffled))
+		if string(a) != string(c) {
+			t.Fatalf("node order changed the output:\n%s\n%s", a, c)
+		}
+	})
+}
+
+// TestPropertyQuotaGuaranteed: a team under its quota whose queued job
+// fits in that quota is not blocked by borrowers. If borrowers already
+// hold the GPUs, they are preempted (reclaim), whatever their class; if
+// borrowers queue ahead of it, they do not get the capacity first.
+func TestPropertyQuotaGuaranteed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes := rapid.IntRange(1, 4).Draw(t, "nodes")
+		size := rapid.SampledFrom([]int{1, 2, 4, 8}).Draw(t, "size")
+		in := scheduler.Input{Now: schedtest.T0.Add(time.Hour), Models: schedtest.Models()}
+		in.Config, _ = scheduler.PolicyConfig("gpufleet")
+		in.Config.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")
+		for i := range nodes {
+			in.Nodes = append(in.Nodes, schedtest.MakeNode(fmt.Sprintf("n%d", i), "h100-sxm-80gb", 8).Obj())
+		}
+		quota := size * rapid.IntRange(1, nodes*8/size).Draw(t, "quotaUnits")
+		in.Teams = []scheduler.Team{
+			{Name: "owner", Weight: 1, BorrowingLimit: 0, Quota: map[string]int{"h100-sxm-80gb": quota}},
+			{Name: "borrower", Weight: 1, BorrowingLimit: -1, Usage: 0},
+		}
+		running := rapid.Bool().Draw(t, "borrowerRunning")
+		ownerPrio := rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "ownerPrio")
+		borrowPrio := rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "borrowPrio")
+		id := 0
+		for n := range nodes {
+			for g := 0; g < 8; g += size {
+				b := schedtest.MakeJob(fmt.Sprintf("b%02d", id), "borrower", size).Priority(borrowPrio).Preemptible(0)
+				if running {
+					var gpus []string
+					for k := g; k < g+size; k++ {
+						gpus = append(gpus, fmt.Sprintf("n%d-g%d", n, k))
+					}
+					b.Running(time.Duration(id)*time.Second, scheduler.Placement{Node: fmt.Sprintf("n%d", n), GPUs: gpus, Fraction: 1})
+				}
+				in.Jobs = append(in.Jobs, b.Obj())
+				id++
+			}
+		}
+		in.Jobs = append(in.Jobs, schedtest.MakeJob("owned", "owner", size).Priority(ownerPrio).Submitted(time.Minute).Obj())
+		out := scheduler.Schedule(in)
+		checkOutput(t, in, out)
+		for _, s := range out.Starts {
+			if s.Job == "owned" {
+				return
+			}
+		}
+		for _, p := range out.Pending {
+			if p.Job == "owned" && p.ReasonCode != scheduler.ReasonPreempting {
+				t.Fatalf("owner's job waits: %s: %s", p.ReasonCode, p.Reason)
+			}
+		}
+		for _, p := range out.Preemptions {
+			if p.For != "owned" || p.Code != scheduler.PreemptReclaim && p.Code != scheduler.PreemptPriority {
+				t.Fatalf("unexpected preemption %+v", p)
+			}
+		}
+	})
+}

@@ -1,0 +1,255 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Reason codes of Pending.ReasonCode. Each comes with a sentence in
+// Pending.Reason that carries the counts behind it.
+const (
+	// ReasonUnplaceable: nothing in the fleet can ever run the job (no
+	// matching model, more GPUs than any node or domain holds, an invalid
+	// request). EstimatedStart is nil.
+	ReasonUnplaceable = "unplaceable"
+	// ReasonQuotaExceeded: the job asks more than its team's quota plus
+	// borrowing limit ever allows. EstimatedStart is nil.
+	ReasonQuotaExceeded = "quota_exceeded"
+	// ReasonQuota: the team's quota is used up and borrowing is not
+	// possible now (limit reached, or the idle capacity is held for teams
+	// under their quota).
+	ReasonQuota = "quota"
+	// ReasonCapacity: not enough free GPUs of a matching model now.
+	ReasonCapacity = "capacity"
+	// ReasonTopology: enough GPUs, but not inside one NVLink domain.
+	ReasonTopology = "topology"
+	// ReasonOrder: it would fit, but strict FIFO order keeps it behind a
+	// job that does not.
+	ReasonOrder = "order"
+	// ReasonReservation: it would fit, but would run past the backfill
+	// reservation of the head job on GPUs that job needs.
+	ReasonReservation = "reservation"
+	// ReasonPreempting: running jobs were preempted for it; it starts once
+	// they have stopped.
+	ReasonPreempting = "preempting"
+	// ReasonCycleLimit: Config.MaxPlacementsPerCycle was reached.
+	ReasonCycleLimit = "cycle_limit"
+)
+
+// why is a decision's reason: a code and, when explaining, words.
+type why struct {
+	code  string
+	text  string
+	class int32 // quota reasons: the class
+	limit bool  // quota reasons: the borrowing limit (not idle capacity)
+}
+
+// capacity reports a reason that more free GPUs would cure.
+func (w why) capacity() bool { return w.code == ReasonCapacity || w.code == ReasonTopology }
+
+// staticWhy explains a job no state of the fleet can ever run, or nil.
+func (s *sched) staticWhy(p *pjob) *why {
+	sh := p.shape
+	if !sh.staticSet {
+		sh.static = s.shapeStatic(sh, &p.job.Resources)
+		sh.staticSet = true
+	}
+	if sh.static != nil {
+		return sh.static
+	}
+	return s.quotaNever(p)
+}
+
+func (s *sched) shapeStatic(sh *shape, r *Resources) *why {
+	if sh.invalid != "" {
+		return &why{code: ReasonUnplaceable, text: "invalid request: " + sh.invalid}
+	}
+	if len(sh.models) == 0 {
+		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
+	}
+	if sh.kind == MIG && sh.profile < 0 {
+		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
+	}
+	f, resv := s.f, s.resv
+	s.f, s.resv = s.empty, nil
+	defer func() { s.f, s.resv = f, resv }()
+	if s.mayFit(sh, sh.models) {
+		if _, ok := s.search(sh, sh.models, modeNormal); ok {
+			return nil
+		}
+	}
+	w := s.diagnose(sh, sh.models, true)
+	return &w
+}
+
+// describe lists a request's constraints in words.
+func describe(r *Resources) string {
+	var parts []string
+	if len(r.GPUModels) > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(r.GPUModels, " ")))
+	}
+	if r.GPUMemoryMinBytes > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", r.GPUMemoryMinBytes, float64(r.GPUMemoryMinBytes)/(1<<30)))
+	}
+	if r.MinComputeCapability != "" {
+		parts = append(parts, "min_compute_capability "+r.MinComputeCapability)
+	}
+	if r.Precision != "" {
+		parts = append(parts, fmt.Sprintf("native precision %s", r.Precision))
+	}
+	if r.Sharing.Kind == MIG {
+		parts = append(parts, "MIG profile "+r.Sharing.Profile)
+	}
+	if len(parts) == 0 {
+		return "the request"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// diagnose explains why a shape does not fit the current fleet, with the
+// counts that matter. never says the fleet is empty: it can never fit.
+func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
+	f := s.f
+	allowed := s.modelSet(models)
+	code := ReasonCapacity
+	var text string
+	free := "free "
+	if never {
+		free = ""
+	}
+	switch {
+	case sh.kind == MIG:
+		most := int32(0)
+		for ni := range f.nodes {
+			n := &f.nodes[ni]
+			if !n.ready || !selectorOK(n, sh.selector) {
+				continue
+			}
+			var c int32
+			for gi := range n.gpus {
+				g := &n.gpus[gi]
+				if !g.ready || !allowed[g.model] {
+					continue
+				}
+				for _, in := range g.mig {
+					if in.profile == sh.profile && !in.used {
+						c++
+					}
+				}
+			}
+			most = max(most, c)
+		}
+		text = fmt.Sprintf("needs %d %sMIG %s %s on one node; the most on a matching node is %d", sh.gpus, free, f.profiles[sh.profile], plural(sh.gpus, "instance")[len(fmt.Sprint(sh.gpus))+1:], most)
+	case sh.kind == TimeSlice:
+		most := 0
+		for ni := range f.nodes {
+			n := &f.nodes[ni]
+			if !selectorOK(n, sh.selector) {
+				continue
+			}
+			c := 0
+			for gi := range n.gpus {
+				g := &n.gpus[gi]
+				if allowed[g.model] && countable(n, g) && !g.excl && g.used+sh.units <= unit && (g.used > 0 || !g.reserved) {
+					c++
+				}
+			}
+			most = max(most, c)
+		}
+		text = fmt.Sprintf("needs %s with a %s%.2f time-slice share on one node; the most on a matching node is %d", plural(sh.gpus, "GPU"), free, float64(sh.units)/unit, most)
+	default:
+		var most, dom, spread int32
+		var total int64
+		for ni := range f.nodes {
+			n := &f.nodes[ni]
+			if !selectorOK(n, sh.selector) {
+				continue
+			}
+			for _, mf := range n.mfree {
+				if !allowed[mf.model] {
+					continue
+				}
+				most = max(most, mf.free)
+				total += int64(mf.free)
+				if sh.multi && mf.free >= sh.perNode {
+					spread++
+				}
+				if sh.nvlink && mf.free > dom {
+					dom = max(dom, largestDomain(n, mf.model))
+				}
+			}
+		}
+		auto := true
+		for _, m := range models {
+			auto = auto && sh.gpus > f.maxK[m]
+		}
+		switch {
+		case sh.multi:
+			text = fmt.Sprintf("needs %d nodes with %d %sGPUs each; %d matching nodes have that many", sh.nodes, sh.perNode, free, spread)
+		case auto:
+			text = fmt.Sprintf("needs %d GPUs over as few nodes as possible; %d are free on matching nodes", sh.gpus, total)
+			if never {
+				text = fmt.Sprintf("needs %d GPUs over as few nodes as possible; matching nodes hold %d", sh.gpus, total)
+			}
+		case sh.nvlink:
+			code = ReasonTopology
+			text = fmt.Sprintf("needs %d GPUs in one NVLink domain; the largest %sset is %d", sh.gpus, free, dom)
+		default:
+			text = fmt.Sprintf("needs %s on one node; the most %son a matching node is %d", plural(sh.gpus, "GPU"), free, most)
+		}
+	}
+	if never {
+		return why{code: ReasonUnplaceable, text: "never fits the fleet: " + text}
+	}
+	return why{code: code, text: text}
+}
+
+// largestDomain is the most whole free GPUs of model m in one NVLink domain
+// of a node.
+func largestDomain(n *nodeSlot, m int32) int32 {
+	var counts [64]int32
+	var best int32
+	for gi := range n.gpus {
+		g := &n.gpus[gi]
+		if g.model != m || g.domain < 0 || g.domain >= 64 || !wholeFree(n, g, false) {
+			continue
+		}
+		counts[g.domain]++
+		best = max(best, counts[g.domain])
+	}
+	if best == 0 {
+		for gi := range n.gpus {
+			if g := &n.gpus[gi]; g.model == m && wholeFree(n, g, false) {
+				return 1
+			}
+		}
+	}
+	return best
+}
+
+func (s *sched) orderWhy(blocker *pjob) why {
+	return why{code: ReasonOrder, text: fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", blocker.job.ID, blocker.idx+1)}
+}
+
+func (s *sched) reservationWhy(j *pjob) why {
+	if !s.explain {
+		return why{code: ReasonReservation}
+	}
+	r := s.resv
+	return why{code: ReasonReservation, text: fmt.Sprintf(
+		"fits now, but would delay job %s, reserved to start by %s; backfill needs it to finish by then (estimate %s)",
+		r.job.job.ID, r.at.UTC().Format(time.RFC3339), j.est)}
+}
+
+func (s *sched) cycleLimitWhy() why {
+	return why{code: ReasonCycleLimit, text: fmt.Sprintf("placement limit of %d jobs per cycle reached", s.cfg.MaxPlacementsPerCycle)}
+}
+
+// plural writes "1 GPU", "2 GPUs".
+func plural(n int32, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

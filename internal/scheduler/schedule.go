@@ -1,0 +1,516 @@
+package scheduler
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Schedule decides one cycle: which queued jobs start now and where, which
+// running jobs to preempt, and, for every job still queued, its position,
+// the reason it waits and its estimated start. It is a pure function of
+// its input: the same Input gives the same Output, whatever the order of
+// Input.Nodes.
+func Schedule(in Input) Output {
+	s := newSched(&in)
+	s.explain = true
+	s.placeCycle()
+	pending := make([]*pjob, 0, len(s.pending))
+	for _, j := range s.pending {
+		if !j.started {
+			pending = append(pending, j)
+		}
+	}
+	if s.cfg.ETA {
+		s.estimate()
+	}
+	s.out.Pending = make([]Pending, 0, len(pending))
+	teamPos := map[int32]int{}
+	for i, j := range pending {
+		teamPos[j.team]++
+		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: j.why.text}
+		if j.started && s.cfg.ETA {
+			at := j.startAt
+			p.EstimatedStart = &at
+		}
+		s.out.Pending = append(s.out.Pending, p)
+	}
+	return s.out
+}
+
+// pjob is a queued job.
+type pjob struct {
+	job     *Job
+	idx     int // cluster order, from 0
+	rank    int
+	team    int32
+	shape   *shape
+	est     time.Duration
+	demand  int64   // milli-GPUs it would take, for the quota reserve
+	classes []int32 // quota classes its demand counts against
+	static  *why    // never placeable, with the reason
+	tag     float64 // fair-share virtual start
+	submit  int64   // submit time, Unix nanoseconds
+	started bool    // started this cycle, or in the ETA simulation
+	startAt time.Time
+	why     why
+
+	simIdx int32 // place in the simulation queue
+	sub    *simSub
+	subIdx int32
+}
+
+// rjob is a running job.
+type rjob struct {
+	job      *Job
+	rank     int
+	team     int32
+	g        *grant
+	victim   bool
+	borrowed bool
+}
+
+// grant is what a started job holds, as the capacity model and the quota
+// accounting see it.
+type grant struct {
+	allocs []alloc
+	team   int32
+	class  int32 // quota class, -1 for none
+	charge int64 // milli-GPUs
+	gen    uint32
+}
+
+// teamState is a team's quota accounting, in milli-GPUs per quota class.
+type teamState struct {
+	name   string
+	weight float64
+	usage  float64
+	limit  int64  // borrowing limit, -1 for none
+	gen    uint32 // grows when the team's use shrinks
+	quota  []int64
+	used   []int64
+	demand []int64
+}
+
+// failKey caches "does not fit" per shape, allowed models and mode.
+type failKey struct {
+	shape int32
+	mask  uint64
+	mode  fitMode
+}
+
+type failEntry struct {
+	epoch uint32
+	why   why
+}
+
+// sched is the state of one Schedule call.
+type sched struct {
+	in      *Input
+	cfg     Config
+	now     time.Time
+	f       *fleet
+	empty   *fleet // the fleet with nothing running, for "can never fit"
+	prio    map[Priority]int
+	teams   []teamState
+	teamIdx map[string]int32
+	classes []string
+
+	shapes   []*shape
+	shapeIdx map[string]*shape
+	pending  []*pjob // cluster order
+	running  []*rjob // by id
+	nodeRuns [][]*rjob
+	victimAt []int32 // nodes with preemptible running work, by index
+	// nodeLow is the lowest class (highest rank) of preemptible work per
+	// node; nodeBorrowed whether any of it runs on borrowed quota.
+	nodeLow      []int
+	nodeBorrowed []bool
+	events       eventHeap
+	resv         *reservation
+	fails        map[failKey]failEntry
+	explain      bool // build reason texts (off in the ETA simulation)
+	claims       []*grant
+	victims      []*rjob
+	out          Output
+
+	// ETA simulation
+	groups []*simGroup
+	queue  []*pjob
+	open   openList
+	left   int
+	sheap  subHeap
+	// classGen grows when a class's quota reserve may shrink.
+	classGen []uint32
+	resvGen  uint32
+
+	// scratch
+	best     cand
+	doms     [][2]int32
+	gpuBuf   []int32
+	cands    []nodeCand
+	gcount   []int32
+	gsum     []int64
+	modelBuf []bool
+	allowBuf []int32
+	keyBuf   []byte
+}
+
+func newSched(in *Input) *sched {
+	s := &sched{in: in, cfg: in.Config, now: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
+	if s.cfg.Packing == "" {
+		s.cfg.Packing = PackFirstFit
+	}
+	if s.cfg.DefaultEstimate <= 0 {
+		s.cfg.DefaultEstimate = time.Hour
+	}
+	prios := s.cfg.Priorities
+	if len(prios) == 0 {
+		prios = DefaultPriorities
+	}
+	s.prio = map[Priority]int{}
+	for i, p := range prios {
+		if _, ok := s.prio[p]; !ok {
+			s.prio[p] = i
+		}
+	}
+	s.buildTeams()
+	s.f = buildFleet(in, s.classOf, len(s.classes))
+	s.classGen = make([]uint32, len(s.classes))
+	s.empty = s.f.clone()
+	s.buildRunning()
+	s.buildPending()
+	return s
+}
+
+// rank is a priority class's place, 0 highest; unknown classes rank last.
+func (s *sched) rank(p Priority) int {
+	if !s.cfg.PriorityClasses {
+		return 0
+	}
+	if r, ok := s.prio[p]; ok {
+		return r
+	}
+	return len(s.prio)
+}
+
+// estimateOf is a job's estimated run time.
+func (s *sched) estimateOf(j *Job) time.Duration {
+	if j.Estimate > 0 {
+		return j.Estimate
+	}
+	return s.cfg.DefaultEstimate
+}
+
+// buildRunning applies running jobs to the capacity model and queues their
+// ends as release events.
+func (s *sched) buildRunning() {
+	s.nodeRuns = make([][]*rjob, len(s.f.nodes))
+	jobs := make([]*Job, 0)
+	for i := range s.in.Jobs {
+		if s.in.Jobs[i].Running() {
+			jobs = append(jobs, &s.in.Jobs[i])
+		}
+	}
+	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	for _, j := range jobs {
+		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		g := &grant{team: r.team, class: -1}
+		whole := j.Resources.Sharing.Kind == Exclusive || j.Resources.Sharing.Kind == ""
+		for _, p := range j.Placement {
+			units := int32(unit)
+			if frac := p.Fraction; frac > 0 && frac < 1 {
+				units = int32(frac*unit + 0.5)
+			} else if !whole && j.Resources.Sharing.Kind == TimeSlice && j.Resources.Sharing.Fraction > 0 {
+				units = int32(j.Resources.Sharing.Fraction*unit + 0.5)
+			}
+			for _, id := range p.GPUs {
+				l, ok := s.f.locs[id]
+				if !ok {
+					continue
+				}
+				a := alloc{node: l.node, gpu: l.gpu, inst: l.inst, units: units, whole: l.inst < 0 && units == unit && j.Resources.Sharing.Kind != TimeSlice}
+				if l.inst >= 0 {
+					a.units = unit
+				}
+				g.allocs = append(g.allocs, a)
+				model := s.f.nodes[l.node].gpus[l.gpu].model
+				if c := s.f.models[model].class; c >= 0 {
+					g.class = c
+					if l.inst >= 0 {
+						g.charge += s.f.migCharge(model, s.f.nodes[l.node].gpus[l.gpu].mig[l.inst].profile)
+					} else {
+						g.charge += int64(units)
+					}
+				}
+			}
+		}
+		r.g = g
+		s.takeGrant(g)
+		end := j.Started.Add(s.estimateOf(j))
+		if end.Before(s.now) {
+			end = s.now
+		}
+		s.events.push(event{at: end, g: g, gen: g.gen})
+		s.running = append(s.running, r)
+		if j.Preemptible {
+			last := int32(-1)
+			for _, a := range g.allocs {
+				if a.inst < 0 && a.node != last {
+					s.nodeRuns[a.node] = append(s.nodeRuns[a.node], r)
+					last = a.node
+				}
+			}
+		}
+	}
+	s.markBorrowed()
+	s.nodeLow = make([]int, len(s.f.nodes))
+	s.nodeBorrowed = make([]bool, len(s.f.nodes))
+	for ni, rs := range s.nodeRuns {
+		if len(rs) > 0 {
+			s.victimAt = append(s.victimAt, int32(ni))
+		}
+		for _, r := range rs {
+			s.nodeLow[ni] = max(s.nodeLow[ni], r.rank)
+			s.nodeBorrowed[ni] = s.nodeBorrowed[ni] || r.borrowed
+		}
+	}
+}
+
+// buildPending puts queued jobs in cluster order.
+func (s *sched) buildPending() {
+	for i := range s.in.Jobs {
+		j := &s.in.Jobs[i]
+		if j.Running() {
+			continue
+		}
+		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
+		p.shape = s.shapeOf(&j.Resources)
+		s.pending = append(s.pending, p)
+	}
+	s.order()
+	for i, p := range s.pending {
+		p.idx = i
+		p.static = s.staticWhy(p)
+		if p.static != nil || !s.cfg.Quotas || len(p.shape.models) == 0 {
+			continue
+		}
+		p.demand = s.charge(p.shape, p.shape.models[0])
+		ts := &s.teams[p.team]
+		for _, m := range p.shape.models {
+			c := s.f.models[m].class
+			if c >= 0 && ts.quota[c] > 0 && !slices.Contains(p.classes, c) {
+				p.classes = append(p.classes, c)
+				ts.demand[c] += p.demand
+			}
+		}
+	}
+}
+
+// takeGrant and releaseGrant apply a placement to capacity and quota use.
+func (s *sched) takeGrant(g *grant) {
+	for _, a := range g.allocs {
+		s.f.take(a)
+	}
+	if g.class >= 0 {
+		s.teams[g.team].used[g.class] += g.charge
+	}
+}
+
+func (s *sched) releaseGrant(g *grant) {
+	for _, a := range g.allocs {
+		s.f.release(a)
+	}
+	if g.class >= 0 {
+		s.teams[g.team].used[g.class] -= g.charge
+		s.teams[g.team].gen++
+		s.classGen[g.class]++
+	}
+}
+
+// tryPlace finds GPUs for a queued job in the given mode, honouring quotas.
+// A "does not fit" answer is cached per shape until capacity grows.
+func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
+	sh := j.shape
+	if j.static != nil {
+		return placement{}, *j.static, false
+	}
+	models := sh.models
+	mask := ^uint64(0)
+	var quotaWhy why
+	if s.cfg.Quotas {
+		allowed := s.allowBuf[:0]
+		var first why
+		mask = 0
+		for i, m := range sh.models {
+			if ok, w := s.admit(j.team, m, s.charge(sh, m)); ok {
+				allowed = append(allowed, m)
+				mask |= 1 << (i % 64)
+			} else if first.code == "" {
+				first = w
+			}
+		}
+		s.allowBuf = allowed
+		if len(allowed) == 0 {
+			return placement{}, first, false
+		}
+		if len(sh.models) > 64 {
+			mask = ^uint64(0) - uint64(len(allowed)) // crude, but a fleet of 64+ models is rare
+		}
+		models, quotaWhy = allowed, first
+	}
+	if mode == modeLong && s.resv != nil && s.resv.shared && (s.resv.mig == (sh.kind == MIG)) {
+		return placement{}, s.reservationWhy(j), false
+	}
+	key := failKey{sh.id, mask, mode}
+	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
+		return placement{}, e.why, false
+	}
+	if mode == modeShort || s.mayFit(sh, models) {
+		if p, ok := s.search(sh, models, mode); ok {
+			return p, why{}, true
+		}
+	}
+	return placement{}, s.failed(key, sh, models, mode, quotaWhy), false
+}
+
+// failed caches and explains a failed fit. When quota kept the job off
+// models that have room, the quota is the reason.
+func (s *sched) failed(key failKey, sh *shape, models []int32, mode fitMode, quotaWhy why) why {
+	w := why{code: ReasonCapacity}
+	if quotaWhy.code != "" && len(models) < len(sh.models) {
+		var blocked []int32
+		for _, m := range sh.models {
+			if !slices.Contains(models, m) {
+				blocked = append(blocked, m)
+			}
+		}
+		if (mode == modeShort || s.mayFit(sh, blocked)) && s.fitsSome(sh, blocked, mode) {
+			w = quotaWhy
+		}
+	}
+	if w.code == ReasonCapacity && s.explain {
+		w = s.diagnose(sh, models, false)
+	}
+	s.fails[key] = failEntry{epoch: s.f.epoch, why: w}
+	return w
+}
+
+func (s *sched) fitsSome(sh *shape, models []int32, mode fitMode) bool {
+	_, ok := s.search(sh, models, mode)
+	return ok
+}
+
+// start commits a placement at time t and queues the job's end.
+func (s *sched) start(j *pjob, p placement, t time.Time) {
+	g := &grant{allocs: p.allocs, team: j.team, class: s.f.models[p.model].class, charge: s.charge(j.shape, p.model)}
+	s.takeGrant(g)
+	j.started, j.startAt = true, t
+	ts := &s.teams[j.team]
+	for _, c := range j.classes {
+		ts.demand[c] -= j.demand
+		s.classGen[c]++
+	}
+	s.events.push(event{at: t.Add(j.est), g: g, gen: g.gen})
+}
+
+// output turns a placement into the contract's per-node form.
+func (s *sched) output(j *pjob, p placement) []Placement {
+	var out []Placement
+	for _, a := range p.allocs {
+		n := &s.f.nodes[a.node]
+		id := n.gpus[a.gpu].id
+		if a.inst >= 0 {
+			id = n.gpus[a.gpu].mig[a.inst].id
+		}
+		frac := 1.0
+		if j.shape.kind == TimeSlice {
+			frac = j.job.Resources.Sharing.Fraction
+		}
+		if len(out) == 0 || out[len(out)-1].Node != n.name {
+			out = append(out, Placement{Node: n.name, Fraction: frac})
+		}
+		out[len(out)-1].GPUs = append(out[len(out)-1].GPUs, id)
+	}
+	return out
+}
+
+// placeCycle walks the queue in cluster order once and decides.
+func (s *sched) placeCycle() {
+	var blocker *pjob // strict order: the first job that could not start
+	for _, j := range s.pending {
+		s.out.Stats.Considered++
+		if j.static != nil {
+			j.why = *j.static
+			continue
+		}
+		if s.cfg.MaxPlacementsPerCycle > 0 && s.out.Stats.Placed >= s.cfg.MaxPlacementsPerCycle {
+			j.why = s.cycleLimitWhy()
+			continue
+		}
+		if blocker != nil {
+			if _, w, ok := s.tryPlace(j, modeNormal); ok {
+				j.why = s.orderWhy(blocker)
+			} else {
+				j.why = w
+			}
+			continue
+		}
+		mode := s.modeFor(j, s.now)
+		p, w, ok := s.tryPlace(j, mode)
+		if ok {
+			s.start(j, p, s.now)
+			st := Start{Job: j.job.ID, Placement: s.output(j, p), Backfilled: s.resv != nil}
+			s.out.Starts = append(s.out.Starts, st)
+			s.out.Stats.Placed++
+			if st.Backfilled {
+				s.out.Stats.Backfilled++
+			}
+			continue
+		}
+		j.why = w
+		if !w.capacity() {
+			continue
+		}
+		if s.cfg.Preemption && s.preempt(j) {
+			continue
+		}
+		if mode == modeLong {
+			if _, _, ok := s.tryPlace(j, modeShort); ok {
+				j.why = s.reservationWhy(j)
+			}
+			continue
+		}
+		switch {
+		case s.cfg.Backfill:
+			if s.resv == nil {
+				s.reserveFor(j, s.now)
+			}
+		case s.cfg.StrictOrder:
+			blocker = j
+		}
+	}
+}
+
+// modeFor says how a job at time t stands to the backfill reservation.
+func (s *sched) modeFor(j *pjob, t time.Time) fitMode {
+	if s.resv == nil || s.resv.job == j {
+		return modeNormal
+	}
+	if !t.Add(j.est).After(s.resv.at) {
+		return modeShort
+	}
+	return modeLong
+}
+
+// team returns a team's index, adding unknown teams with no quota.
+func (s *sched) team(name string) int32 {
+	if i, ok := s.teamIdx[name]; ok {
+		return i
+	}
+	s.teamIdx[name] = int32(len(s.teams))
+	n := len(s.classes)
+	s.teams = append(s.teams, teamState{name: name, weight: 1, limit: -1,
+		quota: make([]int64, n), used: make([]int64, n), demand: make([]int64, n)})
+	return s.teamIdx[name]
+}

@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// Teams lists teams with what each uses now (GPUs held per class). A
+// member sees its own team only.
+func (s *Server) Teams(ctx context.Context, p api.Principal) ([]gpufleet.Team, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	teams, err := s.st.Teams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	model := map[string]string{} // GPU or MIG UUID -> catalog id
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			model[g.UUID] = g.Model
+			for _, m := range g.MIGInstances {
+				model[m.UUID] = g.Model
+			}
+		}
+	}
+	used := map[string]map[string]int{}
+	for _, j := range jobs {
+		if a := activeAttempt(j); a != nil {
+			if used[j.Team] == nil {
+				used[j.Team] = map[string]int{}
+			}
+			for _, n := range a.Nodes {
+				for _, g := range n.GPUs {
+					used[j.Team][model[g]]++
+				}
+			}
+		}
+	}
+	out := []gpufleet.Team{}
+	for _, t := range teams {
+		if !visible(p, t.Name) {
+			continue
+		}
+		t.Used = used[t.Name]
+		if t.Used == nil {
+			t.Used = map[string]int{}
+		}
+		if t.Quota == nil {
+			t.Quota = map[string]int{}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// PutTeam creates or updates a team (admin only).
+func (s *Server) PutTeam(ctx context.Context, p api.Principal, r api.TeamRequest) (gpufleet.Team, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Team{}, err
+	}
+	if !nameRe.MatchString(r.Name) {
+		return gpufleet.Team{}, fmt.Errorf("%w: name %q: expected lower-case letters, digits, '.', '_' or '-'", gpufleet.ErrInvalid, r.Name)
+	}
+	t, err := s.st.Team(ctx, r.Name)
+	if errors.Is(err, gpufleet.ErrNotFound) {
+		t = gpufleet.Team{Name: r.Name, Quota: map[string]int{}, BorrowingLimit: -1, Weight: 1}
+	} else if err != nil {
+		return gpufleet.Team{}, err
+	}
+	classes, err := s.st.Classes(ctx)
+	if err != nil {
+		return gpufleet.Team{}, err
+	}
+	for c, n := range r.Quota {
+		if n < 0 {
+			return gpufleet.Team{}, fmt.Errorf("%w: quota %s=%d: expected a non-negative GPU count", gpufleet.ErrInvalid, c, n)
+		}
+		isClass := slices.ContainsFunc(classes, func(k gpufleet.Class) bool { return k.Name == c })
+		if _, err := s.cat.Lookup(c); err != nil && !isClass {
+			return gpufleet.Team{}, fmt.Errorf("%w: quota class %q: not a catalog id or a defined class", gpufleet.ErrInvalid, c)
+		}
+	}
+	if r.Quota != nil {
+		t.Quota = r.Quota
+	}
+	if r.BorrowingLimit != nil {
+		t.BorrowingLimit = *r.BorrowingLimit
+	}
+	if r.Weight != nil {
+		if *r.Weight <= 0 {
+			return gpufleet.Team{}, fmt.Errorf("%w: weight %v: expected a positive number", gpufleet.ErrInvalid, *r.Weight)
+		}
+		t.Weight = *r.Weight
+	}
+	if err := s.st.PutTeam(ctx, t, actor(p)); err != nil {
+		return gpufleet.Team{}, err
+	}
+	s.nudge()
+	return t, nil
+}
+
+// Classes lists the admin-defined GPU classes.
+func (s *Server) Classes(ctx context.Context, p api.Principal) ([]gpufleet.Class, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	c, err := s.st.Classes(ctx)
+	if c == nil {
+		c = []gpufleet.Class{}
+	}
+	return c, err
+}
+
+// PutClass defines a GPU class over catalog ids (admin only).
+func (s *Server) PutClass(ctx context.Context, p api.Principal, c gpufleet.Class) (gpufleet.Class, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Class{}, err
+	}
+	if !nameRe.MatchString(c.Name) {
+		return gpufleet.Class{}, fmt.Errorf("%w: class name %q: expected lower-case letters, digits, '.', '_' or '-'", gpufleet.ErrInvalid, c.Name)
+	}
+	if len(c.Models) == 0 {
+		return gpufleet.Class{}, fmt.Errorf("%w: models: expected at least one catalog id", gpufleet.ErrInvalid)
+	}
+	for i, m := range c.Models {
+		g, err := s.cat.Lookup(m)
+		if err != nil {
+			return gpufleet.Class{}, fmt.Errorf("models[%d]: %w", i, err)
+		}
+		c.Models[i] = g.ID
+	}
+	return c, s.st.PutClass(ctx, c, actor(p))
+}
+
+// Tokens lists token metadata (admin only); secrets are never shown again.
+func (s *Server) Tokens(ctx context.Context, p api.Principal) ([]gpufleet.Token, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	recs, err := s.st.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []gpufleet.Token{}
+	for _, r := range recs {
+		out = append(out, gpufleet.Token{ID: r.ID, Team: r.Team, Role: r.Role, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt})
+	}
+	return out, nil
+}
+
+// CreateToken issues a token (admin only). The secret is in the answer
+// once and stored only as a hash.
+func (s *Server) CreateToken(ctx context.Context, p api.Principal, r api.TokenRequest) (gpufleet.Token, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Token{}, err
+	}
+	switch r.Role {
+	case gpufleet.RoleMember:
+		if _, err := s.st.Team(ctx, r.Team); err != nil {
+			return gpufleet.Token{}, fmt.Errorf("team %q: %w", r.Team, err)
+		}
+	case gpufleet.RoleAdmin:
+		if r.Team != "" {
+			return gpufleet.Token{}, fmt.Errorf("%w: team: an admin token is fleet-wide and names no team", gpufleet.ErrInvalid)
+		}
+	default:
+		return gpufleet.Token{}, fmt.Errorf("%w: role %q: expected member or admin", gpufleet.ErrInvalid, r.Role)
+	}
+	id, token, hash := newSecret(userPrefix)
+	now := s.now()
+	if err := s.st.CreateToken(ctx, store.TokenRecord{ID: id, Hash: hash, Team: r.Team, Role: r.Role, CreatedAt: now}, actor(p)); err != nil {
+		return gpufleet.Token{}, err
+	}
+	return gpufleet.Token{ID: id, Token: token, Team: r.Team, Role: r.Role, CreatedAt: now}, nil
+}
+
+// RevokeToken revokes a token by id (admin only).
+func (s *Server) RevokeToken(ctx context.Context, p api.Principal, id string) error {
+	if err := requireAdmin(p); err != nil {
+		return err
+	}
+	return s.st.RevokeToken(ctx, id, s.now(), actor(p))
+}
+
+// CreateJoinToken issues a join token for agents (admin only): single-use
+// without a TTL, reusable until it expires with one, optionally bound to a
+// node name.
+func (s *Server) CreateJoinToken(ctx context.Context, p api.Principal, r api.JoinTokenRequest) (api.JoinTokenResponse, error) {
+	if err := requireAdmin(p); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	if r.Node != "" && !nodeNameRe.MatchString(r.Node) {
+		return api.JoinTokenResponse{}, fmt.Errorf("%w: node %q: expected a DNS label", gpufleet.ErrInvalid, r.Node)
+	}
+	now := s.now()
+	jt := store.JoinToken{Node: r.Node, SingleUse: r.TTL == "", CreatedAt: now}
+	if r.TTL != "" {
+		ttl, err := time.ParseDuration(r.TTL)
+		if err != nil || ttl <= 0 {
+			return api.JoinTokenResponse{}, fmt.Errorf("%w: ttl %q: expected a duration such as 1h", gpufleet.ErrInvalid, r.TTL)
+		}
+		exp := now.Add(ttl)
+		jt.ExpiresAt = &exp
+	}
+	id, token, hash := newSecret(joinPrefix)
+	jt.ID, jt.Hash = id, hash
+	if err := s.st.CreateJoinToken(ctx, jt, actor(p)); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	return api.JoinTokenResponse{ID: id, Token: token, Node: r.Node, ExpiresAt: jt.ExpiresAt, SingleUse: jt.SingleUse}, nil
+}
+
+// Usage reports GPU-hours, effective GPU-hours and energy by team over a
+// period (default: the last 30 days). Members see their own team.
+func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (api.UsageReport, error) {
+	if err := requireUser(p); err != nil {
+		return api.UsageReport{}, err
+	}
+	team := q.Team
+	if !p.IsAdmin() {
+		if team != "" && team != p.Team {
+			return api.UsageReport{}, fmt.Errorf("%w: team %q", gpufleet.ErrNotFound, team)
+		}
+		team = p.Team
+	}
+	if q.To.IsZero() {
+		q.To = s.now()
+	}
+	if q.From.IsZero() {
+		q.From = q.To.Add(-30 * 24 * time.Hour)
+	}
+	if err := s.flushUsage(ctx); err != nil {
+		return api.UsageReport{}, err
+	}
+	rows, err := s.st.Usage(ctx, team, q.From, q.To)
+	if err != nil {
+		return api.UsageReport{}, err
+	}
+	by := map[string]*api.TeamUsage{}
+	for _, r := range rows {
+		u := by[r.Team]
+		if u == nil {
+			u = &api.TeamUsage{Team: r.Team}
+			by[r.Team] = u
+		}
+		u.GPUHours += r.GPUSeconds / 3600
+		u.EffectiveGPUHours += r.EffectiveGPUSeconds / 3600
+		u.EnergyJoules += r.EnergyJoules
+	}
+	rep := api.UsageReport{From: q.From, To: q.To, Teams: []api.TeamUsage{}}
+	for _, u := range by {
+		u.IdleAllocatedGPUHour = max(0, u.GPUHours-u.EffectiveGPUHours)
+		rep.Teams = append(rep.Teams, *u)
+	}
+	slices.SortFunc(rep.Teams, func(a, b api.TeamUsage) int { return strings.Compare(a.Team, b.Team) })
+	return rep, nil
+}

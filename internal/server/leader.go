@@ -1,0 +1,446 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// leaderState is what the leader keeps between cycles.
+type leaderState struct {
+	held  bool
+	epoch int64
+	// renewedAt is the monotonic time of the last successful renewal; the
+	// leader stops scheduling once LeaseTTL/2 has passed without one.
+	renewedAt time.Time
+	// ready is set after the first complete cycle as leader.
+	ready bool
+	// orders are the per-node starts and stops agents receive.
+	orders map[string]nodeOrders
+	// usage is each team's decayed GPU-seconds, for fair share.
+	usage     map[string]float64
+	usageAt   time.Time
+	lastCycle time.Duration
+}
+
+type nodeOrders struct {
+	start  []api.Assignment
+	stop   []api.StopOrder
+	active map[string]bool // non-terminal attempts placed on the node
+}
+
+// Leader reports whether this replica currently holds the lease.
+func (s *Server) Leader() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader.held && time.Since(s.leader.renewedAt) < s.cfg.LeaseTTL/2
+}
+
+// Run drives the leader loop until ctx is done: it takes or renews the
+// lease every tick and, while leader, marks silent nodes, declares lost
+// attempts and runs the scheduler. Submissions, cancels and finished
+// attempts wake it early.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := s.Cycle(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("scheduling cycle failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// Cycle runs one leader cycle. It is exported for tests that step time.
+func (s *Server) Cycle(ctx context.Context) error {
+	lease, held, err := s.st.TryLease(ctx, s.cfg.ID, s.cfg.LeaseTTL)
+	s.mu.Lock()
+	if err != nil || !held {
+		s.leader.held, s.leader.ready = false, false
+		s.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		return nil
+	}
+	if !s.leader.held || s.leader.epoch != lease.Epoch {
+		s.firstLeaderAt = s.now()
+		s.leader = leaderState{usage: s.leader.usage, usageAt: s.leader.usageAt}
+		s.log.Info("leading", "epoch", lease.Epoch)
+	}
+	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, time.Now()
+	s.mu.Unlock()
+
+	start := time.Now()
+	now := s.now()
+	if err := s.loseSilentNodes(ctx, now); err != nil {
+		return err
+	}
+	err = s.schedule(ctx, lease.Epoch, now)
+	s.metrics.cycle.Observe(time.Since(start).Seconds())
+	if ferr := s.flushUsage(ctx); ferr != nil {
+		s.log.Warn("flushing usage", "err", ferr)
+	}
+	if errors.Is(err, store.ErrFenced) {
+		s.mu.Lock()
+		s.leader.held, s.leader.ready = false, false
+		s.mu.Unlock()
+		s.log.Warn("lost leadership while scheduling", "epoch", lease.Epoch)
+		return nil
+	}
+	return err
+}
+
+// loseSilentNodes declares the attempts of nodes silent for longer than
+// heartbeat grace + fence + margin lost, so their jobs requeue. By then the
+// agent has fenced itself: at most one attempt of a job ever runs.
+func (s *Server) loseSilentNodes(ctx context.Context, now time.Time) error {
+	limit := s.cfg.HeartbeatGrace + s.cfg.FenceAfter + s.cfg.LostMargin
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		for _, a := range j.Attempts {
+			if a.State.Terminal() {
+				continue
+			}
+			for _, n := range a.Nodes {
+				age, _ := s.heartbeatAge(n.Name, now)
+				if age <= limit {
+					continue
+				}
+				_, err := s.st.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a.ID, State: gpufleet.AttemptLost, At: now,
+					Reason: fmt.Sprintf("node %s silent for %s (grace %s + fence %s + margin %s)", n.Name, age.Round(time.Second),
+						s.cfg.HeartbeatGrace, s.cfg.FenceAfter, s.cfg.LostMargin),
+					ReasonCode: "node_lost", Actor: "system"})
+				if err != nil && !errors.Is(err, gpufleet.ErrInvalid) {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// schedule snapshots the store, runs the scheduler and persists the
+// decision fenced by epoch.
+func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time) error {
+	in, byID, err := s.snapshot(ctx, now)
+	if err != nil {
+		return err
+	}
+	out := scheduler.Schedule(in)
+	d := store.Decision{At: now}
+	for _, st := range out.Starts {
+		j := byID[st.Job]
+		start := store.Start{JobID: st.Job, AttemptID: "a-" + randomString(8), Fraction: 1}
+		for _, p := range st.Placement {
+			start.Nodes = append(start.Nodes, gpufleet.AttemptNode{Name: p.Node, GPUs: p.GPUs})
+			if p.Fraction > 0 {
+				start.Fraction = p.Fraction
+			}
+		}
+		d.Starts = append(d.Starts, start)
+		s.log.Info("placing", "job", j.ID, "team", j.Team, "attempt", start.AttemptID, "nodes", len(start.Nodes))
+	}
+	for _, pe := range out.Preemptions {
+		if a := activeAttempt(byID[pe.Job]); a != nil {
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: pe.Reason, ReasonCode: pe.Code})
+		}
+	}
+	// Time limits.
+	for _, j := range byID {
+		a := activeAttempt(j)
+		if a == nil || j.TimeLimitS == nil || a.StartedAt == nil || a.StopRequested {
+			continue
+		}
+		if now.Sub(*a.StartedAt).Seconds() > *j.TimeLimitS {
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: fmt.Sprintf("time limit %.0fs reached", *j.TimeLimitS), ReasonCode: "time_limit"})
+		}
+	}
+	for _, p := range out.Pending {
+		j := byID[p.Job]
+		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
+			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart})
+	}
+	if err := s.st.ApplySchedule(ctx, epoch, d); err != nil {
+		return err
+	}
+	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
+	return s.refreshOrders(ctx)
+}
+
+// activeAttempt is a job's non-terminal attempt, if any.
+func activeAttempt(j gpufleet.Job) *gpufleet.Attempt {
+	for i := len(j.Attempts) - 1; i >= 0; i-- {
+		if !j.Attempts[i].State.Terminal() {
+			return &j.Attempts[i]
+		}
+	}
+	return nil
+}
+
+// refreshOrders rebuilds what each node's heartbeat answers with.
+func (s *Server) refreshOrders(ctx context.Context) error {
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	modelOf := map[string]string{}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			modelOf[g.UUID] = g.Model
+			for _, m := range g.MIGInstances {
+				modelOf[m.UUID] = g.Model
+			}
+		}
+	}
+	infos := map[string]attemptInfo{}
+	orders := map[string]nodeOrders{}
+	get := func(n string) nodeOrders {
+		o, ok := orders[n]
+		if !ok {
+			o = nodeOrders{active: map[string]bool{}}
+		}
+		return o
+	}
+	queued := map[string][]string{}
+	for _, j := range jobs {
+		a := activeAttempt(j)
+		if a == nil {
+			if j.State == gpufleet.JobQueued {
+				queued[j.Team] = append(queued[j.Team], j.ID)
+			}
+			continue
+		}
+		if len(a.Nodes) > 0 && len(a.Nodes[0].GPUs) > 0 {
+			infos[a.ID] = attemptInfo{team: j.Team, model: modelOf[a.Nodes[0].GPUs[0]]}
+		}
+		grace := 30.0
+		if j.GraceS != nil {
+			grace = *j.GraceS
+		}
+		for rank, n := range a.Nodes {
+			o := get(n.Name)
+			o.active[a.ID] = true
+			switch {
+			case a.StopRequested:
+				o.stop = append(o.stop, api.StopOrder{AttemptID: a.ID, Reason: a.Reason, ReasonCode: a.ReasonCode, GraceS: grace})
+			case a.State == gpufleet.AttemptStarting:
+				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
+					Workdir: j.Workdir, Team: j.Team, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
+					GraceS: grace, SimLoad: j.SimLoad, NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
+					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID)})
+			}
+			orders[n.Name] = o
+		}
+	}
+	s.mu.Lock()
+	s.leader.orders = orders
+	s.leader.ready = true
+	for id, info := range infos {
+		s.attempts[id] = info
+	}
+	for id := range s.attempts {
+		if _, ok := infos[id]; !ok {
+			delete(s.attempts, id)
+			delete(s.accounted, id)
+		}
+	}
+	s.mu.Unlock()
+	depth := map[[2]string]float64{}
+	for _, j := range jobs {
+		if j.State == gpufleet.JobQueued {
+			depth[[2]string{j.Priority, j.Team}]++
+		}
+	}
+	s.metrics.setQueue(depth)
+	return nil
+}
+
+// masterPort derives a rendezvous port from the attempt id, in the
+// dynamic range, so concurrent attempts on one node do not collide.
+func masterPort(attempt string) int {
+	h := 0
+	for _, c := range attempt {
+		h = (h*31 + int(c)) % 10000
+	}
+	return 29500 + h%10000
+}
+
+// snapshot builds the scheduler's input from the store.
+func (s *Server) snapshot(ctx context.Context, now time.Time) (scheduler.Input, map[string]gpufleet.Job, error) {
+	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
+	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return in, nil, err
+	}
+	for _, n := range nodes {
+		v := s.view(n, now)
+		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels}
+		for _, g := range n.GPUs {
+			sg := scheduler.GPU{ID: g.UUID, Index: g.Index, Model: g.Model, NVLinkDomain: g.NVLinkDomain, State: scheduler.Ready}
+			if g.Health == gpufleet.Unhealthy || (g.State != "" && g.State != gpufleet.NodeReady) {
+				sg.State = scheduler.Cordoned
+			}
+			for _, m := range g.MIGInstances {
+				sg.MIG = append(sg.MIG, scheduler.MIGInstance{ID: m.UUID, Profile: m.Profile})
+			}
+			sn.GPUs = append(sn.GPUs, sg)
+			if _, ok := in.Models[g.Model]; !ok {
+				if cg, err := s.cat.Lookup(g.Model); err == nil {
+					in.Models[g.Model] = cg
+				} else {
+					in.Models[g.Model] = catalog.GPU{ID: g.Model, Name: g.Model}
+				}
+			}
+		}
+		in.Nodes = append(in.Nodes, sn)
+	}
+	classes, err := s.st.Classes(ctx)
+	if err != nil {
+		return in, nil, err
+	}
+	for _, c := range classes {
+		in.Classes[c.Name] = c.Models
+	}
+	teams, err := s.st.Teams(ctx)
+	if err != nil {
+		return in, nil, err
+	}
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
+		return in, nil, err
+	}
+	usage := s.decayUsage(jobs, now, cfg.UsageHalfLife)
+	for _, t := range teams {
+		in.Teams = append(in.Teams, scheduler.Team{Name: t.Name, Quota: t.Quota, BorrowingLimit: t.BorrowingLimit, Weight: t.Weight, Usage: usage[t.Name]})
+	}
+	byID := map[string]gpufleet.Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+		sj, ok := toSchedJob(j)
+		if ok {
+			in.Jobs = append(in.Jobs, sj)
+		}
+	}
+	return in, byID, nil
+}
+
+func nodeState(s gpufleet.NodeState) scheduler.GPUState {
+	switch s {
+	case gpufleet.NodeReady:
+		return scheduler.Ready
+	case gpufleet.NodeDraining:
+		return scheduler.Draining
+	case gpufleet.NodeDown:
+		return scheduler.Down
+	}
+	return scheduler.Cordoned
+}
+
+// toSchedJob converts a stored job; jobs whose cancel is pending are left out.
+func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
+	if j.CancelRequested {
+		return scheduler.Job{}, false
+	}
+	sh, err := toSharing(j.Resources.Sharing)
+	if err != nil {
+		return scheduler.Job{}, false
+	}
+	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: scheduler.Priority(j.Priority), Submitted: j.SubmittedAt,
+		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0,
+		Resources: scheduler.Resources{GPUs: j.Resources.GPUs, Nodes: j.Resources.Nodes, GPUModels: j.Resources.GPUModels,
+			GPUMemoryMinBytes: j.Resources.GPUMemoryMinBytes, MinComputeCapability: j.Resources.MinComputeCapability,
+			Precision: catalog.Precision(j.Resources.Precision), Interconnect: j.Resources.Interconnect, Sharing: sh,
+			Prefer: j.Resources.Prefer, NodeSelector: j.Resources.NodeSelector}}
+	if j.EstimateS != nil {
+		sj.Estimate = time.Duration(*j.EstimateS * float64(time.Second))
+	}
+	if j.GraceS != nil {
+		sj.Grace = time.Duration(*j.GraceS * float64(time.Second))
+	}
+	if a := activeAttempt(j); a != nil {
+		if a.StartedAt != nil {
+			sj.Started = *a.StartedAt
+		} else {
+			sj.Started = j.SubmittedAt
+		}
+		frac := fracOr1(a.Fraction)
+		for _, n := range a.Nodes {
+			sj.Placement = append(sj.Placement, scheduler.Placement{Node: n.Name, GPUs: slices.Clone(n.GPUs), Fraction: frac})
+		}
+	} else if j.State != gpufleet.JobQueued {
+		return scheduler.Job{}, false
+	}
+	return sj, true
+}
+
+// decayUsage advances each team's decayed GPU-seconds to now from the
+// GPUs its running jobs hold.
+func (s *Server) decayUsage(jobs []gpufleet.Job, now time.Time, halfLife time.Duration) map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leader.usage == nil {
+		s.leader.usage = map[string]float64{}
+	}
+	dt := 0.0
+	if !s.leader.usageAt.IsZero() {
+		dt = now.Sub(s.leader.usageAt).Seconds()
+	}
+	s.leader.usageAt = now
+	if halfLife <= 0 {
+		halfLife = 7 * 24 * time.Hour
+	}
+	decay := math.Pow(0.5, dt/halfLife.Seconds())
+	held := map[string]float64{}
+	for _, j := range jobs {
+		if a := activeAttempt(j); a != nil {
+			gpus := 0
+			for _, n := range a.Nodes {
+				gpus += len(n.GPUs)
+			}
+			held[j.Team] += float64(gpus) * fracOr1(a.Fraction)
+		}
+	}
+	out := map[string]float64{}
+	for t, u := range s.leader.usage {
+		s.leader.usage[t] = u * decay
+	}
+	for t, g := range held {
+		s.leader.usage[t] += g * dt
+	}
+	for t, u := range s.leader.usage {
+		out[t] = u
+	}
+	return out
+}
+
+// fracOr1 is a stored time-slice fraction, 1 for whole GPUs.
+func fracOr1(f float64) float64 {
+	if f <= 0 {
+		return 1
+	}
+	return f
+}

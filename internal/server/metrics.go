@@ -1,0 +1,53 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the control plane's own Prometheus metrics, on a registry of
+// their own (no global state).
+type metrics struct {
+	reg       *prometheus.Registry
+	queue     *prometheus.GaugeVec
+	cycle     prometheus.Histogram
+	decisions prometheus.Counter
+	submitted prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_queue_depth", Help: "Queued jobs by priority class and team.",
+		}, []string{"priority", "team"}),
+		cycle: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gpufleet_scheduling_cycle_seconds", Help: "Duration of the leader's scheduling cycles.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		decisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufleet_scheduling_decisions_total", Help: "Placements and stops the scheduler decided.",
+		}),
+		submitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufleet_jobs_submitted_total", Help: "Jobs accepted.",
+		}),
+	}
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// setQueue replaces the queue-depth series.
+func (m *metrics) setQueue(depth map[[2]string]float64) {
+	m.queue.Reset()
+	for k, v := range depth {
+		m.queue.WithLabelValues(k[0], k[1]).Set(v)
+	}
+}
+
+// MetricsHandler serves the control plane's metrics.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// liveNode is what the server keeps in memory about a node between
+// heartbeats; it is persisted only when something changes.
+type liveNode struct {
+	lastSeen   time.Time
+	metricsURL string
+	samples    []api.GPUSample
+	// reported is the last state the agent reported per attempt.
+	reported map[string]gpufleet.AttemptState
+	// totals are the last accounting totals reported per attempt.
+	totals map[string]api.AttemptReport
+}
+
+// heartbeatAge returns how long the node has been silent, measured from
+// the later of its last heartbeat and this replica's leadership start (a
+// new leader gives every node a grace window).
+func (s *Server) heartbeatAge(name string, now time.Time) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ln := s.nodes[name]
+	var seen time.Time
+	if ln != nil {
+		seen = ln.lastSeen
+	}
+	known := !seen.IsZero()
+	if s.firstLeaderAt.After(seen) {
+		seen = s.firstLeaderAt
+	}
+	if seen.IsZero() {
+		return 0, false
+	}
+	return now.Sub(seen), known
+}
+
+// view fills the live parts of a stored node: heartbeat age, the derived
+// down state and the metrics URL.
+func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
+	age, known := s.heartbeatAge(n.Name, now)
+	if known {
+		a := age.Seconds()
+		n.HeartbeatAgeS = &a
+	}
+	if age > s.cfg.HeartbeatGrace || (!known && s.firstLeaderAt.IsZero()) {
+		if n.State == gpufleet.NodeReady || n.State == gpufleet.NodeDraining || n.State == gpufleet.NodeCordoned {
+			n.State = gpufleet.NodeDown
+			n.Reason = fmt.Sprintf("no heartbeat for %s", age.Round(time.Second))
+			if !known {
+				n.Reason = "no heartbeat since the server started"
+			}
+		}
+	}
+	s.mu.Lock()
+	if ln := s.nodes[n.Name]; ln != nil && ln.metricsURL != "" {
+		n.MetricsURL = ln.metricsURL
+	}
+	s.mu.Unlock()
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Versions == nil {
+		n.Versions = map[string]string{}
+	}
+	for i := range n.GPUs {
+		if n.GPUs[i].MIGInstances == nil {
+			n.GPUs[i].MIGInstances = []gpufleet.MIGInstance{}
+		}
+	}
+	return n
+}
+
+// Nodes lists the fleet with each node's state, health and heartbeat age.
+func (s *Server) Nodes(ctx context.Context, p api.Principal) ([]gpufleet.Node, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := make([]gpufleet.Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, s.view(n, now))
+	}
+	return out, nil
+}
+
+// Node returns one node.
+func (s *Server) Node(ctx context.Context, p api.Principal, name string) (gpufleet.Node, error) {
+	if err := requireUser(p); err != nil {
+		return gpufleet.Node{}, err
+	}
+	n, err := s.st.Node(ctx, name)
+	if err != nil {
+		return gpufleet.Node{}, err
+	}
+	return s.view(n, s.now()), nil
+}
+
+// NodeAction cordons (no new work), uncordons (back to ready) or drains
+// (no new work, running attempts stopped and requeued) a node.
+func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a api.NodeAction) (gpufleet.Node, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Node{}, err
+	}
+	if _, err := s.st.Node(ctx, name); err != nil {
+		return gpufleet.Node{}, err
+	}
+	var state gpufleet.NodeState
+	switch a {
+	case api.Cordon:
+		state = gpufleet.NodeCordoned
+	case api.Uncordon:
+		state = gpufleet.NodeReady
+	case api.Drain:
+		state = gpufleet.NodeDraining
+	default:
+		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon or drain", gpufleet.ErrInvalid, a)
+	}
+	if err := s.st.SetNodeState(ctx, name, state, "by "+actor(p), actor(p), s.now()); err != nil {
+		return gpufleet.Node{}, err
+	}
+	s.nudge()
+	return s.Node(ctx, p, name)
+}
+
+// Register admits an agent with a join token and returns its node
+// credential. A node that registers again (after an agent restart) keeps
+// its state and reconciles its attempts at the next heartbeat.
+func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterRequest) (api.RegisterResponse, error) {
+	if !nodeNameRe.MatchString(r.Node) {
+		return api.RegisterResponse{}, fmt.Errorf("%w: node %q: expected a DNS label (lower-case letters, digits, '-')", gpufleet.ErrInvalid, r.Node)
+	}
+	id, secret, ok := strings.Cut(strings.TrimPrefix(joinToken, joinPrefix), "_")
+	if !strings.HasPrefix(joinToken, joinPrefix) || !ok {
+		return api.RegisterResponse{}, errUnauthorized
+	}
+	now := s.now()
+	if _, err := s.st.UseJoinToken(ctx, id, hashSecret(secret), r.Node, now); err != nil {
+		if errors.Is(err, gpufleet.ErrNotFound) {
+			return api.RegisterResponse{}, errUnauthorized
+		}
+		return api.RegisterResponse{}, err
+	}
+	for i, g := range r.GPUs {
+		if g.UUID == "" {
+			return api.RegisterResponse{}, fmt.Errorf("%w: gpus[%d].uuid: required", gpufleet.ErrInvalid, i)
+		}
+		if _, err := s.cat.Lookup(g.Model); err != nil {
+			s.log.Warn("unknown gpu model", "node", r.Node, "model", g.Model)
+		}
+	}
+	n := gpufleet.Node{Name: r.Node, State: gpufleet.NodeReady, Health: gpufleet.Healthy, Labels: r.Labels, Versions: r.Versions, GPUs: r.GPUs}
+	if err := s.st.PutNode(ctx, n); err != nil {
+		return api.RegisterResponse{}, err
+	}
+	cred, secretOut := s.nodeCredential(r.Node)
+	cred.ExpiresAt = now.Add(s.cfg.CredentialTTL)
+	if err := s.st.PutNodeCredential(ctx, cred); err != nil {
+		return api.RegisterResponse{}, err
+	}
+	s.mu.Lock()
+	ln := s.live(r.Node)
+	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
+	s.mu.Unlock()
+	s.nudge()
+	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: r.Node, Credential: secretOut,
+		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
+}
+
+func (s *Server) nodeCredential(node string) (store.NodeCredential, string) {
+	secret := randomString(32)
+	return store.NodeCredential{Node: node, Hash: hashSecret(secret)}, nodePrefix + node + "." + secret
+}
+
+// live returns the in-memory record of a node; s.mu must be held.
+func (s *Server) live(name string) *liveNode {
+	ln := s.nodes[name]
+	if ln == nil {
+		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{}}
+		s.nodes[name] = ln
+	}
+	return ln
+}
+
+// Heartbeat records a node's report and answers with the attempts it must
+// start or stop. It touches the store only when something changed.
+func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	if p.Node == "" || (r.Node != "" && r.Node != p.Node) {
+		return api.HeartbeatResponse{}, fmt.Errorf("%w: a node may only report for itself", api.ErrForbidden)
+	}
+	now := s.now()
+	s.mu.Lock()
+	ln := s.live(p.Node)
+	ln.lastSeen = now
+	ln.samples = r.Samples
+	var changed []api.AttemptReport
+	for _, a := range r.Attempts {
+		if ln.reported[a.AttemptID] != a.State {
+			changed = append(changed, a)
+		}
+		ln.totals[a.AttemptID] = a
+		s.account(a, now)
+	}
+	s.mu.Unlock()
+
+	if r.GPUs != nil || r.Health != "" {
+		health := r.Health
+		if health == "" {
+			health = gpufleet.Healthy
+		}
+		if err := s.st.SetNodeHealth(ctx, p.Node, health, r.HealthReason, r.GPUs, now); err != nil {
+			return api.HeartbeatResponse{}, err
+		}
+	}
+	for _, a := range changed {
+		_, err := s.st.UpdateAttempt(ctx, store.AttemptUpdate{
+			AttemptID: a.AttemptID, State: a.State, At: now, ExitCode: a.ExitCode, Reason: a.Reason, ReasonCode: a.ReasonCode,
+			GPUSeconds: a.GPUSeconds, EffectiveGPUSeconds: a.EffectiveGPUSeconds, EnergyJoules: a.EnergyJoules, Actor: actor(p),
+		})
+		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) && !errors.Is(err, gpufleet.ErrInvalid) {
+			return api.HeartbeatResponse{}, err
+		}
+		s.mu.Lock()
+		ln.reported[a.AttemptID] = a.State
+		if a.State.Terminal() {
+			delete(ln.totals, a.AttemptID)
+		}
+		s.mu.Unlock()
+		if a.State.Terminal() {
+			s.nudge()
+		}
+	}
+	resp := api.HeartbeatResponse{ProtocolVersion: api.ProtocolVersion}
+	s.mu.Lock()
+	o := s.leader.orders[p.Node]
+	for _, as := range o.start {
+		if _, seen := ln.reported[as.AttemptID]; !seen {
+			resp.Start = append(resp.Start, as)
+		}
+	}
+	resp.Stop = slices.Clone(o.stop)
+	for _, a := range r.Attempts {
+		if !a.State.Terminal() && s.leader.ready && !o.active[a.AttemptID] {
+			resp.Unknown = append(resp.Unknown, a.AttemptID)
+		}
+	}
+	s.mu.Unlock()
+	return resp, nil
+}

@@ -1,0 +1,173 @@
+// Package server is gpufleet's control plane: the service behind the HTTP
+// API (jobs, queue, nodes, teams, tokens, usage), the agent protocol
+// (register, heartbeat), memory-fit admission through the planner, and
+// the leader loop that snapshots the store, runs the pure scheduler and
+// persists its decisions fenced by the leadership epoch.
+//
+// The store is the source of truth. The server can be killed at any
+// instant: it rebuilds from the store and from agent reports.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// Config is the server's behaviour. Default gives production values;
+// gpufleet dev shortens the timeouts.
+type Config struct {
+	// ID names this replica in the leadership lease.
+	ID string
+	// Tick is how often the leader schedules when nothing else wakes it.
+	Tick time.Duration
+	// LeaseTTL is the leadership lease; the leader renews it every tick and
+	// stops scheduling when it cannot renew before LeaseTTL/2.
+	LeaseTTL time.Duration
+	// Heartbeat is how often agents report.
+	Heartbeat time.Duration
+	// HeartbeatGrace is how long a node may be silent before it is down.
+	HeartbeatGrace time.Duration
+	// FenceAfter is how long an agent keeps running attempts without the
+	// server before it stops them itself.
+	FenceAfter time.Duration
+	// LostMargin is added to grace and fence before a silent node's
+	// attempts are declared lost and requeued (at-most-once).
+	LostMargin time.Duration
+	// CredentialTTL is the life of a node credential; agents renew it.
+	CredentialTTL time.Duration
+	// Policy is the scheduling policy (scheduler.PolicyConfig name).
+	Policy string
+	// DefaultEstimate per priority class when a job gives neither estimate
+	// nor time limit.
+	DefaultEstimate map[scheduler.Priority]time.Duration
+	// WatchInterval is how often event streams poll the audit log.
+	WatchInterval time.Duration
+	// Now is the clock; tests set it.
+	Now func() time.Time
+}
+
+// Default returns production settings.
+func Default() Config {
+	return Config{
+		ID:             "server",
+		Tick:           time.Second,
+		LeaseTTL:       8 * time.Second,
+		Heartbeat:      5 * time.Second,
+		HeartbeatGrace: 30 * time.Second,
+		FenceAfter:     60 * time.Second,
+		LostMargin:     10 * time.Second,
+		CredentialTTL:  24 * time.Hour,
+		Policy:         "gpufleet",
+		DefaultEstimate: map[scheduler.Priority]time.Duration{
+			scheduler.Production: 24 * time.Hour, scheduler.Interactive: 4 * time.Hour,
+			scheduler.Training: 24 * time.Hour, scheduler.Batch: 4 * time.Hour,
+		},
+		WatchInterval: 500 * time.Millisecond,
+		Now:           time.Now,
+	}
+}
+
+// Validate checks the settings.
+func (c Config) Validate() error {
+	for name, d := range map[string]time.Duration{"tick": c.Tick, "lease-ttl": c.LeaseTTL, "heartbeat": c.Heartbeat,
+		"heartbeat-grace": c.HeartbeatGrace, "fence-after": c.FenceAfter} {
+		if d <= 0 {
+			return fmt.Errorf("%w: %s must be positive", gpufleet.ErrInvalid, name)
+		}
+	}
+	if c.HeartbeatGrace < c.Heartbeat {
+		return fmt.Errorf("%w: heartbeat-grace %s is shorter than the heartbeat %s", gpufleet.ErrInvalid, c.HeartbeatGrace, c.Heartbeat)
+	}
+	if _, err := scheduler.PolicyConfig(c.Policy); err != nil {
+		return fmt.Errorf("%w: policy: %v", gpufleet.ErrInvalid, err)
+	}
+	return nil
+}
+
+// Server is the control plane. It implements api.Service, api.AgentService,
+// api.LogService and api.WatchService.
+type Server struct {
+	cfg       Config
+	st        store.Store
+	cat       *catalog.Catalog
+	log       *slog.Logger
+	adminHash []byte
+
+	wake chan struct{} // nudges the leader loop
+
+	mu     sync.Mutex
+	nodes  map[string]*liveNode // heartbeat state, kept in memory
+	leader leaderState
+	// firstLeaderAt is when this replica last became leader; nodes get a
+	// grace window after it before anything is declared lost.
+	firstLeaderAt time.Time
+
+	metrics *metrics
+
+	// Accounting: what each running attempt is (team, model), what of its
+	// reported totals has been counted, and usage not yet flushed.
+	attempts     map[string]attemptInfo
+	accounted    map[string]api.AttemptReport
+	pendingUsage map[usageKey]store.UsageRow
+}
+
+var (
+	_ api.Service      = (*Server)(nil)
+	_ api.AgentService = (*Server)(nil)
+)
+
+// New returns a server over st. adminToken (at least 16 characters) is
+// stored hashed and grants fleet-wide access.
+func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, adminToken string, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(adminToken) < 16 {
+		return nil, fmt.Errorf("%w: admin token: expected at least 16 characters", gpufleet.ErrInvalid)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.WatchInterval <= 0 {
+		cfg.WatchInterval = 500 * time.Millisecond
+	}
+	s := &Server{
+		cfg: cfg, st: st, cat: cat, log: log.With("component", "server"),
+		adminHash:    hashSecret(adminToken),
+		wake:         make(chan struct{}, 1),
+		nodes:        map[string]*liveNode{},
+		metrics:      newMetrics(),
+		attempts:     map[string]attemptInfo{},
+		accounted:    map[string]api.AttemptReport{},
+		pendingUsage: map[usageKey]store.UsageRow{},
+	}
+	return s, nil
+}
+
+// nudge wakes the leader loop without blocking.
+func (s *Server) nudge() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// now reads the server's clock in UTC.
+func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+// Ready reports whether the server can serve: the store answers.
+func (s *Server) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.st.Lease(ctx)
+	return err
+}

@@ -1,0 +1,22 @@
+// Package sim is gpufleet's trace-driven simulator: trace readers, a
+// virtual clock, a discrete-event loop and reports.
+//
+// The simulator drives the same pure scheduling core as the server,
+// scheduler.Schedule, with virtual time: it replays a trace's arrivals, asks
+// the scheduler for a decision at every event time (simultaneous events are
+// batched into one cycle), applies the starts and preemptions, and runs the
+// jobs for the time their GPU model needs. It keeps the teams' decayed usage
+// (Config.UsageHalfLife) as the server does.
+//
+// Like the scheduler, the package is pure: readers take an io.Reader (the
+// CLI opens the files), time is virtual, randomness comes from a PCG seeded
+// with Config.Seed, and the wall clock is only read through the optional
+// Config.Clock the caller supplies (for sim_wall_s). The same trace, cluster,
+// policy and seed give byte-identical reports.
+//
+// Pipeline:
+//
+//	trace file --Read--> *Trace --+
+//	                              +--Run(Config)--> loop: events -> Input -> Schedule -> apply --> *Result
+//	cluster spec or node list ----+                                                              (Report, timeline, plot)
+package sim

@@ -1,0 +1,738 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// ScheduleFunc is the scheduling core the engine drives:
+// scheduler.Schedule, or a stand-in in tests.
+type ScheduleFunc func(scheduler.Input) scheduler.Output
+
+// Config is one simulation run.
+type Config struct {
+	// Policy is the scheduler configuration (scheduler.PolicyConfig).
+	Policy scheduler.Config
+	// Schedule is the scheduling core; nil means scheduler.Schedule.
+	Schedule ScheduleFunc
+	// EstimateError is the sigma of the multiplicative lognormal noise on
+	// users' run-time estimates: estimate = true * exp(sigma * N(0,1)),
+	// drawn once per job. 0 means estimates equal true run times.
+	EstimateError float64
+	// Seed seeds the PCG behind every random draw (estimate noise,
+	// failures, fill sampling).
+	Seed uint64
+	// TimeScale divides arrival times: 2 replays the arrivals twice as
+	// fast. 0 means 1. Run times are not scaled.
+	TimeScale float64
+	// NodeMTBF is each node's mean time between failures in seconds
+	// (exponential); 0 means no failures. A failed node is down for
+	// RepairTime seconds; its jobs return to the queue with their progress.
+	NodeMTBF, RepairTime float64
+	// Fill runs the FGD experiment: jobs never finish and arrive one per
+	// second, sampled with replacement from the trace, until the GPUs they
+	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.
+	Fill float64
+	// LoadPeriod, when positive, splits the offered-load report into
+	// periods of this many seconds.
+	LoadPeriod float64
+	// Epoch is virtual time zero; the zero value means 2026-01-01 UTC.
+	Epoch time.Time
+	// Clock reads the wall clock for sim_wall_s and decisions_per_s; nil
+	// leaves them 0 (and the report byte-identical across runs).
+	Clock func() time.Time
+	// Progress, when set, is called about every 2% of the arrivals and
+	// every 256 cycles; the caller throttles.
+	Progress func(Progress)
+}
+
+// Progress is a snapshot of a running simulation.
+type Progress struct {
+	Arrived, Jobs, Completed, Pending, Running int
+	VirtualS                                   float64
+}
+
+// DefaultEpoch is virtual time zero unless Config.Epoch says otherwise.
+var DefaultEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Result is a finished simulation.
+type Result struct {
+	Report   Report
+	Timeline []Sample // one per event time, for plots
+	// Waits are the first-start waits of every started job, in seconds.
+	Waits []float64
+}
+
+// Sample is the cluster's state after the decisions at one event time.
+type Sample struct {
+	T         float64 // virtual seconds
+	Allocated float64 // GPUs allocated (time-slice shares count their fraction)
+	Pending   int
+	Running   int
+}
+
+type jobPhase int
+
+const (
+	phaseFuture jobPhase = iota
+	phasePending
+	phaseRunning
+	phaseDone
+)
+
+type jobState struct {
+	j      *Job
+	submit float64 // scaled arrival
+	// baseEstimate is the user's estimate of the whole run on the job's
+	// reference (fastest) model, noise included.
+	baseEstimate float64
+	remaining    float64 // fraction of the work left
+	phase        jobPhase
+	requeued     bool
+	version      int // bumps on every stop, to drop stale completions
+
+	start, end  float64 // current run
+	runEstimate float64 // estimate of the current run, seconds
+	placement   []scheduler.Placement
+	gpus        []gpuRef
+	fractions   []float64
+	demand      float64
+
+	firstStart float64 // -1 until started
+	finish     float64
+	runTime    float64
+	eta        float64 // estimated start at submission, -1 unknown
+	etaOK      bool
+	started    bool
+}
+
+type gpuRef struct{ node, gpu int }
+
+type evKind int
+
+const (
+	evComplete evKind = iota
+	evFail
+	evRepair
+)
+
+type event struct {
+	t       float64
+	kind    evKind
+	seq     int
+	job     *jobState
+	version int
+	node    int
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(a, b int) bool {
+	if h[a].t != h[b].t {
+		return h[a].t < h[b].t
+	}
+	if h[a].kind != h[b].kind {
+		return h[a].kind < h[b].kind
+	}
+	return h[a].seq < h[b].seq
+}
+func (h eventHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+type engine struct {
+	cfg   Config
+	tr    *Trace
+	epoch time.Time
+
+	nodes   []scheduler.Node
+	gpuIdx  map[string]gpuRef
+	used    [][]float64
+	total   int
+	teams   []scheduler.Team
+	teamIdx map[string]int
+	rate    []float64 // GPUs each team holds now
+	models  map[string]catalog.GPU
+
+	jobs    []*jobState
+	byID    map[string]*jobState
+	pending []*jobState
+	running []*jobState
+	events  eventHeap
+	seq     int
+	rng     *rand.Rand
+
+	now         float64
+	t0          float64 // first arrival
+	allocated   float64
+	frag        float64
+	allocInt    float64
+	fragInt     float64
+	timeline    []Sample
+	cycles      int
+	decisions   int
+	preemptions int
+	failures    int
+	completed   int
+	buf         []scheduler.Job
+}
+
+// Run replays the trace on the cluster under cfg.
+func Run(tr *Trace, cl *Cluster, cfg Config) (*Result, error) {
+	if cfg.Schedule == nil {
+		cfg.Schedule = defaultSchedule
+	}
+	if cfg.Schedule == nil {
+		return nil, fmt.Errorf("%w: no scheduler", gpufleet.ErrUnsupported)
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.TimeScale < 0 || cfg.EstimateError < 0 || cfg.NodeMTBF < 0 || cfg.RepairTime < 0 || cfg.Fill < 0 {
+		return nil, fmt.Errorf("%w: time scale, estimate error, MTBF, repair time and fill must not be negative", gpufleet.ErrInvalid)
+	}
+	if len(cl.Nodes) == 0 {
+		return nil, fmt.Errorf("%w: cluster has no nodes", gpufleet.ErrInvalid)
+	}
+	var wallStart time.Time
+	if cfg.Clock != nil {
+		wallStart = cfg.Clock()
+	}
+	e := newEngine(tr, cl, cfg)
+	if err := e.loop(); err != nil {
+		return nil, err
+	}
+	res := e.result()
+	if cfg.Clock != nil {
+		wall := cfg.Clock().Sub(wallStart).Seconds()
+		res.Report.SimWallS = wall
+		if wall > 0 {
+			res.Report.DecisionsPerS = float64(e.decisions) / wall
+		}
+	}
+	return res, nil
+}
+
+func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
+	e := &engine{
+		cfg: cfg, tr: tr, epoch: cfg.Epoch,
+		gpuIdx:  map[string]gpuRef{},
+		teamIdx: map[string]int{},
+		byID:    map[string]*jobState{},
+		models:  maps.Clone(cl.Models),
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
+	}
+	if e.epoch.IsZero() {
+		e.epoch = DefaultEpoch
+	}
+	for k, v := range tr.Models {
+		if _, ok := e.models[k]; !ok {
+			e.models[k] = v
+		}
+	}
+	// Copy nodes so failures can change their state.
+	e.nodes = make([]scheduler.Node, len(cl.Nodes))
+	e.used = make([][]float64, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		n.GPUs = slices.Clone(n.GPUs)
+		e.nodes[i] = n
+		e.used[i] = make([]float64, len(n.GPUs))
+		for k, g := range n.GPUs {
+			e.gpuIdx[g.ID] = gpuRef{i, k}
+		}
+		e.total += len(n.GPUs)
+	}
+	e.teams = slices.Clone(cl.Teams)
+	for i := range e.teams {
+		e.teams[i].Quota = maps.Clone(e.teams[i].Quota)
+	}
+	have := map[string]bool{}
+	for _, t := range e.teams {
+		have[t.Name] = true
+	}
+	jobs := tr.Jobs
+	if cfg.Fill > 0 {
+		jobs = e.fillJobs()
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if !have[j.Team] {
+			have[j.Team] = true
+			e.teams = append(e.teams, scheduler.Team{Name: j.Team, Weight: 1, BorrowingLimit: -1})
+		}
+		est := j.Estimate
+		if est <= 0 {
+			est = j.RefDuration()
+			if cfg.EstimateError > 0 {
+				est *= math.Exp(cfg.EstimateError * e.rng.NormFloat64())
+			}
+		}
+		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1, eta: -1}
+		e.jobs = append(e.jobs, js)
+		e.byID[j.ID] = js
+	}
+	slices.SortFunc(e.teams, func(a, b scheduler.Team) int { return cmpString(a.Name, b.Name) })
+	for i, t := range e.teams {
+		e.teamIdx[t.Name] = i
+	}
+	e.rate = make([]float64, len(e.teams))
+	slices.SortStableFunc(e.jobs, func(a, b *jobState) int {
+		switch {
+		case a.submit < b.submit:
+			return -1
+		case a.submit > b.submit:
+			return 1
+		}
+		return 0
+	})
+	if len(e.jobs) > 0 {
+		e.t0 = e.jobs[0].submit
+		e.now = e.t0
+	}
+	if cfg.NodeMTBF > 0 {
+		for i := range e.nodes {
+			e.push(event{t: e.t0 + e.rng.ExpFloat64()*cfg.NodeMTBF, kind: evFail, node: i})
+		}
+	}
+	return e
+}
+
+// fillJobs samples the trace's jobs with replacement, one arrival per
+// second, until they ask for Fill times the cluster's GPUs. They never end.
+func (e *engine) fillJobs() []Job {
+	if len(e.tr.Jobs) == 0 {
+		return nil
+	}
+	var out []Job
+	asked, target := 0.0, e.cfg.Fill*float64(e.total)
+	for asked < target {
+		j := e.tr.Jobs[e.rng.IntN(len(e.tr.Jobs))]
+		j.ID = fmt.Sprintf("fill-%06d", len(out))
+		j.Submit = float64(len(out)) * e.cfg.TimeScale
+		j.Duration, j.DurationOn = math.Inf(1), nil
+		asked += j.GPUDemand()
+		out = append(out, j)
+	}
+	return out
+}
+
+func (e *engine) push(ev event) {
+	e.seq++
+	ev.seq = e.seq
+	heap.Push(&e.events, ev)
+}
+
+func (e *engine) vtime(s float64) time.Time {
+	return e.epoch.Add(time.Duration(math.Round(s * 1e9)))
+}
+
+func (e *engine) loop() error {
+	ai := 0
+	lastProgress := -1
+	for {
+		next := math.Inf(1)
+		if ai < len(e.jobs) {
+			next = e.jobs[ai].submit
+		}
+		if len(e.events) > 0 {
+			next = min(next, e.events[0].t)
+		}
+		if math.IsInf(next, 1) {
+			break
+		}
+		if ai >= len(e.jobs) && len(e.running) == 0 && (len(e.pending) == 0 || e.allReady()) {
+			break // nothing left that could run; failures alone do not keep the clock going
+		}
+		e.advance(next)
+		for len(e.events) > 0 && e.events[0].t <= next {
+			ev := heap.Pop(&e.events).(event)
+			e.handle(ev)
+		}
+		var arrived []*jobState
+		for ai < len(e.jobs) && e.jobs[ai].submit <= next {
+			js := e.jobs[ai]
+			js.phase = phasePending
+			e.pending = append(e.pending, js)
+			arrived = append(arrived, js)
+			ai++
+		}
+		e.frag = 0
+		if len(e.pending) > 0 {
+			if err := e.cycle(arrived); err != nil {
+				return err
+			}
+		}
+		e.timeline = append(e.timeline, Sample{T: e.now, Allocated: e.allocated, Pending: len(e.pending), Running: len(e.running)})
+		if e.cfg.Progress != nil && len(e.jobs) > 0 {
+			if p := ai * 50 / len(e.jobs); p != lastProgress || e.cycles%256 == 0 {
+				lastProgress = p
+				e.cfg.Progress(Progress{Arrived: ai, Jobs: len(e.jobs), Completed: e.completed, Pending: len(e.pending), Running: len(e.running), VirtualS: e.now})
+			}
+		}
+	}
+	return nil
+}
+
+func (e *engine) allReady() bool {
+	for _, n := range e.nodes {
+		if n.State != scheduler.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// advance moves the clock to t, integrating allocation, fragmentation and
+// the teams' decayed usage over the interval.
+func (e *engine) advance(t float64) {
+	dt := t - e.now
+	if dt <= 0 {
+		return
+	}
+	e.allocInt += e.allocated * dt
+	e.fragInt += e.frag * dt
+	h := e.cfg.Policy.UsageHalfLife.Seconds()
+	for i := range e.teams {
+		u, r := e.teams[i].Usage, e.rate[i]
+		if h > 0 {
+			d := math.Exp2(-dt / h)
+			e.teams[i].Usage = u*d + r*h/math.Ln2*(1-d)
+		} else {
+			e.teams[i].Usage = u + r*dt
+		}
+	}
+	e.now = t
+}
+
+func (e *engine) handle(ev event) {
+	switch ev.kind {
+	case evComplete:
+		js := ev.job
+		if js.phase != phaseRunning || js.version != ev.version {
+			return
+		}
+		e.release(js)
+		js.runTime += e.now - js.start
+		js.remaining = 0
+		js.phase = phaseDone
+		js.finish = e.now
+		e.completed++
+	case evFail:
+		n := &e.nodes[ev.node]
+		e.failures++
+		for _, js := range slices.Clone(e.running) {
+			for _, g := range js.gpus {
+				if g.node == ev.node {
+					e.stop(js)
+					break
+				}
+			}
+		}
+		n.State = scheduler.Down
+		n.GPUs = slices.Clone(n.GPUs)
+		for k := range n.GPUs {
+			n.GPUs[k].State = scheduler.Down
+		}
+		e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: ev.node})
+	case evRepair:
+		n := &e.nodes[ev.node]
+		n.State = scheduler.Ready
+		n.GPUs = slices.Clone(n.GPUs)
+		for k := range n.GPUs {
+			n.GPUs[k].State = scheduler.Ready
+		}
+		e.push(event{t: e.now + e.rng.ExpFloat64()*e.cfg.NodeMTBF, kind: evFail, node: ev.node})
+	}
+}
+
+// stop takes a running job off its GPUs and queues it again with its
+// remaining work (preemption, node failure).
+func (e *engine) stop(js *jobState) {
+	e.release(js)
+	ran := e.now - js.start
+	js.runTime += ran
+	if d := js.end - js.start; d > 0 {
+		js.remaining *= max(0, 1-ran/d)
+	}
+	js.version++
+	js.phase = phasePending
+	js.requeued = true
+	js.placement, js.gpus, js.fractions = nil, nil, nil
+	e.pending = append(e.pending, js)
+}
+
+func (e *engine) release(js *jobState) {
+	for i, g := range js.gpus {
+		e.used[g.node][g.gpu] = max(0, e.used[g.node][g.gpu]-js.fractions[i])
+	}
+	e.allocated -= js.demand
+	if e.allocated < 1e-9 {
+		e.allocated = 0
+	}
+	e.rate[e.teamIdx[js.j.Team]] -= js.demand
+	if i := slices.Index(e.running, js); i >= 0 {
+		e.running = slices.Delete(e.running, i, i+1)
+	}
+}
+
+// cycle asks the scheduler for decisions at the current time and applies
+// them. Preemptions free GPUs at once, so a cycle that preempted is followed
+// by another at the same instant (at most a few).
+func (e *engine) cycle(arrived []*jobState) error {
+	var out scheduler.Output
+	for round := range 4 {
+		in := e.input()
+		// Estimated starts are only read for jobs that just arrived (ETA
+		// accuracy is judged at submission), so the forward simulation runs
+		// only in cycles that have arrivals.
+		in.Config.ETA = in.Config.ETA && round == 0 && len(arrived) > 0
+		out = e.cfg.Schedule(in)
+		e.cycles++
+		if round == 0 {
+			e.recordETAs(arrived, out.Pending)
+		}
+		for _, p := range out.Preemptions {
+			js := e.byID[p.Job]
+			if js == nil || js.phase != phaseRunning {
+				return fmt.Errorf("cycle at %.0f s: scheduler preempted %q, which is not running", e.now, p.Job)
+			}
+			e.stop(js)
+			e.preemptions++
+			e.decisions++
+		}
+		startedAny := false
+		for _, s := range out.Starts {
+			if err := e.start(s); err != nil {
+				return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
+			}
+			startedAny = true
+			e.decisions++
+		}
+		if startedAny {
+			e.pending = slices.DeleteFunc(e.pending, func(js *jobState) bool { return js.phase != phasePending })
+		}
+		if len(out.Preemptions) == 0 || len(e.pending) == 0 {
+			break
+		}
+	}
+	if len(out.Pending) > 0 {
+		if js := e.byID[out.Pending[0].Job]; js != nil && js.phase == phasePending {
+			e.frag = e.fragmentation(js)
+		}
+	}
+	return nil
+}
+
+func (e *engine) recordETAs(arrived []*jobState, pending []scheduler.Pending) {
+	if len(arrived) == 0 {
+		return
+	}
+	want := make(map[string]*jobState, len(arrived))
+	for _, js := range arrived {
+		want[js.j.ID] = js
+	}
+	for _, p := range pending {
+		js := want[p.Job]
+		if js == nil {
+			continue
+		}
+		js.etaOK = true
+		if p.EstimatedStart != nil {
+			js.eta = p.EstimatedStart.Sub(e.epoch).Seconds()
+		}
+	}
+}
+
+// input builds the scheduler's snapshot.
+func (e *engine) input() scheduler.Input {
+	e.buf = e.buf[:0]
+	for _, js := range e.pending {
+		e.buf = append(e.buf, e.schedJob(js))
+	}
+	for _, js := range e.running {
+		e.buf = append(e.buf, e.schedJob(js))
+	}
+	return scheduler.Input{
+		Now:    e.vtime(e.now),
+		Nodes:  e.nodes,
+		Teams:  e.teams,
+		Jobs:   e.buf,
+		Models: e.models,
+		Config: e.cfg.Policy,
+	}
+}
+
+func (e *engine) schedJob(js *jobState) scheduler.Job {
+	j := js.j
+	sj := scheduler.Job{
+		ID: j.ID, Team: j.Team, Priority: j.Class,
+		Resources: scheduler.Resources{
+			GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing,
+		},
+		Submitted:   e.vtime(js.submit),
+		Preemptible: j.Preemptible,
+		Requeued:    js.requeued,
+	}
+	if js.phase == phaseRunning {
+		sj.Started = e.vtime(js.start)
+		sj.Placement = js.placement
+		sj.Estimate = seconds(js.runEstimate)
+	} else {
+		sj.Estimate = seconds(js.remaining * js.baseEstimate)
+	}
+	return sj
+}
+
+func seconds(s float64) time.Duration {
+	if s > float64(math.MaxInt64)/1e9 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(math.Round(s * 1e9))
+}
+
+// start applies one Start after checking it against the engine's own view
+// of the GPUs: a scheduler that double-books a GPU is an error.
+func (e *engine) start(s scheduler.Start) error {
+	js := e.byID[s.Job]
+	if js == nil || js.phase != phasePending {
+		return fmt.Errorf("scheduler started %q, which is not pending", s.Job)
+	}
+	if len(s.Placement) == 0 {
+		return fmt.Errorf("scheduler started %q without a placement", s.Job)
+	}
+	var gpus []gpuRef
+	var fracs []float64
+	demand := 0.0
+	slowest := 0.0
+	for _, p := range s.Placement {
+		f := p.Fraction
+		if f <= 0 {
+			f = 1
+		}
+		for _, id := range p.GPUs {
+			ref, ok := e.gpuIdx[id]
+			if !ok {
+				return fmt.Errorf("scheduler placed %q on unknown GPU %q", s.Job, id)
+			}
+			if e.nodes[ref.node].Name != p.Node {
+				return fmt.Errorf("scheduler placed %q on GPU %q, which is not on node %q", s.Job, id, p.Node)
+			}
+			if e.nodes[ref.node].GPUs[ref.gpu].State != scheduler.Ready {
+				return fmt.Errorf("scheduler placed %q on GPU %q, which is %s", s.Job, id, e.nodes[ref.node].GPUs[ref.gpu].State)
+			}
+			if e.used[ref.node][ref.gpu]+f > 1+1e-9 {
+				return fmt.Errorf("scheduler placed %q on GPU %q, which has %.3f free, needs %.3f", s.Job, id, 1-e.used[ref.node][ref.gpu], f)
+			}
+			e.used[ref.node][ref.gpu] += f
+			gpus = append(gpus, ref)
+			fracs = append(fracs, f)
+			demand += f
+			slowest = max(slowest, js.j.DurationFor(e.nodes[ref.node].GPUs[ref.gpu].Model))
+		}
+	}
+	js.phase = phaseRunning
+	js.start = e.now
+	js.placement = s.Placement
+	js.gpus, js.fractions, js.demand = gpus, fracs, demand
+	js.end = e.now + js.remaining*slowest
+	// The estimate the server knows is the user's, scaled to the speed of
+	// the model the job landed on.
+	js.runEstimate = js.remaining * js.baseEstimate
+	if ref := js.j.RefDuration(); ref > 0 && !math.IsInf(slowest, 1) {
+		js.runEstimate *= slowest / ref
+	}
+	if !js.started {
+		js.started = true
+		js.firstStart = e.now
+	}
+	e.allocated += demand
+	e.rate[e.teamIdx[js.j.Team]] += demand
+	e.running = append(e.running, js)
+	if !math.IsInf(js.end, 1) {
+		e.push(event{t: js.end, kind: evComplete, job: js, version: js.version})
+	}
+	return nil
+}
+
+// fragmentation counts the free GPU capacity that job js (the head of the
+// queue) cannot use: all free capacity of the nodes it cannot fit on (wrong
+// model, too few whole free GPUs for its per-node share, no GPU with a big
+// enough free share), plus the partial leftovers on the nodes it can use
+// that are too small for it.
+func (e *engine) fragmentation(js *jobState) float64 {
+	j := js.j
+	need := j.GPUs
+	if j.Nodes > 1 {
+		need = (j.GPUs + j.Nodes - 1) / j.Nodes
+	}
+	share := 1.0
+	if j.Sharing.Kind == scheduler.TimeSlice && j.Sharing.Fraction > 0 {
+		share = j.Sharing.Fraction
+	}
+	total := 0.0
+	for i, n := range e.nodes {
+		if n.State != scheduler.Ready {
+			continue
+		}
+		free, whole, fits, small := 0.0, 0, false, 0.0
+		allowedOnNode := 0
+		for k, g := range n.GPUs {
+			if g.State != scheduler.Ready {
+				continue
+			}
+			f := 1 - e.used[i][k]
+			if f < 1e-9 {
+				continue
+			}
+			free += f
+			if !e.allowed(j, g.Model) {
+				continue
+			}
+			allowedOnNode++
+			if share < 1 {
+				if f+1e-9 >= share {
+					fits = true
+				} else {
+					small += f
+				}
+				continue
+			}
+			if f > 1-1e-9 {
+				whole++
+			} else {
+				small += f
+			}
+		}
+		if share >= 1 {
+			fits = whole >= min(need, len(n.GPUs))
+		}
+		if allowedOnNode == 0 || !fits {
+			total += free
+		} else {
+			total += small
+		}
+	}
+	return total
+}
+
+func (e *engine) allowed(j *Job, model string) bool {
+	if len(j.GPUModels) == 0 {
+		return true
+	}
+	return slices.Contains(j.GPUModels, model)
+}

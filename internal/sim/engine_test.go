@@ -1,0 +1,204 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+func mustTrace(t testing.TB, csv string) *Trace {
+	t.Helper()
+	tr, err := Read(strings.NewReader(csv), "csv", ReadOptions{Name: "test.csv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func mustCluster(t testing.TB, spec string) *Cluster {
+	t.Helper()
+	s, err := ParseClusterSpec(strings.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := BuildCluster(s, catalog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+const oneNode = `{"node_groups": [{"name": "n", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8}]}`
+
+func fakeConfig() Config {
+	return Config{Policy: scheduler.Config{Name: "fake", UsageHalfLife: 100 * time.Second}, Schedule: fakeSchedule}
+}
+
+func f(v float64) *float64 { return &v }
+
+func TestEngineHandComputed(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus\nj1,0,100,8\nj2,10,50,4\n")
+	res, err := Run(tr, mustCluster(t, oneNode), fakeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	want := Latency{
+		Jobs: 2, Completed: 2,
+		AvgJCTS: f(120), P50JCTS: f(100), P95JCTS: f(140), P99JCTS: f(140),
+		AvgWaitS: f(45), P50WaitS: f(0), P95WaitS: f(90), P99WaitS: f(90),
+		AvgSlowdown: f((1 + 140.0/50) / 2),
+	}
+	if diff := cmp.Diff(want, r.Latency); diff != "" {
+		t.Errorf("latency (-want +got):\n%s", diff)
+	}
+	if r.MakespanS != 150 || math.Abs(r.GPUAllocationRatio-1000.0/1200) > 1e-12 {
+		t.Errorf("makespan %v allocation %v, want 150 and 0.8333", r.MakespanS, r.GPUAllocationRatio)
+	}
+	// j2 queued at 10 with an ETA of 10+3600 s and started at 100.
+	if r.ETAJobs != 1 || *r.ETAMedianAbsErrorS != 3510 {
+		t.Errorf("eta jobs %d median error %v, want 1 and 3510", r.ETAJobs, *r.ETAMedianAbsErrorS)
+	}
+	// j2's 4 GPUs were free but too few for nobody: j2 needed 4 of 0 free
+	// while j1 ran, so no fragmentation.
+	if r.FragmentationGPUs != 0 {
+		t.Errorf("fragmentation = %v, want 0", r.FragmentationGPUs)
+	}
+}
+
+func TestEnginePreemptionKeepsProgress(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,priority,team\nb,0,100,8,batch,x\np,40,10,8,production,y\n")
+	res, err := Run(tr, mustCluster(t, oneNode), fakeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	// b runs 0-40 (40%), p runs 40-50, b resumes 50-110.
+	if r.Preemptions != 1 || *r.ByTeam["x"].AvgJCTS != 110 || *r.ByTeam["y"].AvgJCTS != 10 || r.MakespanS != 110 {
+		t.Errorf("preemptions %d, JCT x %v y %v, makespan %v; want 1, 110, 10, 110",
+			r.Preemptions, *r.ByTeam["x"].AvgJCTS, *r.ByTeam["y"].AvgJCTS, r.MakespanS)
+	}
+	// b's slowdown is JCT over time on GPUs: 110/100.
+	if got := *r.ByTeam["x"].AvgSlowdown; math.Abs(got-1.1) > 1e-12 {
+		t.Errorf("b slowdown = %v, want 1.1", got)
+	}
+}
+
+func TestEngineHeterogeneousSpeed(t *testing.T) {
+	cl := mustCluster(t, `{"node_groups": [{"name": "k", "count": 1, "gpu": "k80", "gpus_per_node": 8}]}`)
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,duration_s_k80\nj,0,100,8,400\n")
+	res, err := Run(tr, cl, fakeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.MakespanS != 400 {
+		t.Errorf("makespan on K80 = %v, want the K80 duration 400", res.Report.MakespanS)
+	}
+}
+
+func TestUsageDecay(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,team\nj,0,100,8,a\nk,200,1,1,b\n")
+	var seen []scheduler.Team
+	cfg := fakeConfig()
+	cfg.Schedule = func(in scheduler.Input) scheduler.Output {
+		if in.Now.Equal(DefaultEpoch.Add(200 * time.Second)) {
+			seen = append(seen, in.Teams...)
+		}
+		return fakeSchedule(in)
+	}
+	if _, err := Run(tr, mustCluster(t, oneNode), cfg); err != nil {
+		t.Fatal(err)
+	}
+	// 8 GPUs for 100 s with a 100 s half-life: 8*100/ln2*(1-1/2), then
+	// halved again by t=200.
+	want := 8 * 100 / math.Ln2 * 0.5 * 0.5
+	if len(seen) != 2 || seen[0].Name != "a" || math.Abs(seen[0].Usage-want) > 1e-9 || seen[1].Usage != 0 {
+		t.Errorf("teams at 200 s = %+v, want a's usage %v", seen, want)
+	}
+}
+
+func TestFillNeverEnds(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,sharing\na,0,10,1,timeslice:0.3\nb,0,10,2,\n")
+	cfg := fakeConfig()
+	cfg.Fill = 1.5
+	cfg.Seed = 7
+	res, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	if r.Completed != 0 || r.FinalAllocatedGPUs > 8 || r.FinalAllocatedGPUs+r.UnallocatedGPUs != 8 || r.Unfinished == 0 {
+		t.Errorf("fill: completed %d allocated %v unallocated %v unfinished %d", r.Completed, r.FinalAllocatedGPUs, r.UnallocatedGPUs, r.Unfinished)
+	}
+}
+
+func TestEngineRejectsDoubleBooking(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus\nj1,0,100,1\nj2,0,100,1\n")
+	cfg := fakeConfig()
+	cfg.Schedule = func(in scheduler.Input) scheduler.Output {
+		var out scheduler.Output
+		for _, j := range in.Jobs {
+			if !j.Running() {
+				out.Starts = append(out.Starts, scheduler.Start{Job: j.ID, Placement: []scheduler.Placement{{Node: "n-000", GPUs: []string{"n-000-gpu0"}, Fraction: 1}}})
+			}
+		}
+		return out
+	}
+	_, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err == nil || !strings.Contains(err.Error(), "n-000-gpu0") {
+		t.Errorf("err = %v, want a double-booking error naming the GPU", err)
+	}
+}
+
+func tinyRun(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	f, err := os.Open("testdata/tiny.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := Read(f, "csv", ReadOptions{Name: "tiny.csv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := os.ReadFile("testdata/tiny-cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(tr, mustCluster(t, string(cf)), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(res.Report); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSVG(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestDeterministicWithNoiseAndFailures(t *testing.T) {
+	cfg := fakeConfig()
+	cfg.EstimateError, cfg.Seed, cfg.NodeMTBF, cfg.RepairTime = 0.5, 42, 3000, 600
+	a, b := tinyRun(t, cfg), tinyRun(t, cfg)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("two runs with the same seed differ")
+	}
+	cfg.Seed = 43
+	if c := tinyRun(t, cfg); bytes.Equal(a, c) {
+		t.Errorf("a different seed gave the same report; the seed is not used")
+	}
+}

@@ -1,0 +1,302 @@
+package sim
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// Formats lists the trace formats Read understands.
+var Formats = []string{"openb", "philly-gavel", "dlrm", "csv"}
+
+// Job is one unit of work of a trace, in trace time (seconds from the
+// trace's start).
+type Job struct {
+	ID     string
+	Team   string
+	Class  scheduler.Priority
+	Submit float64 // seconds from the trace start
+	GPUs   int     // GPUs, or time-slice shares with Sharing.Fraction < 1
+	Nodes  int     // 0 = as few as possible
+	// Sharing is the job's sharing request (exclusive or a time-slice share).
+	Sharing scheduler.Sharing
+	// GPUModels is the allowlist of catalog ids (or opaque trace model
+	// names); empty means any model.
+	GPUModels []string
+	// Duration is the run time in seconds on a model not in DurationOn.
+	Duration float64
+	// DurationOn maps a model to the job's run time on it, for traces that
+	// measured the same job on several GPU generations.
+	DurationOn map[string]float64
+	// Estimate is the user's own estimate in seconds, when the trace has
+	// one; 0 means the simulator derives it from the true duration.
+	Estimate    float64
+	Preemptible bool
+}
+
+// DurationFor is the job's run time in seconds on model.
+func (j *Job) DurationFor(model string) float64 {
+	if d, ok := j.DurationOn[model]; ok {
+		return d
+	}
+	return j.Duration
+}
+
+// RefDuration is the job's run time on its fastest known model: what a user
+// who benchmarked the job would quote.
+func (j *Job) RefDuration() float64 {
+	d := j.Duration
+	for _, m := range slices.Sorted(maps.Keys(j.DurationOn)) {
+		if v := j.DurationOn[m]; d <= 0 || v < d {
+			d = v
+		}
+	}
+	return d
+}
+
+// GPUDemand is the job's GPU request in whole GPUs (a 0.25 share is 0.25).
+func (j *Job) GPUDemand() float64 {
+	f := 1.0
+	if j.Sharing.Kind == scheduler.TimeSlice && j.Sharing.Fraction > 0 {
+		f = j.Sharing.Fraction
+	}
+	return float64(j.GPUs) * f
+}
+
+// Trace is a parsed workload.
+type Trace struct {
+	Name   string // file name, for reports
+	Format string
+	Jobs   []Job // in file order
+	// Skipped counts rows that are no GPU job (CPU-only pods and instances).
+	Skipped int
+	// BadLines counts malformed rows skipped under ReadOptions.SkipBadLines.
+	BadLines int
+	// Models holds the opaque GPU models the trace names (undisclosed types
+	// that match only by name), keyed by name.
+	Models map[string]catalog.GPU
+	// Notes says, in words, what the reader assumed.
+	Notes []string
+}
+
+// ReadOptions tune the trace readers.
+type ReadOptions struct {
+	// Name is the file name used in error messages.
+	Name string
+	// SkipBadLines counts malformed rows instead of stopping at the first.
+	SkipBadLines bool
+	// ScalingEfficiency is the parallel efficiency assumed where a trace
+	// gives only single-GPU run times (philly-gavel): a job on n GPUs takes
+	// single/(n*eff). 0 means DefaultScalingEfficiency.
+	ScalingEfficiency float64
+}
+
+// DefaultScalingEfficiency is the parallel efficiency of multi-GPU jobs where
+// the philly-gavel trace has no measured duration. Gavel's measured runs in
+// the same trace average 0.96 (2 GPUs), 0.64 (4) and 0.89 (8); 0.8 is a
+// round figure between them.
+const DefaultScalingEfficiency = 0.8
+
+// LineError is a malformed trace row.
+type LineError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string {
+	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+}
+
+// Unwrap lets errors.Is(err, gpufleet.ErrInvalid) see through.
+func (e *LineError) Unwrap() []error { return []error{gpufleet.ErrInvalid, e.Err} }
+
+// Read parses a trace of the given format from r. Gzip input is detected by
+// its magic bytes and decompressed transparently.
+func Read(r io.Reader, format string, opt ReadOptions) (*Trace, error) {
+	switch format {
+	case "openb":
+		return parseOpenb(r, opt)
+	case "philly-gavel":
+		return parsePhillyGavel(r, opt)
+	case "dlrm":
+		return parseDLRM(r, opt)
+	case "csv":
+		return parseCSV(r, opt)
+	}
+	return nil, fmt.Errorf("%w: trace format %q: expected one of %s", gpufleet.ErrInvalid, format, strings.Join(Formats, ", "))
+}
+
+// maybeGunzip returns r, decompressed when it starts with the gzip magic.
+func maybeGunzip(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReader(r)
+	magic, err := br.Peek(2)
+	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: gzip: %v", gpufleet.ErrInvalid, err)
+		}
+		return zr, nil
+	}
+	return br, nil
+}
+
+// row is one CSV record with its header.
+type row struct {
+	rec  []string
+	cols map[string]int
+	line int
+}
+
+// get returns the trimmed cell of column name ("" when the column is absent).
+func (r row) get(name string) string {
+	i, ok := r.cols[name]
+	if !ok || i >= len(r.rec) {
+		return ""
+	}
+	return strings.TrimSpace(r.rec[i])
+}
+
+func (r row) has(name string) bool { _, ok := r.cols[name]; return ok }
+
+// float parses a required non-negative finite number.
+func (r row) float(name string) (float64, error) {
+	s := r.get(name)
+	if s == "" {
+		return 0, fmt.Errorf("%s: empty", name)
+	}
+	return parseNonNeg(name, s)
+}
+
+// optFloat parses an optional non-negative number; ok is false when empty.
+func (r row) optFloat(name string) (v float64, ok bool, err error) {
+	s := r.get(name)
+	if s == "" {
+		return 0, false, nil
+	}
+	v, err = parseNonNeg(name, s)
+	return v, err == nil, err
+}
+
+func parseNonNeg(name, s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("%s: %q is not a non-negative number", name, s)
+	}
+	return v, nil
+}
+
+// int parses a required non-negative integer no larger than max.
+func (r row) int(name string, max int) (int, error) {
+	s := r.get(name)
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > max {
+		return 0, fmt.Errorf("%s: %q is not an integer in [0, %d]", name, s, max)
+	}
+	return v, nil
+}
+
+// readCSV reads a headed CSV file and calls fn for every record. fn's error
+// is a malformed row: it stops the read with the file name and line, or is
+// counted when opt.SkipBadLines is set. required names the columns the
+// header must have.
+func readCSV(r io.Reader, opt ReadOptions, required []string, fn func(row) error) (bad int, err error) {
+	name := opt.Name
+	if name == "" {
+		name = "trace"
+	}
+	rr, err := maybeGunzip(r)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	cr := csv.NewReader(rr)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	header, err := cr.Read()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, &LineError{File: name, Line: 1, Err: errors.New("empty file: no header")}
+		}
+		return 0, &LineError{File: name, Line: 1, Err: csvCause(err)}
+	}
+	cols := make(map[string]int, len(header))
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		if _, dup := cols[h]; dup {
+			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("duplicate column %q", h)}
+		}
+		cols[h] = i
+	}
+	for _, c := range required {
+		if _, ok := cols[c]; !ok {
+			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("missing column %q (header has %s)", c, strings.Join(header, ","))}
+		}
+	}
+	width := len(header)
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return bad, nil
+		}
+		if err != nil {
+			line := 0
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+			}
+			if !opt.SkipBadLines || !errors.As(err, &pe) {
+				return bad, &LineError{File: name, Line: line, Err: csvCause(err)}
+			}
+			bad++
+			continue
+		}
+		line, _ := cr.FieldPos(0)
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue // blank line
+		}
+		if len(rec) != width {
+			err = fmt.Errorf("%d fields, header has %d", len(rec), width)
+		} else {
+			err = fn(row{rec: rec, cols: cols, line: line})
+		}
+		if err != nil {
+			if !opt.SkipBadLines {
+				return bad, &LineError{File: name, Line: line, Err: err}
+			}
+			bad++
+		}
+	}
+}
+
+// csvCause strips encoding/csv's own position prefix.
+func csvCause(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// checkIDs reports a duplicate job id.
+func checkUnique(seen map[string]bool, id string) error {
+	if id == "" {
+		return errors.New("empty job id")
+	}
+	if seen[id] {
+		return fmt.Errorf("duplicate job id %q", id)
+	}
+	seen[id] = true
+	return nil
+}

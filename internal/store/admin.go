@@ -1,0 +1,344 @@
+package store
+
+import (
+	"context"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// PutTeam creates or replaces a team's quota, borrowing limit and weight.
+// Team.Used is not stored: the server computes it.
+func (s *SQL) PutTeam(ctx context.Context, t gpufleet.Team, actor string) error {
+	if t.Name == "" {
+		return invalid("team name is empty")
+	}
+	if t.Weight < 0 {
+		return invalid("team %s: weight %v is negative", t.Name, t.Weight)
+	}
+	for class, n := range t.Quota {
+		if n < 0 {
+			return invalid("team %s: quota for %s is negative", t.Name, class)
+		}
+	}
+	quota := t.Quota
+	if quota == nil {
+		quota = map[string]int{}
+	}
+	q, err := json.Marshal(quota)
+	if err != nil {
+		return invalid("team %s: quota: %v", t.Name, err)
+	}
+	now := s.now()
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO teams (name, quota, borrowing_limit, weight, updated_at) VALUES (?, ?, ?, ?, ?)
+	ON CONFLICT (name) DO UPDATE SET quota = excluded.quota, borrowing_limit = excluded.borrowing_limit,
+	weight = excluded.weight, updated_at = excluded.updated_at`), t.Name, string(q), t.BorrowingLimit, t.Weight, nanos(now)); err != nil {
+			return fmt.Errorf("put team %s: %w", t.Name, err)
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "team.put", Object: t.Name, Team: t.Name,
+			Detail: fmt.Sprintf("quota=%s borrowing_limit=%d weight=%g", q, t.BorrowingLimit, t.Weight)})
+	})
+}
+
+// scanTeam reads name, quota, borrowing_limit, weight. Quota is never
+// nil; Used is left nil for the server to fill.
+func scanTeam(r scanner) (gpufleet.Team, error) {
+	var (
+		t     gpufleet.Team
+		quota string
+	)
+	if err := r.Scan(&t.Name, &quota, &t.BorrowingLimit, &t.Weight); err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal([]byte(quota), &t.Quota); err != nil {
+		return t, fmt.Errorf("team %s: decode quota: %w", t.Name, err)
+	}
+	if t.Quota == nil {
+		t.Quota = map[string]int{}
+	}
+	return t, nil
+}
+
+// Team reads one team.
+func (s *SQL) Team(ctx context.Context, name string) (gpufleet.Team, error) {
+	t, err := scanTeam(s.rd.QueryRowContext(ctx, s.q(`SELECT name, quota, borrowing_limit, weight FROM teams WHERE name = ?`), name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, notFound("team", name)
+	}
+	if err != nil {
+		return t, fmt.Errorf("read team %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Teams lists the teams by name.
+func (s *SQL) Teams(ctx context.Context) ([]gpufleet.Team, error) {
+	return list(ctx, s.rd, `SELECT name, quota, borrowing_limit, weight FROM teams ORDER BY name`, nil, scanTeam)
+}
+
+// list runs a query and scans every row with scan; never nil.
+func list[T any](ctx context.Context, q queryer, query string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// PutClass creates or replaces a GPU class.
+func (s *SQL) PutClass(ctx context.Context, c gpufleet.Class, actor string) error {
+	if c.Name == "" {
+		return invalid("class name is empty")
+	}
+	models := c.Models
+	if models == nil {
+		models = []string{}
+	}
+	m, err := json.Marshal(models)
+	if err != nil {
+		return invalid("class %s: %v", c.Name, err)
+	}
+	now := s.now()
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO classes (name, models, updated_at) VALUES (?, ?, ?)
+	ON CONFLICT (name) DO UPDATE SET models = excluded.models, updated_at = excluded.updated_at`), c.Name, string(m), nanos(now)); err != nil {
+			return fmt.Errorf("put class %s: %w", c.Name, err)
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "class.put", Object: c.Name, Detail: string(m)})
+	})
+}
+
+// Classes lists the GPU classes by name.
+func (s *SQL) Classes(ctx context.Context) ([]gpufleet.Class, error) {
+	return list(ctx, s.rd, `SELECT name, models FROM classes ORDER BY name`, nil, func(r scanner) (gpufleet.Class, error) {
+		var (
+			c gpufleet.Class
+			m string
+		)
+		if err := r.Scan(&c.Name, &m); err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal([]byte(m), &c.Models); err != nil {
+			return c, fmt.Errorf("class %s: %w", c.Name, err)
+		}
+		return c, nil
+	})
+}
+
+// CreateToken stores an API token (its hash). An id in use wraps
+// gpufleet.ErrInvalid.
+func (s *SQL) CreateToken(ctx context.Context, t TokenRecord, actor string) error {
+	switch {
+	case t.ID == "":
+		return invalid("token id is empty")
+	case len(t.Hash) == 0:
+		return invalid("token %s: hash is empty", t.ID)
+	case t.Role != gpufleet.RoleAdmin && t.Role != gpufleet.RoleMember:
+		return invalid("token %s: role %q", t.ID, t.Role)
+	case t.Role == gpufleet.RoleMember && t.Team == "":
+		return invalid("token %s: a member token needs a team", t.ID)
+	}
+	created := s.orNow(t.CreatedAt)
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tokens (id, hash, team, role, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT DO NOTHING`), t.ID, t.Hash, t.Team, string(t.Role), nanos(created), nullNanos(t.RevokedAt))
+		if err != nil {
+			return fmt.Errorf("create token %s: %w", t.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return invalid("token id %q is in use", t.ID)
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: created, Actor: actor, Kind: "token.created", Object: t.ID, Team: t.Team, Detail: string(t.Role)})
+	})
+}
+
+func scanToken(r scanner) (TokenRecord, error) {
+	var (
+		t       TokenRecord
+		role    string
+		created int64
+		revoked sql.NullInt64
+	)
+	if err := r.Scan(&t.ID, &t.Hash, &t.Team, &role, &created, &revoked); err != nil {
+		return t, err
+	}
+	t.Role, t.CreatedAt, t.RevokedAt = gpufleet.Role(role), fromNanos(created), ptrTime(revoked)
+	return t, nil
+}
+
+// Token reads one API token.
+func (s *SQL) Token(ctx context.Context, id string) (TokenRecord, error) {
+	t, err := scanToken(s.rd.QueryRowContext(ctx, s.q(`SELECT id, hash, team, role, created_at, revoked_at FROM tokens WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, notFound("token", id)
+	}
+	if err != nil {
+		return t, fmt.Errorf("read token %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// Tokens lists the API tokens in creation order.
+func (s *SQL) Tokens(ctx context.Context) ([]TokenRecord, error) {
+	return list(ctx, s.rd, `SELECT id, hash, team, role, created_at, revoked_at FROM tokens ORDER BY created_at, id`, nil, scanToken)
+}
+
+// RevokeToken sets a token's revoked_at. Revoking it again keeps the first
+// time and writes no event; an unknown id wraps gpufleet.ErrNotFound.
+func (s *SQL) RevokeToken(ctx context.Context, id string, at time.Time, actor string) error {
+	at = s.orNow(at)
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var (
+			team    string
+			revoked sql.NullInt64
+		)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT team, revoked_at FROM tokens WHERE id = ?`), id).Scan(&team, &revoked)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("token", id)
+		}
+		if err != nil {
+			return fmt.Errorf("revoke token %s: %w", id, err)
+		}
+		if revoked.Valid {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE id = ?`), nanos(at), id); err != nil {
+			return fmt.Errorf("revoke token %s: %w", id, err)
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "token.revoked", Object: id, Team: team})
+	})
+}
+
+// CreateJoinToken stores a join token (its hash). An id in use wraps
+// gpufleet.ErrInvalid.
+func (s *SQL) CreateJoinToken(ctx context.Context, t JoinToken, actor string) error {
+	switch {
+	case t.ID == "":
+		return invalid("join token id is empty")
+	case len(t.Hash) == 0:
+		return invalid("join token %s: hash is empty", t.ID)
+	}
+	created := s.orNow(t.CreatedAt)
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO join_tokens (id, hash, node, single_use, expires_at, used_at, created_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
+			t.ID, t.Hash, t.Node, t.SingleUse, nullNanos(t.ExpiresAt), nullNanos(t.UsedAt), nanos(created))
+		if err != nil {
+			return fmt.Errorf("create join token %s: %w", t.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return invalid("join token id %q is in use", t.ID)
+		}
+		detail := "multi-use"
+		if t.SingleUse {
+			detail = "single-use"
+		}
+		if t.Node != "" {
+			detail += " node=" + t.Node
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: created, Actor: actor, Kind: "join_token.created", Object: t.ID, Detail: detail})
+	})
+}
+
+const joinTokenCols = `id, hash, node, single_use, expires_at, used_at, created_at`
+
+func scanJoinToken(r scanner) (JoinToken, error) {
+	var (
+		t             JoinToken
+		expires, used sql.NullInt64
+		created       int64
+	)
+	if err := r.Scan(&t.ID, &t.Hash, &t.Node, &t.SingleUse, &expires, &used, &created); err != nil {
+		return t, err
+	}
+	t.ExpiresAt, t.UsedAt, t.CreatedAt = ptrTime(expires), ptrTime(used), fromNanos(created)
+	return t, nil
+}
+
+// UseJoinToken checks and spends a join token in one transaction: it must
+// exist, its hash must equal hash (compared in constant time), it must not
+// be expired at at nor a spent single-use token, and, when bound to a
+// node, be used by that node. It records at as used_at (for a multi-use
+// token, the last use) and returns the token. Every refusal wraps
+// gpufleet.ErrNotFound, so a caller cannot tell a wrong id from a wrong
+// secret or a spent token.
+func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time) (JoinToken, error) {
+	at = s.orNow(at)
+	var out JoinToken
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		t, err := scanJoinToken(tx.QueryRowContext(ctx, s.q(`SELECT `+joinTokenCols+` FROM join_tokens WHERE id = ?`), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("join token", id)
+		}
+		if err != nil {
+			return fmt.Errorf("use join token %s: %w", id, err)
+		}
+		switch {
+		case subtle.ConstantTimeCompare(hash, t.Hash) != 1:
+			return fmt.Errorf("%w: join token %q: secret does not match", gpufleet.ErrNotFound, id)
+		case t.ExpiresAt != nil && !at.Before(*t.ExpiresAt):
+			return fmt.Errorf("%w: join token %q expired", gpufleet.ErrNotFound, id)
+		case t.SingleUse && t.UsedAt != nil:
+			return fmt.Errorf("%w: join token %q is spent", gpufleet.ErrNotFound, id)
+		case t.Node != "" && t.Node != node:
+			return fmt.Errorf("%w: join token %q is bound to another node", gpufleet.ErrNotFound, id)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE join_tokens SET used_at = ? WHERE id = ?`), nanos(at), id); err != nil {
+			return fmt.Errorf("use join token %s: %w", id, err)
+		}
+		t.UsedAt = &at
+		out = t
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: "agent:" + node, Kind: "join_token.used", Object: id, Detail: "node " + node})
+	})
+	return out, err
+}
+
+// JoinTokens lists the join tokens in creation order.
+func (s *SQL) JoinTokens(ctx context.Context) ([]JoinToken, error) {
+	return list(ctx, s.rd, `SELECT `+joinTokenCols+` FROM join_tokens ORDER BY created_at, id`, nil, scanJoinToken)
+}
+
+// PutNodeCredential creates or replaces a node's credential.
+func (s *SQL) PutNodeCredential(ctx context.Context, c NodeCredential) error {
+	if c.Node == "" || len(c.Hash) == 0 {
+		return invalid("node credential needs a node and a hash")
+	}
+	_, err := s.wr.ExecContext(ctx, s.q(`INSERT INTO node_credentials (node, hash, expires_at) VALUES (?, ?, ?)
+	ON CONFLICT (node) DO UPDATE SET hash = excluded.hash, expires_at = excluded.expires_at`), c.Node, c.Hash, nanos(c.ExpiresAt))
+	if err != nil {
+		return fmt.Errorf("put node credential %s: %w", c.Node, err)
+	}
+	return nil
+}
+
+// NodeCredential reads a node's credential.
+func (s *SQL) NodeCredential(ctx context.Context, node string) (NodeCredential, error) {
+	var (
+		c   NodeCredential
+		exp int64
+	)
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT node, hash, expires_at FROM node_credentials WHERE node = ?`), node).Scan(&c.Node, &c.Hash, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, notFound("node credential", node)
+	}
+	if err != nil {
+		return c, fmt.Errorf("read node credential %s: %w", node, err)
+	}
+	c.ExpiresAt = fromNanos(exp)
+	return c, nil
+}

@@ -1,0 +1,685 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// jobSpec is the part of a job fixed at submission, stored as one JSON
+// document in jobs.spec. What changes (state, retries, times, queue
+// information) has columns of its own.
+type jobSpec struct {
+	Resources   gpufleet.Resources `json:"resources"`
+	Command     []string           `json:"command"`
+	Env         map[string]string  `json:"env,omitempty"`
+	Workdir     string             `json:"workdir,omitempty"`
+	TimeLimitS  *float64           `json:"time_limit_s,omitempty"`
+	EstimateS   *float64           `json:"estimate_s,omitempty"`
+	Preemptible bool               `json:"preemptible,omitempty"`
+	GraceS      *float64           `json:"grace_s,omitempty"`
+	SimLoad     string             `json:"sim_load,omitempty"`
+	Plan        json.RawMessage    `json:"plan,omitempty"`
+}
+
+// jobCols is the column list scanJob reads, in order.
+const jobCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
+	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
+	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start`
+
+// activeStates are the job states ActiveJobs returns, as SQL.
+const activeStates = `('queued', 'scheduled', 'running')`
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanJob reads one row of jobCols. Attempts is empty, never nil.
+func scanJob(r scanner) (gpufleet.Job, error) {
+	var (
+		j                           gpufleet.Job
+		spec                        string
+		started, finished           sql.NullInt64
+		submitted                   int64
+		qpos, qteam, qest           sql.NullInt64
+		qreason, qcode              sql.NullString
+		state                       string
+		retriesMax, used, interrupt int64
+	)
+	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &j.Priority, &j.RequestID, &spec,
+		&retriesMax, &used, &interrupt, &submitted, &started, &finished,
+		&qpos, &qteam, &qreason, &qcode, &qest); err != nil {
+		return j, err
+	}
+	var sp jobSpec
+	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
+		return j, fmt.Errorf("job %s: decode spec: %w", j.ID, err)
+	}
+	j.State = gpufleet.JobState(state)
+	j.Resources, j.Command, j.Env, j.Workdir = sp.Resources, sp.Command, sp.Env, sp.Workdir
+	j.TimeLimitS, j.EstimateS, j.Preemptible, j.GraceS, j.SimLoad = sp.TimeLimitS, sp.EstimateS, sp.Preemptible, sp.GraceS, sp.SimLoad
+	if len(sp.Plan) > 0 {
+		j.Plan = sp.Plan
+	}
+	j.Retries = gpufleet.Retries{Max: int(retriesMax), Used: int(used)}
+	j.Interruptions = int(interrupt)
+	j.SubmittedAt = fromNanos(submitted)
+	j.StartedAt, j.FinishedAt = ptrTime(started), ptrTime(finished)
+	j.Attempts = []gpufleet.Attempt{}
+	if j.State == gpufleet.JobQueued && qpos.Valid {
+		j.Queue = &gpufleet.QueueEntry{
+			ID: j.ID, Team: j.Team, Priority: j.Priority,
+			Position: int(qpos.Int64), TeamPosition: int(qteam.Int64),
+			Reason: qreason.String, ReasonCode: qcode.String,
+			EstimatedStart: ptrTime(qest),
+		}
+	}
+	return j, nil
+}
+
+// attemptCols is the column list scanAttempt reads, in order; queries
+// select it FROM attempts a JOIN jobs j ON j.id = a.job_id.
+const attemptCols = `a.id, a.job_id, a.state, a.nodes, a.fraction, a.started_at, a.finished_at, a.exit_code,
+	a.reason, a.reason_code, a.gpu_seconds, a.effective_gpu_seconds, a.energy_joules,
+	a.stop_requested, a.stop_reason, a.stop_reason_code, j.team`
+
+// scanAttempt reads one row of attemptCols.
+func scanAttempt(r scanner) (AttemptRecord, error) {
+	var (
+		a                 AttemptRecord
+		state, nodes      string
+		started, finished sql.NullInt64
+		exit              sql.NullInt64
+	)
+	if err := r.Scan(&a.ID, &a.JobID, &state, &nodes, &a.Fraction, &started, &finished, &exit,
+		&a.Reason, &a.ReasonCode, &a.GPUSeconds, &a.EffectiveGPUSeconds, &a.EnergyJoules,
+		&a.StopRequested, &a.StopReason, &a.StopReasonCode, &a.Team); err != nil {
+		return a, err
+	}
+	a.State = gpufleet.AttemptState(state)
+	if err := json.Unmarshal([]byte(nodes), &a.Nodes); err != nil {
+		return a, fmt.Errorf("attempt %s: decode nodes: %w", a.ID, err)
+	}
+	if len(a.Nodes) > 0 {
+		a.Node, a.GPUs = a.Nodes[0].Name, a.Nodes[0].GPUs
+	}
+	a.StartedAt, a.FinishedAt = ptrTime(started), ptrTime(finished)
+	if exit.Valid {
+		c := int(exit.Int64)
+		a.ExitCode = &c
+	}
+	return a, nil
+}
+
+// SubmitJobs stores new jobs, state queued, each with a fresh id unless it
+// carries one. The jobs of one call, and those of concurrent calls, commit
+// in one transaction (see WithGroupCommit); when SubmitJobs returns without
+// error every job it reports Created is durable. A job whose (team,
+// request id) matches a stored one is not stored again: its result holds
+// the stored job with Created false. A job the store cannot take (no team,
+// a negative retry budget, an id in use) has Err set, wrapping
+// gpufleet.ErrInvalid; the others are stored regardless.
+//
+// When ctx ends first SubmitJobs returns its error, but the jobs may still
+// be committed: retry with the same request ids.
+func (s *SQL) SubmitJobs(ctx context.Context, jobs []gpufleet.Job, actor string) ([]SubmitResult, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	r := &submitReq{ctx: ctx, jobs: jobs, actor: actor, done: make(chan struct{})}
+	select {
+	case s.commits <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.quit:
+		return nil, ErrClosed
+	}
+	select {
+	case <-r.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.done:
+		select {
+		case <-r.done:
+			return r.res, r.err
+		default:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// submitReq is one SubmitJobs call waiting for the committer.
+type submitReq struct {
+	ctx   context.Context
+	jobs  []gpufleet.Job
+	actor string
+	res   []SubmitResult
+	err   error
+	done  chan struct{}
+}
+
+// committer gathers waiting submissions and commits each group in one
+// transaction: one WAL append and one lock hand-over for many jobs.
+func (s *SQL) committer() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.quit:
+			s.drainClosed()
+			return
+		case r := <-s.commits:
+			s.commitGroup(s.gather(r))
+		}
+	}
+}
+
+// gather collects the submissions waiting behind first, and those that
+// arrive within the window, up to maxJobs jobs.
+func (s *SQL) gather(first *submitReq) []*submitReq {
+	group := []*submitReq{first}
+	n := len(first.jobs)
+	var deadline <-chan time.Time
+	if s.window > 0 {
+		t := time.NewTimer(s.window)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for n < s.maxJobs {
+		select {
+		case r := <-s.commits:
+			group = append(group, r)
+			n += len(r.jobs)
+			continue
+		default:
+		}
+		if deadline == nil {
+			break
+		}
+		select {
+		case r := <-s.commits:
+			group = append(group, r)
+			n += len(r.jobs)
+			continue
+		case <-deadline:
+		case <-s.quit:
+		}
+		break
+	}
+	return group
+}
+
+// drainClosed fails the submissions still waiting when the store closes.
+func (s *SQL) drainClosed() {
+	for {
+		select {
+		case r := <-s.commits:
+			r.err = ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// commitGroup writes a group of submissions in one transaction and answers
+// each caller. When the group's transaction fails, each submission is
+// retried in a transaction of its own, so one bad request cannot fail its
+// neighbours.
+func (s *SQL) commitGroup(group []*submitReq) {
+	live := group[:0]
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			close(r.done)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := s.submitTx(live)
+	if err != nil && len(live) > 1 {
+		for _, r := range live {
+			r.res = nil
+			r.err = s.submitTx([]*submitReq{r})
+			close(r.done)
+		}
+		return
+	}
+	for _, r := range live {
+		if err != nil {
+			r.res = nil
+		}
+		r.err = err
+		close(r.done)
+	}
+}
+
+// submitTx inserts the jobs of reqs in one transaction, filling each
+// request's results.
+func (s *SQL) submitTx(reqs []*submitReq) error {
+	ctx := context.Background() // the group outlives any one caller
+	return s.write(ctx, func(tx *sql.Tx) error {
+		ins, err := tx.PrepareContext(ctx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
+	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?)
+	ON CONFLICT DO NOTHING`))
+		if err != nil {
+			return fmt.Errorf("prepare submit: %w", err)
+		}
+		defer ins.Close()
+		ev, err := tx.PrepareContext(ctx, s.q(`INSERT INTO events (at, actor, kind, object, team, detail) VALUES (?, ?, 'job.submitted', ?, ?, ?)`))
+		if err != nil {
+			return fmt.Errorf("prepare submit: %w", err)
+		}
+		defer ev.Close()
+		for _, r := range reqs {
+			r.res = make([]SubmitResult, len(r.jobs))
+			for i, j := range r.jobs {
+				res, err := s.insertJob(ctx, tx, ins, ev, j, r.actor)
+				if err != nil {
+					return err
+				}
+				r.res[i] = res
+			}
+		}
+		s.failpoint("submit.before-commit")
+		return nil
+	})
+}
+
+// insertJob stores one job inside a submission transaction. Problems with
+// the job itself go into the result; database errors are returned.
+func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev *sql.Stmt, j gpufleet.Job, actor string) (SubmitResult, error) {
+	switch {
+	case j.Team == "":
+		return SubmitResult{Err: invalid("job %q: team is required", j.Name)}, nil
+	case j.Retries.Max < 0:
+		return SubmitResult{Err: invalid("job %q: retries.max %d is negative", j.Name, j.Retries.Max)}, nil
+	}
+	now := s.now()
+	if j.ID == "" {
+		j.ID = s.jobIDs.next(now)
+	} else {
+		s.jobIDs.observe(j.ID)
+	}
+	sp := jobSpec{
+		Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir,
+		TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible,
+		GraceS: j.GraceS, SimLoad: j.SimLoad,
+	}
+	if j.Plan != nil {
+		raw, err := json.Marshal(j.Plan)
+		if err != nil {
+			return SubmitResult{Err: invalid("job %q: plan: %v", j.Name, err)}, nil
+		}
+		sp.Plan = raw
+	}
+	spec, err := json.Marshal(sp)
+	if err != nil {
+		return SubmitResult{Err: invalid("job %q: %v", j.Name, err)}, nil
+	}
+	j.SubmittedAt = s.orNow(j.SubmittedAt)
+	res, err := ins.ExecContext(ctx, j.ID, j.Team, j.Name, j.Priority, j.RequestID, string(spec),
+		j.Retries.Max, nanos(j.SubmittedAt), nanos(now))
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("insert job: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return SubmitResult{}, err
+	} else if n == 0 {
+		if j.RequestID != "" {
+			old, err := s.jobByRequest(ctx, tx, j.Team, j.RequestID)
+			if err == nil {
+				return SubmitResult{Job: old}, nil
+			}
+			if !errors.Is(err, gpufleet.ErrNotFound) {
+				return SubmitResult{}, err
+			}
+		}
+		return SubmitResult{Err: invalid("job id %q is in use", j.ID)}, nil
+	}
+	detail := fmt.Sprintf("%s gpus=%d priority=%s", j.Name, j.Resources.GPUs, j.Priority)
+	if _, err := ev.ExecContext(ctx, nanos(now), actor, j.ID, j.Team, detail); err != nil {
+		return SubmitResult{}, fmt.Errorf("append event: %w", err)
+	}
+	j.State = gpufleet.JobQueued
+	j.CancelRequested = false
+	j.Retries.Used = 0
+	j.Interruptions = 0
+	j.StartedAt, j.FinishedAt, j.Queue = nil, nil, nil
+	j.Attempts = []gpufleet.Attempt{}
+	if sp.Plan != nil {
+		j.Plan = sp.Plan
+	}
+	return SubmitResult{Job: j, Created: true}, nil
+}
+
+// jobByRequest reads the job with a team's request id, inside tx.
+func (s *SQL) jobByRequest(ctx context.Context, tx *sql.Tx, team, requestID string) (gpufleet.Job, error) {
+	var id string
+	err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM jobs WHERE team = ? AND request_id = ?`), team, requestID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return gpufleet.Job{}, notFound("request id", requestID)
+	}
+	if err != nil {
+		return gpufleet.Job{}, err
+	}
+	return s.jobTx(ctx, tx, id)
+}
+
+// jobTx reads one job with its attempts through q (a transaction).
+func (s *SQL) jobTx(ctx context.Context, q queryer, id string) (gpufleet.Job, error) {
+	j, err := scanJob(q.QueryRowContext(ctx, s.q(`SELECT `+jobCols+` FROM jobs WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, notFound("job", id)
+	}
+	if err != nil {
+		return j, fmt.Errorf("read job %s: %w", id, err)
+	}
+	as, err := s.attempts(ctx, q, `a.job_id = ?`, id)
+	if err != nil {
+		return j, err
+	}
+	for _, a := range as {
+		j.Attempts = append(j.Attempts, a.Attempt)
+	}
+	return j, nil
+}
+
+// attempts reads the attempts matching where, ordered by job and sequence.
+func (s *SQL) attempts(ctx context.Context, q queryer, where string, args ...any) ([]AttemptRecord, error) {
+	rows, err := q.QueryContext(ctx, s.q(`SELECT `+attemptCols+` FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE `+where+` ORDER BY a.job_id, a.seq`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read attempts: %w", err)
+	}
+	defer rows.Close()
+	var out []AttemptRecord
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read attempts: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read attempts: %w", err)
+	}
+	return out, nil
+}
+
+// Job reads one job with its attempts (in order) and queue information.
+func (s *SQL) Job(ctx context.Context, id string) (gpufleet.Job, error) {
+	var j gpufleet.Job
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		j, err = s.jobTx(ctx, tx, id)
+		return err
+	})
+	return j, err
+}
+
+// jobs reads the jobs a query selects, in its order, and their attempts
+// selected by attemptWhere.
+func (s *SQL) jobs(ctx context.Context, tx *sql.Tx, query string, args []any, attemptWhere string, attemptArgs []any) ([]gpufleet.Job, error) {
+	rows, err := tx.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	var out []gpufleet.Job
+	index := map[string]int{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		index[j.ID] = len(out)
+		out = append(out, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	if attemptWhere == "" {
+		ids := make([]any, len(out))
+		for i, j := range out {
+			ids[i] = j.ID
+		}
+		attemptWhere, attemptArgs = `a.job_id IN (`+placeholders(len(ids))+`)`, ids
+	}
+	as, err := s.attempts(ctx, tx, attemptWhere, attemptArgs...)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range as {
+		if i, ok := index[a.JobID]; ok {
+			out[i].Attempts = append(out[i].Attempts, a.Attempt)
+		}
+	}
+	return out, nil
+}
+
+// placeholders returns "?, ?, ..." with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// Page sizes for ListJobs and Events.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return defaultLimit
+	case n > maxLimit:
+		return maxLimit
+	}
+	return n
+}
+
+// validJobStates are the states a JobFilter may name.
+var validJobStates = map[gpufleet.JobState]bool{
+	gpufleet.JobQueued: true, gpufleet.JobScheduled: true, gpufleet.JobRunning: true,
+	gpufleet.JobSucceeded: true, gpufleet.JobFailed: true, gpufleet.JobCancelled: true,
+}
+
+// ListJobs returns up to f.Limit jobs (default 100, at most 1000) in id
+// order, which is submission order, after the cursor f.After, with their
+// attempts. The second result is the cursor for the next page, empty when
+// there is none. An unknown state in f.States wraps gpufleet.ErrInvalid.
+func (s *SQL) ListJobs(ctx context.Context, f JobFilter) ([]gpufleet.Job, string, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Team != "" {
+		where, args = append(where, "team = ?"), append(args, f.Team)
+	}
+	if len(f.States) > 0 {
+		for _, st := range f.States {
+			if !validJobStates[st] {
+				return nil, "", invalid("job state %q", st)
+			}
+			args = append(args, string(st))
+		}
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+	}
+	if f.After != "" {
+		where, args = append(where, "id > ?"), append(args, f.After)
+	}
+	limit := pageLimit(f.Limit)
+	query := `SELECT ` + jobCols + ` FROM jobs`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	query += fmt.Sprintf(` ORDER BY id LIMIT %d`, limit+1)
+	var out []gpufleet.Job
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.jobs(ctx, tx, query, args, "", nil)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+// ActiveJobs returns every queued, scheduled or running job with its
+// attempts, in submission order, read from one snapshot.
+func (s *SQL) ActiveJobs(ctx context.Context) ([]gpufleet.Job, error) {
+	var out []gpufleet.Job
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.jobs(ctx, tx, `SELECT `+jobCols+` FROM jobs WHERE state IN `+activeStates+` ORDER BY id`, nil,
+			`j.state IN `+activeStates, nil)
+		return err
+	})
+	return out, err
+}
+
+// Queue returns the stored queue information of the jobs still queued,
+// ordered by position.
+func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
+	rows, err := s.rd.QueryContext(ctx, `SELECT id, team, priority, queue_position, queue_team_position,
+	queue_reason, queue_reason_code, queue_estimated_start
+	FROM jobs WHERE state = 'queued' AND queue_position IS NOT NULL ORDER BY queue_position, id`)
+	if err != nil {
+		return nil, fmt.Errorf("read queue: %w", err)
+	}
+	defer rows.Close()
+	out := []gpufleet.QueueEntry{}
+	for rows.Next() {
+		var (
+			e    gpufleet.QueueEntry
+			pos  int64
+			tpos sql.NullInt64
+			r, c sql.NullString
+			est  sql.NullInt64
+		)
+		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est); err != nil {
+			return nil, fmt.Errorf("read queue: %w", err)
+		}
+		e.Position, e.TeamPosition = int(pos), int(tpos.Int64)
+		e.Reason, e.ReasonCode, e.EstimatedStart = r.String, c.String, ptrTime(est)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Attempt reads one attempt.
+func (s *SQL) Attempt(ctx context.Context, id string) (AttemptRecord, error) {
+	as, err := s.attempts(ctx, s.rd, `a.id = ?`, id)
+	if err != nil {
+		return AttemptRecord{}, err
+	}
+	if len(as) == 0 {
+		return AttemptRecord{}, notFound("attempt", id)
+	}
+	return as[0], nil
+}
+
+// NodeAttempts returns the attempts that are not terminal and use node
+// (all nodes when node is empty), in id order.
+func (s *SQL) NodeAttempts(ctx context.Context, node string) ([]AttemptRecord, error) {
+	where, args := `a.state IN ('starting', 'running')`, []any(nil)
+	if node != "" {
+		where += ` AND a.id IN (SELECT attempt_id FROM attempt_nodes WHERE node = ?)`
+		args = append(args, node)
+	}
+	rows, err := s.rd.QueryContext(ctx, s.q(`SELECT `+attemptCols+` FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE `+where+` ORDER BY a.id`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read node attempts: %w", err)
+	}
+	defer rows.Close()
+	out := []AttemptRecord{}
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read node attempts: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// RequestCancel cancels a job: a queued job turns cancelled at once; a
+// scheduled or running job gets cancel_requested and its attempts that
+// are not terminal get stop_requested, and it turns cancelled when the
+// last of them ends (see UpdateAttempt). Cancelling a job that has ended,
+// or again, changes nothing and returns the job as it is.
+func (s *SQL) RequestCancel(ctx context.Context, id, actor string, at time.Time) (gpufleet.Job, error) {
+	at = s.orNow(at)
+	var out gpufleet.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		j, err := s.jobTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case j.State.Terminal() || j.CancelRequested:
+			out = j
+			return nil
+		case j.State == gpufleet.JobQueued:
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'cancelled', cancel_requested = TRUE, finished_at = ?,
+	queue_position = NULL, updated_at = ? WHERE id = ?`), nanos(at), nanos(at), id); err != nil {
+				return fmt.Errorf("cancel job %s: %w", id, err)
+			}
+			if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "job.cancelled", Object: id, Team: j.Team, Detail: "cancelled while queued"}); err != nil {
+				return err
+			}
+		default:
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`), nanos(at), id); err != nil {
+				return fmt.Errorf("cancel job %s: %w", id, err)
+			}
+			if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "job.cancel_requested", Object: id, Team: j.Team}); err != nil {
+				return err
+			}
+			for _, a := range j.Attempts {
+				if a.State.Terminal() {
+					continue
+				}
+				if err := s.requestStop(ctx, tx, a.ID, j.Team, "cancelled", "cancelled", actor, at); err != nil {
+					return err
+				}
+			}
+		}
+		out, err = s.jobTx(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// requestStop marks an attempt stop_requested (once) with an event.
+func (s *SQL) requestStop(ctx context.Context, tx *sql.Tx, attemptID, team, reason, code, actor string, at time.Time) error {
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET stop_requested = TRUE, stop_reason = ?, stop_reason_code = ?, updated_at = ?
+	WHERE id = ? AND stop_requested = FALSE AND state IN ('starting', 'running')`), reason, code, nanos(at), attemptID)
+	if err != nil {
+		return fmt.Errorf("stop attempt %s: %w", attemptID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil
+	}
+	detail := reason
+	if code != "" {
+		detail = code + ": " + reason
+	}
+	return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "attempt.stop_requested", Object: attemptID, Team: team, Detail: detail})
+}

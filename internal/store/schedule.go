@@ -1,0 +1,479 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// dbNow is the clock leases are measured by: the database's where the
+// dialect has one (replicas on several hosts), the store's otherwise.
+func (s *SQL) dbNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
+	if s.d.nowSQL == "" {
+		return s.now(), nil
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, s.d.nowSQL).Scan(&n); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", err)
+	}
+	return fromNanos(n), nil
+}
+
+// TryLease takes or renews the leadership lease in one transaction: it
+// succeeds when there is no lease, when holder already holds it (renewal
+// keeps the epoch, even after expiry, since nobody else has held it since),
+// or when the lease has expired by the store's clock (epoch+1). Otherwise
+// it returns the current lease and false.
+func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (Lease, bool, error) {
+	if holder == "" {
+		return Lease{}, false, invalid("lease holder is empty")
+	}
+	if ttl <= 0 {
+		return Lease{}, false, invalid("lease ttl %s is not positive", ttl)
+	}
+	var (
+		out  Lease
+		held bool
+	)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		now, err := s.dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		cur, found, err := s.leaseTx(ctx, tx)
+		if err != nil {
+			return err
+		}
+		exp := now.Add(ttl)
+		switch {
+		case !found:
+			out = Lease{Holder: holder, Epoch: 1, ExpiresAt: exp}
+			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO leader_lease (id, holder, epoch, expires_at) VALUES (1, ?, ?, ?)`),
+				holder, out.Epoch, nanos(exp))
+		case cur.Holder == holder:
+			out = Lease{Holder: holder, Epoch: cur.Epoch, ExpiresAt: exp}
+			_, err = tx.ExecContext(ctx, s.q(`UPDATE leader_lease SET expires_at = ? WHERE id = 1`), nanos(exp))
+			held = true
+			if err != nil {
+				return fmt.Errorf("renew lease: %w", err)
+			}
+			return nil
+		case !now.Before(cur.ExpiresAt):
+			out = Lease{Holder: holder, Epoch: cur.Epoch + 1, ExpiresAt: exp}
+			_, err = tx.ExecContext(ctx, s.q(`UPDATE leader_lease SET holder = ?, epoch = ?, expires_at = ? WHERE id = 1`),
+				holder, out.Epoch, nanos(exp))
+		default:
+			out = cur
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("take lease: %w", err)
+		}
+		held = true
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: holder, Kind: "lease.acquired", Object: holder,
+			Detail: fmt.Sprintf("epoch %d", out.Epoch)})
+	})
+	if err != nil {
+		return Lease{}, false, err
+	}
+	return out, held, nil
+}
+
+// leaseTx reads the lease row.
+func (s *SQL) leaseTx(ctx context.Context, q queryer) (Lease, bool, error) {
+	var (
+		l   Lease
+		exp int64
+	)
+	err := q.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM leader_lease WHERE id = 1`).Scan(&l.Holder, &l.Epoch, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("read lease: %w", err)
+	}
+	l.ExpiresAt = fromNanos(exp)
+	return l, true, nil
+}
+
+// Lease reads the current lease; before anyone has taken it, an error
+// wrapping gpufleet.ErrNotFound.
+func (s *SQL) Lease(ctx context.Context) (Lease, error) {
+	l, found, err := s.leaseTx(ctx, s.rd)
+	if err != nil {
+		return Lease{}, err
+	}
+	if !found {
+		return Lease{}, notFound("lease", "leader")
+	}
+	return l, nil
+}
+
+// ApplySchedule writes one scheduling decision in one transaction.
+//
+// Fencing: the transaction first reads the lease's epoch (PostgreSQL: FOR
+// SHARE, so a concurrent takeover waits) and writes nothing, returning an
+// error wrapping ErrFenced, unless it equals epoch.
+//
+// Starts: each creates attempt seq n+1 of its job (state starting,
+// started_at d.At) and turns the job scheduled. A start naming a job that
+// is no longer queued (cancelled, or started already, since the leader's
+// snapshot) fails the whole decision with an error wrapping ErrStale:
+// the decision's placements were computed together, so the leader should
+// decide again from a fresh snapshot rather than have part of it applied.
+// A start naming an unknown job wraps gpufleet.ErrNotFound.
+//
+// Stops: each marks its attempt stop_requested with the reason; the agent
+// stops it and reports stopped. A stop naming an attempt that has already
+// ended is skipped: the stop has happened.
+//
+// Queue: the entries replace the queue information of every job; entries
+// for jobs no longer queued are ignored.
+func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error {
+	at := s.orNow(d.At)
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var cur int64
+		err := tx.QueryRowContext(ctx, `SELECT epoch FROM leader_lease WHERE id = 1`+s.d.forShare).Scan(&cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: epoch %d, and nobody holds the lease", ErrFenced, epoch)
+		}
+		if err != nil {
+			return fmt.Errorf("read lease: %w", err)
+		}
+		if cur != epoch {
+			return fmt.Errorf("%w: epoch %d, current %d", ErrFenced, epoch, cur)
+		}
+		for _, st := range d.Starts {
+			if err := s.start(ctx, tx, st, at); err != nil {
+				return err
+			}
+		}
+		for _, sp := range d.Stops {
+			var team string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT j.team FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.id = ?`), sp.AttemptID).Scan(&team)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("stop: %w", notFound("attempt", sp.AttemptID))
+			}
+			if err != nil {
+				return fmt.Errorf("stop %s: %w", sp.AttemptID, err)
+			}
+			if err := s.requestStop(ctx, tx, sp.AttemptID, team, sp.Reason, sp.ReasonCode, "scheduler", at); err != nil {
+				return err
+			}
+		}
+		if err := s.writeQueue(ctx, tx, d.Queue, at); err != nil {
+			return err
+		}
+		s.failpoint("schedule.before-commit")
+		return nil
+	})
+}
+
+// start applies one Start inside ApplySchedule's transaction.
+func (s *SQL) start(ctx context.Context, tx *sql.Tx, st Start, at time.Time) error {
+	if len(st.Nodes) == 0 {
+		return invalid("start %s: no nodes", st.JobID)
+	}
+	if st.Fraction < 0 || st.Fraction > 1 {
+		return invalid("start %s: fraction %v is outside (0, 1]", st.JobID, st.Fraction)
+	}
+	fraction := st.Fraction
+	if fraction == 0 {
+		fraction = 1
+	}
+	var (
+		state string
+		team  string
+		seq   int64
+	)
+	err := tx.QueryRowContext(ctx, s.q(`SELECT state, team, (SELECT COALESCE(MAX(seq), 0) FROM attempts WHERE job_id = jobs.id)
+	FROM jobs WHERE id = ?`), st.JobID).Scan(&state, &team, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("start: %w", notFound("job", st.JobID))
+	}
+	if err != nil {
+		return fmt.Errorf("start %s: %w", st.JobID, err)
+	}
+	if gpufleet.JobState(state) != gpufleet.JobQueued {
+		return fmt.Errorf("%w: start %s: job is %s, not queued", ErrStale, st.JobID, state)
+	}
+	id := st.AttemptID
+	if id == "" {
+		id = s.attemptIDs.next(at)
+	} else {
+		s.attemptIDs.observe(id)
+	}
+	nodes, err := json.Marshal(st.Nodes)
+	if err != nil {
+		return invalid("start %s: nodes: %v", st.JobID, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO attempts (id, job_id, seq, state, node, nodes, fraction, started_at, finished_at, exit_code,
+	reason, reason_code, gpu_seconds, effective_gpu_seconds, energy_joules, stop_requested, stop_reason, stop_reason_code, updated_at)
+	VALUES (?, ?, ?, 'starting', ?, ?, ?, ?, NULL, NULL, '', '', 0, 0, 0, FALSE, '', '', ?)`),
+		id, st.JobID, seq+1, st.Nodes[0].Name, string(nodes), fraction, nanos(at), nanos(at)); err != nil {
+		return fmt.Errorf("start %s: insert attempt %s: %w", st.JobID, id, err)
+	}
+	seen := map[string]bool{}
+	names := make([]string, 0, len(st.Nodes))
+	for _, n := range st.Nodes {
+		if seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		names = append(names, n.Name+"["+strings.Join(n.GPUs, ",")+"]")
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO attempt_nodes (node, attempt_id) VALUES (?, ?)`), n.Name, id); err != nil {
+			return fmt.Errorf("start %s: %w", st.JobID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'scheduled', queue_position = NULL, queue_team_position = NULL,
+	queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL, updated_at = ? WHERE id = ?`), nanos(at), st.JobID); err != nil {
+		return fmt.Errorf("start %s: %w", st.JobID, err)
+	}
+	if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: "scheduler", Kind: "attempt.started", Object: id, Team: team,
+		Detail: fmt.Sprintf("job %s on %s", st.JobID, strings.Join(names, " "))}); err != nil {
+		return err
+	}
+	return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: "scheduler", Kind: "job.scheduled", Object: st.JobID, Team: team,
+		Detail: "attempt " + id})
+}
+
+// writeQueue replaces the stored queue information. It writes only the
+// rows that change: with a full cluster and a long queue most cycles
+// change nothing, and a cycle's transaction holds the single writer.
+func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntry, at time.Time) error {
+	type info struct {
+		pos, team int64
+		reason    string
+		code      string
+		est       sql.NullInt64
+	}
+	old := map[string]info{}
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start
+	FROM jobs WHERE queue_position IS NOT NULL`)
+	if err != nil {
+		return fmt.Errorf("read queue: %w", err)
+	}
+	for rows.Next() {
+		var (
+			id         string
+			in         info
+			team       sql.NullInt64
+			reason, cd sql.NullString
+		)
+		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est); err != nil {
+			rows.Close()
+			return fmt.Errorf("read queue: %w", err)
+		}
+		in.team, in.reason, in.code = team.Int64, reason.String, cd.String
+		old[id] = in
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read queue: %w", err)
+	}
+	var set *sql.Stmt
+	for _, e := range q {
+		est := sql.NullInt64{}
+		if e.EstimatedStart != nil {
+			est = sql.NullInt64{Int64: nanos(*e.EstimatedStart), Valid: true}
+		}
+		in := info{pos: int64(e.Position), team: int64(e.TeamPosition), reason: e.Reason, code: e.ReasonCode, est: est}
+		prev, had := old[e.ID]
+		delete(old, e.ID)
+		if had && prev == in {
+			continue
+		}
+		if set == nil {
+			set, err = tx.PrepareContext(ctx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
+	queue_reason_code = ?, queue_estimated_start = ? WHERE id = ? AND state = 'queued'`))
+			if err != nil {
+				return fmt.Errorf("write queue: %w", err)
+			}
+			defer set.Close()
+		}
+		if _, err := set.ExecContext(ctx, in.pos, in.team, in.reason, in.code, nullNanos(e.EstimatedStart), e.ID); err != nil {
+			return fmt.Errorf("write queue entry %s: %w", e.ID, err)
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	clear, err := tx.PrepareContext(ctx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
+	queue_reason_code = NULL, queue_estimated_start = NULL WHERE id = ?`))
+	if err != nil {
+		return fmt.Errorf("clear queue: %w", err)
+	}
+	defer clear.Close()
+	for id := range old {
+		if _, err := clear.ExecContext(ctx, id); err != nil {
+			return fmt.Errorf("clear queue entry %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// validAttemptStates are the states an AttemptUpdate may carry.
+var validAttemptStates = map[gpufleet.AttemptState]bool{
+	gpufleet.AttemptStarting: true, gpufleet.AttemptRunning: true, gpufleet.AttemptSucceeded: true,
+	gpufleet.AttemptFailed: true, gpufleet.AttemptStopped: true, gpufleet.AttemptLost: true,
+}
+
+// UpdateAttempt applies an attempt's transition and its effect on the job
+// in one transaction, with an audit event for each object that changes
+// state (actor u.Actor, "system" when empty), and returns the job.
+//
+// Transitions: starting -> running -> one terminal state (succeeded,
+// failed, stopped, lost); starting may also end directly. A report of the
+// state the attempt is already in updates its accounting only (heartbeats
+// carry running totals). Accounting values are totals and never decrease:
+// a report with smaller numbers (the server marking an attempt lost, say)
+// keeps the larger stored ones.
+//
+// Terminal attempts are immutable. Repeating the terminal state an attempt
+// already has is an idempotent no-op (agents resend reports they are not
+// sure arrived; the first one wins, including its exit code); any other
+// change is an error wrapping gpufleet.ErrInvalid, as is running ->
+// starting. An unknown attempt wraps gpufleet.ErrNotFound.
+//
+// Effect on the job, while it is scheduled or running and this was its
+// last attempt not yet ended:
+//   - running: the job turns running; started_at is set the first time.
+//   - succeeded: the job succeeds (even when a cancel was requested: the
+//     work is done).
+//   - any other end with cancel_requested: the job is cancelled.
+//   - failed: retries.used+1; the job is queued again while used <= max,
+//     else it fails.
+//   - stopped or lost: the job is queued again (Requeued reports it) and
+//     interruptions+1; the retry budget is not used.
+func (s *SQL) UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error) {
+	if !validAttemptStates[u.State] {
+		return gpufleet.Job{}, invalid("attempt %s: state %q", u.AttemptID, u.State)
+	}
+	at := s.orNow(u.At)
+	actor := u.Actor
+	if actor == "" {
+		actor = "system"
+	}
+	var out gpufleet.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		as, err := s.attempts(ctx, tx, `a.id = ?`, u.AttemptID)
+		if err != nil {
+			return err
+		}
+		if len(as) == 0 {
+			return notFound("attempt", u.AttemptID)
+		}
+		cur := as[0]
+		if cur.State.Terminal() {
+			if u.State != cur.State {
+				return invalid("attempt %s is %s and cannot become %s", cur.ID, cur.State, u.State)
+			}
+			out, err = s.jobTx(ctx, tx, cur.JobID)
+			return err
+		}
+		if u.State == gpufleet.AttemptStarting && cur.State == gpufleet.AttemptRunning {
+			return invalid("attempt %s is running and cannot go back to starting", cur.ID)
+		}
+		gs := max(cur.GPUSeconds, u.GPUSeconds)
+		egs := max(cur.EffectiveGPUSeconds, u.EffectiveGPUSeconds)
+		ej := max(cur.EnergyJoules, u.EnergyJoules)
+		if u.State == cur.State {
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET gpu_seconds = ?, effective_gpu_seconds = ?, energy_joules = ?, updated_at = ? WHERE id = ?`),
+				gs, egs, ej, nanos(at), cur.ID); err != nil {
+				return fmt.Errorf("update attempt %s: %w", cur.ID, err)
+			}
+		} else if err := s.transition(ctx, tx, cur, u, at, actor, gs, egs, ej); err != nil {
+			return err
+		}
+		s.failpoint("attempt.before-commit")
+		out, err = s.jobTx(ctx, tx, cur.JobID)
+		return err
+	})
+	return out, err
+}
+
+// transition changes an attempt's state and applies the effect on its job.
+func (s *SQL) transition(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u AttemptUpdate, at time.Time, actor string, gs, egs, ej float64) error {
+	terminal := u.State.Terminal()
+	var finished, exit any
+	if terminal {
+		finished = nanos(at)
+		if u.ExitCode != nil {
+			exit = int64(*u.ExitCode)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET state = ?, finished_at = ?, exit_code = ?, reason = ?, reason_code = ?,
+	gpu_seconds = ?, effective_gpu_seconds = ?, energy_joules = ?, updated_at = ? WHERE id = ?`),
+		string(u.State), finished, exit, u.Reason, u.ReasonCode, gs, egs, ej, nanos(at), cur.ID); err != nil {
+		return fmt.Errorf("update attempt %s: %w", cur.ID, err)
+	}
+	detail := "job " + cur.JobID
+	if u.ExitCode != nil && terminal {
+		detail += fmt.Sprintf(" exit %d", *u.ExitCode)
+	}
+	if u.ReasonCode != "" || u.Reason != "" {
+		detail += ": " + strings.TrimPrefix(u.ReasonCode+" "+u.Reason, " ")
+	}
+	if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "attempt." + string(u.State), Object: cur.ID, Team: cur.Team, Detail: detail}); err != nil {
+		return err
+	}
+
+	var (
+		state              string
+		cancel             bool
+		retriesMax, used   int64
+		attemptsStillGoing int64
+	)
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT state, cancel_requested, retries_max, retries_used,
+	(SELECT COUNT(*) FROM attempts WHERE job_id = jobs.id AND state IN ('starting', 'running'))
+	FROM jobs WHERE id = ?`), cur.JobID).Scan(&state, &cancel, &retriesMax, &used, &attemptsStillGoing); err != nil {
+		return fmt.Errorf("read job %s: %w", cur.JobID, err)
+	}
+	js := gpufleet.JobState(state)
+	if js != gpufleet.JobScheduled && js != gpufleet.JobRunning {
+		return nil // the job has moved on; the attempt's record is all that changes
+	}
+	job := func(kind, set, detail string, args ...any) error {
+		args = append(args, nanos(at), cur.JobID)
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET `+set+`, updated_at = ? WHERE id = ?`), args...); err != nil {
+			return fmt.Errorf("update job %s: %w", cur.JobID, err)
+		}
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: kind, Object: cur.JobID, Team: cur.Team, Detail: detail})
+	}
+	if !terminal {
+		if u.State == gpufleet.AttemptRunning && js == gpufleet.JobScheduled {
+			return job("job.running", `state = 'running', started_at = COALESCE(started_at, ?)`, "attempt "+cur.ID, nanos(at))
+		}
+		return nil
+	}
+	if attemptsStillGoing > 0 {
+		return nil // another attempt of the job has not ended yet
+	}
+	startedAt := nanos(at)
+	if cur.StartedAt != nil {
+		startedAt = nanos(*cur.StartedAt)
+	}
+	switch {
+	case u.State == gpufleet.AttemptSucceeded:
+		return job("job.succeeded", `state = 'succeeded', finished_at = ?, started_at = COALESCE(started_at, ?)`, "attempt "+cur.ID, nanos(at), startedAt)
+	case cancel:
+		return job("job.cancelled", `state = 'cancelled', finished_at = ?`, "attempt "+cur.ID+" "+string(u.State), nanos(at))
+	case u.State == gpufleet.AttemptFailed:
+		used++
+		if used <= retriesMax {
+			return job("job.requeued", `state = 'queued', retries_used = ?`,
+				fmt.Sprintf("attempt %s failed; retry %d of %d", cur.ID, used, retriesMax), used)
+		}
+		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`,
+			fmt.Sprintf("attempt %s failed; no retries left (max %d)", cur.ID, retriesMax), used, nanos(at))
+	default: // stopped, lost
+		return job("job.requeued", `state = 'queued', interruptions = interruptions + 1`,
+			fmt.Sprintf("attempt %s %s", cur.ID, u.State))
+	}
+}

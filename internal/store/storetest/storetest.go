@@ -1,0 +1,1236 @@
+// Package storetest is the conformance suite every store.Store passes:
+// each dialect's test calls Run with a function that opens a fresh, empty
+// store. The suite checks the contracts the server relies on (job and
+// attempt state machines, fencing, idempotent submission, pagination,
+// tokens, nodes, events, usage) and that concurrent submitters and readers
+// get no errors.
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// T0 is the suite's reference time; tests pass times explicitly.
+var T0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// Run runs the suite. open returns a new empty store, closed by the
+// caller's cleanup (open should register it with t.Cleanup).
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := map[string]func(t *testing.T, s store.Store){
+		"teams":                            testTeams,
+		"classes":                          testClasses,
+		"tokens":                           testTokens,
+		"join tokens":                      testJoinTokens,
+		"node credentials":                 testNodeCredentials,
+		"nodes keep state on re-register":  testNodes,
+		"node health":                      testNodeHealth,
+		"submit stores every field":        testSubmitFields,
+		"submit ids are in order":          testSubmitOrder,
+		"submit is idempotent":             testSubmitIdempotent,
+		"submit rejects bad jobs alone":    testSubmitInvalid,
+		"list jobs pages and filters":      testListJobs,
+		"lease":                            testLease,
+		"schedule is fenced":               testFenced,
+		"schedule starts attempts":         testScheduleStart,
+		"schedule with a stale start":      testScheduleStale,
+		"schedule stores the queue":        testQueue,
+		"schedule stops attempts":          testScheduleStop,
+		"attempt transitions":              testTransitions,
+		"terminal attempts are immutable":  testTerminalImmutable,
+		"attempt accounting totals":        testAccounting,
+		"cancel":                           testCancel,
+		"active jobs":                      testActiveJobs,
+		"node attempts":                    testNodeAttempts,
+		"events record every transition":   testEventsFlow,
+		"events filter and page":           testEventsFilter,
+		"usage aggregates by day":          testUsage,
+		"concurrent submitters and reader": testConcurrent,
+	}
+	for name, fn := range tests {
+		t.Run(name, func(t *testing.T) { fn(t, open(t)) })
+	}
+}
+
+// equateEmpty treats nil and empty slices and maps alike.
+var equateEmpty = cmpopts.EquateEmpty()
+
+// wantErr fails unless err wraps target (nil: no error).
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	switch {
+	case target == nil && err != nil:
+		t.Fatalf("%s: %v", what, err)
+	case target != nil && !errors.Is(err, target):
+		t.Fatalf("%s: error %v, want one wrapping %v", what, err, target)
+	}
+}
+
+// newJob is a small valid job of team with request id rid.
+func newJob(team, name, rid string) gpufleet.Job {
+	return gpufleet.Job{
+		Team: team, Name: name, RequestID: rid, Priority: "batch",
+		Resources:   gpufleet.Resources{GPUs: 1},
+		Command:     []string{"sleep", "1"},
+		SubmittedAt: T0,
+	}
+}
+
+// submit stores jobs and returns them as stored.
+func submit(t *testing.T, s store.Store, jobs ...gpufleet.Job) []gpufleet.Job {
+	t.Helper()
+	res, err := s.SubmitJobs(t.Context(), jobs, "tester")
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	out := make([]gpufleet.Job, len(res))
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("submit %d: %v", i, r.Err)
+		}
+		out[i] = r.Job
+	}
+	return out
+}
+
+// lead takes the lease and returns its epoch.
+func lead(t *testing.T, s store.Store) int64 {
+	t.Helper()
+	l, held, err := s.TryLease(t.Context(), "leader-1", time.Hour)
+	if err != nil || !held {
+		t.Fatalf("take lease: held %v, %v", held, err)
+	}
+	return l.Epoch
+}
+
+// place starts job on node (one GPU) and returns the attempt id.
+func place(t *testing.T, s store.Store, epoch int64, jobID, node string) string {
+	t.Helper()
+	d := store.Decision{At: T0.Add(time.Minute), Starts: []store.Start{{
+		JobID: jobID, Nodes: []gpufleet.AttemptNode{{Name: node, GPUs: []string{node + "-gpu0"}}}, Fraction: 1,
+	}}}
+	if err := s.ApplySchedule(t.Context(), epoch, d); err != nil {
+		t.Fatalf("place %s: %v", jobID, err)
+	}
+	j := getJob(t, s, jobID)
+	return j.Attempts[len(j.Attempts)-1].ID
+}
+
+func getJob(t *testing.T, s store.Store, id string) gpufleet.Job {
+	t.Helper()
+	j, err := s.Job(t.Context(), id)
+	if err != nil {
+		t.Fatalf("job %s: %v", id, err)
+	}
+	return j
+}
+
+func update(t *testing.T, s store.Store, attempt string, state gpufleet.AttemptState) gpufleet.Job {
+	t.Helper()
+	j, err := s.UpdateAttempt(t.Context(), store.AttemptUpdate{AttemptID: attempt, State: state, At: T0.Add(2 * time.Minute), Actor: "agent:n1"})
+	if err != nil {
+		t.Fatalf("attempt %s -> %s: %v", attempt, state, err)
+	}
+	return j
+}
+
+func kinds(evs []gpufleet.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+func events(t *testing.T, s store.Store, f store.EventFilter) []gpufleet.Event {
+	t.Helper()
+	evs, err := s.Events(t.Context(), f)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	return evs
+}
+
+func testTeams(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := gpufleet.Team{Name: "team-a", Quota: map[string]int{"h100-sxm-80gb": 8}, BorrowingLimit: -1, Weight: 2}
+	b := gpufleet.Team{Name: "team-b", Weight: 1}
+	for _, tm := range []gpufleet.Team{b, a} {
+		wantErr(t, "put team", s.PutTeam(ctx, tm, "admin"), nil)
+	}
+	got, err := s.Team(ctx, "team-a")
+	wantErr(t, "team", err, nil)
+	if diff := cmp.Diff(a, got, equateEmpty); diff != "" {
+		t.Errorf("team-a (-want +got):\n%s", diff)
+	}
+	a.Quota = map[string]int{"a100-sxm-80gb": 4}
+	a.Weight = 3
+	wantErr(t, "replace team", s.PutTeam(ctx, a, "admin"), nil)
+	all, err := s.Teams(ctx)
+	wantErr(t, "teams", err, nil)
+	if diff := cmp.Diff([]gpufleet.Team{a, b}, all, equateEmpty); diff != "" {
+		t.Errorf("teams (-want +got):\n%s", diff)
+	}
+	_, err = s.Team(ctx, "nope")
+	wantErr(t, "unknown team", err, gpufleet.ErrNotFound)
+	wantErr(t, "nameless team", s.PutTeam(ctx, gpufleet.Team{}, "admin"), gpufleet.ErrInvalid)
+	if evs := events(t, s, store.EventFilter{Object: "team-a"}); len(evs) != 2 || evs[0].Kind != "team.put" || evs[0].Actor != "admin" {
+		t.Errorf("team-a events %+v, want two team.put by admin", evs)
+	}
+}
+
+func testClasses(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	want := []gpufleet.Class{{Name: "big", Models: []string{"h100-sxm-80gb", "h200-sxm-141gb"}}, {Name: "small", Models: []string{"l4"}}}
+	for _, c := range []gpufleet.Class{want[1], {Name: "big", Models: []string{"a100"}}, want[0]} {
+		wantErr(t, "put class", s.PutClass(ctx, c, "admin"), nil)
+	}
+	got, err := s.Classes(ctx)
+	wantErr(t, "classes", err, nil)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("classes (-want +got):\n%s", diff)
+	}
+	wantErr(t, "nameless class", s.PutClass(ctx, gpufleet.Class{}, "admin"), gpufleet.ErrInvalid)
+}
+
+func testTokens(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	admin := store.TokenRecord{ID: "t1", Hash: []byte("hash-1"), Role: gpufleet.RoleAdmin, CreatedAt: T0}
+	member := store.TokenRecord{ID: "t2", Hash: []byte("hash-2"), Team: "team-a", Role: gpufleet.RoleMember, CreatedAt: T0.Add(time.Second)}
+	for _, tk := range []store.TokenRecord{admin, member} {
+		wantErr(t, "create token", s.CreateToken(ctx, tk, "admin"), nil)
+	}
+	for name, tc := range map[string]struct {
+		tok  store.TokenRecord
+		want error
+	}{
+		"id in use":      {tok: store.TokenRecord{ID: "t1", Hash: []byte("x"), Role: gpufleet.RoleAdmin}, want: gpufleet.ErrInvalid},
+		"no hash":        {tok: store.TokenRecord{ID: "t3", Role: gpufleet.RoleAdmin}, want: gpufleet.ErrInvalid},
+		"unknown role":   {tok: store.TokenRecord{ID: "t4", Hash: []byte("x"), Role: "root"}, want: gpufleet.ErrInvalid},
+		"member no team": {tok: store.TokenRecord{ID: "t5", Hash: []byte("x"), Role: gpufleet.RoleMember}, want: gpufleet.ErrInvalid},
+	} {
+		t.Run(name, func(t *testing.T) { wantErr(t, "create token", s.CreateToken(ctx, tc.tok, "admin"), tc.want) })
+	}
+	got, err := s.Token(ctx, "t2")
+	wantErr(t, "token", err, nil)
+	if diff := cmp.Diff(member, got); diff != "" {
+		t.Errorf("token (-want +got):\n%s", diff)
+	}
+	revoked := T0.Add(time.Hour)
+	wantErr(t, "revoke", s.RevokeToken(ctx, "t2", revoked, "admin"), nil)
+	wantErr(t, "revoke again", s.RevokeToken(ctx, "t2", revoked.Add(time.Hour), "admin"), nil)
+	wantErr(t, "revoke unknown", s.RevokeToken(ctx, "nope", revoked, "admin"), gpufleet.ErrNotFound)
+	member.RevokedAt = &revoked
+	all, err := s.Tokens(ctx)
+	wantErr(t, "tokens", err, nil)
+	if diff := cmp.Diff([]store.TokenRecord{admin, member}, all); diff != "" {
+		t.Errorf("tokens (-want +got):\n%s", diff)
+	}
+	_, err = s.Token(ctx, "nope")
+	wantErr(t, "unknown token", err, gpufleet.ErrNotFound)
+	if got := kinds(events(t, s, store.EventFilter{Object: "t2"})); !cmp.Equal(got, []string{"token.created", "token.revoked"}) {
+		t.Errorf("token events %v", got)
+	}
+}
+
+func testJoinTokens(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	exp := T0.Add(time.Hour)
+	for _, jt := range []store.JoinToken{
+		{ID: "once", Hash: []byte("h-once"), SingleUse: true, CreatedAt: T0},
+		{ID: "many", Hash: []byte("h-many"), CreatedAt: T0.Add(1)},
+		{ID: "expiring", Hash: []byte("h-exp"), ExpiresAt: &exp, CreatedAt: T0.Add(2)},
+		{ID: "bound", Hash: []byte("h-bound"), Node: "n1", CreatedAt: T0.Add(3)},
+	} {
+		wantErr(t, "create join token", s.CreateJoinToken(ctx, jt, "admin"), nil)
+	}
+	wantErr(t, "duplicate join token", s.CreateJoinToken(ctx, store.JoinToken{ID: "once", Hash: []byte("x")}, "admin"), gpufleet.ErrInvalid)
+	// Steps run in order; each names token, hash, node, time and outcome.
+	steps := []struct {
+		name, id, hash, node string
+		at                   time.Time
+		want                 error
+	}{
+		{"single use works once", "once", "h-once", "n1", T0, nil},
+		{"single use is then spent", "once", "h-once", "n2", T0, gpufleet.ErrNotFound},
+		{"multi use works", "many", "h-many", "n1", T0, nil},
+		{"multi use works again", "many", "h-many", "n2", T0.Add(time.Minute), nil},
+		{"wrong secret", "many", "h-wrong", "n3", T0, gpufleet.ErrNotFound},
+		{"before expiry", "expiring", "h-exp", "n1", T0, nil},
+		{"at expiry", "expiring", "h-exp", "n1", exp, gpufleet.ErrNotFound},
+		{"bound to another node", "bound", "h-bound", "n2", T0, gpufleet.ErrNotFound},
+		{"bound to this node", "bound", "h-bound", "n1", T0, nil},
+		{"unknown", "nope", "x", "n1", T0, gpufleet.ErrNotFound},
+	}
+	for _, st := range steps {
+		jt, err := s.UseJoinToken(ctx, st.id, []byte(st.hash), st.node, st.at)
+		wantErr(t, st.name, err, st.want)
+		if st.want == nil && (jt.UsedAt == nil || !jt.UsedAt.Equal(st.at)) {
+			t.Errorf("%s: used_at %v, want %v", st.name, jt.UsedAt, st.at)
+		}
+	}
+	all, err := s.JoinTokens(ctx)
+	wantErr(t, "join tokens", err, nil)
+	var ids []string
+	for _, jt := range all {
+		ids = append(ids, jt.ID)
+	}
+	if !cmp.Equal(ids, []string{"once", "many", "expiring", "bound"}) {
+		t.Errorf("join tokens %v", ids)
+	}
+	if all[1].UsedAt == nil || !all[1].UsedAt.Equal(T0.Add(time.Minute)) {
+		t.Errorf("multi-use token used_at %v, want the last use", all[1].UsedAt)
+	}
+}
+
+func testNodeCredentials(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	c := store.NodeCredential{Node: "n1", Hash: []byte("a"), ExpiresAt: T0}
+	wantErr(t, "put", s.PutNodeCredential(ctx, c), nil)
+	c.Hash, c.ExpiresAt = []byte("b"), T0.Add(time.Hour)
+	wantErr(t, "replace", s.PutNodeCredential(ctx, c), nil)
+	got, err := s.NodeCredential(ctx, "n1")
+	wantErr(t, "read", err, nil)
+	if diff := cmp.Diff(c, got); diff != "" {
+		t.Errorf("credential (-want +got):\n%s", diff)
+	}
+	_, err = s.NodeCredential(ctx, "n2")
+	wantErr(t, "unknown", err, gpufleet.ErrNotFound)
+}
+
+// testNode is a two-GPU node fixture.
+func testNode(name string) gpufleet.Node {
+	return gpufleet.Node{
+		Name: name, MetricsURL: "http://" + name + ":9400/metrics",
+		Labels:   map[string]string{"rack": "r1"},
+		Versions: map[string]string{"driver": "550.54"},
+		GPUs: []gpufleet.NodeGPU{
+			{Index: 0, UUID: name + "-gpu0", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30},
+			{Index: 1, UUID: name + "-gpu1", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30, MIGInstances: []gpufleet.MIGInstance{{UUID: "mig-1", Profile: "1g.10gb"}}},
+		},
+	}
+}
+
+func testNodes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	n := testNode("n2")
+	wantErr(t, "put n2", s.PutNode(ctx, n), nil)
+	wantErr(t, "put n1", s.PutNode(ctx, testNode("n1")), nil)
+	want := n
+	want.State, want.Health = gpufleet.NodeReady, gpufleet.Healthy
+	for i := range want.GPUs {
+		want.GPUs[i].State, want.GPUs[i].Health = gpufleet.NodeReady, gpufleet.Healthy
+	}
+	got, err := s.Node(ctx, "n2")
+	wantErr(t, "node", err, nil)
+	if diff := cmp.Diff(want, got, equateEmpty); diff != "" {
+		t.Errorf("new node (-want +got):\n%s", diff)
+	}
+
+	wantErr(t, "cordon", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, "maintenance", "admin", T0), nil)
+	wantErr(t, "cordon again", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, "maintenance", "admin", T0), nil)
+	wantErr(t, "gpu unhealthy", s.SetNodeHealth(ctx, "n2", gpufleet.Degraded, "gpu 1 xid 79",
+		[]gpufleet.NodeGPU{{UUID: "n2-gpu1", Health: gpufleet.Unhealthy, Reason: "xid 79"}}, T0), nil)
+	// Re-registration with a new driver and a third GPU keeps state and health.
+	n.Versions = map[string]string{"driver": "560.1"}
+	n.GPUs = append(n.GPUs, gpufleet.NodeGPU{Index: 2, UUID: "n2-gpu2", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30})
+	wantErr(t, "re-register", s.PutNode(ctx, n), nil)
+	got, err = s.Node(ctx, "n2")
+	wantErr(t, "node", err, nil)
+	want.Versions = n.Versions
+	want.State, want.Health, want.Reason = gpufleet.NodeCordoned, gpufleet.Degraded, "gpu 1 xid 79"
+	want.GPUs[1].Health, want.GPUs[1].Reason = gpufleet.Unhealthy, "xid 79"
+	want.GPUs = append(want.GPUs, gpufleet.NodeGPU{Index: 2, UUID: "n2-gpu2", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30, State: gpufleet.NodeReady, Health: gpufleet.Healthy})
+	if diff := cmp.Diff(want, got, equateEmpty); diff != "" {
+		t.Errorf("re-registered node (-want +got):\n%s", diff)
+	}
+	all, err := s.Nodes(ctx)
+	wantErr(t, "nodes", err, nil)
+	if len(all) != 2 || all[0].Name != "n1" || all[1].Name != "n2" {
+		t.Errorf("nodes %v, want n1, n2", all)
+	}
+	wantErr(t, "unknown node state", s.SetNodeState(ctx, "nope", gpufleet.NodeCordoned, "", "admin", T0), gpufleet.ErrNotFound)
+	wantErr(t, "bad state", s.SetNodeState(ctx, "n2", "asleep", "", "admin", T0), gpufleet.ErrInvalid)
+	_, err = s.Node(ctx, "nope")
+	wantErr(t, "unknown node", err, gpufleet.ErrNotFound)
+	wantErr(t, "uncordon", s.SetNodeState(ctx, "n2", gpufleet.NodeReady, "", "admin", T0), nil)
+	if got := kinds(events(t, s, store.EventFilter{Object: "n2"})); !cmp.Equal(got, []string{"node.registered", "node.cordoned", "node.degraded", "node.registered", "node.ready"}) {
+		t.Errorf("node events %v", got)
+	}
+}
+
+func testNodeHealth(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wantErr(t, "put", s.PutNode(ctx, testNode("n1")), nil)
+	wantErr(t, "cordon", s.SetNodeState(ctx, "n1", gpufleet.NodeCordoned, "by admin", "admin", T0), nil)
+	wantErr(t, "unhealthy", s.SetNodeHealth(ctx, "n1", gpufleet.Unhealthy, "ecc", nil, T0), nil)
+	n, _ := s.Node(ctx, "n1")
+	if n.Reason != "ecc" {
+		t.Errorf("reason %q while unhealthy, want the health reason", n.Reason)
+	}
+	wantErr(t, "healthy", s.SetNodeHealth(ctx, "n1", gpufleet.Healthy, "", nil, T0), nil)
+	n, _ = s.Node(ctx, "n1")
+	if n.Reason != "by admin" || n.State != gpufleet.NodeCordoned {
+		t.Errorf("node %s %q once healthy, want cordoned with the cordon reason", n.State, n.Reason)
+	}
+	wantErr(t, "by index", s.SetNodeHealth(ctx, "n1", gpufleet.Healthy, "", []gpufleet.NodeGPU{{Index: 1, Health: gpufleet.Degraded, Reason: "hot"}}, T0), nil)
+	n, _ = s.Node(ctx, "n1")
+	if g := n.GPUs[1]; g.Health != gpufleet.Degraded || g.Reason != "hot" {
+		t.Errorf("gpu 1 %s %q, want degraded hot", g.Health, g.Reason)
+	}
+	wantErr(t, "unknown gpu", s.SetNodeHealth(ctx, "n1", gpufleet.Healthy, "", []gpufleet.NodeGPU{{UUID: "nope"}}, T0), gpufleet.ErrNotFound)
+	wantErr(t, "bad health", s.SetNodeHealth(ctx, "n1", "sick", "", nil, T0), gpufleet.ErrInvalid)
+	wantErr(t, "unknown node", s.SetNodeHealth(ctx, "nope", gpufleet.Healthy, "", nil, T0), gpufleet.ErrNotFound)
+	if got := kinds(events(t, s, store.EventFilter{Object: "n1-gpu1"})); !cmp.Equal(got, []string{"gpu.degraded"}) {
+		t.Errorf("gpu events %v", got)
+	}
+}
+
+func testSubmitFields(t *testing.T, s store.Store) {
+	limit, est, grace := 3600.0, 1200.0, 30.0
+	in := gpufleet.Job{
+		Team: "team-a", Name: "train-llama", Priority: "training", RequestID: "req-1",
+		Resources: gpufleet.Resources{
+			GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}, GPUMemoryMinBytes: 80 << 30,
+			MinComputeCapability: "9.0", Precision: "bf16", Interconnect: "nvlink", Sharing: "exclusive",
+			Prefer: "fastest", NodeSelector: map[string]string{"rack": "r1"},
+		},
+		Command: []string{"torchrun", "train.py"}, Env: map[string]string{"A": "1"}, Workdir: "/work",
+		TimeLimitS: &limit, EstimateS: &est, Preemptible: true, GraceS: &grace,
+		Retries: gpufleet.Retries{Max: 2}, SimLoad: "compute", SubmittedAt: T0,
+		Plan: map[string]any{"gpu": "h100-sxm-80gb", "gpus": 16},
+	}
+	got := submit(t, s, in)[0]
+	want := in
+	want.ID = got.ID
+	want.State = gpufleet.JobQueued
+	want.Plan = json.RawMessage(`{"gpu":"h100-sxm-80gb","gpus":16}`)
+	if diff := cmp.Diff(want, got, equateEmpty); diff != "" {
+		t.Errorf("submitted (-want +got):\n%s", diff)
+	}
+	read := getJob(t, s, got.ID)
+	if diff := cmp.Diff(got, read, equateEmpty); diff != "" {
+		t.Errorf("read back (-submitted +read):\n%s", diff)
+	}
+	if len(got.ID) != 18 || got.ID[:2] != "j-" {
+		t.Errorf("id %q, want j- and 16 base32 characters", got.ID)
+	}
+	_, err := s.Job(t.Context(), "j-nope")
+	wantErr(t, "unknown job", err, gpufleet.ErrNotFound)
+}
+
+func testSubmitOrder(t *testing.T, s store.Store) {
+	var ids []string
+	for i := range 20 {
+		j := newJob("team-a", fmt.Sprint(i), "")
+		ids = append(ids, submit(t, s, j, j)[0].ID)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			t.Fatalf("id %s after %s: ids must increase", ids[i], ids[i-1])
+		}
+	}
+	jobs, _, err := s.ListJobs(t.Context(), store.JobFilter{Limit: 1000})
+	wantErr(t, "list", err, nil)
+	if len(jobs) != 40 {
+		t.Fatalf("%d jobs, want 40", len(jobs))
+	}
+	for i := 0; i < 20; i++ {
+		if jobs[2*i].ID != ids[i] || jobs[2*i].Name != fmt.Sprint(i) || jobs[2*i+1].Name != fmt.Sprint(i) {
+			t.Fatalf("job %d is %s %q, want submission order", 2*i, jobs[2*i].ID, jobs[2*i].Name)
+		}
+	}
+}
+
+func testSubmitIdempotent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := submit(t, s, newJob("team-a", "a", "r1"))[0]
+	res, err := s.SubmitJobs(ctx, []gpufleet.Job{
+		newJob("team-a", "a again", "r1"), // same team and request id: the first job
+		newJob("team-b", "b", "r1"),       // another team: a new job
+		newJob("team-a", "c", "r2"),       // a new request id
+		newJob("team-a", "c again", "r2"), // repeated within one batch
+		newJob("team-a", "d", ""),         // no request id: always new
+		newJob("team-a", "d", ""),
+	}, "tester")
+	wantErr(t, "submit", err, nil)
+	type outcome struct {
+		Name    string
+		Created bool
+		Same    string // which earlier job it returned
+	}
+	var got []outcome
+	for _, r := range res {
+		wantErr(t, "result", r.Err, nil)
+		o := outcome{Name: r.Job.Name, Created: r.Created}
+		if r.Job.ID == first.ID {
+			o.Same = "first"
+		}
+		if r.Job.ID == res[2].Job.ID && r.Job.Name == "c" && !r.Created {
+			o.Same = "c"
+		}
+		got = append(got, o)
+	}
+	want := []outcome{{"a", false, "first"}, {"b", true, ""}, {"c", true, ""}, {"c", false, "c"}, {"d", true, ""}, {"d", true, ""}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if res[4].Job.ID == res[5].Job.ID {
+		t.Errorf("jobs without request id share id %s", res[4].Job.ID)
+	}
+	all, _, _ := s.ListJobs(ctx, store.JobFilter{})
+	if len(all) != 5 {
+		t.Errorf("%d jobs stored, want 5", len(all))
+	}
+	if evs := events(t, s, store.EventFilter{Object: first.ID}); len(evs) != 1 || evs[0].Kind != "job.submitted" || evs[0].Actor != "tester" || evs[0].Team != "team-a" {
+		t.Errorf("events of the first job %+v, want one job.submitted", evs)
+	}
+}
+
+func testSubmitInvalid(t *testing.T, s store.Store) {
+	bad := newJob("team-a", "bad", "")
+	bad.Retries.Max = -1
+	res, err := s.SubmitJobs(t.Context(), []gpufleet.Job{newJob("", "no team", ""), bad, newJob("team-a", "good", "")}, "tester")
+	wantErr(t, "submit", err, nil)
+	wantErr(t, "no team", res[0].Err, gpufleet.ErrInvalid)
+	wantErr(t, "negative retries", res[1].Err, gpufleet.ErrInvalid)
+	wantErr(t, "good", res[2].Err, nil)
+	if !res[2].Created {
+		t.Errorf("good job not created")
+	}
+	dup := newJob("team-a", "dup", "")
+	dup.ID = res[2].Job.ID
+	res, err = s.SubmitJobs(t.Context(), []gpufleet.Job{dup}, "tester")
+	wantErr(t, "submit", err, nil)
+	wantErr(t, "id in use", res[0].Err, gpufleet.ErrInvalid)
+	if res, err := s.SubmitJobs(t.Context(), nil, "tester"); err != nil || len(res) != 0 {
+		t.Errorf("empty submit: %v %v", res, err)
+	}
+}
+
+func testListJobs(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var all []gpufleet.Job
+	for i := range 7 {
+		team := "team-a"
+		if i%3 == 2 {
+			team = "team-b"
+		}
+		all = append(all, submit(t, s, newJob(team, fmt.Sprint(i), ""))...)
+	}
+	epoch := lead(t, s)
+	place(t, s, epoch, all[0].ID, "n1")
+	_, err := s.RequestCancel(ctx, all[1].ID, "tester", T0)
+	wantErr(t, "cancel", err, nil)
+
+	ids := func(js []gpufleet.Job) []string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.Name)
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		f     store.JobFilter
+		pages [][]string
+	}{
+		"everything":         {f: store.JobFilter{}, pages: [][]string{{"0", "1", "2", "3", "4", "5", "6"}}},
+		"pages of three":     {f: store.JobFilter{Limit: 3}, pages: [][]string{{"0", "1", "2"}, {"3", "4", "5"}, {"6"}}},
+		"exact pages":        {f: store.JobFilter{Limit: 7}, pages: [][]string{{"0", "1", "2", "3", "4", "5", "6"}}},
+		"one team":           {f: store.JobFilter{Team: "team-b", Limit: 1}, pages: [][]string{{"2"}, {"5"}}},
+		"queued":             {f: store.JobFilter{States: []gpufleet.JobState{gpufleet.JobQueued}}, pages: [][]string{{"2", "3", "4", "5", "6"}}},
+		"two states":         {f: store.JobFilter{States: []gpufleet.JobState{gpufleet.JobScheduled, gpufleet.JobCancelled}}, pages: [][]string{{"0", "1"}}},
+		"team and state":     {f: store.JobFilter{Team: "team-a", States: []gpufleet.JobState{gpufleet.JobQueued}}, pages: [][]string{{"3", "4", "6"}}},
+		"after a cursor":     {f: store.JobFilter{After: all[4].ID}, pages: [][]string{{"5", "6"}}},
+		"nothing matches":    {f: store.JobFilter{Team: "team-z"}, pages: [][]string{nil}},
+		"limit above max ok": {f: store.JobFilter{Limit: 5000}, pages: [][]string{{"0", "1", "2", "3", "4", "5", "6"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := tc.f
+			var got [][]string
+			for range 10 {
+				js, next, err := s.ListJobs(ctx, f)
+				wantErr(t, "list", err, nil)
+				got = append(got, ids(js))
+				if next == "" {
+					break
+				}
+				f.After = next
+			}
+			if diff := cmp.Diff(tc.pages, got); diff != "" {
+				t.Errorf("pages (-want +got):\n%s", diff)
+			}
+		})
+	}
+	js, _, _ := s.ListJobs(ctx, store.JobFilter{Limit: 1})
+	if len(js[0].Attempts) != 1 {
+		t.Errorf("listed job has %d attempts, want 1", len(js[0].Attempts))
+	}
+	_, _, err = s.ListJobs(ctx, store.JobFilter{States: []gpufleet.JobState{"sleeping"}})
+	wantErr(t, "unknown state", err, gpufleet.ErrInvalid)
+}
+
+func testLease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.Lease(ctx)
+	wantErr(t, "no lease yet", err, gpufleet.ErrNotFound)
+	l, held, err := s.TryLease(ctx, "a", time.Hour)
+	if err != nil || !held || l.Holder != "a" || l.Epoch != 1 {
+		t.Fatalf("first lease %+v held %v err %v, want a at epoch 1", l, held, err)
+	}
+	l, held, err = s.TryLease(ctx, "a", time.Hour)
+	if err != nil || !held || l.Epoch != 1 {
+		t.Fatalf("renewal %+v held %v err %v, want epoch 1", l, held, err)
+	}
+	l, held, err = s.TryLease(ctx, "b", time.Hour)
+	if err != nil || held || l.Holder != "a" || l.Epoch != 1 {
+		t.Fatalf("contender got %+v held %v err %v, want a's lease", l, held, err)
+	}
+	// Expire a's lease: a short renewal, then wait it out.
+	if _, held, err := s.TryLease(ctx, "a", 20*time.Millisecond); err != nil || !held {
+		t.Fatalf("short renewal: %v", err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	l, held, err = s.TryLease(ctx, "b", time.Hour)
+	if err != nil || !held || l.Holder != "b" || l.Epoch != 2 {
+		t.Fatalf("takeover %+v held %v err %v, want b at epoch 2", l, held, err)
+	}
+	got, err := s.Lease(ctx)
+	wantErr(t, "lease", err, nil)
+	if got.Holder != "b" || got.Epoch != 2 || !got.ExpiresAt.Equal(l.ExpiresAt) {
+		t.Errorf("lease %+v, want %+v", got, l)
+	}
+	_, _, err = s.TryLease(ctx, "", time.Hour)
+	wantErr(t, "no holder", err, gpufleet.ErrInvalid)
+	_, _, err = s.TryLease(ctx, "a", 0)
+	wantErr(t, "no ttl", err, gpufleet.ErrInvalid)
+}
+
+func testFenced(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	j := submit(t, s, newJob("team-a", "a", ""))[0]
+	d := store.Decision{At: T0, Starts: []store.Start{{JobID: j.ID, Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}}}},
+		Queue: []gpufleet.QueueEntry{{ID: j.ID, Position: 1}}}
+	wantErr(t, "no lease", s.ApplySchedule(ctx, 1, d), store.ErrFenced)
+	epoch := lead(t, s)
+	wantErr(t, "stale epoch", s.ApplySchedule(ctx, epoch+1, d), store.ErrFenced)
+	wantErr(t, "stale epoch", s.ApplySchedule(ctx, epoch-1, d), store.ErrFenced)
+	got := getJob(t, s, j.ID)
+	if got.State != gpufleet.JobQueued || len(got.Attempts) != 0 || got.Queue != nil {
+		t.Errorf("fenced decision wrote: %+v", got)
+	}
+	wantErr(t, "current epoch", s.ApplySchedule(ctx, epoch, d), nil)
+}
+
+func testScheduleStart(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-a", "b", ""))
+	epoch := lead(t, s)
+	at := T0.Add(time.Minute)
+	nodes := []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"n1-g0", "n1-g1"}}, {Name: "n2", GPUs: []string{"n2-g0"}}}
+	d := store.Decision{At: at, Starts: []store.Start{{JobID: jobs[0].ID, AttemptID: "a-custom-1", Nodes: nodes, Fraction: 0.5}},
+		Queue: []gpufleet.QueueEntry{{ID: jobs[1].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "no capacity"}}}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, d), nil)
+	got := getJob(t, s, jobs[0].ID)
+	want := gpufleet.Attempt{ID: "a-custom-1", JobID: jobs[0].ID, State: gpufleet.AttemptStarting, Node: "n1", GPUs: []string{"n1-g0", "n1-g1"},
+		Nodes: nodes, StartedAt: &at, Fraction: 0.5}
+	if got.State != gpufleet.JobScheduled || got.StartedAt != nil || got.Queue != nil {
+		t.Errorf("job %s started_at %v queue %v, want scheduled, not started, not queued", got.State, got.StartedAt, got.Queue)
+	}
+	if diff := cmp.Diff([]gpufleet.Attempt{want}, got.Attempts, equateEmpty); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	rec, err := s.Attempt(ctx, "a-custom-1")
+	wantErr(t, "attempt", err, nil)
+	if diff := cmp.Diff(want, rec.Attempt, equateEmpty); diff != "" || rec.Team != "team-a" {
+		t.Errorf("attempt record team %q (-want +got):\n%s", rec.Team, diff)
+	}
+	_, err = s.Attempt(ctx, "a-nope")
+	wantErr(t, "unknown attempt", err, gpufleet.ErrNotFound)
+
+	// A generated attempt id; a second attempt after a requeue is numbered after the first.
+	id2 := place(t, s, epoch, jobs[1].ID, "n3")
+	if len(id2) != 18 || id2[:2] != "a-" {
+		t.Errorf("generated attempt id %q", id2)
+	}
+	update(t, s, "a-custom-1", gpufleet.AttemptLost)
+	id3 := place(t, s, epoch, jobs[0].ID, "n4")
+	got = getJob(t, s, jobs[0].ID)
+	if len(got.Attempts) != 2 || got.Attempts[0].ID != "a-custom-1" || got.Attempts[1].ID != id3 {
+		t.Errorf("attempts %+v, want a-custom-1 then %s", got.Attempts, id3)
+	}
+	for name, st := range map[string]store.Start{
+		"no nodes":     {JobID: jobs[0].ID},
+		"bad fraction": {JobID: jobs[0].ID, Nodes: nodes, Fraction: 2},
+	} {
+		err := s.ApplySchedule(ctx, epoch, store.Decision{Starts: []store.Start{st}})
+		wantErr(t, name, err, gpufleet.ErrInvalid)
+	}
+	err = s.ApplySchedule(ctx, epoch, store.Decision{Starts: []store.Start{{JobID: "j-nope", Nodes: nodes}}})
+	wantErr(t, "unknown job", err, gpufleet.ErrNotFound)
+}
+
+func testScheduleStale(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-a", "b", ""), newJob("team-a", "c", ""))
+	epoch := lead(t, s)
+	_, err := s.RequestCancel(ctx, jobs[1].ID, "tester", T0)
+	wantErr(t, "cancel", err, nil)
+	n := []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}}
+	d := store.Decision{At: T0, Starts: []store.Start{{JobID: jobs[0].ID, Nodes: n}, {JobID: jobs[1].ID, Nodes: n}},
+		Queue: []gpufleet.QueueEntry{{ID: jobs[2].ID, Position: 1}}}
+	wantErr(t, "start of a cancelled job", s.ApplySchedule(ctx, epoch, d), store.ErrStale)
+	if j := getJob(t, s, jobs[0].ID); j.State != gpufleet.JobQueued || len(j.Attempts) != 0 {
+		t.Errorf("stale decision started job a: %s with %d attempts", j.State, len(j.Attempts))
+	}
+	if q, _ := s.Queue(ctx); len(q) != 0 {
+		t.Errorf("stale decision wrote the queue: %+v", q)
+	}
+	d.Starts = []store.Start{{JobID: jobs[0].ID, Nodes: n}, {JobID: jobs[0].ID, Nodes: n}}
+	wantErr(t, "the same job twice", s.ApplySchedule(ctx, epoch, d), store.ErrStale)
+}
+
+func testQueue(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-b", "b", ""), newJob("team-a", "c", ""))
+	epoch := lead(t, s)
+	eta := T0.Add(time.Hour)
+	q1 := []gpufleet.QueueEntry{
+		{ID: jobs[2].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "waiting for 1 gpu", ReasonCode: "capacity", EstimatedStart: &eta},
+		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 2, Reason: "behind c", ReasonCode: "order"},
+		{ID: jobs[1].ID, Team: "team-b", Priority: "batch", Position: 3, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"},
+	}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, store.Decision{At: T0, Queue: q1}), nil)
+	got, err := s.Queue(ctx)
+	wantErr(t, "queue", err, nil)
+	if diff := cmp.Diff(q1, got); diff != "" {
+		t.Errorf("queue (-want +got):\n%s", diff)
+	}
+	if j := getJob(t, s, jobs[2].ID); j.Queue == nil || !cmp.Equal(*j.Queue, q1[0]) {
+		t.Errorf("job c queue %+v, want %+v", j.Queue, q1[0])
+	}
+	// The next decision replaces the queue: c starts, b is cancelled, a alone is left.
+	_, err = s.RequestCancel(ctx, jobs[1].ID, "tester", T0)
+	wantErr(t, "cancel", err, nil)
+	q2 := []gpufleet.QueueEntry{
+		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "next"},
+		{ID: jobs[1].ID, Team: "team-b", Priority: "batch", Position: 2, TeamPosition: 1}, // no longer queued: ignored
+	}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, store.Decision{At: T0, Queue: q2,
+		Starts: []store.Start{{JobID: jobs[2].ID, Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}}}}}), nil)
+	got, err = s.Queue(ctx)
+	wantErr(t, "queue", err, nil)
+	if diff := cmp.Diff(q2[:1], got); diff != "" {
+		t.Errorf("queue after the second decision (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{jobs[1].ID, jobs[2].ID} {
+		if j := getJob(t, s, id); j.Queue != nil {
+			t.Errorf("job %s (%s) keeps queue info %+v", j.Name, j.State, j.Queue)
+		}
+	}
+}
+
+func testScheduleStop(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-a", "b", ""))
+	epoch := lead(t, s)
+	a := place(t, s, epoch, jobs[0].ID, "n1")
+	b := place(t, s, epoch, jobs[1].ID, "n1")
+	update(t, s, b, gpufleet.AttemptSucceeded)
+	d := store.Decision{At: T0, Stops: []store.Stop{{AttemptID: a, Reason: "preempted by production job", ReasonCode: "preempted"}, {AttemptID: b, Reason: "late"}}}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, d), nil)
+	wantErr(t, "apply again", s.ApplySchedule(ctx, epoch, d), nil)
+	rec, err := s.Attempt(ctx, a)
+	wantErr(t, "attempt", err, nil)
+	if !rec.StopRequested || rec.StopReason != "preempted by production job" || rec.StopReasonCode != "preempted" || rec.State != gpufleet.AttemptStarting {
+		t.Errorf("attempt after stop %+v", rec)
+	}
+	if rb, _ := s.Attempt(ctx, b); rb.StopRequested {
+		t.Errorf("stop of a finished attempt was recorded")
+	}
+	if got := kinds(events(t, s, store.EventFilter{Object: a})); !cmp.Equal(got, []string{"attempt.started", "attempt.stop_requested"}) {
+		t.Errorf("attempt events %v, want one stop request", got)
+	}
+	j := update(t, s, a, gpufleet.AttemptStopped)
+	if j.State != gpufleet.JobQueued || j.Interruptions != 1 || j.Retries.Used != 0 || !store.Requeued(j) {
+		t.Errorf("preempted job %s interruptions %d retries %d requeued %v", j.State, j.Interruptions, j.Retries.Used, store.Requeued(j))
+	}
+	err = s.ApplySchedule(ctx, epoch, store.Decision{Stops: []store.Stop{{AttemptID: "a-nope"}}})
+	wantErr(t, "unknown attempt", err, gpufleet.ErrNotFound)
+}
+
+func testTransitions(t *testing.T, s store.Store) {
+	type want struct {
+		Job           gpufleet.JobState
+		Attempts      []gpufleet.AttemptState
+		Used          int
+		Interruptions int
+		Requeued      bool
+		Started       bool
+		Finished      bool
+	}
+	for name, tc := range map[string]struct {
+		retries int
+		cancel  string // "before" the steps, or "after" the first step
+		steps   []gpufleet.AttemptState
+		// place a new attempt when the job is queued again between steps
+		want want
+	}{
+		"runs and succeeds": {steps: []gpufleet.AttemptState{"running", "succeeded"},
+			want: want{Job: "succeeded", Attempts: []gpufleet.AttemptState{"succeeded"}, Started: true, Finished: true}},
+		"succeeds straight from starting": {steps: []gpufleet.AttemptState{"succeeded"},
+			want: want{Job: "succeeded", Attempts: []gpufleet.AttemptState{"succeeded"}, Started: true, Finished: true}},
+		"running": {steps: []gpufleet.AttemptState{"running"},
+			want: want{Job: "running", Attempts: []gpufleet.AttemptState{"running"}, Started: true}},
+		"fails with a retry left": {retries: 1, steps: []gpufleet.AttemptState{"running", "failed"},
+			want: want{Job: "queued", Attempts: []gpufleet.AttemptState{"failed"}, Used: 1, Started: true}},
+		"fails out of retries": {retries: 1, steps: []gpufleet.AttemptState{"running", "failed", "running", "failed"},
+			want: want{Job: "failed", Attempts: []gpufleet.AttemptState{"failed", "failed"}, Used: 2, Started: true, Finished: true}},
+		"fails without retries": {steps: []gpufleet.AttemptState{"failed"},
+			want: want{Job: "failed", Attempts: []gpufleet.AttemptState{"failed"}, Used: 1, Finished: true}},
+		"stopped requeues without using retries": {steps: []gpufleet.AttemptState{"running", "stopped"},
+			want: want{Job: "queued", Attempts: []gpufleet.AttemptState{"stopped"}, Interruptions: 1, Requeued: true, Started: true}},
+		"lost requeues": {steps: []gpufleet.AttemptState{"lost"},
+			want: want{Job: "queued", Attempts: []gpufleet.AttemptState{"lost"}, Interruptions: 1, Requeued: true}},
+		"lost, then succeeds": {steps: []gpufleet.AttemptState{"running", "lost", "running", "succeeded"},
+			want: want{Job: "succeeded", Attempts: []gpufleet.AttemptState{"lost", "succeeded"}, Interruptions: 1, Started: true, Finished: true}},
+		"cancelled while running, then stopped": {cancel: "after", steps: []gpufleet.AttemptState{"running", "stopped"},
+			want: want{Job: "cancelled", Attempts: []gpufleet.AttemptState{"stopped"}, Started: true, Finished: true}},
+		"cancelled while starting, then fails": {retries: 3, cancel: "before", steps: []gpufleet.AttemptState{"failed"},
+			want: want{Job: "cancelled", Attempts: []gpufleet.AttemptState{"failed"}, Finished: true}},
+		"cancelled, but succeeds first": {cancel: "after", steps: []gpufleet.AttemptState{"running", "succeeded"},
+			want: want{Job: "succeeded", Attempts: []gpufleet.AttemptState{"succeeded"}, Started: true, Finished: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			j := newJob("team-a", name, "")
+			j.Retries.Max = tc.retries
+			id := submit(t, s, j)[0].ID
+			epoch, _, _ := s.TryLease(ctx, "leader-1", time.Hour)
+			attempt := place(t, s, epoch.Epoch, id, "n1")
+			if tc.cancel == "before" {
+				if _, err := s.RequestCancel(ctx, id, "tester", T0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got gpufleet.Job
+			for i, st := range tc.steps {
+				if i > 0 && got.State == gpufleet.JobQueued {
+					attempt = place(t, s, epoch.Epoch, id, "n1")
+				}
+				got = update(t, s, attempt, st)
+				if i == 0 && tc.cancel == "after" {
+					if _, err := s.RequestCancel(ctx, id, "tester", T0); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got = getJob(t, s, id)
+			var states []gpufleet.AttemptState
+			for _, a := range got.Attempts {
+				states = append(states, a.State)
+			}
+			g := want{Job: got.State, Attempts: states, Used: got.Retries.Used, Interruptions: got.Interruptions,
+				Requeued: store.Requeued(got), Started: got.StartedAt != nil, Finished: got.FinishedAt != nil}
+			if diff := cmp.Diff(tc.want, g); diff != "" {
+				t.Errorf("after %v (-want +got):\n%s", tc.steps, diff)
+			}
+		})
+	}
+}
+
+func testTerminalImmutable(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	id := submit(t, s, newJob("team-a", "a", ""))[0].ID
+	epoch := lead(t, s)
+	a := place(t, s, epoch, id, "n1")
+	update(t, s, a, gpufleet.AttemptRunning)
+	_, err := s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a, State: gpufleet.AttemptStarting})
+	wantErr(t, "running -> starting", err, gpufleet.ErrInvalid)
+	code := 0
+	_, err = s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a, State: gpufleet.AttemptSucceeded, ExitCode: &code, At: T0.Add(time.Hour)})
+	wantErr(t, "succeed", err, nil)
+	before := getJob(t, s, id)
+	nEvents := len(events(t, s, store.EventFilter{}))
+	other := 3
+	j, err := s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a, State: gpufleet.AttemptSucceeded, ExitCode: &other, At: T0.Add(2 * time.Hour)})
+	wantErr(t, "repeat succeeded", err, nil)
+	if diff := cmp.Diff(before, j, equateEmpty); diff != "" {
+		t.Errorf("a repeated terminal report changed the job (-before +after):\n%s", diff)
+	}
+	for _, st := range []gpufleet.AttemptState{"failed", "lost", "stopped", "running", "starting"} {
+		_, err = s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a, State: st})
+		wantErr(t, "succeeded -> "+string(st), err, gpufleet.ErrInvalid)
+	}
+	if n := len(events(t, s, store.EventFilter{})); n != nEvents {
+		t.Errorf("%d events after refused updates, want %d", n, nEvents)
+	}
+	if got := getJob(t, s, id); *got.Attempts[0].ExitCode != 0 || !got.Attempts[0].FinishedAt.Equal(T0.Add(time.Hour)) {
+		t.Errorf("first report did not win: %+v", got.Attempts[0])
+	}
+	_, err = s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: "a-nope", State: gpufleet.AttemptRunning})
+	wantErr(t, "unknown attempt", err, gpufleet.ErrNotFound)
+	_, err = s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a, State: "paused"})
+	wantErr(t, "unknown state", err, gpufleet.ErrInvalid)
+}
+
+func testAccounting(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	id := submit(t, s, newJob("team-a", "a", ""))[0].ID
+	a := place(t, s, lead(t, s), id, "n1")
+	for _, u := range []store.AttemptUpdate{
+		{State: gpufleet.AttemptRunning, GPUSeconds: 10, EffectiveGPUSeconds: 5, EnergyJoules: 700},
+		{State: gpufleet.AttemptRunning, GPUSeconds: 20, EffectiveGPUSeconds: 12, EnergyJoules: 1400},
+		{State: gpufleet.AttemptLost, Reason: "node silent", ReasonCode: "node_lost"}, // the server knows no totals
+	} {
+		u.AttemptID = a
+		if _, err := s.UpdateAttempt(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := getJob(t, s, id).Attempts[0]
+	if got.GPUSeconds != 20 || got.EffectiveGPUSeconds != 12 || got.EnergyJoules != 1400 || got.ReasonCode != "node_lost" || got.Reason != "node silent" {
+		t.Errorf("attempt %+v, want totals 20/12/1400 kept and the loss reason", got)
+	}
+	if got.ExitCode != nil {
+		t.Errorf("exit code %d, want null", *got.ExitCode)
+	}
+}
+
+func testCancel(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "queued", ""), newJob("team-a", "running", ""), newJob("team-a", "done", ""))
+	epoch := lead(t, s)
+	ar := place(t, s, epoch, jobs[1].ID, "n1")
+	update(t, s, ar, gpufleet.AttemptRunning)
+	ad := place(t, s, epoch, jobs[2].ID, "n1")
+	update(t, s, ad, gpufleet.AttemptSucceeded)
+
+	at := T0.Add(time.Hour)
+	j, err := s.RequestCancel(ctx, jobs[0].ID, "tester", at)
+	wantErr(t, "cancel queued", err, nil)
+	if j.State != gpufleet.JobCancelled || !j.CancelRequested || j.FinishedAt == nil || !j.FinishedAt.Equal(at) {
+		t.Errorf("queued job after cancel: %s cancel_requested %v finished %v", j.State, j.CancelRequested, j.FinishedAt)
+	}
+	j, err = s.RequestCancel(ctx, jobs[1].ID, "tester", at)
+	wantErr(t, "cancel running", err, nil)
+	if j.State != gpufleet.JobRunning || !j.CancelRequested || j.FinishedAt != nil {
+		t.Errorf("running job after cancel: %s cancel_requested %v", j.State, j.CancelRequested)
+	}
+	if rec, _ := s.Attempt(ctx, ar); !rec.StopRequested || rec.StopReasonCode != "cancelled" || !rec.Attempt.StopRequested {
+		t.Errorf("attempt of the cancelled job: %+v, want stop requested", rec)
+	}
+	j2, err := s.RequestCancel(ctx, jobs[1].ID, "tester", at)
+	wantErr(t, "cancel again", err, nil)
+	if diff := cmp.Diff(j, j2, equateEmpty); diff != "" {
+		t.Errorf("second cancel changed the job (-first +second):\n%s", diff)
+	}
+	j, err = s.RequestCancel(ctx, jobs[2].ID, "tester", at)
+	wantErr(t, "cancel finished", err, nil)
+	if j.State != gpufleet.JobSucceeded || j.CancelRequested {
+		t.Errorf("finished job after cancel: %s cancel_requested %v", j.State, j.CancelRequested)
+	}
+	_, err = s.RequestCancel(ctx, "j-nope", "tester", at)
+	wantErr(t, "cancel unknown", err, gpufleet.ErrNotFound)
+	j = update(t, s, ar, gpufleet.AttemptStopped)
+	if j.State != gpufleet.JobCancelled || store.Requeued(j) {
+		t.Errorf("cancelled job once stopped: %s", j.State)
+	}
+	if got := kinds(events(t, s, store.EventFilter{Object: jobs[1].ID})); !cmp.Equal(got, []string{"job.submitted", "job.scheduled", "job.running", "job.cancel_requested", "job.cancelled"}) {
+		t.Errorf("events %v", got)
+	}
+	if got := kinds(events(t, s, store.EventFilter{Object: jobs[0].ID})); !cmp.Equal(got, []string{"job.submitted", "job.cancelled"}) {
+		t.Errorf("events %v", got)
+	}
+}
+
+func testActiveJobs(t *testing.T, s store.Store) {
+	jobs := submit(t, s, newJob("team-a", "0", ""), newJob("team-b", "1", ""), newJob("team-a", "2", ""), newJob("team-a", "3", ""), newJob("team-a", "4", ""))
+	epoch := lead(t, s)
+	a0 := place(t, s, epoch, jobs[0].ID, "n1")
+	update(t, s, a0, gpufleet.AttemptRunning)
+	a1 := place(t, s, epoch, jobs[1].ID, "n1")
+	update(t, s, a1, gpufleet.AttemptSucceeded)
+	a2 := place(t, s, epoch, jobs[2].ID, "n2")
+	update(t, s, a2, gpufleet.AttemptLost)
+	place(t, s, epoch, jobs[2].ID, "n3")
+	if _, err := s.RequestCancel(t.Context(), jobs[3].ID, "tester", T0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ActiveJobs(t.Context())
+	wantErr(t, "active", err, nil)
+	type row struct {
+		Name     string
+		State    gpufleet.JobState
+		Attempts int
+	}
+	var rows []row
+	for _, j := range got {
+		rows = append(rows, row{j.Name, j.State, len(j.Attempts)})
+	}
+	want := []row{{"0", "running", 1}, {"2", "scheduled", 2}, {"4", "queued", 0}}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("active jobs (-want +got):\n%s", diff)
+	}
+}
+
+func testNodeAttempts(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "0", ""), newJob("team-a", "1", ""), newJob("team-b", "2", ""))
+	epoch := lead(t, s)
+	d := store.Decision{At: T0, Starts: []store.Start{
+		{JobID: jobs[0].ID, AttemptID: "a-1", Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}, {Name: "n2", GPUs: []string{"g0"}}}},
+		{JobID: jobs[1].ID, AttemptID: "a-2", Nodes: []gpufleet.AttemptNode{{Name: "n2", GPUs: []string{"g1"}}}, Fraction: 0.25},
+		{JobID: jobs[2].ID, AttemptID: "a-3", Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g1"}}}},
+	}}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, d), nil)
+	update(t, s, "a-3", gpufleet.AttemptFailed)
+	ids := func(node string) []string {
+		as, err := s.NodeAttempts(ctx, node)
+		wantErr(t, "node attempts", err, nil)
+		var out []string
+		for _, a := range as {
+			out = append(out, fmt.Sprintf("%s %s %g", a.ID, a.Team, a.Fraction))
+		}
+		return out
+	}
+	for node, want := range map[string][]string{
+		"n1": {"a-1 team-a 1"},
+		"n2": {"a-1 team-a 1", "a-2 team-a 0.25"},
+		"n9": nil,
+		"":   {"a-1 team-a 1", "a-2 team-a 0.25"},
+	} {
+		if diff := cmp.Diff(want, ids(node)); diff != "" {
+			t.Errorf("attempts on %q (-want +got):\n%s", node, diff)
+		}
+	}
+}
+
+func testEventsFlow(t *testing.T, s store.Store) {
+	id := submit(t, s, newJob("team-a", "a", ""))[0].ID
+	epoch := lead(t, s)
+	a := place(t, s, epoch, id, "n1")
+	update(t, s, a, gpufleet.AttemptRunning)
+	code := 1
+	if _, err := s.UpdateAttempt(t.Context(), store.AttemptUpdate{AttemptID: a, State: gpufleet.AttemptFailed, ExitCode: &code, Actor: "agent:n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(events(t, s, store.EventFilter{Object: id})); !cmp.Equal(got, []string{"job.submitted", "job.scheduled", "job.running", "job.failed"}) {
+		t.Errorf("job events %v", got)
+	}
+	evs := events(t, s, store.EventFilter{Object: a})
+	if got := kinds(evs); !cmp.Equal(got, []string{"attempt.started", "attempt.running", "attempt.failed"}) {
+		t.Errorf("attempt events %v", got)
+	}
+	for _, e := range evs {
+		if e.Team != "team-a" {
+			t.Errorf("event %s team %q", e.Kind, e.Team)
+		}
+	}
+	if evs[0].Actor != "scheduler" || evs[2].Actor != "agent:n1" {
+		t.Errorf("actors %q %q, want scheduler and agent:n1", evs[0].Actor, evs[2].Actor)
+	}
+}
+
+func testEventsFilter(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for i := range 5 {
+		team := "team-a"
+		if i%2 == 1 {
+			team = "team-b"
+		}
+		e := gpufleet.Event{At: T0.Add(time.Duration(i) * time.Second), Actor: "admin", Kind: "test.event", Object: fmt.Sprint("o", i%3), Team: team, Detail: fmt.Sprint(i)}
+		wantErr(t, "append", s.AppendEvent(ctx, e), nil)
+	}
+	wantErr(t, "kindless", s.AppendEvent(ctx, gpufleet.Event{}), gpufleet.ErrInvalid)
+	all := events(t, s, store.EventFilter{})
+	if len(all) != 5 || all[0].Detail != "0" || !all[4].At.Equal(T0.Add(4*time.Second)) || all[0].ID >= all[1].ID {
+		t.Fatalf("events %+v", all)
+	}
+	details := func(evs []gpufleet.Event) []string {
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.Detail)
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		f    store.EventFilter
+		want []string
+	}{
+		"one team":            {f: store.EventFilter{Team: "team-b"}, want: []string{"1", "3"}},
+		"one object":          {f: store.EventFilter{Object: "o1"}, want: []string{"1", "4"}},
+		"team and object":     {f: store.EventFilter{Team: "team-a", Object: "o1"}, want: []string{"4"}},
+		"after an id":         {f: store.EventFilter{AfterID: all[2].ID}, want: []string{"3", "4"}},
+		"limited":             {f: store.EventFilter{Limit: 2}, want: []string{"0", "1"}},
+		"after and limited":   {f: store.EventFilter{AfterID: all[1].ID, Limit: 2}, want: []string{"2", "3"}},
+		"after the last":      {f: store.EventFilter{AfterID: all[4].ID}, want: nil},
+		"unknown team":        {f: store.EventFilter{Team: "team-z"}, want: nil},
+		"limit above the max": {f: store.EventFilter{Limit: 1 << 20}, want: []string{"0", "1", "2", "3", "4"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, details(events(t, s, tc.f))); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func testUsage(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	d1 := time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)
+	d2 := d1.AddDate(0, 0, 1)
+	rows := []store.UsageRow{
+		{Team: "team-a", Model: "h100", Day: d1.Add(3 * time.Hour), GPUSeconds: 10, EffectiveGPUSeconds: 5, EnergyJoules: 100},
+		{Team: "team-a", Model: "h100", Day: d1.Add(20 * time.Hour), GPUSeconds: 1, EffectiveGPUSeconds: 1, EnergyJoules: 10},
+		{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
+		{Team: "team-b", Model: "h100", Day: d2.Add(time.Hour), GPUSeconds: 7},
+	}
+	wantErr(t, "add", s.AddUsage(ctx, rows), nil)
+	wantErr(t, "add again", s.AddUsage(ctx, rows[:1]), nil)
+	wantErr(t, "bad row", s.AddUsage(ctx, []store.UsageRow{{Model: "h100", Day: d1}}), gpufleet.ErrInvalid)
+	for name, tc := range map[string]struct {
+		team     string
+		from, to time.Time
+		want     []store.UsageRow
+	}{
+		"everything": {want: []store.UsageRow{
+			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
+			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210},
+			{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7},
+		}},
+		"one team": {team: "team-b", want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7}}},
+		"first day only": {to: d2, want: []store.UsageRow{
+			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
+			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210},
+		}},
+		"from mid second day": {from: d2.Add(12 * time.Hour), want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7}}},
+		"nothing":             {team: "team-a", from: d2, want: []store.UsageRow{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := s.Usage(ctx, tc.team, tc.from, tc.to)
+			wantErr(t, "usage", err, nil)
+			if diff := cmp.Diff(tc.want, got, equateEmpty); diff != "" {
+				t.Errorf("usage (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// testConcurrent has 50 goroutines submit 40 jobs each, one call per job,
+// with request ids that collide across goroutines, while readers list and
+// read jobs. Every (team, request id) must map to exactly one job, created
+// once, and nobody may see an error (SQLITE_BUSY above all).
+func testConcurrent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const writers, perWriter, keys = 50, 40, 1000
+	type key struct{ team, rid string }
+	var (
+		mu      sync.Mutex
+		ids     = map[key]map[string]bool{}
+		created = map[key]int{}
+		errs    []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for r := range 4 {
+		readers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				switch (r + i) % 4 {
+				case 0:
+					_, _, err = s.ListJobs(ctx, store.JobFilter{Limit: 50})
+				case 1:
+					_, err = s.ActiveJobs(ctx)
+				case 2:
+					_, err = s.Events(ctx, store.EventFilter{Limit: 50})
+				case 3:
+					_, err = s.Job(ctx, "j-0000000000000000")
+					if errors.Is(err, gpufleet.ErrNotFound) {
+						err = nil
+					}
+				}
+				if err != nil {
+					fail(fmt.Errorf("reader: %w", err))
+					return
+				}
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				n := (w*perWriter + i) % keys // each key twice, by writers w and w+25
+				k := key{team: fmt.Sprint("team-", n%2), rid: fmt.Sprint("req-", n)}
+				res, err := s.SubmitJobs(ctx, []gpufleet.Job{newJob(k.team, k.rid, k.rid)}, "tester")
+				if err == nil && res[0].Err != nil {
+					err = res[0].Err
+				}
+				if err != nil {
+					fail(fmt.Errorf("writer %d: %w", w, err))
+					return
+				}
+				mu.Lock()
+				if ids[k] == nil {
+					ids[k] = map[string]bool{}
+				}
+				ids[k][res[0].Job.ID] = true
+				if res[0].Created {
+					created[k]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if len(ids) != keys {
+		t.Errorf("%d request ids seen, want %d", len(ids), keys)
+	}
+	for k, set := range ids {
+		if len(set) != 1 || created[k] != 1 {
+			t.Errorf("%v: %d job ids, created %d times; want one job created once", k, len(set), created[k])
+		}
+	}
+	total := 0
+	f := store.JobFilter{Limit: 1000}
+	for {
+		js, next, err := s.ListJobs(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(js)
+		if next == "" {
+			break
+		}
+		f.After = next
+	}
+	if total != keys {
+		t.Errorf("%d jobs stored, want %d", total, keys)
+	}
+}
