@@ -236,7 +236,7 @@ func (c *Client) once(ctx context.Context, base string, req request, payload []b
 	resp, err := c.hc.Do(hr)
 	if err != nil {
 		cancel()
-		return nil, nil, fmt.Errorf("%s %s: %w", req.method, base, err)
+		return nil, nil, err // a *url.Error: it names the method and URL
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, cancel, nil
@@ -291,9 +291,10 @@ func (c *Client) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
 	return out, err
 }
 
-// AllJobs follows every page of Jobs.
+// AllJobs follows every page of Jobs. An empty result is an empty slice,
+// never nil, so it encodes as [].
 func (c *Client) AllJobs(ctx context.Context, q JobQuery) ([]gpufleet.Job, error) {
-	var all []gpufleet.Job
+	all := []gpufleet.Job{}
 	for {
 		page, err := c.Jobs(ctx, q)
 		if err != nil {

@@ -24,12 +24,13 @@ func DecodeSubmitRequest(r io.Reader) (SubmitRequest, error) {
 	return req, nil
 }
 
-// decodeStrict decodes one JSON value from r into v: unknown fields and
-// trailing data are rejected with an error naming them.
+// decodeStrict decodes one JSON object from r into v: anything but an
+// object, unknown fields and trailing data are rejected with an error
+// naming them.
 func decodeStrict(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		return decodeError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -38,6 +39,14 @@ func decodeStrict(r io.Reader, v any) error {
 			return err
 		}
 		return fmt.Errorf("%w: unexpected data after the JSON value", gpufleet.ErrInvalid)
+	}
+	if raw[0] != '{' { // Decode leaves no leading space in a RawMessage
+		return fmt.Errorf("%w: body: expected a JSON object", gpufleet.ErrInvalid)
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
+		return decodeError(err)
 	}
 	return nil
 }

@@ -196,6 +196,8 @@ func TestStrictBodies(t *testing.T) {
 		"wrong type names field":  {"/api/v1/jobs", `{"resources":{"gpus":"four"}}`, 400, `resources.gpus: expected an integer`},
 		"trailing data":           {"/api/v1/jobs", `{"resources":{"gpus":1}} {}`, 400, "unexpected data after the JSON value"},
 		"empty body":              {"/api/v1/jobs", ``, 400, "empty body"},
+		"null body":               {"/api/v1/jobs", `null`, 400, "expected a JSON object"},
+		"array body":              {"/api/v1/jobs", ` [1]`, 400, "expected a JSON object"},
 		"syntax error":            {"/api/v1/jobs", `{"resources":`, 400, "truncated"},
 		"unknown team field":      {"/api/v1/teams", `{"name":"x","quotas":{}}`, 400, `unknown field "quotas"`},
 		"unknown token field":     {"/api/v1/tokens", `{"role":"member","teem":"a"}`, 400, `unknown field "teem"`},

@@ -103,6 +103,7 @@ Commands that need no server: catalog, plan, version.`,
 		newCatalogCmd(e),
 		newPlanCmd(e),
 		newSimCmd(e),
+		newServerCmd(e),
 	)
 	addClientCommands(root, e)
 	return root

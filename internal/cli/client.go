@@ -32,9 +32,16 @@ func addClientCommands(root *cobra.Command, e *env) {
 	c := &clientEnv{env: e, now: time.Now}
 	root.PersistentFlags().StringVar(&c.context, "context", "",
 		"named context of the client config file (env GPUFLEET_CONTEXT; file ~/.config/gpufleet/config.yaml or GPUFLEET_CONFIG)")
+	jobID, nodeName := c.completeFromServer(listJobIDs), c.completeFromServer(listNodeNames)
+	withCompletion := func(cmd *cobra.Command, f cobra.CompletionFunc) *cobra.Command {
+		cmd.ValidArgsFunction = f
+		return cmd
+	}
 	root.AddCommand(
-		newSubmitCmd(c), newJobsCmd(c), newJobCmd(c), newCancelCmd(c), newLogsCmd(c), newQueueCmd(c),
-		newNodesCmd(c), newNodeActionCmd(c, api.Cordon), newNodeActionCmd(c, api.Uncordon), newNodeActionCmd(c, api.Drain),
+		newSubmitCmd(c), newJobsCmd(c), withCompletion(newJobCmd(c), jobID), withCompletion(newCancelCmd(c), jobID),
+		withCompletion(newLogsCmd(c), jobID), newQueueCmd(c), withCompletion(newNodesCmd(c), nodeName),
+		withCompletion(newNodeActionCmd(c, api.Cordon), nodeName), withCompletion(newNodeActionCmd(c, api.Uncordon), nodeName),
+		withCompletion(newNodeActionCmd(c, api.Drain), nodeName),
 		newTeamsCmd(c), newClassesCmd(c), newTokensCmd(c), newJoinTokensCmd(c), newUsageCmd(c),
 	)
 }

@@ -382,3 +382,15 @@ func TestConnectionPrecedence(t *testing.T) {
 		t.Errorf("bad config: %q", errOut)
 	}
 }
+
+func TestCompletesJobIDsAndNodeNames(t *testing.T) {
+	srv, _ := startFake(t)
+	out, errOut, code := run(t, "__complete", "--server", srv.URL, "--token", fakeAdmin, "cordon", "")
+	if code != 0 || !strings.Contains(out, "n1\nn2\n") {
+		t.Errorf("node completion (%d): %q %s", code, out, errOut)
+	}
+	out, _, _ = run(t, "__complete", "--server", srv.URL, "--token", fakeAdmin, "logs", "")
+	if !strings.Contains(out, "j-1\nj-2\n") {
+		t.Errorf("job completion: %q", out)
+	}
+}

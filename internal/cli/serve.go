@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -92,7 +95,16 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	if dsn == "" {
 		dsn = filepath.Join(f.dataDir, "gpufleet.db")
 	}
-	st, err := store.Open(ctx, dsn)
+	var sopts []store.Option
+	if fp := os.Getenv("GPUFLEET_TEST_FAILPOINTS"); fp != "" {
+		fail, err := failpoints(fp)
+		if err != nil {
+			return err
+		}
+		log.Warn("crash-test failpoints armed", "failpoints", fp)
+		sopts = append(sopts, store.WithFailpoint(fail))
+	}
+	st, err := store.Open(ctx, dsn, sopts...)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -104,6 +116,10 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	cfg := server.Default()
 	host, _ := os.Hostname()
 	cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	cfg.LogDir = filepath.Join(f.dataDir, "logs")
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
 	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {
@@ -122,7 +138,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	if f.metricsListen == "" {
 		opts.MetricsHandler = srv.MetricsHandler()
 	}
-	h := api.NewHandler(srv, srv, nil, srv, opts)
+	h := api.NewHandler(srv, srv, srv, srv, opts)
 	hs := api.NewHTTPServer(ln.Addr().String(), h)
 	errc := make(chan error, 3)
 	go func() {
@@ -164,6 +180,28 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		_ = ms.Shutdown(shut)
 	}
 	return nil
+}
+
+// failpoints parses GPUFLEET_TEST_FAILPOINTS, "name=probability,...", a
+// crash-test hook: at a named point inside a store transaction the server
+// SIGKILLs itself with that probability, so tests can check that nothing
+// acknowledged is lost and nothing half-written survives.
+func failpoints(spec string) (func(string), error) {
+	probs := map[string]float64{}
+	for _, kv := range strings.Split(spec, ",") {
+		name, p, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		v, err := strconv.ParseFloat(p, 64)
+		if !ok || err != nil || v < 0 || v > 1 {
+			return nil, usageErr("GPUFLEET_TEST_FAILPOINTS %q: expected name=probability,...", kv)
+		}
+		probs[name] = v
+	}
+	return func(name string) {
+		if p := probs[name]; p > 0 && mrand.Float64() < p {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // wait for the signal
+		}
+	}, nil
 }
 
 // adminToken returns the given admin token, or the one in DIR/admin-token,

@@ -35,6 +35,7 @@ var ablations = map[string]func(*scheduler.Config){
 	"topology":      func(c *scheduler.Config) { c.Packing = scheduler.PackBestFit },
 	"packing":       func(c *scheduler.Config) { c.Packing = scheduler.PackFirstFit },
 	"heterogeneity": func(c *scheduler.Config) { c.HeterogeneityPreference = false },
+	"size":          func(c *scheduler.Config) { c.SizeSlack = 0 },
 	"eta":           func(c *scheduler.Config) { c.ETA = false },
 }
 

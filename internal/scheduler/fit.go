@@ -34,7 +34,7 @@ type shape struct {
 }
 
 // shapeKey is the identity of a job's shape, built into buf.
-func shapeKey(buf []byte, r *Resources, prefer bool) []byte {
+func shapeKey(buf []byte, r *Resources, want string, prefer bool) []byte {
 	b := buf[:0]
 	for i, m := range r.GPUModels {
 		if i > 0 {
@@ -56,7 +56,7 @@ func shapeKey(buf []byte, r *Resources, prefer bool) []byte {
 	b = strconv.AppendFloat(b, r.Sharing.Fraction, 'g', -1, 64)
 	if prefer {
 		b = append(b, '|')
-		b = append(b, r.Prefer...)
+		b = append(b, want...)
 	}
 	for _, k := range sortedKeys(r.NodeSelector) {
 		b = append(b, '|')
@@ -69,8 +69,12 @@ func shapeKey(buf []byte, r *Resources, prefer bool) []byte {
 
 // shapeOf returns the interned shape of a job's resources.
 func (s *sched) shapeOf(r *Resources) *shape {
-	prefer := s.cfg.HeterogeneityPreference && r.Prefer != ""
-	s.keyBuf = shapeKey(s.keyBuf, r, prefer)
+	prefer := s.cfg.HeterogeneityPreference
+	want := r.Prefer
+	if prefer && want == "" {
+		want = PreferFastest // heterogeneity-aware by default: fastest first
+	}
+	s.keyBuf = shapeKey(s.keyBuf, r, want, prefer)
 	if sh, ok := s.shapeIdx[string(s.keyBuf)]; ok {
 		return sh
 	}
@@ -115,7 +119,7 @@ func (s *sched) shapeOf(r *Resources) *shape {
 	}
 	sh.models = s.eligibleModels(r, sh)
 	if prefer {
-		s.rankModels(sh.models, r.Prefer)
+		s.rankModels(sh.models, want)
 	}
 	s.shapeIdx[key] = sh
 	s.shapes = append(s.shapes, sh)

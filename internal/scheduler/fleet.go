@@ -268,23 +268,57 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *flee
 }
 
 // clone copies the mutable state so that the copy can be changed freely.
+// The per-node and per-model slices of the copy share a few backing arrays,
+// so a copy costs a handful of allocations whatever the fleet's size; the
+// read-only parts (names, labels, GPU ids, locs) are shared.
 func (f *fleet) clone() *fleet {
 	c := *f
 	c.nodes = slices.Clone(f.nodes)
+	ng, nm := 0, 0
+	for i := range f.nodes {
+		ng += len(f.nodes[i].gpus)
+		nm += len(f.nodes[i].mfree)
+	}
+	gpus := make([]gpuSlot, 0, ng)
+	mfree := make([]modelFree, 0, nm)
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		n.gpus = slices.Clone(n.gpus)
+		start := len(gpus)
+		gpus = append(gpus, n.gpus...)
+		n.gpus = gpus[start:len(gpus):len(gpus)]
 		for gi := range n.gpus {
-			n.gpus[gi].mig = slices.Clone(n.gpus[gi].mig)
+			if n.gpus[gi].mig != nil {
+				n.gpus[gi].mig = slices.Clone(n.gpus[gi].mig)
+			}
 		}
-		n.mfree = slices.Clone(n.mfree)
-		n.migFree = slices.Clone(n.migFree)
+		start = len(mfree)
+		mfree = append(mfree, n.mfree...)
+		n.mfree = mfree[start:len(mfree):len(mfree)]
+		if n.migFree != nil {
+			n.migFree = slices.Clone(n.migFree)
+		}
+	}
+	words := 0
+	for m := range f.buckets {
+		for k := range f.buckets[m] {
+			words += len(f.buckets[m][k])
+		}
+		words += len(f.tsNodes[m])
+	}
+	for p := range f.migNodes {
+		words += len(f.migNodes[p])
+	}
+	bits := make([]uint64, 0, words)
+	cloneBits := func(b bitset) bitset {
+		start := len(bits)
+		bits = append(bits, b...)
+		return bitset(bits[start:len(bits):len(bits)])
 	}
 	c.buckets = make([][]bitset, len(f.buckets))
 	for m := range f.buckets {
 		c.buckets[m] = make([]bitset, len(f.buckets[m]))
 		for k := range f.buckets[m] {
-			c.buckets[m][k] = slices.Clone(f.buckets[m][k])
+			c.buckets[m][k] = cloneBits(f.buckets[m][k])
 		}
 	}
 	c.counts = make([][]int32, len(f.counts))
@@ -294,11 +328,11 @@ func (f *fleet) clone() *fleet {
 	c.totalFree = slices.Clone(f.totalFree)
 	c.migNodes = make([]bitset, len(f.migNodes))
 	for p := range f.migNodes {
-		c.migNodes[p] = slices.Clone(f.migNodes[p])
+		c.migNodes[p] = cloneBits(f.migNodes[p])
 	}
 	c.tsNodes = make([]bitset, len(f.tsNodes))
 	for m := range f.tsNodes {
-		c.tsNodes[m] = slices.Clone(f.tsNodes[m])
+		c.tsNodes[m] = cloneBits(f.tsNodes[m])
 	}
 	c.classFree = slices.Clone(f.classFree)
 	c.raise = make([][]uint32, len(f.raise))

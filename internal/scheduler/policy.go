@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,11 @@ const (
 	PreferFastest  = "fastest"  // highest bf16 (else fp16) peak
 )
 
+// DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is
+// its submit time plus its estimated GPU-seconds over this many GPUs
+// (1/DefaultSizeSlack), so a 1-GPU hour ages like a 1 h head start.
+const DefaultSizeSlack = 1.0
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -36,7 +42,8 @@ var policies = map[string]Config{
 	"backfill": {Name: "backfill", PriorityClasses: true, Backfill: true, Packing: PackBestFit},
 	// gpufleet: everything.
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
-		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour},
+		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
+		SizeSlack: DefaultSizeSlack},
 }
 
 // Policies lists the built-in policy names.
@@ -72,6 +79,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPlacementsPerCycle < 0 {
 		return fmt.Errorf("max placements per cycle %d is negative", c.MaxPlacementsPerCycle)
+	}
+	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
+		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)
 	}
 	if c.DefaultEstimate < 0 {
 		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)

@@ -175,9 +175,8 @@ func newSched(in *Input) *sched {
 		}
 	}
 	s.buildTeams()
-	s.f = buildFleet(in, s.classOf, len(s.classes))
+	s.f, s.empty = s.fleetFor(in)
 	s.classGen = make([]uint32, len(s.classes))
-	s.empty = s.f.clone()
 	s.buildRunning()
 	s.buildPending()
 	return s

@@ -154,6 +154,16 @@ type Input struct {
 	// Classes maps admin-defined GPU class names to catalog ids.
 	Classes map[string][]string
 	Config  Config
+	// FleetVersion and Cache let a caller that schedules the same fleet
+	// cycle after cycle skip rebuilding the fleet index: with both set, a
+	// call whose FleetVersion (non-zero), Nodes slice and Models equal the
+	// previous call's reuses the index built then. The caller bumps
+	// FleetVersion whenever anything of Nodes or Models changes (a node or
+	// GPU added, removed, relabelled or changing state, MIG layout); what
+	// runs where is read from Jobs every call. Zero, or a nil Cache, builds
+	// the index afresh. The output is the same either way.
+	FleetVersion uint64
+	Cache        *FleetCache `json:"-"`
 }
 
 // Config is the policy. Policies are configurations of the same code.
@@ -175,8 +185,15 @@ type Config struct {
 	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
 	Packing string
 	// HeterogeneityPreference honours Resources.Prefer (cheapest adequate
-	// or fastest model) instead of taking the first model that fits.
+	// or fastest model) instead of taking the first model that fits; a job
+	// that states no preference gets the fastest model that fits.
 	HeterogeneityPreference bool
+	// SizeSlack, when positive, orders the queue within a class (after
+	// requeued jobs) by a virtual deadline instead of submit time:
+	// submit + SizeSlack x GPUs x Estimate (estimated GPU-seconds, so
+	// SizeSlack is in 1/GPUs). Small jobs go first; a job is passed only by
+	// jobs whose deadline comes before its own, so it never starves.
+	SizeSlack float64
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
 	// ETA computes estimated starts for every pending job by a forward

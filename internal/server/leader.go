@@ -179,6 +179,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time) error
 		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
 			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart})
 	}
+	// Starts are stamped after the snapshot was read, so that an attempt
+	// never appears to begin before the one it replaces ended.
+	d.At = s.now()
 	if err := s.st.ApplySchedule(ctx, epoch, d); err != nil {
 		return err
 	}

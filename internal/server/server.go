@@ -49,6 +49,8 @@ type Config struct {
 	// DefaultEstimate per priority class when a job gives neither estimate
 	// nor time limit.
 	DefaultEstimate map[scheduler.Priority]time.Duration
+	// LogDir holds attempts' logs as agents ship them; empty disables logs.
+	LogDir string
 	// WatchInterval is how often event streams poll the audit log.
 	WatchInterval time.Duration
 	// Now is the clock; tests set it.

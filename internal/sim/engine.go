@@ -190,6 +190,10 @@ type engine struct {
 	failures    int
 	completed   int
 	buf         []scheduler.Job
+	// fleetVersion changes whenever a node's state changes (failures,
+	// repairs), so the scheduler may reuse its fleet index in between.
+	fleetVersion uint64
+	cache        scheduler.FleetCache
 }
 
 // Run replays the trace on the cluster under cfg.
@@ -236,6 +240,8 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		byID:    map[string]*jobState{},
 		models:  maps.Clone(cl.Models),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
+
+		fleetVersion: 1,
 	}
 	if e.epoch.IsZero() {
 		e.epoch = DefaultEpoch
@@ -443,6 +449,7 @@ func (e *engine) handle(ev event) {
 				}
 			}
 		}
+		e.fleetVersion++
 		n.State = scheduler.Down
 		n.GPUs = slices.Clone(n.GPUs)
 		for k := range n.GPUs {
@@ -451,6 +458,7 @@ func (e *engine) handle(ev event) {
 		e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: ev.node})
 	case evRepair:
 		n := &e.nodes[ev.node]
+		e.fleetVersion++
 		n.State = scheduler.Ready
 		n.GPUs = slices.Clone(n.GPUs)
 		for k := range n.GPUs {
@@ -574,6 +582,9 @@ func (e *engine) input() scheduler.Input {
 		Jobs:   e.buf,
 		Models: e.models,
 		Config: e.cfg.Policy,
+
+		FleetVersion: e.fleetVersion,
+		Cache:        &e.cache,
 	}
 }
 

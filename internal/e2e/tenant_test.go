@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// TestTenantsNeverSeeEachOther walks every route the API registers and
+// checks, as a member of team-a, that team-b's job never shows and can
+// never be touched. A new route without a case here fails the test.
+func TestTenantsNeverSeeEachOther(t *testing.T) {
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a", "team-b")
+	ctx := t.Context()
+	agent := registerAgent(t, p, f.admin, "n1", "h100-sxm-80gb", 8)
+	jb, err := f.members["team-b"].SubmitJob(ctx, api.SubmitRequest{Command: []string{"secret-b"}, Name: "secret-b-job",
+		Resources: gpufleet.Resources{GPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "team-b's job placed", func() error {
+		_, err := agent.beat(ctx)
+		return err
+	})
+	tokA := f.tokens["team-a"]
+	secret := []string{jb.ID, "secret-b", "team-b"}
+
+	do := func(method, path, body, token string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(bearer(req, token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b)
+	}
+	noLeak := func(t *testing.T, code int, body string) {
+		t.Helper()
+		if code >= 500 {
+			t.Fatalf("status %d: %s", code, body)
+		}
+		check := secret
+		if code >= 400 {
+			check = secret[1:2] // an error may echo the id or team the caller named
+		}
+		for _, s := range check {
+			if strings.Contains(body, s) {
+				t.Errorf("team-a's response shows %q: %.300s", s, body)
+			}
+		}
+	}
+	want := func(t *testing.T, code, wantCode int, body string) {
+		t.Helper()
+		if code != wantCode {
+			t.Errorf("status %d, want %d: %.200s", code, wantCode, body)
+		}
+		noLeak(t, code, body)
+	}
+	id := jb.ID
+	cases := map[string]func(t *testing.T){
+		"GET /healthz":             func(t *testing.T) { c, b := do("GET", "/healthz", "", tokA); want(t, c, 200, b) },
+		"GET /readyz":              func(t *testing.T) { c, b := do("GET", "/readyz", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/openapi.json": func(t *testing.T) { c, b := do("GET", "/api/v1/openapi.json", "", ""); want(t, c, 200, b) },
+		"GET /metrics":             func(t *testing.T) { c, b := do("GET", "/metrics", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/jobs": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/jobs", `{"team":"team-b","command":["x"],"resources":{"gpus":1}}`, tokA)
+			want(t, c, 404, b)
+		},
+		"GET /api/v1/jobs": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/jobs?all=1", "", tokA)
+			want(t, c, 200, b)
+			c, b = do("GET", "/api/v1/jobs?team=team-b", "", tokA)
+			noLeak(t, c, b)
+		},
+		"GET /api/v1/jobs/{id}":              func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id, "", tokA); want(t, c, 404, b) },
+		"POST /api/v1/jobs/{id}/cancel":      func(t *testing.T) { c, b := do("POST", "/api/v1/jobs/"+id+"/cancel", "", tokA); want(t, c, 404, b) },
+		"GET /api/v1/jobs/{id}/logs":         func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id+"/logs", "", tokA); want(t, c, 404, b) },
+		"GET /api/v1/queue":                  func(t *testing.T) { c, b := do("GET", "/api/v1/queue", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/nodes":                  func(t *testing.T) { c, b := do("GET", "/api/v1/nodes", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/nodes/{name}":           func(t *testing.T) { c, b := do("GET", "/api/v1/nodes/n1", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/nodes/{name}/cordon":   func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/cordon", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/nodes/{name}/uncordon": func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/uncordon", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/nodes/{name}/drain":    func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/drain", "", tokA); want(t, c, 403, b) },
+		"GET /api/v1/teams":                  func(t *testing.T) { c, b := do("GET", "/api/v1/teams", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/teams": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/teams", `{"name":"team-b","weight":9}`, tokA)
+			want(t, c, 403, b)
+		},
+		"GET /api/v1/classes": func(t *testing.T) { c, b := do("GET", "/api/v1/classes", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/classes": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/classes", `{"name":"x","models":["l4"]}`, tokA)
+			want(t, c, 403, b)
+		},
+		"GET /api/v1/tokens": func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/tokens": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/tokens", `{"team":"team-b","role":"member"}`, tokA)
+			want(t, c, 403, b)
+		},
+		"DELETE /api/v1/tokens/{id}": func(t *testing.T) { c, b := do("DELETE", "/api/v1/tokens/whatever", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/join-tokens":   func(t *testing.T) { c, b := do("POST", "/api/v1/join-tokens", `{}`, tokA); want(t, c, 403, b) },
+		"GET /api/v1/usage": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/usage", "", tokA)
+			want(t, c, 200, b)
+			c, b = do("GET", "/api/v1/usage?team=team-b", "", tokA)
+			want(t, c, 404, b)
+		},
+		"GET /api/v1/events": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/events?since=0", "", tokA)
+			noLeak(t, c, b)
+			sctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(sctx, "GET", p.url+"/api/v1/events?watch=1&since=0", nil)
+			resp, err := http.DefaultClient.Do(bearer(req, tokA))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b2, _ := io.ReadAll(resp.Body) // until the deadline
+			noLeak(t, resp.StatusCode, string(b2))
+		},
+		"POST /api/v1/agent/register": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/agent/register", `{"node":"evil"}`, tokA)
+			want(t, c, 401, b)
+		},
+		"POST /api/v1/agent/heartbeat": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/agent/heartbeat", `{"node":"n1"}`, tokA)
+			want(t, c, 403, b)
+		},
+	}
+	seen := map[string]bool{}
+	for _, r := range api.Routes() {
+		key := r.Method + " " + r.Pattern
+		seen[key] = true
+		tc, ok := cases[key]
+		if !ok {
+			t.Errorf("route %s has no cross-tenant case: add one here", key)
+			continue
+		}
+		t.Run(key, tc)
+	}
+	for key := range cases {
+		if !seen[key] {
+			t.Errorf("case %s names a route the API no longer has", key)
+		}
+	}
+	// And the job is untouched.
+	got, err := f.admin.Job(ctx, id)
+	if err != nil || got.CancelRequested {
+		t.Errorf("team-b's job after team-a's attempts: %+v %v", got.State, err)
+	}
+}

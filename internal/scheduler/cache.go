@@ -1,0 +1,50 @@
+package scheduler
+
+import "sync"
+
+// FleetCache holds the fleet index (nodes sorted by name, models, GPU ids,
+// NVLink domains, the empty-fleet buckets) between Schedule calls of one
+// caller; see Input.FleetVersion. The zero value is ready to use and safe
+// for concurrent calls; a caller with several fleets keeps one per fleet.
+type FleetCache struct {
+	mu      sync.Mutex
+	version uint64
+	first   *Node // &Input.Nodes[0]
+	n       int
+	models  int
+	tmpl    *fleet // nothing running; never changed after it is built
+}
+
+// fleetFor returns the capacity model to schedule on (a fresh copy, free
+// to change) and the empty fleet (read-only), from the cache when the
+// caller's version says the nodes did not change.
+func (s *sched) fleetFor(in *Input) (f, empty *fleet) {
+	c := in.Cache
+	if c == nil || in.FleetVersion == 0 || len(in.Nodes) == 0 {
+		t := buildFleet(in, s.classOf, len(s.classes))
+		return t.clone(), t
+	}
+	c.mu.Lock()
+	t := c.tmpl
+	if t == nil || c.version != in.FleetVersion || c.first != &in.Nodes[0] || c.n != len(in.Nodes) ||
+		c.models != len(in.Models) || !s.sameClasses(t) {
+		t = buildFleet(in, s.classOf, len(s.classes))
+		c.tmpl, c.version, c.first, c.n, c.models = t, in.FleetVersion, &in.Nodes[0], len(in.Nodes), len(in.Models)
+	}
+	c.mu.Unlock()
+	return t.clone(), t
+}
+
+// sameClasses reports whether a cached fleet's quota classes are this
+// call's: teams' quotas may change while the nodes do not.
+func (s *sched) sameClasses(t *fleet) bool {
+	if len(t.classFree) != len(s.classes) {
+		return false
+	}
+	for i := range t.models {
+		if t.models[i].class != s.classOf(t.models[i].id) {
+			return false
+		}
+	}
+	return true
+}
