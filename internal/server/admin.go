@@ -196,7 +196,11 @@ func (s *Server) RevokeToken(ctx context.Context, p api.Principal, id string) er
 	if err := requireAdmin(p); err != nil {
 		return err
 	}
-	return s.st.RevokeToken(ctx, id, s.now(), actor(p))
+	if err := s.st.RevokeToken(ctx, id, s.now(), actor(p)); err != nil {
+		return err
+	}
+	s.forget(userPrefix + id)
+	return nil
 }
 
 // CreateJoinToken issues a join token for agents (admin only): single-use

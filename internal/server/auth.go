@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -50,9 +51,64 @@ func newSecret(prefix string) (id, token string, hash []byte) {
 // part was wrong.
 var errUnauthorized = api.ErrUnauthorized
 
+// authCacheTTL bounds how long a verified credential is trusted without
+// reading the store again. A revocation on this replica takes effect at
+// once; on other replicas within this time.
+const authCacheTTL = 10 * time.Second
+
+// cachedAuth is a verified credential: the SHA-256 of the whole bearer
+// string, so a cache hit still compares secrets in constant time.
+type cachedAuth struct {
+	hash    []byte
+	p       api.Principal
+	expires time.Time
+}
+
+// authKey identifies a credential in the cache without holding its secret.
+func authKey(bearer string) string {
+	if i := strings.LastIndexAny(bearer, "_."); i > 0 {
+		return bearer[:i]
+	}
+	return "admin"
+}
+
 // Authenticate resolves a bearer token: the admin token, a user token or a
-// node credential. Secrets are compared in constant time.
+// node credential. Secrets are compared in constant time. Verified
+// credentials are cached briefly so that heartbeats and API calls do not
+// read the store every time.
 func (s *Server) Authenticate(ctx context.Context, bearer string) (api.Principal, error) {
+	key, h := authKey(bearer), hashSecret(bearer)
+	now := time.Now()
+	s.authMu.Lock()
+	c, ok := s.authCache[key]
+	s.authMu.Unlock()
+	if ok && now.Before(c.expires) && subtle.ConstantTimeCompare(h, c.hash) == 1 {
+		return c.p, nil
+	}
+	p, err := s.authenticate(ctx, bearer)
+	if err == nil {
+		s.authMu.Lock()
+		if len(s.authCache) > 100000 {
+			s.authCache = map[string]cachedAuth{}
+		}
+		s.authCache[key] = cachedAuth{hash: h, p: p, expires: now.Add(authCacheTTL)}
+		s.authMu.Unlock()
+	}
+	return p, err
+}
+
+// forget drops cached credentials whose key starts with prefix.
+func (s *Server) forget(prefix string) {
+	s.authMu.Lock()
+	defer s.authMu.Unlock()
+	for k := range s.authCache {
+		if strings.HasPrefix(k, prefix) {
+			delete(s.authCache, k)
+		}
+	}
+}
+
+func (s *Server) authenticate(ctx context.Context, bearer string) (api.Principal, error) {
 	switch {
 	case strings.HasPrefix(bearer, userPrefix):
 		id, secret, ok := strings.Cut(strings.TrimPrefix(bearer, userPrefix), "_")

@@ -87,10 +87,24 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	start := time.Now()
 	now := s.now()
-	if err := s.loseSilentNodes(ctx, now); err != nil {
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
 		return err
 	}
-	err = s.schedule(ctx, lease.Epoch, now)
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	lost, err := s.loseSilentNodes(ctx, jobs, now)
+	if err != nil {
+		return err
+	}
+	if lost > 0 {
+		if jobs, err = s.st.ActiveJobs(ctx); err != nil {
+			return err
+		}
+	}
+	err = s.schedule(ctx, lease.Epoch, now, jobs, nodes)
 	s.metrics.cycle.Observe(time.Since(start).Seconds())
 	if ferr := s.flushUsage(ctx); ferr != nil {
 		s.log.Warn("flushing usage", "err", ferr)
@@ -108,12 +122,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 // loseSilentNodes declares the attempts of nodes silent for longer than
 // heartbeat grace + fence + margin lost, so their jobs requeue. By then the
 // agent has fenced itself: at most one attempt of a job ever runs.
-func (s *Server) loseSilentNodes(ctx context.Context, now time.Time) error {
+func (s *Server) loseSilentNodes(ctx context.Context, jobs []gpufleet.Job, now time.Time) (int, error) {
 	limit := s.cfg.HeartbeatGrace + s.cfg.FenceAfter + s.cfg.LostMargin
-	jobs, err := s.st.ActiveJobs(ctx)
-	if err != nil {
-		return err
-	}
+	lost := 0
 	for _, j := range jobs {
 		for _, a := range j.Attempts {
 			if a.State.Terminal() {
@@ -129,19 +140,20 @@ func (s *Server) loseSilentNodes(ctx context.Context, now time.Time) error {
 						s.cfg.HeartbeatGrace, s.cfg.FenceAfter, s.cfg.LostMargin),
 					ReasonCode: "node_lost", Actor: "system"})
 				if err != nil && !errors.Is(err, gpufleet.ErrInvalid) {
-					return err
+					return lost, err
 				}
+				lost++
 				break
 			}
 		}
 	}
-	return nil
+	return lost, nil
 }
 
 // schedule snapshots the store, runs the scheduler and persists the
 // decision fenced by epoch.
-func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time) error {
-	in, byID, err := s.snapshot(ctx, now)
+func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) error {
+	in, byID, err := s.snapshot(ctx, now, jobs, nodes)
 	if err != nil {
 		return err
 	}
@@ -186,7 +198,41 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time) error
 		return err
 	}
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
-	return s.refreshOrders(ctx)
+	s.setOrders(applied(jobs, d), nodes)
+	return nil
+}
+
+// applied returns the jobs as the store holds them after d: new attempts
+// starting, stopped attempts asked to stop.
+func applied(jobs []gpufleet.Job, d store.Decision) []gpufleet.Job {
+	starts := map[string]store.Start{}
+	for _, st := range d.Starts {
+		starts[st.JobID] = st
+	}
+	stops := map[string]store.Stop{}
+	for _, st := range d.Stops {
+		stops[st.AttemptID] = st
+	}
+	out := make([]gpufleet.Job, len(jobs))
+	for i, j := range jobs {
+		if st, ok := starts[j.ID]; ok {
+			at := d.At
+			j.State = gpufleet.JobScheduled
+			j.Attempts = append(slices.Clone(j.Attempts), gpufleet.Attempt{ID: st.AttemptID, JobID: j.ID, State: gpufleet.AttemptStarting,
+				Nodes: st.Nodes, StartedAt: &at, Fraction: st.Fraction})
+		}
+		cloned := false
+		for k := range j.Attempts {
+			if stop, ok := stops[j.Attempts[k].ID]; ok && !j.Attempts[k].State.Terminal() {
+				if !cloned {
+					j.Attempts, cloned = slices.Clone(j.Attempts), true
+				}
+				j.Attempts[k].StopRequested, j.Attempts[k].Reason, j.Attempts[k].ReasonCode = true, stop.Reason, stop.ReasonCode
+			}
+		}
+		out[i] = j
+	}
+	return out
 }
 
 // activeAttempt is a job's non-terminal attempt, if any.
@@ -199,16 +245,8 @@ func activeAttempt(j gpufleet.Job) *gpufleet.Attempt {
 	return nil
 }
 
-// refreshOrders rebuilds what each node's heartbeat answers with.
-func (s *Server) refreshOrders(ctx context.Context) error {
-	jobs, err := s.st.ActiveJobs(ctx)
-	if err != nil {
-		return err
-	}
-	nodes, err := s.st.Nodes(ctx)
-	if err != nil {
-		return err
-	}
+// setOrders rebuilds what each node's heartbeat answers with.
+func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 	modelOf := map[string]string{}
 	for _, n := range nodes {
 		for _, g := range n.GPUs {
@@ -278,7 +316,6 @@ func (s *Server) refreshOrders(ctx context.Context) error {
 		}
 	}
 	s.metrics.setQueue(depth)
-	return nil
 }
 
 // masterPort derives a rendezvous port from the attempt id, in the
@@ -292,13 +329,9 @@ func masterPort(attempt string) int {
 }
 
 // snapshot builds the scheduler's input from the store.
-func (s *Server) snapshot(ctx context.Context, now time.Time) (scheduler.Input, map[string]gpufleet.Job, error) {
+func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) (scheduler.Input, map[string]gpufleet.Job, error) {
 	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
-	nodes, err := s.st.Nodes(ctx)
-	if err != nil {
-		return in, nil, err
-	}
 	for _, n := range nodes {
 		v := s.view(n, now)
 		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels}
@@ -329,10 +362,6 @@ func (s *Server) snapshot(ctx context.Context, now time.Time) (scheduler.Input, 
 		in.Classes[c.Name] = c.Models
 	}
 	teams, err := s.st.Teams(ctx)
-	if err != nil {
-		return in, nil, err
-	}
-	jobs, err := s.st.ActiveJobs(ctx)
 	if err != nil {
 		return in, nil, err
 	}

@@ -176,6 +176,7 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	if err := s.st.PutNodeCredential(ctx, cred); err != nil {
 		return api.RegisterResponse{}, err
 	}
+	s.forget(nodePrefix + r.Node)
 	s.mu.Lock()
 	ln := s.live(r.Node)
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL

@@ -115,6 +115,9 @@ type Server struct {
 
 	metrics *metrics
 
+	authMu    sync.Mutex
+	authCache map[string]cachedAuth
+
 	// Accounting: what each running attempt is (team, model), what of its
 	// reported totals has been counted, and usage not yet flushed.
 	attempts     map[string]attemptInfo
@@ -148,6 +151,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		wake:         make(chan struct{}, 1),
 		nodes:        map[string]*liveNode{},
 		metrics:      newMetrics(),
+		authCache:    map[string]cachedAuth{},
 		attempts:     map[string]attemptInfo{},
 		accounted:    map[string]api.AttemptReport{},
 		pendingUsage: map[usageKey]store.UsageRow{},
