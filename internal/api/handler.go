@@ -27,6 +27,9 @@ type HandlerOptions struct {
 	// StreamWriteTimeout bounds each write of a stream (events, followed
 	// logs), replacing the server's WriteTimeout there. Default 30s.
 	StreamWriteTimeout time.Duration
+	// WatchInterval is how often a watched list (jobs, queue, nodes with
+	// ?watch=1) is read again; a snapshot is sent when it changed.
+	WatchInterval time.Duration
 }
 
 // DefaultMaxBodyBytes is the request body cap when HandlerOptions leaves it 0.
@@ -68,6 +71,9 @@ func NewHandler(svc Service, agents AgentService, logs LogService, watch WatchSe
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = 15 * time.Second
 	}
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = time.Second
+	}
 	if opts.StreamWriteTimeout <= 0 {
 		opts.StreamWriteTimeout = 30 * time.Second
 	}
@@ -108,13 +114,13 @@ func (h *handler) table() []routeDef {
 		r("GET", v1+"/openapi.json", AuthNone, "This API's OpenAPI 3.1 document", h.openapi),
 
 		r("POST", v1+"/jobs", AuthMember, "Submit a job", h.submitJob),
-		r("GET", v1+"/jobs", AuthMember, "List jobs", h.listJobs),
+		r("GET", v1+"/jobs", AuthMember, "List jobs; watch=1 streams snapshots as server-sent events", h.listJobs),
 		r("GET", v1+"/jobs/{id}", AuthMember, "Get a job with its attempts", h.getJob),
 		r("POST", v1+"/jobs/{id}/cancel", AuthMember, "Request a job's cancellation", h.cancelJob),
 		r("GET", v1+"/jobs/{id}/logs", AuthMember, "A job's log (latest attempt); follow=1 streams it", h.jobLogs),
-		r("GET", v1+"/queue", AuthMember, "The queue with positions, reasons and ETAs", h.queue),
+		r("GET", v1+"/queue", AuthMember, "The queue with positions, reasons and ETAs; watch=1 streams snapshots", h.queue),
 
-		r("GET", v1+"/nodes", AuthMember, "List nodes", h.listNodes),
+		r("GET", v1+"/nodes", AuthMember, "List nodes; watch=1 streams snapshots", h.listNodes),
 		r("GET", v1+"/nodes/{name}", AuthMember, "Get a node", h.getNode),
 		r("POST", v1+"/nodes/{name}/cordon", AuthAdmin, "Stop placing work on a node", h.nodeAction(Cordon)),
 		r("POST", v1+"/nodes/{name}/uncordon", AuthAdmin, "Return a node to ready", h.nodeAction(Uncordon)),

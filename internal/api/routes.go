@@ -75,12 +75,22 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, p Principal) 
 	for _, s := range splitList(q["state"]) {
 		jq.States = append(jq.States, gpufleet.JobState(s))
 	}
-	list, err := h.svc.Jobs(r.Context(), p, jq)
+	fetch := func() (any, error) {
+		list, err := h.svc.Jobs(r.Context(), p, jq)
+		if list.Jobs == nil {
+			list.Jobs = []gpufleet.Job{}
+		}
+		return list, err
+	}
+	if watch, err := boolParam(r, "watch"); err != nil || watch {
+		if err != nil {
+			return err
+		}
+		return h.watchSnapshots(w, r, fetch)
+	}
+	list, err := fetch()
 	if err != nil {
 		return err
-	}
-	if list.Jobs == nil {
-		list.Jobs = []gpufleet.Job{}
 	}
 	return writeJSON(w, http.StatusOK, list)
 }
@@ -106,15 +116,25 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request, p Principal) err
 	if err != nil {
 		return err
 	}
-	entries, err := h.svc.Queue(r.Context(), p)
+	fetch := func() (any, error) {
+		entries, err := h.svc.Queue(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		page, next, err := paginate(entries, limit, token)
+		return QueueList{Queue: page, NextToken: next}, err
+	}
+	if watch, err := boolParam(r, "watch"); err != nil || watch {
+		if err != nil {
+			return err
+		}
+		return h.watchSnapshots(w, r, fetch)
+	}
+	list, err := fetch()
 	if err != nil {
 		return err
 	}
-	page, next, err := paginate(entries, limit, token)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, QueueList{Queue: page, NextToken: next})
+	return writeJSON(w, http.StatusOK, list)
 }
 
 func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -122,15 +142,25 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, p Principal)
 	if err != nil {
 		return err
 	}
-	nodes, err := h.svc.Nodes(r.Context(), p)
+	fetch := func() (any, error) {
+		nodes, err := h.svc.Nodes(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		page, next, err := paginate(nodes, limit, token)
+		return NodeList{Nodes: page, NextToken: next}, err
+	}
+	if watch, err := boolParam(r, "watch"); err != nil || watch {
+		if err != nil {
+			return err
+		}
+		return h.watchSnapshots(w, r, fetch)
+	}
+	list, err := fetch()
 	if err != nil {
 		return err
 	}
-	page, next, err := paginate(nodes, limit, token)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, NodeList{Nodes: page, NextToken: next})
+	return writeJSON(w, http.StatusOK, list)
 }
 
 func (h *handler) getNode(w http.ResponseWriter, r *http.Request, p Principal) error {

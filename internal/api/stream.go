@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -155,4 +156,59 @@ func sseFrame(ev gpufleet.Event) []byte {
 		kind = "message"
 	}
 	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.ID, kind, data)
+}
+
+// watchSnapshots streams a list as server-sent events: an "event: snapshot"
+// with the whole list as JSON at once, then again whenever it changes,
+// read every WatchInterval, with keepalive comments while idle. Any replica
+// serves it: the list comes from the store.
+func (h *handler) watchSnapshots(w http.ResponseWriter, r *http.Request, fetch func() (any, error)) error {
+	first, err := fetch()
+	if err != nil {
+		return err // still a JSON error: nothing written yet
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := h.newStream(w)
+	var last []byte
+	send := func(v any) error {
+		data, err := json.Marshal(v)
+		if err != nil || bytes.Equal(data, last) {
+			return err
+		}
+		last = data
+		_, err = s.Write(fmt.Appendf(nil, "event: snapshot\ndata: %s\n\n", data))
+		return err
+	}
+	if err := send(first); err != nil {
+		return err
+	}
+	poll := time.NewTicker(h.opts.WatchInterval)
+	defer poll.Stop()
+	idle := time.Now()
+	for {
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-poll.C:
+			v, err := fetch()
+			if err != nil {
+				return nil // the stream ends; the client reconnects
+			}
+			before := last
+			if err := send(v); err != nil {
+				return err
+			}
+			if !bytes.Equal(before, last) {
+				idle = time.Now()
+			} else if time.Since(idle) >= h.opts.KeepAlive {
+				if _, err := s.Write([]byte(": keepalive\n\n")); err != nil {
+					return err
+				}
+				idle = time.Now()
+			}
+		}
+	}
 }

@@ -232,7 +232,19 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 		}
 	}
 	for _, a := range changed {
-		_, err := s.st.UpdateAttempt(ctx, store.AttemptUpdate{
+		// An agent may only report attempts placed on its own node.
+		rec, err := s.st.Attempt(ctx, a.AttemptID)
+		if errors.Is(err, gpufleet.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return api.HeartbeatResponse{}, err
+		}
+		if !slices.ContainsFunc(rec.Nodes, func(n gpufleet.AttemptNode) bool { return n.Name == p.Node }) {
+			s.log.Warn("agent reported another node's attempt", "node", p.Node, "attempt", a.AttemptID)
+			continue
+		}
+		_, err = s.st.UpdateAttempt(ctx, store.AttemptUpdate{
 			AttemptID: a.AttemptID, State: a.State, At: now, ExitCode: a.ExitCode, Reason: a.Reason, ReasonCode: a.ReasonCode,
 			GPUSeconds: a.GPUSeconds, EffectiveGPUSeconds: a.EffectiveGPUSeconds, EnergyJoules: a.EnergyJoules, Actor: actor(p),
 		})

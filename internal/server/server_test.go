@@ -36,14 +36,16 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *Server
 	st    store.Store
 	clk   *clock
 	admin api.Principal
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureB(t) }
+
+func newFixtureB(t testing.TB) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
@@ -87,6 +89,18 @@ func (f *fixture) team(name string, quota map[string]int) api.Principal {
 // node registers a node with n GPUs of model and returns its principal.
 func (f *fixture) node(name, model string, n int) api.Principal {
 	f.t.Helper()
+	p, err := f.srv.Authenticate(f.t.Context(), f.register(name, model, n))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// nodeCred registers an 8-GPU H100 node and returns its credential.
+func (f *fixture) nodeCred(name string) string { return f.register(name, "h100-sxm-80gb", 8) }
+
+func (f *fixture) register(name, model string, n int) string {
+	f.t.Helper()
 	ctx := f.t.Context()
 	jt, err := f.srv.CreateJoinToken(ctx, f.admin, api.JoinTokenRequest{})
 	if err != nil {
@@ -102,11 +116,7 @@ func (f *fixture) node(name, model string, n int) api.Principal {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	p, err := f.srv.Authenticate(ctx, resp.Credential)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return p
+	return resp.Credential
 }
 
 func (f *fixture) cycle() {
@@ -367,3 +377,32 @@ func golden(t *testing.T, name, got string) {
 }
 
 var _ = context.Background
+
+func TestAgentsCannotTouchOtherNodesAttempts(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 8)
+	n2 := f.node("n2", "h100-sxm-80gb", 8)
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}})
+	f.cycle()
+	var as api.Assignment
+	for _, n := range []api.Principal{n1, n2} {
+		hb, _ := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{})
+		if len(hb.Start) == 1 {
+			as = hb.Start[0]
+		}
+	}
+	other := n1
+	if got := f.job(j.ID); got.Attempts[0].Node == "n1" {
+		other = n2
+	}
+	zero := 0
+	f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptSucceeded, ExitCode: &zero}}})
+	if got := f.job(j.ID); got.State != gpufleet.JobScheduled {
+		t.Fatalf("another node's report changed the job to %s", got.State)
+	}
+	if _, err := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{Node: "n9"}); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("heartbeat for another node: %v, want forbidden", err)
+	}
+}
