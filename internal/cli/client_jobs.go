@@ -484,6 +484,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		{"submitted", c.ago(&j.SubmittedAt)}, {"started", c.ago(j.StartedAt)}, {"finished", c.ago(j.FinishedAt)},
 		{"time limit", seconds(j.TimeLimitS)}, {"estimate", seconds(j.EstimateS)},
 		{"retries", fmt.Sprintf("%d of %d used", j.Retries.Used, j.Retries.Max)},
+		{"interruptions", fmt.Sprintf("%d (preemption, drain, node loss: not counted against retries)", j.Interruptions)},
 		{"preemptible", strconv.FormatBool(j.Preemptible)},
 	}
 	if j.Queue != nil {
