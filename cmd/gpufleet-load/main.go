@@ -189,23 +189,29 @@ func heartbeats(ctx context.Context, creds []*api.Client, prefix string, interva
 		}()
 	}
 	start := time.Now()
-	tick := time.NewTicker(interval / time.Duration(max(1, len(creds)/100)))
+	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	next := 0
+	sent := 0
+	dropped := 0
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
 		case <-tick.C:
-			for range 100 {
+			// Every node beats once per interval: send what is due by now.
+			due := int(time.Since(start).Seconds() / interval.Seconds() * float64(len(creds)))
+			for ; sent < due; sent++ {
 				select {
-				case jobs <- next % len(creds):
-				default: // the server is behind: this beat is late, count it as not sent
+				case jobs <- sent % len(creds):
+				default:
+					dropped++ // the server (or this generator) is behind: a missed beat
 				}
-				next++
 			}
 		}
+	}
+	if dropped > 0 {
+		fmt.Fprintf(os.Stderr, "heartbeat: %d beats could not be sent on time\n", dropped)
 	}
 	close(jobs)
 	wg.Wait()

@@ -27,9 +27,14 @@ type leaderState struct {
 	// orders are the per-node starts and stops agents receive.
 	orders map[string]nodeOrders
 	// usage is each team's decayed GPU-seconds, for fair share.
-	usage     map[string]float64
-	usageAt   time.Time
-	lastCycle time.Duration
+	usage   map[string]float64
+	usageAt time.Time
+	// lastFull is when the last full cycle ran, lastEvent the newest audit
+	// event it had seen, and silentLimit per node the moment its attempts
+	// would be lost if it stays silent.
+	lastFull  time.Time
+	lastEvent int64
+	withWork  map[string]bool
 }
 
 type nodeOrders struct {
@@ -87,6 +92,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	start := time.Now()
 	now := s.now()
+	if !s.dirty.Swap(false) && !s.due(ctx, now) {
+		return nil // nothing changed: the lease is renewed, the last decision stands
+	}
+	mark, err := s.st.LastEventID(ctx)
+	if err != nil {
+		return err
+	}
 	jobs, err := s.st.ActiveJobs(ctx)
 	if err != nil {
 		return err
@@ -116,7 +128,37 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.log.Warn("lost leadership while scheduling", "epoch", lease.Epoch)
 		return nil
 	}
-	return err
+	if err != nil {
+		s.dirty.Store(true) // try again next tick
+		return err
+	}
+	s.mu.Lock()
+	s.leader.lastFull, s.leader.lastEvent = now, mark
+	s.mu.Unlock()
+	return nil
+}
+
+// due reports whether a full cycle must run although nothing was nudged:
+// another replica changed the store (a new audit event), IdleCycle has
+// passed, or a node holding work has gone silent long enough to matter.
+func (s *Server) due(ctx context.Context, now time.Time) bool {
+	s.mu.Lock()
+	last, lastEvent, ready := s.leader.lastFull, s.leader.lastEvent, s.leader.ready
+	var nodes []string
+	for n := range s.leader.withWork {
+		nodes = append(nodes, n)
+	}
+	s.mu.Unlock()
+	if !ready || now.Sub(last) >= s.cfg.IdleCycle || now.Before(last) {
+		return true
+	}
+	for _, n := range nodes {
+		if age, _ := s.heartbeatAge(n, now); age > s.cfg.HeartbeatGrace {
+			return true
+		}
+	}
+	id, err := s.st.LastEventID(ctx)
+	return err != nil || id != lastEvent
 }
 
 // loseSilentNodes declares the attempts of nodes silent for longer than
@@ -299,6 +341,12 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 	s.mu.Lock()
 	s.leader.orders = orders
 	s.leader.ready = true
+	s.leader.withWork = map[string]bool{}
+	for n, o := range orders {
+		if len(o.active) > 0 {
+			s.leader.withWork[n] = true
+		}
+	}
 	for id, info := range infos {
 		s.attempts[id] = info
 	}

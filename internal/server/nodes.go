@@ -210,6 +210,9 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	now := s.now()
 	s.mu.Lock()
 	ln := s.live(p.Node)
+	if now.Sub(ln.lastSeen) > s.cfg.HeartbeatGrace {
+		defer s.nudge() // back from down (or first seen since a restart): place work there
+	}
 	ln.lastSeen = now
 	ln.samples = r.Samples
 	var changed []api.AttemptReport

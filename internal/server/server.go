@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -39,6 +40,10 @@ type Config struct {
 	// FenceAfter is how long an agent keeps running attempts without the
 	// server before it stops them itself.
 	FenceAfter time.Duration
+	// IdleCycle is the longest the leader goes without a full scheduling
+	// cycle when nothing changed (no new audit event, no local nudge);
+	// between them a tick only renews the lease.
+	IdleCycle time.Duration
 	// LostMargin is added to grace and fence before a silent node's
 	// attempts are declared lost and requeued (at-most-once).
 	LostMargin time.Duration
@@ -67,6 +72,7 @@ func Default() Config {
 		HeartbeatGrace: 30 * time.Second,
 		FenceAfter:     60 * time.Second,
 		LostMargin:     10 * time.Second,
+		IdleCycle:      5 * time.Second,
 		CredentialTTL:  24 * time.Hour,
 		Policy:         "gpufleet",
 		DefaultEstimate: map[scheduler.Priority]time.Duration{
@@ -104,7 +110,8 @@ type Server struct {
 	log       *slog.Logger
 	adminHash []byte
 
-	wake chan struct{} // nudges the leader loop
+	wake  chan struct{} // nudges the leader loop
+	dirty atomic.Bool   // something changed since the last full cycle
 
 	mu     sync.Mutex
 	nodes  map[string]*liveNode // heartbeat state, kept in memory
@@ -159,8 +166,9 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 	return s, nil
 }
 
-// nudge wakes the leader loop without blocking.
+// nudge marks the state changed and wakes the leader loop without blocking.
 func (s *Server) nudge() {
+	s.dirty.Store(true)
 	select {
 	case s.wake <- struct{}{}:
 	default:

@@ -121,3 +121,14 @@ func (s *SQL) Usage(ctx context.Context, team string, from, to time.Time) ([]Usa
 	}
 	return out, nil
 }
+
+// LastEventID returns the id of the newest audit event, 0 when there is
+// none. Every state change writes an event, so an unchanged id means an
+// unchanged state: the leader uses it to skip idle cycles.
+func (s *SQL) LastEventID(ctx context.Context) (int64, error) {
+	var id sql.NullInt64
+	if err := s.rd.QueryRowContext(ctx, `SELECT max(id) FROM events`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("read last event id: %w", err)
+	}
+	return id.Int64, nil
+}

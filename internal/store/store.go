@@ -238,6 +238,8 @@ type Store interface {
 	UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error)
 
 	AppendEvent(ctx context.Context, e gpufleet.Event) error
+	// LastEventID is the newest audit event's id (0 when none).
+	LastEventID(ctx context.Context) (int64, error)
 	Events(ctx context.Context, f EventFilter) ([]gpufleet.Event, error)
 
 	AddUsage(ctx context.Context, rows []UsageRow) error
