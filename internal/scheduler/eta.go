@@ -220,6 +220,17 @@ func (s *sched) simStart(j *pjob, p placement, t time.Time) {
 // order stops there; backfill reserves for it), then every shape that can
 // fit, its jobs in cluster order.
 func (s *sched) simCycle(t time.Time) {
+	// The reservation's job first: the scan below gives up after 32 jobs
+	// held by quota, and may not reach it.
+	if r := s.resv; r != nil && !r.job.started && !r.at.After(t) {
+		held := s.dropReservation()
+		if p, _, ok := s.tryPlace(r.job, modeNormal); ok {
+			s.simStart(r.job, p, t)
+			s.resvGen++
+		} else {
+			s.applyReservation(held)
+		}
+	}
 	if s.cfg.Backfill || s.cfg.StrictOrder {
 		skipped := 0
 		for i := s.open.find(0); int(i) < len(s.queue) && skipped < 32; i = s.open.find(i + 1) {

@@ -69,11 +69,8 @@ func shapeKey(buf []byte, r *Resources, want string, prefer bool) []byte {
 
 // shapeOf returns the interned shape of a job's resources.
 func (s *sched) shapeOf(r *Resources) *shape {
-	prefer := s.cfg.HeterogeneityPreference
+	prefer := s.cfg.HeterogeneityPreference && r.Prefer != ""
 	want := r.Prefer
-	if prefer && want == "" {
-		want = PreferFastest // heterogeneity-aware by default: fastest first
-	}
 	s.keyBuf = shapeKey(s.keyBuf, r, want, prefer)
 	if sh, ok := s.shapeIdx[string(s.keyBuf)]; ok {
 		return sh

@@ -22,9 +22,9 @@ const (
 	PreferFastest  = "fastest"  // highest bf16 (else fp16) peak
 )
 
-// DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is
-// its submit time plus its estimated GPU-seconds over this many GPUs
-// (1/DefaultSizeSlack), so a 1-GPU hour ages like a 1 h head start.
+// DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
+// submit time plus its estimated run time, the moment its slowdown would
+// reach 2.
 const DefaultSizeSlack = 1.0
 
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.

@@ -185,14 +185,13 @@ type Config struct {
 	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
 	Packing string
 	// HeterogeneityPreference honours Resources.Prefer (cheapest adequate
-	// or fastest model) instead of taking the first model that fits; a job
-	// that states no preference gets the fastest model that fits.
+	// or fastest model) instead of taking the first model that fits.
 	HeterogeneityPreference bool
 	// SizeSlack, when positive, orders the queue within a class (after
 	// requeued jobs) by a virtual deadline instead of submit time:
-	// submit + SizeSlack x GPUs x Estimate (estimated GPU-seconds, so
-	// SizeSlack is in 1/GPUs). Small jobs go first; a job is passed only by
-	// jobs whose deadline comes before its own, so it never starves.
+	// submit + SizeSlack x Estimate. Short jobs go first; a job is passed
+	// only by jobs whose deadline comes before its own, so none starves
+	// (the deadline is when the job's slowdown would reach 1 + SizeSlack).
 	SizeSlack float64
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int

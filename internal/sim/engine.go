@@ -599,6 +599,12 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		Preemptible: j.Preemptible,
 		Requeued:    js.requeued,
 	}
+	if len(j.DurationOn) > 1 {
+		// A job whose run time the trace gives per GPU model is one whose
+		// user knows the speeds: it asks for the fastest model (honoured by
+		// policies with HeterogeneityPreference, ignored by the others).
+		sj.Resources.Prefer = scheduler.PreferFastest
+	}
 	if js.phase == phaseRunning {
 		sj.Started = e.vtime(js.start)
 		sj.Placement = js.placement

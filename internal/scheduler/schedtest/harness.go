@@ -168,6 +168,11 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.MaxPlacementsPerCycle, err = strconv.Atoi(op[1])
 		case "default-est":
 			c.DefaultEstimate, err = time.ParseDuration(op[1])
+		case "size":
+			c.SizeSlack = 0
+			if op[1] != "off" && op[1] != "false" {
+				c.SizeSlack, err = strconv.ParseFloat(op[1], 64)
+			}
 		default:
 			return c, fmt.Errorf("unknown config %q", op[0])
 		}
