@@ -4,6 +4,7 @@
 // it against a loopback server.
 //
 //	gpufleet-load --server http://127.0.0.1:7080 --token ADMIN [--nodes 10000] [--duration 20s]
+//	gpufleet-load --server http://leader:7080,http://follower:7080 ...   (replicas: submissions alternate)
 package main
 
 import (
@@ -39,7 +40,7 @@ type result struct {
 }
 
 func main() {
-	server := flag.String("server", os.Getenv("GPUFLEET_SERVER"), "server URL")
+	server := flag.String("server", os.Getenv("GPUFLEET_SERVER"), "server URL, or several separated by commas")
 	token := flag.String("token", os.Getenv("GPUFLEET_TOKEN"), "admin token")
 	nodes := flag.Int("nodes", 10000, "simulated nodes heartbeating at --interval")
 	interval := flag.Duration("interval", time.Second, "heartbeat interval per node")
@@ -80,7 +81,11 @@ func httpClient(conns int) *http.Client {
 
 func run(ctx context.Context, server, token string, nodes, submitters int, interval, duration time.Duration) ([]result, error) {
 	hc := httpClient(512)
-	admin, err := api.NewClient([]string{server}, token, api.WithHTTPClient(hc), api.WithRetries(0))
+	// Several servers (replicas on one PostgreSQL): nodes register and
+	// heartbeat with the first (list the leader first) and fail over;
+	// submissions go to each in turn.
+	servers := strings.Split(server, ",")
+	admin, err := api.NewClient(servers, token, api.WithHTTPClient(hc), api.WithRetries(0))
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +97,15 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 	if err != nil {
 		return nil, err
 	}
-	member := admin.WithToken(tok.Token)
+	var members []*api.Client
+	for i := range servers {
+		rotated := append(append([]string(nil), servers[i:]...), servers[:i]...)
+		c, err := api.NewClient(rotated, tok.Token, api.WithHTTPClient(hc), api.WithRetries(0))
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, c)
+	}
 
 	var out []result
 	// Register the nodes, then heartbeat each at the interval.
@@ -147,7 +160,7 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 	var seq atomic.Int64
 	r := measure(ctx, "submit", submitters, duration, func(ctx context.Context) error {
 		n := seq.Add(1)
-		_, err := member.SubmitJob(ctx, api.SubmitRequest{RequestID: fmt.Sprintf("load-%d", n), Command: []string{"true"},
+		_, err := members[int(n)%len(members)].SubmitJob(ctx, api.SubmitRequest{RequestID: fmt.Sprintf("load-%d", n), Command: []string{"true"},
 			Resources: gpufleet.Resources{GPUs: 1}, Priority: "batch", Estimate: "10m"})
 		return err
 	})

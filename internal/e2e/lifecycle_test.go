@@ -54,13 +54,17 @@ func TestJobsByCountAndByModel(t *testing.T) {
 		}
 		return nil
 	})
-	q, err := a.Queue(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(q) != 1 || q[0].ID != waiting.ID || q[0].Reason == "" || q[0].EstimatedStart == nil || q[0].Position != 1 {
-		t.Fatalf("queue: %+v; want the 8-GPU job at position 1 with a reason and an ETA", q)
-	}
+	var q []gpufleet.QueueEntry
+	eventually(t, 10*time.Second, "queue entry with a reason and an ETA", func() error {
+		var err error
+		if q, err = a.Queue(ctx); err != nil {
+			return err
+		}
+		if len(q) != 1 || q[0].ID != waiting.ID || q[0].Reason == "" || q[0].EstimatedStart == nil || q[0].Position != 1 {
+			return fmt.Errorf("queue %+v; want the 8-GPU job at position 1 with a reason and an ETA", q)
+		}
+		return nil
+	})
 	if !q[0].EstimatedStart.After(time.Now()) {
 		t.Errorf("estimated start %s is not in the future", q[0].EstimatedStart)
 	}

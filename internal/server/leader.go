@@ -72,6 +72,12 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Cycle runs one leader cycle. It is exported for tests that step time.
 func (s *Server) Cycle(ctx context.Context) error {
+	// The lease runs for LeaseTTL from a moment after this one (the
+	// database reads its clock inside TryLease), so this monotonic reading
+	// bounds it from below: the cycle's work, the decision's commit
+	// included, must end by LeaseTTL/2 after it, whatever happens to the
+	// database or to this process (a pause, a slow network) meanwhile.
+	asked := time.Now()
 	lease, held, err := s.st.TryLease(ctx, s.cfg.ID, s.cfg.LeaseTTL)
 	s.mu.Lock()
 	if err != nil || !held {
@@ -87,8 +93,10 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.leader = leaderState{usage: s.leader.usage, usageAt: s.leader.usageAt}
 		s.log.Info("leading", "epoch", lease.Epoch)
 	}
-	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, time.Now()
+	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, asked
 	s.mu.Unlock()
+	ctx, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
+	defer cancel()
 
 	start := time.Now()
 	now := s.now()

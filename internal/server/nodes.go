@@ -207,6 +207,11 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	if p.Node == "" || (r.Node != "" && r.Node != p.Node) {
 		return api.HeartbeatResponse{}, fmt.Errorf("%w: a node may only report for itself", api.ErrForbidden)
 	}
+	if !s.Leader() {
+		// Liveness and orders live with the leader: a follower sends the
+		// agent on to another replica (the client fails over on 503).
+		return api.HeartbeatResponse{}, fmt.Errorf("%w: this replica is not the leader", api.ErrUnavailable)
+	}
 	now := s.now()
 	s.mu.Lock()
 	ln := s.live(p.Node)

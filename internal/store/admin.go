@@ -207,7 +207,7 @@ func (s *SQL) RevokeToken(ctx context.Context, id string, at time.Time, actor st
 			team    string
 			revoked sql.NullInt64
 		)
-		err := tx.QueryRowContext(ctx, s.q(`SELECT team, revoked_at FROM tokens WHERE id = ?`), id).Scan(&team, &revoked)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT team, revoked_at FROM tokens WHERE id = ?`+s.d.forUpdate), id).Scan(&team, &revoked)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("token", id)
 		}
@@ -281,7 +281,7 @@ func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node str
 	at = s.orNow(at)
 	var out JoinToken
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		t, err := scanJoinToken(tx.QueryRowContext(ctx, s.q(`SELECT `+joinTokenCols+` FROM join_tokens WHERE id = ?`), id))
+		t, err := scanJoinToken(tx.QueryRowContext(ctx, s.q(`SELECT `+joinTokenCols+` FROM join_tokens WHERE id = ?`+s.d.forUpdate), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("join token", id)
 		}

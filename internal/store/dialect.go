@@ -24,6 +24,10 @@ type dialect struct {
 	// for (or is serialised after) the scheduling transaction. SQLite has
 	// one writer, which already serialises them.
 	forShare string
+	// forUpdate is appended to the reads of read-then-write transactions
+	// (" FOR UPDATE"), so that concurrent writers of one row take turns.
+	// SQLite's single writer already serialises them.
+	forUpdate string
 	// nowSQL, when set, is a query returning the database's clock as unix
 	// nanoseconds; leases then use it so that replicas on different hosts
 	// agree. Empty means the store's Go clock (SQLite: one process).
@@ -50,14 +54,14 @@ var sqliteDialect = dialect{
 	},
 }
 
-// postgresDialect is what the PostgreSQL dialect will be; Open refuses it
-// until the driver is wired in and the conformance suite passes on it.
+// postgresDialect is PostgreSQL through jackc/pgx's database/sql driver.
 var postgresDialect = dialect{
-	name:     "postgres",
-	driver:   "pgx",
-	numbered: true,
-	forShare: " FOR SHARE",
-	nowSQL:   "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000",
+	name:      "postgres",
+	driver:    "pgx",
+	numbered:  true,
+	forShare:  " FOR SHARE",
+	forUpdate: " FOR UPDATE",
+	nowSQL:    "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000",
 	ddl: ddlTypes{
 		Serial: "BIGSERIAL PRIMARY KEY",
 		Bytes:  "BYTEA",

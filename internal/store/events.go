@@ -66,7 +66,7 @@ func (s *SQL) AddUsage(ctx context.Context, rows []UsageRow) error {
 		return nil
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules)
+		stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules)
 	VALUES (?, ?, ?, ?, ?, ?)
 	ON CONFLICT (team, model, day) DO UPDATE SET
 	gpu_seconds = usage_daily.gpu_seconds + excluded.gpu_seconds,

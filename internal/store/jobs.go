@@ -266,14 +266,14 @@ func (s *SQL) commitGroup(group []*submitReq) {
 func (s *SQL) submitTx(reqs []*submitReq) error {
 	ctx := context.Background() // the group outlives any one caller
 	return s.write(ctx, func(tx *sql.Tx) error {
-		ins, err := tx.PrepareContext(ctx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
+		ins, err := s.prepare(ctx, tx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
 	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?)
 	ON CONFLICT DO NOTHING`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)
 		}
 		defer ins.Close()
-		ev, err := tx.PrepareContext(ctx, s.q(`INSERT INTO events (at, actor, kind, object, team, detail) VALUES (?, ?, 'job.submitted', ?, ?, ?)`))
+		ev, err := s.prepare(ctx, tx, s.q(`INSERT INTO events (at, actor, kind, object, team, detail) VALUES (?, ?, 'job.submitted', ?, ?, ?)`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)
 		}
@@ -295,7 +295,7 @@ func (s *SQL) submitTx(reqs []*submitReq) error {
 
 // insertJob stores one job inside a submission transaction. Problems with
 // the job itself go into the result; database errors are returned.
-func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev *sql.Stmt, j gpufleet.Job, actor string) (SubmitResult, error) {
+func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev stmt, j gpufleet.Job, actor string) (SubmitResult, error) {
 	switch {
 	case j.Team == "":
 		return SubmitResult{Err: invalid("job %q: team is required", j.Name)}, nil
@@ -629,6 +629,9 @@ func (s *SQL) RequestCancel(ctx context.Context, id, actor string, at time.Time)
 	at = s.orNow(at)
 	var out gpufleet.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.lockJob(ctx, tx, id); err != nil {
+			return err
+		}
 		j, err := s.jobTx(ctx, tx, id)
 		if err != nil {
 			return err

@@ -76,12 +76,21 @@ func (s *SQL) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.wr.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	create := `CREATE TABLE IF NOT EXISTS schema_migrations (
     version    BIGINT PRIMARY KEY,
     name       TEXT NOT NULL,
     applied_at BIGINT NOT NULL
-)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
+)`
+	for try := 0; ; try++ {
+		_, err := s.wr.ExecContext(ctx, create)
+		if err == nil {
+			break
+		}
+		// Two PostgreSQL replicas starting at once may race to create the
+		// table; the loser sees a duplicate and finds it there next time.
+		if s.d.name != "postgres" || try >= 3 || !pgDuplicateTable(err) {
+			return fmt.Errorf("create schema_migrations: %w", err)
+		}
 	}
 	latest := 0
 	if len(ms) > 0 {
@@ -99,6 +108,17 @@ func (s *SQL) migrate(ctx context.Context) error {
 			continue
 		}
 		err := s.write(ctx, func(tx *sql.Tx) error {
+			if s.d.name == "postgres" {
+				// Replicas migrating at once take turns on a table lock held
+				// to the end of the transaction: no session advisory lock,
+				// so this works through a transaction-mode pooler.
+				if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true)`, pgMigrationLockTimeout.Milliseconds())); err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, `LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+					return fmt.Errorf("lock schema_migrations: %w", err)
+				}
+			}
 			v, err := schemaVersion(ctx, tx)
 			if err != nil {
 				return err

@@ -74,8 +74,10 @@ func normalizeNode(n *gpufleet.Node) {
 	}
 }
 
-func (s *SQL) nodeTx(ctx context.Context, q queryer, name string) (nodeRow, error) {
-	row, err := scanNode(q.QueryRowContext(ctx, s.q(`SELECT `+nodeCols+` FROM nodes WHERE name = ?`), name))
+// nodeTx reads a node through q; lock is appended to the query (the
+// dialect's forUpdate inside write transactions).
+func (s *SQL) nodeTx(ctx context.Context, q queryer, name, lock string) (nodeRow, error) {
+	row, err := scanNode(q.QueryRowContext(ctx, s.q(`SELECT `+nodeCols+` FROM nodes WHERE name = ?`+lock), name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return row, notFound("node", name)
 	}
@@ -96,7 +98,7 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 	}
 	now := s.now()
 	return s.write(ctx, func(tx *sql.Tx) error {
-		old, err := s.nodeTx(ctx, tx, n.Name)
+		old, err := s.nodeTx(ctx, tx, n.Name, s.d.forUpdate)
 		known := err == nil
 		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) {
 			return err
@@ -136,9 +138,15 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 			_, err = tx.ExecContext(ctx, s.q(`UPDATE nodes SET metrics_url = ?, labels = ?, versions = ?, gpus = ?, updated_at = ? WHERE name = ?`),
 				n.MetricsURL, string(labels), string(versions), string(gj), nanos(now), n.Name)
 		} else {
-			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO nodes (`+nodeCols+`, registered_at, updated_at)
-	VALUES (?, 'ready', 'healthy', '', '', ?, ?, ?, ?, ?, ?)`),
+			var res sql.Result
+			res, err = tx.ExecContext(ctx, s.q(`INSERT INTO nodes (`+nodeCols+`, registered_at, updated_at)
+	VALUES (?, 'ready', 'healthy', '', '', ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 				n.Name, n.MetricsURL, string(labels), string(versions), string(gj), nanos(now), nanos(now))
+			if err == nil {
+				if k, _ := res.RowsAffected(); k == 0 {
+					return errRetryTx // registered by another replica meanwhile: merge with it
+				}
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("put node %s: %w", n.Name, err)
@@ -149,7 +157,7 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 
 // Node reads one node.
 func (s *SQL) Node(ctx context.Context, name string) (gpufleet.Node, error) {
-	row, err := s.nodeTx(ctx, s.rd, name)
+	row, err := s.nodeTx(ctx, s.rd, name, "")
 	return row.node(), err
 }
 
@@ -175,7 +183,7 @@ func (s *SQL) SetNodeState(ctx context.Context, name string, state gpufleet.Node
 	}
 	at = s.orNow(at)
 	return s.write(ctx, func(tx *sql.Tx) error {
-		old, err := s.nodeTx(ctx, tx, name)
+		old, err := s.nodeTx(ctx, tx, name, s.d.forUpdate)
 		if err != nil {
 			return err
 		}
@@ -212,7 +220,7 @@ func (s *SQL) SetNodeHealth(ctx context.Context, name string, health gpufleet.He
 	}
 	at = s.orNow(at)
 	return s.write(ctx, func(tx *sql.Tx) error {
-		old, err := s.nodeTx(ctx, tx, name)
+		old, err := s.nodeTx(ctx, tx, name, s.d.forUpdate)
 		if err != nil {
 			return err
 		}

@@ -42,11 +42,14 @@ func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (L
 		held bool
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		now, err := s.dbNow(ctx, tx)
+		// Lock the lease row first (PostgreSQL; waits at most lock_timeout
+		// for a scheduling transaction holding it FOR SHARE), then read the
+		// clock, so that a wait does not make the new lease end too late.
+		cur, found, err := s.leaseTx(ctx, tx, s.d.forUpdate)
 		if err != nil {
 			return err
 		}
-		cur, found, err := s.leaseTx(ctx, tx)
+		now, err := s.dbNow(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -54,8 +57,14 @@ func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (L
 		switch {
 		case !found:
 			out = Lease{Holder: holder, Epoch: 1, ExpiresAt: exp}
-			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO leader_lease (id, holder, epoch, expires_at) VALUES (1, ?, ?, ?)`),
-				holder, out.Epoch, nanos(exp))
+			var res sql.Result
+			res, err = tx.ExecContext(ctx, s.q(`INSERT INTO leader_lease (id, holder, epoch, expires_at) VALUES (1, ?, ?, ?)
+	ON CONFLICT DO NOTHING`), holder, out.Epoch, nanos(exp))
+			if err == nil {
+				if n, _ := res.RowsAffected(); n == 0 {
+					return errRetryTx // another replica took the first lease meanwhile
+				}
+			}
 		case cur.Holder == holder:
 			out = Lease{Holder: holder, Epoch: cur.Epoch, ExpiresAt: exp}
 			_, err = tx.ExecContext(ctx, s.q(`UPDATE leader_lease SET expires_at = ? WHERE id = 1`), nanos(exp))
@@ -86,12 +95,12 @@ func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (L
 }
 
 // leaseTx reads the lease row.
-func (s *SQL) leaseTx(ctx context.Context, q queryer) (Lease, bool, error) {
+func (s *SQL) leaseTx(ctx context.Context, q queryer, lock string) (Lease, bool, error) {
 	var (
 		l   Lease
 		exp int64
 	)
-	err := q.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM leader_lease WHERE id = 1`).Scan(&l.Holder, &l.Epoch, &exp)
+	err := q.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM leader_lease WHERE id = 1`+lock).Scan(&l.Holder, &l.Epoch, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Lease{}, false, nil
 	}
@@ -105,7 +114,7 @@ func (s *SQL) leaseTx(ctx context.Context, q queryer) (Lease, bool, error) {
 // Lease reads the current lease; before anyone has taken it, an error
 // wrapping gpufleet.ErrNotFound.
 func (s *SQL) Lease(ctx context.Context) (Lease, error) {
-	l, found, err := s.leaseTx(ctx, s.rd)
+	l, found, err := s.leaseTx(ctx, s.rd, "")
 	if err != nil {
 		return Lease{}, err
 	}
@@ -192,8 +201,9 @@ func (s *SQL) start(ctx context.Context, tx *sql.Tx, st Start, at time.Time) err
 		team  string
 		seq   int64
 	)
-	err := tx.QueryRowContext(ctx, s.q(`SELECT state, team, (SELECT COALESCE(MAX(seq), 0) FROM attempts WHERE job_id = jobs.id)
-	FROM jobs WHERE id = ?`), st.JobID).Scan(&state, &team, &seq)
+	// The job's row lock (PostgreSQL) makes a concurrent cancel or a
+	// second start wait, and the state is read after it.
+	err := tx.QueryRowContext(ctx, s.q(`SELECT state, team FROM jobs WHERE id = ?`+s.d.forUpdate), st.JobID).Scan(&state, &team)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("start: %w", notFound("job", st.JobID))
 	}
@@ -202,6 +212,9 @@ func (s *SQL) start(ctx context.Context, tx *sql.Tx, st Start, at time.Time) err
 	}
 	if gpufleet.JobState(state) != gpufleet.JobQueued {
 		return fmt.Errorf("%w: start %s: job is %s, not queued", ErrStale, st.JobID, state)
+	}
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT COALESCE(MAX(seq), 0) FROM attempts WHERE job_id = ?`), st.JobID).Scan(&seq); err != nil {
+		return fmt.Errorf("start %s: %w", st.JobID, err)
 	}
 	id := st.AttemptID
 	if id == "" {
@@ -277,7 +290,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read queue: %w", err)
 	}
-	var set *sql.Stmt
+	var set stmt
 	for _, e := range q {
 		est := sql.NullInt64{}
 		if e.EstimatedStart != nil {
@@ -290,7 +303,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			continue
 		}
 		if set == nil {
-			set, err = tx.PrepareContext(ctx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
+			set, err = s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
 	queue_reason_code = ?, queue_estimated_start = ? WHERE id = ? AND state = 'queued'`))
 			if err != nil {
 				return fmt.Errorf("write queue: %w", err)
@@ -304,7 +317,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 	if len(old) == 0 {
 		return nil
 	}
-	clear, err := tx.PrepareContext(ctx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
+	clear, err := s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
 	queue_reason_code = NULL, queue_estimated_start = NULL WHERE id = ?`))
 	if err != nil {
 		return fmt.Errorf("clear queue: %w", err)
@@ -368,6 +381,16 @@ func (s *SQL) UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job,
 		}
 		if len(as) == 0 {
 			return notFound("attempt", u.AttemptID)
+		}
+		if s.d.forUpdate != "" {
+			// Lock the job, then read the attempt again: every writer of
+			// an attempt's state holds its job's lock.
+			if err := s.lockJob(ctx, tx, as[0].JobID); err != nil {
+				return err
+			}
+			if as, err = s.attempts(ctx, tx, `a.id = ?`, u.AttemptID); err != nil {
+				return err
+			}
 		}
 		cur := as[0]
 		if cur.State.Terminal() {

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -53,6 +55,7 @@ type options struct {
 	readConns   int
 	busyTimeout time.Duration
 	fullSync    bool
+	pgPool      int
 }
 
 // WithClock sets the store's clock, used for lease expiry and for
@@ -91,6 +94,12 @@ func WithReadConns(n int) Option {
 	return func(o *options) { o.readConns = n }
 }
 
+// WithPoolSize sets the PostgreSQL pool size (default 16; the DSN's
+// pool_max_conns beats it). Reads and writes share the pool.
+func WithPoolSize(n int) Option {
+	return func(o *options) { o.pgPool = n }
+}
+
 // WithBusyTimeout sets how long SQLite waits for a lock held by another
 // process before failing (default 5s). Within one process the store never
 // waits on SQLite's locks: writes queue for the one write connection and
@@ -113,8 +122,9 @@ func WithFullSync() Option {
 //   - "PATH", "sqlite:PATH" or a "file:" URI: SQLite in WAL mode.
 //   - ":memory:": a private in-memory SQLite database on one connection
 //     (tests); readers then share the writer's connection.
-//   - "postgres://..." or "postgresql://...": PostgreSQL, not built yet
-//     (an error wrapping gpufleet.ErrUnsupported).
+//   - "postgres://..." or "postgresql://...": PostgreSQL (one pool, no
+//     server-side prepared statements, so it works through a
+//     transaction-mode pooler; see docs/HA.md).
 func Open(ctx context.Context, dsn string, opts ...Option) (*SQL, error) {
 	o := options{
 		clock:       time.Now,
@@ -128,13 +138,13 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*SQL, error) {
 	if o.maxJobs <= 0 {
 		o.maxJobs = 256
 	}
+	if spec := os.Getenv("GPUFLEET_TEST_PAUSE_AT"); spec != "" {
+		o.fail = pauseAt(spec, o.fail)
+	}
 	if o.readConns <= 0 {
 		o.readConns = 1
 	}
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return nil, fmt.Errorf("open %s: %w: postgres dialect not built yet", redact(dsn), gpufleet.ErrUnsupported)
-	case dsn == "":
+	if dsn == "" {
 		return nil, fmt.Errorf("open: %w: empty database name", gpufleet.ErrInvalid)
 	}
 	s := &SQL{
@@ -144,16 +154,21 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*SQL, error) {
 		window:  o.window,
 		maxJobs: o.maxJobs,
 	}
-	if err := s.openSQLite(ctx, dsn, o); err != nil {
+	if isPostgresDSN(dsn) {
+		s.d = &postgresDialect
+		if err := s.openPostgres(ctx, dsn, o); err != nil {
+			return nil, err
+		}
+	} else if err := s.openSQLite(ctx, dsn, o); err != nil {
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.closeDBs()
-		return nil, fmt.Errorf("open %s: %w", dsn, err)
+		return nil, fmt.Errorf("open %s: %w", redact(dsn), err)
 	}
 	if err := s.seedIDs(ctx); err != nil {
 		s.closeDBs()
-		return nil, fmt.Errorf("open %s: %w", dsn, err)
+		return nil, fmt.Errorf("open %s: %w", redact(dsn), err)
 	}
 	s.commits = make(chan *submitReq, 4*o.maxJobs)
 	s.quit = make(chan struct{})
@@ -260,13 +275,43 @@ func (s *SQL) closeDBs() error {
 
 // write runs fn in one write transaction and commits it. With SQLite it
 // waits for the single write connection; the transaction starts with
-// BEGIN IMMEDIATE so it never has to upgrade a read lock.
+// BEGIN IMMEDIATE so it never has to upgrade a read lock. With PostgreSQL
+// the transaction is READ COMMITTED, its reads lock what they will write
+// (FOR UPDATE, FOR SHARE), it sets lock_timeout and
+// idle_in_transaction_session_timeout, and it runs again (a fresh
+// transaction, fn from the start) after a deadlock or serialization
+// failure.
 func (s *SQL) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if s.d.name != "postgres" {
+		return s.writeOnce(ctx, fn)
+	}
+	var err error
+	for attempt := 0; attempt < pgMaxTxAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+			case <-ctx.Done():
+				return err
+			}
+		}
+		if err = s.writeOnce(ctx, fn); err == nil || !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *SQL) writeOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.wr.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() // after Commit a no-op; after a panic it frees the writer
+	if s.d.name == "postgres" {
+		if _, err := tx.ExecContext(ctx, pgTxSettings); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}
@@ -277,14 +322,39 @@ func (s *SQL) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // read runs fn in one read transaction on the read pool, so that
-// everything fn reads comes from the same snapshot.
+// everything fn reads comes from the same snapshot (PostgreSQL:
+// REPEATABLE READ, READ ONLY).
 func (s *SQL) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.rd.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if s.d.name == "postgres" {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.rd.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback()
 	return fn(tx)
+}
+
+// pauseAt wraps a failpoint hook for HA tests: spec "NAME=FILE" makes the
+// process stop itself (SIGSTOP) at failpoint NAME, inside the
+// transaction, the first time it passes there while FILE exists (FILE is
+// removed). A test creates FILE, waits for the process to stop, lets the
+// lease expire and the other replica take over, then sends SIGCONT and
+// checks that the stalled transaction never commits.
+func pauseAt(spec string, next func(string)) func(string) {
+	name, file, _ := strings.Cut(spec, "=")
+	return func(at string) {
+		if at == name && file != "" {
+			if err := os.Remove(file); err == nil {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
+		}
+		if next != nil {
+			next(at)
+		}
+	}
 }
 
 // failpoint calls the failpoint hook, when there is one.
