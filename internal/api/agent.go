@@ -75,6 +75,12 @@ type HeartbeatRequest struct {
 	HealthReason    string             `json:"health_reason,omitempty"`
 	GPUs            []gpufleet.NodeGPU `json:"gpus,omitempty"` // only when the inventory changed
 	Attempts        []AttemptReport    `json:"attempts,omitempty"`
+	// MetricsURL is the agent's /metrics, repeated so that a restarted
+	// server learns it without a new registration.
+	MetricsURL string `json:"metrics_url,omitempty"`
+	// FaultAcks lists the fault orders (FaultOrder.ID) the agent applied
+	// or refused; the server stops resending them.
+	FaultAcks []string `json:"fault_acks,omitempty"`
 }
 
 // Assignment is an attempt the agent must start.
@@ -114,6 +120,9 @@ type HeartbeatResponse struct {
 	// Unknown lists reported attempts the server does not expect on this
 	// node (stale): the agent kills them.
 	Unknown []string `json:"unknown,omitempty"`
+	// Faults are fault injections and clears for simulated GPUs, resent
+	// until the agent acknowledges them.
+	Faults []FaultOrder `json:"faults,omitempty"`
 }
 
 // AgentService is what the agent endpoints need.

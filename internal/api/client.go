@@ -110,6 +110,9 @@ func (c *Client) WithToken(token string) *Client {
 // Servers returns the base URLs the client fails over between.
 func (c *Client) Servers() []string { return append([]string(nil), c.servers...) }
 
+// rawBody is a request body sent as is (application/octet-stream).
+type rawBody []byte
+
 // request is one API call.
 type request struct {
 	method, path string
@@ -144,7 +147,9 @@ func (c *Client) do(ctx context.Context, req request, out any) error {
 // the caller closes its body and then calls cancel.
 func (c *Client) send(ctx context.Context, req request) (*http.Response, context.CancelFunc, error) {
 	var payload []byte
-	if req.body != nil {
+	if rb, ok := req.body.(rawBody); ok {
+		payload = append([]byte{}, rb...)
+	} else if req.body != nil {
 		var err error
 		if payload, err = json.Marshal(req.body); err != nil {
 			return nil, nil, fmt.Errorf("%s %s: encode body: %w", req.method, req.path, err)
@@ -219,7 +224,9 @@ func (c *Client) once(ctx context.Context, base string, req request, payload []b
 		cancel()
 		return nil, nil, fmt.Errorf("%s %s: %w", req.method, req.path, err)
 	}
-	if payload != nil {
+	if _, raw := req.body.(rawBody); raw {
+		hr.Header.Set("Content-Type", "application/octet-stream")
+	} else if payload != nil {
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	tok := c.token
@@ -509,4 +516,32 @@ func setPage(v url.Values, limit int, token string) {
 		v.Set("limit", strconv.Itoa(limit))
 	}
 	setNonEmpty(v, "next_token", token)
+}
+
+// ShipLog sends a chunk of an attempt's log that starts at byte offset,
+// with the client's token (the node credential), and returns the size the
+// server now holds: the next chunk starts there.
+func (c *Client) ShipLog(ctx context.Context, attempt string, offset int64, data []byte) (int64, error) {
+	v := url.Values{}
+	v.Set("offset", strconv.FormatInt(offset, 10))
+	var out LogChunkResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/agent/logs/" + url.PathEscape(attempt), query: v,
+		body: rawBody(data), idempotent: true}, &out)
+	return out.SizeBytes, err
+}
+
+// InjectFault asks a simulated node to inject a fault into one GPU (admin).
+func (c *Client) InjectFault(ctx context.Context, node string, r FaultRequest) (FaultOrder, error) {
+	var out FaultOrder
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/nodes/" + url.PathEscape(node) + "/faults", body: r}, &out)
+	return out, err
+}
+
+// ClearFaults asks a simulated node to clear every fault of one GPU (admin).
+func (c *Client) ClearFaults(ctx context.Context, node string, gpu int) (FaultOrder, error) {
+	v := url.Values{}
+	v.Set("gpu", strconv.Itoa(gpu))
+	var out FaultOrder
+	err := c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/nodes/" + url.PathEscape(node) + "/faults", query: v, idempotent: true}, &out)
+	return out, err
 }

@@ -125,6 +125,8 @@ func (h *handler) table() []routeDef {
 		r("POST", v1+"/nodes/{name}/cordon", AuthAdmin, "Stop placing work on a node", h.nodeAction(Cordon)),
 		r("POST", v1+"/nodes/{name}/uncordon", AuthAdmin, "Return a node to ready", h.nodeAction(Uncordon)),
 		r("POST", v1+"/nodes/{name}/drain", AuthAdmin, "Cordon a node and stop its attempts (they requeue)", h.nodeAction(Drain)),
+		r("POST", v1+"/nodes/{name}/faults", AuthAdmin, "Inject a fault into a simulated node's GPU", h.injectFault),
+		r("DELETE", v1+"/nodes/{name}/faults", AuthAdmin, "Clear the faults of a simulated node's GPU (?gpu=INDEX)", h.clearFaults),
 
 		r("GET", v1+"/teams", AuthMember, "List teams (members see their own)", h.listTeams),
 		r("POST", v1+"/teams", AuthAdmin, "Create or update a team", h.putTeam),
@@ -139,6 +141,7 @@ func (h *handler) table() []routeDef {
 
 		r("POST", v1+"/agent/register", AuthJoin, "Agent registration with a join token", h.register),
 		r("POST", v1+"/agent/heartbeat", AuthAgent, "Agent heartbeat: samples and attempt reports in, assignments out", h.heartbeat),
+		r("POST", v1+"/agent/logs/{id}", AuthAgent, "Agent log shipping: a chunk of an attempt's log from ?offset=", h.agentLog),
 	}
 }
 

@@ -119,6 +119,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TeamUsage": TeamUsage{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
 		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
+		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -104,6 +104,9 @@ Commands that need no server: catalog, plan, version.`,
 		newPlanCmd(e),
 		newSimCmd(e),
 		newServerCmd(e),
+		newAgentCmd(e),
+		newFaultCmd(e),
+		newDevCmd(e),
 	)
 	addClientCommands(root, e)
 	return root

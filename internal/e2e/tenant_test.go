@@ -92,7 +92,21 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"POST /api/v1/nodes/{name}/cordon":   func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/cordon", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/nodes/{name}/uncordon": func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/uncordon", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/nodes/{name}/drain":    func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/drain", "", tokA); want(t, c, 403, b) },
-		"GET /api/v1/teams":                  func(t *testing.T) { c, b := do("GET", "/api/v1/teams", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/nodes/{name}/faults": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/nodes/n1/faults", `{"gpu":0,"xid":79}`, tokA)
+			want(t, c, 403, b)
+		},
+		"DELETE /api/v1/nodes/{name}/faults": func(t *testing.T) {
+			c, b := do("DELETE", "/api/v1/nodes/n1/faults?gpu=0", "", tokA)
+			want(t, c, 403, b)
+		},
+		"POST /api/v1/agent/logs/{id}": func(t *testing.T) {
+			// A member token is no node credential; and a node may only
+			// ship logs of its own attempts.
+			c, b := do("POST", "/api/v1/agent/logs/whatever?offset=0", "x", tokA)
+			want(t, c, 403, b)
+		},
+		"GET /api/v1/teams": func(t *testing.T) { c, b := do("GET", "/api/v1/teams", "", tokA); want(t, c, 200, b) },
 		"POST /api/v1/teams": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/teams", `{"name":"team-b","weight":9}`, tokA)
 			want(t, c, 403, b)

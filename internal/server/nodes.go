@@ -220,6 +220,9 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	}
 	ln.lastSeen = now
 	ln.samples = r.Samples
+	if r.MetricsURL != "" {
+		ln.metricsURL = r.MetricsURL
+	}
 	var changed []api.AttemptReport
 	for _, a := range r.Attempts {
 		if ln.reported[a.AttemptID] != a.State {
@@ -284,5 +287,6 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 		}
 	}
 	s.mu.Unlock()
+	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
 	return resp, nil
 }

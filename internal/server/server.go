@@ -130,6 +130,9 @@ type Server struct {
 	attempts     map[string]attemptInfo
 	accounted    map[string]api.AttemptReport
 	pendingUsage map[usageKey]store.UsageRow
+
+	// agentExt relays fault orders and takes agents' logs (faults.go).
+	agentExt agentExtras
 }
 
 var (

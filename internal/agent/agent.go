@@ -1,0 +1,682 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+// ControlPlane is what the agent needs from the server.
+type ControlPlane interface {
+	Register(ctx context.Context, joinToken string, r api.RegisterRequest) (api.RegisterResponse, error)
+	Heartbeat(ctx context.Context, credential string, r api.HeartbeatRequest) (api.HeartbeatResponse, error)
+	ShipLog(ctx context.Context, credential, attempt string, offset int64, data []byte) (int64, error)
+}
+
+// apiPlane is the ControlPlane over the typed API client (which fails over
+// between the server URLs).
+type apiPlane struct{ c *api.Client }
+
+// NewAPIControlPlane returns the ControlPlane that talks HTTP through c.
+func NewAPIControlPlane(c *api.Client) ControlPlane { return apiPlane{c} }
+
+func (p apiPlane) Register(ctx context.Context, tok string, r api.RegisterRequest) (api.RegisterResponse, error) {
+	return p.c.Register(ctx, tok, r)
+}
+
+func (p apiPlane) Heartbeat(ctx context.Context, cred string, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	return p.c.WithToken(cred).Heartbeat(ctx, r)
+}
+
+func (p apiPlane) ShipLog(ctx context.Context, cred, attempt string, off int64, data []byte) (int64, error) {
+	return p.c.WithToken(cred).ShipLog(ctx, attempt, off, data)
+}
+
+// faultInjector is the simulated backend's fault control.
+type faultInjector interface {
+	Inject(index int, f simgpu.Fault) error
+	Clear(index int) error
+}
+
+// Config is the agent's behaviour; internal/cli fills it from flags.
+type Config struct {
+	JoinToken string
+	Name      string
+	DataDir   string
+	// Labels are added to (and override) the detected ones.
+	Labels map[string]string
+	// Backend names the GPU backend ("sim" or "nvml"), reported as the
+	// label backend.
+	Backend string
+	// FenceAfter overrides the server's fence timeout when positive.
+	FenceAfter time.Duration
+	// FenceGrace caps a fenced attempt's grace (default 10s).
+	FenceGrace time.Duration
+	// MetricsURL is reported to the server (the node's metrics_url).
+	MetricsURL string
+	// SampleInterval is how often the GPUs are read (default 1s).
+	SampleInterval time.Duration
+	// PollInterval is how often attempts are checked (default 200ms).
+	PollInterval time.Duration
+	// MaxBackoff caps the pause between failed heartbeats (default 30s).
+	MaxBackoff time.Duration
+	Runner     RunnerConfig
+}
+
+// credential is DATA_DIR/credential.json (mode 0600).
+type credential struct {
+	Node       string    `json:"node"`
+	Credential string    `json:"credential"`
+	IssuedAt   time.Time `json:"issued_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Agent is one node's agent.
+type Agent struct {
+	cfg    Config
+	be     gpu.Backend
+	faults faultInjector // nil unless the backend is simulated
+	cp     ControlPlane
+	log    *slog.Logger
+	now    func() time.Time
+	runner *Runner
+	rng    *rand.Rand
+
+	mu            sync.Mutex
+	cred          credential
+	registered    bool
+	devices       []gpu.Device
+	versions      gpu.Versions
+	inventory     []gpufleet.NodeGPU
+	health        map[string]gpuHealth // by GPU UUID
+	sendInventory bool
+	latest        map[string]gpu.Sample
+	latestAt      time.Time
+	sampleOK      bool
+	sampleDur     time.Duration
+	window        map[string]*summary
+	xidCount      map[string]map[int]float64
+	lastXID       map[string]int
+	lastOK        time.Time
+	heartbeat     time.Duration
+	fenceAfter    time.Duration
+	fenced        bool
+	acks          []string
+	beats, fails  float64
+	renewAfter    time.Time
+}
+
+// New returns an agent over backend be. The backend's optional abilities
+// (simulated load and faults) are found once, here.
+func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: node name is empty", gpufleet.ErrInvalid)
+	}
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("%w: data dir is empty", gpufleet.ErrInvalid)
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 200 * time.Millisecond
+	}
+	if cfg.FenceGrace <= 0 {
+		cfg.FenceGrace = 10 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	cfg.Runner.DataDir = cfg.DataDir
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "attempts"), 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	log = log.With("component", "agent", "node", cfg.Name)
+	a := &Agent{cfg: cfg, be: be, cp: cp, log: log, now: time.Now, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
+		health: map[string]gpuHealth{}, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
+		xidCount: map[string]map[int]float64{}, lastXID: map[string]int{}, heartbeat: 5 * time.Second}
+	if f, ok := be.(faultInjector); ok {
+		a.faults = f
+	}
+	var ld loader
+	if l, ok := be.(loader); ok {
+		ld = l
+	}
+	a.runner = NewRunner(cfg.Runner, log, func() time.Time { return a.now() }, ld)
+	return a, nil
+}
+
+// Runner returns the agent's runner.
+func (a *Agent) Runner() *Runner { return a.runner }
+
+func (a *Agent) credPath() string { return filepath.Join(a.cfg.DataDir, "credential.json") }
+
+// Run joins the control plane and works until ctx is done. Attempts keep
+// running when it returns: a restarted agent re-adopts them.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.discover(ctx); err != nil {
+		return err
+	}
+	if err := a.runner.Load(); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.lastOK = a.now() // the fence timer starts with the agent
+	if err := readJSON(a.credPath(), &a.cred); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.log.Warn("ignoring unreadable credential file", "err", err)
+	}
+	if a.cred.Node != a.cfg.Name {
+		a.cred = credential{}
+	}
+	a.mu.Unlock()
+	a.runner.Poll()
+
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){a.sampleLoop, a.pollLoop, a.shipLoop} {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(ctx) }()
+	}
+	a.heartbeatLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// heartbeatLoop registers and heartbeats until ctx is done, backing off
+// exponentially with jitter while the server is away.
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	failures := 0
+	tried := false
+	for ctx.Err() == nil {
+		var err error
+		switch {
+		case !tried:
+			// Register at every start (fresh inventory, labels, versions); a
+			// spent join token is fine while the stored credential works.
+			tried = true
+			if err = a.register(ctx); err != nil && a.hasCredential() {
+				a.log.Info("registration failed; using the stored credential", "err", err)
+				a.mu.Lock()
+				a.sendInventory = true
+				a.mu.Unlock()
+				err = nil
+				continue
+			}
+		case !a.hasCredential():
+			err = a.register(ctx)
+		default:
+			a.maybeRenew(ctx)
+			err = a.beat(ctx)
+			if errors.Is(err, api.ErrUnauthorized) {
+				a.log.Warn("credential refused; registering again with the join token", "err", err)
+				if rerr := a.register(ctx); rerr != nil {
+					err = fmt.Errorf("%w; register: %v", err, rerr)
+				}
+			}
+		}
+		delay := a.interval()
+		if err != nil {
+			failures++
+			delay = backoff(failures, delay, a.cfg.MaxBackoff, a.rng.Float64())
+			a.mu.Lock()
+			a.fails++
+			a.mu.Unlock()
+			lvl := slog.LevelWarn
+			if failures > 3 && failures%10 != 0 {
+				lvl = slog.LevelDebug
+			}
+			a.log.Log(ctx, lvl, "heartbeat failed", "err", err, "failures", failures, "retry_in", delay.Round(time.Millisecond))
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the pause after n consecutive failures: base doubling per
+// failure up to maxPause, times a jitter in [0.5, 1.5).
+func backoff(n int, base, maxPause time.Duration, jitter float64) time.Duration {
+	d := base
+	for i := 1; i < n && d < maxPause; i++ {
+		d *= 2
+	}
+	d = min(d, maxPause)
+	return time.Duration(float64(d) * (0.5 + jitter))
+}
+
+func (a *Agent) interval() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.heartbeat
+}
+
+func (a *Agent) hasCredential() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cred.Credential != "" && (a.cred.ExpiresAt.IsZero() || a.now().Before(a.cred.ExpiresAt))
+}
+
+// register joins with the join token and stores the credential.
+func (a *Agent) register(ctx context.Context) error {
+	if a.cfg.JoinToken == "" {
+		return fmt.Errorf("%w: no join token", api.ErrUnauthorized)
+	}
+	a.mu.Lock()
+	req := api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, Labels: a.labels(),
+		Versions: versionMap(a.versions), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL}
+	a.mu.Unlock()
+	req.Attempts = a.runner.Reports()
+	resp, err := a.cp.Register(ctx, a.cfg.JoinToken, req)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt}
+	if resp.HeartbeatS > 0 {
+		a.heartbeat = time.Duration(resp.HeartbeatS * float64(time.Second))
+	}
+	a.fenceAfter = a.cfg.FenceAfter
+	if a.fenceAfter <= 0 && resp.FenceAfterS > 0 {
+		a.fenceAfter = time.Duration(resp.FenceAfterS * float64(time.Second))
+	}
+	a.sendInventory, a.registered, a.lastOK, a.renewAfter = true, true, now, time.Time{}
+	if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
+		a.log.Error("storing the node credential", "err", err)
+	}
+	a.log.Info("registered", "heartbeat", a.heartbeat, "fence_after", a.fenceAfter, "credential_expires", resp.ExpiresAt)
+	return nil
+}
+
+// maybeRenew registers again once two thirds of the credential's life have
+// passed. With a single-use join token that is spent, renewal fails and the
+// agent keeps its credential until it expires (docs/AGENT.md).
+func (a *Agent) maybeRenew(ctx context.Context) {
+	a.mu.Lock()
+	c, now := a.cred, a.now()
+	due := !c.ExpiresAt.IsZero() && !c.IssuedAt.IsZero() && now.After(c.IssuedAt.Add(c.ExpiresAt.Sub(c.IssuedAt)*2/3)) && now.After(a.renewAfter)
+	if due {
+		a.renewAfter = now.Add(time.Minute)
+	}
+	a.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := a.register(ctx); err != nil {
+		a.log.Warn("renewing the node credential failed; it stays valid until it expires", "expires", c.ExpiresAt, "err", err)
+	}
+}
+
+// beat sends one heartbeat and applies the answer.
+func (a *Agent) beat(ctx context.Context) error {
+	a.mu.Lock()
+	req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, MetricsURL: a.cfg.MetricsURL,
+		Samples: a.summarise(), FaultAcks: slices.Clone(a.acks)}
+	inv := a.sendInventory
+	if inv {
+		req.GPUs = slices.Clone(a.inventory)
+		req.Health, req.HealthReason = nodeHealth(a.inventory)
+	}
+	cred := a.cred.Credential
+	timeout := max(2*a.heartbeat, 5*time.Second)
+	a.mu.Unlock()
+	req.Attempts = a.runner.Reports()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := a.cp.Heartbeat(cctx, cred, req)
+	if err != nil {
+		return err
+	}
+	a.runner.Delivered(req.Attempts)
+	a.mu.Lock()
+	a.beats++
+	a.lastOK = a.now()
+	if a.fenced {
+		a.fenced = false
+		a.log.Info("reconnected after fencing; reporting fenced attempts")
+	}
+	if inv {
+		a.sendInventory = false
+	}
+	a.acks = slices.DeleteFunc(a.acks, func(id string) bool { return slices.Contains(req.FaultAcks, id) })
+	a.mu.Unlock()
+	a.apply(resp)
+	return nil
+}
+
+// apply carries out a heartbeat answer.
+func (a *Agent) apply(resp api.HeartbeatResponse) {
+	for _, as := range resp.Start {
+		if !a.runner.Known(as.AttemptID) {
+			a.runner.Start(as)
+		}
+	}
+	for _, s := range resp.Stop {
+		a.runner.Stop(s.AttemptID, s.Reason, s.ReasonCode, time.Duration(s.GraceS*float64(time.Second)))
+	}
+	for _, id := range resp.Unknown {
+		a.runner.Stop(id, "the server does not expect this attempt on this node", ReasonUnknown, 0)
+	}
+	for _, f := range resp.Faults {
+		if err := a.applyFault(f); err != nil {
+			a.log.Warn("fault not applied", "fault", f.ID, "gpu", f.GPU, "kind", f.Kind, "xid", f.XID, "err", err)
+		} else {
+			a.log.Info("fault applied", "fault", f.ID, "gpu", f.GPU, "kind", f.Kind, "xid", f.XID, "clear", f.Clear)
+		}
+		a.mu.Lock()
+		a.acks = append(a.acks, f.ID)
+		a.mu.Unlock()
+	}
+}
+
+// faultKinds maps the API's fault kinds to the simulator's.
+var faultKinds = map[string]simgpu.FaultKind{
+	"thermal": simgpu.FaultThermalRunaway, "fell-off-bus": simgpu.FaultFallenOffBus,
+}
+
+// applyFault injects or clears a fault on the simulated backend.
+func (a *Agent) applyFault(o api.FaultOrder) error {
+	if a.faults == nil {
+		return fmt.Errorf("%w: backend %s takes no injected faults", gpufleet.ErrUnsupported, a.cfg.Backend)
+	}
+	if o.Clear {
+		if err := a.faults.Clear(o.GPU); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		for _, d := range a.devices {
+			if d.Index == o.GPU {
+				delete(a.health, d.UUID)
+			}
+		}
+		for _, g := range a.inventory {
+			if g.Index == o.GPU {
+				delete(a.health, g.UUID)
+			}
+		}
+		a.mu.Unlock()
+		return a.rediscover(context.Background())
+	}
+	f := simgpu.Fault{Kind: simgpu.FaultKind(o.Kind)}
+	if k, ok := faultKinds[o.Kind]; ok {
+		f.Kind = k
+	}
+	if o.XID != 0 {
+		f = simgpu.Fault{Kind: simgpu.FaultXID, XID: o.XID}
+	}
+	return a.faults.Inject(o.GPU, f)
+}
+
+// pollLoop drives the runner and the fence timer.
+func (a *Agent) pollLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		a.runner.Poll()
+		a.checkFence()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkFence stops every attempt once the agent has gone fenceAfter
+// without a successful heartbeat.
+func (a *Agent) checkFence() {
+	a.mu.Lock()
+	now, last, after := a.now(), a.lastOK, a.fenceAfter
+	due := !a.fenced && fenceDue(now, last, after)
+	if due {
+		a.fenced = true
+	}
+	a.mu.Unlock()
+	if !due {
+		return
+	}
+	why := fmt.Sprintf("fenced: no successful heartbeat for %s (fence-after %s)", now.Sub(last).Round(time.Second), after)
+	n := a.runner.Fence(why, a.cfg.FenceGrace)
+	a.log.Warn("self-fencing: stopping attempts", "attempts", n, "since_last_heartbeat", now.Sub(last).Round(time.Millisecond), "fence_after", after)
+}
+
+// Fenced reports whether the agent has fenced itself and not reconnected.
+func (a *Agent) Fenced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fenced
+}
+
+// shipLoop ships attempts' logs to the server.
+func (a *Agent) shipLoop(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		a.shipLogs(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// logChunk bounds one shipped chunk (the server takes bodies up to 1 MiB).
+const logChunk = 512 << 10
+
+func (a *Agent) shipLogs(ctx context.Context) {
+	if !a.hasCredential() {
+		return
+	}
+	a.mu.Lock()
+	cred := a.cred.Credential
+	a.mu.Unlock()
+	for _, j := range a.runner.LogJobs() {
+		off := j.Offset
+		for ctx.Err() == nil {
+			data, err := readChunk(j.Path, off, logChunk)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				a.log.Warn("reading attempt log", "attempt", j.Attempt, "err", err)
+				break
+			}
+			if len(data) == 0 {
+				if j.Ended {
+					a.runner.Shipped(j.Attempt, off, true)
+				}
+				break
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			size, err := a.cp.ShipLog(cctx, cred, j.Attempt, off, data)
+			cancel()
+			if errors.Is(err, api.ErrForbidden) || errors.Is(err, gpufleet.ErrNotFound) || errors.Is(err, gpufleet.ErrUnsupported) {
+				a.log.Warn("server refuses the attempt's log; not shipping it", "attempt", j.Attempt, "err", err)
+				a.runner.Shipped(j.Attempt, off, true)
+				break
+			}
+			if err != nil {
+				break // the server is away: try again later
+			}
+			off = size
+			a.runner.Shipped(j.Attempt, off, false)
+		}
+	}
+}
+
+// discover reads devices and versions and builds the inventory.
+func (a *Agent) discover(ctx context.Context) error {
+	devs, err := a.be.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("discover gpus: %w", err)
+	}
+	v, err := a.be.Versions(ctx)
+	if err != nil {
+		return fmt.Errorf("read versions: %w", err)
+	}
+	a.mu.Lock()
+	a.versions = v
+	a.setDevices(devs)
+	a.mu.Unlock()
+	a.runner.SetDevices(devs)
+	if s, err := a.be.Sample(ctx); err == nil {
+		a.mu.Lock()
+		for _, x := range s {
+			a.latest[x.UUID] = x
+		}
+		a.latestAt = a.now()
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// rediscover reads the devices again and flags the inventory for the next
+// heartbeat when it changed.
+func (a *Agent) rediscover(ctx context.Context) error {
+	devs, err := a.be.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.setDevices(devs)
+	a.mu.Unlock()
+	a.runner.SetDevices(devs)
+	return nil
+}
+
+// setDevices rebuilds the inventory; a GPU that disappeared stays in it,
+// unhealthy. a.mu must be held.
+func (a *Agent) setDevices(devs []gpu.Device) {
+	present := map[string]bool{}
+	for _, d := range devs {
+		present[d.UUID] = true
+	}
+	for _, g := range a.inventory {
+		if !present[g.UUID] {
+			h := a.health[g.UUID]
+			if h.Health != gpufleet.Unhealthy {
+				a.health[g.UUID] = gpuHealth{Health: gpufleet.Unhealthy, Reason: "missing from discovery (fell off the bus?)"}
+			}
+		}
+	}
+	var inv []gpufleet.NodeGPU
+	for _, d := range devs {
+		g := gpufleet.NodeGPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryBytes: d.MemoryBytes, NVLinkDomain: d.NVLinkDomain,
+			MIGInstances: []gpufleet.MIGInstance{}}
+		for _, m := range d.MIG {
+			g.MIGInstances = append(g.MIGInstances, gpufleet.MIGInstance{UUID: m.UUID, Profile: m.Profile})
+		}
+		inv = append(inv, g)
+	}
+	for _, g := range a.inventory {
+		if !present[g.UUID] {
+			inv = append(inv, g)
+		}
+	}
+	slices.SortFunc(inv, func(x, y gpufleet.NodeGPU) int { return x.Index - y.Index })
+	for i := range inv {
+		h := a.health[inv[i].UUID]
+		if h.Health == "" {
+			h.Health = gpufleet.Healthy
+		}
+		inv[i].Health, inv[i].Reason = h.Health, h.Reason
+	}
+	if !inventoryEqual(a.inventory, inv) {
+		a.inventory = inv
+		a.sendInventory = true
+	}
+	a.devices = devs
+}
+
+func inventoryEqual(x, y []gpufleet.NodeGPU) bool {
+	return slices.EqualFunc(x, y, func(a, b gpufleet.NodeGPU) bool {
+		return a.Index == b.Index && a.UUID == b.UUID && a.Health == b.Health && a.Reason == b.Reason &&
+			a.NVLinkDomain == b.NVLinkDomain && len(a.MIGInstances) == len(b.MIGInstances)
+	})
+}
+
+// labels are the node's labels: detected ones, then the configured ones.
+// a.mu must be held.
+func (a *Agent) labels() map[string]string {
+	l := map[string]string{"virtualization": detectVirtualization(a.cfg.Backend, a.devices), "backend": a.cfg.Backend}
+	var budget float64
+	for _, s := range a.latest {
+		if s.PowerLimitWatts != nil {
+			budget += *s.PowerLimitWatts
+		}
+	}
+	if budget > 0 {
+		l["power_budget_watts"] = strconv.FormatFloat(budget, 'f', 0, 64)
+	}
+	maps.Copy(l, a.cfg.Labels)
+	return l
+}
+
+// detectVirtualization says how the GPUs reach this machine: vgpu when a
+// GPU is a virtual GPU (its name says GRID or vGPU), passthrough when the
+// CPU runs under a hypervisor, else bare-metal. Simulated GPUs are
+// bare-metal unless a label says otherwise.
+func detectVirtualization(backend string, devs []gpu.Device) string {
+	if backend == "sim" {
+		return "bare-metal"
+	}
+	for _, d := range devs {
+		n := strings.ToLower(d.Name)
+		if strings.Contains(n, "grid") || strings.Contains(n, "vgpu") {
+			return "vgpu"
+		}
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil && hasHypervisorFlag(string(data)) {
+		return "passthrough"
+	}
+	return "bare-metal"
+}
+
+// hasHypervisorFlag reports whether /proc/cpuinfo's flags include
+// "hypervisor".
+func hasHypervisorFlag(cpuinfo string) bool {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			return slices.Contains(strings.Fields(v), "hypervisor")
+		}
+	}
+	return false
+}
+
+// versionMap flattens versions: driver, cuda, nvml, and the firmware of
+// the GPUs (one value when they agree, else the distinct values joined by
+// ",").
+func versionMap(v gpu.Versions) map[string]string {
+	m := map[string]string{"agent": gpufleet.Version}
+	set := func(k, s string) {
+		if s != "" {
+			m[k] = s
+		}
+	}
+	set("driver", v.Driver)
+	set("cuda", v.CUDA)
+	set("nvml", v.NVML)
+	for k, per := range map[string]map[string]string{"vbios": v.VBIOS, "inforom": v.InfoROM, "gsp_firmware": v.GSPFirmware} {
+		vals := slices.Compact(slices.Sorted(maps.Values(per)))
+		set(k, strings.Join(vals, ","))
+	}
+	return m
+}

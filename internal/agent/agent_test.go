@@ -1,0 +1,499 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+// TestMain doubles as the supervisor: the runner under test starts this
+// binary with GPUFLEET_TEST_SUPERVISE=1, as the agent starts
+// `gpufleet agent supervise`.
+func TestMain(m *testing.M) {
+	if os.Getenv("GPUFLEET_TEST_SUPERVISE") == "1" {
+		for i, a := range os.Args {
+			if a == "--dir" && i+1 < len(os.Args) {
+				os.Exit(Supervise(os.Args[i+1]))
+			}
+		}
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// sharedDir is a directory attempts (nobody, when tests run as root) can
+// write to.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpufleet-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o777)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func testRunner(t *testing.T, dataDir string, now func() time.Time) *Runner {
+	t.Helper()
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	r := NewRunner(RunnerConfig{DataDir: dataDir, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond,
+		BusyTimeout: time.Minute}, testLogger(t), now, nil)
+	r.SetDevices(testDevices)
+	t.Cleanup(func() { killAll(r) })
+	return r
+}
+
+// killAll kills what a test left running.
+func killAll(r *Runner) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.attempts {
+		if a.PGID > 0 && !a.State.Terminal() {
+			syscall.Kill(-a.PGID, syscall.SIGKILL)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+}
+
+var testDevices = []gpu.Device{
+	{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"},
+	{Index: 2, UUID: "GPU-2", MIGMode: true, MIG: []gpu.MIGInstance{{UUID: "MIG-2a", Profile: "1g.18gb"}, {UUID: "MIG-2b", Profile: "3g.71gb"}}},
+}
+
+// waitState polls the runner until the attempt reaches a state.
+func waitState(t *testing.T, r *Runner, id string, want ...gpufleet.AttemptState) api.AttemptReport {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		r.Poll()
+		r.mu.Lock()
+		a := r.attempts[id]
+		var st gpufleet.AttemptState
+		if a != nil {
+			st = a.State
+			if st.Terminal() {
+				a.LogDone = true
+			}
+		}
+		r.mu.Unlock()
+		for _, w := range want {
+			if st == w {
+				for _, rep := range r.Reports() {
+					if rep.AttemptID == id {
+						return rep
+					}
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("attempt %s did not reach %v", id, want)
+	return api.AttemptReport{}
+}
+
+func TestAttemptEnvHasExactlyTheAssignedGPUs(t *testing.T) {
+	as := api.Assignment{AttemptID: "a-1", JobID: "j-1", Team: "team-a", GPUs: []string{"MIG-x", "GPU-y"},
+		Env:      map[string]string{"CUDA_VISIBLE_DEVICES": "all", "FOO": "bar", "GPUFLEET_JOB_ID": "forged"},
+		NodeRank: 1, NNodes: 2, GPUsPerNode: 2, MasterAddr: "n0", MasterPort: 29501}
+	env, err := attemptEnv(as, "nobody", "/w", "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	want := map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-x,GPU-y", "NVIDIA_VISIBLE_DEVICES": "MIG-x,GPU-y", "FOO": "bar",
+		"GPUFLEET_JOB_ID": "j-1", "GPUFLEET_ATTEMPT_ID": "a-1", "GPUFLEET_NODE_RANK": "1", "GPUFLEET_NNODES": "2",
+		"GPUFLEET_GPUS_PER_NODE": "2", "MASTER_ADDR": "n0", "MASTER_PORT": "29501", "USER": "nobody", "PATH": basePath}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s=%q, want %q", k, got[k], v)
+		}
+	}
+	if _, err := attemptEnv(api.Assignment{Env: map[string]string{"BAD=NAME": "x"}}, "u", "/", "/"); err == nil {
+		t.Error("an env name with '=' was accepted")
+	}
+}
+
+func TestValidateWorkdir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	cases := map[string]struct {
+		dir     string
+		wantErr bool
+	}{
+		"empty means the default":  {"", false},
+		"existing absolute dir":    {dir, false},
+		"relative":                 {"work", true},
+		"traversal":                {dir + "/../x", true},
+		"unclean trailing slash":   {dir + "/", true},
+		"double slash":             {"/tmp//x", true},
+		"missing":                  {dir + "/missing", true},
+		"a file, not a directory":  {file, true},
+		"control character inside": {dir + "/a\nb", true},
+	}
+	for name, tc := range cases {
+		err := validateWorkdir(tc.dir)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: %q: err %v, want error %v", name, tc.dir, err, tc.wantErr)
+		}
+	}
+}
+
+func TestStopEscalation(t *testing.T) {
+	at := time.Unix(1000, 0)
+	grace, kill := 10*time.Second, 5*time.Second
+	type step struct {
+		after time.Duration
+		want  syscall.Signal
+	}
+	steps := []step{{0, syscall.SIGUSR1}, {time.Second, 0}, {9 * time.Second, 0}, {10 * time.Second, syscall.SIGTERM},
+		{12 * time.Second, 0}, {15 * time.Second, syscall.SIGKILL}, {16 * time.Second, 0}, {20 * time.Second, syscall.SIGKILL}}
+	stage, last := 0, time.Time{}
+	for _, s := range steps {
+		now := at.Add(s.after)
+		sig, next := stopStep(now, at, grace, kill, stage, last)
+		if sig != s.want {
+			t.Fatalf("at +%s: signal %v, want %v", s.after, sig, s.want)
+		}
+		if sig != 0 {
+			last = now
+		}
+		stage = next
+	}
+	if sig, _ := stopStep(at, at, 0, kill, stageCheckpoint, at); sig != syscall.SIGTERM {
+		t.Errorf("grace 0: %v after the checkpoint signal, want SIGTERM at once", sig)
+	}
+}
+
+func TestFenceTimer(t *testing.T) {
+	last := time.Unix(1000, 0)
+	cases := map[string]struct {
+		since time.Duration
+		after time.Duration
+		want  bool
+	}{
+		"just heard from the server": {time.Second, 5 * time.Second, false},
+		"exactly the fence timeout":  {5 * time.Second, 5 * time.Second, false},
+		"past the fence timeout":     {5*time.Second + 1, 5 * time.Second, true},
+		"fencing off (0)":            {time.Hour, 0, false},
+	}
+	for name, tc := range cases {
+		if got := fenceDue(last.Add(tc.since), last, tc.after); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	if g := fenceGrace(30*time.Second, 10*time.Second); g != 10*time.Second {
+		t.Errorf("fence grace %s", g)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestAccounting(t *testing.T) {
+	now := time.Unix(1000, 0)
+	prev := map[string]gpu.Sample{
+		"G0": {EnergyMillijoules: ptr(uint64(1_000_000))},
+		"G1": {EnergyMillijoules: ptr(uint64(500_000))},
+		"G2": {EnergyMillijoules: ptr(uint64(900))},
+	}
+	cur := map[string]gpu.Sample{
+		"G0": {SMActivity: ptr(0.9), Utilization: ptr(1.0), EnergyMillijoules: ptr(uint64(1_700_000))}, // 700 J, GPM
+		"G1": {Utilization: ptr(0.5), EnergyMillijoules: ptr(uint64(800_000))},                         // 300 J, no GPM
+		"G2": {EnergyMillijoules: ptr(uint64(100))},                                                    // counter reset, no activity
+	}
+	holds := []hold{
+		{Attempt: "whole", GPU: "G0", Share: 1},
+		{Attempt: "slice-a", GPU: "G1", Share: 0.5},
+		{Attempt: "slice-b", GPU: "G1", Share: 0.5, Since: now.Add(-500 * time.Millisecond)}, // started mid-interval
+		{Attempt: "blind", GPU: "G2", Share: 1},
+	}
+	got := account(now, 1, prev, cur, holds)
+	want := map[string]Usage{
+		"whole":   {GPUSeconds: 1, EffectiveGPUSeconds: 0.9, EnergyJoules: 700},
+		"slice-a": {GPUSeconds: 0.5, EffectiveGPUSeconds: 0.5 * 0.5, EnergyJoules: 150},
+		"slice-b": {GPUSeconds: 0.25, EffectiveGPUSeconds: 0.25 * 0.5, EnergyJoules: 75},
+		"blind":   {GPUSeconds: 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("accounting (-want +got):\n%s", diff)
+	}
+	if s := migShare("3g.71gb"); s != 3.0/7 {
+		t.Errorf("mig share %v", s)
+	}
+}
+
+func TestRunnerRunsOnAssignedGPUsAndRecordsExit(t *testing.T) {
+	data, out := t.TempDir(), sharedDir(t)
+	r := testRunner(t, data, time.Now)
+	r.Start(api.Assignment{AttemptID: "a-1", JobID: "j-1", Team: "team-a", GPUs: []string{"GPU-1", "MIG-2a"},
+		Command: []string{"sh", "-c", "echo $CUDA_VISIBLE_DEVICES > " + out + "/cvd; id -un > " + out + "/user; echo hi; exit 7"}})
+	rep := waitState(t, r, "a-1", gpufleet.AttemptFailed)
+	if rep.ExitCode == nil || *rep.ExitCode != 7 || rep.ReasonCode != ReasonExit {
+		t.Errorf("report %+v", rep)
+	}
+	var ex exitRecord
+	if err := readJSON(filepath.Join(data, "attempts", "a-1", statusFileName), &ex); err != nil || ex.ExitCode != 7 {
+		t.Errorf("status.json: %+v %v", ex, err)
+	}
+	cvd, _ := os.ReadFile(filepath.Join(out, "cvd"))
+	if got := strings.TrimSpace(string(cvd)); got != "GPU-1,MIG-2a" {
+		t.Errorf("CUDA_VISIBLE_DEVICES %q", got)
+	}
+	if os.Geteuid() == 0 {
+		user, _ := os.ReadFile(filepath.Join(out, "user"))
+		if strings.TrimSpace(string(user)) != "nobody" {
+			t.Errorf("ran as %q, want nobody", user)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(data, "attempts", "a-1", logFileName))
+	if !strings.Contains(string(log), "hi") {
+		t.Errorf("log %q", log)
+	}
+	// Invalid specs fail without running.
+	r.Start(api.Assignment{AttemptID: "a-2", GPUs: []string{"GPU-9"}, Command: []string{"true"}})
+	r.Start(api.Assignment{AttemptID: "a-3", GPUs: []string{"GPU-0"}, Command: []string{"true"}, Workdir: "/tmp/../etc"})
+	for _, id := range []string{"a-2", "a-3"} {
+		if rep := waitState(t, r, id, gpufleet.AttemptFailed); rep.ReasonCode != ReasonInvalid {
+			t.Errorf("%s: %+v", id, rep)
+		}
+	}
+}
+
+func TestRunnerStopEscalatesToKill(t *testing.T) {
+	data := t.TempDir()
+	r := testRunner(t, data, time.Now)
+	// The command ignores the checkpoint signal and SIGTERM.
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"},
+		Command: []string{"sh", "-c", `trap "echo usr1" USR1; trap "echo term" TERM; echo ready; while :; do sleep 0.05; done`}})
+	waitState(t, r, "a-1", gpufleet.AttemptRunning)
+	logPath := filepath.Join(data, "attempts", "a-1", logFileName)
+	for i := 0; i < 100; i++ {
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "ready") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	r.Stop("a-1", "preempted", "preempted", 300*time.Millisecond)
+	rep := waitState(t, r, "a-1", gpufleet.AttemptStopped)
+	if rep.ExitCode == nil || *rep.ExitCode != 128+int(syscall.SIGKILL) || rep.ReasonCode != "preempted" {
+		t.Errorf("report %+v", rep)
+	}
+	if d := time.Since(start); d < 600*time.Millisecond {
+		t.Errorf("killed after %s, before grace + kill-after", d)
+	}
+	b, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(b), "usr1") || !strings.Contains(string(b), "term") {
+		t.Errorf("log %q: want the checkpoint signal and SIGTERM before the kill", b)
+	}
+}
+
+func TestRunnerReadoptsAfterRestart(t *testing.T) {
+	data, out := t.TempDir(), sharedDir(t)
+	flag := filepath.Join(out, "go")
+	r1 := testRunner(t, data, time.Now)
+	r1.Start(api.Assignment{AttemptID: "a-1", JobID: "j-1", GPUs: []string{"GPU-0"},
+		Command: []string{"sh", "-c", "while [ ! -e " + flag + " ]; do sleep 0.05; done; exit 0"}})
+	waitState(t, r1, "a-1", gpufleet.AttemptRunning)
+	// A new runner over the same data dir: the agent restarted.
+	r2 := testRunner(t, data, time.Now)
+	if err := r2.Load(); err != nil {
+		t.Fatal(err)
+	}
+	r2.Start(api.Assignment{AttemptID: "a-2", GPUs: []string{"GPU-0"}, Command: []string{"true"}})
+	r2.Poll()
+	if reps := r2.Reports(); len(reps) != 2 || reps[0].State != gpufleet.AttemptRunning || reps[1].State != gpufleet.AttemptStarting ||
+		!strings.Contains(reps[1].Reason, "held by attempt a-1") {
+		t.Errorf("after re-adoption: %+v (a-2 must wait for a-1's GPU)", reps)
+	}
+	os.WriteFile(flag, nil, 0o644)
+	if rep := waitState(t, r2, "a-1", gpufleet.AttemptSucceeded); rep.ExitCode == nil || *rep.ExitCode != 0 {
+		t.Errorf("re-adopted attempt: %+v", rep)
+	}
+	waitState(t, r2, "a-2", gpufleet.AttemptSucceeded)
+	// Delivered terminal attempts leave the state file.
+	r2.Delivered(r2.Reports())
+	var st stateFile
+	if err := readJSON(filepath.Join(data, "state.json"), &st); err != nil || len(st.Attempts) != 0 {
+		t.Errorf("state after delivery: %+v %v", st, err)
+	}
+}
+
+func TestRunnerTimeSlicesShareAndBusyGPUFails(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	r := testRunner(t, t.TempDir(), clock.Now)
+	r.Start(api.Assignment{AttemptID: "s-1", GPUs: []string{"GPU-1"}, Fraction: 0.5, Command: []string{"sleep", "5"}})
+	r.Start(api.Assignment{AttemptID: "s-2", GPUs: []string{"GPU-1"}, Fraction: 0.5, Command: []string{"sleep", "5"}})
+	waitState(t, r, "s-1", gpufleet.AttemptRunning)
+	waitState(t, r, "s-2", gpufleet.AttemptRunning)
+	r.Start(api.Assignment{AttemptID: "x-1", GPUs: []string{"GPU-1"}, Command: []string{"true"}})
+	r.Poll()
+	clock.Add(2 * time.Minute)
+	if rep := waitState(t, r, "x-1", gpufleet.AttemptFailed); rep.ReasonCode != ReasonGPUBusy {
+		t.Errorf("exclusive attempt on a shared GPU: %+v", rep)
+	}
+	for _, id := range []string{"s-1", "s-2"} {
+		r.Stop(id, "", "", 0)
+		waitState(t, r, id, gpufleet.AttemptStopped)
+	}
+}
+
+// fakePlane is a control plane that can be switched off.
+type fakePlane struct {
+	mu    sync.Mutex
+	down  bool
+	beats []api.HeartbeatRequest
+	resp  api.HeartbeatResponse
+}
+
+func (f *fakePlane) Register(context.Context, string, api.RegisterRequest) (api.RegisterResponse, error) {
+	return api.RegisterResponse{Node: "n1", Credential: "cred", ExpiresAt: time.Unix(1e10, 0), HeartbeatS: 1, FenceAfterS: 5}, nil
+}
+
+func (f *fakePlane) Heartbeat(_ context.Context, _ string, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return api.HeartbeatResponse{}, fmt.Errorf("%w: server away", api.ErrUnavailable)
+	}
+	f.beats = append(f.beats, r)
+	resp := f.resp
+	f.resp = api.HeartbeatResponse{}
+	return resp, nil
+}
+
+func (f *fakePlane) ShipLog(_ context.Context, _, _ string, off int64, data []byte) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return 0, fmt.Errorf("%w: server away", api.ErrUnavailable)
+	}
+	return off + int64(len(data)), nil
+}
+
+func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	be, err := simgpu.New([]simgpu.Spec{{Model: "h100-sxm-80gb", Count: 2}}, simgpu.WithNodeName("n1"), simgpu.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &fakePlane{}
+	a, err := New(Config{Name: "n1", DataDir: t.TempDir(), Backend: "sim", JoinToken: "j", FenceGrace: time.Second,
+		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, KillAfter: 200 * time.Millisecond}}, be, cp, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.now = clock.Now
+	t.Cleanup(func() { killAll(a.runner) })
+	ctx := t.Context()
+	if err := a.discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	uuid := a.inventory[0].UUID
+	cp.resp = api.HeartbeatResponse{Start: []api.Assignment{{AttemptID: "a-1", JobID: "j-1", Team: "team-a", GPUs: []string{uuid},
+		GraceS: 30, SimLoad: "compute", Command: []string{"sleep", "60"}}}}
+	if err := a.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a.runner, "a-1", gpufleet.AttemptRunning)
+	a.sampleOnce(ctx)
+	clock.Add(2 * time.Second)
+	a.sampleOnce(ctx)
+	if v := a.view(); v.teams[uuid] != "team-a" || v.allocated[uuid] != 1 {
+		t.Errorf("metrics view: teams %v allocated %v", v.teams, v.allocated)
+	}
+	if s := a.latest[uuid]; s.SMActivity == nil || *s.SMActivity < 0.5 {
+		t.Errorf("simulated compute load not applied: %+v", s.SMActivity)
+	}
+
+	if err := a.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cp.mu.Lock()
+	cp.down = true
+	cp.mu.Unlock()
+	clock.Add(4 * time.Second)
+	a.checkFence()
+	if a.Fenced() {
+		t.Fatal("fenced before fence-after")
+	}
+	clock.Add(2 * time.Second)
+	a.checkFence()
+	if !a.Fenced() {
+		t.Fatal("not fenced after fence-after without a heartbeat")
+	}
+	a.runner.Poll()
+	// The fenced grace is capped at 1s: SIGTERM after it, then SIGKILL.
+	clock.Add(2 * time.Second)
+	for i := 0; i < 200; i++ {
+		a.runner.Poll()
+		if c := a.runner.Counts(); c[gpufleet.AttemptStopped] == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c := a.runner.Counts(); c[gpufleet.AttemptStopped] != 1 {
+		t.Fatalf("attempt not stopped by fencing: %v", c)
+	}
+	if err := a.beat(ctx); err == nil {
+		t.Fatal("heartbeat succeeded while the server is down")
+	}
+	cp.mu.Lock()
+	cp.down = false
+	cp.mu.Unlock()
+	a.shipLogs(ctx)
+	if err := a.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Fenced() {
+		t.Error("still fenced after a successful heartbeat")
+	}
+	last := cp.beats[len(cp.beats)-1]
+	if len(last.Attempts) != 1 || last.Attempts[0].State != gpufleet.AttemptStopped || last.Attempts[0].ReasonCode != ReasonFenced ||
+		last.Attempts[0].GPUSeconds < 2 || last.Attempts[0].EnergyJoules <= 0 {
+		t.Errorf("report after reconnecting: %+v", last.Attempts)
+	}
+	if len(a.runner.Reports()) != 0 {
+		t.Errorf("delivered attempt still reported: %+v", a.runner.Reports())
+	}
+}

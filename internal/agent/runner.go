@@ -1,0 +1,822 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+// Reason codes the agent reports.
+const (
+	ReasonFenced     = "fenced"       // stopped by the agent after losing the server
+	ReasonUnknown    = "unknown"      // the server did not expect it: killed
+	ReasonGPUBusy    = "gpu_busy"     // another process held an assigned GPU
+	ReasonInvalid    = "invalid_spec" // workdir, env or GPUs not usable here
+	ReasonStartError = "start_failed" // the command could not be started
+	ReasonLost       = "supervisor_lost"
+	ReasonExit       = "exit"
+)
+
+// loader is the simulated backend's load control.
+type loader interface {
+	AddLoad(uuid string, l simgpu.Load, delta float64) error
+}
+
+// target is what an assigned UUID names on this node: a whole GPU or a MIG
+// instance of one.
+type target struct {
+	GPU   string  // physical GPU UUID
+	Index int     // its index
+	Share float64 // of the physical GPU (MIG: slices/7)
+	MIG   bool
+}
+
+// runAs is the account an attempt runs under.
+type runAs struct {
+	Name   string
+	UID    *uint32
+	GID    *uint32
+	Groups []uint32
+	Home   string
+}
+
+// attempt is one attempt as the runner keeps it (and state.json holds it).
+type attempt struct {
+	As         api.Assignment        `json:"assignment"`
+	State      gpufleet.AttemptState `json:"state"`
+	Launched   bool                  `json:"launched"`
+	Supervisor int                   `json:"supervisor_pid,omitempty"`
+	PGID       int                   `json:"pgid,omitempty"`
+	QueuedAt   time.Time             `json:"queued_at"`
+	StartedAt  *time.Time            `json:"started_at,omitempty"`
+	FinishedAt *time.Time            `json:"finished_at,omitempty"`
+	ExitCode   *int                  `json:"exit_code,omitempty"`
+	Reason     string                `json:"reason,omitempty"`
+	ReasonCode string                `json:"reason_code,omitempty"`
+	User       string                `json:"user,omitempty"`
+	Holds      []hold                `json:"holds,omitempty"`
+	Usage      Usage                 `json:"usage"`
+	// AccountedTo is the end of the last interval counted in Usage.
+	AccountedTo time.Time `json:"accounted_to"`
+	LoadOn      bool      `json:"load_on,omitempty"`
+
+	Stop *stopRequest `json:"stop,omitempty"`
+
+	LogShipped int64 `json:"log_shipped"`
+	LogDone    bool  `json:"log_done,omitempty"`
+	Delivered  bool  `json:"delivered,omitempty"`
+
+	cmd *exec.Cmd // set when this process started the supervisor
+}
+
+// stopRequest is a stop in progress.
+type stopRequest struct {
+	Reason     string        `json:"reason"`
+	Code       string        `json:"reason_code"`
+	At         time.Time     `json:"at"`
+	Grace      time.Duration `json:"grace"`
+	Stage      int           `json:"stage"`
+	LastSignal time.Time     `json:"last_signal"`
+}
+
+// stateFile is DATA_DIR/state.json.
+type stateFile struct {
+	Attempts []*attempt `json:"attempts"`
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	DataDir string
+	// Supervisor is the argv that runs a supervisor; the runner appends
+	// "--dir DIR" (gpufleet agent supervise).
+	Supervisor []string
+	// RunAs maps a team to the user its attempts run as when the agent is
+	// root; DefaultUser ("nobody") covers the other teams.
+	RunAs       map[string]string
+	DefaultUser string
+	// KillAfter is the pause between SIGTERM and SIGKILL (default 5s).
+	KillAfter time.Duration
+	// BusyTimeout is how long an attempt waits for a GPU another process
+	// holds before it fails with gpu_busy (default 60s).
+	BusyTimeout time.Duration
+	// Cgroups runs attempts in /sys/fs/cgroup/gpufleet/<attempt> (cgroup v2).
+	Cgroups bool
+}
+
+// Runner starts, watches and stops attempts. It is safe for concurrent
+// use; Poll drives it.
+type Runner struct {
+	cfg   RunnerConfig
+	log   *slog.Logger
+	now   func() time.Time
+	users func(team string) (runAs, error)
+	load  loader // nil unless simulated
+
+	mu       sync.Mutex
+	attempts map[string]*attempt
+	targets  map[string]target // assigned UUID -> physical GPU
+	foreign  map[string][]int  // physical GPU UUID -> pids of processes not ours
+	dirty    bool
+}
+
+// NewRunner returns a runner; Load re-adopts what a previous agent left.
+func NewRunner(cfg RunnerConfig, log *slog.Logger, now func() time.Time, load loader) *Runner {
+	if cfg.KillAfter <= 0 {
+		cfg.KillAfter = 5 * time.Second
+	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = 60 * time.Second
+	}
+	if cfg.DefaultUser == "" {
+		cfg.DefaultUser = "nobody"
+	}
+	r := &Runner{cfg: cfg, log: log, now: now, load: load, attempts: map[string]*attempt{}, targets: map[string]target{}}
+	r.users = r.lookupUser
+	return r
+}
+
+func (r *Runner) attemptDir(id string) string { return filepath.Join(r.cfg.DataDir, "attempts", id) }
+func (r *Runner) statePath() string           { return filepath.Join(r.cfg.DataDir, "state.json") }
+
+// SetDevices tells the runner which UUIDs name which GPUs (from discovery).
+func (r *Runner) SetDevices(devs []gpu.Device) {
+	t := map[string]target{}
+	for _, d := range devs {
+		t[d.UUID] = target{GPU: d.UUID, Index: d.Index, Share: 1}
+		for _, m := range d.MIG {
+			t[m.UUID] = target{GPU: d.UUID, Index: d.Index, Share: migShare(m.Profile), MIG: true}
+		}
+	}
+	r.mu.Lock()
+	maps.Copy(r.targets, t) // a GPU that fell off keeps its entry: its attempts still need accounting
+	r.mu.Unlock()
+}
+
+// SetProcesses tells the runner which processes hold each GPU (from the
+// backend's per-process memory); those of its own attempts are ignored.
+func (r *Runner) SetProcesses(samples []gpu.Sample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ours := map[int]bool{}
+	for _, a := range r.attempts {
+		if a.PGID > 0 && !a.State.Terminal() {
+			ours[a.PGID] = true
+		}
+	}
+	r.foreign = map[string][]int{}
+	for _, s := range samples {
+		for _, p := range s.Processes {
+			if p.GPUInstanceID != nil {
+				continue // a MIG instance's process does not hold the whole GPU
+			}
+			if pg, err := syscall.Getpgid(p.PID); err == nil && ours[pg] {
+				continue
+			}
+			r.foreign[s.UUID] = append(r.foreign[s.UUID], p.PID)
+		}
+	}
+}
+
+// Load reads state.json and re-adopts the attempts it lists: those whose
+// supervisor still runs are watched again, those that ended while the agent
+// was away are read from their status.json.
+func (r *Runner) Load() error {
+	var st stateFile
+	if err := readJSON(r.statePath(), &st); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read %s: %w", r.statePath(), err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range st.Attempts {
+		if a == nil || validAttemptID(a.As.AttemptID) != nil {
+			continue
+		}
+		r.attempts[a.As.AttemptID] = a
+		if !a.State.Terminal() {
+			r.log.Info("re-adopting attempt", "attempt", a.As.AttemptID, "job", a.As.JobID, "state", a.State, "supervisor", a.Supervisor)
+			a.LoadOn = false // the simulated load is per process: set it again
+		}
+	}
+	return nil
+}
+
+// save writes state.json if anything changed; r.mu must be held.
+func (r *Runner) save() {
+	if !r.dirty {
+		return
+	}
+	st := stateFile{Attempts: []*attempt{}}
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		st.Attempts = append(st.Attempts, r.attempts[id])
+	}
+	if err := writeJSONAtomic(r.statePath(), st, 0o600); err != nil {
+		r.log.Error("writing state file", "err", err)
+		return
+	}
+	r.dirty = false
+}
+
+// Known reports whether the runner has the attempt.
+func (r *Runner) Known(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.attempts[id]
+	return ok
+}
+
+// Start takes an assignment. It validates it, waits while another process
+// holds an assigned GPU, and launches the supervisor (in Poll). A known
+// attempt is ignored.
+func (r *Runner) Start(as api.Assignment) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.attempts[as.AttemptID]; ok || validAttemptID(as.AttemptID) != nil {
+		return
+	}
+	a := &attempt{As: as, State: gpufleet.AttemptStarting, QueuedAt: r.now()}
+	r.attempts[as.AttemptID] = a
+	r.dirty = true
+	if err := r.validate(as); err != nil {
+		r.finish(a, gpufleet.AttemptFailed, nil, err.Error(), ReasonInvalid)
+	} else {
+		r.tryLaunch(a)
+	}
+	r.save()
+}
+
+// validate checks an assignment against this node; r.mu must be held.
+func (r *Runner) validate(as api.Assignment) error {
+	if len(as.Command) == 0 {
+		return fmt.Errorf("%w: empty command", gpufleet.ErrInvalid)
+	}
+	if err := validateWorkdir(as.Workdir); err != nil {
+		return err
+	}
+	if len(as.GPUs) == 0 {
+		return fmt.Errorf("%w: no GPUs assigned", gpufleet.ErrInvalid)
+	}
+	for _, g := range as.GPUs {
+		if _, ok := r.targets[g]; !ok {
+			return fmt.Errorf("%w: gpu %s is not on this node", gpufleet.ErrInvalid, g)
+		}
+	}
+	if as.SimLoad != "" {
+		if _, err := simgpu.ParseLoad(as.SimLoad); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holder returns why an assigned GPU is not free for a, or "".
+func (r *Runner) holder(a *attempt) string {
+	frac := fracOr1(a.As.Fraction)
+	for _, g := range a.As.GPUs {
+		t := r.targets[g]
+		for _, o := range r.attempts {
+			if o == a || o.State.Terminal() || !o.Launched {
+				continue
+			}
+			if slices.Contains(o.As.GPUs, g) && (frac >= 1 || fracOr1(o.As.Fraction) >= 1) {
+				return fmt.Sprintf("gpu %s is still held by attempt %s", g, o.As.AttemptID)
+			}
+		}
+		if !t.MIG {
+			if pids := r.foreign[t.GPU]; len(pids) > 0 {
+				return fmt.Sprintf("gpu %s is held by process %v, not started by gpufleet", g, pids)
+			}
+		}
+	}
+	return ""
+}
+
+// tryLaunch launches a's supervisor when its GPUs are free; r.mu must be
+// held.
+func (r *Runner) tryLaunch(a *attempt) {
+	if a.Launched || a.State.Terminal() {
+		return
+	}
+	if a.Stop != nil {
+		r.finish(a, gpufleet.AttemptStopped, nil, a.Stop.Reason, a.Stop.Code)
+		return
+	}
+	if why := r.holder(a); why != "" {
+		if r.now().Sub(a.QueuedAt) > r.cfg.BusyTimeout {
+			r.finish(a, gpufleet.AttemptFailed, nil, "refused: "+why, ReasonGPUBusy)
+		} else if a.Reason != why {
+			a.Reason = why
+			r.log.Warn("attempt waits for its GPUs", "attempt", a.As.AttemptID, "why", why)
+		}
+		return
+	}
+	if err := r.launch(a); err != nil {
+		r.log.Error("starting attempt", "attempt", a.As.AttemptID, "err", err)
+		r.finish(a, gpufleet.AttemptFailed, nil, err.Error(), ReasonStartError)
+	}
+}
+
+// launch writes the spec and starts the supervisor; r.mu must be held.
+func (r *Runner) launch(a *attempt) error {
+	as := a.As
+	dir := r.attemptDir(as.AttemptID)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	_ = os.Chmod(filepath.Dir(dir), 0o711)
+	_ = os.Chmod(r.cfg.DataDir, 0o711)
+	u, err := r.users(as.Team)
+	if err != nil {
+		return err
+	}
+	workdir := as.Workdir
+	if workdir == "" {
+		workdir = filepath.Join(dir, "work")
+		if u.UID != nil {
+			// The data dir may not be reachable for another user: the
+			// scratch directory lives under the system's temporary dir.
+			base := filepath.Join(os.TempDir(), "gpufleet-attempts")
+			if err := os.MkdirAll(base, 0o711); err != nil {
+				return err
+			}
+			_ = os.Chmod(base, 0o711)
+			workdir = filepath.Join(base, as.AttemptID)
+		}
+		if err := os.MkdirAll(workdir, 0o700); err != nil {
+			return err
+		}
+		if u.UID != nil {
+			if err := os.Chown(workdir, int(*u.UID), int(*u.GID)); err != nil {
+				return err
+			}
+		}
+	}
+	home := u.Home
+	if home == "" || home == "/nonexistent" {
+		home = workdir
+	}
+	env, err := attemptEnv(as, u.Name, home, workdir)
+	if err != nil {
+		return err
+	}
+	spec := superviseSpec{AttemptID: as.AttemptID, Command: as.Command, Env: env, Workdir: workdir, UID: u.UID, GID: u.GID, Groups: u.Groups}
+	if r.cfg.Cgroups {
+		spec.Cgroup = filepath.Join(cgroupRoot, cgroupParent, as.AttemptID)
+	}
+	for _, g := range as.GPUs {
+		t := r.targets[g]
+		a.Holds = append(a.Holds, hold{Attempt: as.AttemptID, GPU: t.GPU, Share: t.Share * fracOr1(as.Fraction)})
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(dir, statusFileName))
+	_ = os.Remove(filepath.Join(dir, pidFileName))
+	slog, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer slog.Close()
+	argv := append(slices.Clone(r.cfg.Supervisor), "--dir", dir)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = slog, slog
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = supervisorEnv()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start supervisor: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // reap it; the status file says how the attempt ended
+	a.cmd, a.Supervisor, a.Launched, a.User, a.Reason = cmd, cmd.Process.Pid, true, u.Name, ""
+	r.dirty = true
+	r.log.Info("attempt launched", "attempt", as.AttemptID, "job", as.JobID, "team", as.Team, "gpus", strings.Join(as.GPUs, ","),
+		"user", u.Name, "supervisor", cmd.Process.Pid)
+	return nil
+}
+
+// supervisorEnv is the supervisor's environment: the agent's without its
+// secrets (the attempt's own environment comes from the spec).
+func supervisorEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GPUFLEET_") && !strings.HasPrefix(kv, "GPUFLEET_TEST_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// Stop starts stopping an attempt: checkpoint signal now, SIGTERM after
+// grace, SIGKILL KillAfter later. Stopping a stopped attempt does nothing.
+func (r *Runner) Stop(id, reason, code string, grace time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.attempts[id]
+	if a == nil {
+		if validAttemptID(id) != nil {
+			return
+		}
+		// Never started here (its start order was lost): report it stopped so
+		// the server does not wait for it.
+		a = &attempt{As: api.Assignment{AttemptID: id}, State: gpufleet.AttemptStarting, QueuedAt: r.now()}
+		r.attempts[id] = a
+	}
+	r.stop(a, reason, code, grace)
+	r.progress(a)
+	r.save()
+}
+
+func (r *Runner) stop(a *attempt, reason, code string, grace time.Duration) {
+	if a.State.Terminal() || a.Stop != nil {
+		return
+	}
+	if reason == "" {
+		reason = "stopped by the server"
+	}
+	if code == "" {
+		code = "stopped"
+	}
+	a.Stop = &stopRequest{Reason: reason, Code: code, At: r.now(), Grace: max(grace, 0)}
+	r.dirty = true
+	r.log.Info("stopping attempt", "attempt", a.As.AttemptID, "reason", reason, "reason_code", code, "grace", grace)
+}
+
+// Fence stops every attempt that is not already stopping, with reason code
+// "fenced", capping the grace at maxGrace.
+func (r *Runner) Fence(why string, maxGrace time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		a := r.attempts[id]
+		if a.State.Terminal() || a.Stop != nil {
+			continue
+		}
+		g := fenceGrace(time.Duration(a.As.GraceS*float64(time.Second)), maxGrace)
+		r.stop(a, why, ReasonFenced, g)
+		n++
+	}
+	r.pollLocked()
+	return n
+}
+
+// Poll advances every attempt: launches waiting ones, notices started and
+// ended commands, escalates stops. Call it often (a few times a second).
+func (r *Runner) Poll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pollLocked()
+}
+
+func (r *Runner) pollLocked() {
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		r.progress(r.attempts[id])
+	}
+	r.save()
+}
+
+// progress advances one attempt; r.mu must be held.
+func (r *Runner) progress(a *attempt) {
+	if a.State.Terminal() {
+		return
+	}
+	if !a.Launched {
+		r.tryLaunch(a)
+		return
+	}
+	dir := r.attemptDir(a.As.AttemptID)
+	if a.PGID == 0 {
+		var pr pidRecord
+		if err := readJSON(filepath.Join(dir, pidFileName), &pr); err == nil && pr.PGID > 0 {
+			a.PGID, a.Supervisor = pr.PGID, pr.SupervisorPID
+			// The supervisor's start when it is not after the runner's now
+			// (accounting stays on one clock when tests step the runner's).
+			started := r.now()
+			if !pr.StartedAt.IsZero() && pr.StartedAt.Before(started) {
+				started = pr.StartedAt
+			}
+			a.StartedAt = &started
+			a.State = gpufleet.AttemptRunning
+			r.dirty = true
+			r.setLoad(a, true)
+		}
+	}
+	if a.State == gpufleet.AttemptRunning && !a.LoadOn {
+		r.setLoad(a, true)
+	}
+	var ex exitRecord
+	if err := readJSON(filepath.Join(dir, statusFileName), &ex); err == nil {
+		r.ended(a, ex)
+		return
+	}
+	if !r.supervisorAlive(a) {
+		// Check once more: it may have written the status just now.
+		if err := readJSON(filepath.Join(dir, statusFileName), &ex); err == nil {
+			r.ended(a, ex)
+			return
+		}
+		if a.PGID > 0 {
+			_ = syscall.Kill(-a.PGID, syscall.SIGKILL)
+		}
+		r.finish(a, gpufleet.AttemptFailed, nil, "the attempt's supervisor vanished without recording an exit status", ReasonLost)
+		return
+	}
+	if a.Stop != nil && a.PGID > 0 {
+		now := r.now()
+		sig, stage := stopStep(now, a.Stop.At, a.Stop.Grace, r.cfg.KillAfter, a.Stop.Stage, a.Stop.LastSignal)
+		if sig != 0 {
+			if err := syscall.Kill(-a.PGID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				r.log.Warn("signalling attempt", "attempt", a.As.AttemptID, "signal", sig, "err", err)
+			}
+			a.Stop.Stage, a.Stop.LastSignal = stage, now
+			r.dirty = true
+		}
+	}
+}
+
+// supervisorAlive reports whether a's supervisor still runs.
+func (r *Runner) supervisorAlive(a *attempt) bool {
+	if a.cmd != nil {
+		return a.cmd.ProcessState == nil && syscall.Kill(a.Supervisor, 0) == nil && !zombie(a.Supervisor)
+	}
+	if a.Supervisor <= 0 || syscall.Kill(a.Supervisor, 0) != nil || zombie(a.Supervisor) {
+		return false
+	}
+	// After a restart the pid may have been reused: it must be our supervisor.
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(a.Supervisor) + "/cmdline")
+	return err != nil || strings.Contains(string(cmdline), a.As.AttemptID)
+}
+
+// zombie reports whether pid has exited but is not reaped yet.
+func zombie(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z'
+	}
+	return false
+}
+
+// ended records a's exit from its status file; r.mu must be held.
+func (r *Runner) ended(a *attempt, ex exitRecord) {
+	code := ex.ExitCode
+	switch {
+	case a.Stop != nil:
+		r.finish(a, gpufleet.AttemptStopped, &code, a.Stop.Reason, a.Stop.Code)
+	case ex.Error != "":
+		r.finish(a, gpufleet.AttemptFailed, &code, ex.Error, ReasonStartError)
+	case code == 0:
+		r.finish(a, gpufleet.AttemptSucceeded, &code, "exit 0", ReasonExit)
+	case ex.Signal != "":
+		r.finish(a, gpufleet.AttemptFailed, &code, "killed by "+ex.Signal, ReasonExit)
+	default:
+		r.finish(a, gpufleet.AttemptFailed, &code, "exit "+strconv.Itoa(code), ReasonExit)
+	}
+}
+
+// finish makes a terminal; r.mu must be held.
+func (r *Runner) finish(a *attempt, st gpufleet.AttemptState, code *int, reason, reasonCode string) {
+	now := r.now()
+	if a.State == gpufleet.AttemptRunning {
+		// The time since the last sample counts as GPU time (its activity
+		// and energy are not known).
+		since := a.AccountedTo
+		if a.StartedAt != nil && a.StartedAt.After(since) {
+			since = *a.StartedAt
+		}
+		end := now
+		if a.StartedAt != nil && a.Stop == nil {
+			// The supervisor's status file says when it really ended.
+			var ex exitRecord
+			if readJSON(filepath.Join(r.attemptDir(a.As.AttemptID), statusFileName), &ex) == nil && !ex.FinishedAt.IsZero() && ex.FinishedAt.Before(end) {
+				end = ex.FinishedAt
+			}
+		}
+		if secs := end.Sub(since).Seconds(); secs > 0 && !since.IsZero() {
+			for _, h := range a.Holds {
+				a.Usage.GPUSeconds += secs * h.Share
+			}
+			a.AccountedTo = end
+		}
+	}
+	a.State, a.ExitCode, a.Reason, a.ReasonCode, a.FinishedAt = st, code, reason, reasonCode, &now
+	if !a.Launched {
+		a.LogDone = true // nothing ran, nothing to ship
+	}
+	r.setLoad(a, false)
+	r.dirty = true
+	r.log.Info("attempt ended", "attempt", a.As.AttemptID, "job", a.As.JobID, "state", st, "reason", reason, "reason_code", reasonCode)
+}
+
+// setLoad declares (or takes back) a's simulated load on its GPUs.
+func (r *Runner) setLoad(a *attempt, on bool) {
+	if r.load == nil || a.As.SimLoad == "" || a.LoadOn == on {
+		return
+	}
+	l, err := simgpu.ParseLoad(a.As.SimLoad)
+	if err != nil {
+		return
+	}
+	delta := fracOr1(a.As.Fraction)
+	if !on {
+		delta = -delta
+	}
+	for _, g := range a.As.GPUs {
+		if err := r.load.AddLoad(g, l, delta); err != nil {
+			r.log.Warn("simulated load", "attempt", a.As.AttemptID, "gpu", g, "err", err)
+		}
+	}
+	a.LoadOn = on
+}
+
+// Reports returns what the next heartbeat says about the attempts. A
+// terminal attempt is reported once its log is shipped, so that a
+// follower of its log sees the end before the attempt ends.
+func (r *Runner) Reports() []api.AttemptReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []api.AttemptReport
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		a := r.attempts[id]
+		if a.Delivered {
+			continue
+		}
+		rep := api.AttemptReport{AttemptID: id, JobID: a.As.JobID, State: a.State,
+			GPUSeconds: a.Usage.GPUSeconds, EffectiveGPUSeconds: a.Usage.EffectiveGPUSeconds, EnergyJoules: a.Usage.EnergyJoules}
+		if a.State.Terminal() {
+			if !a.LogDone {
+				rep.State = gpufleet.AttemptRunning
+			} else {
+				rep.ExitCode, rep.Reason, rep.ReasonCode = a.ExitCode, a.Reason, a.ReasonCode
+			}
+		} else if a.State == gpufleet.AttemptStarting && a.Reason != "" {
+			rep.Reason = a.Reason
+		}
+		out = append(out, rep)
+	}
+	return out
+}
+
+// Delivered records that the server has the reports: terminal attempts it
+// has are forgotten (their directories stay for inspection).
+func (r *Runner) Delivered(reps []api.AttemptReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range reps {
+		if a := r.attempts[rep.AttemptID]; a != nil && rep.State.Terminal() {
+			delete(r.attempts, rep.AttemptID)
+			r.dirty = true
+		}
+	}
+	r.save()
+}
+
+// Holds returns the GPU shares of the running attempts.
+func (r *Runner) Holds() []hold {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []hold
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		if a := r.attempts[id]; a.State == gpufleet.AttemptRunning {
+			for _, h := range a.Holds {
+				h.Since = a.AccountedTo
+				if a.StartedAt != nil && a.StartedAt.After(h.Since) {
+					h.Since = *a.StartedAt
+				}
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// AddUsage adds accounting increments to the attempts, counted up to now.
+func (r *Runner) AddUsage(u map[string]Usage, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, d := range u {
+		if a := r.attempts[id]; a != nil && !a.State.Terminal() {
+			a.AccountedTo = now
+			a.Usage.GPUSeconds += d.GPUSeconds
+			a.Usage.EffectiveGPUSeconds += d.EffectiveGPUSeconds
+			a.Usage.EnergyJoules += d.EnergyJoules
+			r.dirty = true
+		}
+	}
+}
+
+// Teams returns the team running on each physical GPU (for metrics); a GPU
+// shared by several teams lists them joined by ",".
+func (r *Runner) Teams() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	teams := map[string][]string{}
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		a := r.attempts[id]
+		if a.State.Terminal() || !a.Launched {
+			continue
+		}
+		for _, h := range a.Holds {
+			if !slices.Contains(teams[h.GPU], a.As.Team) {
+				teams[h.GPU] = append(teams[h.GPU], a.As.Team)
+			}
+		}
+	}
+	out := map[string]string{}
+	for g, ts := range teams {
+		slices.Sort(ts)
+		out[g] = strings.Join(ts, ",")
+	}
+	return out
+}
+
+// Counts returns how many attempts are in each state.
+func (r *Runner) Counts() map[gpufleet.AttemptState]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[gpufleet.AttemptState]int{}
+	for _, a := range r.attempts {
+		out[a.State]++
+	}
+	return out
+}
+
+// logJob is a log with bytes to ship.
+type logJob struct {
+	Attempt string
+	Path    string
+	Offset  int64
+	Ended   bool
+}
+
+// LogJobs lists the logs that may have bytes to ship.
+func (r *Runner) LogJobs() []logJob {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []logJob
+	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
+		a := r.attempts[id]
+		if !a.Launched || a.LogDone {
+			continue
+		}
+		out = append(out, logJob{Attempt: id, Path: filepath.Join(r.attemptDir(id), logFileName), Offset: a.LogShipped, Ended: a.State.Terminal()})
+	}
+	return out
+}
+
+// Shipped records that the server holds size bytes of the attempt's log;
+// done marks the log complete (the attempt ended and all of it shipped, or
+// the server refused it).
+func (r *Runner) Shipped(id string, size int64, done bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.attempts[id]; a != nil {
+		if a.LogShipped != size || done != a.LogDone {
+			a.LogShipped, a.LogDone = size, done
+			r.dirty = true
+		}
+	}
+}
+
+// readChunk reads up to max bytes of path from off.
+func readChunk(path string, off int64, maxBytes int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, maxBytes)
+	n, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+func fracOr1(f float64) float64 {
+	if f <= 0 || f > 1 {
+		return 1
+	}
+	return f
+}

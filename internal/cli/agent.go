@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/gpu/nvml"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+// agentFlags are the flags of `gpufleet agent`.
+type agentFlags struct {
+	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser string
+	fenceAfter, killAfter, fenceGrace, sampleInterval                                                    time.Duration
+	labels, runAs                                                                                        []string
+}
+
+func newAgentCmd(e *env) *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: report GPUs, run assigned attempts",
+		Long: `Run gpufleet's node agent. It joins the servers given by --server with a
+join token, keeps its node credential in DATA_DIR/credential.json (0600),
+reports the node's GPUs, versions and labels, heartbeats samples, health and
+attempt states, and runs the attempts the server assigns, each on exactly its
+GPUs (CUDA_VISIBLE_DEVICES), as an unprivileged user when the agent is root.
+
+--backend nvml reads real GPUs; --backend sim simulates the GPUs --sim-gpus
+lists: MODEL:COUNT[:mig=PROFILE*N[+PROFILE*N...][@GPUS]], comma-separated,
+e.g. "h100-sxm-80gb:8" or "h200-sxm-141gb:8:mig=1g.18gb*7@0-1" (MIG on GPUs
+0-1; "@2" means the first two too). A restarted agent re-adopts the attempts
+it left running (DATA_DIR/state.json). Every flag can also come from
+GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvAndConfig(cmd, f.config); err != nil {
+				return err
+			}
+			return runAgent(cmd.Context(), e, f)
+		},
+	}
+	fs := cmd.Flags()
+	host, _ := os.Hostname()
+	fs.StringVar(&f.joinToken, "join-token", "", "join token from `gpufleet join-tokens create` (env GPUFLEET_JOIN_TOKEN)")
+	fs.StringVar(&f.name, "name", strings.ToLower(host), "node name (a DNS label)")
+	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-agent", "directory for the credential, state.json and attempts' files")
+	fs.StringVar(&f.backend, "backend", "nvml", "GPU backend: nvml (real GPUs) or sim (simulated)")
+	fs.StringVar(&f.simGPUs, "sim-gpus", "h100-sxm-80gb:8", "simulated GPUs: MODEL:COUNT[:mig=PROFILE*N[+...][@GPUS]][,...]")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9400", "address of the Prometheus /metrics endpoint (no auth); empty disables it")
+	fs.StringVar(&f.metricsURL, "metrics-url", "", "metrics URL reported to the server (default: http://LISTEN-ADDRESS/metrics)")
+	fs.DurationVar(&f.fenceAfter, "fence-after", 0, "stop own attempts after this long without a heartbeat (default: the server's)")
+	fs.DurationVar(&f.fenceGrace, "fence-grace", 10*time.Second, "longest grace a fenced attempt gets before SIGTERM")
+	fs.DurationVar(&f.killAfter, "kill-after", 5*time.Second, "pause between SIGTERM and SIGKILL when stopping an attempt")
+	fs.DurationVar(&f.sampleInterval, "sample-interval", time.Second, "how often GPUs are read")
+	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE (rack, block, virtualization, power_budget_watts, ...); repeatable")
+	fs.StringArrayVar(&f.runAs, "run-as", nil, "TEAM=USER: the user a team's attempts run as when the agent is root; repeatable")
+	fs.StringVar(&f.defaultUser, "default-user", "nobody", "user for teams without --run-as when the agent is root (never root)")
+	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(newSuperviseCmd())
+	return cmd
+}
+
+// newSuperviseCmd is the per-attempt supervisor the agent starts.
+func newSuperviseCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "supervise --dir DIR",
+		Short:  "Run one attempt and record its exit (started by the agent)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if dir == "" {
+				return usageErr("--dir: required")
+			}
+			if code := agent.Supervise(dir); code != 0 {
+				return &exitError{code: code, err: errors.New("supervisor failed")}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the attempt's directory (spec.json)")
+	return cmd
+}
+
+// runAgent runs the agent until ctx is done.
+func runAgent(ctx context.Context, e *env, f agentFlags) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageErr("--log-level %q: expected debug, info, warn or error", f.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	servers := splitComma(e.server)
+	if len(servers) == 0 {
+		return usageErr("--server: required (URL[,URL...]; env GPUFLEET_SERVER)")
+	}
+	labels, err := parseKV(f.labels)
+	if err != nil {
+		return fmt.Errorf("--label: %w", err)
+	}
+	runAs, err := parseKV(f.runAs)
+	if err != nil {
+		return fmt.Errorf("--run-as: %w", err)
+	}
+	if f.name == "" {
+		return usageErr("--name: required")
+	}
+	cat, err := e.loadCatalog()
+	if err != nil {
+		return err
+	}
+	be, err := openBackend(f, cat, log)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	dataDir, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the supervisor: %w", err)
+	}
+	client, err := api.NewClient(servers, "", api.WithUserAgent("gpufleet-agent/"+gpufleet.Version), api.WithRetries(1),
+		api.WithTimeout(10*time.Second), api.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("--server: %w", err)
+	}
+	// Metrics listener first: its address is the metrics_url reported.
+	var ln net.Listener
+	metricsURL := f.metricsURL
+	if f.metricsListen != "" {
+		if ln, err = net.Listen("tcp", f.metricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		if metricsURL == "" {
+			metricsURL = "http://" + advertised(ln.Addr().String()) + "/metrics"
+		}
+	}
+	cfg := agent.Config{JoinToken: f.joinToken, Name: f.name, DataDir: dataDir, Labels: labels, Backend: f.backend,
+		FenceAfter: f.fenceAfter, FenceGrace: f.fenceGrace, MetricsURL: metricsURL, SampleInterval: f.sampleInterval,
+		Runner: agent.RunnerConfig{Supervisor: []string{exe, "agent", "supervise"}, RunAs: runAs, DefaultUser: f.defaultUser,
+			KillAfter: f.killAfter}}
+	if os.Geteuid() == 0 {
+		cfg.Runner.Cgroups = agentCgroups()
+	}
+	a, err := agent.New(cfg, be, agent.NewAPIControlPlane(client), log)
+	if err != nil {
+		return err
+	}
+	log.Info("agent starting", "node", f.name, "servers", strings.Join(servers, ","), "backend", f.backend,
+		"attempts_run_as", agent.RunAsDescription(runAs, f.defaultUser), "cgroups", cfg.Runner.Cgroups, "metrics_url", metricsURL)
+	var ms *http.Server
+	if ln != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(a.Collectors()...)
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = ms.Serve(ln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = ms.Shutdown(sctx)
+		}()
+	}
+	info := map[string]any{"node": f.name, "metrics_url": metricsURL, "pid": os.Getpid(), "backend": f.backend}
+	if err := writeJSONFile(filepath.Join(dataDir, "agent.json"), info); err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// agentCgroups reports whether attempts can get their own cgroup v2.
+func agentCgroups() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
+// advertised turns a listen address into one others can reach: an
+// unspecified host becomes this machine's name.
+func advertised(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// openBackend chooses the GPU backend once.
+func openBackend(f agentFlags, cat *catalog.Catalog, log *slog.Logger) (gpu.Backend, error) {
+	switch f.backend {
+	case "nvml":
+		b, err := nvml.New(nvml.WithLogger(log), nvml.WithCatalog(cat))
+		if err != nil {
+			return nil, fmt.Errorf("--backend nvml: %w (no NVIDIA driver on this machine? --backend sim --sim-gpus h100-sxm-80gb:8 simulates GPUs)", err)
+		}
+		return b, nil
+	case "sim":
+		specs, err := parseSimGPUs(f.simGPUs)
+		if err != nil {
+			return nil, err
+		}
+		return simgpu.New(specs, simgpu.WithNodeName(f.name), simgpu.WithCatalog(cat))
+	}
+	return nil, usageErr("--backend %q: expected nvml or sim", f.backend)
+}
+
+// parseSimGPUs reads --sim-gpus: MODEL:COUNT[:mig=LAYOUT[@GPUS]] items,
+// comma-separated. LAYOUT is PROFILE*N joined by "+" ("1g.18gb*7",
+// "3g.71gb*2+1g.18gb"); GPUS is N (the first N GPUs) or 0-K (the first K+1).
+func parseSimGPUs(s string) ([]simgpu.Spec, error) {
+	var out []simgpu.Spec
+	for _, item := range splitComma(s) {
+		parts := strings.SplitN(item, ":", 3)
+		if len(parts) < 2 {
+			return nil, usageErr("--sim-gpus %q: expected MODEL:COUNT[:mig=PROFILE*N[@GPUS]]", item)
+		}
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 1 {
+			return nil, usageErr("--sim-gpus %q: count %q: expected a positive number", item, parts[1])
+		}
+		spec := simgpu.Spec{Model: parts[0], Count: n}
+		if len(parts) == 3 {
+			mig, ok := strings.CutPrefix(parts[2], "mig=")
+			if !ok || mig == "" {
+				return nil, usageErr("--sim-gpus %q: expected mig=PROFILE*N after the count", item)
+			}
+			layout, on, hasOn := strings.Cut(mig, "@")
+			if hasOn {
+				k, err := migGPUs(on)
+				if err != nil || k > n {
+					return nil, usageErr("--sim-gpus %q: @%s: expected N or 0-K within the %d GPUs", item, on, n)
+				}
+				spec.MIGCount = k
+			}
+			var items []string
+			for _, p := range strings.Split(layout, "+") {
+				name, count, ok := strings.Cut(p, "*")
+				if !ok {
+					count = "1"
+				}
+				items = append(items, strings.TrimSpace(name)+" x"+strings.TrimSpace(count))
+			}
+			spec.MIG = strings.Join(items, "; ")
+		}
+		out = append(out, spec)
+	}
+	if len(out) == 0 {
+		return nil, usageErr("--sim-gpus: expected at least one MODEL:COUNT")
+	}
+	return out, nil
+}
+
+// migGPUs reads "N" or "0-K" as a count of leading GPUs.
+func migGPUs(s string) (int, error) {
+	if lo, hi, ok := strings.Cut(s, "-"); ok {
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || a != 0 || b < 0 {
+			return 0, errors.New("expected 0-K")
+		}
+		return b + 1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, errors.New("expected a positive number")
+	}
+	return n, nil
+}
+
+// writeJSONFile writes v as indented JSON to path atomically (mode 0644).
+func writeJSONFile(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(data, '\n'), 0o644)
+}

@@ -1,0 +1,304 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/server"
+)
+
+// devFlags are the flags of `gpufleet dev`.
+type devFlags struct {
+	listen, adminToken, dataDir, config string
+}
+
+// devNode is one simulated node gpufleet dev runs.
+type devNode struct {
+	Name    string
+	SimGPUs string
+	Labels  []string
+}
+
+// devFleet is the simulated fleet: NVLink H100 and A100 boxes, PCIe L4s,
+// and an H200 box with MIG on GPUs 0-1.
+var devFleet = []devNode{
+	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "power_budget_watts=10200"}},
+	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "power_budget_watts=10200"}},
+	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "power_budget_watts=6500"}},
+	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "power_budget_watts=6500"}},
+	{"dev-l4-0", "l4:4", []string{"rack=r3", "block=b2"}},
+	{"dev-l4-1", "l4:4", []string{"rack=r3", "block=b2"}},
+	{"dev-l4-2", "l4:4", []string{"rack=r3", "block=b2"}},
+	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2"}},
+	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "power_budget_watts=10200"}},
+}
+
+// devState is DIR/dev.json.
+type devState struct {
+	APIURL     string            `json:"api_url"`
+	LoginURL   string            `json:"login_url"`
+	AdminToken string            `json:"admin_token"`
+	Teams      map[string]string `json:"teams"`
+	Nodes      map[string]string `json:"nodes,omitempty"` // node -> metrics URL
+}
+
+func newDevCmd(e *env) *cobra.Command {
+	var f devFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a server and simulated GPU nodes on this machine",
+		Long: `Run a complete gpufleet on one machine: the server (with short timeouts:
+heartbeat 1s, grace 3s, fence 5s) and simulated nodes, each a real
+` + "`gpufleet agent --backend sim`" + ` process: 2x8 H100 SXM, 2x8 A100 80GB, 4x4 L4
+and 1x8 H200 with MIG (GPUs 0-1 as 7x1g.18gb). It seeds teams team-a and
+team-b with member tokens, prints the URLs and tokens, and writes
+DIR/dev.json. Run it again on the same directory and it carries on: same
+tokens, nodes and credentials, and attempts still running are re-adopted.
+Ctrl-C stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvAndConfig(cmd, f.config); err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), e, f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7080", "address of the API (127.0.0.1:0 picks a free port)")
+	fs.StringVar(&f.adminToken, "admin-token", "", "admin token, at least 16 characters (default: kept from the last run, or generated)")
+	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-dev", "directory for the server, the agents and dev.json")
+	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	return cmd
+}
+
+// runDev runs the server in-process and the agents as children until ctx
+// is done.
+func runDev(ctx context.Context, e *env, f devFlags) error {
+	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	dir, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return err
+	}
+	statePath := filepath.Join(dir, "dev.json")
+	var prev devState
+	if err := readJSONFile(statePath, &prev); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: %w", statePath, err)
+	}
+	admin := f.adminToken
+	if admin == "" {
+		admin = prev.AdminToken
+	}
+	srvLog, err := os.OpenFile(filepath.Join(dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer srvLog.Close()
+	d := server.Default()
+	sf := serverFlags{listen: f.listen, dataDir: filepath.Join(dir, "server"), adminToken: admin, policy: d.Policy, logLevel: "info",
+		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: d.LeaseTTL}
+	srvEnv := &env{stdin: e.stdin, stdout: io.Discard, stderr: srvLog, catalog: e.catalog}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type readyMsg struct{ url, token string }
+	ready := make(chan readyMsg, 1)
+	srvErr := make(chan error, 1)
+	go func() {
+		srvErr <- runServer(ctx, srvEnv, sf, func(url, tok string) { ready <- readyMsg{url, tok} })
+	}()
+	var rm readyMsg
+	select {
+	case rm = <-ready:
+	case err := <-srvErr:
+		return fmt.Errorf("server: %w (its log: %s)", err, srvLog.Name())
+	case <-ctx.Done():
+		return nil
+	}
+	client, err := api.NewClient([]string{rm.url}, rm.token, api.WithUserAgent("gpufleet-dev/"+gpufleet.Version))
+	if err != nil {
+		return err
+	}
+	st := devState{APIURL: rm.url, LoginURL: rm.url + "/?token=" + rm.token, AdminToken: rm.token, Teams: map[string]string{}, Nodes: map[string]string{}}
+	for _, team := range []string{"team-a", "team-b"} {
+		if _, err := client.PutTeam(ctx, api.TeamRequest{Name: team}); err != nil {
+			return fmt.Errorf("seed team %s: %w", team, err)
+		}
+		tok := prev.Teams[team]
+		if tok == "" || !tokenWorks(ctx, rm.url, tok) {
+			t, err := client.CreateToken(ctx, api.TokenRequest{Team: team, Role: gpufleet.RoleMember})
+			if err != nil {
+				return fmt.Errorf("seed token for %s: %w", team, err)
+			}
+			tok = t.Token
+		}
+		st.Teams[team] = tok
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	agentsDir := filepath.Join(dir, "agents")
+	for _, n := range devFleet {
+		// A reusable join token (the agent registers at each start and
+		// renews its credential with it); stored credentials carry on too.
+		jt, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: n.Name, TTL: "720h"})
+		if err != nil {
+			return fmt.Errorf("join token for %s: %w", n.Name, err)
+		}
+		ndir := filepath.Join(agentsDir, n.Name)
+		if err := os.MkdirAll(ndir, 0o711); err != nil {
+			return err
+		}
+		_ = os.Remove(filepath.Join(ndir, "agent.json"))
+		args := []string{"agent", "--server", rm.url, "--join-token", jt.Token, "--name", n.Name, "--data-dir", ndir,
+			"--backend", "sim", "--sim-gpus", n.SimGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "2s", "--fence-grace", "2s"}
+		for _, l := range n.Labels {
+			args = append(args, "--label", l)
+		}
+		if e.catalog != "" {
+			args = append(args, "--catalog", e.catalog)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			superviseChild(ctx, exe, args, filepath.Join(agentsDir, n.Name+".log"), e.stderr)
+		}()
+	}
+	// Wait for the agents to say where their metrics are.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range devFleet {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			var info struct {
+				MetricsURL string `json:"metrics_url"`
+			}
+			if readJSONFile(filepath.Join(agentsDir, n.Name, "agent.json"), &info) == nil && info.MetricsURL != "" {
+				st.Nodes[n.Name] = info.MetricsURL
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if err := writeJSONFile(statePath, st); err != nil {
+		return err
+	}
+	_ = os.Chmod(statePath, 0o600)
+	w := e.stdout
+	fmt.Fprintf(w, "gpufleet dev is running (data in %s; Ctrl-C stops it)\n\n", dir)
+	fmt.Fprintf(w, "API:         %s\n", st.APIURL)
+	fmt.Fprintf(w, "Login:       %s\n", st.LoginURL)
+	fmt.Fprintf(w, "Admin token: %s\n", st.AdminToken)
+	for _, t := range []string{"team-a", "team-b"} {
+		fmt.Fprintf(w, "%s token: %s\n", t, st.Teams[t])
+	}
+	fmt.Fprintf(w, "\nNodes (metrics):\n")
+	for _, n := range devFleet {
+		fmt.Fprintf(w, "  %-11s %-36s %s\n", n.Name, n.SimGPUs, orDash(st.Nodes[n.Name]))
+	}
+	fmt.Fprintf(w, "\nTry:\n  export GPUFLEET_SERVER=%s GPUFLEET_TOKEN=%s\n  gpufleet nodes\n  gpufleet submit --gpus 2 --sim-load compute -- sh -c 'nvidia-smi || env | grep CUDA; sleep 60'\n\n",
+		st.APIURL, st.Teams["team-a"])
+	fmt.Fprintf(w, "State: %s; logs: %s, %s/*.log\n", statePath, srvLog.Name(), agentsDir)
+	select {
+	case <-ctx.Done():
+	case err := <-srvErr:
+		cancel()
+		wg.Wait()
+		return err
+	}
+	wg.Wait()
+	return <-srvErr
+}
+
+// tokenWorks reports whether a stored member token is still accepted.
+func tokenWorks(ctx context.Context, url, tok string) bool {
+	c, err := api.NewClient([]string{url}, tok, api.WithRetries(1))
+	if err != nil {
+		return false
+	}
+	_, err = c.Teams(ctx)
+	return err == nil
+}
+
+// superviseChild runs exe args as a child, restarting it if it exits,
+// until ctx is done; then it sends SIGTERM and, after 5s, SIGKILL.
+func superviseChild(ctx context.Context, exe string, args []string, logPath string, stderr io.Writer) {
+	for ctx.Err() == nil {
+		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpufleet dev: %v\n", err)
+			return
+		}
+		cmd := exec.Command(exe, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = childEnv()
+		// Its own process group: Ctrl-C reaches only gpufleet dev, which
+		// then stops the agents in order.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			fmt.Fprintf(stderr, "gpufleet dev: start agent: %v\n", err)
+			return
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			logf.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			fmt.Fprintf(stderr, "gpufleet dev: agent %s exited; restarting it (log: %s)\n", args[6], logPath)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			logf.Close()
+			return
+		}
+	}
+}
+
+// childEnv is this process's environment without GPUFLEET_* settings, so
+// that the agents take only their flags.
+func childEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GPUFLEET_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// readJSONFile reads a JSON file into v.
+func readJSONFile(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
