@@ -8,8 +8,10 @@ import (
 // reservation is the EASY backfill reservation of the head job: the time
 // its GPUs are expected to be free and, for an exclusive head, which GPUs.
 // A later job may start before it only if it ends by then (modeShort) or
-// keeps off the reserved GPUs (modeLong). A shared head (MIG, time-slice)
-// reserves its pool instead: long jobs of the same pool wait.
+// keeps off the reserved GPUs (modeLong). A one-GPU time-slice head
+// reserves its GPU (long jobs keep off it, whatever they ask); other shared
+// heads (MIG, time-slice on several GPUs) reserve their pool instead: long
+// jobs of the same pool wait.
 type reservation struct {
 	job    *pjob
 	at     time.Time
@@ -65,7 +67,9 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 		at = t
 	}
 	r := &reservation{job: h, at: at}
-	if sh.kind == Exclusive {
+	if sh.kind == Exclusive || sh.kind == TimeSlice && sh.gpus == 1 {
+		// A one-GPU share reserves the GPU it would get, like an
+		// exclusive head: jobs that keep off it cannot delay it.
 		r.locs = found.allocs
 		for _, a := range found.allocs {
 			if !slices.Contains(r.nodes, a.node) {

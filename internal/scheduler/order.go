@@ -26,6 +26,17 @@ import (
 func (s *sched) order() {
 	sized := s.cfg.SizeSlack > 0
 	switch {
+	case sized && s.cfg.ResponseRatio:
+		factor := s.fairFactors()
+		now := float64(s.now.UnixNano()) / 1e9
+		for _, p := range s.pending {
+			est := max(p.est.Seconds(), 1)
+			ratio := (max(now-float64(p.submit)/1e9, 0) + est) / est
+			if factor != nil {
+				ratio /= factor[p.team]
+			}
+			p.tag = -ratio
+		}
 	case sized:
 		factor := s.fairFactors()
 		for _, p := range s.pending {

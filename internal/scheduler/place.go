@@ -46,7 +46,11 @@ func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool
 		s.searchMIG(sh, models, best)
 	case TimeSlice:
 		for _, m := range models {
-			s.searchTimeSlice(sh, m, best)
+			if s.cfg.Packing == PackTopology && sh.gpus == 1 {
+				s.searchShareFGD(sh, m, mode == modeLong, best)
+			} else {
+				s.searchTimeSlice(sh, m, mode == modeLong, best)
+			}
 			if sh.prefer && best.ok {
 				break
 			}
@@ -123,6 +127,7 @@ func (s *sched) nodeScore(k, domLeft, ni int32) [4]int64 {
 func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 	f := s.f
 	seen := 0
+	topo := s.cfg.Packing == PackTopology
 	for k := sh.gpus; k <= f.maxK[m]; k++ {
 		if f.counts[m][k] == 0 {
 			continue
@@ -143,7 +148,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 				best.set(m, ni, gpus, unit)
 				best.score = sc
 			}
-			if s.cfg.Packing != PackTopology || domLeft == 0 {
+			if !topo || domLeft == 0 {
 				break // later nodes of this bucket score worse
 			}
 			if seen >= 64 {
@@ -153,7 +158,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 		if best.ok && s.cfg.Packing == PackBestFit {
 			return
 		}
-		if best.ok && s.cfg.Packing == PackTopology && (best.score[0] == 0 || seen >= 64) {
+		if best.ok && topo && (best.score[0] == 0 || seen >= 64) {
 			return
 		}
 	}
@@ -560,7 +565,8 @@ func (s *sched) pickMIG(n *nodeSlot, ni int32, sh *shape, allowed []bool, best *
 // searchTimeSlice packs time-slice shares onto GPUs already shared, then
 // onto whole free GPUs of the tightest node. Shares never land on a GPU in
 // MIG mode or one held whole.
-func (s *sched) searchTimeSlice(sh *shape, m int32, best *cand) {
+// A long job (modeLong) also keeps off a GPU reserved for a shared head.
+func (s *sched) searchTimeSlice(sh *shape, m int32, long bool, best *cand) {
 	f := s.f
 	b := f.tsNodes[m]
 	for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
@@ -571,7 +577,7 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, best *cand) {
 		var partial, whole int32
 		for gi := range n.gpus {
 			g := &n.gpus[gi]
-			if g.model != m || !countable(n, g) || g.excl {
+			if g.model != m || !countable(n, g) || g.excl || long && g.reserved {
 				continue
 			}
 			switch {
@@ -587,7 +593,7 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, best *cand) {
 		broken := max(0, sh.gpus-partial)
 		sc := [4]int64{int64(broken), int64(ni)}
 		if best.better(sc) {
-			s.pickShares(n, ni, m, sh, best)
+			s.pickShares(n, ni, m, sh, long, best)
 			best.score = sc
 		}
 		if broken == 0 {
@@ -607,7 +613,7 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, best *cand) {
 			}
 			sc := [4]int64{int64(sh.gpus), int64(k), int64(ni)}
 			if best.better(sc) {
-				s.pickShares(n, ni, m, sh, best)
+				s.pickShares(n, ni, m, sh, long, best)
 				best.score = sc
 			}
 			return
@@ -616,12 +622,12 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, best *cand) {
 }
 
 // pickShares takes the fullest shared GPUs first, then whole free ones.
-func (s *sched) pickShares(n *nodeSlot, ni, m int32, sh *shape, best *cand) {
+func (s *sched) pickShares(n *nodeSlot, ni, m int32, sh *shape, long bool, best *cand) {
 	type gu struct{ gi, used int32 }
 	var gs []gu
 	for gi := range n.gpus {
 		g := &n.gpus[gi]
-		if g.model != m || !countable(n, g) || g.excl || g.used+sh.units > unit || (g.used == 0 && g.reserved) {
+		if g.model != m || !countable(n, g) || g.excl || g.used+sh.units > unit || (g.used == 0 || long) && g.reserved {
 			continue
 		}
 		gs = append(gs, gu{int32(gi), g.used})

@@ -43,7 +43,7 @@ var policies = map[string]Config{
 	// gpufleet: everything.
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
 		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
-		SizeSlack: DefaultSizeSlack},
+		SizeSlack: DefaultSizeSlack, ResponseRatio: true},
 }
 
 // Policies lists the built-in policy names.

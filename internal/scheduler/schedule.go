@@ -144,6 +144,8 @@ type sched struct {
 	classGen []uint32
 	resvGen  uint32
 
+	fgdS *fgdState // workload mix for fragmentation-gradient packing
+
 	// scratch
 	best     cand
 	doms     [][2]int32

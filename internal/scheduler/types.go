@@ -193,6 +193,11 @@ type Config struct {
 	// only by jobs whose deadline comes before its own, so none starves
 	// (the deadline is when the job's slowdown would reach 1 + SizeSlack).
 	SizeSlack float64
+	// ResponseRatio, with SizeSlack > 0, orders the queue within a class by
+	// response ratio instead: (now - submit + Estimate) / Estimate, the
+	// slowdown the job would have if it started now, highest first
+	// (Brinch Hansen's highest-response-ratio-next). See docs/SCHEDULER.md.
+	ResponseRatio bool
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
 	// ETA computes estimated starts for every pending job by a forward

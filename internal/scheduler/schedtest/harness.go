@@ -168,6 +168,8 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.MaxPlacementsPerCycle, err = strconv.Atoi(op[1])
 		case "default-est":
 			c.DefaultEstimate, err = time.ParseDuration(op[1])
+		case "ratio":
+			c.ResponseRatio = on
 		case "size":
 			c.SizeSlack = 0
 			if op[1] != "off" && op[1] != "false" {
