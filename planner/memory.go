@@ -172,29 +172,48 @@ func (s shape) inferenceMemory(r Request, batch int, l layout, capacity int64) M
 	return m
 }
 
-// maxBatch is the largest batch whose memory fits capacity, 0 when even one
-// sequence does not. Memory grows monotonically with batch, so it bisects.
-func (s shape) maxBatch(r Request, l layout, capacity int64) int {
-	fits := func(b int) bool { return s.inferenceMemory(r, b, l, capacity).TotalBytes <= capacity }
-	if !fits(1) {
+// largest returns the largest n in [1, limit] for which ok holds, 0 when
+// ok(1) fails. ok must be monotonic (true up to some n, false after): it
+// doubles, then bisects.
+func largest(limit int, ok func(int) bool) int {
+	if !ok(1) {
 		return 0
 	}
 	lo, hi := 1, 2
-	for fits(hi) {
+	for hi <= limit && ok(hi) {
 		lo, hi = hi, hi*2
-		if hi > 1<<22 {
-			return lo
-		}
 	}
+	hi = min(hi, limit+1)
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
-		if fits(mid) {
+		if ok(mid) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
 	return lo
+}
+
+// maxBatch is the largest batch whose memory fits capacity, 0 when even one
+// sequence does not. Memory grows monotonically with batch.
+func (s shape) maxBatch(r Request, l layout, capacity int64) int {
+	return largest(1<<22, func(b int) bool { return s.inferenceMemory(r, b, l, capacity).TotalBytes <= capacity })
+}
+
+// maxContext is the longest context (prompt plus output) that batch
+// sequences can hold on the layout, 0 when even a two-token context does
+// not fit. Memory grows with the context.
+func (s shape) maxContext(r Request, batch int, l layout, capacity int64) int {
+	n := largest(1<<24, func(ctx int) bool {
+		rr := r
+		rr.InputTokens, rr.OutputTokens = max(1, ctx-1), 1
+		return s.inferenceMemory(rr, batch, l, capacity).TotalBytes <= capacity
+	})
+	if n < 2 {
+		return 0
+	}
+	return n
 }
 
 // virtualStages is the model chunks per GPU of Megatron's interleaved 1F1B
@@ -209,36 +228,6 @@ func (s shape) virtualStages(r Request, l layout) int {
 		return 1
 	}
 	return max(1, min(4, s.layersPerStage(l.pp)/2))
-}
-
-// maxContext is the longest context (prompt plus output) that batch
-// sequences can hold on the layout, 0 when even a one-token context does
-// not fit. It bisects over the context, which memory grows with.
-func (s shape) maxContext(r Request, batch int, l layout, capacity int64) int {
-	fits := func(ctx int) bool {
-		rr := r
-		rr.InputTokens, rr.OutputTokens = max(1, ctx-1), 1
-		return s.inferenceMemory(rr, batch, l, capacity).TotalBytes <= capacity
-	}
-	if !fits(2) {
-		return 0
-	}
-	lo, hi := 2, 4
-	for fits(hi) {
-		lo, hi = hi, hi*2
-		if hi > 1<<24 {
-			return lo
-		}
-	}
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
 }
 
 // trainingBytesPerParam returns weights, gradients and optimizer bytes per

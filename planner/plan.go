@@ -418,25 +418,9 @@ func (s shape) evaluateTraining(r Request, h hw, l layout, c *Candidate) {
 // token meets the latency target (1 when none does). Decode time grows
 // with the batch, so it bisects.
 func (s shape) batchForLatency(h hw, r Request, l layout, limit int) int {
-	meets := func(b int) bool {
+	return max(1, largest(limit, func(b int) bool {
 		return s.forward(h, r, l, b, 1, r.InputTokens+r.OutputTokens/2).timeS <= r.LatencyTargetS
-	}
-	if !meets(1) {
-		return 1
-	}
-	if meets(limit) {
-		return limit
-	}
-	lo, hi := 1, limit
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if meets(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
+	}))
 }
 
 // rank orders candidates: runnable and fitting first, then those meeting

@@ -82,17 +82,7 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, p Principal) 
 		}
 		return list, err
 	}
-	if watch, err := boolParam(r, "watch"); err != nil || watch {
-		if err != nil {
-			return err
-		}
-		return h.watchSnapshots(w, r, fetch)
-	}
-	list, err := fetch()
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, list)
+	return h.listOrWatch(w, r, fetch)
 }
 
 func (h *handler) getJob(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -124,17 +114,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request, p Principal) err
 		page, next, err := paginate(entries, limit, token)
 		return QueueList{Queue: page, NextToken: next}, err
 	}
-	if watch, err := boolParam(r, "watch"); err != nil || watch {
-		if err != nil {
-			return err
-		}
-		return h.watchSnapshots(w, r, fetch)
-	}
-	list, err := fetch()
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, list)
+	return h.listOrWatch(w, r, fetch)
 }
 
 func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -150,17 +130,7 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, p Principal)
 		page, next, err := paginate(nodes, limit, token)
 		return NodeList{Nodes: page, NextToken: next}, err
 	}
-	if watch, err := boolParam(r, "watch"); err != nil || watch {
-		if err != nil {
-			return err
-		}
-		return h.watchSnapshots(w, r, fetch)
-	}
-	list, err := fetch()
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, list)
+	return h.listOrWatch(w, r, fetch)
 }
 
 func (h *handler) getNode(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -440,4 +410,21 @@ func splitList(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// listOrWatch answers a list request with fetch's result, or with
+// ?watch=1 streams it as server-sent snapshots.
+func (h *handler) listOrWatch(w http.ResponseWriter, r *http.Request, fetch func() (any, error)) error {
+	watch, err := boolParam(r, "watch")
+	if err != nil {
+		return err
+	}
+	if watch {
+		return h.watchSnapshots(w, r, fetch)
+	}
+	list, err := fetch()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, list)
 }
