@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -226,10 +227,36 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: pe.Reason, ReasonCode: pe.Code})
 		}
 	}
+	// Draining nodes: running attempts get the checkpoint signal and
+	// grace, then stop; their jobs requeue without using their retries.
+	draining := map[string]bool{}
+	for _, n := range nodes {
+		if n.State == gpufleet.NodeDraining {
+			draining[n.Name] = true
+		}
+	}
+	stopping := map[string]bool{}
+	for _, st := range d.Stops {
+		stopping[st.AttemptID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		a := activeAttempt(byID[id])
+		if a == nil || a.StopRequested || stopping[a.ID] {
+			continue
+		}
+		for _, n := range a.Nodes {
+			if draining[n.Name] {
+				d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: "node " + n.Name + " is draining", ReasonCode: "drain"})
+				stopping[a.ID] = true
+				break
+			}
+		}
+	}
 	// Time limits.
-	for _, j := range byID {
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		j := byID[id]
 		a := activeAttempt(j)
-		if a == nil || j.TimeLimitS == nil || a.StartedAt == nil || a.StopRequested {
+		if a == nil || j.TimeLimitS == nil || a.StartedAt == nil || a.StopRequested || stopping[a.ID] {
 			continue
 		}
 		if now.Sub(*a.StartedAt).Seconds() > *j.TimeLimitS {

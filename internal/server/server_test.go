@@ -406,3 +406,33 @@ func TestAgentsCannotTouchOtherNodesAttempts(t *testing.T) {
 		t.Errorf("heartbeat for another node: %v, want forbidden", err)
 	}
 }
+
+func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 8)
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Retries: 0})
+	f.cycle()
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	as := hb.Start[0]
+	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run})
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Drain); err != nil {
+		t.Fatal(err)
+	}
+	f.cycle()
+	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run})
+	if len(hb.Stop) != 1 || hb.Stop[0].ReasonCode != "drain" {
+		t.Fatalf("heartbeat after drain should stop the attempt: %+v", hb)
+	}
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "drained"}}})
+	got := f.job(j.ID)
+	if got.State != gpufleet.JobQueued || got.Retries.Used != 0 || got.Interruptions != 1 {
+		t.Fatalf("job after drain: %s, retries used %d, interruptions %d; want queued, 0, 1", got.State, got.Retries.Used, got.Interruptions)
+	}
+	f.cycle()
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 0 {
+		t.Errorf("a draining node got new work: %+v", hb.Start)
+	}
+}
