@@ -220,12 +220,13 @@ func writeJSONAtomic(path string, v any, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'), mode)
+	return WriteFileAtomic(path, append(data, '\n'), mode)
 }
 
-// writeFileAtomic writes data through a temporary file, fsync and rename,
-// so readers never see half a file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+// WriteFileAtomic writes data through a temporary file, fsync and rename,
+// so readers never see half a file. The agent keeps its state this way; the
+// CLI writes server.url, admin-token and dev.json with it too.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err

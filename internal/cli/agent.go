@@ -306,5 +306,5 @@ func writeJSONFile(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'), 0o644)
+	return agent.WriteFileAtomic(path, append(data, '\n'), 0o644)
 }

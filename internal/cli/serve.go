@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -159,7 +160,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	defer cancel()
 	go func() { errc <- srv.Run(runCtx) }()
 
-	if err := writeFileAtomic(filepath.Join(f.dataDir, "server.url"), []byte(url+"\n"), 0o644); err != nil {
+	if err := agent.WriteFileAtomic(filepath.Join(f.dataDir, "server.url"), []byte(url+"\n"), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "listening on %s\n", url)
@@ -225,31 +226,5 @@ func adminToken(dir, given string) (string, error) {
 		return "", err
 	}
 	t := "gpa_" + hex.EncodeToString(b)
-	return t, writeFileAtomic(path, []byte(t+"\n"), 0o600)
-}
-
-// writeFileAtomic writes through a temporary file and a rename, so readers
-// never see half a file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return t, agent.WriteFileAtomic(path, []byte(t+"\n"), 0o600)
 }
