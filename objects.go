@@ -177,6 +177,30 @@ type NodeGPU struct {
 	Reason       string        `json:"reason"`
 	NVLinkDomain string        `json:"nvlink_domain,omitempty"`
 	MIGInstances []MIGInstance `json:"mig_instances"`
+	// Live is the GPU's last reported sample and who holds it; absent
+	// when the node has not reported since this server started.
+	Live *GPULive `json:"live,omitempty"`
+}
+
+// GPULive is a GPU's latest telemetry as the server last heard it, and its
+// allocation. Readings the device does not support are null.
+type GPULive struct {
+	Utilization *float64 `json:"utilization"`
+	SMActivity  *float64 `json:"sm_activity"`
+	// EffectiveUtilization is SM activity where the GPU reports it, else
+	// utilization.
+	EffectiveUtilization *float64 `json:"effective_utilization"`
+	MemoryUsedBytes      *int64   `json:"memory_used_bytes"`
+	PowerWatts           *float64 `json:"power_watts"`
+	TemperatureC         *float64 `json:"temperature_c"`
+	ThrottleReasons      []string `json:"throttle_reasons,omitempty"`
+	// Allocated is true while an attempt holds the GPU (or one of its MIG
+	// instances or time-slice shares).
+	Allocated bool `json:"allocated"`
+	// Team holds the GPU; shown to admins and to the team itself only.
+	Team string `json:"team,omitempty"`
+	// RecentXIDs are the XIDs the GPU raised in the last hour, newest last.
+	RecentXIDs []int `json:"recent_xids,omitempty"`
 }
 
 // MIGInstance is one MIG instance of a GPU.

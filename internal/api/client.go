@@ -443,6 +443,26 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	return out, err
 }
 
+// Rollups returns per-GPU one-minute rollups of a node (q.Node, q.GPU) or
+// of a job's GPUs (q.JobID).
+func (c *Client) Rollups(ctx context.Context, q RollupQuery) ([]GPURollup, error) {
+	v := url.Values{}
+	setNonEmpty(v, "gpu", q.GPU)
+	if !q.From.IsZero() {
+		v.Set("from", q.From.UTC().Format(time.RFC3339))
+	}
+	if !q.To.IsZero() {
+		v.Set("to", q.To.UTC().Format(time.RFC3339))
+	}
+	path := "/api/v1/nodes/" + url.PathEscape(q.Node) + "/rollups"
+	if q.JobID != "" {
+		path = "/api/v1/jobs/" + url.PathEscape(q.JobID) + "/rollups"
+	}
+	var out RollupList
+	err := c.do(ctx, request{method: http.MethodGet, path: path, query: v, idempotent: true}, &out)
+	return out.Rollups, err
+}
+
 // Events returns one page of stored events after q.Since.
 func (c *Client) Events(ctx context.Context, q EventQuery) (EventList, error) {
 	v := url.Values{}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpufleet/gpufleet"
 )
 
@@ -92,6 +94,14 @@ func TestClientRoundTrips(t *testing.T) {
 	from := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	if u, err := admin.Usage(ctx, UsageQuery{Team: "team-a", From: from}); err != nil || len(u.Teams) != 1 || !svc.lastUsage.From.Equal(from) {
 		t.Errorf("usage: %+v %v", u, err)
+	}
+	to := from.Add(time.Hour)
+	if r, err := admin.Rollups(ctx, RollupQuery{Node: "n1", GPU: "GPU-1", From: from, To: to}); err != nil || len(r) != 1 || *r[0].Utilization != 0.5 ||
+		cmp.Diff(RollupQuery{Node: "n1", GPU: "GPU-1", From: from, To: to}, svc.lastRollups) != "" {
+		t.Errorf("node rollups: %+v %v (query %+v)", r, err, svc.lastRollups)
+	}
+	if _, err := admin.Rollups(ctx, RollupQuery{JobID: "no-such-job"}); !errors.Is(err, gpufleet.ErrNotFound) {
+		t.Errorf("rollups of a missing job: %v", err)
 	}
 	reg, err := admin.Register(ctx, joinTok, RegisterRequest{Node: "n1"})
 	if err != nil || reg.Credential == "" {

@@ -33,6 +33,7 @@ type memService struct {
 	lastSubmit    SubmitRequest
 	lastJobQuery  JobQuery
 	lastUsage     UsageQuery
+	lastRollups   RollupQuery
 	lastHeartbeat HeartbeatRequest
 	nextID        int
 }
@@ -280,6 +281,19 @@ func (s *memService) Usage(_ context.Context, p Principal, q UsageQuery) (UsageR
 	defer s.mu.Unlock()
 	s.lastUsage = q
 	return UsageReport{From: q.From, To: q.To, Teams: []TeamUsage{{Team: "team-a", GPUHours: 12.5, EffectiveGPUHours: 8}}}, nil
+}
+
+func (s *memService) Rollups(ctx context.Context, p Principal, q RollupQuery) ([]GPURollup, error) {
+	if q.JobID != "" {
+		if _, err := s.Job(ctx, p, q.JobID); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastRollups = q
+	u := 0.5
+	return []GPURollup{{Node: "n1", GPU: "GPU-1", Minute: q.From, Samples: 12, Utilization: &u, EffectiveUtilization: &u}}, nil
 }
 
 func (s *memService) Register(_ context.Context, joinToken string, r RegisterRequest) (RegisterResponse, error) {

@@ -120,6 +120,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
 		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},
+		"GPULive": gpufleet.GPULive{}, "GPURollup": GPURollup{}, "RollupList": RollupList{}, "ModelUsage": ModelUsage{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

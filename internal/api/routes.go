@@ -286,6 +286,31 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, p Principal) err
 	return writeJSON(w, http.StatusOK, rep)
 }
 
+// rollups serves a node's or a job's per-GPU rollups; key names the path
+// value ("name" for a node, "id" for a job).
+func (h *handler) rollups(key string) func(w http.ResponseWriter, r *http.Request, p Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		q := RollupQuery{GPU: r.URL.Query().Get("gpu")}
+		if key == "name" {
+			q.Node = r.PathValue(key)
+		} else {
+			q.JobID = r.PathValue(key)
+		}
+		var err error
+		if q.From, err = timeParam(r, "from"); err != nil {
+			return err
+		}
+		if q.To, err = timeParam(r, "to"); err != nil {
+			return err
+		}
+		out, err := h.svc.Rollups(r.Context(), p, q)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, RollupList{Rollups: out})
+	}
+}
+
 func (h *handler) register(w http.ResponseWriter, r *http.Request, _ Principal) error {
 	if h.agents == nil {
 		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)

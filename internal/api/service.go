@@ -125,14 +125,35 @@ type UsageReport struct {
 	Teams []TeamUsage `json:"teams"`
 }
 
-// TeamUsage is one team's accounting over the period.
+// TeamUsage is one team's accounting over the period, in total and per
+// GPU model.
 type TeamUsage struct {
-	Team                 string  `json:"team"`
+	Team              string  `json:"team"`
+	GPUHours          float64 `json:"gpu_hours"`
+	EffectiveGPUHours float64 `json:"effective_gpu_hours"`
+	// IdleAllocatedGPUHour counts the GPU-minutes, from the per-GPU
+	// rollups, that the team held at under IdleThreshold effective
+	// utilization; IdleAllocatedUSD prices them at the catalog's hourly
+	// price.
+	IdleAllocatedGPUHour float64      `json:"idle_allocated_gpu_hours"`
+	IdleAllocatedUSD     float64      `json:"idle_allocated_usd"`
+	EnergyJoules         float64      `json:"energy_joules"`
+	Models               []ModelUsage `json:"models"`
+}
+
+// ModelUsage is a team's accounting on one GPU model.
+type ModelUsage struct {
+	Model                string  `json:"model"`
 	GPUHours             float64 `json:"gpu_hours"`
 	EffectiveGPUHours    float64 `json:"effective_gpu_hours"`
 	IdleAllocatedGPUHour float64 `json:"idle_allocated_gpu_hours"`
+	IdleAllocatedUSD     float64 `json:"idle_allocated_usd"`
 	EnergyJoules         float64 `json:"energy_joules"`
 }
+
+// IdleThreshold is the effective utilization under which an allocated
+// GPU-minute counts as idle.
+const IdleThreshold = 0.05
 
 // NodeAction is cordon, uncordon, drain or repaired.
 type NodeAction string
@@ -168,7 +189,44 @@ type Service interface {
 	RevokeToken(ctx context.Context, p Principal, id string) error
 	CreateJoinToken(ctx context.Context, p Principal, r JoinTokenRequest) (JoinTokenResponse, error)
 	Usage(ctx context.Context, p Principal, q UsageQuery) (UsageReport, error)
+	// Rollups returns per-GPU one-minute rollups, oldest first.
+	Rollups(ctx context.Context, p Principal, q RollupQuery) ([]GPURollup, error)
 
 	// Authenticate resolves a bearer token (user token or node credential).
 	Authenticate(ctx context.Context, bearer string) (Principal, error)
+}
+
+// RollupQuery selects per-GPU one-minute rollups: those of one node (and
+// optionally one GPU), or those of the GPUs a job's attempts held while
+// they held them. Zero From/To default to the last hour.
+type RollupQuery struct {
+	Node     string
+	GPU      string // GPU UUID
+	JobID    string
+	From, To time.Time
+}
+
+// RollupList is the body of the rollup routes.
+type RollupList struct {
+	Rollups []GPURollup `json:"rollups"`
+}
+
+// GPURollup is one GPU's aggregate over one minute. Means are over the
+// samples that had the reading; a reading no sample had is null.
+type GPURollup struct {
+	Node                 string    `json:"node"`
+	GPU                  string    `json:"gpu"` // UUID
+	Model                string    `json:"model"`
+	Minute               time.Time `json:"minute"`
+	Team                 string    `json:"team,omitempty"` // who held it; admins and that team only
+	Samples              int       `json:"samples"`
+	Utilization          *float64  `json:"utilization"`
+	SMActivity           *float64  `json:"sm_activity"`
+	DRAMActivity         *float64  `json:"dram_activity"`
+	TensorActivity       *float64  `json:"tensor_activity"`
+	EffectiveUtilization *float64  `json:"effective_utilization"`
+	MemoryUsedBytesMax   *int64    `json:"memory_used_bytes_max"`
+	PowerWatts           *float64  `json:"power_watts"`
+	EnergyJoules         float64   `json:"energy_joules"`
+	TemperatureCMax      *float64  `json:"temperature_c_max"`
 }

@@ -453,7 +453,10 @@ func newUsageCmd(c *clientEnv) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage [--team T] [--from TIME] [--to TIME]",
 		Short: "GPU-hours, effective GPU-hours, idle allocated GPU-hours and energy by team",
-		Long: `Accounting by team over a period. --from and --to take RFC 3339 times
+		Long: `Accounting by team and GPU model over a period. Idle allocated counts the
+GPU-minutes a team held at under 5% effective utilization (SM activity where
+the GPU reports it, else utilization), priced at the catalog's hourly price.
+--from and --to take RFC 3339 times
 (2025-01-31T00:00:00Z), dates (2025-01-31), or durations meaning that long ago
 (7d, 24h). Without them the server picks its default period.`,
 		Args: cobra.NoArgs,
@@ -478,14 +481,22 @@ func newUsageCmd(c *clientEnv) *cobra.Command {
 				return writeJSON(c.stdout, rep)
 			}
 			fmt.Fprintf(c.stdout, "from %s to %s\n", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
-			t := newTable(c.stdout, "TEAM", "GPU-HOURS", "EFFECTIVE", "IDLE ALLOCATED", "EFFICIENCY", "ENERGY")
-			for _, u := range rep.Teams {
+			t := newTable(c.stdout, "TEAM", "GPU MODEL", "GPU-HOURS", "EFFECTIVE", "EFFICIENCY", "IDLE ALLOCATED", "IDLE COST", "ENERGY")
+			row := func(team, model string, gpuH, effH, idleH, idleUSD, joules float64) {
 				eff := "-"
-				if u.GPUHours > 0 {
-					eff = fmt.Sprintf("%.0f%%", 100*u.EffectiveGPUHours/u.GPUHours)
+				if gpuH > 0 {
+					eff = fmt.Sprintf("%.0f%%", 100*effH/gpuH)
 				}
-				t.row(u.Team, fmt.Sprintf("%.1f", u.GPUHours), fmt.Sprintf("%.1f", u.EffectiveGPUHours),
-					fmt.Sprintf("%.1f", u.IdleAllocatedGPUHour), eff, fmt.Sprintf("%.1f kWh", u.EnergyJoules/3.6e6))
+				t.row(team, model, fmt.Sprintf("%.1f", gpuH), fmt.Sprintf("%.1f", effH), eff,
+					fmt.Sprintf("%.1f", idleH), fmt.Sprintf("$%.2f", idleUSD), fmt.Sprintf("%.1f kWh", joules/3.6e6))
+			}
+			for _, u := range rep.Teams {
+				for _, m := range u.Models {
+					row(u.Team, m.Model, m.GPUHours, m.EffectiveGPUHours, m.IdleAllocatedGPUHour, m.IdleAllocatedUSD, m.EnergyJoules)
+				}
+				if len(u.Models) != 1 {
+					row(u.Team, "(all)", u.GPUHours, u.EffectiveGPUHours, u.IdleAllocatedGPUHour, u.IdleAllocatedUSD, u.EnergyJoules)
+				}
 			}
 			return t.flush()
 		},

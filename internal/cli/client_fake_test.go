@@ -22,6 +22,7 @@ type fakeService struct {
 	lastSubmit api.SubmitRequest
 	lastJobs   api.JobQuery
 	lastUsage  api.UsageQuery
+	lastRollup api.RollupQuery
 	lastTeam   api.TeamRequest
 	lastClass  gpufleet.Class
 	lastToken  api.TokenRequest
@@ -206,6 +207,15 @@ func (f *fakeService) CreateJoinToken(_ context.Context, _ api.Principal, r api.
 	defer f.mu.Unlock()
 	f.lastJoin = r
 	return api.JoinTokenResponse{ID: "jt-1", Token: "join-s3cret", Node: r.Node, SingleUse: r.TTL == ""}, nil
+}
+
+func (f *fakeService) Rollups(_ context.Context, _ api.Principal, q api.RollupQuery) ([]api.GPURollup, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastRollup = q
+	u, w := 0.42, 312.0
+	return []api.GPURollup{{Node: "n1", GPU: "GPU-1", Model: "h100-sxm-80gb", Minute: time.Date(2025, 1, 1, 10, 0, 0, 0, time.UTC),
+		Team: "team-a", Samples: 12, Utilization: &u, EffectiveUtilization: &u, PowerWatts: &w, EnergyJoules: 18720}}, nil
 }
 
 func (f *fakeService) Usage(_ context.Context, _ api.Principal, q api.UsageQuery) (api.UsageReport, error) {

@@ -292,7 +292,15 @@ func TestAdminCommandsSendRequests(t *testing.T) {
 	if got := fake.lastUsage; got.Team != "team-a" || got.From.Format("2006-01-02") != "2025-01-01" || got.To.Month() != 2 {
 		t.Errorf("usage query %+v", got)
 	}
+	out, _, code := run(t, append([]string{"rollups", "--node", "n1", "--gpu", "GPU-1", "--from", "2025-01-01T10:00:00Z"}, base...)...)
+	if code != 0 || !strings.Contains(out, "2025-01-01 10:00:00  n1") || !strings.Contains(out, "42.0%") || !strings.Contains(out, "312 W") ||
+		fake.lastRollup.Node != "n1" || fake.lastRollup.GPU != "GPU-1" || fake.lastRollup.From.Hour() != 10 {
+		t.Errorf("rollups: exit %d\n%s\nquery %+v", code, out, fake.lastRollup)
+	}
 	for _, bad := range [][]string{
+		{"rollups"},
+		{"rollups", "--node", "n1", "--job", "j1"},
+		{"rollups", "--job", "j1", "--gpu", "GPU-1"},
 		{"teams", "create", "x", "--quota", "h100"},
 		{"teams", "create", "x", "--quota", "h100=-1"},
 		{"tokens", "create", "--role", "member"},

@@ -30,7 +30,7 @@ import (
 // `gpufleet dev`).
 type serverFlags struct {
 	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
-	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL                                     time.Duration
+	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention                    time.Duration
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -51,6 +51,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.DurationVar(&f.heartbeatGrace, "heartbeat-grace", d.HeartbeatGrace, "silence before a node is down")
 	fs.DurationVar(&f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
+	fs.DurationVar(&f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -122,6 +123,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
+	cfg.RollupRetention = f.rollupRetention
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {
 		return err

@@ -86,6 +86,8 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"GET /api/v1/jobs/{id}":              func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id, "", tokA); want(t, c, 404, b) },
 		"POST /api/v1/jobs/{id}/cancel":      func(t *testing.T) { c, b := do("POST", "/api/v1/jobs/"+id+"/cancel", "", tokA); want(t, c, 404, b) },
 		"GET /api/v1/jobs/{id}/logs":         func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id+"/logs", "", tokA); want(t, c, 404, b) },
+		"GET /api/v1/jobs/{id}/rollups":      func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id+"/rollups", "", tokA); want(t, c, 404, b) },
+		"GET /api/v1/nodes/{name}/rollups":   func(t *testing.T) { c, b := do("GET", "/api/v1/nodes/n1/rollups", "", tokA); want(t, c, 200, b) },
 		"GET /api/v1/queue":                  func(t *testing.T) { c, b := do("GET", "/api/v1/queue", "", tokA); want(t, c, 200, b) },
 		"GET /api/v1/nodes":                  func(t *testing.T) { c, b := do("GET", "/api/v1/nodes", "", tokA); want(t, c, 200, b) },
 		"GET /api/v1/nodes/{name}":           func(t *testing.T) { c, b := do("GET", "/api/v1/nodes/n1", "", tokA); want(t, c, 200, b) },

@@ -231,8 +231,10 @@ func (s *Server) CreateJoinToken(ctx context.Context, p api.Principal, r api.Joi
 	return api.JoinTokenResponse{ID: id, Token: token, Node: r.Node, ExpiresAt: jt.ExpiresAt, SingleUse: jt.SingleUse}, nil
 }
 
-// Usage reports GPU-hours, effective GPU-hours and energy by team over a
-// period (default: the last 30 days). Members see their own team.
+// Usage reports GPU-hours, effective GPU-hours and energy by team and GPU
+// model over a period (default: the last 30 days), with the idle
+// allocated GPU-hours counted from the per-GPU rollups and priced at the
+// catalog's hourly price. Members see their own team.
 func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (api.UsageReport, error) {
 	if err := requireUser(p); err != nil {
 		return api.UsageReport{}, err
@@ -257,21 +259,51 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	if err != nil {
 		return api.UsageReport{}, err
 	}
-	by := map[string]*api.TeamUsage{}
-	for _, r := range rows {
-		u := by[r.Team]
-		if u == nil {
-			u = &api.TeamUsage{Team: r.Team}
-			by[r.Team] = u
+	if err := s.flushRollups(ctx, s.now(), true); err != nil {
+		return api.UsageReport{}, err
+	}
+	idle, err := s.st.IdleMinutes(ctx, team, q.From, q.To, api.IdleThreshold)
+	if err != nil {
+		return api.UsageReport{}, err
+	}
+	by := map[string]map[string]*api.ModelUsage{}
+	get := func(team, model string) *api.ModelUsage {
+		if by[team] == nil {
+			by[team] = map[string]*api.ModelUsage{}
 		}
-		u.GPUHours += r.GPUSeconds / 3600
-		u.EffectiveGPUHours += r.EffectiveGPUSeconds / 3600
-		u.EnergyJoules += r.EnergyJoules
+		m := by[team][model]
+		if m == nil {
+			m = &api.ModelUsage{Model: model}
+			by[team][model] = m
+		}
+		return m
+	}
+	for _, r := range rows {
+		m := get(r.Team, r.Model)
+		m.GPUHours += r.GPUSeconds / 3600
+		m.EffectiveGPUHours += r.EffectiveGPUSeconds / 3600
+		m.EnergyJoules += r.EnergyJoules
+	}
+	for _, r := range idle {
+		m := get(r.Team, r.Model)
+		m.IdleAllocatedGPUHour += float64(r.Minutes) / 60
+		if g, err := s.cat.Lookup(r.Model); err == nil && g.PricePerHourUSD != nil {
+			m.IdleAllocatedUSD = m.IdleAllocatedGPUHour * *g.PricePerHourUSD
+		}
 	}
 	rep := api.UsageReport{From: q.From, To: q.To, Teams: []api.TeamUsage{}}
-	for _, u := range by {
-		u.IdleAllocatedGPUHour = max(0, u.GPUHours-u.EffectiveGPUHours)
-		rep.Teams = append(rep.Teams, *u)
+	for team, models := range by {
+		u := api.TeamUsage{Team: team, Models: []api.ModelUsage{}}
+		for _, m := range models {
+			u.GPUHours += m.GPUHours
+			u.EffectiveGPUHours += m.EffectiveGPUHours
+			u.IdleAllocatedGPUHour += m.IdleAllocatedGPUHour
+			u.IdleAllocatedUSD += m.IdleAllocatedUSD
+			u.EnergyJoules += m.EnergyJoules
+			u.Models = append(u.Models, *m)
+		}
+		slices.SortFunc(u.Models, func(a, b api.ModelUsage) int { return strings.Compare(a.Model, b.Model) })
+		rep.Teams = append(rep.Teams, u)
 	}
 	slices.SortFunc(rep.Teams, func(a, b api.TeamUsage) int { return strings.Compare(a.Team, b.Team) })
 	return rep, nil

@@ -98,6 +98,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
 	defer cancel()
+	if err := s.flushRollups(ctx, s.now(), false); err != nil {
+		s.log.Warn("flushing rollups", "err", err)
+	}
 
 	start := time.Now()
 	now := s.now()
@@ -275,7 +278,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		return err
 	}
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
-	s.setOrders(applied(jobs, d), nodes)
+	after := applied(jobs, d)
+	s.setOrders(after, nodes)
+	s.setGPUs(after, nodes)
 	return nil
 }
 

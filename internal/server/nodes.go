@@ -26,6 +26,10 @@ type liveNode struct {
 	reported map[string]gpufleet.AttemptState
 	// totals are the last accounting totals reported per attempt.
 	totals map[string]api.AttemptReport
+	// energy is each GPU's last energy counter reading (joules), and xids
+	// its XIDs of the last hour.
+	energy map[string]float64
+	xids   map[string][]xidAt
 }
 
 // heartbeatAge returns how long the node has been silent, measured from
@@ -97,7 +101,7 @@ func (s *Server) Nodes(ctx context.Context, p api.Principal) ([]gpufleet.Node, e
 	now := s.now()
 	out := make([]gpufleet.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, s.view(n, now))
+		out = append(out, s.withLive(p, s.view(n, now)))
 	}
 	return out, nil
 }
@@ -111,7 +115,7 @@ func (s *Server) Node(ctx context.Context, p api.Principal, name string) (gpufle
 	if err != nil {
 		return gpufleet.Node{}, err
 	}
-	return s.view(n, s.now()), nil
+	return s.withLive(p, s.view(n, s.now())), nil
 }
 
 // NodeAction cordons (no new work), uncordons (back to ready) or drains
@@ -195,7 +199,8 @@ func (s *Server) nodeCredential(node string) (store.NodeCredential, string) {
 func (s *Server) live(name string) *liveNode {
 	ln := s.nodes[name]
 	if ln == nil {
-		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{}}
+		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{},
+			energy: map[string]float64{}, xids: map[string][]xidAt{}}
 		s.nodes[name] = ln
 	}
 	return ln
@@ -220,6 +225,7 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	}
 	ln.lastSeen = now
 	ln.samples = r.Samples
+	s.fold(p.Node, ln, r.Samples, now)
 	if r.MetricsURL != "" {
 		ln.metricsURL = r.MetricsURL
 	}

@@ -58,6 +58,8 @@ type Config struct {
 	LogDir string
 	// WatchInterval is how often event streams poll the audit log.
 	WatchInterval time.Duration
+	// RollupRetention is how long per-GPU one-minute rollups are kept.
+	RollupRetention time.Duration
 	// Now is the clock; tests set it.
 	Now func() time.Time
 }
@@ -65,16 +67,17 @@ type Config struct {
 // Default returns production settings.
 func Default() Config {
 	return Config{
-		ID:             "server",
-		Tick:           time.Second,
-		LeaseTTL:       8 * time.Second,
-		Heartbeat:      5 * time.Second,
-		HeartbeatGrace: 30 * time.Second,
-		FenceAfter:     60 * time.Second,
-		LostMargin:     10 * time.Second,
-		IdleCycle:      5 * time.Second,
-		CredentialTTL:  24 * time.Hour,
-		Policy:         "gpufleet",
+		ID:              "server",
+		Tick:            time.Second,
+		LeaseTTL:        8 * time.Second,
+		Heartbeat:       5 * time.Second,
+		HeartbeatGrace:  30 * time.Second,
+		FenceAfter:      60 * time.Second,
+		LostMargin:      10 * time.Second,
+		IdleCycle:       5 * time.Second,
+		RollupRetention: 7 * 24 * time.Hour,
+		CredentialTTL:   24 * time.Hour,
+		Policy:          "gpufleet",
 		DefaultEstimate: map[scheduler.Priority]time.Duration{
 			scheduler.Production: 24 * time.Hour, scheduler.Interactive: 4 * time.Hour,
 			scheduler.Training: 24 * time.Hour, scheduler.Batch: 4 * time.Hour,
@@ -131,6 +134,13 @@ type Server struct {
 	accounted    map[string]api.AttemptReport
 	pendingUsage map[usageKey]store.UsageRow
 
+	// Telemetry: each GPU's node, model and holder from the leader's last
+	// snapshot, the open per-GPU minute rollups, and when rollups past
+	// retention were last pruned (rollups.go).
+	gpus           map[string]gpuInfo
+	pendingRollups map[rollupKey]*store.RollupRow
+	lastPrune      time.Time
+
 	// agentExt relays fault orders and takes agents' logs (faults.go).
 	agentExt agentExtras
 }
@@ -165,6 +175,9 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		attempts:     map[string]attemptInfo{},
 		accounted:    map[string]api.AttemptReport{},
 		pendingUsage: map[usageKey]store.UsageRow{},
+		gpus:         map[string]gpuInfo{},
+
+		pendingRollups: map[rollupKey]*store.RollupRow{},
 	}
 	return s, nil
 }

@@ -244,4 +244,69 @@ type Store interface {
 
 	AddUsage(ctx context.Context, rows []UsageRow) error
 	Usage(ctx context.Context, team string, from, to time.Time) ([]UsageRow, error)
+
+	// AddRollups adds per-GPU minute aggregates (sums and counts add up,
+	// maxima take the larger) in one transaction.
+	AddRollups(ctx context.Context, rows []RollupRow) error
+	// Rollups returns the rollups f selects, ordered by minute then GPU.
+	Rollups(ctx context.Context, f RollupFilter) ([]RollupRow, error)
+	// IdleMinutes counts, per team and GPU model, the allocated GPU-minutes
+	// in [from, to) whose mean effective utilization was under threshold.
+	IdleMinutes(ctx context.Context, team string, from, to time.Time, threshold float64) ([]IdleMinutes, error)
+	// PruneRollups deletes rollups older than before and says how many.
+	PruneRollups(ctx context.Context, before time.Time) (int64, error)
+}
+
+// Mean is a running sum and count of one reading; N is 0 when no sample
+// had it.
+type Mean struct {
+	Sum float64
+	N   int64
+}
+
+// Add counts v when it is present.
+func (m *Mean) Add(v *float64) {
+	if v != nil {
+		m.Sum += *v
+		m.N++
+	}
+}
+
+// Value is the mean, nil when no sample had the reading.
+func (m Mean) Value() *float64 {
+	if m.N == 0 {
+		return nil
+	}
+	v := m.Sum / float64(m.N)
+	return &v
+}
+
+// RollupRow is one GPU's samples over one minute.
+type RollupRow struct {
+	GPU     string
+	Minute  time.Time // truncated to the minute, UTC
+	Node    string
+	Model   string
+	Team    string // who held the GPU; "" when unallocated
+	Samples int64
+	// Effective is SM activity where the GPU reports it, else utilization.
+	Utilization, SMActivity, DRAMActivity, TensorActivity, Effective, PowerWatts Mean
+	EnergyJoules                                                                 float64
+	MemoryUsedBytesMax                                                           *int64
+	TemperatureCMax                                                              *float64
+}
+
+// RollupFilter selects rollups: by node, by GPU UUIDs (any of), by time
+// range [From, To); empty fields select everything.
+type RollupFilter struct {
+	Node     string
+	GPUs     []string
+	From, To time.Time
+}
+
+// IdleMinutes is a count of idle allocated GPU-minutes.
+type IdleMinutes struct {
+	Team    string
+	Model   string
+	Minutes int64
 }

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"events record every transition":   testEventsFlow,
 		"events filter and page":           testEventsFilter,
 		"usage aggregates by day":          testUsage,
+		"rollups add up and prune":         testRollups,
 		"concurrent submitters and reader": testConcurrent,
 	}
 	for name, fn := range tests {
@@ -1131,6 +1132,81 @@ func testUsage(t *testing.T, s store.Store) {
 // with request ids that collide across goroutines, while readers list and
 // read jobs. Every (team, request id) must map to exactly one job, created
 // once, and nobody may see an error (SQLITE_BUSY above all).
+func testRollups(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	m0 := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	sample := func(gpu, team string, at time.Time, eff float64, mem int64, temp float64) store.RollupRow {
+		r := store.RollupRow{GPU: gpu, Minute: at, Node: "n1", Model: "h100-sxm-80gb", Team: team, Samples: 1,
+			EnergyJoules: 600, MemoryUsedBytesMax: i(mem), TemperatureCMax: f(temp)}
+		r.Utilization.Add(f(eff))
+		r.Effective.Add(f(eff))
+		r.PowerWatts.Add(f(300))
+		return r
+	}
+	rows := []store.RollupRow{
+		sample("GPU-a", "team-a", m0.Add(10*time.Second), 0.9, 10, 60),
+		sample("GPU-b", "", m0, 0, 0, 30),
+		sample("GPU-a", "team-a", m0.Add(time.Minute), 0.01, 5, 50),
+		sample("GPU-b", "team-b", m0.Add(2*time.Minute), 0.02, 7, 40),
+	}
+	wantErr(t, "add", s.AddRollups(ctx, rows), nil)
+	// A second write of the same minute adds up: sums, counts, energy;
+	// maxima keep the larger; an empty team keeps the known one.
+	again := sample("GPU-a", "", m0.Add(50*time.Second), 0.5, 20, 55)
+	again.SMActivity.Add(f(0.4))
+	wantErr(t, "add again", s.AddRollups(ctx, []store.RollupRow{again}), nil)
+	wantErr(t, "bad row", s.AddRollups(ctx, []store.RollupRow{{GPU: "GPU-a"}}), gpufleet.ErrInvalid)
+
+	got, err := s.Rollups(ctx, store.RollupFilter{GPUs: []string{"GPU-a"}, From: m0, To: m0.Add(time.Minute)})
+	wantErr(t, "rollups", err, nil)
+	want := store.RollupRow{GPU: "GPU-a", Minute: m0, Node: "n1", Model: "h100-sxm-80gb", Team: "team-a", Samples: 2,
+		Utilization: store.Mean{Sum: 1.4, N: 2}, Effective: store.Mean{Sum: 1.4, N: 2}, SMActivity: store.Mean{Sum: 0.4, N: 1},
+		PowerWatts: store.Mean{Sum: 600, N: 2}, EnergyJoules: 1200, MemoryUsedBytesMax: i(20), TemperatureCMax: f(60)}
+	if diff := cmp.Diff([]store.RollupRow{want}, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("rollups (-want +got):\n%s", diff)
+	}
+	if m := want.Utilization.Value(); m == nil || *m != 0.7 {
+		t.Errorf("mean = %v, want 0.7", m)
+	}
+	if (store.Mean{}).Value() != nil {
+		t.Error("the mean of no samples is not absent")
+	}
+	all, err := s.Rollups(ctx, store.RollupFilter{Node: "n1"})
+	wantErr(t, "all", err, nil)
+	var order []string
+	for _, r := range all {
+		order = append(order, r.GPU+"@"+r.Minute.Format("15:04"))
+	}
+	if diff := cmp.Diff([]string{"GPU-a@05:06", "GPU-b@05:06", "GPU-a@05:07", "GPU-b@05:08"}, order); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+
+	idle, err := s.IdleMinutes(ctx, "", time.Time{}, time.Time{}, 0.05)
+	wantErr(t, "idle", err, nil)
+	wantIdle := []store.IdleMinutes{{Team: "team-a", Model: "h100-sxm-80gb", Minutes: 1}, {Team: "team-b", Model: "h100-sxm-80gb", Minutes: 1}}
+	if diff := cmp.Diff(wantIdle, idle); diff != "" {
+		t.Errorf("idle minutes (-want +got):\n%s", diff)
+	}
+	idle, err = s.IdleMinutes(ctx, "team-b", m0, m0.Add(2*time.Minute), 0.05)
+	wantErr(t, "idle team-b", err, nil)
+	if len(idle) != 0 {
+		t.Errorf("idle minutes of team-b before its minute: %+v", idle)
+	}
+
+	n, err := s.PruneRollups(ctx, m0.Add(2*time.Minute))
+	wantErr(t, "prune", err, nil)
+	if n != 3 {
+		t.Errorf("pruned %d rows, want 3", n)
+	}
+	all, err = s.Rollups(ctx, store.RollupFilter{})
+	wantErr(t, "after prune", err, nil)
+	if len(all) != 1 || all[0].GPU != "GPU-b" {
+		t.Errorf("after prune: %+v", all)
+	}
+}
+
 func testConcurrent(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	const writers, perWriter, keys = 50, 40, 1000
