@@ -26,6 +26,7 @@ type ControlPlane interface {
 	Register(ctx context.Context, joinToken string, r api.RegisterRequest) (api.RegisterResponse, error)
 	Heartbeat(ctx context.Context, credential string, r api.HeartbeatRequest) (api.HeartbeatResponse, error)
 	ShipLog(ctx context.Context, credential, attempt string, offset int64, data []byte) (int64, error)
+	RenewCredential(ctx context.Context, credential string) (api.RegisterResponse, error)
 }
 
 // apiPlane is the ControlPlane over the typed API client (which fails over
@@ -41,6 +42,10 @@ func (p apiPlane) Register(ctx context.Context, tok string, r api.RegisterReques
 
 func (p apiPlane) Heartbeat(ctx context.Context, cred string, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
 	return p.c.WithToken(cred).Heartbeat(ctx, r)
+}
+
+func (p apiPlane) RenewCredential(ctx context.Context, cred string) (api.RegisterResponse, error) {
+	return p.c.WithToken(cred).RenewCredential(ctx)
 }
 
 func (p apiPlane) ShipLog(ctx context.Context, cred, attempt string, off int64, data []byte) (int64, error) {
@@ -308,9 +313,11 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-// maybeRenew registers again once two thirds of the credential's life have
-// passed. With a single-use join token that is spent, renewal fails and the
-// agent keeps its credential until it expires (docs/AGENT.md).
+// maybeRenew swaps the node credential for a fresh one once two thirds of
+// its life have passed, with the credential itself (no join token needed).
+// When the server refuses, it registers again with the join token if it
+// has one; otherwise the credential stays valid until it expires
+// (docs/AGENT.md).
 func (a *Agent) maybeRenew(ctx context.Context) {
 	a.mu.Lock()
 	c, now := a.cred, a.now()
@@ -322,7 +329,22 @@ func (a *Agent) maybeRenew(ctx context.Context) {
 	if !due {
 		return
 	}
-	if err := a.register(ctx); err != nil {
+	resp, err := a.cp.RenewCredential(ctx, c.Credential)
+	if err == nil {
+		a.mu.Lock()
+		a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt}
+		a.renewAfter = time.Time{}
+		if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
+			a.log.Error("storing the node credential", "err", err)
+		}
+		a.mu.Unlock()
+		a.log.Info("renewed the node credential", "expires", resp.ExpiresAt)
+		return
+	}
+	if errors.Is(err, api.ErrUnauthorized) && a.cfg.JoinToken != "" {
+		err = a.register(ctx)
+	}
+	if err != nil {
 		a.log.Warn("renewing the node credential failed; it stays valid until it expires", "expires", c.ExpiresAt, "err", err)
 	}
 }

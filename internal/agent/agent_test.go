@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -376,14 +377,38 @@ func TestRunnerTimeSlicesShareAndBusyGPUFails(t *testing.T) {
 
 // fakePlane is a control plane that can be switched off.
 type fakePlane struct {
-	mu    sync.Mutex
-	down  bool
-	beats []api.HeartbeatRequest
-	resp  api.HeartbeatResponse
+	mu        sync.Mutex
+	down      bool
+	beats     []api.HeartbeatRequest
+	resp      api.HeartbeatResponse
+	expires   time.Time // of the credentials it hands out; zero: far away
+	registers int
+	renewed   []string // the credentials renewed
+}
+
+func (f *fakePlane) credential(c string) api.RegisterResponse {
+	exp := f.expires
+	if exp.IsZero() {
+		exp = time.Unix(1e10, 0)
+	}
+	return api.RegisterResponse{Node: "n1", Credential: c, ExpiresAt: exp, HeartbeatS: 1, FenceAfterS: 5}
 }
 
 func (f *fakePlane) Register(context.Context, string, api.RegisterRequest) (api.RegisterResponse, error) {
-	return api.RegisterResponse{Node: "n1", Credential: "cred", ExpiresAt: time.Unix(1e10, 0), HeartbeatS: 1, FenceAfterS: 5}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registers++
+	return f.credential("cred"), nil
+}
+
+func (f *fakePlane) RenewCredential(_ context.Context, cred string) (api.RegisterResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return api.RegisterResponse{}, fmt.Errorf("%w: server away", api.ErrUnavailable)
+	}
+	f.renewed = append(f.renewed, cred)
+	return f.credential(fmt.Sprintf("cred-%d", len(f.renewed))), nil
 }
 
 func (f *fakePlane) Heartbeat(_ context.Context, _ string, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
@@ -405,6 +430,54 @@ func (f *fakePlane) ShipLog(_ context.Context, _, _ string, off int64, data []by
 		return 0, fmt.Errorf("%w: server away", api.ErrUnavailable)
 	}
 	return off + int64(len(data)), nil
+}
+
+// TestAgentRenewsItsCredentialWithoutTheJoinToken checks that the agent
+// swaps its credential at two thirds of its life through the renewal call,
+// not by registering again, stores the new one, and keeps the old one
+// while the server is away.
+func TestAgentRenewsItsCredentialWithoutTheJoinToken(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	be, err := simgpu.New([]simgpu.Spec{{Model: "l4", Count: 1}}, simgpu.WithNodeName("n1"), simgpu.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &fakePlane{expires: clock.Now().Add(30 * time.Second)}
+	dir := t.TempDir()
+	a, err := New(Config{Name: "n1", DataDir: dir, Backend: "sim", JoinToken: "j"}, be, cp, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.now = clock.Now
+	ctx := t.Context()
+	if err := a.discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(15 * time.Second)
+	a.maybeRenew(ctx)
+	if len(cp.renewed) != 0 {
+		t.Fatalf("renewed at half its life: %v", cp.renewed)
+	}
+	clock.Add(6 * time.Second) // past two thirds
+	cp.down = true
+	a.maybeRenew(ctx)
+	if a.cred.Credential != "cred" {
+		t.Fatalf("credential changed while the server was away: %q", a.cred.Credential)
+	}
+	cp.down = false
+	clock.Add(61 * time.Second) // past the retry backoff
+	cp.expires = clock.Now().Add(30 * time.Second)
+	a.maybeRenew(ctx)
+	if !slices.Equal(cp.renewed, []string{"cred"}) || cp.registers != 1 || a.cred.Credential != "cred-1" {
+		t.Fatalf("renewed %v, registers %d, credential %q", cp.renewed, cp.registers, a.cred.Credential)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "credential.json"))
+	if err != nil || !strings.Contains(string(b), `"cred-1"`) {
+		t.Errorf("stored credential: %s %v", b, err)
+	}
 }
 
 func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {

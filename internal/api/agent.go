@@ -129,6 +129,8 @@ type HeartbeatResponse struct {
 type AgentService interface {
 	Register(ctx context.Context, joinToken string, r RegisterRequest) (RegisterResponse, error)
 	Heartbeat(ctx context.Context, p Principal, r HeartbeatRequest) (HeartbeatResponse, error)
+	// RenewCredential swaps an agent's node credential for a fresh one.
+	RenewCredential(ctx context.Context, p Principal) (RegisterResponse, error)
 }
 
 // LogService streams a job's logs.

@@ -486,6 +486,13 @@ func (c *Client) Register(ctx context.Context, joinToken string, r RegisterReque
 	return out, err
 }
 
+// RenewCredential swaps the client's node credential for a fresh one.
+func (c *Client) RenewCredential(ctx context.Context) (RegisterResponse, error) {
+	var out RegisterResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/agent/renew"}, &out)
+	return out, err
+}
+
 // Heartbeat sends the agent's report with the client's token (the node
 // credential) and returns the node's work.
 func (c *Client) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatResponse, error) {

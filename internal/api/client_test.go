@@ -108,6 +108,12 @@ func TestClientRoundTrips(t *testing.T) {
 		t.Fatalf("register: %+v %v", reg, err)
 	}
 	agent := admin.WithToken(reg.Credential)
+	if rn, err := agent.RenewCredential(ctx); err != nil || rn.Credential == "" || rn.Node != "n1" {
+		t.Errorf("renew: %+v %v", rn, err)
+	}
+	if _, err := admin.RenewCredential(ctx); !errors.Is(err, ErrForbidden) {
+		t.Errorf("renew with an admin token: %v", err)
+	}
 	if _, err := agent.Heartbeat(ctx, HeartbeatRequest{Node: "n1"}); err != nil {
 		t.Errorf("heartbeat: %v", err)
 	}

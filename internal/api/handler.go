@@ -142,6 +142,7 @@ func (h *handler) table() []routeDef {
 		r("GET", v1+"/events", AuthMember, "Audit events; watch=1 streams them as server-sent events", h.events),
 
 		r("POST", v1+"/agent/register", AuthJoin, "Agent registration with a join token", h.register),
+		r("POST", v1+"/agent/renew", AuthAgent, "Agent credential renewal: a fresh node credential for the current one", h.renew),
 		r("POST", v1+"/agent/heartbeat", AuthAgent, "Agent heartbeat: samples and attempt reports in, assignments out", h.heartbeat),
 		r("POST", v1+"/agent/logs/{id}", AuthAgent, "Agent log shipping: a chunk of an attempt's log from ?offset=", h.agentLog),
 	}

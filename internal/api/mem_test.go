@@ -296,6 +296,13 @@ func (s *memService) Rollups(ctx context.Context, p Principal, q RollupQuery) ([
 	return []GPURollup{{Node: "n1", GPU: "GPU-1", Minute: q.From, Samples: 12, Utilization: &u, EffectiveUtilization: &u}}, nil
 }
 
+func (s *memService) RenewCredential(_ context.Context, p Principal) (RegisterResponse, error) {
+	if p.Node == "" {
+		return RegisterResponse{}, fmt.Errorf("%w: agents only", ErrForbidden)
+	}
+	return RegisterResponse{ProtocolVersion: ProtocolVersion, Node: p.Node, Credential: agentTok, HeartbeatS: 5, FenceAfterS: 60}, nil
+}
+
 func (s *memService) Register(_ context.Context, joinToken string, r RegisterRequest) (RegisterResponse, error) {
 	if joinToken != joinTok {
 		return RegisterResponse{}, fmt.Errorf("%w: join token", ErrUnauthorized)

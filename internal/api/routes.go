@@ -334,6 +334,17 @@ func (h *handler) register(w http.ResponseWriter, r *http.Request, _ Principal) 
 	return writeJSON(w, http.StatusOK, resp)
 }
 
+func (h *handler) renew(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if h.agents == nil {
+		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)
+	}
+	resp, err := h.agents.RenewCredential(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
 func (h *handler) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) error {
 	if h.agents == nil {
 		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)

@@ -155,8 +155,8 @@ func runDev(ctx context.Context, e *env, f devFlags) error {
 	var wg sync.WaitGroup
 	agentsDir := filepath.Join(dir, "agents")
 	for _, n := range devFleet {
-		// A reusable join token (the agent registers at each start and
-		// renews its credential with it); stored credentials carry on too.
+		// A reusable join token: the agent registers with it at each
+		// start (fresh inventory); it renews its credential without it.
 		jt, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: n.Name, TTL: "720h"})
 		if err != nil {
 			return fmt.Errorf("join token for %s: %w", n.Name, err)

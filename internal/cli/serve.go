@@ -30,7 +30,7 @@ import (
 // `gpufleet dev`).
 type serverFlags struct {
 	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
-	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention                    time.Duration
+	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention, credentialTTL     time.Duration
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -52,6 +52,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.DurationVar(&f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
 	fs.DurationVar(&f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
+	fs.DurationVar(&f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -123,7 +124,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
-	cfg.RollupRetention = f.rollupRetention
+	cfg.RollupRetention, cfg.CredentialTTL = f.rollupRetention, f.credentialTTL
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {
 		return err

@@ -456,3 +456,32 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestAgentRenewsItsCredential runs a server whose node credentials live 3s
+// and an agent past several lifetimes: it renews each time with the
+// credential alone (it registers once), and the node never goes down.
+func TestAgentRenewsItsCredential(t *testing.T) {
+	p := startServer(t, t.TempDir(), nil, "--credential-ttl", "3s")
+	f := setupTeams(t, p, "team-a")
+	ag := startAgent(t, p, f.admin, "n1", "l4:1")
+	defer func() {
+		if t.Failed() {
+			ag.dumpLog(t)
+		}
+	}()
+	eventually(t, 20*time.Second, "three renewals", func() error {
+		log, _ := os.ReadFile(ag.logPath)
+		if n := strings.Count(string(log), "renewed the node credential"); n < 3 {
+			return fmt.Errorf("%d renewals so far", n)
+		}
+		return nil
+	})
+	log, _ := os.ReadFile(ag.logPath)
+	if n := strings.Count(string(log), "msg=registered"); n != 1 {
+		t.Errorf("the agent registered %d times; renewal should not need the join token", n)
+	}
+	n, err := f.admin.Node(t.Context(), "n1")
+	if err != nil || n.State != gpufleet.NodeReady || n.HeartbeatAgeS == nil || *n.HeartbeatAgeS > 1 {
+		t.Errorf("node after renewals: %+v %v", n, err)
+	}
+}

@@ -149,6 +149,10 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b := do("POST", "/api/v1/agent/register", `{"node":"evil"}`, tokA)
 			want(t, c, 401, b)
 		},
+		"POST /api/v1/agent/renew": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/agent/renew", "", tokA)
+			want(t, c, 403, b)
+		},
 		"POST /api/v1/agent/heartbeat": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/agent/heartbeat", `{"node":"n1"}`, tokA)
 			want(t, c, 403, b)

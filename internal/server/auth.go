@@ -141,7 +141,10 @@ func (s *Server) authenticate(ctx context.Context, bearer string) (api.Principal
 			}
 			return api.Principal{}, err
 		}
-		if subtle.ConstantTimeCompare(hashSecret(secret), cred.Hash) != 1 || !s.now().Before(cred.ExpiresAt) {
+		h, now := hashSecret(secret), s.now()
+		current := subtle.ConstantTimeCompare(h, cred.Hash) == 1 && now.Before(cred.ExpiresAt)
+		previous := len(cred.PrevHash) > 0 && subtle.ConstantTimeCompare(h, cred.PrevHash) == 1 && now.Before(cred.PrevExpiresAt)
+		if !current && !previous {
 			return api.Principal{}, errUnauthorized
 		}
 		return api.Principal{TokenID: "node:" + node, Node: node}, nil

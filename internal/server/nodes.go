@@ -190,6 +190,30 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
 }
 
+// RenewCredential gives an agent a fresh node credential for its current
+// one, without the join token. The previous credential stays valid until
+// its own expiry, so an agent that loses this answer keeps working.
+func (s *Server) RenewCredential(ctx context.Context, p api.Principal) (api.RegisterResponse, error) {
+	if p.Node == "" {
+		return api.RegisterResponse{}, fmt.Errorf("%w: only an agent's node credential can be renewed", api.ErrForbidden)
+	}
+	old, err := s.st.NodeCredential(ctx, p.Node)
+	if err != nil {
+		return api.RegisterResponse{}, err
+	}
+	now := s.now()
+	cred, secret := s.nodeCredential(p.Node)
+	cred.ExpiresAt = now.Add(s.cfg.CredentialTTL)
+	cred.PrevHash, cred.PrevExpiresAt = old.Hash, old.ExpiresAt
+	if err := s.st.PutNodeCredential(ctx, cred); err != nil {
+		return api.RegisterResponse{}, err
+	}
+	s.forget(nodePrefix + p.Node)
+	s.log.Info("renewed node credential", "node", p.Node, "expires", cred.ExpiresAt)
+	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: p.Node, Credential: secret,
+		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
+}
+
 func (s *Server) nodeCredential(node string) (store.NodeCredential, string) {
 	secret := randomString(32)
 	return store.NodeCredential{Node: node, Hash: hashSecret(secret)}, nodePrefix + node + "." + secret

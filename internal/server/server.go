@@ -90,7 +90,7 @@ func Default() Config {
 // Validate checks the settings.
 func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"tick": c.Tick, "lease-ttl": c.LeaseTTL, "heartbeat": c.Heartbeat,
-		"heartbeat-grace": c.HeartbeatGrace, "fence-after": c.FenceAfter} {
+		"heartbeat-grace": c.HeartbeatGrace, "fence-after": c.FenceAfter, "credential-ttl": c.CredentialTTL} {
 		if d <= 0 {
 			return fmt.Errorf("%w: %s must be positive", gpufleet.ErrInvalid, name)
 		}

@@ -318,8 +318,13 @@ func (s *SQL) PutNodeCredential(ctx context.Context, c NodeCredential) error {
 	if c.Node == "" || len(c.Hash) == 0 {
 		return invalid("node credential needs a node and a hash")
 	}
-	_, err := s.wr.ExecContext(ctx, s.q(`INSERT INTO node_credentials (node, hash, expires_at) VALUES (?, ?, ?)
-	ON CONFLICT (node) DO UPDATE SET hash = excluded.hash, expires_at = excluded.expires_at`), c.Node, c.Hash, nanos(c.ExpiresAt))
+	var prev, prevExp any
+	if len(c.PrevHash) > 0 {
+		prev, prevExp = c.PrevHash, nanos(c.PrevExpiresAt)
+	}
+	_, err := s.wr.ExecContext(ctx, s.q(`INSERT INTO node_credentials (node, hash, expires_at, prev_hash, prev_expires_at) VALUES (?, ?, ?, ?, ?)
+	ON CONFLICT (node) DO UPDATE SET hash = excluded.hash, expires_at = excluded.expires_at,
+	prev_hash = excluded.prev_hash, prev_expires_at = excluded.prev_expires_at`), c.Node, c.Hash, nanos(c.ExpiresAt), prev, prevExp)
 	if err != nil {
 		return fmt.Errorf("put node credential %s: %w", c.Node, err)
 	}
@@ -329,10 +334,12 @@ func (s *SQL) PutNodeCredential(ctx context.Context, c NodeCredential) error {
 // NodeCredential reads a node's credential.
 func (s *SQL) NodeCredential(ctx context.Context, node string) (NodeCredential, error) {
 	var (
-		c   NodeCredential
-		exp int64
+		c       NodeCredential
+		exp     int64
+		prevExp sql.NullInt64
 	)
-	err := s.rd.QueryRowContext(ctx, s.q(`SELECT node, hash, expires_at FROM node_credentials WHERE node = ?`), node).Scan(&c.Node, &c.Hash, &exp)
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT node, hash, expires_at, prev_hash, prev_expires_at FROM node_credentials WHERE node = ?`), node).
+		Scan(&c.Node, &c.Hash, &exp, &c.PrevHash, &prevExp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, notFound("node credential", node)
 	}
@@ -340,5 +347,8 @@ func (s *SQL) NodeCredential(ctx context.Context, node string) (NodeCredential, 
 		return c, fmt.Errorf("read node credential %s: %w", node, err)
 	}
 	c.ExpiresAt = fromNanos(exp)
+	if prevExp.Valid {
+		c.PrevExpiresAt = fromNanos(prevExp.Int64)
+	}
 	return c, nil
 }

@@ -51,11 +51,15 @@ type JoinToken struct {
 	CreatedAt time.Time
 }
 
-// NodeCredential is the per-node secret an agent uses after joining.
+// NodeCredential is the per-node secret an agent uses after joining. After
+// a renewal the previous secret (PrevHash) stays valid until
+// PrevExpiresAt.
 type NodeCredential struct {
-	Node      string
-	Hash      []byte
-	ExpiresAt time.Time
+	Node          string
+	Hash          []byte
+	ExpiresAt     time.Time
+	PrevHash      []byte
+	PrevExpiresAt time.Time
 }
 
 // JobFilter selects jobs for ListJobs. Zero values select everything.

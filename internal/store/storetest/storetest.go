@@ -299,11 +299,20 @@ func testNodeCredentials(t *testing.T, s store.Store) {
 	c := store.NodeCredential{Node: "n1", Hash: []byte("a"), ExpiresAt: T0}
 	wantErr(t, "put", s.PutNodeCredential(ctx, c), nil)
 	c.Hash, c.ExpiresAt = []byte("b"), T0.Add(time.Hour)
-	wantErr(t, "replace", s.PutNodeCredential(ctx, c), nil)
+	c.PrevHash, c.PrevExpiresAt = []byte("a"), T0
+	wantErr(t, "renew", s.PutNodeCredential(ctx, c), nil)
 	got, err := s.NodeCredential(ctx, "n1")
 	wantErr(t, "read", err, nil)
 	if diff := cmp.Diff(c, got); diff != "" {
 		t.Errorf("credential (-want +got):\n%s", diff)
+	}
+	// A new registration replaces both.
+	c = store.NodeCredential{Node: "n1", Hash: []byte("c"), ExpiresAt: T0.Add(2 * time.Hour)}
+	wantErr(t, "replace", s.PutNodeCredential(ctx, c), nil)
+	got, err = s.NodeCredential(ctx, "n1")
+	wantErr(t, "read", err, nil)
+	if diff := cmp.Diff(c, got, equateEmpty); diff != "" {
+		t.Errorf("credential after replace (-want +got):\n%s", diff)
 	}
 	_, err = s.NodeCredential(ctx, "n2")
 	wantErr(t, "unknown", err, gpufleet.ErrNotFound)
