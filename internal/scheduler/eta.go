@@ -224,7 +224,7 @@ func (s *sched) simCycle(t time.Time) {
 	// held by quota, and may not reach it.
 	if r := s.resv; r != nil && !r.job.started && !r.at.After(t) {
 		held := s.dropReservation()
-		if p, _, ok := s.tryPlace(r.job, modeNormal); ok {
+		if p, _, ok := s.place(r.job, modeNormal); ok {
 			s.simStart(r.job, p, t)
 			s.resvGen++
 		} else {
@@ -239,7 +239,7 @@ func (s *sched) simCycle(t time.Time) {
 			if s.resv != nil && s.resv.job == j {
 				held = s.dropReservation()
 			}
-			p, w, ok := s.tryPlace(j, s.modeFor(j, t))
+			p, w, ok := s.place(j, s.modeFor(j, t))
 			if ok {
 				s.simStart(j, p, t)
 				continue
@@ -306,7 +306,7 @@ func (s *sched) groupPhase(t time.Time) {
 		if s.resv == nil || s.resv.job != j {
 			mode := s.modeFor(j, t)
 			if !g.dead[mode] {
-				p, w, ok := s.tryPlace(j, mode)
+				p, w, ok := s.place(j, mode)
 				switch {
 				case ok:
 					s.simStart(j, p, t)

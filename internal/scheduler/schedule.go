@@ -144,7 +144,8 @@ type sched struct {
 	classGen []uint32
 	resvGen  uint32
 
-	fgdS *fgdState // workload mix for fragmentation-gradient packing
+	fgdS  *fgdState // workload mix for fragmentation-gradient packing
+	spare spareHold // Config.Spare, held while lower classes are placed
 
 	// scratch
 	best     cand
@@ -458,7 +459,7 @@ func (s *sched) placeCycle() {
 			continue
 		}
 		mode := s.modeFor(j, s.now)
-		p, w, ok := s.tryPlace(j, mode)
+		p, w, ok := s.place(j, mode)
 		if ok {
 			s.start(j, p, s.now)
 			st := Start{Job: j.job.ID, Placement: s.output(j, p), Backfilled: s.resv != nil}
@@ -491,6 +492,7 @@ func (s *sched) placeCycle() {
 			blocker = j
 		}
 	}
+	s.releaseSpare()
 }
 
 // modeFor says how a job at time t stands to the backfill reservation.

@@ -170,6 +170,15 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.DefaultEstimate, err = time.ParseDuration(op[1])
 		case "ratio":
 			c.ResponseRatio = on
+		case "spare": // MODEL:N
+			model, n, ok := strings.Cut(op[1], ":")
+			if !ok {
+				return c, fmt.Errorf("config spare: want MODEL:N, got %q", op[1])
+			}
+			if c.Spare == nil {
+				c.Spare = map[string]int{}
+			}
+			c.Spare[model], err = strconv.Atoi(n)
 		case "size":
 			c.SizeSlack = 0
 			if op[1] != "off" && op[1] != "false" {

@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// spareHold is the capacity held back for production failover (Config.
+// Spare) while lower classes are placed.
+type spareHold struct {
+	allocs []alloc
+	held   bool
+}
+
+// holdSpare takes, for each model with a spare count, up to that many whole
+// free GPUs out of the capacity model, so that jobs of lower classes cannot
+// use them. It prefers the nodes with the most free GPUs of the model (a
+// failed-over multi-GPU server needs them together), then node order.
+func (s *sched) holdSpare() {
+	if len(s.cfg.Spare) == 0 || s.spare.held {
+		return
+	}
+	s.spare.held = true
+	s.spare.allocs = s.spare.allocs[:0]
+	for _, id := range sortedKeys(s.cfg.Spare) {
+		m, ok := s.f.modelIdx[id]
+		want := int32(s.cfg.Spare[id])
+		if !ok || want <= 0 {
+			continue
+		}
+		type nodeFree struct{ ni, free int32 }
+		var nodes []nodeFree
+		for ni := range s.f.nodes {
+			n := &s.f.nodes[ni]
+			var free int32
+			for gi := range n.gpus {
+				if g := &n.gpus[gi]; g.model == m && wholeFree(n, g, false) {
+					free++
+				}
+			}
+			if free > 0 {
+				nodes = append(nodes, nodeFree{int32(ni), free})
+			}
+		}
+		slices.SortStableFunc(nodes, func(a, b nodeFree) int { return cmp.Compare(b.free, a.free) })
+		for _, nf := range nodes {
+			n := &s.f.nodes[nf.ni]
+			for gi := range n.gpus {
+				if want == 0 {
+					break
+				}
+				if g := &n.gpus[gi]; g.model == m && wholeFree(n, g, false) {
+					a := alloc{node: nf.ni, gpu: int32(gi), inst: -1, units: unit, whole: true}
+					s.f.take(a)
+					s.spare.allocs = append(s.spare.allocs, a)
+					want--
+				}
+			}
+		}
+	}
+}
+
+// releaseSpare gives the held spare back (before a production job).
+func (s *sched) releaseSpare() {
+	if !s.spare.held {
+		return
+	}
+	for _, a := range s.spare.allocs {
+		s.f.release(a)
+	}
+	s.spare.held = false
+}
+
+// place is tryPlace with the spare held for every class but production.
+func (s *sched) place(j *pjob, mode fitMode) (placement, why, bool) {
+	if j.job.Priority == Production {
+		s.releaseSpare()
+	} else {
+		s.holdSpare()
+	}
+	p, w, ok := s.tryPlace(j, mode)
+	if !ok && w.capacity() && s.explain && len(s.spare.allocs) > 0 && s.spare.held {
+		w.text += fmt.Sprintf(" (%d GPUs are held free for production failover)", len(s.spare.allocs))
+	}
+	return p, w, ok
+}
