@@ -168,13 +168,16 @@ type QueueEntry struct {
 
 // NodeGPU is one GPU of a node.
 type NodeGPU struct {
-	Index        int           `json:"index"`
-	UUID         string        `json:"uuid"`
-	Model        string        `json:"model"`
-	MemoryBytes  int64         `json:"memory_bytes"`
-	State        NodeState     `json:"state"`
+	Index       int       `json:"index"`
+	UUID        string    `json:"uuid"`
+	Model       string    `json:"model"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	State       NodeState `json:"state"`
+	// StateReason says why the GPU is in its state (a health rule's drain,
+	// a failed validation).
+	StateReason  string        `json:"state_reason,omitempty"`
 	Health       Health        `json:"health"`
-	Reason       string        `json:"reason"`
+	Reason       string        `json:"reason"` // the health reason
 	NVLinkDomain string        `json:"nvlink_domain,omitempty"`
 	MIGInstances []MIGInstance `json:"mig_instances"`
 	// Live is the GPU's last reported sample and who holds it; absent
@@ -211,10 +214,14 @@ type MIGInstance struct {
 
 // Node is one machine of the fleet.
 type Node struct {
-	Name          string            `json:"name"`
-	State         NodeState         `json:"state"`
-	Health        Health            `json:"health"`
+	Name   string    `json:"name"`
+	State  NodeState `json:"state"`
+	Health Health    `json:"health"`
+	// Reason is the health reason while the node is not healthy, else the
+	// state reason; StateReason and HealthReason give both.
 	Reason        string            `json:"reason"`
+	StateReason   string            `json:"state_reason"`
+	HealthReason  string            `json:"health_reason"`
 	HeartbeatAgeS *float64          `json:"heartbeat_age_s"`
 	MetricsURL    string            `json:"metrics_url"`
 	Labels        map[string]string `json:"labels"`

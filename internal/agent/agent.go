@@ -56,6 +56,7 @@ func (p apiPlane) ShipLog(ctx context.Context, cred, attempt string, off int64, 
 type faultInjector interface {
 	Inject(index int, f simgpu.Fault) error
 	Clear(index int) error
+	Faults(index int) ([]simgpu.Fault, error)
 }
 
 // Config is the agent's behaviour; internal/cli fills it from flags.
@@ -102,13 +103,16 @@ type Agent struct {
 	runner *Runner
 	rng    *rand.Rand
 
-	mu            sync.Mutex
-	cred          credential
-	registered    bool
-	devices       []gpu.Device
-	versions      gpu.Versions
-	inventory     []gpufleet.NodeGPU
-	health        map[string]gpuHealth // by GPU UUID
+	mu         sync.Mutex
+	cred       credential
+	registered bool
+	devices    []gpu.Device
+	versions   gpu.Versions
+	inventory  []gpufleet.NodeGPU
+	missing    []string // inventory GPUs discovery no longer finds
+	// validations are return-to-service checks by order id: nil while
+	// running, then the result, kept until the server stops asking.
+	validations   map[string]*api.ValidationResult
 	sendInventory bool
 	latest        map[string]gpu.Sample
 	latestAt      time.Time
@@ -153,7 +157,7 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 	}
 	log = log.With("component", "agent", "node", cfg.Name)
 	a := &Agent{cfg: cfg, be: be, cp: cp, log: log, now: time.Now, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
-		health: map[string]gpuHealth{}, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
+		validations: map[string]*api.ValidationResult{}, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
 		xidCount: map[string]map[int]float64{}, lastXID: map[string]int{}, heartbeat: 5 * time.Second}
 	if f, ok := be.(faultInjector); ok {
 		a.faults = f
@@ -354,10 +358,11 @@ func (a *Agent) beat(ctx context.Context) error {
 	a.mu.Lock()
 	req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, MetricsURL: a.cfg.MetricsURL,
 		Samples: a.summarise(), FaultAcks: slices.Clone(a.acks)}
+	req.MissingGPUs = slices.Clone(a.missing)
+	req.Validations = a.validationResults()
 	inv := a.sendInventory
 	if inv {
 		req.GPUs = slices.Clone(a.inventory)
-		req.Health, req.HealthReason = nodeHealth(a.inventory)
 	}
 	cred := a.cred.Credential
 	timeout := max(2*a.heartbeat, 5*time.Second)
@@ -382,12 +387,12 @@ func (a *Agent) beat(ctx context.Context) error {
 	}
 	a.acks = slices.DeleteFunc(a.acks, func(id string) bool { return slices.Contains(req.FaultAcks, id) })
 	a.mu.Unlock()
-	a.apply(resp)
+	a.apply(ctx, resp)
 	return nil
 }
 
 // apply carries out a heartbeat answer.
-func (a *Agent) apply(resp api.HeartbeatResponse) {
+func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
 	for _, as := range resp.Start {
 		if !a.runner.Known(as.AttemptID) {
 			a.runner.Start(as)
@@ -409,6 +414,10 @@ func (a *Agent) apply(resp api.HeartbeatResponse) {
 		a.acks = append(a.acks, f.ID)
 		a.mu.Unlock()
 	}
+	for _, o := range resp.Validate {
+		a.startValidation(ctx, o)
+	}
+	a.forgetValidations(resp.Validate)
 }
 
 // faultKinds maps the API's fault kinds to the simulator's.
@@ -425,18 +434,6 @@ func (a *Agent) applyFault(o api.FaultOrder) error {
 		if err := a.faults.Clear(o.GPU); err != nil {
 			return err
 		}
-		a.mu.Lock()
-		for _, d := range a.devices {
-			if d.Index == o.GPU {
-				delete(a.health, d.UUID)
-			}
-		}
-		for _, g := range a.inventory {
-			if g.Index == o.GPU {
-				delete(a.health, g.UUID)
-			}
-		}
-		a.mu.Unlock()
 		return a.rediscover(context.Background())
 	}
 	f := simgpu.Fault{Kind: simgpu.FaultKind(o.Kind)}
@@ -584,20 +581,13 @@ func (a *Agent) rediscover(ctx context.Context) error {
 	return nil
 }
 
-// setDevices rebuilds the inventory; a GPU that disappeared stays in it,
-// unhealthy. a.mu must be held.
+// setDevices rebuilds the inventory; a GPU that disappeared (fell off the
+// bus) stays in it and is reported missing, for the server's health rules.
+// a.mu must be held.
 func (a *Agent) setDevices(devs []gpu.Device) {
 	present := map[string]bool{}
 	for _, d := range devs {
 		present[d.UUID] = true
-	}
-	for _, g := range a.inventory {
-		if !present[g.UUID] {
-			h := a.health[g.UUID]
-			if h.Health != gpufleet.Unhealthy {
-				a.health[g.UUID] = gpuHealth{Health: gpufleet.Unhealthy, Reason: "missing from discovery (fell off the bus?)"}
-			}
-		}
 	}
 	var inv []gpufleet.NodeGPU
 	for _, d := range devs {
@@ -608,19 +598,22 @@ func (a *Agent) setDevices(devs []gpu.Device) {
 		}
 		inv = append(inv, g)
 	}
+	missing := []string{}
 	for _, g := range a.inventory {
 		if !present[g.UUID] {
 			inv = append(inv, g)
+			missing = append(missing, g.UUID)
 		}
+	}
+	if !slices.Equal(missing, a.missing) {
+		for _, u := range missing {
+			if !slices.Contains(a.missing, u) {
+				a.log.Warn("gpu missing from discovery (fell off the bus?)", "gpu", u)
+			}
+		}
+		a.missing = missing
 	}
 	slices.SortFunc(inv, func(x, y gpufleet.NodeGPU) int { return x.Index - y.Index })
-	for i := range inv {
-		h := a.health[inv[i].UUID]
-		if h.Health == "" {
-			h.Health = gpufleet.Healthy
-		}
-		inv[i].Health, inv[i].Reason = h.Health, h.Reason
-	}
 	if !inventoryEqual(a.inventory, inv) {
 		a.inventory = inv
 		a.sendInventory = true
@@ -630,8 +623,7 @@ func (a *Agent) setDevices(devs []gpu.Device) {
 
 func inventoryEqual(x, y []gpufleet.NodeGPU) bool {
 	return slices.EqualFunc(x, y, func(a, b gpufleet.NodeGPU) bool {
-		return a.Index == b.Index && a.UUID == b.UUID && a.Health == b.Health && a.Reason == b.Reason &&
-			a.NVLinkDomain == b.NVLinkDomain && len(a.MIGInstances) == len(b.MIGInstances)
+		return a.Index == b.Index && a.UUID == b.UUID && a.NVLinkDomain == b.NVLinkDomain && len(a.MIGInstances) == len(b.MIGInstances)
 	})
 }
 

@@ -115,8 +115,11 @@ type RunnerConfig struct {
 	// BusyTimeout is how long an attempt waits for a GPU another process
 	// holds before it fails with gpu_busy (default 60s).
 	BusyTimeout time.Duration
-	// Cgroups runs attempts in /sys/fs/cgroup/gpufleet/<attempt> (cgroup v2).
+	// Cgroups runs attempts in CgroupRoot/gpufleet/<attempt> (cgroup v2;
+	// DetectCgroupV2 decides).
 	Cgroups bool
+	// CgroupRoot is the cgroup v2 mount (default DefaultCgroupRoot).
+	CgroupRoot string
 }
 
 // Runner starts, watches and stops attempts. It is safe for concurrent
@@ -127,6 +130,9 @@ type Runner struct {
 	now   func() time.Time
 	users func(team string) (runAs, error)
 	load  loader // nil unless simulated
+	// limits returns an attempt's CPU (cpu.max) and memory limits. The
+	// assignment does not carry them yet: nil (no limits) outside tests.
+	limits func(api.Assignment) (cpuMax string, memoryMaxBytes int64)
 
 	mu       sync.Mutex
 	attempts map[string]*attempt
@@ -145,6 +151,9 @@ func NewRunner(cfg RunnerConfig, log *slog.Logger, now func() time.Time, load lo
 	}
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "nobody"
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = DefaultCgroupRoot
 	}
 	r := &Runner{cfg: cfg, log: log, now: now, load: load, attempts: map[string]*attempt{}, targets: map[string]target{}}
 	r.users = r.lookupUser
@@ -379,7 +388,10 @@ func (r *Runner) launch(a *attempt) error {
 	}
 	spec := superviseSpec{AttemptID: as.AttemptID, Command: as.Command, Env: env, Workdir: workdir, UID: u.UID, GID: u.GID, Groups: u.Groups}
 	if r.cfg.Cgroups {
-		spec.Cgroup = filepath.Join(cgroupRoot, cgroupParent, as.AttemptID)
+		spec.Cgroup = filepath.Join(r.cfg.CgroupRoot, cgroupParent, as.AttemptID)
+	}
+	if r.limits != nil {
+		spec.CPUMax, spec.MemoryMaxBytes = r.limits(as)
 	}
 	for _, g := range as.GPUs {
 		t := r.targets[g]

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
@@ -31,6 +30,8 @@ type summary struct {
 	reasons                       uint64
 	eccUnc                        *int64
 	xids                          []int
+	evidence                      api.GPUEvidence
+	eventsAll                     *uint64 // clock-event bits set in every sample
 }
 
 // mean is a running mean of present readings.
@@ -80,6 +81,20 @@ func (s *summary) add(x gpu.Sample) {
 		v := int64(*x.ECCUncorrectedVolatile)
 		s.eccUnc = &v
 	}
+	if x.ClockEventReasons != nil {
+		v := *x.ClockEventReasons
+		if s.eventsAll != nil {
+			v &= *s.eventsAll
+		}
+		s.eventsAll = &v
+	}
+	e := &s.evidence
+	e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate = x.ECCCorrectedVolatile, x.ECCUncorrectedVolatile, x.ECCUncorrectedAggregate
+	e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending = x.RetiredPagesSBE, x.RetiredPagesDBE, x.RetiredPagesPending
+	e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable = x.RemappedRowsCorrectable, x.RemappedRowsUncorrectable
+	e.RowRemapPending, e.RowRemapFailure = x.RowRemapPending, x.RowRemapFailure
+	e.PCIeGen, e.PCIeWidth, e.PCIeMaxGen, e.PCIeMaxWidth, e.PCIeReplayCount = x.PCIeGen, x.PCIeWidth, x.PCIeMaxGen, x.PCIeMaxWidth, x.PCIeReplayCount
+	e.NVLinkLinksUp, e.NVLinkLinksTotal, e.NVLinkErrors = x.NVLinkLinksUp, x.NVLinkLinksTotal, x.NVLinkErrors
 }
 
 // sample is the compact heartbeat form.
@@ -87,6 +102,11 @@ func (s *summary) sample(uuid string) api.GPUSample {
 	out := api.GPUSample{UUID: uuid, Utilization: s.util.value(), SMActivity: s.sm.value(), DRAMActivity: s.dram.value(),
 		TensorActivity: s.tensor.value(), MemoryUsedBytes: s.memUsed, PowerWatts: s.power.value(), EnergyJoulesTotal: s.energyJ,
 		TemperatureC: s.tempMax, ECCUncorrected: s.eccUnc, XIDs: s.xids}
+	if s.util.n > 0 || s.power.n > 0 || s.eventsAll != nil {
+		ev := s.evidence
+		ev.ClockEventsAll = s.eventsAll
+		out.Evidence = &ev
+	}
 	for _, t := range throttleNames {
 		if s.reasons&t.bit != 0 && t.bit != gpu.ClockEventGPUIdle {
 			out.ThrottleReasons = append(out.ThrottleReasons, t.name)
@@ -163,37 +183,24 @@ func (a *Agent) sampleOnce(ctx context.Context) {
 	}
 }
 
-// takeEvents records XIDs and applies the first-pass health rule; a.mu
-// must be held.
+// takeEvents records XIDs for the heartbeat and the metrics; the server's
+// health rules judge them. a.mu must be held.
 func (a *Agent) takeEvents(events []gpu.Event) {
-	changed := false
 	for _, e := range events {
-		if e.Kind == gpu.EventXID {
-			if a.xidCount[e.UUID] == nil {
-				a.xidCount[e.UUID] = map[int]float64{}
-			}
-			a.xidCount[e.UUID][e.XID]++
-			a.lastXID[e.UUID] = e.XID
-			w := a.window[e.UUID]
-			if w == nil {
-				w = &summary{}
-				a.window[e.UUID] = w
-			}
-			w.xids = append(w.xids, e.XID)
-		}
-		h, reason := eventHealth(e)
-		if h == gpufleet.Healthy {
+		if e.Kind != gpu.EventXID {
 			continue
 		}
-		old := a.health[e.UUID]
-		nw := worse(old, gpuHealth{Health: h, Reason: reason})
-		if nw != old {
-			a.health[e.UUID] = nw
-			changed = true
+		if a.xidCount[e.UUID] == nil {
+			a.xidCount[e.UUID] = map[int]float64{}
 		}
-		a.log.Warn("gpu event", "gpu", e.UUID, "kind", e.Kind, "xid", e.XID, "health", nw.Health, "reason", nw.Reason)
-	}
-	if changed {
-		a.setDevices(a.devices)
+		a.xidCount[e.UUID][e.XID]++
+		a.lastXID[e.UUID] = e.XID
+		w := a.window[e.UUID]
+		if w == nil {
+			w = &summary{}
+			a.window[e.UUID] = w
+		}
+		w.xids = append(w.xids, e.XID)
+		a.log.Warn("gpu event", "gpu", e.UUID, "kind", e.Kind, "xid", e.XID)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,14 +23,21 @@ const (
 	statusFileName = "status.json"    // how it ended: written by the supervisor
 	logFileName    = "log"            // stdout and stderr of the command
 	supervisorLog  = "supervisor.log" // the supervisor's own errors
-	cgroupRoot     = "/sys/fs/cgroup" // cgroup v2 mount
-	cgroupParent   = "gpufleet"       // attempts' cgroups live under it
+	cgroupParent   = "gpufleet"       // attempts' cgroups live under the root's gpufleet/
 	cgroupCPUMax   = "cpu.max"        // "QUOTA PERIOD"
 	cgroupMemMax   = "memory.max"     // bytes
 	cgroupKill     = "cgroup.kill"    // writing 1 kills every process in it
 	cgroupProcs    = "cgroup.procs"   // pids in the cgroup
 	cgroupSubtree  = "cgroup.subtree_control"
 	cgroupCtrls    = "cgroup.controllers"
+
+	// DefaultCgroupRoot is where a cgroup v2 host mounts the unified
+	// hierarchy (--cgroup-root).
+	DefaultCgroupRoot = "/sys/fs/cgroup"
+
+	cgroup2Magic = 0x63677270 // CGROUP2_SUPER_MAGIC
+	cgroup1Magic = 0x27e0eb   // CGROUP_SUPER_MAGIC
+	tmpfsMagic   = 0x01021994 // TMPFS_MAGIC: /sys/fs/cgroup on v1 and hybrid hosts
 )
 
 // superviseSpec is what the supervisor runs.
@@ -41,8 +50,10 @@ type superviseSpec struct {
 	UID    *uint32  `json:"uid,omitempty"`
 	GID    *uint32  `json:"gid,omitempty"`
 	Groups []uint32 `json:"groups,omitempty"`
-	// Cgroup, when set, is a cgroup v2 directory to create and run in, with
-	// the limits below when given.
+	// Cgroup, when set, is a cgroup v2 directory ROOT/gpufleet/<attempt> to
+	// create and run in, with the limits below where ROOT has the cpu and
+	// memory controllers (the attempt's log says which limit is not
+	// enforced and why).
 	Cgroup         string `json:"cgroup,omitempty"`
 	CPUMax         string `json:"cpu_max,omitempty"`
 	MemoryMaxBytes int64  `json:"memory_max_bytes,omitempty"`
@@ -119,7 +130,7 @@ func supervise(dir string) (exitRecord, error) {
 	}
 	var cgroupDir *os.File
 	if spec.Cgroup != "" {
-		if cgroupDir, err = makeCgroup(spec); err != nil {
+		if cgroupDir, err = makeCgroup(spec, logf); err != nil {
 			fmt.Fprintf(logf, "gpufleet: cgroup %s: %v (running without it)\n", spec.Cgroup, err)
 			spec.Cgroup = ""
 		} else {
@@ -127,8 +138,16 @@ func supervise(dir string) (exitRecord, error) {
 			attr.UseCgroupFD, attr.CgroupFD = true, int(cgroupDir.Fd())
 		}
 	}
+	if spec.Cgroup == "" {
+		for _, l := range specLimits(spec) {
+			fmt.Fprintf(logf, "gpufleet: %s is NOT enforced: the attempt has no cgroup\n", l.what)
+		}
+	}
 	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
+		if spec.Cgroup != "" {
+			_ = os.Remove(spec.Cgroup) // nothing ever ran in it
+		}
 		code := 127
 		if errors.Is(err, os.ErrPermission) {
 			code = 126
@@ -167,51 +186,166 @@ func supervise(dir string) (exitRecord, error) {
 	}
 	if spec.Cgroup != "" {
 		// Whatever the command left behind in its cgroup goes with it.
-		_ = os.WriteFile(filepath.Join(spec.Cgroup, cgroupKill), []byte("1"), 0)
-		for range 50 {
-			if os.Remove(spec.Cgroup) == nil {
+		if err := os.WriteFile(filepath.Join(spec.Cgroup, cgroupKill), []byte("1"), 0); err != nil {
+			fmt.Fprintf(logf, "gpufleet: cgroup %s: kill what is left: %v\n", spec.Cgroup, err)
+		}
+		var rerr error
+		for range 100 {
+			if rerr = os.Remove(spec.Cgroup); rerr == nil || errors.Is(rerr, os.ErrNotExist) {
+				rerr = nil
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+		if rerr != nil {
+			fmt.Fprintf(logf, "gpufleet: cgroup %s: not removed: %v\n", spec.Cgroup, rerr)
 		}
 	}
 	return out, nil
 }
 
-// makeCgroup creates the attempt's cgroup v2 directory with its limits and
-// returns it opened, for clone into it.
-func makeCgroup(spec superviseSpec) (*os.File, error) {
+// cgroupLimit is one limit of an attempt: the controller it needs, the
+// file it goes to, its value and how the log names it.
+type cgroupLimit struct {
+	controller, file, value, what string
+}
+
+// specLimits lists the limits spec asks for.
+func specLimits(spec superviseSpec) []cgroupLimit {
+	var out []cgroupLimit
+	if spec.CPUMax != "" {
+		out = append(out, cgroupLimit{"cpu", cgroupCPUMax, spec.CPUMax, "CPU limit (cpu.max " + spec.CPUMax + ")"})
+	}
+	if spec.MemoryMaxBytes > 0 {
+		v := strconv.FormatInt(spec.MemoryMaxBytes, 10)
+		out = append(out, cgroupLimit{"memory", cgroupMemMax, v, "memory limit (memory.max " + v + " bytes)"})
+	}
+	return out
+}
+
+// cgroupControllers reads a cgroup v2 directory's cgroup.controllers.
+func cgroupControllers(dir string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, cgroupCtrls))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(data)), nil
+}
+
+// makeCgroup creates the attempt's cgroup v2 directory ROOT/gpufleet/<id>
+// and returns it opened, for clone into it. It enables the cpu and memory
+// controllers down to the attempt's parent where ROOT has them and writes
+// the limits where the attempt's cgroup has their controller; a limit that
+// cannot be applied is reported in log as NOT enforced, with the reason,
+// and the attempt still runs in its cgroup (which kills what it leaves
+// behind). An error (ROOT is not cgroup v2, the directory cannot be made)
+// means no cgroup at all.
+func makeCgroup(spec superviseSpec, log io.Writer) (*os.File, error) {
 	parent := filepath.Dir(spec.Cgroup)
+	root := filepath.Dir(parent)
+	if _, err := cgroupControllers(root); err != nil {
+		return nil, fmt.Errorf("%s is not a cgroup v2 hierarchy: %w", root, err)
+	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, err
 	}
-	// Enable the cpu and memory controllers down to the parent.
-	for _, d := range []string{filepath.Dir(parent), parent} {
-		_ = os.WriteFile(filepath.Join(d, cgroupSubtree), []byte("+cpu +memory"), 0)
+	// Enable cpu and memory from the root down to the parent, each on its
+	// own (a missing one does not keep the other off).
+	why := map[string]string{} // controller -> why the attempt cannot have it
+	for _, d := range []string{root, parent} {
+		have, err := cgroupControllers(d)
+		for _, c := range []string{"cpu", "memory"} {
+			switch {
+			case why[c] != "":
+			case err != nil:
+				why[c] = fmt.Sprintf("reading %s: %v", filepath.Join(d, cgroupCtrls), err)
+			case !slices.Contains(have, c):
+				why[c] = fmt.Sprintf("cgroup v2 at %s has no %s controller", d, c)
+				if d == root {
+					why[c] += " (on a hybrid or cgroup v1 host it belongs to a v1 hierarchy)"
+				}
+			default:
+				if werr := os.WriteFile(filepath.Join(d, cgroupSubtree), []byte("+"+c), 0); werr != nil {
+					why[c] = fmt.Sprintf("enabling the %s controller in %s: %v", c, filepath.Join(d, cgroupSubtree), werr)
+				}
+			}
+		}
 	}
 	if err := os.Mkdir(spec.Cgroup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
-	if spec.CPUMax != "" {
-		if err := os.WriteFile(filepath.Join(spec.Cgroup, cgroupCPUMax), []byte(spec.CPUMax), 0); err != nil {
-			return nil, fmt.Errorf("cpu.max: %w", err)
+	have, err := cgroupControllers(spec.Cgroup)
+	if err != nil {
+		_ = os.Remove(spec.Cgroup)
+		return nil, err
+	}
+	for _, l := range specLimits(spec) {
+		reason := why[l.controller]
+		if reason == "" && !slices.Contains(have, l.controller) {
+			reason = fmt.Sprintf("cgroup v2 at %s has no %s controller", spec.Cgroup, l.controller)
+		}
+		if reason == "" {
+			if werr := os.WriteFile(filepath.Join(spec.Cgroup, l.file), []byte(l.value), 0); werr != nil {
+				reason = fmt.Sprintf("writing %s: %v", filepath.Join(spec.Cgroup, l.file), werr)
+			}
+		}
+		if reason != "" {
+			fmt.Fprintf(log, "gpufleet: cgroup %s: %s is NOT enforced: %s\n", spec.Cgroup, l.what, reason)
 		}
 	}
-	if spec.MemoryMaxBytes > 0 {
-		if err := os.WriteFile(filepath.Join(spec.Cgroup, cgroupMemMax), []byte(strconv.FormatInt(spec.MemoryMaxBytes, 10)), 0); err != nil {
-			return nil, fmt.Errorf("memory.max: %w", err)
-		}
+	f, err := os.Open(spec.Cgroup)
+	if err != nil {
+		_ = os.Remove(spec.Cgroup)
+		return nil, err
 	}
-	return os.Open(spec.Cgroup)
+	return f, nil
 }
 
-// cgroupV2Available reports whether the unified cgroup v2 hierarchy is
-// mounted and writable here (root on a cgroup v2 host).
-func cgroupV2Available() bool {
-	if _, err := os.Stat(filepath.Join(cgroupRoot, cgroupCtrls)); err != nil {
-		return false
+// DetectCgroupV2 reports whether attempts can get their own cgroups under
+// root: the agent is root and root is a writable cgroup v2 mount (statfs
+// CGROUP2_SUPER_MAGIC). note says, for the start-up log, which root is
+// used and which limits it can enforce, or why cgroups are off.
+func DetectCgroupV2(root string) (ok bool, note string) {
+	if os.Geteuid() != 0 {
+		return false, "off: the agent is not root (attempts stay in the agent's cgroup)"
 	}
-	return os.Geteuid() == 0
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(root, &st); err != nil {
+		return false, fmt.Sprintf("off: --cgroup-root %s: %v", root, err)
+	}
+	if st.Type != cgroup2Magic {
+		kind := fmt.Sprintf("filesystem type %#x", st.Type)
+		switch st.Type {
+		case tmpfsMagic:
+			kind = "a tmpfs (cgroup v1 or hybrid host)"
+		case cgroup1Magic:
+			kind = "a cgroup v1 hierarchy"
+		}
+		note := fmt.Sprintf("off: %s is not a cgroup v2 mount but %s", root, kind)
+		var ust syscall.Statfs_t
+		if unified := filepath.Join(root, "unified"); syscall.Statfs(unified, &ust) == nil && ust.Type == cgroup2Magic {
+			note += fmt.Sprintf("; %s is cgroup v2 (--cgroup-root %s gives attempts cgroups there, without the controllers v1 holds)", unified, unified)
+		}
+		return false, note
+	}
+	if err := syscall.Access(root, 2 /* W_OK */); err != nil {
+		return false, fmt.Sprintf("off: cgroup v2 at %s is not writable: %v", root, err)
+	}
+	have, err := cgroupControllers(root)
+	if err != nil {
+		return false, fmt.Sprintf("off: cgroup v2 at %s: %v", root, err)
+	}
+	note = fmt.Sprintf("cgroup v2 at %s, attempts in %s/<attempt>", root, filepath.Join(root, cgroupParent))
+	var missing []string
+	for _, c := range []string{"cpu", "memory"} {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		note += fmt.Sprintf(" (no %s controller: those limits are not enforced)", strings.Join(missing, " or "))
+	}
+	return true, note
 }
 
 // writeJSONAtomic writes v as JSON through a temporary file and a rename.

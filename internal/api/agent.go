@@ -51,6 +51,50 @@ type GPUSample struct {
 	ThrottleReasons   []string `json:"throttle_reasons,omitempty"`
 	ECCUncorrected    *int64   `json:"ecc_uncorrected"`
 	XIDs              []int    `json:"xids,omitempty"` // since the last heartbeat
+	// Evidence is what the health rules read: the interval's last reading
+	// of the error counters and link state, and the clock-event reasons
+	// present in every sample of the interval. Absent readings are null.
+	Evidence *GPUEvidence `json:"evidence,omitempty"`
+}
+
+// GPUEvidence is a GPU's health evidence over one heartbeat interval.
+type GPUEvidence struct {
+	// ClockEventsAll is the NVML clock-event bitmask ANDed over the
+	// interval's samples: a bit set here was set the whole time.
+	ClockEventsAll            *uint64 `json:"clock_events_all"`
+	ECCCorrectedVolatile      *uint64 `json:"ecc_corrected_volatile"`
+	ECCUncorrectedVolatile    *uint64 `json:"ecc_uncorrected_volatile"`
+	ECCUncorrectedAggregate   *uint64 `json:"ecc_uncorrected_aggregate"`
+	RetiredPagesSBE           *uint64 `json:"retired_pages_sbe"`
+	RetiredPagesDBE           *uint64 `json:"retired_pages_dbe"`
+	RetiredPagesPending       *bool   `json:"retired_pages_pending"`
+	RemappedRowsCorrectable   *uint64 `json:"remapped_rows_correctable"`
+	RemappedRowsUncorrectable *uint64 `json:"remapped_rows_uncorrectable"`
+	RowRemapPending           *bool   `json:"row_remap_pending"`
+	RowRemapFailure           *bool   `json:"row_remap_failure"`
+	PCIeGen                   *int    `json:"pcie_gen"`
+	PCIeWidth                 *int    `json:"pcie_width"`
+	PCIeMaxGen                *int    `json:"pcie_max_gen"`
+	PCIeMaxWidth              *int    `json:"pcie_max_width"`
+	PCIeReplayCount           *uint64 `json:"pcie_replay_count"`
+	NVLinkLinksUp             *int    `json:"nvlink_links_up"`
+	NVLinkLinksTotal          *int    `json:"nvlink_links_total"`
+	NVLinkErrors              *uint64 `json:"nvlink_errors"`
+}
+
+// ValidationOrder asks the agent to check GPUs before they return to
+// service (after a repair). GPUs empty means every GPU of the node.
+type ValidationOrder struct {
+	ID   string   `json:"id"`
+	GPUs []string `json:"gpus,omitempty"`
+}
+
+// ValidationResult is the outcome of a ValidationOrder.
+type ValidationResult struct {
+	ID     string `json:"id"`
+	Passed bool   `json:"passed"`
+	// Detail says what failed (or what was checked), in words.
+	Detail string `json:"detail"`
 }
 
 // AttemptReport is an attempt's state as the agent sees it.
@@ -71,8 +115,6 @@ type HeartbeatRequest struct {
 	ProtocolVersion int                `json:"protocol_version"`
 	Node            string             `json:"node"`
 	Samples         []GPUSample        `json:"samples,omitempty"`
-	Health          gpufleet.Health    `json:"health,omitempty"`
-	HealthReason    string             `json:"health_reason,omitempty"`
 	GPUs            []gpufleet.NodeGPU `json:"gpus,omitempty"` // only when the inventory changed
 	Attempts        []AttemptReport    `json:"attempts,omitempty"`
 	// MetricsURL is the agent's /metrics, repeated so that a restarted
@@ -81,6 +123,11 @@ type HeartbeatRequest struct {
 	// FaultAcks lists the fault orders (FaultOrder.ID) the agent applied
 	// or refused; the server stops resending them.
 	FaultAcks []string `json:"fault_acks,omitempty"`
+	// Validations are the results of validation orders.
+	Validations []ValidationResult `json:"validations,omitempty"`
+	// MissingGPUs are inventory GPUs (UUIDs) that discovery no longer
+	// finds: fallen off the bus.
+	MissingGPUs []string `json:"missing_gpus,omitempty"`
 }
 
 // Assignment is an attempt the agent must start.
@@ -123,6 +170,9 @@ type HeartbeatResponse struct {
 	// Faults are fault injections and clears for simulated GPUs, resent
 	// until the agent acknowledges them.
 	Faults []FaultOrder `json:"faults,omitempty"`
+	// Validate asks for return-to-service checks, resent until the agent
+	// reports a result.
+	Validate []ValidationOrder `json:"validate,omitempty"`
 }
 
 // AgentService is what the agent endpoints need.

@@ -369,9 +369,9 @@ func (c *Client) Node(ctx context.Context, name string) (gpufleet.Node, error) {
 // NodeAction cordons, uncordons or drains a node (admin).
 func (c *Client) NodeAction(ctx context.Context, name string, a NodeAction) (gpufleet.Node, error) {
 	switch a {
-	case Cordon, Uncordon, Drain:
+	case Cordon, Uncordon, Drain, Repaired:
 	default:
-		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon or drain", gpufleet.ErrInvalid, a)
+		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, a)
 	}
 	var out gpufleet.Node
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/nodes/" + url.PathEscape(name) + "/" + string(a), idempotent: true}, &out)

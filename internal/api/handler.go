@@ -30,6 +30,10 @@ type HandlerOptions struct {
 	// WatchInterval is how often a watched list (jobs, queue, nodes with
 	// ?watch=1) is read again; a snapshot is sent when it changed.
 	WatchInterval time.Duration
+	// UI serves every path outside the API (/api/..., /healthz, /readyz,
+	// /metrics, /openapi.json): the web dashboard. Nil: those paths are
+	// JSON 404s.
+	UI http.Handler
 }
 
 // DefaultMaxBodyBytes is the request body cap when HandlerOptions leaves it 0.
@@ -125,6 +129,7 @@ func (h *handler) table() []routeDef {
 		r("POST", v1+"/nodes/{name}/cordon", AuthAdmin, "Stop placing work on a node", h.nodeAction(Cordon)),
 		r("POST", v1+"/nodes/{name}/uncordon", AuthAdmin, "Return a node to ready", h.nodeAction(Uncordon)),
 		r("POST", v1+"/nodes/{name}/drain", AuthAdmin, "Cordon a node and stop its attempts (they requeue)", h.nodeAction(Drain)),
+		r("POST", v1+"/nodes/{name}/repaired", AuthAdmin, "Mark a node (or its GPUs in repair) repaired: validating, then ready once the agent's check passes", h.nodeAction(Repaired)),
 		r("POST", v1+"/nodes/{name}/faults", AuthAdmin, "Inject a fault into a simulated node's GPU", h.injectFault),
 		r("DELETE", v1+"/nodes/{name}/faults", AuthAdmin, "Clear the faults of a simulated node's GPU (?gpu=INDEX)", h.clearFaults),
 
@@ -152,6 +157,10 @@ func (h *handler) table() []routeDef {
 // everything else to the mux.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if h.opts.UI != nil && !isAPIPath(r.URL.Path) {
+		h.opts.UI.ServeHTTP(w, r)
+		return
+	}
 	if mh, pattern := h.mux.Handler(r); pattern == "" {
 		probe := &probeWriter{header: http.Header{}}
 		mh.ServeHTTP(probe, r)
@@ -165,6 +174,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// isAPIPath reports whether a path belongs to the API rather than the UI.
+func isAPIPath(p string) bool {
+	switch p {
+	case "/healthz", "/readyz", "/metrics", "/openapi.json", "/api":
+		return true
+	}
+	return strings.HasPrefix(p, "/api/")
 }
 
 // probeWriter records what the mux's own 404/405 handler would write.

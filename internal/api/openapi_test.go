@@ -121,6 +121,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
 		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},
 		"GPULive": gpufleet.GPULive{}, "GPURollup": GPURollup{}, "RollupList": RollupList{}, "ModelUsage": ModelUsage{},
+		"GPUEvidence": GPUEvidence{}, "ValidationOrder": ValidationOrder{}, "ValidationResult": ValidationResult{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -163,6 +163,9 @@ const (
 	Cordon   NodeAction = "cordon"
 	Uncordon NodeAction = "uncordon"
 	Drain    NodeAction = "drain"
+	// Repaired starts a repaired node's (or its repaired GPUs') return to
+	// service: validating, then ready once the agent's check passes.
+	Repaired NodeAction = "repaired"
 )
 
 // Service is what the HTTP API needs from the control plane. Every method

@@ -30,9 +30,9 @@ import (
 
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
-	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser string
-	fenceAfter, killAfter, fenceGrace, sampleInterval                                                    time.Duration
-	labels, runAs                                                                                        []string
+	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot string
+	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                time.Duration
+	labels, runAs                                                                                                    []string
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -76,6 +76,7 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE (rack, block, virtualization, power_budget_watts, ...); repeatable")
 	fs.StringArrayVar(&f.runAs, "run-as", nil, "TEAM=USER: the user a team's attempts run as when the agent is root; repeatable")
 	fs.StringVar(&f.defaultUser, "default-user", "nobody", "user for teams without --run-as when the agent is root (never root)")
+	fs.StringVar(&f.cgroupRoot, "cgroup-root", agent.DefaultCgroupRoot, "cgroup v2 mount under which attempts get gpufleet/<attempt> cgroups (when the agent is root)")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(newSuperviseCmd())
@@ -166,15 +167,19 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 		FenceAfter: f.fenceAfter, FenceGrace: f.fenceGrace, MetricsURL: metricsURL, SampleInterval: f.sampleInterval,
 		Runner: agent.RunnerConfig{Supervisor: []string{exe, "agent", "supervise"}, RunAs: runAs, DefaultUser: f.defaultUser,
 			KillAfter: f.killAfter}}
-	if os.Geteuid() == 0 {
-		cfg.Runner.Cgroups = agentCgroups()
+	cgroupRoot, err := filepath.Abs(f.cgroupRoot)
+	if err != nil || f.cgroupRoot == "" {
+		return usageErr("--cgroup-root %q: expected a directory", f.cgroupRoot)
 	}
+	var cgroupNote string
+	cfg.Runner.CgroupRoot = cgroupRoot
+	cfg.Runner.Cgroups, cgroupNote = agent.DetectCgroupV2(cgroupRoot)
 	a, err := agent.New(cfg, be, agent.NewAPIControlPlane(client), log)
 	if err != nil {
 		return err
 	}
 	log.Info("agent starting", "node", f.name, "servers", strings.Join(servers, ","), "backend", f.backend,
-		"attempts_run_as", agent.RunAsDescription(runAs, f.defaultUser), "cgroups", cfg.Runner.Cgroups, "metrics_url", metricsURL)
+		"attempts_run_as", agent.RunAsDescription(runAs, f.defaultUser), "cgroups", cfg.Runner.Cgroups, "cgroup", cgroupNote, "metrics_url", metricsURL)
 	var ms *http.Server
 	if ln != nil {
 		reg := prometheus.NewRegistry()
@@ -195,12 +200,6 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 		return err
 	}
 	return a.Run(ctx)
-}
-
-// agentCgroups reports whether attempts can get their own cgroup v2.
-func agentCgroups() bool {
-	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	return err == nil
 }
 
 // advertised turns a listen address into one others can reach: an

@@ -41,6 +41,7 @@ func addClientCommands(root *cobra.Command, e *env) {
 		newSubmitCmd(c), newJobsCmd(c), withCompletion(newJobCmd(c), jobID), withCompletion(newCancelCmd(c), jobID),
 		withCompletion(newLogsCmd(c), jobID), newQueueCmd(c), withCompletion(newNodesCmd(c), nodeName),
 		withCompletion(newNodeActionCmd(c, api.Cordon), nodeName), withCompletion(newNodeActionCmd(c, api.Uncordon), nodeName),
+		withCompletion(newNodeActionCmd(c, api.Repaired), nodeName),
 		withCompletion(newNodeActionCmd(c, api.Drain), nodeName),
 		newTeamsCmd(c), newClassesCmd(c), newTokensCmd(c), newJoinTokensCmd(c), newUsageCmd(c), newRollupsCmd(c),
 	)

@@ -118,6 +118,7 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 		api.Cordon:   "Stop placing new work on a node (admin)",
 		api.Uncordon: "Return a node to ready (admin)",
 		api.Drain:    "Cordon a node and stop its attempts; they requeue elsewhere (admin)",
+		api.Repaired: "Mark a node (or its GPUs in repair) repaired; it returns to ready once the agent's validation passes (admin)",
 	}[a]
 	return &cobra.Command{
 		Use:   string(a) + " NODE",

@@ -39,9 +39,10 @@ type leaderState struct {
 }
 
 type nodeOrders struct {
-	start  []api.Assignment
-	stop   []api.StopOrder
-	active map[string]bool // non-terminal attempts placed on the node
+	start    []api.Assignment
+	stop     []api.StopOrder
+	validate *api.ValidationOrder // a return-to-service check to run
+	active   map[string]bool      // non-terminal attempts placed on the node
 }
 
 // Leader reports whether this replica currently holds the lease.
@@ -121,6 +122,15 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	lost, err := s.loseSilentNodes(ctx, jobs, now)
 	if err != nil {
+		return err
+	}
+	if err := s.judgeSilent(ctx, nodes, now); err != nil {
+		return err
+	}
+	if err := s.advanceStates(ctx, jobs, nodes, now); err != nil {
+		return err
+	}
+	if nodes, err = s.st.Nodes(ctx); err != nil {
 		return err
 	}
 	if lost > 0 {
@@ -233,7 +243,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	// Draining nodes: running attempts get the checkpoint signal and
 	// grace, then stop; their jobs requeue without using their retries.
 	draining := map[string]bool{}
+	byName := map[string]gpufleet.Node{}
 	for _, n := range nodes {
+		byName[n.Name] = n
 		if n.State == gpufleet.NodeDraining {
 			draining[n.Name] = true
 		}
@@ -247,11 +259,19 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		if a == nil || a.StopRequested || stopping[a.ID] {
 			continue
 		}
+	nodes:
 		for _, n := range a.Nodes {
 			if draining[n.Name] {
 				d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: "node " + n.Name + " is draining", ReasonCode: "drain"})
 				stopping[a.ID] = true
 				break
+			}
+			for _, g := range n.GPUs {
+				if why, ok := gpuDraining(byName[n.Name], g); ok {
+					d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: "drain"})
+					stopping[a.ID] = true
+					break nodes
+				}
 			}
 		}
 	}
@@ -378,6 +398,13 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			orders[n.Name] = o
 		}
 	}
+	for _, n := range nodes {
+		if v := s.validationOrder(n); v != nil {
+			o := get(n.Name)
+			o.validate = v
+			orders[n.Name] = o
+		}
+	}
 	s.mu.Lock()
 	s.leader.orders = orders
 	s.leader.ready = true
@@ -419,6 +446,7 @@ func masterPort(attempt string) int {
 // snapshot builds the scheduler's input from the store.
 func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) (scheduler.Input, map[string]gpufleet.Job, error) {
 	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
+	cfg.Spare = s.cfg.Spare
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)

@@ -30,6 +30,8 @@ type liveNode struct {
 	// its XIDs of the last hour.
 	energy map[string]float64
 	xids   map[string][]xidAt
+	// health is the node's inventory and the health rules' memory.
+	health *nodeHealth
 }
 
 // heartbeatAge returns how long the node has been silent, measured from
@@ -68,6 +70,7 @@ func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
 			if !known {
 				n.Reason = "no heartbeat since the server started"
 			}
+			n.StateReason = n.Reason
 		}
 	}
 	s.mu.Lock()
@@ -124,7 +127,8 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Node{}, err
 	}
-	if _, err := s.st.Node(ctx, name); err != nil {
+	n, err := s.st.Node(ctx, name)
+	if err != nil {
 		return gpufleet.Node{}, err
 	}
 	var state gpufleet.NodeState
@@ -132,11 +136,20 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 	case api.Cordon:
 		state = gpufleet.NodeCordoned
 	case api.Uncordon:
+		if n.State == gpufleet.NodeRepairing || n.State == gpufleet.NodeValidating {
+			return gpufleet.Node{}, fmt.Errorf("%w: node %q %v", gpufleet.ErrInvalid, name, errInRepair)
+		}
 		state = gpufleet.NodeReady
 	case api.Drain:
 		state = gpufleet.NodeDraining
+	case api.Repaired:
+		if err := s.markRepaired(ctx, p, name); err != nil {
+			return gpufleet.Node{}, err
+		}
+		s.nudge()
+		return s.Node(ctx, p, name)
 	default:
-		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon or drain", gpufleet.ErrInvalid, a)
+		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, a)
 	}
 	if err := s.st.SetNodeState(ctx, name, state, "by "+actor(p), actor(p), s.now()); err != nil {
 		return gpufleet.Node{}, err
@@ -184,6 +197,7 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	s.mu.Lock()
 	ln := s.live(r.Node)
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
+	ln.health.loaded = false // the inventory may have changed
 	s.mu.Unlock()
 	s.nudge()
 	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: r.Node, Credential: secretOut,
@@ -224,7 +238,7 @@ func (s *Server) live(name string) *liveNode {
 	ln := s.nodes[name]
 	if ln == nil {
 		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{},
-			energy: map[string]float64{}, xids: map[string][]xidAt{}}
+			energy: map[string]float64{}, xids: map[string][]xidAt{}, health: &nodeHealth{}}
 		s.nodes[name] = ln
 	}
 	return ln
@@ -263,14 +277,13 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	}
 	s.mu.Unlock()
 
-	if r.GPUs != nil || r.Health != "" {
-		health := r.Health
-		if health == "" {
-			health = gpufleet.Healthy
-		}
-		if err := s.st.SetNodeHealth(ctx, p.Node, health, r.HealthReason, r.GPUs, now); err != nil {
+	if len(r.Validations) > 0 {
+		if err := s.validated(ctx, p.Node, r.Validations, now); err != nil {
 			return api.HeartbeatResponse{}, err
 		}
+	}
+	if err := s.judge(ctx, p.Node, r, now); err != nil {
+		return api.HeartbeatResponse{}, err
 	}
 	for _, a := range changed {
 		// An agent may only report attempts placed on its own node.
@@ -311,6 +324,9 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 		}
 	}
 	resp.Stop = slices.Clone(o.stop)
+	if o.validate != nil {
+		resp.Validate = []api.ValidationOrder{*o.validate}
+	}
 	for _, a := range r.Attempts {
 		if !a.State.Terminal() && s.leader.ready && !o.active[a.AttemptID] {
 			resp.Unknown = append(resp.Unknown, a.AttemptID)

@@ -19,6 +19,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/health"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -58,6 +59,12 @@ type Config struct {
 	LogDir string
 	// WatchInterval is how often event streams poll the audit log.
 	WatchInterval time.Duration
+	// Health is the health rules' thresholds and the quarantine circuit
+	// breaker (health.Config.QuarantineMaxFraction).
+	Health health.Config
+	// Spare keeps, per GPU model, that many GPUs free for production
+	// failover (scheduler.Config.Spare).
+	Spare map[string]int
 	// RollupRetention is how long per-GPU one-minute rollups are kept.
 	RollupRetention time.Duration
 	// Now is the clock; tests set it.
@@ -76,6 +83,7 @@ func Default() Config {
 		LostMargin:      10 * time.Second,
 		IdleCycle:       5 * time.Second,
 		RollupRetention: 7 * 24 * time.Hour,
+		Health:          health.DefaultConfig(),
 		CredentialTTL:   24 * time.Hour,
 		Policy:          "gpufleet",
 		DefaultEstimate: map[scheduler.Priority]time.Duration{
@@ -97,6 +105,14 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatGrace < c.Heartbeat {
 		return fmt.Errorf("%w: heartbeat-grace %s is shorter than the heartbeat %s", gpufleet.ErrInvalid, c.HeartbeatGrace, c.Heartbeat)
+	}
+	if err := c.Health.Validate(); err != nil {
+		return fmt.Errorf("%w: health: %v", gpufleet.ErrInvalid, err)
+	}
+	for m, n := range c.Spare {
+		if n < 0 {
+			return fmt.Errorf("%w: spare %s=%d: expected a count >= 0", gpufleet.ErrInvalid, m, n)
+		}
 	}
 	if _, err := scheduler.PolicyConfig(c.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %v", gpufleet.ErrInvalid, err)

@@ -24,6 +24,7 @@ type nodeRow struct {
 // node is not healthy, else the state reason.
 func (r nodeRow) node() gpufleet.Node {
 	n := r.n
+	n.StateReason, n.HealthReason = r.stateReason, r.healthReason
 	n.Reason = r.stateReason
 	if n.Health != gpufleet.Healthy && r.healthReason != "" {
 		n.Reason = r.healthReason
@@ -202,6 +203,33 @@ func (s *SQL) SetNodeState(ctx context.Context, name string, state gpufleet.Node
 	})
 }
 
+// NodeHealthState reads the health rules' memory of a node ("" when none).
+func (s *SQL) NodeHealthState(ctx context.Context, name string) (string, error) {
+	var st string
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT health_state FROM nodes WHERE name = ?`), name).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notFound("node", name)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read node %s health state: %w", name, err)
+	}
+	return st, nil
+}
+
+// SetNodeHealthState stores the health rules' memory of a node.
+func (s *SQL) SetNodeHealthState(ctx context.Context, name, state string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE nodes SET health_state = ? WHERE name = ?`), state, name)
+		if err != nil {
+			return fmt.Errorf("set node %s health state: %w", name, err)
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return notFound("node", name)
+		}
+		return nil
+	})
+}
+
 var validHealth = map[gpufleet.Health]bool{gpufleet.Healthy: true, gpufleet.Degraded: true, gpufleet.Unhealthy: true}
 
 // SetNodeHealth records the health rules' finding for a node and, for each
@@ -246,8 +274,18 @@ func (s *SQL) SetNodeHealth(ctx context.Context, name string, health gpufleet.He
 					Detail: fmt.Sprintf("node %s gpu %d: %s", name, cur[i].Index, g.Reason)})
 			}
 			cur[i].Health, cur[i].Reason = h, g.Reason
-			if g.State != "" {
-				cur[i].State = g.State
+			if g.State != "" && (g.State != cur[i].State || g.StateReason != cur[i].StateReason) {
+				if !validNodeStates[g.State] {
+					return invalid("node %s gpu %d: state %q", name, cur[i].Index, g.State)
+				}
+				if g.State != cur[i].State {
+					detail := fmt.Sprintf("node %s gpu %d: %s -> %s", name, cur[i].Index, cur[i].State, g.State)
+					if g.StateReason != "" {
+						detail += ": " + g.StateReason
+					}
+					events = append(events, gpufleet.Event{At: at, Actor: "health", Kind: "gpu." + string(g.State), Object: cur[i].UUID, Detail: detail})
+				}
+				cur[i].State, cur[i].StateReason = g.State, g.StateReason
 			}
 		}
 		gj, err := json.Marshal(cur)

@@ -197,6 +197,10 @@ type Store interface {
 	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time) (JoinToken, error)
 	// JoinTokens lists join tokens (hashes only) in creation order.
 	JoinTokens(ctx context.Context) ([]JoinToken, error)
+	// NodeHealthState and SetNodeHealthState keep the health rules'
+	// memory of a node (an opaque string, "" when none).
+	NodeHealthState(ctx context.Context, name string) (string, error)
+	SetNodeHealthState(ctx context.Context, name, state string) error
 	PutNodeCredential(ctx context.Context, c NodeCredential) error
 	NodeCredential(ctx context.Context, node string) (NodeCredential, error)
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -359,6 +360,7 @@ func testNodes(t *testing.T, s store.Store) {
 	wantErr(t, "node", err, nil)
 	want.Versions = n.Versions
 	want.State, want.Health, want.Reason = gpufleet.NodeCordoned, gpufleet.Degraded, "gpu 1 xid 79"
+	want.StateReason, want.HealthReason = "maintenance", "gpu 1 xid 79"
 	want.GPUs[1].Health, want.GPUs[1].Reason = gpufleet.Unhealthy, "xid 79"
 	want.GPUs = append(want.GPUs, gpufleet.NodeGPU{Index: 2, UUID: "n2-gpu2", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30, State: gpufleet.NodeReady, Health: gpufleet.Healthy})
 	if diff := cmp.Diff(want, got, equateEmpty); diff != "" {
@@ -380,6 +382,43 @@ func testNodes(t *testing.T, s store.Store) {
 }
 
 func testNodeHealth(t *testing.T, s store.Store) {
+	t.Run("health state", func(t *testing.T) {
+		ctx := t.Context()
+		wantErr(t, "put", s.PutNode(ctx, testNode("hs1")), nil)
+		got, err := s.NodeHealthState(ctx, "hs1")
+		wantErr(t, "read empty", err, nil)
+		if got != "" {
+			t.Errorf("new node's health state %q", got)
+		}
+		wantErr(t, "set", s.SetNodeHealthState(ctx, "hs1", `{"active":[]}`), nil)
+		got, err = s.NodeHealthState(ctx, "hs1")
+		wantErr(t, "read", err, nil)
+		if got != `{"active":[]}` {
+			t.Errorf("health state %q", got)
+		}
+		wantErr(t, "unknown node", s.SetNodeHealthState(ctx, "nope", "{}"), gpufleet.ErrNotFound)
+		_, err = s.NodeHealthState(ctx, "nope")
+		wantErr(t, "read unknown", err, gpufleet.ErrNotFound)
+		// A GPU's state changes with its reason and an event.
+		wantErr(t, "drain gpu", s.SetNodeHealth(ctx, "hs1", gpufleet.Unhealthy, "gpu 0: XID 79",
+			[]gpufleet.NodeGPU{{UUID: "hs1-gpu0", Health: gpufleet.Unhealthy, Reason: "XID 79", State: gpufleet.NodeDraining, StateReason: "health: fell off"}}, T0), nil)
+		n, err := s.Node(ctx, "hs1")
+		wantErr(t, "node", err, nil)
+		if g := n.GPUs[0]; g.State != gpufleet.NodeDraining || g.StateReason != "health: fell off" || n.GPUs[1].State != gpufleet.NodeReady {
+			t.Errorf("gpus after drain: %+v", n.GPUs)
+		}
+		evs, err := s.Events(ctx, store.EventFilter{Object: "hs1-gpu0"})
+		wantErr(t, "events", err, nil)
+		var kinds []string
+		for _, e := range evs {
+			kinds = append(kinds, e.Kind)
+		}
+		if !slices.Contains(kinds, "gpu.draining") || !slices.Contains(kinds, "gpu.unhealthy") {
+			t.Errorf("gpu events %v", kinds)
+		}
+		wantErr(t, "bad gpu state", s.SetNodeHealth(ctx, "hs1", gpufleet.Unhealthy, "",
+			[]gpufleet.NodeGPU{{UUID: "hs1-gpu0", State: "broken"}}, T0), gpufleet.ErrInvalid)
+	})
 	ctx := t.Context()
 	wantErr(t, "put", s.PutNode(ctx, testNode("n1")), nil)
 	wantErr(t, "cordon", s.SetNodeState(ctx, "n1", gpufleet.NodeCordoned, "by admin", "admin", T0), nil)

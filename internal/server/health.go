@@ -1,0 +1,508 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/health"
+)
+
+// healthActor names the health rules in the audit log and in state
+// reasons: a state whose reason starts with it was set automatically, and
+// counts against the quarantine circuit breaker.
+const healthActor = "health"
+
+// nodeHealth is what the server keeps in memory about a node's health
+// between heartbeats: its inventory, the rules' memory and their last
+// summary (what the store holds).
+type nodeHealth struct {
+	loaded    bool
+	inventory []gpufleet.NodeGPU
+	state     health.State
+	summary   health.Summary
+	// validation is the return-to-service check in flight, if any.
+	validation *api.ValidationOrder
+	validSeq   int
+}
+
+// loadHealth reads a node's inventory and the rules' memory from the store
+// the first time this replica hears from it. s.mu must NOT be held.
+func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, error) {
+	s.mu.Lock()
+	h := s.live(node).health
+	s.mu.Unlock()
+	if h.loaded {
+		return h, nil
+	}
+	n, err := s.st.Node(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := s.st.NodeHealthState(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	var st health.State
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			s.log.Warn("discarding unreadable health state", "node", node, "err", err)
+			st = health.State{}
+		}
+	}
+	h.inventory, h.state, h.loaded = n.GPUs, st, true
+	h.summary = storedSummary(n)
+	return h, nil
+}
+
+// storedSummary is the health summary a stored node shows.
+func storedSummary(n gpufleet.Node) health.Summary {
+	sum := health.Summary{Health: n.Health, Reason: n.HealthReason}
+	for _, g := range n.GPUs {
+		if g.Health != "" && g.Health != gpufleet.Healthy {
+			sum.GPUs = append(sum.GPUs, health.GPUSummary{Index: g.Index, Health: g.Health, Reason: g.Reason})
+		}
+	}
+	return sum
+}
+
+// evidence turns a heartbeat into the health rules' input.
+func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest) health.NodeEvidence {
+	ev := health.NodeEvidence{Node: node, InventoryGPUs: len(inv)}
+	bySample := map[string]api.GPUSample{}
+	for _, g := range r.Samples {
+		bySample[g.UUID] = g
+	}
+	for _, g := range inv {
+		ge := health.GPUEvidence{Index: g.Index, UUID: g.UUID, Model: g.Model, Present: !slices.Contains(r.MissingGPUs, g.UUID)}
+		if smp, ok := bySample[g.UUID]; ok {
+			ge.XIDs, ge.Utilization = smp.XIDs, smp.Utilization
+			if e := smp.Evidence; e != nil {
+				ge.ECCCorrectedVolatile, ge.ECCUncorrectedVolatile, ge.ECCUncorrectedAggregate = e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate
+				ge.RetiredPagesSBE, ge.RetiredPagesDBE, ge.RetiredPagesPending = e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending
+				ge.RemappedRowsCorrectable, ge.RemappedRowsUncorrectable = e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable
+				ge.RowRemapPending, ge.RowRemapFailure = e.RowRemapPending, e.RowRemapFailure
+				ge.ClockEventReasons = e.ClockEventsAll
+				ge.PCIeGen, ge.PCIeWidth, ge.PCIeMaxGen, ge.PCIeMaxWidth, ge.PCIeReplayCount = e.PCIeGen, e.PCIeWidth, e.PCIeMaxGen, e.PCIeMaxWidth, e.PCIeReplayCount
+				ge.NVLinkLinksUp, ge.NVLinkLinksTotal, ge.NVLinkErrors = e.NVLinkLinksUp, e.NVLinkLinksTotal, e.NVLinkErrors
+			}
+		}
+		ev.GPUs = append(ev.GPUs, ge)
+	}
+	return ev
+}
+
+// judge runs the health rules over a heartbeat and, when their summary
+// changed, records it and applies the actions that take capacity out of
+// service (behind the circuit breaker).
+func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest, now time.Time) error {
+	h, err := s.loadHealth(ctx, node)
+	if err != nil {
+		return err
+	}
+	if len(h.inventory) == 0 {
+		return nil
+	}
+	next, conds := health.Evaluate(h.state, evidence(node, h.inventory, r), now, s.cfg.Health)
+	return s.record(ctx, node, h, next, conds, now)
+}
+
+// record stores a new health finding when it differs from the last, and
+// acts on it.
+func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next health.State, conds []health.Condition, now time.Time) error {
+	sum := health.Summarize(conds)
+	s.mu.Lock()
+	h.state = next
+	same := sameSummary(h.summary, sum)
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	gpus := make([]gpufleet.NodeGPU, 0, len(h.inventory))
+	for _, g := range h.inventory {
+		u := gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: gpufleet.Healthy}
+		if i := slices.IndexFunc(sum.GPUs, func(x health.GPUSummary) bool { return x.Index == g.Index }); i >= 0 {
+			u.Health, u.Reason = sum.GPUs[i].Health, sum.GPUs[i].Reason
+		}
+		gpus = append(gpus, u)
+	}
+	node_health := sum.Health
+	if node_health == "" {
+		node_health = gpufleet.Healthy
+	}
+	if err := s.st.SetNodeHealth(ctx, node, node_health, sum.Reason, gpus, now); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	h.summary = sum
+	s.mu.Unlock()
+	for _, c := range conds {
+		s.log.Warn("health condition", "node", node, "gpu", c.GPU, "rule", c.Rule, "severity", c.Severity, "action", c.Action, "reason", c.Reason)
+	}
+	if err := s.quarantine(ctx, node, sum, conds, now); err != nil {
+		return err
+	}
+	s.nudge()
+	return nil
+}
+
+// sameSummary reports whether two summaries say the same.
+func sameSummary(a, b health.Summary) bool {
+	norm := func(h gpufleet.Health) gpufleet.Health {
+		if h == "" {
+			return gpufleet.Healthy
+		}
+		return h
+	}
+	return norm(a.Health) == norm(b.Health) && a.Reason == b.Reason &&
+		slices.EqualFunc(a.GPUs, b.GPUs, func(x, y health.GPUSummary) bool {
+			return x.Index == y.Index && norm(x.Health) == norm(y.Health) && x.Reason == y.Reason
+		})
+}
+
+// quarantine applies the actions that take capacity out of service: a
+// GPU-scope action drains the GPU, a node-scope one the node. The circuit
+// breaker refuses when automatic quarantine would then hold more than the
+// configured fraction of the fleet; the refusal is an event, and the
+// conditions stay reported for a person to decide.
+func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary, conds []health.Condition, now time.Time) error {
+	if !sum.Action.TakesOutOfService() {
+		return nil
+	}
+	n, err := s.st.Node(ctx, node)
+	if err != nil {
+		return err
+	}
+	if n.State != gpufleet.NodeReady && n.State != gpufleet.NodeCordoned {
+		return nil // already out of service, or being repaired
+	}
+	// explain is the explanation of gpu's condition that carries the
+	// action (gpu -1: the node's worst action, from whichever GPU).
+	explain := func(gpu int) string {
+		for _, c := range conds {
+			if (gpu < 0 && c.Action == sum.Action) || (gpu >= 0 && c.GPU == gpu && c.Action.TakesOutOfService()) {
+				return c.Explanation
+			}
+		}
+		return ""
+	}
+	var drainGPUs []gpufleet.NodeGPU
+	adding := 0
+	nodeScope := sum.Action.Scope() == health.ScopeNode
+	if nodeScope {
+		for _, g := range n.GPUs {
+			if g.State == "" || g.State == gpufleet.NodeReady {
+				adding++
+			}
+		}
+	} else {
+		for _, gs := range sum.GPUs {
+			if !gs.Action.TakesOutOfService() {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.Index == gs.Index && (g.State == "" || g.State == gpufleet.NodeReady) {
+					reason := healthActor + ": " + gs.Reason
+					if e := explain(g.Index); e != "" {
+						reason = healthActor + ": " + e
+					}
+					drainGPUs = append(drainGPUs, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: gs.Health, Reason: gs.Reason,
+						State: gpufleet.NodeDraining, StateReason: reason})
+				}
+			}
+		}
+		adding = len(drainGPUs)
+	}
+	if adding == 0 {
+		return nil
+	}
+	total, out, err := s.quarantined(ctx)
+	if err != nil {
+		return err
+	}
+	q := health.CheckQuarantine(total, out, adding, s.cfg.Health.QuarantineMaxFraction)
+	if !q.Allowed {
+		s.log.Error("circuit breaker: automatic quarantine refused", "node", node, "reason", q.Reason)
+		return s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: healthActor, Kind: "health.quarantine_refused", Object: node,
+			Detail: fmt.Sprintf("%s (%s); the conditions stay reported: drain by hand if they are real", q.Reason, sum.Reason)})
+	}
+	if nodeScope {
+		reason := healthActor + ": " + sum.Reason
+		if e := explain(-1); e != "" {
+			reason = healthActor + ": " + e
+		}
+		return s.st.SetNodeState(ctx, node, gpufleet.NodeDraining, reason, healthActor, now)
+	}
+	return s.st.SetNodeHealth(ctx, node, n.Health, n.HealthReason, drainGPUs, now)
+}
+
+// quarantined counts the fleet's GPUs and those held out of service by
+// automatic quarantine (a state reason written by the health rules).
+func (s *Server) quarantined(ctx context.Context) (total, out int, err error) {
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	auto := func(reason string) bool { return strings.HasPrefix(reason, healthActor+":") }
+	for _, n := range nodes {
+		total += len(n.GPUs)
+		if outOfService(n.State) && auto(n.StateReason) {
+			out += len(n.GPUs)
+			continue
+		}
+		for _, g := range n.GPUs {
+			if outOfService(g.State) && auto(g.StateReason) {
+				out++
+			}
+		}
+	}
+	return total, out, nil
+}
+
+// outOfService reports whether a state keeps work off.
+func outOfService(st gpufleet.NodeState) bool {
+	return st == gpufleet.NodeDraining || st == gpufleet.NodeRepairing || st == gpufleet.NodeValidating
+}
+
+// judgeSilent reports nodes silent past the grace as unhealthy (once) and
+// drains none: losing a node's attempts is the lost-node path's job.
+func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now time.Time) error {
+	for _, n := range nodes {
+		age, known := s.heartbeatAge(n.Name, now)
+		if !known || age <= s.cfg.HeartbeatGrace {
+			continue
+		}
+		h, err := s.loadHealth(ctx, n.Name)
+		if err != nil {
+			return err
+		}
+		next, conds := health.Evaluate(h.state, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
+		// The node's GPUs were not heard: keep their findings, add the
+		// heartbeat's.
+		for _, c := range h.state.Active {
+			if c.GPU >= 0 {
+				conds = append(conds, c.Condition)
+			}
+		}
+		sum := health.Summarize(conds)
+		s.mu.Lock()
+		hadIt := strings.Contains(h.summary.Reason, "no heartbeat") || h.summary.Health == gpufleet.Unhealthy
+		s.mu.Unlock()
+		if hadIt && sum.Health == gpufleet.Unhealthy {
+			continue // said once; the age in the reason would change every cycle
+		}
+		if err := s.record(ctx, n.Name, h, next, conds, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advanceStates moves nodes and GPUs along the repair path: a draining node
+// or GPU that no longer holds an active attempt goes to repairing.
+func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) error {
+	busyNode := map[string]bool{}
+	busyGPU := map[string]bool{} // GPU or MIG UUID
+	for _, j := range jobs {
+		if a := activeAttempt(j); a != nil {
+			for _, n := range a.Nodes {
+				busyNode[n.Name] = true
+				for _, g := range n.GPUs {
+					busyGPU[g] = true
+				}
+			}
+		}
+	}
+	for _, n := range nodes {
+		if n.State == gpufleet.NodeDraining && !busyNode[n.Name] {
+			reason := n.StateReason
+			if reason == "" {
+				reason = "drained"
+			}
+			if err := s.st.SetNodeState(ctx, n.Name, gpufleet.NodeRepairing, reason, "system", now); err != nil {
+				return err
+			}
+			continue
+		}
+		var done []gpufleet.NodeGPU
+		for _, g := range n.GPUs {
+			if g.State != gpufleet.NodeDraining || busyGPU[g.UUID] ||
+				slices.ContainsFunc(g.MIGInstances, func(m gpufleet.MIGInstance) bool { return busyGPU[m.UUID] }) {
+				continue
+			}
+			done = append(done, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
+				State: gpufleet.NodeRepairing, StateReason: g.StateReason})
+		}
+		if len(done) > 0 {
+			if err := s.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// gpuDraining reports whether a GPU or MIG UUID of the node is draining,
+// and why.
+func gpuDraining(n gpufleet.Node, uuid string) (string, bool) {
+	for _, g := range n.GPUs {
+		if g.State == gpufleet.NodeDraining && (g.UUID == uuid || slices.ContainsFunc(g.MIGInstances, func(m gpufleet.MIGInstance) bool { return m.UUID == uuid })) {
+			return fmt.Sprintf("gpu %d of node %s is draining: %s", g.Index, n.Name, g.StateReason), true
+		}
+	}
+	return "", false
+}
+
+// validationOrder is the check the node's agent must run now: every GPU
+// when the node itself is validating, else the validating GPUs.
+func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
+	var gpus []string
+	if n.State != gpufleet.NodeValidating {
+		for _, g := range n.GPUs {
+			if g.State == gpufleet.NodeValidating {
+				gpus = append(gpus, g.UUID)
+			}
+		}
+		if len(gpus) == 0 {
+			return nil
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.live(n.Name).health
+	if h.validation != nil && slices.Equal(h.validation.GPUs, gpus) {
+		return h.validation
+	}
+	h.validSeq++
+	h.validation = &api.ValidationOrder{ID: fmt.Sprintf("v-%s-%d-%d", n.Name, s.leader.epoch, h.validSeq), GPUs: gpus}
+	return h.validation
+}
+
+// validated applies the agent's validation results: a pass returns the
+// node or GPUs to ready and healthy, a failure sends them back to repair.
+func (s *Server) validated(ctx context.Context, node string, results []api.ValidationResult, now time.Time) error {
+	s.mu.Lock()
+	h := s.live(node).health
+	order := h.validation
+	s.mu.Unlock()
+	if order == nil {
+		return nil
+	}
+	i := slices.IndexFunc(results, func(r api.ValidationResult) bool { return r.ID == order.ID })
+	if i < 0 {
+		return nil
+	}
+	res := results[i]
+	n, err := s.st.Node(ctx, node)
+	if err != nil {
+		return err
+	}
+	next := gpufleet.NodeReady
+	reason := "validation passed: " + res.Detail
+	if !res.Passed {
+		next, reason = gpufleet.NodeRepairing, "validation failed: "+res.Detail
+	}
+	var gpus []gpufleet.NodeGPU
+	for _, g := range n.GPUs {
+		if g.State != gpufleet.NodeValidating && n.State != gpufleet.NodeValidating {
+			continue
+		}
+		u := gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason, State: next, StateReason: reason}
+		if next == gpufleet.NodeReady {
+			u.State, u.StateReason, u.Health, u.Reason = gpufleet.NodeReady, "", gpufleet.Healthy, ""
+		}
+		gpus = append(gpus, u)
+	}
+	hl, err := s.loadHealth(ctx, node)
+	if err != nil {
+		return err
+	}
+	nodeHealth, nodeReason := n.Health, n.HealthReason
+	s.mu.Lock()
+	if res.Passed {
+		// The repair is done: the rules forget what they held about it.
+		for _, g := range gpus {
+			hl.state = hl.state.ClearGPU(g.Index)
+		}
+		if n.State == gpufleet.NodeValidating {
+			hl.state = hl.state.ClearGPU(-1)
+			nodeHealth, nodeReason = gpufleet.Healthy, ""
+		}
+		hl.summary = health.Summary{}
+	}
+	h.validation = nil
+	state := hl.state
+	s.mu.Unlock()
+	if n.State == gpufleet.NodeValidating && !res.Passed {
+		nodeHealth = gpufleet.Unhealthy
+		nodeReason = reason
+	}
+	if err := s.st.SetNodeHealth(ctx, node, nodeHealth, nodeReason, gpus, now); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(state)
+	if err != nil {
+		return err
+	}
+	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
+		return err
+	}
+	if n.State == gpufleet.NodeValidating {
+		if err := s.st.SetNodeState(ctx, node, next, reason, "agent:"+node, now); err != nil {
+			return err
+		}
+	}
+	kind := "node.validation_passed"
+	if !res.Passed {
+		kind = "node.validation_failed"
+	}
+	if err := s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "agent:" + node, Kind: kind, Object: node, Detail: res.Detail}); err != nil {
+		return err
+	}
+	s.nudge()
+	return nil
+}
+
+// markRepaired starts the return to service of a node in repair, or of its
+// GPUs in repair: they go to validating, and the agent checks them.
+func (s *Server) markRepaired(ctx context.Context, p api.Principal, name string) error {
+	n, err := s.st.Node(ctx, name)
+	if err != nil {
+		return err
+	}
+	var gpus []gpufleet.NodeGPU
+	for _, g := range n.GPUs {
+		if g.State == gpufleet.NodeRepairing {
+			gpus = append(gpus, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
+				State: gpufleet.NodeValidating, StateReason: "marked repaired by " + actor(p)})
+		}
+	}
+	switch {
+	case n.State == gpufleet.NodeRepairing:
+		if len(gpus) > 0 {
+			if err := s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now()); err != nil {
+				return err
+			}
+		}
+		return s.st.SetNodeState(ctx, name, gpufleet.NodeValidating, "marked repaired by "+actor(p), actor(p), s.now())
+	case len(gpus) > 0:
+		return s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now())
+	}
+	return fmt.Errorf("%w: node %q is %s and has no GPU in repair: only a node or GPU in repairing can be marked repaired", gpufleet.ErrInvalid, name, n.State)
+}
+
+// errInRepair refuses uncordon of a node on the repair path.
+var errInRepair = errors.New("is on the repair path: mark it repaired; it returns to ready once validation passes")
