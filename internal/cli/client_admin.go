@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,7 @@ func (c *clientEnv) printNodes(nodes []gpufleet.Node) error {
 	}
 	t := newTable(c.stdout, cols...)
 	for _, n := range nodes {
-		row := []string{n.Name, string(n.State), string(n.Health), gpuSummary(n.GPUs), heartbeat(n.HeartbeatAgeS), orDash(n.Reason)}
+		row := []string{n.Name, string(n.State), string(n.Health), gpuSummary(n.GPUs), heartbeat(n.HeartbeatAgeS), reasons(n)}
 		if c.output == outputWide {
 			row = append(row, orDash(n.Versions["driver"]), kvList(n.Labels))
 		}
@@ -65,7 +66,8 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 	kv.row("name", n.Name)
 	kv.row("state", string(n.State))
 	kv.row("health", string(n.Health))
-	kv.row("reason", orDash(n.Reason))
+	kv.row("state reason", orDash(n.StateReason))
+	kv.row("health reason", orDash(n.HealthReason))
 	kv.row("heartbeat", heartbeat(n.HeartbeatAgeS))
 	kv.row("metrics", orDash(n.MetricsURL))
 	kv.row("labels", kvList(n.Labels))
@@ -80,10 +82,28 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 		for _, m := range g.MIGInstances {
 			mig = append(mig, m.Profile)
 		}
+		reason := g.Reason
+		if g.StateReason != "" && g.StateReason != g.Reason {
+			reason = strings.Trim(g.StateReason+"; "+g.Reason, "; ")
+		}
 		t.row(strconv.Itoa(g.Index), g.UUID, g.Model, api.FormatBytes(g.MemoryBytes), string(g.State), string(g.Health),
-			orDash(strings.Join(mig, ",")), orDash(g.Reason))
+			orDash(strings.Join(mig, ",")), orDash(reason))
 	}
 	return t.flush()
+}
+
+// reasons joins a node's state and health reasons, each once.
+func reasons(n gpufleet.Node) string {
+	var parts []string
+	for _, r := range []string{n.StateReason, n.HealthReason} {
+		if r != "" && !slices.Contains(parts, r) {
+			parts = append(parts, r)
+		}
+	}
+	if len(parts) == 0 {
+		return orDash(n.Reason)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // gpuSummary prints a node's GPUs as counts per model: "8x h100-sxm-80gb".
