@@ -83,6 +83,11 @@ type Resources struct {
 	Sharing              string            `json:"sharing,omitempty"`      // exclusive, mig:PROFILE, timeslice:F
 	Prefer               string            `json:"prefer,omitempty"`       // cheapest or fastest
 	NodeSelector         map[string]string `json:"node_selector,omitempty"`
+	// CPUs and MemoryBytes limit each attempt on each node (cgroup v2
+	// cpu.max and memory.max where the node has them); zero: no limit.
+	// The scheduler places by GPUs only.
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 }
 
 // Retries counts a job's own failures against its budget. Preemption, drain

@@ -152,6 +152,7 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 		cfg.MaxBackoff = 30 * time.Second
 	}
 	cfg.Runner.DataDir = cfg.DataDir
+	cfg.Runner.AliveFile = filepath.Join(cfg.DataDir, "alive")
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "attempts"), 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -313,6 +314,8 @@ func (a *Agent) register(ctx context.Context) error {
 	if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
 		a.log.Error("storing the node credential", "err", err)
 	}
+	a.runner.SetFence(a.fenceAfter, a.cfg.FenceGrace)
+	a.touchAlive()
 	a.log.Info("registered", "heartbeat", a.heartbeat, "fence_after", a.fenceAfter, "credential_expires", resp.ExpiresAt)
 	return nil
 }
@@ -375,6 +378,7 @@ func (a *Agent) beat(ctx context.Context) error {
 		return err
 	}
 	a.runner.Delivered(req.Attempts)
+	a.touchAlive()
 	a.mu.Lock()
 	a.beats++
 	a.lastOK = a.now()
@@ -390,6 +394,20 @@ func (a *Agent) beat(ctx context.Context) error {
 	a.apply(ctx, resp)
 	return nil
 }
+
+// touchAlive marks the agent alive for the attempts' supervisors, in wall
+// time (they compare with their own clock).
+func (a *Agent) touchAlive() {
+	p := a.alivePath()
+	now := time.Now()
+	if err := os.Chtimes(p, now, now); err != nil {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			a.log.Warn("marking the agent alive for supervisors", "err", err)
+		}
+	}
+}
+
+func (a *Agent) alivePath() string { return a.cfg.Runner.AliveFile }
 
 // apply carries out a heartbeat answer.
 func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {

@@ -570,3 +570,46 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 		t.Errorf("delivered attempt still reported: %+v", a.runner.Reports())
 	}
 }
+
+// TestSupervisorFencesWhenTheAgentGoesSilent checks at-most-once when the
+// agent itself dies: the supervisor sees the alive file go stale past the
+// fence and stops its attempt (checkpoint signal first), which then reads
+// as stopped, fenced.
+func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	alive := filepath.Join(data, "alive")
+	r := NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
+		testLogger(t), time.Now, nil)
+	r.SetDevices(testDevices)
+	t.Cleanup(func() { killAll(r) })
+	r.SetFence(600*time.Millisecond, 200*time.Millisecond)
+	if err := os.WriteFile(alive, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, GraceS: 30,
+		Command: []string{"sh", "-c", `trap "echo checkpoint" USR1; while :; do sleep 0.05; done`}})
+	waitState(t, r, "a-1", gpufleet.AttemptRunning)
+	// While the agent keeps touching the file, nothing happens.
+	for range 10 {
+		now := time.Now()
+		os.Chtimes(alive, now, now)
+		time.Sleep(100 * time.Millisecond)
+		r.Poll()
+	}
+	if reps := r.Reports(); reps[0].State != gpufleet.AttemptRunning {
+		t.Fatalf("fenced while the agent was alive: %+v", reps)
+	}
+	start := time.Now()
+	rep := waitState(t, r, "a-1", gpufleet.AttemptStopped)
+	if rep.ReasonCode != ReasonFenced || !strings.Contains(rep.Reason, "no word from the agent") {
+		t.Errorf("report %+v, want fenced", rep)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("fenced after %s", d)
+	}
+	b, _ := os.ReadFile(filepath.Join(data, "attempts", "a-1", logFileName))
+	if !strings.Contains(string(b), "checkpoint") {
+		t.Errorf("log %q: the checkpoint signal comes first", b)
+	}
+}

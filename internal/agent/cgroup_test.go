@@ -242,3 +242,22 @@ func TestDetectCgroupV2(t *testing.T) {
 	}
 	t.Logf("%s", note)
 }
+
+func TestAssignmentLimits(t *testing.T) {
+	for _, tc := range []struct {
+		cpus    float64
+		mem     int64
+		wantCPU string
+		wantMem int64
+	}{
+		{0, 0, "", 0},
+		{16, 64 << 30, "1600000 100000", 64 << 30},
+		{0.5, 0, "50000 100000", 0},
+		{1.000001, 0, "100001 100000", 0}, // rounded up: never less than asked
+	} {
+		cpu, mem := assignmentLimits(api.Assignment{CPUs: tc.cpus, MemoryBytes: tc.mem})
+		if cpu != tc.wantCPU || mem != tc.wantMem {
+			t.Errorf("cpus %g memory %d: cpu.max %q memory.max %d, want %q %d", tc.cpus, tc.mem, cpu, mem, tc.wantCPU, tc.wantMem)
+		}
+	}
+}

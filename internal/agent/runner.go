@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,6 +121,10 @@ type RunnerConfig struct {
 	Cgroups bool
 	// CgroupRoot is the cgroup v2 mount (default DefaultCgroupRoot).
 	CgroupRoot string
+	// AliveFile is the file the agent touches after each answered
+	// heartbeat; supervisors fence their attempt when it grows older than
+	// the fence (see SetFence).
+	AliveFile string
 }
 
 // Runner starts, watches and stops attempts. It is safe for concurrent
@@ -130,11 +135,12 @@ type Runner struct {
 	now   func() time.Time
 	users func(team string) (runAs, error)
 	load  loader // nil unless simulated
-	// limits returns an attempt's CPU (cpu.max) and memory limits. The
-	// assignment does not carry them yet: nil (no limits) outside tests.
+	// limits returns an attempt's CPU (cpu.max) and memory limits;
+	// assignmentLimits unless a test replaces it.
 	limits func(api.Assignment) (cpuMax string, memoryMaxBytes int64)
 
 	mu       sync.Mutex
+	fence    [2]time.Duration // fence after, fence grace (SetFence)
 	attempts map[string]*attempt
 	targets  map[string]target // assigned UUID -> physical GPU
 	foreign  map[string][]int  // physical GPU UUID -> pids of processes not ours
@@ -156,7 +162,7 @@ func NewRunner(cfg RunnerConfig, log *slog.Logger, now func() time.Time, load lo
 		cfg.CgroupRoot = DefaultCgroupRoot
 	}
 	r := &Runner{cfg: cfg, log: log, now: now, load: load, attempts: map[string]*attempt{}, targets: map[string]target{}}
-	r.users = r.lookupUser
+	r.users, r.limits = r.lookupUser, assignmentLimits
 	return r
 }
 
@@ -386,13 +392,13 @@ func (r *Runner) launch(a *attempt) error {
 	if err != nil {
 		return err
 	}
-	spec := superviseSpec{AttemptID: as.AttemptID, Command: as.Command, Env: env, Workdir: workdir, UID: u.UID, GID: u.GID, Groups: u.Groups}
+	spec := superviseSpec{AttemptID: as.AttemptID, Command: as.Command, Env: env, Workdir: workdir, UID: u.UID, GID: u.GID, Groups: u.Groups,
+		AliveFile: r.cfg.AliveFile, FenceAfter: r.fence[0], FenceGrace: fenceGrace(time.Duration(as.GraceS*float64(time.Second)), r.fence[1]),
+		KillAfter: r.cfg.KillAfter}
 	if r.cfg.Cgroups {
 		spec.Cgroup = filepath.Join(r.cfg.CgroupRoot, cgroupParent, as.AttemptID)
 	}
-	if r.limits != nil {
-		spec.CPUMax, spec.MemoryMaxBytes = r.limits(as)
-	}
+	spec.CPUMax, spec.MemoryMaxBytes = r.limits(as)
 	for _, g := range as.GPUs {
 		t := r.targets[g]
 		a.Holds = append(a.Holds, hold{Attempt: as.AttemptID, GPU: t.GPU, Share: t.Share * fracOr1(as.Fraction)})
@@ -590,10 +596,34 @@ func zombie(pid int) bool {
 	return false
 }
 
+// cpuPeriod is the cgroup v2 cpu.max period the agent writes, in
+// microseconds (the kernel's default).
+const cpuPeriod = 100000
+
+// assignmentLimits turns an assignment's CPU and memory limits into
+// cpu.max ("QUOTA PERIOD", "" for none) and memory.max (0 for none).
+func assignmentLimits(as api.Assignment) (string, int64) {
+	cpu := ""
+	if as.CPUs > 0 {
+		cpu = fmt.Sprintf("%d %d", int64(math.Ceil(as.CPUs*cpuPeriod)), cpuPeriod)
+	}
+	return cpu, max(as.MemoryBytes, 0)
+}
+
+// SetFence tells the runner the agent's fence timeout and the cap on a
+// fenced attempt's grace, for the supervisors of attempts it starts.
+func (r *Runner) SetFence(after, grace time.Duration) {
+	r.mu.Lock()
+	r.fence = [2]time.Duration{after, grace}
+	r.mu.Unlock()
+}
+
 // ended records a's exit from its status file; r.mu must be held.
 func (r *Runner) ended(a *attempt, ex exitRecord) {
 	code := ex.ExitCode
 	switch {
+	case ex.Fenced != "" && a.Stop == nil:
+		r.finish(a, gpufleet.AttemptStopped, &code, "fenced by its supervisor: "+ex.Fenced, ReasonFenced)
 	case a.Stop != nil:
 		r.finish(a, gpufleet.AttemptStopped, &code, a.Stop.Reason, a.Stop.Code)
 	case ex.Error != "":

@@ -57,6 +57,16 @@ type superviseSpec struct {
 	Cgroup         string `json:"cgroup,omitempty"`
 	CPUMax         string `json:"cpu_max,omitempty"`
 	MemoryMaxBytes int64  `json:"memory_max_bytes,omitempty"`
+	// AliveFile is touched by the agent after every heartbeat the server
+	// answered. When it is older than FenceAfter the supervisor fences the
+	// command itself (checkpoint signal, FenceGrace, SIGTERM, KillAfter,
+	// SIGKILL): an agent that died, or lost the server, must not leave an
+	// attempt running that the server will declare lost and start again
+	// elsewhere.
+	AliveFile  string        `json:"alive_file,omitempty"`
+	FenceAfter time.Duration `json:"fence_after,omitempty"`
+	FenceGrace time.Duration `json:"fence_grace,omitempty"`
+	KillAfter  time.Duration `json:"kill_after,omitempty"`
 }
 
 // pidRecord is the running command as the supervisor started it.
@@ -73,6 +83,9 @@ type exitRecord struct {
 	Signal     string    `json:"signal,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Fenced is set when the supervisor stopped the command because the
+	// agent went silent (superviseSpec.AliveFile).
+	Fenced string `json:"fenced,omitempty"`
 }
 
 // Supervise runs the attempt described in dir/spec.json and records its
@@ -168,9 +181,18 @@ func supervise(dir string) (exitRecord, error) {
 	if err := writeJSONAtomic(filepath.Join(dir, pidFileName), rec, 0o644); err != nil {
 		fmt.Fprintf(logf, "gpufleet: write %s: %v\n", pidFileName, err)
 	}
+	fenced := make(chan string, 1)
+	stopFence := make(chan struct{})
+	go selfFence(spec, cmd.Process.Pid, logf, fenced, stopFence)
 	werr := cmd.Wait()
+	close(stopFence)
 	signal.Stop(sig)
 	out := exitRecord{}
+	select {
+	case why := <-fenced:
+		out.Fenced = why
+	default:
+	}
 	var ee *exec.ExitError
 	switch {
 	case werr == nil:
@@ -202,6 +224,46 @@ func supervise(dir string) (exitRecord, error) {
 		}
 	}
 	return out, nil
+}
+
+// selfFence watches spec.AliveFile and, once the agent has been silent for
+// spec.FenceAfter, stops the process group pgid: checkpoint signal, grace,
+// SIGTERM, SIGKILL. It says why on fenced and returns when done is closed.
+func selfFence(spec superviseSpec, pgid int, logf *os.File, fenced chan<- string, done <-chan struct{}) {
+	if spec.AliveFile == "" || spec.FenceAfter <= 0 {
+		return
+	}
+	every := min(spec.FenceAfter/4, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(spec.AliveFile)
+		if err != nil || time.Since(fi.ModTime()) <= spec.FenceAfter {
+			continue // no file yet (an old agent), or the agent is alive
+		}
+		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(fi.ModTime()).Round(time.Second), spec.FenceAfter)
+		fmt.Fprintf(logf, "gpufleet: %s: stopping the attempt\n", why)
+		fenced <- why
+		steps := []struct {
+			sig  syscall.Signal
+			wait time.Duration
+		}{{CheckpointSignal, spec.FenceGrace}, {syscall.SIGTERM, max(spec.KillAfter, time.Second)}, {syscall.SIGKILL, 0}}
+		for _, st := range steps {
+			_ = syscall.Kill(-pgid, st.sig)
+			select {
+			case <-done:
+				return
+			case <-time.After(st.wait):
+			}
+		}
+		<-done
+		return
+	}
 }
 
 // cgroupLimit is one limit of an attempt: the controller it needs, the

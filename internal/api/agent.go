@@ -143,6 +143,9 @@ type Assignment struct {
 	TimeLimitS *float64          `json:"time_limit_s"`
 	GraceS     float64           `json:"grace_s"`
 	SimLoad    string            `json:"sim_load,omitempty"`
+	// CPUs and MemoryBytes are the job's per-node limits (0: none).
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	// Multi-node rendezvous.
 	NodeRank    int    `json:"node_rank"`
 	NNodes      int    `json:"nnodes"`

@@ -25,7 +25,9 @@ import (
 // line override the job file.
 type submitFlags struct {
 	gpus, nodes, retries                                                  int
+	cpus                                                                  float64
 	gpuModels, gpuMemory, minCC, precision, interconnect, sharing, prefer string
+	memory                                                                string
 	nodeSelector, env                                                     []string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
@@ -44,6 +46,8 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.nodes, "nodes", 0, "nodes to spread the GPUs over (a gang)")
 	fs.StringVar(&f.gpuModels, "gpu-model", "", "acceptable GPU catalog ids or classes, comma-separated")
 	fs.StringVar(&f.gpuMemory, "gpu-memory", "", "minimum memory per GPU, such as 80GiB or 141GB")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit per node for the attempt, such as 16 or 0.5 (cgroup v2; 0: none)")
+	fs.StringVar(&f.memory, "memory", "", "host memory limit per node for the attempt, such as 64GiB (cgroup v2)")
 	fs.StringVar(&f.minCC, "min-compute-capability", "", "minimum CUDA compute capability, such as 8.0")
 	fs.StringVar(&f.precision, "precision", "", "precision the GPUs must support natively: fp32, bf16, fp16, fp8, int8, int4, fp4")
 	fs.StringVar(&f.interconnect, "interconnect", "", "nvlink or any")
@@ -131,6 +135,18 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		{"gpu-memory", func() error {
 			n, err := api.ParseBytes(f.gpuMemory)
 			res.GPUMemoryMinBytes = n
+			return err
+		}},
+		{"cpus", func() error {
+			res.CPUs = f.cpus
+			if f.cpus < 0 {
+				return usageErr("--cpus %g: expected a CPU count >= 0", f.cpus)
+			}
+			return nil
+		}},
+		{"memory", func() error {
+			n, err := api.ParseBytes(f.memory)
+			res.MemoryBytes = n
 			return err
 		}},
 		{"min-compute-capability", func() error {

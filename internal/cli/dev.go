@@ -112,7 +112,8 @@ func runDev(ctx context.Context, e *env, f devFlags) error {
 	d := server.Default()
 	sf := serverFlags{listen: f.listen, dataDir: filepath.Join(dir, "server"), adminToken: admin, policy: d.Policy, logLevel: "info",
 		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: d.LeaseTTL,
-		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL}
+		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL,
+		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second}
 	srvEnv := &env{stdin: e.stdin, stdout: io.Discard, stderr: srvLog, catalog: e.catalog}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -252,9 +252,9 @@ func parseJSONTree(data []byte) (*fnode, error) {
 // Job-file paths with human forms or a closed set of values.
 var (
 	durationPaths = map[string]bool{"time_limit": true, "estimate": true, "grace": true}
-	sizePaths     = map[string]bool{"resources.gpu_memory_min_bytes": true}
+	sizePaths     = map[string]bool{"resources.gpu_memory_min_bytes": true, "resources.memory_bytes": true}
 	// keyAliases maps a human key to its contract key.
-	keyAliases = map[string]string{"resources.gpu_memory_min": "gpu_memory_min_bytes"}
+	keyAliases = map[string]string{"resources.gpu_memory_min": "gpu_memory_min_bytes", "resources.memory": "memory_bytes"}
 )
 
 // fieldChecks validate string fields with a closed vocabulary, by JSON

@@ -29,6 +29,8 @@ resources:
   gpu_memory_min: 40GiB
   min_compute_capability: 8.0
   sharing: timeslice:0.25
+  cpus: 8
+  memory: 64GiB
 command: [python, "-c", "print(1)"]
 env:
   PORT: 8000
@@ -39,7 +41,8 @@ grace: 1.5
 preemptible: true
 retries: 2
 `,
-			want: api.SubmitRequest{Name: "nb", Resources: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 40 << 30, MinComputeCapability: "8.0", Sharing: "timeslice:0.25"},
+			want: api.SubmitRequest{Name: "nb", Resources: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 40 << 30, MinComputeCapability: "8.0", Sharing: "timeslice:0.25",
+				CPUs: 8, MemoryBytes: 64 << 30},
 				Command: []string{"python", "-c", "print(1)"}, Env: map[string]string{"PORT": "8000", "DEBUG": "true"},
 				TimeLimit: "4h0m0s", Estimate: "1h30m0s", Grace: "1.5s", Preemptible: true, Retries: 2},
 		},

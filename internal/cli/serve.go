@@ -24,6 +24,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/web"
 )
 
 // serverFlags are the flags of `gpufleet server` (and the server part of
@@ -31,6 +32,10 @@ import (
 type serverFlags struct {
 	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
 	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention, credentialTTL     time.Duration
+	// Health and failover.
+	spare              []string // MODEL=N
+	quarantineFraction float64
+	throttleSustain    time.Duration
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -53,6 +58,10 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
 	fs.DurationVar(&f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
 	fs.DurationVar(&f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
+	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a model free for production failover, as MODEL=N (repeatable)")
+	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
+		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
+	fs.DurationVar(&f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -125,6 +134,28 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	}
 	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
 	cfg.RollupRetention, cfg.CredentialTTL = f.rollupRetention, f.credentialTTL
+	cfg.Health.QuarantineMaxFraction, cfg.Health.ThrottleSustain = f.quarantineFraction, f.throttleSustain
+	if f.quarantineFraction <= 0 || f.quarantineFraction > 1 {
+		return usageErr("--quarantine-max-fraction %g: expected a fraction in (0, 1]", f.quarantineFraction)
+	}
+	spare, err := parseKV(f.spare)
+	if err != nil {
+		return fmt.Errorf("%w: --spare %s", gpufleet.ErrInvalid, detail(err))
+	}
+	for model, v := range spare {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return usageErr("--spare %s=%s: expected MODEL=N with a count >= 0", model, v)
+		}
+		g, err := cat.Lookup(model)
+		if err != nil {
+			return fmt.Errorf("%w: --spare %s: %v", gpufleet.ErrInvalid, model, err)
+		}
+		if cfg.Spare == nil {
+			cfg.Spare = map[string]int{}
+		}
+		cfg.Spare[g.ID] = n
+	}
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {
 		return err
@@ -138,7 +169,11 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		scheme = "https"
 	}
 	url := scheme + "://" + ln.Addr().String()
-	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready}
+	ui, err := web.New(web.Options{Service: srv, Logs: srv, Catalog: cat, Logger: log})
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready, UI: ui}
 	if f.metricsListen == "" {
 		opts.MetricsHandler = srv.MetricsHandler()
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -143,6 +144,12 @@ func validResources(res gpufleet.Resources) error {
 	}
 	if res.GPUMemoryMinBytes < 0 {
 		return fmt.Errorf("%w: resources.gpu_memory_min_bytes: expected a positive size", gpufleet.ErrInvalid)
+	}
+	if res.CPUs < 0 || res.CPUs > 4096 || math.IsNaN(res.CPUs) {
+		return fmt.Errorf("%w: resources.cpus %g: expected a CPU count between 0 (no limit) and 4096", gpufleet.ErrInvalid, res.CPUs)
+	}
+	if res.MemoryBytes < 0 || (res.MemoryBytes > 0 && res.MemoryBytes < 1<<20) {
+		return fmt.Errorf("%w: resources.memory_bytes %d: expected 0 (no limit) or at least 1 MiB", gpufleet.ErrInvalid, res.MemoryBytes)
 	}
 	if err := validSharing(res.Sharing); err != nil {
 		return err

@@ -392,7 +392,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			case a.State == gpufleet.AttemptStarting:
 				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
 					Workdir: j.Workdir, Team: j.Team, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
-					GraceS: grace, SimLoad: j.SimLoad, NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
+					GraceS: grace, SimLoad: j.SimLoad, CPUs: j.Resources.CPUs, MemoryBytes: j.Resources.MemoryBytes, NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
 					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID)})
 			}
 			orders[n.Name] = o

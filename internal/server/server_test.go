@@ -246,6 +246,8 @@ func TestBadSubmissionsNameTheField(t *testing.T) {
 		"reserved env":      {req: api.SubmitRequest{Command: []string{"x"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"}, Resources: gpufleet.Resources{GPUs: 1}}, want: "CUDA_VISIBLE_DEVICES"},
 		"relative workdir":  {req: api.SubmitRequest{Command: []string{"x"}, Workdir: "../etc", Resources: gpufleet.Resources{GPUs: 1}}, want: "workdir"},
 		"nodes not divisor": {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 3, Nodes: 2}}, want: "resources.nodes 2"},
+		"negative cpus":     {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 1, CPUs: -1}}, want: "resources.cpus -1"},
+		"tiny memory":       {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 1, MemoryBytes: 100}}, want: "resources.memory_bytes 100"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

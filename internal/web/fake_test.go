@@ -1,0 +1,314 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// fakeService is a small api.Service with the real one's tenancy rules: a
+// member sees and touches only its own team's jobs (ErrNotFound for the
+// others) and admin-only methods answer ErrForbidden. It records the
+// principal of every call.
+type fakeService struct {
+	mu      sync.Mutex
+	tokens  map[string]api.Principal
+	jobs    []gpufleet.Job
+	nodes   []gpufleet.Node
+	calls   []api.Principal
+	actions []string
+	now     time.Time
+}
+
+func f64(v float64) *float64 { return &v }
+func i64(v int64) *int64     { return &v }
+
+func newFakeService(now time.Time) *fakeService {
+	eta := now.Add(25 * time.Minute)
+	started := now.Add(-10 * time.Minute)
+	s := &fakeService{now: now, tokens: map[string]api.Principal{
+		"admin-token-0123456789": {TokenID: "tok-admin", Role: gpufleet.RoleAdmin},
+		"member-a-0123456789":    {TokenID: "tok-a", Role: gpufleet.RoleMember, Team: "team-a"},
+		"member-b-0123456789":    {TokenID: "tok-b", Role: gpufleet.RoleMember, Team: "team-b"},
+		"node-credential-01234":  {TokenID: "node-1", Node: "n1"},
+	}}
+	s.jobs = []gpufleet.Job{
+		{ID: "j-a1", Team: "team-a", Name: "alpha-train", State: gpufleet.JobQueued, Priority: "batch", SubmittedAt: now.Add(-time.Minute),
+			Resources: gpufleet.Resources{GPUs: 16, Interconnect: "nvlink"}, Command: []string{"sleep", "60"},
+			Queue: &gpufleet.QueueEntry{ID: "j-a1", Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 1,
+				Reason: "no node has 16 free GPUs in one NVLink domain", ReasonCode: "no_fit", EstimatedStart: &eta}},
+		{ID: "j-a2", Team: "team-a", Name: "alpha-serve", State: gpufleet.JobRunning, Priority: "production", SubmittedAt: started,
+			StartedAt: &started, EstimateS: f64(3600), Resources: gpufleet.Resources{GPUs: 2}, Command: []string{"serve"},
+			Attempts: []gpufleet.Attempt{{ID: "att-1", JobID: "j-a2", State: gpufleet.AttemptRunning, Node: "n1", GPUs: []string{"GPU-1", "GPU-2"},
+				Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"GPU-1", "GPU-2"}}}, StartedAt: &started}}},
+		{ID: "j-b1", Team: "team-b", Name: "secret-b", State: gpufleet.JobQueued, Priority: "batch", SubmittedAt: now,
+			Resources: gpufleet.Resources{GPUs: 1}, Command: []string{"true"},
+			Queue: &gpufleet.QueueEntry{ID: "j-b1", Team: "team-b", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"}},
+	}
+	gpu := func(i int, eff float64, alloc bool, team string) gpufleet.NodeGPU {
+		return gpufleet.NodeGPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Model: "h100-sxm-80gb", MemoryBytes: 80 << 30,
+			State: gpufleet.NodeReady, Health: gpufleet.Healthy, NVLinkDomain: "n1-nvl",
+			Live: &gpufleet.GPULive{Utilization: f64(eff), EffectiveUtilization: f64(eff), PowerWatts: f64(300), TemperatureC: f64(60),
+				MemoryUsedBytes: i64(10 << 30), Allocated: alloc, Team: team}}
+	}
+	n1 := gpufleet.Node{Name: "n1", State: gpufleet.NodeReady, Health: gpufleet.Healthy, HeartbeatAgeS: f64(0.5),
+		Versions: map[string]string{"driver": "550.54", "cuda": "12.4", "vbios": "96.00"}, Labels: map[string]string{"rack": "r1"},
+		GPUs: []gpufleet.NodeGPU{gpu(0, 0.9, false, ""), gpu(1, 0.5, true, "team-a"), gpu(2, 0.01, true, "team-a"), gpu(3, 0, false, "")}}
+	n1.GPUs[3].Health, n1.GPUs[3].Reason = gpufleet.Unhealthy, "XID 79"
+	n1.GPUs[3].Live.RecentXIDs = []int{79}
+	n2 := gpufleet.Node{Name: "n2", State: gpufleet.NodeCordoned, Health: gpufleet.Healthy,
+		GPUs: []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-L4", Model: "l4", State: gpufleet.NodeReady, Health: gpufleet.Healthy,
+			MIGInstances: []gpufleet.MIGInstance{{UUID: "MIG-1", Profile: "1g.10gb"}}}}}
+	s.nodes = []gpufleet.Node{n1, n2}
+	return s
+}
+
+func (s *fakeService) record(p api.Principal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, p)
+	if p.Role == "" {
+		return api.ErrUnauthorized
+	}
+	return nil
+}
+
+func (s *fakeService) principals() []api.Principal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+func visibleTo(p api.Principal, team string) bool { return p.IsAdmin() || p.Team == team }
+
+func (s *fakeService) SubmitJob(_ context.Context, p api.Principal, _ api.SubmitRequest) (api.SubmitResponse, error) {
+	return api.SubmitResponse{}, s.record(p)
+}
+
+func (s *fakeService) Jobs(_ context.Context, p api.Principal, q api.JobQuery) (api.JobList, error) {
+	if err := s.record(p); err != nil {
+		return api.JobList{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []gpufleet.Job
+	for _, j := range s.jobs {
+		if !visibleTo(p, j.Team) || (!q.All && j.State.Terminal()) {
+			continue
+		}
+		if len(q.States) > 0 && !slices.Contains(q.States, j.State) {
+			continue
+		}
+		out = append(out, j)
+	}
+	return api.JobList{Jobs: out}, nil
+}
+
+func (s *fakeService) Job(_ context.Context, p api.Principal, id string) (gpufleet.Job, error) {
+	if err := s.record(p); err != nil {
+		return gpufleet.Job{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if j.ID == id && visibleTo(p, j.Team) {
+			return j, nil
+		}
+	}
+	return gpufleet.Job{}, fmt.Errorf("%w: job %s", gpufleet.ErrNotFound, id)
+}
+
+func (s *fakeService) CancelJob(ctx context.Context, p api.Principal, id string) (gpufleet.Job, error) {
+	j, err := s.Job(ctx, p, id)
+	if err != nil {
+		return j, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.actions = append(s.actions, "cancel "+id)
+	for i := range s.jobs {
+		if s.jobs[i].ID == id {
+			s.jobs[i].CancelRequested = true
+			j = s.jobs[i]
+		}
+	}
+	return j, nil
+}
+
+func (s *fakeService) Queue(_ context.Context, p api.Principal) ([]gpufleet.QueueEntry, error) {
+	if err := s.record(p); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []gpufleet.QueueEntry{}
+	for _, j := range s.jobs {
+		if j.Queue != nil && visibleTo(p, j.Team) {
+			out = append(out, *j.Queue)
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeService) Nodes(_ context.Context, p api.Principal) ([]gpufleet.Node, error) {
+	if err := s.record(p); err != nil {
+		return nil, err
+	}
+	out := slices.Clone(s.nodes)
+	if !p.IsAdmin() { // like the server: a GPU's team shows to that team only
+		for i := range out {
+			out[i].GPUs = slices.Clone(out[i].GPUs)
+			for k := range out[i].GPUs {
+				if l := out[i].GPUs[k].Live; l != nil && l.Team != p.Team {
+					c := *l
+					c.Team = ""
+					out[i].GPUs[k].Live = &c
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeService) Node(ctx context.Context, p api.Principal, name string) (gpufleet.Node, error) {
+	nodes, err := s.Nodes(ctx, p)
+	if err != nil {
+		return gpufleet.Node{}, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return gpufleet.Node{}, fmt.Errorf("%w: node %s", gpufleet.ErrNotFound, name)
+}
+
+func (s *fakeService) NodeAction(ctx context.Context, p api.Principal, name string, a api.NodeAction) (gpufleet.Node, error) {
+	if err := s.record(p); err != nil {
+		return gpufleet.Node{}, err
+	}
+	if !p.IsAdmin() {
+		return gpufleet.Node{}, fmt.Errorf("%w: admin only", api.ErrForbidden)
+	}
+	s.mu.Lock()
+	s.actions = append(s.actions, string(a)+" "+name)
+	s.mu.Unlock()
+	return s.Node(ctx, p, name)
+}
+
+func (s *fakeService) Teams(_ context.Context, p api.Principal) ([]gpufleet.Team, error) {
+	if err := s.record(p); err != nil {
+		return nil, err
+	}
+	var out []gpufleet.Team
+	for _, t := range []gpufleet.Team{
+		{Name: "team-a", Quota: map[string]int{"h100-sxm-80gb": 8}, Used: map[string]int{"h100-sxm-80gb": 2}, BorrowingLimit: -1, Weight: 1},
+		{Name: "team-b", Quota: map[string]int{"big": 4}, Used: map[string]int{"l4": 1}, BorrowingLimit: 2, Weight: 2},
+	} {
+		if visibleTo(p, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeService) PutTeam(_ context.Context, p api.Principal, _ api.TeamRequest) (gpufleet.Team, error) {
+	return gpufleet.Team{}, s.record(p)
+}
+
+func (s *fakeService) Classes(_ context.Context, p api.Principal) ([]gpufleet.Class, error) {
+	return []gpufleet.Class{{Name: "big", Models: []string{"h100-sxm-80gb", "l4"}}}, s.record(p)
+}
+
+func (s *fakeService) PutClass(_ context.Context, p api.Principal, c gpufleet.Class) (gpufleet.Class, error) {
+	return c, s.record(p)
+}
+
+func (s *fakeService) Tokens(_ context.Context, p api.Principal) ([]gpufleet.Token, error) {
+	return nil, s.record(p)
+}
+
+func (s *fakeService) CreateToken(_ context.Context, p api.Principal, _ api.TokenRequest) (gpufleet.Token, error) {
+	return gpufleet.Token{}, s.record(p)
+}
+
+func (s *fakeService) RevokeToken(_ context.Context, p api.Principal, _ string) error {
+	return s.record(p)
+}
+
+func (s *fakeService) CreateJoinToken(_ context.Context, p api.Principal, _ api.JoinTokenRequest) (api.JoinTokenResponse, error) {
+	return api.JoinTokenResponse{}, s.record(p)
+}
+
+func (s *fakeService) Usage(_ context.Context, p api.Principal, q api.UsageQuery) (api.UsageReport, error) {
+	if err := s.record(p); err != nil {
+		return api.UsageReport{}, err
+	}
+	rep := api.UsageReport{From: q.From, To: q.To}
+	for _, t := range []api.TeamUsage{
+		{Team: "team-a", GPUHours: 10, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7,
+			Models: []api.ModelUsage{{Model: "h100-sxm-80gb", GPUHours: 10, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7}}},
+		{Team: "team-b", GPUHours: 1, EffectiveGPUHours: 1},
+	} {
+		if visibleTo(p, t.Team) {
+			rep.Teams = append(rep.Teams, t)
+		}
+	}
+	return rep, nil
+}
+
+func (s *fakeService) Rollups(_ context.Context, p api.Principal, q api.RollupQuery) ([]api.GPURollup, error) {
+	if err := s.record(p); err != nil {
+		return nil, err
+	}
+	if q.JobID != "" {
+		j, err := s.Job(context.Background(), p, q.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if len(j.Attempts) == 0 {
+			return nil, nil
+		}
+	}
+	var out []api.GPURollup
+	for m := 10; m > 0; m-- {
+		minute := s.now.Truncate(time.Minute).Add(-time.Duration(m) * time.Minute)
+		for _, g := range []string{"GPU-1", "GPU-2"} {
+			out = append(out, api.GPURollup{Node: "n1", GPU: g, Model: "h100-sxm-80gb", Minute: minute, Samples: 12,
+				EffectiveUtilization: f64(float64(m) / 10), MemoryUsedBytesMax: i64(int64(m) << 30), PowerWatts: f64(300), EnergyJoules: 18000})
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeService) Authenticate(_ context.Context, bearer string) (api.Principal, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.tokens[bearer]
+	if !ok {
+		return api.Principal{}, fmt.Errorf("%w: unknown token", api.ErrUnauthorized)
+	}
+	return p, nil
+}
+
+func (s *fakeService) revoke(token string) {
+	s.mu.Lock()
+	delete(s.tokens, token)
+	s.mu.Unlock()
+}
+
+// Logs implements api.LogService: the job's id as its output.
+func (s *fakeService) Logs(ctx context.Context, p api.Principal, jobID string, _ bool, w io.Writer) error {
+	j, err := s.Job(ctx, p, jobID)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "hello from %s\n<script>alert(1)</script>\n", j.ID)
+	return err
+}

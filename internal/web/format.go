@@ -1,0 +1,219 @@
+package web
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// funcs are the template helpers. They format values; none builds markup.
+var funcs = template.FuncMap{
+	"pct":      fmtPct,
+	"bytes":    fmtBytes,
+	"watts":    fmtWatts,
+	"celsius":  fmtCelsius,
+	"energy":   fmtEnergy,
+	"hours":    fmtHours,
+	"usd":      fmtUSD,
+	"dur":      fmtDuration,
+	"secs":     fmtSecondsPtr,
+	"clock":    fmtClock,
+	"clockptr": fmtClockPtr,
+	"join":     strings.Join,
+	"ints":     fmtInts,
+	"short":    shortID,
+	"num":      fmtNum,
+	"numptr":   fmtNumPtr,
+	"intptr":   fmtIntPtr,
+	"list":     func(v ...string) []string { return v },
+	"secs3":    func(ms int64) string { return fmtDuration(time.Duration(ms) * time.Millisecond) },
+	"healthClass": func(h string) string {
+		switch h {
+		case "healthy", "ready", "":
+			return "ok"
+		case "degraded", "cordoned", "draining", "validating", "repairing":
+			return "warn"
+		}
+		return "bad"
+	},
+}
+
+// dash is what a missing value shows.
+const dash = "—"
+
+func fmtPct(v *float64) string {
+	if v == nil {
+		return dash
+	}
+	return strconv.FormatFloat(*v*100, 'f', 0, 64) + "%"
+}
+
+func fmtBytes(v any) string {
+	var b float64
+	switch x := v.(type) {
+	case int64:
+		b = float64(x)
+	case *int64:
+		if x == nil {
+			return dash
+		}
+		b = float64(*x)
+	case int:
+		b = float64(x)
+	case float64:
+		b = x
+	default:
+		return dash
+	}
+	const gib = 1 << 30
+	switch {
+	case b >= 1<<40:
+		return strconv.FormatFloat(b/(1<<40), 'f', 1, 64) + " TiB"
+	case b >= 100*gib:
+		return strconv.FormatFloat(b/gib, 'f', 0, 64) + " GiB"
+	case b >= gib:
+		return strconv.FormatFloat(b/gib, 'f', 1, 64) + " GiB"
+	case b >= 1<<20:
+		return strconv.FormatFloat(b/(1<<20), 'f', 0, 64) + " MiB"
+	case b >= 1<<10:
+		return strconv.FormatFloat(b/(1<<10), 'f', 0, 64) + " KiB"
+	}
+	return strconv.FormatFloat(b, 'f', 0, 64) + " B"
+}
+
+func fmtWatts(v any) string {
+	var w float64
+	switch x := v.(type) {
+	case *float64:
+		if x == nil {
+			return dash
+		}
+		w = *x
+	case float64:
+		w = x
+	default:
+		return dash
+	}
+	if w >= 10000 {
+		return strconv.FormatFloat(w/1000, 'f', 1, 64) + " kW"
+	}
+	return strconv.FormatFloat(w, 'f', 0, 64) + " W"
+}
+
+func fmtCelsius(v *float64) string {
+	if v == nil {
+		return dash
+	}
+	return strconv.FormatFloat(*v, 'f', 0, 64) + " °C"
+}
+
+func fmtEnergy(j float64) string {
+	switch {
+	case j >= 3.6e9:
+		return strconv.FormatFloat(j/3.6e9, 'f', 2, 64) + " MWh"
+	case j >= 3.6e6:
+		return strconv.FormatFloat(j/3.6e6, 'f', 1, 64) + " kWh"
+	case j >= 3.6e3:
+		return strconv.FormatFloat(j/3.6e3, 'f', 1, 64) + " Wh"
+	}
+	return strconv.FormatFloat(j, 'f', 0, 64) + " J"
+}
+
+func fmtHours(h float64) string {
+	if h != 0 && math.Abs(h) < 0.1 {
+		return strconv.FormatFloat(h, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(h, 'f', 1, 64)
+}
+
+func fmtUSD(v float64) string {
+	return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func fmtNum(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+
+func fmtNumPtr(v *float64, prec int) string {
+	if v == nil {
+		return dash
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+func fmtIntPtr(v *int) string {
+	if v == nil {
+		return dash
+	}
+	return strconv.Itoa(*v)
+}
+
+// fmtDuration writes a duration as "3d 4h", "2h 05m", "7m 03s" or "12s".
+func fmtDuration(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	d = d.Round(time.Second)
+	var s string
+	switch {
+	case d >= 48*time.Hour:
+		s = fmt.Sprintf("%dd %dh", d/(24*time.Hour), (d%(24*time.Hour))/time.Hour)
+	case d >= time.Hour:
+		s = fmt.Sprintf("%dh %02dm", d/time.Hour, (d%time.Hour)/time.Minute)
+	case d >= time.Minute:
+		s = fmt.Sprintf("%dm %02ds", d/time.Minute, (d%time.Minute)/time.Second)
+	default:
+		s = fmt.Sprintf("%ds", d/time.Second)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// fmtSecondsPtr writes optional seconds as a duration.
+func fmtSecondsPtr(v *float64) string {
+	if v == nil {
+		return dash
+	}
+	return fmtDuration(time.Duration(*v * float64(time.Second)))
+}
+
+// fmtClock writes a time in UTC, to the second, with the date when it is
+// not today.
+func fmtClock(t time.Time) string {
+	if t.IsZero() {
+		return dash
+	}
+	t = t.UTC()
+	if t.Format("2006-01-02") == time.Now().UTC().Format("2006-01-02") {
+		return t.Format("15:04:05") + " UTC"
+	}
+	return t.Format("2006-01-02 15:04") + " UTC"
+}
+
+func fmtClockPtr(t *time.Time) string {
+	if t == nil {
+		return dash
+	}
+	return fmtClock(*t)
+}
+
+func fmtInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// shortID shortens a long id (a GPU UUID) for a table cell; the full one
+// goes in a title.
+func shortID(s string) string {
+	if len(s) <= 16 {
+		return s
+	}
+	return s[:12] + "…"
+}

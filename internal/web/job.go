@@ -1,0 +1,361 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// specRow is one line of a job's spec.
+type specRow struct{ Key, Value string }
+
+// attemptRow is one attempt of a job.
+type attemptRow struct {
+	ID, State, Node, GPUs, GPUsTitle string
+	Started, Finished, Took          string
+	Exit, Reason, ReasonCode         string
+}
+
+// jobView is the job page.
+type jobView struct {
+	ID, Name, Team, State, Priority string
+	CancelRequested, CanCancel      bool
+	Spec                            []specRow
+	Command                         string
+	Queue                           *pendingRow
+	Attempts                        []attemptRow
+	Util, Memory                    lineChart
+	HasLogs                         bool
+	Window                          string
+	// ChartsLive is the charts' fragment URL; ChartsPollMS its interval.
+	ChartsLive   string
+	ChartsPollMS int
+	// LogLive is the log tail's URL.
+	LogLive string
+}
+
+// chartWindow is how far back the job charts reach at most.
+const chartWindow = 6 * time.Hour
+
+func (u *UI) jobPage(r *http.Request, v *viewer) (view, error) { return u.job(r, v, true) }
+
+// jobFragment is the job page's live region, without the charts.
+func (u *UI) jobFragment(r *http.Request, v *viewer) (view, error) { return u.job(r, v, false) }
+
+// jobChartsFragment is the job page's charts alone.
+func (u *UI) jobChartsFragment(r *http.Request, v *viewer) (view, error) {
+	vw, err := u.job(r, v, true)
+	vw.tmpl = "charts"
+	return vw, err
+}
+
+// job builds the job page, with the charts (two more service calls) when
+// asked.
+func (u *UI) job(r *http.Request, v *viewer, charts bool) (view, error) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	j, err := u.svc.Job(ctx, v.P, id)
+	if err != nil {
+		return view{}, fmt.Errorf("job %s: %w", id, err)
+	}
+	now := u.now()
+	jv := jobView{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: j.Priority,
+		CancelRequested: j.CancelRequested, CanCancel: !j.State.Terminal() && !j.CancelRequested, HasLogs: u.logs != nil,
+		ChartsLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/charts", ChartsPollMS: chartPollMS,
+		LogLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/log"}
+	jv.Spec = jobSpec(j)
+	jv.Command = shellJoin(j.Command)
+	if j.Queue != nil {
+		e := *j.Queue
+		row := pendingRow{ID: j.ID, Position: e.Position, TeamPosition: e.TeamPosition, Reason: e.Reason, ReasonCode: e.ReasonCode}
+		row.ETA, row.ETATitle = etaText(e.EstimatedStart, e.ReasonCode, now)
+		jv.Queue = &row
+	} else if j.State == gpufleet.JobQueued {
+		jv.Queue = &pendingRow{ID: j.ID, Reason: "waiting for the scheduler", ETA: "no estimate yet"}
+	}
+	for _, a := range j.Attempts {
+		jv.Attempts = append(jv.Attempts, newAttemptRow(a, now))
+	}
+	if charts && len(j.Attempts) > 0 {
+		u.jobCharts(r, v, j, &jv, now)
+	}
+	return view{page: "job", title: "Job " + j.ID, nav: "jobs", live: "/ui/jobs/" + url.PathEscape(j.ID), data: jv}, nil
+}
+
+// shellJoin writes a command as a shell would take it, quoting the
+// arguments that need it.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && !strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,@%+", r))
+		}) {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+func jobSpec(j gpufleet.Job) []specRow {
+	res := j.Resources
+	rows := []specRow{
+		{"GPUs", strconv.Itoa(res.GPUs)},
+		{"Submitted", fmtClock(j.SubmittedAt)},
+		{"Started", fmtClockPtr(j.StartedAt)},
+		{"Finished", fmtClockPtr(j.FinishedAt)},
+		{"Time limit", fmtSecondsPtr(j.TimeLimitS)},
+		{"Estimate", fmtSecondsPtr(j.EstimateS)},
+		{"Preemptible", strconv.FormatBool(j.Preemptible)},
+		{"Retries", fmt.Sprintf("%d of %d used", j.Retries.Used, j.Retries.Max)},
+		{"Interruptions", strconv.Itoa(j.Interruptions)},
+	}
+	opt := func(k, v string) {
+		if v != "" {
+			rows = append(rows, specRow{k, v})
+		}
+	}
+	if res.Nodes > 0 {
+		opt("Nodes", strconv.Itoa(res.Nodes))
+	}
+	opt("GPU models", strings.Join(res.GPUModels, ", "))
+	if res.GPUMemoryMinBytes > 0 {
+		opt("GPU memory at least", fmtBytes(res.GPUMemoryMinBytes))
+	}
+	opt("Compute capability at least", res.MinComputeCapability)
+	opt("Precision", res.Precision)
+	opt("Interconnect", res.Interconnect)
+	opt("Sharing", res.Sharing)
+	opt("Prefer", res.Prefer)
+	var sel []string
+	for _, k := range slices.Sorted(maps.Keys(res.NodeSelector)) {
+		sel = append(sel, k+"="+res.NodeSelector[k])
+	}
+	opt("Node selector", strings.Join(sel, ", "))
+	opt("Workdir", j.Workdir)
+	opt("Simulated load", j.SimLoad)
+	opt("Request id", j.RequestID)
+	return rows
+}
+
+func newAttemptRow(a gpufleet.Attempt, now time.Time) attemptRow {
+	row := attemptRow{ID: a.ID, State: string(a.State), Node: a.Node, Started: fmtClockPtr(a.StartedAt),
+		Finished: fmtClockPtr(a.FinishedAt), Took: dash, Exit: dash, Reason: a.Reason, ReasonCode: a.ReasonCode}
+	var gpus, short []string
+	nodes := a.Nodes
+	if len(nodes) == 0 && a.Node != "" {
+		nodes = []gpufleet.AttemptNode{{Name: a.Node, GPUs: a.GPUs}}
+	}
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+		gpus = append(gpus, n.GPUs...)
+		for _, g := range n.GPUs {
+			short = append(short, shortID(g))
+		}
+	}
+	row.Node = strings.Join(names, ", ")
+	row.GPUs = fmt.Sprintf("%d: %s", len(gpus), strings.Join(short, " "))
+	row.GPUsTitle = strings.Join(gpus, " ")
+	if a.StartedAt != nil {
+		end := now
+		if a.FinishedAt != nil {
+			end = *a.FinishedAt
+		}
+		row.Took = fmtDuration(end.Sub(*a.StartedAt))
+	}
+	if a.ExitCode != nil {
+		row.Exit = strconv.Itoa(*a.ExitCode)
+	}
+	return row
+}
+
+// jobCharts draws the job's per-GPU utilization and memory from the
+// rollups of the GPUs its attempts held.
+func (u *UI) jobCharts(r *http.Request, v *viewer, j gpufleet.Job, jv *jobView, now time.Time) {
+	from := now.Add(-chartWindow)
+	if first := j.Attempts[0].StartedAt; first != nil && first.After(from) {
+		from = first.Truncate(time.Minute)
+	}
+	to := now
+	if j.FinishedAt != nil && j.FinishedAt.Before(now) {
+		to = j.FinishedAt.Add(time.Minute)
+	}
+	if to.Sub(from) < 10*time.Minute { // a readable minimum window
+		from = to.Add(-10 * time.Minute)
+	}
+	jv.Window = fmtClock(from) + " to " + fmtClock(to)
+	rs, err := u.svc.Rollups(r.Context(), v.P, api.RollupQuery{JobID: j.ID, From: from, To: to})
+	if err != nil {
+		u.log.LogAttrs(r.Context(), slog.LevelWarn, "job rollups", slog.String("job", j.ID), slog.Any("err", err))
+		jv.Util.Empty, jv.Memory.Empty = "Utilization history is unavailable.", "Memory history is unavailable."
+		jv.Util.W, jv.Memory.W, jv.Util.H, jv.Memory.H = chartW, chartW, 40, 40
+		return
+	}
+	names := u.gpuNames(r, v)
+	util, mem, memMax := rollupSeries(rs, names)
+	jv.Util = buildLineChart("Effective utilization per GPU", "Effective utilization (SM activity where the GPU reports it, else utilization) of each GPU the job held, per minute.",
+		from, to, 1, func(x float64) string { return strconv.Itoa(int(math.Round(x*100))) + "%" }, util, 150*time.Second)
+	jv.Memory = buildLineChart("Memory used per GPU", "Peak memory used on each GPU the job held, per minute.",
+		from, to, memMax, func(x float64) string { return fmtBytes(x) }, mem, 150*time.Second)
+}
+
+// gpuNames maps GPU and MIG UUIDs to "node GPU n" from the nodes the
+// viewer may see.
+func (u *UI) gpuNames(r *http.Request, v *viewer) map[string]string {
+	out := map[string]string{}
+	nodes, err := u.svc.Nodes(r.Context(), v.P)
+	if err != nil {
+		return out
+	}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			out[g.UUID] = fmt.Sprintf("%s GPU %d", n.Name, g.Index)
+			for i, m := range g.MIGInstances {
+				out[m.UUID] = fmt.Sprintf("%s GPU %d MIG %d (%s)", n.Name, g.Index, i, m.Profile)
+			}
+		}
+	}
+	return out
+}
+
+// rollupSeries splits rollups into one utilization and one memory series
+// per GPU, and returns the memory axis' top (the largest reading, rounded
+// up).
+func rollupSeries(rs []api.GPURollup, names map[string]string) (util, mem []seriesData, memMax float64) {
+	idx := map[string]int{}
+	for _, x := range rs {
+		i, ok := idx[x.GPU]
+		if !ok {
+			i = len(util)
+			idx[x.GPU] = i
+			name := names[x.GPU]
+			if name == "" {
+				name = x.Node + " " + shortID(x.GPU)
+			}
+			util = append(util, seriesData{Name: name})
+			mem = append(mem, seriesData{Name: name})
+		}
+		uv, mv := math.NaN(), math.NaN()
+		if x.EffectiveUtilization != nil {
+			uv = *x.EffectiveUtilization
+		}
+		if x.MemoryUsedBytesMax != nil {
+			mv = float64(*x.MemoryUsedBytesMax)
+			memMax = math.Max(memMax, mv)
+		}
+		util[i].Points = append(util[i].Points, point{T: x.Minute, V: uv})
+		mem[i].Points = append(mem[i].Points, point{T: x.Minute, V: mv})
+	}
+	const gib = 1 << 30
+	memMax = math.Max(gib, math.Ceil(memMax/(8*gib))*8*gib)
+	return util, mem, memMax
+}
+
+// logTail is how much of a job's log the page shows.
+const logTail = 32 << 10
+
+// tailWriter keeps the last n bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	n   int
+	cut bool
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.n {
+		b, t.cut = b[len(b)-t.n:], true
+	}
+	if t.cut {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
+			b = b[i+1:]
+		}
+		return "[… earlier output cut; the CLI's `gpufleet logs` has all of it]\n" + strings.ToValidUTF8(string(b), "�")
+	}
+	return strings.ToValidUTF8(string(b), "�")
+}
+
+// jobLog is the live log tail fragment: plain text, the last 32 KiB of the
+// latest attempt's log.
+func (u *UI) jobLog(r *http.Request, v *viewer) (view, error) {
+	id := r.PathValue("id")
+	if u.logs == nil {
+		return view{data: "(logs are not available on this server)"}, nil
+	}
+	t := &tailWriter{n: logTail}
+	if err := u.logs.Logs(r.Context(), v.P, id, false, t); err != nil {
+		if errors.Is(err, gpufleet.ErrNotFound) {
+			// A job that exists but has not started has no log yet.
+			if _, jerr := u.svc.Job(r.Context(), v.P, id); jerr == nil {
+				return view{data: "(no output yet)"}, nil
+			}
+		}
+		return view{}, fmt.Errorf("logs of %s: %w", id, err)
+	}
+	s := t.String()
+	if s == "" {
+		s = "(no output yet)"
+	}
+	return view{data: s}, nil
+}
+
+// confirmData is the confirmation page of an action.
+type confirmData struct {
+	Heading, Message, Action, Button, Back string
+	Danger                                 bool
+}
+
+func (u *UI) cancelConfirm(r *http.Request, v *viewer) (view, error) {
+	id := r.PathValue("id")
+	j, err := u.svc.Job(r.Context(), v.P, id)
+	if err != nil {
+		return view{}, fmt.Errorf("job %s: %w", id, err)
+	}
+	name := j.ID
+	if j.Name != "" {
+		name += " (" + j.Name + ")"
+	}
+	cd := confirmData{Heading: "Cancel job " + name + "?",
+		Message: "Its running attempt gets the stop signal and its grace period; the job then turns cancelled. This cannot be undone.",
+		Action:  "/jobs/" + url.PathEscape(j.ID) + "/cancel", Button: "Cancel job", Back: "/jobs/" + url.PathEscape(j.ID), Danger: true}
+	return view{page: "confirm", title: "Cancel job " + j.ID, nav: "jobs", data: cd}, nil
+}
+
+func (u *UI) cancelJob(_ http.ResponseWriter, r *http.Request, v *viewer) (string, error) {
+	id := r.PathValue("id")
+	j, err := u.svc.CancelJob(r.Context(), v.P, id)
+	if err != nil {
+		return "", fmt.Errorf("cancel %s: %w", id, err)
+	}
+	u.log.LogAttrs(r.Context(), slog.LevelInfo, "job cancel requested", slog.String("job", j.ID), slog.String("by", v.P.TokenID))
+	return "/jobs/" + url.PathEscape(j.ID) + "?done=cancel", nil
+}

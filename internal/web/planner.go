@@ -1,0 +1,295 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/model"
+	"github.com/gpufleet/gpufleet/planner"
+)
+
+// plannerForm is the planner form's fields, as typed.
+type plannerForm struct {
+	Model, Config, Mode, Precision, KVPrecision, GPU string
+	GPUs, Batch, InputTokens, OutputTokens           string
+	Seq, MicroBatch, GlobalBatch, Tokens, Optimizer  string
+	ZeRO, Recompute, LatencyMS                       string
+}
+
+// defaultPlannerForm is the form as first shown.
+func defaultPlannerForm() plannerForm {
+	return plannerForm{Model: "llama-3.1-8b", Mode: "inference", Precision: "bf16", KVPrecision: "bf16",
+		InputTokens: "1024", OutputTokens: "256", Seq: "4096", MicroBatch: "1", GlobalBatch: "1024",
+		Tokens: "1T", Optimizer: "adamw", ZeRO: "0", Recompute: "selective"}
+}
+
+// candRow is one candidate of a plan, formatted.
+type candRow struct {
+	GPU, Layout, Mem, Precision, Bound string
+	GPUs                               int
+	Fits, Recommended                  bool
+	Batch, Throughput, TTFT, TPOT      string
+	Cost, Energy, MFU, Step, TrainTime string
+}
+
+// plannerView is the planner page.
+type plannerView struct {
+	Form       plannerForm
+	Builtins   []string
+	GPUIDs     []string
+	Formats    []string
+	Error      string
+	Ran        bool
+	Training   bool
+	Summary    string
+	Recommend  string
+	Candidates []candRow
+	Memory     barChart
+}
+
+func (u *UI) newPlannerView(f plannerForm) plannerView {
+	pv := plannerView{Form: f, Builtins: model.BuiltinNames(), Formats: []string{"bf16", "fp16", "fp8", "int8", "int4", "fp4", "fp32"}}
+	for _, g := range u.cat.All() {
+		pv.GPUIDs = append(pv.GPUIDs, g.ID)
+	}
+	return pv
+}
+
+func (u *UI) plannerPage(_ *http.Request, _ *viewer) (view, error) {
+	return view{page: "planner", title: "Planner", nav: "planner", data: u.newPlannerView(defaultPlannerForm())}, nil
+}
+
+func (u *UI) plannerRun(w http.ResponseWriter, r *http.Request, v *viewer) (string, error) {
+	f := plannerForm{}
+	for k, p := range map[string]*string{"model": &f.Model, "config": &f.Config, "mode": &f.Mode, "precision": &f.Precision,
+		"kv_precision": &f.KVPrecision, "gpu": &f.GPU, "gpus": &f.GPUs, "batch": &f.Batch, "input_tokens": &f.InputTokens,
+		"output_tokens": &f.OutputTokens, "seq": &f.Seq, "micro_batch": &f.MicroBatch, "global_batch": &f.GlobalBatch,
+		"tokens": &f.Tokens, "optimizer": &f.Optimizer, "zero": &f.ZeRO, "recompute": &f.Recompute, "latency_ms": &f.LatencyMS} {
+		*p = strings.TrimSpace(r.PostFormValue(k))
+	}
+	pv := u.newPlannerView(f)
+	status := http.StatusOK
+	if err := u.plan(&pv); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return "", err
+		}
+		pv.Error, status = err.Error(), http.StatusBadRequest
+	}
+	d := pageData{Title: "Planner", Nav: "planner", V: v, Data: pv}
+	u.render(w, r, "planner", "layout", status, d)
+	return "", nil
+}
+
+// plan runs the planner on the form and fills the results.
+func (u *UI) plan(pv *plannerView) error {
+	req, err := plannerRequest(pv.Form, u.cat)
+	if err != nil {
+		return err
+	}
+	p, err := planner.Run(req, u.cat.All())
+	if err != nil {
+		return err
+	}
+	pv.Ran, pv.Training = true, p.Mode == planner.Training
+	m := p.Model
+	pv.Summary = fmt.Sprintf("%s (%s): %s parameters, %s active per token, %d layers, hidden size %d, KV cache %s per token.",
+		m.Name, m.ModelType, humanCount(m.ParamsTotal), humanCount(m.ParamsActive), m.Layers, m.HiddenSize, fmtBytes(m.KVCacheBytesPerToken))
+	if rec := p.Recommendation; rec != nil {
+		pv.Recommend = fmt.Sprintf("%d × %s, scale %s. %s.", rec.GPUs, rec.GPU, rec.Scaling, strings.TrimSuffix(rec.Reason, "."))
+	}
+	var bars []barInput
+	for i, c := range p.Candidates {
+		row := candRow{GPU: c.GPU, GPUs: c.GPUs, Layout: fmt.Sprintf("%d×%d×%d", c.TP, c.PP, c.DP), Fits: c.Fits,
+			Mem:       fmtBytes(c.MemoryPerGPU.TotalBytes) + " / " + fmtBytes(c.MemoryPerGPU.CapacityBytes),
+			Precision: "native", Bound: dash, Batch: dash}
+		row.Recommended = p.Recommendation != nil && p.Recommendation.GPU == c.GPU
+		if c.PrecisionFallback != nil {
+			row.Precision = string(*c.PrecisionFallback)
+		}
+		if c.Bound != nil {
+			row.Bound = string(*c.Bound)
+		}
+		if c.Batch != nil && c.MaxBatch != nil {
+			row.Batch = fmt.Sprintf("%d (max %d)", *c.Batch, *c.MaxBatch)
+		}
+		row.Throughput = fmtNumPtr(c.OutputTokensPerS, 0)
+		row.TTFT, row.TPOT = fmtSecondsShort(c.TimeToFirstTokenS), fmtSecondsShort(c.TimePerOutputTokenS)
+		row.Cost = dash
+		if c.CostPerMillionTokensUSD != nil {
+			row.Cost = "$" + strconv.FormatFloat(*c.CostPerMillionTokensUSD, 'f', 3, 64)
+		}
+		row.Energy = fmtNumPtr(c.JoulesPerToken, 2)
+		if pv.Training {
+			row.Throughput = fmtNumPtr(c.TrainingTokensPerS, 0)
+			row.MFU = fmtPct(c.MFU)
+			row.Step = fmtSecondsShort(c.StepTimeS)
+			row.TrainTime = fmtSecondsPtr(c.TrainTimeS)
+			row.Cost = dash
+			if c.TrainCostUSD != nil {
+				row.Cost = fmtUSD(*c.TrainCostUSD)
+			}
+			row.Energy = dash
+			if c.TrainEnergyJoules != nil {
+				row.Energy = fmtEnergy(*c.TrainEnergyJoules)
+			}
+		}
+		pv.Candidates = append(pv.Candidates, row)
+		if i < maxMemoryBars {
+			mb := c.MemoryPerGPU
+			label := fmt.Sprintf("%s ×%d", c.GPU, c.GPUs)
+			bars = append(bars, barInput{Label: label, Marker: float64(mb.CapacityBytes),
+				Values: []float64{float64(mb.WeightsBytes), float64(deref(mb.KVCacheBytes)), float64(mb.ActivationsBytes),
+					float64(deref(mb.GradientsBytes)), float64(deref(mb.OptimizerBytes)), float64(mb.OverheadBytes)},
+				Note: fmtBytes(mb.TotalBytes) + " / " + fmtBytes(mb.CapacityBytes)})
+		}
+	}
+	pv.Memory = buildBarChart("Memory per GPU (most loaded GPU), top candidates",
+		"Stacked memory use per GPU for each candidate: weights, KV cache, activations, gradients, optimizer state and runtime overhead; the black mark is the GPU's capacity.",
+		[]barPart{{"weights", "#0072b2"}, {"KV cache", "#56b4e9"}, {"activations", "#009e73"}, {"gradients", "#cc79a7"}, {"optimizer", "#d55e00"}, {"overhead", "#999999"}},
+		bars, "capacity", func(x float64) string { return fmtBytes(x) })
+	return nil
+}
+
+// maxMemoryBars is how many candidates the memory chart shows.
+const maxMemoryBars = 12
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func fmtSecondsShort(v *float64) string {
+	if v == nil {
+		return dash
+	}
+	if *v < 1 {
+		return strconv.FormatFloat(*v*1e3, 'f', 1, 64) + " ms"
+	}
+	if *v < 600 {
+		return strconv.FormatFloat(*v, 'f', 2, 64) + " s"
+	}
+	return fmtSecondsPtr(v)
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e12:
+		return strconv.FormatFloat(float64(n)/1e12, 'f', 2, 64) + "T"
+	case n >= 1e9:
+		return strconv.FormatFloat(float64(n)/1e9, 'f', 2, 64) + "B"
+	case n >= 1e6:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// plannerRequest turns the form into a planner request: a pasted
+// config.json wins over the built-in model.
+func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error) {
+	var r planner.Request
+	var err error
+	if f.Config != "" {
+		if r.Model, err = model.Parse("pasted-config", []byte(f.Config)); err != nil {
+			return r, fmt.Errorf("config.json: %w", err)
+		}
+	} else if r.Model, err = model.Builtin(f.Model); err != nil {
+		return r, fmt.Errorf("model: %w", err)
+	}
+	switch f.Mode {
+	case "inference", "training":
+		r.Mode = planner.Mode(f.Mode)
+	default:
+		return r, fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, f.Mode)
+	}
+	for _, id := range strings.FieldsFunc(f.GPU, func(c rune) bool { return c == ',' || c == ' ' }) {
+		g, err := cat.Lookup(id)
+		if err != nil {
+			return r, fmt.Errorf("GPU: %w", err)
+		}
+		r.GPUs = append(r.GPUs, g)
+	}
+	if r.Precision, err = planner.ParseFormat(orDefault(f.Precision, "bf16")); err != nil {
+		return r, err
+	}
+	if r.KVPrecision, err = planner.ParseFormat(orDefault(f.KVPrecision, "bf16")); err != nil {
+		return r, err
+	}
+	ints := []struct {
+		name string
+		s    string
+		dst  *int
+	}{
+		{"GPUs", f.GPUs, &r.GPUCount}, {"input tokens", f.InputTokens, &r.InputTokens}, {"output tokens", f.OutputTokens, &r.OutputTokens},
+		{"sequence length", f.Seq, &r.Seq}, {"micro-batch", f.MicroBatch, &r.MicroBatch}, {"global batch", f.GlobalBatch, &r.GlobalBatch},
+		{"ZeRO stage", f.ZeRO, &r.ZeRO},
+	}
+	for _, x := range ints {
+		if x.s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x.s)
+		if err != nil || n < 0 {
+			return r, fmt.Errorf("%w: %s %q: expected a whole number, 0 or more", gpufleet.ErrInvalid, x.name, x.s)
+		}
+		*x.dst = n
+	}
+	switch b := strings.ToLower(f.Batch); b {
+	case "":
+	case "max":
+		r.BatchMax = true
+	default:
+		n, err := strconv.Atoi(b)
+		if err != nil || n <= 0 {
+			return r, fmt.Errorf("%w: batch %q: expected a positive number or max", gpufleet.ErrInvalid, f.Batch)
+		}
+		r.Batch = n
+	}
+	if r.Tokens, err = parseCount(orDefault(f.Tokens, "1T")); err != nil {
+		return r, err
+	}
+	r.Optimizer = planner.Optimizer(orDefault(f.Optimizer, "adamw"))
+	r.Recompute = planner.Recompute(orDefault(f.Recompute, "selective"))
+	if f.LatencyMS != "" {
+		ms, err := strconv.ParseFloat(f.LatencyMS, 64)
+		if err != nil || ms <= 0 {
+			return r, fmt.Errorf("%w: latency target %q: expected milliseconds above 0", gpufleet.ErrInvalid, f.LatencyMS)
+		}
+		r.LatencyTargetS = ms / 1e3
+	}
+	return r, nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// parseCount reads 1T, 300B, 5M or a plain number of tokens.
+func parseCount(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1.0
+	for _, sm := range []struct {
+		suf string
+		m   float64
+	}{{"K", 1e3}, {"M", 1e6}, {"B", 1e9}, {"G", 1e9}, {"T", 1e12}} {
+		if strings.HasSuffix(t, sm.suf) {
+			t, mult = strings.TrimSuffix(t, sm.suf), sm.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v*mult < 1 || v*mult > 1e18 {
+		return 0, fmt.Errorf("%w: tokens %q: expected a count such as 1T, 300B or 2e12", gpufleet.ErrInvalid, s)
+	}
+	return int64(v * mult), nil
+}

@@ -1,0 +1,180 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// pendingRow is one queued job.
+type pendingRow struct {
+	ID, Name, Team, Priority string
+	Position, TeamPosition   int
+	GPUs                     int
+	Reason, ReasonCode       string
+	ETA, ETATitle            string
+	Waiting                  string
+}
+
+// runningRow is one job holding GPUs.
+type runningRow struct {
+	ID, Name, Team, Priority, State string
+	Where                           string
+	GPUs                            int
+	Started                         string
+	Elapsed                         string
+	Estimate                        string
+	Limit                           string
+	CancelRequested                 bool
+}
+
+// queueView is the queue page.
+type queueView struct {
+	Pending []pendingRow
+	Running []runningRow
+}
+
+// etaText says when a queued job should start, in words, with the
+// absolute time for the tooltip.
+func etaText(eta *time.Time, code string, now time.Time) (string, string) {
+	if eta == nil && code == "unplaceable" {
+		return "never, as submitted", "No node of the fleet can ever run this job as submitted; change its request."
+	}
+	if eta == nil {
+		return "no estimate yet", "The scheduler has no start estimate for this job: nothing running now frees enough GPUs for it."
+	}
+	d := eta.Sub(now)
+	if d <= 0 {
+		return "any moment", fmtClock(*eta)
+	}
+	return "in " + fmtDuration(d), fmtClock(*eta)
+}
+
+func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
+	ctx := r.Context()
+	entries, err := u.svc.Queue(ctx, v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("queue: %w", err)
+	}
+	active, err := u.svc.Jobs(ctx, v.P, api.JobQuery{States: []gpufleet.JobState{gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning}, Limit: api.MaxPageLimit})
+	if err != nil {
+		return view{}, fmt.Errorf("jobs: %w", err)
+	}
+	byID := map[string]gpufleet.Job{}
+	for _, j := range active.Jobs {
+		byID[j.ID] = j
+	}
+	now := u.now()
+	var qv queueView
+	for _, e := range entries {
+		row := pendingRow{ID: e.ID, Team: e.Team, Priority: e.Priority, Position: e.Position, TeamPosition: e.TeamPosition,
+			Reason: e.Reason, ReasonCode: e.ReasonCode}
+		if j, ok := byID[e.ID]; ok {
+			row.Name, row.GPUs = j.Name, j.Resources.GPUs
+			row.Waiting = fmtDuration(now.Sub(j.SubmittedAt))
+		}
+		row.ETA, row.ETATitle = etaText(e.EstimatedStart, e.ReasonCode, now)
+		qv.Pending = append(qv.Pending, row)
+	}
+	for _, j := range active.Jobs {
+		if j.State == gpufleet.JobQueued {
+			continue
+		}
+		qv.Running = append(qv.Running, newRunningRow(j, now))
+	}
+	slices.SortFunc(qv.Running, func(a, b runningRow) int { return strings.Compare(a.ID, b.ID) })
+	return view{page: "queue", title: "Queue", nav: "queue", live: "/ui/queue", data: qv}, nil
+}
+
+func newRunningRow(j gpufleet.Job, now time.Time) runningRow {
+	row := runningRow{ID: j.ID, Name: j.Name, Team: j.Team, Priority: j.Priority, State: string(j.State),
+		GPUs: j.Resources.GPUs, Started: dash, Elapsed: dash, Estimate: dash, Limit: fmtSecondsPtr(j.TimeLimitS),
+		CancelRequested: j.CancelRequested}
+	if a := lastAttempt(j); a != nil {
+		var where []string
+		for _, n := range a.Nodes {
+			where = append(where, fmt.Sprintf("%s (%d)", n.Name, len(n.GPUs)))
+		}
+		if len(where) == 0 && a.Node != "" {
+			where = append(where, fmt.Sprintf("%s (%d)", a.Node, len(a.GPUs)))
+		}
+		row.Where = strings.Join(where, ", ")
+	}
+	start := j.StartedAt
+	if a := lastAttempt(j); a != nil && a.StartedAt != nil {
+		start = a.StartedAt
+	}
+	if start != nil {
+		row.Started = fmtClock(*start)
+		el := now.Sub(*start)
+		row.Elapsed = fmtDuration(el)
+		if j.EstimateS != nil {
+			left := time.Duration(*j.EstimateS*float64(time.Second)) - el
+			if left >= 0 {
+				row.Estimate = "about " + fmtDuration(left) + " left"
+			} else {
+				row.Estimate = fmtDuration(-left) + " over its estimate"
+			}
+		}
+	}
+	return row
+}
+
+// lastAttempt is the job's latest attempt, or nil.
+func lastAttempt(j gpufleet.Job) *gpufleet.Attempt {
+	if len(j.Attempts) == 0 {
+		return nil
+	}
+	return &j.Attempts[len(j.Attempts)-1]
+}
+
+// jobRow is one line of the jobs list.
+type jobRow struct {
+	ID, Name, Team, State, Priority string
+	GPUs                            int
+	Submitted                       string
+	Took                            string
+	Terminal                        bool
+}
+
+// jobsView is the jobs list.
+type jobsView struct {
+	Jobs  []jobRow
+	All   bool
+	Total int
+}
+
+func (u *UI) jobsPage(r *http.Request, v *viewer) (view, error) {
+	all := r.URL.Query().Get("all") != "0"
+	list, err := u.svc.Jobs(r.Context(), v.P, api.JobQuery{All: all, Limit: 200})
+	if err != nil {
+		return view{}, fmt.Errorf("jobs: %w", err)
+	}
+	now := u.now()
+	jv := jobsView{All: all}
+	jobs := list.Jobs
+	slices.SortStableFunc(jobs, func(a, b gpufleet.Job) int { return b.SubmittedAt.Compare(a.SubmittedAt) })
+	for _, j := range jobs {
+		row := jobRow{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: j.Priority,
+			GPUs: j.Resources.GPUs, Submitted: fmtClock(j.SubmittedAt), Took: dash, Terminal: j.State.Terminal()}
+		if j.StartedAt != nil {
+			end := now
+			if j.FinishedAt != nil {
+				end = *j.FinishedAt
+			}
+			row.Took = fmtDuration(end.Sub(*j.StartedAt))
+		}
+		jv.Jobs = append(jv.Jobs, row)
+	}
+	jv.Total = len(jv.Jobs)
+	live := "/ui/jobs"
+	if !all {
+		live += "?all=0"
+	}
+	return view{page: "jobs", title: "Jobs", nav: "jobs", live: live, data: jv}, nil
+}

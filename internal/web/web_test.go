@@ -1,0 +1,441 @@
+package web
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+const (
+	adminTok = "admin-token-0123456789"
+	aTok     = "member-a-0123456789"
+	bTok     = "member-b-0123456789"
+	nodeTok  = "node-credential-01234"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type fixture struct {
+	svc *fakeService
+	ui  *UI
+	srv *httptest.Server
+	clk *clock
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clk := &clock{t: time.Now()}
+	svc := newFakeService(clk.now())
+	ui, err := New(Options{Service: svc, Logs: svc, Now: clk.now, SessionTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ui)
+	t.Cleanup(srv.Close)
+	return &fixture{svc: svc, ui: ui, srv: srv, clk: clk}
+}
+
+// client returns a cookie-keeping client that does not follow redirects.
+func (f *fixture) client(t *testing.T) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// login exchanges a ?token= link and returns the client and the session's
+// CSRF token (read from a page).
+func (f *fixture) login(t *testing.T, token string) (*http.Client, string) {
+	t.Helper()
+	c := f.client(t)
+	resp := get(t, c, f.srv.URL+"/?token="+url.QueryEscape(token))
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login link: status %d, want 303", resp.StatusCode)
+	}
+	body := readBody(t, get(t, c, f.srv.URL+"/planner"))
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF field on the planner page:\n%s", body)
+	}
+	return c, m[1]
+}
+
+func get(t *testing.T, c *http.Client, u string) *http.Response {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func postForm(t *testing.T, c *http.Client, u string, form url.Values, header http.Header) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func TestTokenLinkSetsStrictHttpOnlyCookieAndDropsToken(t *testing.T) {
+	f := newFixture(t)
+	c := f.client(t)
+	resp := get(t, c, f.srv.URL+"/queue?x=1&token="+aTok)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	if loc := resp.Header.Get("Location"); loc != "/queue?x=1" {
+		t.Errorf("Location %q, want /queue?x=1 (the same URL without the token)", loc)
+	}
+	var sess *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == SessionCookie {
+			sess = ck
+		}
+	}
+	if sess == nil {
+		t.Fatal("no session cookie")
+	}
+	if !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode || sess.Path != "/" {
+		t.Errorf("cookie HttpOnly=%v SameSite=%v Path=%q, want HttpOnly, Strict, /", sess.HttpOnly, sess.SameSite, sess.Path)
+	}
+	if strings.Contains(sess.Value, aTok) || len(sess.Value) < 40 {
+		t.Errorf("cookie value %q: want a random session id, not the token", sess.Value)
+	}
+	raw := resp.Header.Get("Set-Cookie")
+	if !strings.Contains(raw, "HttpOnly") || !strings.Contains(raw, "SameSite=Strict") {
+		t.Errorf("Set-Cookie %q lacks HttpOnly or SameSite=Strict", raw)
+	}
+	// The session now works.
+	if resp := get(t, c, f.srv.URL+"/queue"); resp.StatusCode != http.StatusOK {
+		t.Errorf("queue after login: %d", resp.StatusCode)
+	}
+}
+
+func TestBadTokensDoNotLogIn(t *testing.T) {
+	f := newFixture(t)
+	for _, tok := range []string{"wrong-token-0123456789", nodeTok} {
+		c := f.client(t)
+		resp := get(t, c, f.srv.URL+"/?token="+tok)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("token %q: status %d, want 401", tok, resp.StatusCode)
+		}
+		for _, ck := range resp.Cookies() {
+			if ck.Name == SessionCookie && ck.MaxAge >= 0 {
+				t.Errorf("token %q: got a session cookie", tok)
+			}
+		}
+	}
+}
+
+func TestAnonymousPagesRedirectFragmentsAre401(t *testing.T) {
+	f := newFixture(t)
+	c := f.client(t)
+	for _, p := range []string{"/", "/queue", "/jobs/j-a1", "/teams", "/nodes", "/planner"} {
+		resp := get(t, c, f.srv.URL+p)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login?next="+url.QueryEscape(p) {
+			t.Errorf("GET %s: %d -> %q, want 303 to /login?next=", p, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	for _, p := range []string{"/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a1", "/ui/jobs/j-a1/log", "/ui/teams", "/ui/nodes", "/ui/nodes/n1"} {
+		if resp := get(t, c, f.srv.URL+p); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s: %d, want 401", p, resp.StatusCode)
+		}
+	}
+	if len(f.svc.principals()) != 0 {
+		t.Errorf("anonymous requests reached the service: %v", f.svc.principals())
+	}
+}
+
+func TestCSRF(t *testing.T) {
+	f := newFixture(t)
+	c, csrf := f.login(t, aTok)
+	u := f.srv.URL + "/jobs/j-a1/cancel"
+	cases := []struct {
+		name   string
+		form   url.Values
+		header http.Header
+		want   int
+	}{
+		{"missing", url.Values{}, nil, http.StatusForbidden},
+		{"wrong", url.Values{"csrf": {"x" + csrf[1:]}}, nil, http.StatusForbidden},
+		{"wrong header", nil, http.Header{CSRFHeader: {"nope"}}, http.StatusForbidden},
+		{"cross-site", url.Values{"csrf": {csrf}}, http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
+		{"form field", url.Values{"csrf": {csrf}}, nil, http.StatusSeeOther},
+		{"header", nil, http.Header{CSRFHeader: {csrf}}, http.StatusSeeOther},
+	}
+	for _, tc := range cases {
+		resp := postForm(t, c, u, tc.form, tc.header)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+	}
+	if got := len(f.svc.actions); got != 2 {
+		t.Errorf("service saw %d cancels (%v), want 2", got, f.svc.actions)
+	}
+	// Another session's CSRF token does not work here.
+	_, other := f.login(t, aTok)
+	if resp := postForm(t, c, u, url.Values{"csrf": {other}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("another session's token: %d, want 403", resp.StatusCode)
+	}
+	// No session at all.
+	if resp := postForm(t, f.client(t), u, url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("no session: %d, want 403", resp.StatusCode)
+	}
+	if resp := postForm(t, c, f.srv.URL+"/logout", nil, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("logout without CSRF: %d, want 403", resp.StatusCode)
+	}
+	if resp := postForm(t, c, f.srv.URL+"/logout", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("logout: %d, want 303", resp.StatusCode)
+	}
+	if resp := get(t, c, f.srv.URL+"/queue"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("queue after logout: %d, want 303 to login", resp.StatusCode)
+	}
+}
+
+func TestLoginForm(t *testing.T) {
+	f := newFixture(t)
+	c := f.client(t)
+	body := readBody(t, get(t, c, f.srv.URL+"/login?next=/teams"))
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil || !strings.Contains(body, `<label for="token">`) {
+		t.Fatalf("login page lacks its CSRF field or labelled token input:\n%s", body)
+	}
+	// Without the login cookie (another browser), the form is refused.
+	if resp := postForm(t, f.client(t), f.srv.URL+"/login", url.Values{"csrf": {m[1]}, "token": {aTok}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("login without its cookie: %d, want 403", resp.StatusCode)
+	}
+	if resp := postForm(t, c, f.srv.URL+"/login", url.Values{"csrf": {m[1]}, "token": {"bad-token-0123456789"}}, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("bad token: %d, want 401", resp.StatusCode)
+	}
+	body = readBody(t, get(t, c, f.srv.URL+"/login?next=//evil.example/x"))
+	m = regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if strings.Contains(body, "evil.example") {
+		t.Error("login page kept an off-site next URL")
+	}
+	resp := postForm(t, c, f.srv.URL+"/login", url.Values{"csrf": {m[1]}, "token": {aTok}, "next": {"//evil.example/x"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Errorf("login: %d -> %q, want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if resp := get(t, c, f.srv.URL+"/teams"); resp.StatusCode != http.StatusOK {
+		t.Errorf("teams after login: %d", resp.StatusCode)
+	}
+}
+
+func TestRevokedTokenAndExpiryEndTheSession(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, bTok)
+	f.svc.revoke(bTok)
+	if resp := get(t, c, f.srv.URL+"/"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("after revocation: %d, want 303 to login", resp.StatusCode)
+	}
+	c, _ = f.login(t, aTok)
+	f.clk.add(2 * time.Hour)
+	if resp := get(t, c, f.srv.URL+"/ui/queue"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("after expiry: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestMemberSeesOnlyOwnTeam walks every page and fragment as team-a's
+// member: no byte of team-b's job shows, and the service is only ever
+// called with the member's own principal.
+func TestMemberSeesOnlyOwnTeam(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, aTok)
+	pages := []string{"/", "/?team=team-b", "/queue", "/jobs", "/jobs?all=0", "/jobs/j-a1", "/jobs/j-a2", "/teams", "/teams?period=7d",
+		"/nodes", "/nodes/n1", "/nodes/n2", "/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a2", "/ui/jobs/j-a2/log", "/ui/teams",
+		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel"}
+	for _, p := range pages {
+		resp := get(t, c, f.srv.URL+p)
+		body := readBody(t, resp)
+		for _, secret := range []string{"j-b1", "secret-b", "team-b"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("GET %s (%d) shows %q", p, resp.StatusCode, secret)
+			}
+		}
+		if strings.Contains(p, "j-b1") && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
+	}
+	body := readBody(t, get(t, c, f.srv.URL+"/queue"))
+	for _, want := range []string{"j-a1", "no node has 16 free GPUs in one NVLink domain", "in 25m", "alpha-serve", "about 50m"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("queue page lacks %q", want)
+		}
+	}
+	for _, p := range f.svc.principals() {
+		if p.TokenID != "tok-a" || p.IsAdmin() {
+			t.Fatalf("the service was called as %+v, want only team-a's member", p)
+		}
+	}
+	// A member cannot act on another team's job either.
+	_, csrf := f.login(t, aTok)
+	c2, csrf2 := f.login(t, aTok)
+	_ = csrf
+	if resp := postForm(t, c2, f.srv.URL+"/jobs/j-b1/cancel", url.Values{"csrf": {csrf2}}, nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("cancel of team-b's job: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestAdminPagesRender(t *testing.T) {
+	f := newFixture(t)
+	c, csrf := f.login(t, adminTok)
+	want := map[string][]string{
+		"/":                    {`data-gpu-uuid="GPU-0"`, `data-gpu-uuid="GPU-L4"`, "allocated but idle", "NVLink domain n1-nvl", "PCIe", ">MIG<", "h-unhealthy", "2 / 5 GPUs"},
+		"/ui/fleet?model=l4":   {`data-gpu-uuid="GPU-L4"`},
+		"/queue":               {"j-b1", "secret-b", "no estimate yet", `data-live="/ui/queue"`},
+		"/jobs":                {"alpha-train", "secret-b"},
+		"/jobs/j-a2":           {"Effective utilization per GPU", "<polyline", "Memory used per GPU", "Cancel job", "att-1"},
+		"/ui/jobs/j-a2/log":    {"hello from j-a2", "<script>alert(1)</script>"},
+		"/jobs/j-a2/cancel":    {`name="csrf"`, "Cancel job j-a2 (alpha-serve)?"},
+		"/teams":               {"team-a", "team-b", "$5.50", "10.0 kWh", "big", "<svg"},
+		"/nodes":               {"550.54", "12.4", "96.00", "79", "Cordon", "Uncordon"},
+		"/nodes/n1":            {"Power per GPU", "XID 79", "rack", `data-live="/ui/nodes/n1/charts"`},
+		"/ui/nodes/n1":         {"XID 79"},
+		"/ui/nodes/n1/charts":  {"Power per GPU", "<polyline"},
+		"/ui/jobs/j-a2/charts": {"Memory used per GPU", "<polyline"},
+		"/nodes/n1/drain":      {"Drain node n1?", `name="csrf"`},
+		"/planner":             {"llama-3.1-8b", `<label for="p-config">`},
+	}
+	for p, needles := range want {
+		resp := get(t, c, f.srv.URL+p)
+		body := readBody(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d\n%s", p, resp.StatusCode, body)
+			continue
+		}
+		for _, n := range needles {
+			if !strings.Contains(body, n) {
+				t.Errorf("GET %s lacks %q", p, n)
+			}
+		}
+	}
+	// The log tail is plain text, so the browser never parses it as HTML.
+	if ct := get(t, c, f.srv.URL+"/ui/jobs/j-a2/log").Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("log content type %q", ct)
+	}
+	resp := postForm(t, c, f.srv.URL+"/nodes/n1/drain", url.Values{"csrf": {csrf}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/nodes/n1?done=drain" {
+		t.Errorf("drain: %d -> %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if len(f.svc.actions) != 1 || f.svc.actions[0] != "drain n1" {
+		t.Errorf("actions %v, want [drain n1]", f.svc.actions)
+	}
+	if resp := get(t, c, f.srv.URL+"/nodes/n1/explode"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown action: %d", resp.StatusCode)
+	}
+	if resp := get(t, c, f.srv.URL+"/no/such/page"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown page: %d", resp.StatusCode)
+	}
+	for _, h := range []string{"Content-Security-Policy", "X-Frame-Options", "Referrer-Policy"} {
+		if get(t, c, f.srv.URL+"/").Header.Get(h) == "" {
+			t.Errorf("no %s header", h)
+		}
+	}
+}
+
+func TestMemberCannotActOnNodes(t *testing.T) {
+	f := newFixture(t)
+	c, csrf := f.login(t, aTok)
+	body := readBody(t, get(t, c, f.srv.URL+"/nodes"))
+	if strings.Contains(body, "/nodes/n1/cordon") {
+		t.Error("a member sees node actions")
+	}
+	if resp := get(t, c, f.srv.URL+"/nodes/n1/cordon"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("confirm page for a member: %d, want 403", resp.StatusCode)
+	}
+	if resp := postForm(t, c, f.srv.URL+"/nodes/n1/cordon", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cordon by a member: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestPlanner(t *testing.T) {
+	f := newFixture(t)
+	c, csrf := f.login(t, aTok)
+	form := url.Values{"csrf": {csrf}, "model": {"llama-3.1-8b"}, "mode": {"inference"}, "precision": {"bf16"}, "kv_precision": {"bf16"},
+		"gpu": {"h100-sxm-80gb, l4"}, "input_tokens": {"1024"}, "output_tokens": {"256"}}
+	resp := postForm(t, c, f.srv.URL+"/planner", form, nil)
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("planner: %d\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"Recommendation:", `id="candidates"`, "Memory per GPU", "weights", "KV cache", "capacity", "h100-sxm-80gb ×"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("planner result lacks %q", want)
+		}
+	}
+	form.Set("config", `{"model_type": "llama", "hidden_size": "x"}`)
+	resp = postForm(t, c, f.srv.URL+"/planner", form, nil)
+	body = readBody(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `role="alert"`) {
+		t.Errorf("bad config: %d, want 400 with an alert", resp.StatusCode)
+	}
+	form.Set("config", "")
+	form.Set("mode", "training")
+	form.Set("gpus", "64")
+	resp = postForm(t, c, f.srv.URL+"/planner", form, nil)
+	if body := readBody(t, resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, "MFU") {
+		t.Errorf("training plan: %d", resp.StatusCode)
+	}
+}
+
+func TestLocalPath(t *testing.T) {
+	for p, want := range map[string]bool{"/": true, "/jobs/x?y=1": true, "//evil": false, "/\\evil": false, "http://x": false, "": false, "/a\nb": false} {
+		if got := localPath(p); got != want {
+			t.Errorf("localPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestSessionStoreEvicts(t *testing.T) {
+	now := time.Now()
+	s := newSessionStore(time.Hour, func() time.Time { return now })
+	first, _ := s.create("t")
+	for range maxSessions {
+		s.create("t")
+	}
+	if len(s.m) > maxSessions {
+		t.Errorf("%d sessions, want at most %d", len(s.m), maxSessions)
+	}
+	if s.get(first) != nil {
+		t.Error("the oldest session survived eviction")
+	}
+}
+
+var _ api.Service = (*fakeService)(nil)
