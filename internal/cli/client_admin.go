@@ -96,6 +96,7 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 func reasons(n gpufleet.Node) string {
 	var parts []string
 	for _, r := range []string{n.StateReason, n.HealthReason} {
+		r = strings.TrimSuffix(r, ".")
 		if r != "" && !slices.Contains(parts, r) {
 			parts = append(parts, r)
 		}

@@ -411,7 +411,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 		return err
 	}
 	next := gpufleet.NodeReady
-	reason := "validation passed: " + res.Detail
+	reason := "validation passed" // the event carries the detail
 	if !res.Passed {
 		next, reason = gpufleet.NodeRepairing, "validation failed: "+res.Detail
 	}

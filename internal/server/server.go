@@ -164,6 +164,7 @@ type Server struct {
 var (
 	_ api.Service      = (*Server)(nil)
 	_ api.AgentService = (*Server)(nil)
+	_ api.EventLister  = (*Server)(nil)
 )
 
 // New returns a server over st. adminToken (at least 16 characters) is

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -22,16 +23,11 @@ func (s *Server) Watch(ctx context.Context, p api.Principal, since int64) (<-cha
 	}
 	if since == 0 {
 		// Start from the newest event.
-		for {
-			evs, err := s.st.Events(ctx, f)
-			if err != nil {
-				return nil, err
-			}
-			if len(evs) == 0 {
-				break
-			}
-			f.AfterID = evs[len(evs)-1].ID
+		last, err := s.st.LastEventID(ctx)
+		if err != nil {
+			return nil, err
 		}
+		f.AfterID = last
 	}
 	ch := make(chan gpufleet.Event, 64)
 	go func() {
@@ -62,4 +58,29 @@ func (s *Server) Watch(ctx context.Context, p api.Principal, since int64) (<-cha
 		}
 	}()
 	return ch, nil
+}
+
+// Events lists stored audit events visible to p after q.Since, oldest
+// first, a page at a time (members see their team's).
+func (s *Server) Events(ctx context.Context, p api.Principal, q api.EventQuery) (api.EventList, error) {
+	if err := requireUser(p); err != nil {
+		return api.EventList{}, err
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	f := store.EventFilter{AfterID: q.Since, Limit: limit}
+	if !p.IsAdmin() {
+		f.Team = p.Team
+	}
+	evs, err := s.st.Events(ctx, f)
+	if err != nil {
+		return api.EventList{}, err
+	}
+	out := api.EventList{Events: evs}
+	if len(evs) == limit {
+		out.NextToken = strconv.FormatInt(evs[len(evs)-1].ID, 10)
+	}
+	return out, nil
 }

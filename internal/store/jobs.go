@@ -112,6 +112,10 @@ func scanAttempt(r scanner) (AttemptRecord, error) {
 		c := int(exit.Int64)
 		a.ExitCode = &c
 	}
+	if a.StopRequested && !a.State.Terminal() && a.Reason == "" {
+		// Being stopped: the API (and the stop order) say why.
+		a.Reason, a.ReasonCode = a.StopReason, a.StopReasonCode
+	}
 	return a, nil
 }
 

@@ -270,8 +270,11 @@ func (s *SQL) SetNodeHealth(ctx context.Context, name string, health gpufleet.He
 				h = cur[i].Health
 			}
 			if h != cur[i].Health {
-				events = append(events, gpufleet.Event{At: at, Actor: "health", Kind: "gpu." + string(h), Object: cur[i].UUID,
-					Detail: fmt.Sprintf("node %s gpu %d: %s", name, cur[i].Index, g.Reason)})
+				detail := fmt.Sprintf("node %s gpu %d", name, cur[i].Index)
+				if g.Reason != "" {
+					detail += ": " + g.Reason
+				}
+				events = append(events, gpufleet.Event{At: at, Actor: "health", Kind: "gpu." + string(h), Object: cur[i].UUID, Detail: detail})
 			}
 			cur[i].Health, cur[i].Reason = h, g.Reason
 			if g.State != "" && (g.State != cur[i].State || g.StateReason != cur[i].StateReason) {

@@ -28,6 +28,7 @@ type nodeRow struct {
 	HavePower                   bool
 	XIDs                        string
 	Actions                     []nodeActionLink
+	StateReason                 string
 }
 
 // nodeActionLink is an admin action button (to its confirmation page).
@@ -41,16 +42,18 @@ type nodesView struct {
 }
 
 // nodeActions are the actions the dashboard offers, in button order.
-var nodeActions = []api.NodeAction{api.Cordon, api.Uncordon, api.Drain}
+var nodeActions = []api.NodeAction{api.Cordon, api.Uncordon, api.Drain, api.Repaired}
 
 // actionsFor lists the actions that make sense for a node's state.
 func actionsFor(n gpufleet.Node) []nodeActionLink {
 	var out []nodeActionLink
+	gpuInRepair := slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.State == gpufleet.NodeRepairing })
 	for _, a := range nodeActions {
 		switch {
 		case a == api.Cordon && n.State != gpufleet.NodeReady,
 			a == api.Uncordon && n.State != gpufleet.NodeCordoned && n.State != gpufleet.NodeDraining,
-			a == api.Drain && n.State == gpufleet.NodeDraining:
+			a == api.Drain && (n.State == gpufleet.NodeDraining || n.State == gpufleet.NodeRepairing || n.State == gpufleet.NodeValidating),
+			a == api.Repaired && n.State != gpufleet.NodeRepairing && !gpuInRepair:
 			continue
 		}
 		label := strings.ToUpper(string(a[:1])) + string(a[1:])
@@ -61,7 +64,7 @@ func actionsFor(n gpufleet.Node) []nodeActionLink {
 }
 
 func newNodeRow(n gpufleet.Node, admin bool) nodeRow {
-	row := nodeRow{Name: n.Name, State: string(n.State), Health: string(n.Health), Reason: n.Reason, Heartbeat: dash,
+	row := nodeRow{Name: n.Name, State: string(n.State), Health: string(n.Health), Reason: n.HealthReason, StateReason: n.StateReason, Heartbeat: dash,
 		Driver: orDash(n.Versions["driver"]), CUDA: orDash(n.Versions["cuda"]), Firmware: orDash(n.Versions["vbios"])}
 	if row.Health == "" {
 		row.Health = string(gpufleet.Healthy)
@@ -135,7 +138,7 @@ func (u *UI) nodesPage(r *http.Request, v *viewer) (view, error) {
 type gpuRow struct {
 	Index                       int
 	UUID, Model, State, Health  string
-	Reason                      string
+	Reason, StateReason         string
 	Util, SM, Eff               *float64
 	MemUsed                     *int64
 	MemTotal                    int64
@@ -191,7 +194,7 @@ func (u *UI) node(r *http.Request, v *viewer, charts bool) (view, error) {
 	for _, g := range n.GPUs {
 		names[g.UUID] = fmt.Sprintf("GPU %d", g.Index)
 		gr := gpuRow{Index: g.Index, UUID: g.UUID, Model: g.Model, State: string(g.State), Health: string(g.Health),
-			Reason: g.Reason, MemTotal: g.MemoryBytes, MIG: g.MIGInstances, UtilClass: "unk"}
+			Reason: g.Reason, StateReason: g.StateReason, MemTotal: g.MemoryBytes, MIG: g.MIGInstances, UtilClass: "unk"}
 		if l := g.Live; l != nil {
 			gr.Util, gr.SM, gr.Eff, gr.MemUsed, gr.Power, gr.Temp = l.Utilization, l.SMActivity, l.EffectiveUtilization, l.MemoryUsedBytes, l.PowerWatts, l.TemperatureC
 			gr.Allocated, gr.Team = l.Allocated, l.Team
@@ -285,6 +288,7 @@ var actionText = map[api.NodeAction]string{
 	api.Cordon:   "No new work is placed on the node; what runs there keeps running.",
 	api.Uncordon: "The node returns to ready and takes new work.",
 	api.Drain:    "The node is cordoned and its running attempts are stopped (checkpoint signal, then the grace period); their jobs go back to the queue without using their retries.",
+	api.Repaired: "The node (or its GPUs in repair) goes to validating: its agent checks the GPUs, and it returns to ready only if the check passes.",
 }
 
 func parseNodeAction(s string) (api.NodeAction, error) {
