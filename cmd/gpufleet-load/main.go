@@ -174,6 +174,7 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 func heartbeats(ctx context.Context, creds []*api.Client, prefix string, interval, duration time.Duration) result {
 	workers := 256
 	jobs := make(chan int, len(creds))
+	sentEvidence := make([]atomic.Bool, len(creds)) // the server holds the node's evidence
 	var lat latencies
 	var errs, done atomic.Int64
 	ctx, cancel := context.WithTimeout(ctx, duration)
@@ -189,7 +190,11 @@ func heartbeats(ctx context.Context, creds []*api.Client, prefix string, interva
 					continue
 				}
 				t0 := time.Now()
-				_, err := c.Heartbeat(ctx, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: fmt.Sprintf("%s%d", prefix, i)})
+				name := fmt.Sprintf("%s%d", prefix, i)
+				resp, err := c.Heartbeat(ctx, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: name, Samples: samples(name, t0, !sentEvidence[i].Load())})
+				if err == nil {
+					sentEvidence[i].Store(!resp.FullEvidence)
+				}
 				if ctx.Err() != nil {
 					return
 				}
@@ -290,4 +295,28 @@ func (l *latencies) result(phase string, n, errs int64, elapsed time.Duration, c
 	}
 	return result{Phase: phase, Requests: n, Errors: errs, DurationS: elapsed.Seconds(), RatePerS: float64(n) / elapsed.Seconds(),
 		P50MS: pct(0.5), P99MS: pct(0.99), MaxMS: pct(1), Concurrency: conc}
+}
+
+// samples is one heartbeat's worth of telemetry for an 8-GPU H100 node, as
+// an agent sends it: readings per GPU, the energy counter growing with
+// time, and the health rules' evidence when withEvidence (an agent sends
+// it while it changes, and when the server asks).
+func samples(node string, now time.Time, withEvidence bool) []api.GPUSample {
+	f := func(v float64) *float64 { return &v }
+	u := func(v uint64) *uint64 { return &v }
+	n := func(v int) *int { return &v }
+	out := make([]api.GPUSample, 8)
+	secs := float64(now.UnixNano()) / 1e9
+	for g := range out {
+		mem := int64(40 << 30)
+		out[g] = api.GPUSample{UUID: fmt.Sprintf("GPU-%s-%d", node, g), Utilization: f(0.9), SMActivity: f(0.7), DRAMActivity: f(0.4),
+			TensorActivity: f(0.3), MemoryUsedBytes: &mem, PowerWatts: f(550), EnergyJoulesTotal: f(550 * secs), TemperatureC: f(61),
+			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0), ECCUncorrectedAggregate: u(0),
+				RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0), PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
+				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}
+		if !withEvidence {
+			out[g].Evidence = nil
+		}
+	}
+	return out
 }

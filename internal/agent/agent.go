@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,11 @@ type Agent struct {
 	versions   gpu.Versions
 	inventory  []gpufleet.NodeGPU
 	missing    []string // inventory GPUs discovery no longer finds
+	// sentEvidence is each GPU's health evidence the server last
+	// acknowledged; unchanged evidence is left out of heartbeats unless
+	// the server asked for all of it (fullEvidence).
+	sentEvidence map[string]api.GPUEvidence
+	fullEvidence bool
 	// validations are return-to-service checks by order id: nil while
 	// running, then the result, kept until the server stops asking.
 	validations   map[string]*api.ValidationResult
@@ -158,7 +164,7 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 	}
 	log = log.With("component", "agent", "node", cfg.Name)
 	a := &Agent{cfg: cfg, be: be, cp: cp, log: log, now: time.Now, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
-		validations: map[string]*api.ValidationResult{}, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
+		validations: map[string]*api.ValidationResult{}, sentEvidence: map[string]api.GPUEvidence{}, fullEvidence: true, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
 		xidCount: map[string]map[int]float64{}, lastXID: map[string]int{}, heartbeat: 5 * time.Second}
 	if f, ok := be.(faultInjector); ok {
 		a.faults = f
@@ -361,6 +367,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	a.mu.Lock()
 	req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, MetricsURL: a.cfg.MetricsURL,
 		Samples: a.summarise(), FaultAcks: slices.Clone(a.acks)}
+	sent := a.trimEvidence(req.Samples)
 	req.MissingGPUs = slices.Clone(a.missing)
 	req.Validations = a.validationResults()
 	inv := a.sendInventory
@@ -390,9 +397,33 @@ func (a *Agent) beat(ctx context.Context) error {
 		a.sendInventory = false
 	}
 	a.acks = slices.DeleteFunc(a.acks, func(id string) bool { return slices.Contains(req.FaultAcks, id) })
+	maps.Copy(a.sentEvidence, sent)
+	if len(sent) > 0 {
+		a.fullEvidence = false
+	}
+	a.fullEvidence = a.fullEvidence || resp.FullEvidence
 	a.mu.Unlock()
 	a.apply(ctx, resp)
 	return nil
+}
+
+// trimEvidence leaves out the evidence that equals what the server last
+// acknowledged, unless the server wants all of it, and returns what is
+// sent; a.mu must be held.
+func (a *Agent) trimEvidence(samples []api.GPUSample) map[string]api.GPUEvidence {
+	sent := map[string]api.GPUEvidence{}
+	for i := range samples {
+		e := samples[i].Evidence
+		if e == nil {
+			continue
+		}
+		if last, ok := a.sentEvidence[samples[i].UUID]; ok && !a.fullEvidence && reflect.DeepEqual(last, *e) {
+			samples[i].Evidence = nil
+			continue
+		}
+		sent[samples[i].UUID] = *e
+	}
+	return sent
 }
 
 // touchAlive marks the agent alive for the attempts' supervisors, in wall

@@ -54,6 +54,9 @@ type GPUSample struct {
 	// Evidence is what the health rules read: the interval's last reading
 	// of the error counters and link state, and the clock-event reasons
 	// present in every sample of the interval. Absent readings are null.
+	// The agent leaves it out while it equals what the server last
+	// acknowledged (the server keeps it), and sends it whole when the
+	// server asks (HeartbeatResponse.FullEvidence).
 	Evidence *GPUEvidence `json:"evidence,omitempty"`
 }
 
@@ -176,6 +179,9 @@ type HeartbeatResponse struct {
 	// Validate asks for return-to-service checks, resent until the agent
 	// reports a result.
 	Validate []ValidationOrder `json:"validate,omitempty"`
+	// FullEvidence asks for every GPU's evidence in the next heartbeat:
+	// this replica does not hold it (a restart, a new leader).
+	FullEvidence bool `json:"full_evidence,omitempty"`
 }
 
 // AgentService is what the agent endpoints need.

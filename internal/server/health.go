@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +31,18 @@ type nodeHealth struct {
 	// validation is the return-to-service check in flight, if any.
 	validation *api.ValidationOrder
 	validSeq   int
+	// evidence is each GPU's last health evidence (agents send it only
+	// when it changes); missing the GPUs last reported missing; lastEval
+	// when the rules last ran.
+	evidence map[string]api.GPUEvidence
+	missing  []string
+	lastEval time.Time
 }
+
+// healthEvery is the longest the rules go without running for a node
+// whose evidence has not changed: time-based findings (sustained
+// throttling, counter rates, held conditions expiring) need it.
+const healthEvery = 10 * time.Second
 
 // loadHealth reads a node's inventory and the rules' memory from the store
 // the first time this replica hears from it. s.mu must NOT be held.
@@ -72,8 +84,9 @@ func storedSummary(n gpufleet.Node) health.Summary {
 	return sum
 }
 
-// evidence turns a heartbeat into the health rules' input.
-func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest) health.NodeEvidence {
+// evidence turns a heartbeat into the health rules' input; last holds
+// each GPU's evidence from earlier heartbeats, for those that left it out.
+func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest, last map[string]api.GPUEvidence) health.NodeEvidence {
 	ev := health.NodeEvidence{Node: node, InventoryGPUs: len(inv)}
 	bySample := map[string]api.GPUSample{}
 	for _, g := range r.Samples {
@@ -83,7 +96,13 @@ func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest) healt
 		ge := health.GPUEvidence{Index: g.Index, UUID: g.UUID, Model: g.Model, Present: !slices.Contains(r.MissingGPUs, g.UUID)}
 		if smp, ok := bySample[g.UUID]; ok {
 			ge.XIDs, ge.Utilization = smp.XIDs, smp.Utilization
-			if e := smp.Evidence; e != nil {
+			e := smp.Evidence
+			if e == nil {
+				if l, ok := last[g.UUID]; ok {
+					e = &l
+				}
+			}
+			if e != nil {
 				ge.ECCCorrectedVolatile, ge.ECCUncorrectedVolatile, ge.ECCUncorrectedAggregate = e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate
 				ge.RetiredPagesSBE, ge.RetiredPagesDBE, ge.RetiredPagesPending = e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending
 				ge.RemappedRowsCorrectable, ge.RemappedRowsUncorrectable = e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable
@@ -109,8 +128,49 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	if len(h.inventory) == 0 {
 		return nil
 	}
-	next, conds := health.Evaluate(h.state, evidence(node, h.inventory, r), now, s.cfg.Health)
+	// Unchanged evidence, no XID and the same missing GPUs: the finding
+	// cannot change but with time, so the rules run every healthEvery.
+	s.mu.Lock()
+	if h.evidence == nil {
+		h.evidence = map[string]api.GPUEvidence{}
+	}
+	changed := !slices.Equal(h.missing, r.MissingGPUs)
+	for _, smp := range r.Samples {
+		if smp.Evidence != nil {
+			h.evidence[smp.UUID] = *smp.Evidence
+			changed = true
+		}
+		changed = changed || len(smp.XIDs) > 0
+	}
+	h.missing = slices.Clone(r.MissingGPUs)
+	due := changed || now.Sub(h.lastEval) >= healthEvery
+	if due {
+		h.lastEval = now
+	}
+	var last map[string]api.GPUEvidence
+	if due {
+		last = maps.Clone(h.evidence)
+	}
+	s.mu.Unlock()
+	if !due {
+		return nil
+	}
+	next, conds := health.Evaluate(h.state, evidence(node, h.inventory, r, last), now, s.cfg.Health)
 	return s.record(ctx, node, h, next, conds, now)
+}
+
+// wantsEvidence reports whether this replica lacks a reporting GPU's
+// evidence, so that the agent should send all of it.
+func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.live(node).health
+	for _, smp := range r.Samples {
+		if _, ok := h.evidence[smp.UUID]; !ok && smp.Evidence == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // record stores a new health finding when it differs from the last, and

@@ -334,5 +334,6 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	}
 	s.mu.Unlock()
 	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
+	resp.FullEvidence = s.wantsEvidence(p.Node, r)
 	return resp, nil
 }
