@@ -17,14 +17,14 @@ type RunbookFile struct {
 var actionFlow = map[Action]string{
 	ActionIgnore:  "Nothing. The GPU stays `ready` and `healthy`; the attempt that hit the error ends with its own failure.",
 	ActionDegrade: "Takes nothing out of service: the GPU (or node) shows the condition's health and reason and stays `ready` with its work; the mark clears by itself when the condition ends.",
-	ActionResetGPU: "Takes the GPU out of service: it goes `draining` (no new work; its attempts stop or finish), is reset once idle, then `validating`, and returns to `ready` only if validation passes. " +
-		"If the reset or the validation fails it stays in `repairing` for a person.",
+	ActionResetGPU: "Takes the GPU out of service: it goes `draining` (no new work; its attempts get the checkpoint signal and their grace, then stop and requeue), then `repairing` once idle. " +
+		"Reset it (`nvidia-smi -r -i INDEX` with no process on it), then `gpufleet repaired NODE`: it goes `validating` and returns to `ready` only if validation passes; otherwise it is back in `repairing` with the reason.",
 	ActionDrainGPU: "Takes the GPU out of service: `draining`, then `repairing`. After the repair an admin marks it repaired; it goes `validating` and returns to `ready` only if validation passes.",
 	ActionReplace: "Takes the GPU out of service like drain-gpu and keeps it in `repairing` until the GPU has been replaced; then an admin marks it repaired, it goes `validating`, " +
 		"and returns to `ready` only if validation passes.",
 	ActionDrainNode: "Takes the whole node out of service: `draining`, then `repairing`. After the repair an admin marks it repaired; it goes `validating` and returns to `ready` only if validation passes.",
-	ActionRebootNode: "Takes the whole node out of service: `draining`, then a reboot once its work has stopped, then `validating`; it returns to `ready` only if validation passes, " +
-		"otherwise it stays in `repairing` for a person.",
+	ActionRebootNode: "Takes the whole node out of service: `draining`, then `repairing` once its work has stopped. Reboot it, then `gpufleet repaired NODE`: it goes `validating` and returns to `ready` only if validation passes, " +
+		"otherwise it is back in `repairing` with the reason.",
 }
 
 // familyIntro opens each family page.
