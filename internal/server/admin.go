@@ -262,7 +262,7 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	if err := s.flushRollups(ctx, s.now(), true); err != nil {
 		return api.UsageReport{}, err
 	}
-	idle, err := s.st.IdleMinutes(ctx, team, q.From, q.To, api.IdleThreshold)
+	idle, err := s.st.IdleAllocated(ctx, team, q.From, q.To)
 	if err != nil {
 		return api.UsageReport{}, err
 	}
@@ -286,7 +286,7 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	}
 	for _, r := range idle {
 		m := get(r.Team, r.Model)
-		m.IdleAllocatedGPUHour += float64(r.Minutes) / 60
+		m.IdleAllocatedGPUHour += r.Seconds / 3600
 		if g, err := s.cat.Lookup(r.Model); err == nil && g.PricePerHourUSD != nil {
 			m.IdleAllocatedUSD = m.IdleAllocatedGPUHour * *g.PricePerHourUSD
 		}

@@ -32,6 +32,8 @@ type liveNode struct {
 	xids   map[string][]xidAt
 	// health is the node's inventory and the health rules' memory.
 	health *nodeHealth
+	// prevBeat is when the samples last folded into rollups arrived.
+	prevBeat time.Time
 }
 
 // heartbeatAge returns how long the node has been silent, measured from

@@ -50,6 +50,13 @@ func effective(sm, util *float64) *float64 {
 // node's recent XIDs. s.mu must be held.
 func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now time.Time) {
 	minute := now.Truncate(time.Minute)
+	// The samples cover the interval since the node's last heartbeat (at
+	// most two intervals: a longer silence is not held time we saw).
+	span := s.cfg.Heartbeat
+	if !ln.prevBeat.IsZero() {
+		span = min(now.Sub(ln.prevBeat), 2*s.cfg.Heartbeat)
+	}
+	ln.prevBeat = now
 	for _, g := range samples {
 		if g.UUID == "" {
 			continue
@@ -62,6 +69,12 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 			s.pendingRollups[k] = r
 		}
 		r.Samples++
+		if info := s.gpus[g.UUID]; info.team != "" {
+			r.AllocatedS += span.Seconds()
+			if eff := effective(g.SMActivity, g.Utilization); eff != nil && *eff < api.IdleThreshold {
+				r.IdleAllocatedS += span.Seconds()
+			}
+		}
 		r.Utilization.Add(g.Utilization)
 		r.SMActivity.Add(g.SMActivity)
 		r.DRAMActivity.Add(g.DRAMActivity)
@@ -152,6 +165,8 @@ func merge(p *store.RollupRow, r store.RollupRow) {
 	add(&p.Effective, r.Effective)
 	add(&p.PowerWatts, r.PowerWatts)
 	p.EnergyJoules += r.EnergyJoules
+	p.AllocatedS += r.AllocatedS
+	p.IdleAllocatedS += r.IdleAllocatedS
 	if r.MemoryUsedBytesMax != nil && (p.MemoryUsedBytesMax == nil || *r.MemoryUsedBytesMax > *p.MemoryUsedBytesMax) {
 		p.MemoryUsedBytesMax = r.MemoryUsedBytesMax
 	}

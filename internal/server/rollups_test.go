@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func ptr[T any](v T) *T { return &v }
 func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	f := newFixture(t)
 	// Heartbeats 20 s apart: keep the node alive between them.
-	f.srv.cfg.HeartbeatGrace, f.srv.cfg.FenceAfter = time.Minute, 2*time.Minute
+	f.srv.cfg.Heartbeat, f.srv.cfg.HeartbeatGrace, f.srv.cfg.FenceAfter = 20*time.Second, time.Minute, 2*time.Minute
 	ctx := t.Context()
 	a := f.team("team-a", nil)
 	b := f.team("team-b", nil)
@@ -121,8 +122,8 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 		}
 	}
 
-	// Usage: one idle allocated minute (the second), priced at the
-	// catalog's H100 price.
+	// Usage: the two idle heartbeat intervals of the second minute (40 s)
+	// are idle allocated time, priced at the catalog's H100 price.
 	rep, err := f.srv.Usage(ctx, a, api.UsageQuery{From: start, To: start.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 		t.Fatal(err)
 	}
 	price := *h100.PricePerHourUSD
-	if u.IdleAllocatedGPUHour != 1.0/60 || u.IdleAllocatedUSD != price/60 || u.Models[0].Model != "h100-sxm-80gb" {
+	if math.Abs(u.IdleAllocatedGPUHour-40.0/3600) > 1e-9 || math.Abs(u.IdleAllocatedUSD-price*40/3600) > 1e-9 || u.Models[0].Model != "h100-sxm-80gb" {
 		t.Errorf("idle allocated: %+v", u)
 	}
 

@@ -11,7 +11,7 @@ import (
 // rollupCols lists gpu_rollups' columns in the order rollupArgs and
 // scanRollup use.
 const rollupCols = `gpu, minute, node, model, team, samples, util_sum, util_n, sm_sum, sm_n, dram_sum, dram_n,
-	tensor_sum, tensor_n, eff_sum, eff_n, power_sum, power_n, energy_j, mem_used_max, temp_max`
+	tensor_sum, tensor_n, eff_sum, eff_n, power_sum, power_n, energy_j, mem_used_max, temp_max, allocated_s, idle_allocated_s`
 
 // AddRollups adds rows to the per-GPU minute rollups in one transaction.
 func (s *SQL) AddRollups(ctx context.Context, rows []RollupRow) error {
@@ -25,7 +25,7 @@ func (s *SQL) AddRollups(ctx context.Context, rows []RollupRow) error {
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO gpu_rollups (`+rollupCols+`)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (gpu, minute) DO UPDATE SET
 	node = excluded.node, model = excluded.model,
 	team = CASE WHEN excluded.team <> '' THEN excluded.team ELSE gpu_rollups.team END,
@@ -37,6 +37,8 @@ func (s *SQL) AddRollups(ctx context.Context, rows []RollupRow) error {
 	eff_sum = gpu_rollups.eff_sum + excluded.eff_sum, eff_n = gpu_rollups.eff_n + excluded.eff_n,
 	power_sum = gpu_rollups.power_sum + excluded.power_sum, power_n = gpu_rollups.power_n + excluded.power_n,
 	energy_j = gpu_rollups.energy_j + excluded.energy_j,
+	allocated_s = gpu_rollups.allocated_s + excluded.allocated_s,
+	idle_allocated_s = gpu_rollups.idle_allocated_s + excluded.idle_allocated_s,
 	mem_used_max = CASE WHEN gpu_rollups.mem_used_max IS NULL OR excluded.mem_used_max > gpu_rollups.mem_used_max
 		THEN excluded.mem_used_max ELSE gpu_rollups.mem_used_max END,
 	temp_max = CASE WHEN gpu_rollups.temp_max IS NULL OR excluded.temp_max > gpu_rollups.temp_max
@@ -56,7 +58,7 @@ func (s *SQL) AddRollups(ctx context.Context, rows []RollupRow) error {
 			_, err := stmt.ExecContext(ctx, r.GPU, nanos(r.Minute.UTC().Truncate(time.Minute)), r.Node, r.Model, r.Team, r.Samples,
 				r.Utilization.Sum, r.Utilization.N, r.SMActivity.Sum, r.SMActivity.N, r.DRAMActivity.Sum, r.DRAMActivity.N,
 				r.TensorActivity.Sum, r.TensorActivity.N, r.Effective.Sum, r.Effective.N, r.PowerWatts.Sum, r.PowerWatts.N,
-				r.EnergyJoules, mem, temp)
+				r.EnergyJoules, mem, temp, r.AllocatedS, r.IdleAllocatedS)
 			if err != nil {
 				return fmt.Errorf("add rollups: %w", err)
 			}
@@ -101,7 +103,7 @@ func (s *SQL) Rollups(ctx context.Context, f RollupFilter) ([]RollupRow, error) 
 		err := r.Scan(&x.GPU, &minute, &x.Node, &x.Model, &x.Team, &x.Samples,
 			&x.Utilization.Sum, &x.Utilization.N, &x.SMActivity.Sum, &x.SMActivity.N, &x.DRAMActivity.Sum, &x.DRAMActivity.N,
 			&x.TensorActivity.Sum, &x.TensorActivity.N, &x.Effective.Sum, &x.Effective.N, &x.PowerWatts.Sum, &x.PowerWatts.N,
-			&x.EnergyJoules, &mem, &temp)
+			&x.EnergyJoules, &mem, &temp, &x.AllocatedS, &x.IdleAllocatedS)
 		x.Minute = fromNanos(minute)
 		if mem.Valid {
 			x.MemoryUsedBytesMax = &mem.Int64
@@ -117,29 +119,28 @@ func (s *SQL) Rollups(ctx context.Context, f RollupFilter) ([]RollupRow, error) 
 	return out, nil
 }
 
-// IdleMinutes counts the allocated GPU-minutes of team (every team when
-// empty) in [from, to) whose mean effective utilization was under
-// threshold. Minutes without a utilization reading are not counted.
-func (s *SQL) IdleMinutes(ctx context.Context, team string, from, to time.Time, threshold float64) ([]IdleMinutes, error) {
-	where := []string{"team <> ''", "eff_n > 0", "eff_sum < CAST(? AS DOUBLE PRECISION) * eff_n"}
-	args := []any{threshold}
+// IdleAllocated sums the seconds team's GPUs (every team's when empty)
+// idled while held, per team and model, over the minutes in [from, to).
+func (s *SQL) IdleAllocated(ctx context.Context, team string, from, to time.Time) ([]IdleAllocated, error) {
+	where := []string{"team <> ''", "idle_allocated_s > 0"}
+	var args []any
 	if team != "" {
 		where, args = append(where, "team = ?"), append(args, team)
 	}
 	if !from.IsZero() {
-		where, args = append(where, "minute >= ?"), append(args, nanos(from))
+		where, args = append(where, "minute >= ?"), append(args, nanos(from.UTC().Truncate(time.Minute)))
 	}
 	if !to.IsZero() {
 		where, args = append(where, "minute < ?"), append(args, nanos(to))
 	}
-	query := `SELECT team, model, count(*) FROM gpu_rollups WHERE ` + strings.Join(where, " AND ") +
+	query := `SELECT team, model, sum(idle_allocated_s) FROM gpu_rollups WHERE ` + strings.Join(where, " AND ") +
 		` GROUP BY team, model ORDER BY team, model`
-	out, err := list(ctx, s.rd, s.q(query), args, func(r scanner) (IdleMinutes, error) {
-		var m IdleMinutes
-		return m, r.Scan(&m.Team, &m.Model, &m.Minutes)
+	out, err := list(ctx, s.rd, s.q(query), args, func(r scanner) (IdleAllocated, error) {
+		var m IdleAllocated
+		return m, r.Scan(&m.Team, &m.Model, &m.Seconds)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read idle minutes: %w", err)
+		return nil, fmt.Errorf("read idle allocated time: %w", err)
 	}
 	return out, nil
 }

@@ -258,9 +258,9 @@ type Store interface {
 	AddRollups(ctx context.Context, rows []RollupRow) error
 	// Rollups returns the rollups f selects, ordered by minute then GPU.
 	Rollups(ctx context.Context, f RollupFilter) ([]RollupRow, error)
-	// IdleMinutes counts, per team and GPU model, the allocated GPU-minutes
-	// in [from, to) whose mean effective utilization was under threshold.
-	IdleMinutes(ctx context.Context, team string, from, to time.Time, threshold float64) ([]IdleMinutes, error)
+	// IdleAllocated sums, per team and GPU model, the seconds GPUs were
+	// held at under the idle threshold in the minutes of [from, to).
+	IdleAllocated(ctx context.Context, team string, from, to time.Time) ([]IdleAllocated, error)
 	// PruneRollups deletes rollups older than before and says how many.
 	PruneRollups(ctx context.Context, before time.Time) (int64, error)
 }
@@ -302,6 +302,10 @@ type RollupRow struct {
 	EnergyJoules                                                                 float64
 	MemoryUsedBytesMax                                                           *int64
 	TemperatureCMax                                                              *float64
+	// AllocatedS is the seconds of the minute the GPU was held, and
+	// IdleAllocatedS those at under the idle threshold, classified per
+	// heartbeat interval.
+	AllocatedS, IdleAllocatedS float64
 }
 
 // RollupFilter selects rollups: by node, by GPU UUIDs (any of), by time
@@ -312,9 +316,9 @@ type RollupFilter struct {
 	From, To time.Time
 }
 
-// IdleMinutes is a count of idle allocated GPU-minutes.
-type IdleMinutes struct {
+// IdleAllocated is the time a team held GPUs of a model while they idled.
+type IdleAllocated struct {
 	Team    string
 	Model   string
-	Minutes int64
+	Seconds float64
 }

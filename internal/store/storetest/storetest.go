@@ -1176,10 +1176,9 @@ func testUsage(t *testing.T, s store.Store) {
 	}
 }
 
-// testConcurrent has 50 goroutines submit 40 jobs each, one call per job,
-// with request ids that collide across goroutines, while readers list and
-// read jobs. Every (team, request id) must map to exactly one job, created
-// once, and nobody may see an error (SQLITE_BUSY above all).
+// testRollups checks that minute rollups add up when the same minute is
+// written twice, read back by node, GPU and time, sum idle allocated time
+// per team and model, and go at the prune.
 func testRollups(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	m0 := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
@@ -1188,6 +1187,12 @@ func testRollups(t *testing.T, s store.Store) {
 	sample := func(gpu, team string, at time.Time, eff float64, mem int64, temp float64) store.RollupRow {
 		r := store.RollupRow{GPU: gpu, Minute: at, Node: "n1", Model: "h100-sxm-80gb", Team: team, Samples: 1,
 			EnergyJoules: 600, MemoryUsedBytesMax: i(mem), TemperatureCMax: f(temp)}
+		if team != "" {
+			r.AllocatedS = 20
+			if eff < 0.05 {
+				r.IdleAllocatedS = 20
+			}
+		}
 		r.Utilization.Add(f(eff))
 		r.Effective.Add(f(eff))
 		r.PowerWatts.Add(f(300))
@@ -1211,7 +1216,7 @@ func testRollups(t *testing.T, s store.Store) {
 	wantErr(t, "rollups", err, nil)
 	want := store.RollupRow{GPU: "GPU-a", Minute: m0, Node: "n1", Model: "h100-sxm-80gb", Team: "team-a", Samples: 2,
 		Utilization: store.Mean{Sum: 1.4, N: 2}, Effective: store.Mean{Sum: 1.4, N: 2}, SMActivity: store.Mean{Sum: 0.4, N: 1},
-		PowerWatts: store.Mean{Sum: 600, N: 2}, EnergyJoules: 1200, MemoryUsedBytesMax: i(20), TemperatureCMax: f(60)}
+		PowerWatts: store.Mean{Sum: 600, N: 2}, EnergyJoules: 1200, MemoryUsedBytesMax: i(20), TemperatureCMax: f(60), AllocatedS: 20}
 	if diff := cmp.Diff([]store.RollupRow{want}, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("rollups (-want +got):\n%s", diff)
 	}
@@ -1231,13 +1236,13 @@ func testRollups(t *testing.T, s store.Store) {
 		t.Errorf("order (-want +got):\n%s", diff)
 	}
 
-	idle, err := s.IdleMinutes(ctx, "", time.Time{}, time.Time{}, 0.05)
+	idle, err := s.IdleAllocated(ctx, "", time.Time{}, time.Time{})
 	wantErr(t, "idle", err, nil)
-	wantIdle := []store.IdleMinutes{{Team: "team-a", Model: "h100-sxm-80gb", Minutes: 1}, {Team: "team-b", Model: "h100-sxm-80gb", Minutes: 1}}
+	wantIdle := []store.IdleAllocated{{Team: "team-a", Model: "h100-sxm-80gb", Seconds: 20}, {Team: "team-b", Model: "h100-sxm-80gb", Seconds: 20}}
 	if diff := cmp.Diff(wantIdle, idle); diff != "" {
-		t.Errorf("idle minutes (-want +got):\n%s", diff)
+		t.Errorf("idle allocated (-want +got):\n%s", diff)
 	}
-	idle, err = s.IdleMinutes(ctx, "team-b", m0, m0.Add(2*time.Minute), 0.05)
+	idle, err = s.IdleAllocated(ctx, "team-b", m0, m0.Add(2*time.Minute))
 	wantErr(t, "idle team-b", err, nil)
 	if len(idle) != 0 {
 		t.Errorf("idle minutes of team-b before its minute: %+v", idle)
@@ -1255,6 +1260,10 @@ func testRollups(t *testing.T, s store.Store) {
 	}
 }
 
+// testConcurrent has 50 goroutines submit 40 jobs each, one call per job,
+// with request ids that collide across goroutines, while readers list and
+// read jobs. Every (team, request id) must map to exactly one job, created
+// once, and nobody may see an error (SQLITE_BUSY above all).
 func testConcurrent(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	const writers, perWriter, keys = 50, 40, 1000
