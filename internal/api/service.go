@@ -131,10 +131,10 @@ type TeamUsage struct {
 	Team              string  `json:"team"`
 	GPUHours          float64 `json:"gpu_hours"`
 	EffectiveGPUHours float64 `json:"effective_gpu_hours"`
-	// IdleAllocatedGPUHour counts the GPU-minutes, from the per-GPU
-	// rollups, that the team held at under IdleThreshold effective
-	// utilization; IdleAllocatedUSD prices them at the catalog's hourly
-	// price.
+	// IdleAllocatedGPUHour is the time, from the per-GPU rollups, the
+	// team held GPUs whose effective utilization over a heartbeat interval
+	// was under IdleThreshold; IdleAllocatedUSD prices it at the catalog's
+	// hourly price.
 	IdleAllocatedGPUHour float64      `json:"idle_allocated_gpu_hours"`
 	IdleAllocatedUSD     float64      `json:"idle_allocated_usd"`
 	EnergyJoules         float64      `json:"energy_joules"`
