@@ -493,15 +493,28 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	nodeHealth, nodeReason := n.Health, n.HealthReason
 	s.mu.Lock()
 	if res.Passed {
-		// The repair is done: the rules forget what they held about it.
+		// The repair is done: the rules forget what they held about it,
+		// and the node's health is what remains (other GPUs' conditions).
 		for _, g := range gpus {
 			hl.state = hl.state.ClearGPU(g.Index)
 		}
 		if n.State == gpufleet.NodeValidating {
 			hl.state = hl.state.ClearGPU(-1)
-			nodeHealth, nodeReason = gpufleet.Healthy, ""
 		}
-		hl.summary = health.Summary{}
+		var conds []health.Condition
+		for _, c := range hl.state.Active {
+			conds = append(conds, c.Condition)
+		}
+		hl.summary = health.Summarize(conds)
+		nodeHealth, nodeReason = hl.summary.Health, hl.summary.Reason
+		if nodeHealth == "" {
+			nodeHealth = gpufleet.Healthy
+		}
+		for i := range gpus {
+			if j := slices.IndexFunc(hl.summary.GPUs, func(x health.GPUSummary) bool { return x.Index == gpus[i].Index }); j >= 0 {
+				gpus[i].Health, gpus[i].Reason = hl.summary.GPUs[j].Health, hl.summary.GPUs[j].Reason
+			}
+		}
 	}
 	h.validation = nil
 	state := hl.state

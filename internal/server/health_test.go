@@ -179,3 +179,37 @@ func TestCircuitBreakerStopsMassQuarantine(t *testing.T) {
 		t.Errorf("no refusal event for n2: %+v", evs)
 	}
 }
+
+// TestGPURepairReturnsTheNodeToHealthy repairs one GPU of a node that
+// stays ready: when its validation passes, the GPU and the node are healthy
+// again (nothing else on the node is wrong).
+func TestGPURepairReturnsTheNodeToHealthy(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	n1 := f.node("n1", "h100-sxm-80gb", 2)
+	f.cycle()
+	yes := true
+	bad := "GPU-n1-a"
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
+	f.cycle() // draining with nothing on it: repairing
+	n, _ := f.srv.Node(ctx, f.admin, "n1")
+	if n.GPUs[0].State != gpufleet.NodeRepairing || n.Health == gpufleet.Healthy {
+		t.Fatalf("after the remap: gpu %s, node %s", n.GPUs[0].State, n.Health)
+	}
+	no := false
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &no}}}})
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Repaired); err != nil {
+		t.Fatal(err)
+	}
+	f.cycle()
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	if len(hb.Validate) != 1 || !slices.Equal(hb.Validate[0].GPUs, []string{bad}) {
+		t.Fatalf("validation order: %+v", hb.Validate)
+	}
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "ok"}}})
+	n, _ = f.srv.Node(ctx, f.admin, "n1")
+	if n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || n.HealthReason != "" ||
+		n.GPUs[0].State != gpufleet.NodeReady || n.GPUs[0].Health != gpufleet.Healthy {
+		t.Fatalf("after validation: node %s/%s %q, gpu %s/%s", n.State, n.Health, n.HealthReason, n.GPUs[0].State, n.GPUs[0].Health)
+	}
+}
