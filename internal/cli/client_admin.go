@@ -485,10 +485,7 @@ the GPU reports it, else utilization), priced at the catalog's hourly price.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := api.UsageQuery{Team: team}
 			var err error
-			if q.From, err = c.parseWhen("--from", from); err != nil {
-				return err
-			}
-			if q.To, err = c.parseWhen("--to", to); err != nil {
+			if q.From, q.To, err = c.parsePeriod(from, to); err != nil {
 				return err
 			}
 			cl, err := c.client(cmd)
@@ -527,6 +524,16 @@ the GPU reports it, else utilization), priced at the catalog's hourly price.
 	cmd.Flags().StringVar(&from, "from", "", "start of the period")
 	cmd.Flags().StringVar(&to, "to", "", "end of the period")
 	return cmd
+}
+
+// parsePeriod reads --from and --to with parseWhen.
+func (c *clientEnv) parsePeriod(from, to string) (time.Time, time.Time, error) {
+	f, err := c.parseWhen("--from", from)
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	t, err := c.parseWhen("--to", to)
+	return f, t, err
 }
 
 // parseWhen reads an RFC 3339 time, a date, or a duration ago.

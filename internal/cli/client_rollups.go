@@ -31,10 +31,7 @@ ago (2h); the default is the last hour.`,
 				return fmt.Errorf("%w: --gpu needs --node", gpufleet.ErrInvalid)
 			}
 			var err error
-			if q.From, err = c.parseWhen("--from", from); err != nil {
-				return err
-			}
-			if q.To, err = c.parseWhen("--to", to); err != nil {
+			if q.From, q.To, err = c.parsePeriod(from, to); err != nil {
 				return err
 			}
 			cl, err := c.client(cmd)
