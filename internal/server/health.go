@@ -68,8 +68,10 @@ func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, erro
 			st = health.State{}
 		}
 	}
+	s.mu.Lock()
 	h.inventory, h.state, h.loaded = n.GPUs, st, true
 	h.summary = storedSummary(n)
+	s.mu.Unlock()
 	return h, nil
 }
 
@@ -125,9 +127,6 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	if err != nil {
 		return err
 	}
-	if len(h.inventory) == 0 {
-		return nil
-	}
 	// Unchanged evidence, no XID and the same missing GPUs: the finding
 	// cannot change but with time, so the rules run every healthEvery.
 	s.mu.Lock()
@@ -151,11 +150,12 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	if due {
 		last = maps.Clone(h.evidence)
 	}
+	prev, inv := h.state, h.inventory
 	s.mu.Unlock()
-	if !due {
+	if !due || len(inv) == 0 {
 		return nil
 	}
-	next, conds := health.Evaluate(h.state, evidence(node, h.inventory, r, last), now, s.cfg.Health)
+	next, conds := health.Evaluate(prev, evidence(node, inv, r, last), now, s.cfg.Health)
 	return s.record(ctx, node, h, next, conds, now)
 }
 
@@ -180,12 +180,13 @@ func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next he
 	s.mu.Lock()
 	h.state = next
 	same := sameSummary(h.summary, sum)
+	inv := h.inventory
 	s.mu.Unlock()
 	if same {
 		return nil
 	}
-	gpus := make([]gpufleet.NodeGPU, 0, len(h.inventory))
-	for _, g := range h.inventory {
+	gpus := make([]gpufleet.NodeGPU, 0, len(inv))
+	for _, g := range inv {
 		u := gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: gpufleet.Healthy}
 		if i := slices.IndexFunc(sum.GPUs, func(x health.GPUSummary) bool { return x.Index == g.Index }); i >= 0 {
 			u.Health, u.Reason = sum.GPUs[i].Health, sum.GPUs[i].Reason
@@ -349,10 +350,13 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 		if err != nil {
 			return err
 		}
-		next, conds := health.Evaluate(h.state, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
+		s.mu.Lock()
+		prev := h.state
+		s.mu.Unlock()
+		_, conds := health.Evaluate(prev, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
 		// The node's GPUs were not heard: keep their findings, add the
 		// heartbeat's.
-		for _, c := range h.state.Active {
+		for _, c := range prev.Active {
 			if c.GPU >= 0 {
 				conds = append(conds, c.Condition)
 			}
@@ -364,7 +368,9 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 		if hadIt && sum.Health == gpufleet.Unhealthy {
 			continue // said once; the age in the reason would change every cycle
 		}
-		if err := s.record(ctx, n.Name, h, next, conds, now); err != nil {
+		// The rules' memory stays as the last heartbeat left it: silence
+		// says nothing about the GPUs.
+		if err := s.record(ctx, n.Name, h, prev, conds, now); err != nil {
 			return err
 		}
 	}
