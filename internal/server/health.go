@@ -37,6 +37,9 @@ type nodeHealth struct {
 	evidence map[string]api.GPUEvidence
 	missing  []string
 	lastEval time.Time
+	// silent is set while the recorded finding is the node's silence, so
+	// that its next heartbeat is judged at once.
+	silent bool
 }
 
 // healthEvery is the longest the rules go without running for a node
@@ -142,9 +145,9 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 		changed = changed || len(smp.XIDs) > 0
 	}
 	h.missing = slices.Clone(r.MissingGPUs)
-	due := changed || now.Sub(h.lastEval) >= healthEvery
+	due := changed || h.silent || now.Sub(h.lastEval) >= healthEvery
 	if due {
-		h.lastEval = now
+		h.lastEval, h.silent = now, false
 	}
 	var last map[string]api.GPUEvidence
 	if due {
@@ -370,6 +373,9 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 		}
 		// The rules' memory stays as the last heartbeat left it: silence
 		// says nothing about the GPUs.
+		s.mu.Lock()
+		h.silent = true
+		s.mu.Unlock()
 		if err := s.record(ctx, n.Name, h, prev, conds, now); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -212,4 +213,43 @@ func TestGPURepairReturnsTheNodeToHealthy(t *testing.T) {
 		n.GPUs[0].State != gpufleet.NodeReady || n.GPUs[0].Health != gpufleet.Healthy {
 		t.Fatalf("after validation: node %s/%s %q, gpu %s/%s", n.State, n.Health, n.HealthReason, n.GPUs[0].State, n.GPUs[0].Health)
 	}
+}
+
+// TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain checks the heartbeat
+// rule: past the grace a silent node shows unhealthy with the silence as
+// its reason (once, not rewritten every cycle), and its next heartbeat
+// makes it healthy again.
+func TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	n1 := f.node("n1", "l4", 1)
+	f.cycle()
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	f.clk.Advance(f.srv.cfg.HeartbeatGrace + time.Second)
+	f.cycle()
+	f.clk.Advance(time.Second)
+	f.cycle()
+	n, _ := f.srv.Node(ctx, f.admin, "n1")
+	if n.Health != gpufleet.Unhealthy || !strings.Contains(n.HealthReason, "no heartbeat") || n.State != gpufleet.NodeDown {
+		t.Fatalf("silent node: %s %s (%s)", n.State, n.Health, n.HealthReason)
+	}
+	evs, _ := f.st.Events(ctx, store.EventFilter{Object: "n1"})
+	if c := countKind(evs, "node.unhealthy"); c != 1 {
+		t.Errorf("%d node.unhealthy events, want 1", c)
+	}
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	n, _ = f.srv.Node(ctx, f.admin, "n1")
+	if n.Health != gpufleet.Healthy || n.State != gpufleet.NodeReady {
+		t.Fatalf("after a heartbeat: %s %s (%s)", n.State, n.Health, n.HealthReason)
+	}
+}
+
+func countKind(evs []gpufleet.Event, kind string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }
