@@ -58,7 +58,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
 	fs.DurationVar(&f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
 	fs.DurationVar(&f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
-	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a model free for production failover, as MODEL=N (repeatable)")
+	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a GPU class or catalog model free for production failover, as CLASS=N (repeatable)")
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
 	fs.DurationVar(&f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
@@ -147,14 +147,16 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		if err != nil || n < 0 {
 			return usageErr("--spare %s=%s: expected MODEL=N with a count >= 0", model, v)
 		}
-		g, err := cat.Lookup(model)
-		if err != nil {
-			return fmt.Errorf("%w: --spare %s: %v", gpufleet.ErrInvalid, model, err)
+		key := model // an admin-defined class, which may be created later
+		if g, err := cat.Lookup(model); err == nil {
+			key = g.ID
+		} else {
+			log.Info("--spare names no catalog model: taken as a GPU class", "class", model)
 		}
 		if cfg.Spare == nil {
 			cfg.Spare = map[string]int{}
 		}
-		cfg.Spare[g.ID] = n
+		cfg.Spare[key] = n
 	}
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {

@@ -13,20 +13,30 @@ type spareHold struct {
 	held   bool
 }
 
-// holdSpare takes, for each model with a spare count, up to that many whole
-// free GPUs out of the capacity model, so that jobs of lower classes cannot
-// use them. It prefers the nodes with the most free GPUs of the model (a
-// failed-over multi-GPU server needs them together), then node order.
+// holdSpare takes, for each GPU class or model with a spare count, up to
+// that many whole free GPUs of it out of the capacity model, so that jobs
+// of lower classes cannot use them, choosing nodes by best fit for the
+// whole spare (see below), then node order.
 func (s *sched) holdSpare() {
 	if len(s.cfg.Spare) == 0 || s.spare.held {
 		return
 	}
 	s.spare.held = true
 	s.spare.allocs = s.spare.allocs[:0]
-	for _, id := range sortedKeys(s.cfg.Spare) {
-		m, ok := s.f.modelIdx[id]
-		want := int32(s.cfg.Spare[id])
-		if !ok || want <= 0 {
+	for _, key := range sortedKeys(s.cfg.Spare) {
+		want := int32(s.cfg.Spare[key])
+		// A key is a GPU class (Input.Classes) or a catalog id.
+		ids, isClass := s.in.Classes[key]
+		if !isClass {
+			ids = []string{key}
+		}
+		models := make([]bool, len(s.f.models))
+		for _, id := range ids {
+			if m, ok := s.f.modelIdx[id]; ok {
+				models[m] = true
+			}
+		}
+		if want <= 0 {
 			continue
 		}
 		type nodeFree struct{ ni, free int32 }
@@ -35,7 +45,7 @@ func (s *sched) holdSpare() {
 			n := &s.f.nodes[ni]
 			var free int32
 			for gi := range n.gpus {
-				if g := &n.gpus[gi]; g.model == m && wholeFree(n, g, false) {
+				if g := &n.gpus[gi]; models[g.model] && wholeFree(n, g, false) {
 					free++
 				}
 			}
@@ -43,14 +53,30 @@ func (s *sched) holdSpare() {
 				nodes = append(nodes, nodeFree{int32(ni), free})
 			}
 		}
-		slices.SortStableFunc(nodes, func(a, b nodeFree) int { return cmp.Compare(b.free, a.free) })
+		// Best fit for a block of the spare: the node with the fewest free
+		// GPUs that still holds it whole (a failed-over server needs its
+		// GPUs together, and bigger holes stay for other work); failing
+		// that, the nodes with the most free GPUs first.
+		slices.SortStableFunc(nodes, func(a, b nodeFree) int {
+			af, bf := a.free >= want, b.free >= want
+			switch {
+			case af && bf:
+				return cmp.Compare(a.free, b.free)
+			case af != bf:
+				if af {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(b.free, a.free)
+		})
 		for _, nf := range nodes {
 			n := &s.f.nodes[nf.ni]
 			for gi := range n.gpus {
 				if want == 0 {
 					break
 				}
-				if g := &n.gpus[gi]; g.model == m && wholeFree(n, g, false) {
+				if g := &n.gpus[gi]; models[g.model] && wholeFree(n, g, false) {
 					a := alloc{node: nf.ni, gpu: int32(gi), inst: -1, units: unit, whole: true}
 					s.f.take(a)
 					s.spare.allocs = append(s.spare.allocs, a)

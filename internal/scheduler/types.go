@@ -207,10 +207,10 @@ type Config struct {
 	DefaultEstimate time.Duration
 	// UsageHalfLife is the decay of team usage, applied by the caller.
 	UsageHalfLife time.Duration
-	// Spare keeps, per GPU model (catalog id), that many whole GPUs free
-	// for production jobs (N+1 failover capacity): jobs of lower classes
-	// are placed as if they were taken. The ETA pass does not hold them,
-	// so lower classes' estimates can be early by that much capacity.
+	// Spare keeps, per GPU class (an Input.Classes name) or model (catalog
+	// id), that many whole GPUs free for production jobs (N+1 failover
+	// capacity): jobs of lower classes are placed, and their ETAs
+	// simulated, as if they were taken.
 	Spare map[string]int `json:",omitempty"`
 }
 
