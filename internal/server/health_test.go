@@ -253,3 +253,27 @@ func countKind(evs []gpufleet.Event, kind string) int {
 	}
 	return n
 }
+
+// TestSpareKeepsCapacityForProduction checks that the server hands its
+// --spare to the scheduler: a training job may not take the spare GPU, a
+// production job may.
+func TestSpareKeepsCapacityForProduction(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	f.srv.cfg.Spare = map[string]int{"h100-sxm-80gb": 1}
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 2)
+	tr := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "training", Estimate: "1h"})
+	f.cycle()
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 0 {
+		t.Fatalf("training took the spare: %+v", hb.Start)
+	}
+	if q := f.job(tr.ID).Queue; q == nil || !strings.Contains(q.Reason, "held free for production failover") {
+		t.Errorf("training job's reason: %+v", q)
+	}
+	f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "production", Estimate: "1h"})
+	f.cycle()
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 1 {
+		t.Fatalf("production did not start on the spare: %+v", hb.Start)
+	}
+}
