@@ -384,8 +384,10 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 }
 
 // advanceStates moves nodes and GPUs along the repair path: a draining node
-// or GPU that no longer holds an active attempt goes to repairing.
-func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) error {
+// or GPU that no longer holds an active attempt goes to repairing. It
+// reports whether it moved any.
+func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (bool, error) {
+	moved := false
 	busyNode := map[string]bool{}
 	busyGPU := map[string]bool{} // GPU or MIG UUID
 	for _, j := range jobs {
@@ -405,8 +407,9 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 				reason = "drained"
 			}
 			if err := s.st.SetNodeState(ctx, n.Name, gpufleet.NodeRepairing, reason, "system", now); err != nil {
-				return err
+				return moved, err
 			}
+			moved = true
 			continue
 		}
 		var done []gpufleet.NodeGPU
@@ -420,11 +423,12 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 		}
 		if len(done) > 0 {
 			if err := s.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
-				return err
+				return moved, err
 			}
+			moved = true
 		}
 	}
-	return nil
+	return moved, nil
 }
 
 // gpuDraining reports whether a GPU or MIG UUID of the node is draining,

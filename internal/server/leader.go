@@ -127,11 +127,14 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err := s.judgeSilent(ctx, nodes, now); err != nil {
 		return err
 	}
-	if err := s.advanceStates(ctx, jobs, nodes, now); err != nil {
+	moved, err := s.advanceStates(ctx, jobs, nodes, now)
+	if err != nil {
 		return err
 	}
-	if nodes, err = s.st.Nodes(ctx); err != nil {
-		return err
+	if moved {
+		if nodes, err = s.st.Nodes(ctx); err != nil {
+			return err
+		}
 	}
 	if lost > 0 {
 		if jobs, err = s.st.ActiveJobs(ctx); err != nil {
