@@ -84,6 +84,8 @@ type attempt struct {
 	Delivered  bool  `json:"delivered,omitempty"`
 
 	cmd *exec.Cmd // set when this process started the supervisor
+	// reaped is closed once cmd's supervisor has exited and been reaped.
+	reaped chan struct{}
 }
 
 // stopRequest is a stop in progress.
@@ -421,8 +423,9 @@ func (r *Runner) launch(a *attempt) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start supervisor: %w", err)
 	}
-	go func() { _ = cmd.Wait() }() // reap it; the status file says how the attempt ended
-	a.cmd, a.Supervisor, a.Launched, a.User, a.Reason = cmd, cmd.Process.Pid, true, u.Name, ""
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }() // reap it; the status file says how the attempt ended
+	a.cmd, a.reaped, a.Supervisor, a.Launched, a.User, a.Reason = cmd, reaped, cmd.Process.Pid, true, u.Name, ""
 	r.dirty = true
 	r.log.Info("attempt launched", "attempt", as.AttemptID, "job", as.JobID, "team", as.Team, "gpus", strings.Join(as.GPUs, ","),
 		"user", u.Name, "supervisor", cmd.Process.Pid)
@@ -573,7 +576,12 @@ func (r *Runner) progress(a *attempt) {
 // supervisorAlive reports whether a's supervisor still runs.
 func (r *Runner) supervisorAlive(a *attempt) bool {
 	if a.cmd != nil {
-		return a.cmd.ProcessState == nil && syscall.Kill(a.Supervisor, 0) == nil && !zombie(a.Supervisor)
+		select {
+		case <-a.reaped:
+			return false
+		default:
+		}
+		return syscall.Kill(a.Supervisor, 0) == nil && !zombie(a.Supervisor)
 	}
 	if a.Supervisor <= 0 || syscall.Kill(a.Supervisor, 0) != nil || zombie(a.Supervisor) {
 		return false
