@@ -89,8 +89,9 @@ func storedSummary(n gpufleet.Node) health.Summary {
 	return sum
 }
 
-// evidence turns a heartbeat into the health rules' input; last holds
-// each GPU's evidence from earlier heartbeats, for those that left it out.
+// evidence turns a heartbeat into the health rules' input; last holds each
+// GPU's latest evidence (this heartbeat's, or an earlier one's when this
+// one left it out because it had not changed).
 func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest, last map[string]api.GPUEvidence) health.NodeEvidence {
 	ev := health.NodeEvidence{Node: node, InventoryGPUs: len(inv)}
 	bySample := map[string]api.GPUSample{}
@@ -101,13 +102,7 @@ func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest, last 
 		ge := health.GPUEvidence{Index: g.Index, UUID: g.UUID, Model: g.Model, Present: !slices.Contains(r.MissingGPUs, g.UUID)}
 		if smp, ok := bySample[g.UUID]; ok {
 			ge.XIDs, ge.Utilization = smp.XIDs, smp.Utilization
-			e := smp.Evidence
-			if e == nil {
-				if l, ok := last[g.UUID]; ok {
-					e = &l
-				}
-			}
-			if e != nil {
+			if e, ok := last[g.UUID]; ok {
 				ge.ECCCorrectedVolatile, ge.ECCUncorrectedVolatile, ge.ECCUncorrectedAggregate = e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate
 				ge.RetiredPagesSBE, ge.RetiredPagesDBE, ge.RetiredPagesPending = e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending
 				ge.RemappedRowsCorrectable, ge.RemappedRowsUncorrectable = e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable
