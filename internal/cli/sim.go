@@ -23,6 +23,7 @@ type simFlags struct {
 	skipBad                                     bool
 	ablate                                      []string
 	mtbf, repair, loadPeriod, halfLife          string
+	restartOverhead                             string
 }
 
 // ablations turn one gpufleet feature off.
@@ -80,6 +81,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
+	fs.StringVar(&sf.restartOverhead, "restart-overhead", "0", "time a preempted or failed job needs to resume from its checkpoint (60s)")
 	fs.StringVar(&sf.loadPeriod, "load-period", "", "report the offered load per period of this length, e.g. 50d")
 	fs.StringVar(&sf.halfLife, "usage-half-life", "", "override the policy's usage half-life, e.g. 24h")
 	fs.Float64Var(&sf.scalingEff, "scaling-efficiency", sim.DefaultScalingEfficiency, "philly-gavel: parallel efficiency where the trace has only single-GPU times")
@@ -141,6 +143,9 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
+		return err
+	}
+	if cfg.RestartOverhead, err = parseSimDuration("restart-overhead", sf.restartOverhead); err != nil {
 		return err
 	}
 	if cfg.RepairTime, err = parseSimDuration("repair", sf.repair); err != nil {

@@ -38,6 +38,10 @@ type Config struct {
 	// (exponential); 0 means no failures. A failed node is down for
 	// RepairTime seconds; its jobs return to the queue with their progress.
 	NodeMTBF, RepairTime float64
+	// RestartOverhead is the seconds a stopped job (preempted, or on a
+	// failed node) needs to resume from its checkpoint: added to its
+	// remaining work. 0 means none.
+	RestartOverhead float64
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
 	// second, sampled with replacement from the trace, until the GPUs they
 	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.
@@ -96,6 +100,8 @@ type jobState struct {
 	// reference (fastest) model, noise included.
 	baseEstimate float64
 	remaining    float64 // fraction of the work left
+	restart      float64 // seconds of restart overhead owed at the next start (Config.RestartOverhead)
+	paid         float64 // restart seconds included in the current run
 	phase        jobPhase
 	requeued     bool
 	version      int // bumps on every stop, to drop stale completions
@@ -474,9 +480,16 @@ func (e *engine) stop(js *jobState) {
 	e.release(js)
 	ran := e.now - js.start
 	js.runTime += ran
-	if d := js.end - js.start; d > 0 {
-		js.remaining *= max(0, 1-ran/d)
+	// The run first paid its restart overhead; the rest was work.
+	work, d := ran-js.paid, js.end-js.start-js.paid
+	if work < 0 {
+		js.restart += -work // stopped again while still restarting
+		work = 0
 	}
+	if d > 0 {
+		js.remaining *= max(0, 1-work/d)
+	}
+	js.restart += e.cfg.RestartOverhead // resuming from its checkpoint costs time
 	js.version++
 	js.phase = phasePending
 	js.requeued = true
@@ -666,7 +679,8 @@ func (e *engine) start(s scheduler.Start) error {
 	js.start = e.now
 	js.placement = s.Placement
 	js.gpus, js.fractions, js.demand = gpus, fracs, demand
-	js.end = e.now + js.remaining*slowest
+	js.paid, js.restart = js.restart, 0
+	js.end = e.now + js.remaining*slowest + js.paid
 	// The estimate the server knows is the user's, scaled to the speed of
 	// the model the job landed on.
 	js.runEstimate = js.remaining * js.baseEstimate

@@ -202,3 +202,17 @@ func TestDeterministicWithNoiseAndFailures(t *testing.T) {
 		t.Errorf("a different seed gave the same report; the seed is not used")
 	}
 }
+
+func TestEngineRestartOverhead(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,priority,team\nb,0,100,8,batch,x\np,40,10,8,production,y\n")
+	cfg := fakeConfig()
+	cfg.RestartOverhead = 15
+	res, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b runs 0-40 (40%), p 40-50, b restarts 50-65, then its last 60% 65-125.
+	if got := *res.Report.ByTeam["x"].AvgJCTS; got != 125 {
+		t.Errorf("JCT of the preempted job = %v, want 125 (15 s to restart)", got)
+	}
+}
