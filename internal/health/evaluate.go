@@ -339,7 +339,7 @@ func (e *gpuEval) throttle() {
 	r, i := e.ev.ClockEventReasons, e.ev.Index
 	has := func(mask uint64) bool { return r != nil && *r&mask != 0 }
 	for _, t := range []struct {
-		run, rule, short, what, todo string
+		run, rule, short, what, advice string
 		mask                         uint64
 	}{
 		{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", ClockEventHWPowerBrake},
@@ -349,7 +349,7 @@ func (e *gpuEval) throttle() {
 		since, on := e.run(t.run, has(t.mask))
 		if d := e.now.Sub(since); on && d >= e.cfg.ThrottleSustain {
 			h := e.add(t.rule, fmt.Sprintf("%s for %s", t.short, fmtDur(d)), fmt.Sprintf(
-				"GPU %d has %s (clock event reasons %#x) for %s: %s.", i, t.what, *r, fmtDur(d), t.todo))
+				"GPU %d has %s (clock event reasons %#x) for %s: %s.", i, t.what, *r, fmtDur(d), t.advice))
 			h.Since = since
 		}
 	}
