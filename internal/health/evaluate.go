@@ -340,7 +340,7 @@ func (e *gpuEval) throttle() {
 	has := func(mask uint64) bool { return r != nil && *r&mask != 0 }
 	for _, t := range []struct {
 		run, rule, short, what, advice string
-		mask                         uint64
+		mask                           uint64
 	}{
 		{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", ClockEventHWPowerBrake},
 		{"thermal", "thermal-sustained", "thermal throttling", "been thermally throttled", "check inlet temperature, fans and airflow", ClockEventSWThermalSlowdown | ClockEventHWThermalSlowdown},
