@@ -613,3 +613,25 @@ func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
 		t.Errorf("log %q: the checkpoint signal comes first", b)
 	}
 }
+
+// TestSupervisorFencesWhenTheAliveFileIsGone: an agent whose data directory
+// was removed says nothing more; its attempts must not run on forever.
+func TestSupervisorFencesWhenTheAliveFileIsGone(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	alive := filepath.Join(data, "alive")
+	r := NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
+		testLogger(t), time.Now, nil)
+	r.SetDevices(testDevices)
+	t.Cleanup(func() { killAll(r) })
+	r.SetFence(500*time.Millisecond, 100*time.Millisecond)
+	if err := os.WriteFile(alive, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, Command: []string{"sleep", "60"}})
+	waitState(t, r, "a-1", gpufleet.AttemptRunning)
+	os.Remove(alive)
+	if rep := waitState(t, r, "a-1", gpufleet.AttemptStopped); rep.ReasonCode != ReasonFenced {
+		t.Errorf("report %+v, want fenced", rep)
+	}
+}

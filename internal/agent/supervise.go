@@ -236,17 +236,22 @@ func selfFence(spec superviseSpec, pgid int, logf *os.File, fenced chan<- string
 	every := min(spec.FenceAfter/4, time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// The agent writes the file before it starts any attempt, so a file
+	// that is gone (the agent's data removed) is as silent as a stale one.
+	last := time.Now()
 	for {
 		select {
 		case <-done:
 			return
 		case <-t.C:
 		}
-		fi, err := os.Stat(spec.AliveFile)
-		if err != nil || time.Since(fi.ModTime()) <= spec.FenceAfter {
-			continue // no file yet (an old agent), or the agent is alive
+		if fi, err := os.Stat(spec.AliveFile); err == nil {
+			last = fi.ModTime()
 		}
-		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(fi.ModTime()).Round(time.Second), spec.FenceAfter)
+		if time.Since(last) <= spec.FenceAfter {
+			continue // the agent is alive
+		}
+		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(last).Round(time.Second), spec.FenceAfter)
 		fmt.Fprintf(logf, "gpufleet: %s: stopping the attempt\n", why)
 		fenced <- why
 		steps := []struct {
