@@ -576,17 +576,7 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 // fence and stops its attempt (checkpoint signal first), which then reads
 // as stopped, fenced.
 func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
-	data := t.TempDir()
-	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
-	alive := filepath.Join(data, "alive")
-	r := NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
-		testLogger(t), time.Now, nil)
-	r.SetDevices(testDevices)
-	t.Cleanup(func() { killAll(r) })
-	r.SetFence(600*time.Millisecond, 200*time.Millisecond)
-	if err := os.WriteFile(alive, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	r, data, alive := fencedRunner(t, 600*time.Millisecond, 200*time.Millisecond)
 	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, GraceS: 30,
 		Command: []string{"sh", "-c", `trap "echo checkpoint" USR1; while :; do sleep 0.05; done`}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
@@ -617,21 +607,29 @@ func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
 // TestSupervisorFencesWhenTheAliveFileIsGone: an agent whose data directory
 // was removed says nothing more; its attempts must not run on forever.
 func TestSupervisorFencesWhenTheAliveFileIsGone(t *testing.T) {
-	data := t.TempDir()
-	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
-	alive := filepath.Join(data, "alive")
-	r := NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
-		testLogger(t), time.Now, nil)
-	r.SetDevices(testDevices)
-	t.Cleanup(func() { killAll(r) })
-	r.SetFence(500*time.Millisecond, 100*time.Millisecond)
-	if err := os.WriteFile(alive, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	r, _, alive := fencedRunner(t, 500*time.Millisecond, 100*time.Millisecond)
 	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, Command: []string{"sleep", "60"}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
 	os.Remove(alive)
 	if rep := waitState(t, r, "a-1", gpufleet.AttemptStopped); rep.ReasonCode != ReasonFenced {
 		t.Errorf("report %+v, want fenced", rep)
 	}
+}
+
+// fencedRunner is a runner whose supervisors watch DATA/alive (written now)
+// with the given fence and fence grace.
+func fencedRunner(t *testing.T, fence, grace time.Duration) (r *Runner, data, alive string) {
+	t.Helper()
+	data = t.TempDir()
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	alive = filepath.Join(data, "alive")
+	r = NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
+		testLogger(t), time.Now, nil)
+	r.SetDevices(testDevices)
+	t.Cleanup(func() { killAll(r) })
+	r.SetFence(fence, grace)
+	if err := os.WriteFile(alive, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r, data, alive
 }
