@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/sim"
 )
@@ -18,6 +20,7 @@ import (
 // simFlags are the flags of `sim`.
 type simFlags struct {
 	trace, format, nodes, cluster, policy, plot string
+	jobsOut                                     string
 	estimateError, timeScale, fill, scalingEff  float64
 	seed                                        uint64
 	skipBad                                     bool
@@ -37,6 +40,7 @@ var ablations = map[string]func(*scheduler.Config){
 	"packing":       func(c *scheduler.Config) { c.Packing = scheduler.PackFirstFit },
 	"heterogeneity": func(c *scheduler.Config) { c.HeterogeneityPreference = false },
 	"size":          func(c *scheduler.Config) { c.SizeSlack = 0 },
+	"starvation":    func(c *scheduler.Config) { c.StarvationSlowdown = 0 },
 	"eta":           func(c *scheduler.Config) { c.ETA = false },
 }
 
@@ -78,6 +82,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
 	fs.StringSliceVar(&sf.ablate, "ablate", nil, "turn a policy feature off (repeatable): "+strings.Join(ablationNames(), ", "))
 	fs.StringVar(&sf.plot, "plot", "", "write an SVG plot (allocation over time, wait CDF) to FILE")
+	fs.StringVar(&sf.jobsOut, "jobs-out", "", "write every job's outcome (submit, start, finish, run time, slowdown, stops, model) to FILE as CSV")
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
@@ -147,6 +152,10 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	if cfg.RestartOverhead, err = parseSimDuration("restart-overhead", sf.restartOverhead); err != nil {
 		return err
+	}
+	if cfg.RestartOverhead > 0 {
+		// The scheduler weighs the restart cost the replay charges.
+		cfg.Policy.RestartCost = time.Duration(cfg.RestartOverhead * 1e9)
 	}
 	if cfg.RepairTime, err = parseSimDuration("repair", sf.repair); err != nil {
 		return err
@@ -221,6 +230,15 @@ func runSim(e *env, sf *simFlags) error {
 		}
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	if sf.jobsOut != "" {
+		var buf bytes.Buffer
+		if err := sim.WriteJobsCSV(&buf, res.Jobs); err != nil {
+			return fmt.Errorf("--jobs-out: %w", err)
+		}
+		if err := agent.WriteFileAtomic(sf.jobsOut, buf.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("--jobs-out: %w", err)
 		}
 	}
 	if e.output == outputJSON {

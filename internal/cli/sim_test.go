@@ -19,8 +19,9 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 func TestSimJSONKeys(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "p.svg")
+	jobsOut := filepath.Join(t.TempDir(), "jobs.csv")
 	out, errOut, code := runCLI(t, "sim", "--trace", "../sim/testdata/tiny.csv", "--format", "csv",
-		"--cluster", "../sim/testdata/tiny-cluster.yaml", "--policy", "gpufleet", "--plot", plot, "-o", "json")
+		"--cluster", "../sim/testdata/tiny-cluster.yaml", "--policy", "gpufleet", "--plot", plot, "--jobs-out", jobsOut, "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -37,6 +38,10 @@ func TestSimJSONKeys(t *testing.T) {
 	}
 	if rep["completed"].(float64) != 10 {
 		t.Errorf("completed = %v, want all 10 tiny jobs", rep["completed"])
+	}
+	rows, err := os.ReadFile(jobsOut)
+	if lines := strings.Split(strings.TrimSpace(string(rows)), "\n"); err != nil || len(lines) != 11 || !strings.HasPrefix(lines[0], "id,team,class,gpus,") {
+		t.Errorf("--jobs-out: %v, want a header and 10 rows, got %q", err, rows)
 	}
 	svg, err := os.ReadFile(plot)
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {

@@ -31,11 +31,12 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 	var at time.Time
 	var found placement
 	ok := false
+	models := s.usable(h).models
 	fits := func() bool {
-		if !s.mayFit(sh, sh.models) {
+		if !s.mayFit(sh, models) {
 			return false
 		}
-		p, ok := s.search(sh, sh.models, modeNormal)
+		p, ok := s.search(sh, models, modeNormal)
 		if ok {
 			found = p
 		}

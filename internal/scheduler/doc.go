@@ -5,13 +5,15 @@
 // queued its position, the reason it waits (a code and a sentence with
 // counts) and its estimated start.
 //
-// The package owns the policy: cluster order (priority classes, requeued
-// first, fair share over decayed usage), team quotas per GPU class with
+// The package owns the policy: cluster order (priority classes, starving
+// and requeued jobs first, response ratio, fair share over decayed usage), team quotas per GPU class with
 // borrowing of idle capacity and reclaim, gang placement on one node or
 // spread over nodes in one rack or block, NVLink-domain and fragmentation
 // aware packing, heterogeneity (model allowlists, memory, compute
-// capability, native precision, node labels, cheapest or fastest model),
-// MIG and time-slice sharing, preemption that loses the least work, EASY
+// capability, native precision, node labels, cheapest or fastest model,
+// waiting for a faster model as long as a slower one would cost), MIG and
+// time-slice sharing, preemption that loses the least work and, for
+// starving jobs, preemption of long jobs with a bounded cost, EASY
 // backfill, and ETAs from a forward simulation of the queue through the
 // same placement code. Policies are Configs of the same code: see
 // PolicyConfig for fifo, bestfit, backfill and gpufleet.

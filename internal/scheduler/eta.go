@@ -220,6 +220,7 @@ func (s *sched) simStart(j *pjob, p placement, t time.Time) {
 // order stops there; backfill reserves for it), then every shape that can
 // fit, its jobs in cluster order.
 func (s *sched) simCycle(t time.Time) {
+	s.at = t
 	// The reservation's job first: the scan below gives up after 32 jobs
 	// held by quota, and may not reach it.
 	if r := s.resv; r != nil && !r.job.started && !r.at.After(t) {
@@ -310,6 +311,12 @@ func (s *sched) groupPhase(t time.Time) {
 				switch {
 				case ok:
 					s.simStart(j, p, t)
+				case w.code == ReasonSlowerModel:
+					// It takes the slower model later: look again then.
+					g.checked = false
+					if d := s.slowerWaitAll(j); d > 0 {
+						s.events.push(event{at: t.Add(d), g: &grant{class: -1}}) // holds nothing: a wake-up
+					}
 				case !w.capacity() && w.code != ReasonReservation:
 					qw := quotaWait{team: j.team, class: w.class, limit: w.limit}
 					if w.limit {

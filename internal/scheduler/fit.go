@@ -25,8 +25,12 @@ type shape struct {
 	selector [][2]string
 	models   []int32 // eligible models: preference order when prefer, else by id
 	prefer   bool    // take the first model that fits
-	multi    bool    // spans nodes
-	invalid  string  // a request no fleet could satisfy, in words
+	// slower, for shapes that prefer the fastest model, is per model id how
+	// many times slower than the shape's fastest model a job would run on
+	// it, conservatively (see slowerWait); nil otherwise.
+	slower  []float64
+	multi   bool   // spans nodes
+	invalid string // a request no fleet could satisfy, in words
 
 	static    *why // unplaceable on an empty fleet (nil = placeable); set lazily
 	staticSet bool
@@ -117,6 +121,12 @@ func (s *sched) shapeOf(r *Resources) *shape {
 	sh.models = s.eligibleModels(r, sh)
 	if prefer {
 		s.rankModels(sh.models, want)
+		if want == PreferFastest && len(sh.models) > 1 {
+			sh.slower = make([]float64, len(s.f.models))
+			for _, m := range sh.models {
+				sh.slower[m] = slowdownOn(&s.f.models[sh.models[0]].gpu, &s.f.models[m].gpu)
+			}
+		}
 	}
 	s.shapeIdx[key] = sh
 	s.shapes = append(s.shapes, sh)

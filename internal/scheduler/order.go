@@ -10,7 +10,8 @@ import (
 // order sorts the queue into cluster order:
 //
 //  1. priority class, highest first (when Config.PriorityClasses);
-//  2. requeued jobs (preempted, drained, lost) first within their class;
+//  2. starving jobs (Config.StarvationSlowdown) first within their class,
+//     then requeued jobs (preempted, drained, lost);
 //  3. with Config.SizeSlack > 0, a virtual deadline: submit time plus
 //     SizeSlack x estimated GPU-seconds, scaled by the team's fair-share
 //     factor when Config.FairShare (see fairFactors); earliest first. Short
@@ -64,9 +65,18 @@ func (s *sched) order() {
 		}
 	}
 	useTag := sized || s.cfg.FairShare
+	for _, p := range s.pending {
+		p.starve = s.starving(p)
+	}
 	slices.SortFunc(s.pending, func(a, b *pjob) int {
 		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
+		}
+		if a.starve != b.starve {
+			if a.starve {
+				return -1
+			}
+			return 1
 		}
 		if a.job.Requeued != b.job.Requeued {
 			if a.job.Requeued {

@@ -27,6 +27,9 @@ const (
 // reach 2.
 const DefaultSizeSlack = 1.0
 
+// DefaultStarvationSlowdown is gpufleet's Config.StarvationSlowdown.
+const DefaultStarvationSlowdown = 20.0
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -43,7 +46,8 @@ var policies = map[string]Config{
 	// gpufleet: everything.
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
 		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
-		SizeSlack: DefaultSizeSlack, ResponseRatio: true},
+		SizeSlack: DefaultSizeSlack, ResponseRatio: true,
+		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: 6 * time.Hour, RestartCost: time.Minute},
 }
 
 // Policies lists the built-in policy names.
@@ -82,6 +86,12 @@ func (c Config) Validate() error {
 	}
 	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
 		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)
+	}
+	if c.StarvationSlowdown < 0 || math.IsNaN(c.StarvationSlowdown) || math.IsInf(c.StarvationSlowdown, 0) {
+		return fmt.Errorf("starvation slowdown %g: want a finite value >= 0", c.StarvationSlowdown)
+	}
+	if c.StarvationMinRun < 0 || c.RestartCost < 0 {
+		return fmt.Errorf("starvation min run %s and restart cost %s: want durations >= 0", c.StarvationMinRun, c.RestartCost)
 	}
 	if c.DefaultEstimate < 0 {
 		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)

@@ -102,39 +102,61 @@ func (s *sched) preempt(j *pjob) bool {
 		s.fails[key] = failEntry{}
 		return false
 	}
-	// Claim the GPUs that are free now; the rest come from the victims.
-	claim := &grant{team: j.team, class: -1}
-	n := &s.f.nodes[best.node]
-	var grace time.Duration
+	var allocs []alloc
 	for _, gi := range best.gpus {
-		if wholeFree(n, &n.gpus[gi], false) {
-			claim.allocs = append(claim.allocs, alloc{node: best.node, gpu: gi, inst: -1, units: unit, whole: true})
+		allocs = append(allocs, alloc{node: best.node, gpu: gi, inst: -1, units: unit, whole: true})
+	}
+	s.commitPreemption(j, allocs, best.victims, "", func(v *rjob) (string, string) {
+		if best.reclaim && v.team != j.team {
+			return PreemptReclaim, fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
+		}
+		return PreemptPriority, fmt.Sprintf("preempted for job %s (%s outranks %s)", j.job.ID, j.job.Priority, v.job.Priority)
+	})
+	return true
+}
+
+// commitPreemption stops victims for j, which is to run on allocs: the
+// GPUs of allocs free now are claimed for j, every victim is reported with
+// its reason code and words, and j waits for them to stop. When no job
+// holds the backfill reservation, j takes it on allocs from the moment the
+// last victim's grace ends, so that jobs after j in this cycle keep off
+// the GPUs it is about to get.
+func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefix string, reason func(*rjob) (string, string)) {
+	claim := &grant{team: j.team, class: -1}
+	for _, a := range allocs {
+		n := &s.f.nodes[a.node]
+		if wholeFree(n, &n.gpus[a.gpu], false) {
+			claim.allocs = append(claim.allocs, a)
 		}
 	}
 	s.takeGrant(claim)
 	s.claims = append(s.claims, claim)
-	for _, v := range best.victims {
+	var grace time.Duration
+	for _, v := range victims {
 		v.victim = true
 		s.victims = append(s.victims, v)
 		grace = max(grace, v.job.Grace)
-		code, text := PreemptPriority, ""
-		if best.reclaim && v.team != j.team {
-			code = PreemptReclaim
-			text = fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
-		} else {
-			text = fmt.Sprintf("preempted for job %s (%s outranks %s)", j.job.ID, j.job.Priority, v.job.Priority)
-		}
+		code, text := reason(v)
 		if v.job.Grace > 0 {
 			text += fmt.Sprintf("; grace %s to checkpoint", v.job.Grace)
 		}
 		s.out.Preemptions = append(s.out.Preemptions, Preemption{Job: v.job.ID, For: j.job.ID, Reason: text, Code: code})
 		s.out.Stats.Preempted++
 	}
-	j.why = why{code: ReasonPreempting, text: fmt.Sprintf("waiting for %s to stop", plural(int32(len(best.victims)), "preempted job"))}
+	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop", plural(int32(len(victims)), "preempted job"))}
 	if grace > 0 {
 		j.why.text += fmt.Sprintf(" (grace up to %s)", grace)
 	}
-	return true
+	if s.cfg.Backfill && s.resv == nil {
+		r := &reservation{job: j, at: s.now.Add(grace), locs: allocs}
+		for _, a := range allocs {
+			if !slices.Contains(r.nodes, a.node) {
+				r.nodes = append(r.nodes, a.node)
+			}
+		}
+		s.applyReservation(r)
+		s.resvGen++
+	}
 }
 
 // victimsOn finds the cheapest set of victims on one node that makes room

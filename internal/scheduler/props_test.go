@@ -13,7 +13,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
 )
 
-var propModels = []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4"}
+var propModels = []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4", "k80"}
 
 // genFleet draws a small heterogeneous fleet: NVLink domains or PCIe, MIG
 // GPUs, racks, nodes and GPUs that are not ready.
@@ -26,7 +26,7 @@ func genFleet(t *rapid.T) []scheduler.Node {
 		b := schedtest.MakeNode(fmt.Sprintf("n%d", i), model, gpus).
 			Rack(fmt.Sprintf("r%d", rapid.IntRange(0, 2).Draw(t, "rack"))).
 			Domains(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(t, "domain"))
-		if model != "l4" && rapid.IntRange(0, 3).Draw(t, "mig") == 0 {
+		if (model == "h100-sxm-80gb" || model == "a100-sxm-80gb") && rapid.IntRange(0, 3).Draw(t, "mig") == 0 {
 			b.MIG(rapid.IntRange(1, gpus).Draw(t, "migGPUs"), "1g.10gb", 7)
 		}
 		if rapid.IntRange(0, 9).Draw(t, "cordon") == 0 {
@@ -61,6 +61,8 @@ func genJob(t *rapid.T, id string) scheduler.Job {
 		b.NVLink()
 	case 4:
 		b.Models(rapid.SampledFrom(propModels).Draw(t, "allow"))
+	case 5, 6:
+		b.Prefer(rapid.SampledFrom([]string{scheduler.PreferFastest, scheduler.PreferCheapest}).Draw(t, "prefer"))
 	}
 	if rapid.Bool().Draw(t, "preemptible") {
 		b.Preemptible(time.Duration(rapid.IntRange(0, 60).Draw(t, "grace")) * time.Second)
@@ -78,6 +80,11 @@ func genConfig(t *rapid.T) scheduler.Config {
 	c.Preemption = c.Preemption && rapid.Bool().Draw(t, "preemption")
 	c.FairShare = c.FairShare && rapid.Bool().Draw(t, "fairshare")
 	c.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")
+	if c.StarvationSlowdown > 0 {
+		// Running work here is an hour old: let starvation preemption in.
+		c.StarvationSlowdown = rapid.SampledFrom([]float64{0, 2, 20}).Draw(t, "starvation")
+		c.StarvationMinRun = rapid.SampledFrom([]time.Duration{0, 30 * time.Minute, 6 * time.Hour}).Draw(t, "minrun")
+	}
 	return c
 }
 

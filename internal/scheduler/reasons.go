@@ -43,6 +43,7 @@ type why struct {
 	text  string
 	class int32 // quota reasons: the class
 	limit bool  // quota reasons: the borrowing limit (not idle capacity)
+	model int32 // ReasonSlowerModel: the slower model that has room
 }
 
 // capacity reports a reason that more free GPUs would cure.

@@ -52,6 +52,7 @@ type pjob struct {
 	tag     float64 // fair-share virtual start
 	submit  int64   // submit time, Unix nanoseconds
 	started bool    // started this cycle, or in the ETA simulation
+	starve  bool    // starving (Config.StarvationSlowdown)
 	startAt time.Time
 	why     why
 
@@ -106,9 +107,12 @@ type failEntry struct {
 
 // sched is the state of one Schedule call.
 type sched struct {
-	in      *Input
-	cfg     Config
-	now     time.Time
+	in  *Input
+	cfg Config
+	now time.Time
+	// at is the moment being decided: now in the cycle, the simulated time
+	// in the ETA pass.
+	at      time.Time
 	f       *fleet
 	empty   *fleet // the fleet with nothing running, for "can never fit"
 	prio    map[Priority]int
@@ -144,6 +148,8 @@ type sched struct {
 	classGen []uint32
 	resvGen  uint32
 
+	starveTries int // starvation preemption searches this cycle
+
 	fgdS  *fgdState // workload mix for fragmentation-gradient packing
 	spare spareHold // Config.Spare, held while lower classes are placed
 
@@ -160,7 +166,7 @@ type sched struct {
 }
 
 func newSched(in *Input) *sched {
-	s := &sched{in: in, cfg: in.Config, now: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
+	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -337,62 +343,91 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 	if j.static != nil {
 		return placement{}, *j.static, false
 	}
-	models := sh.models
-	mask := ^uint64(0)
-	var quotaWhy why
-	if s.cfg.Quotas {
-		allowed := s.allowBuf[:0]
-		var first why
-		mask = 0
-		for i, m := range sh.models {
-			if ok, w := s.admit(j.team, m, s.charge(sh, m)); ok {
-				allowed = append(allowed, m)
-				mask |= 1 << (i % 64)
-			} else if first.code == "" {
-				first = w
-			}
-		}
-		s.allowBuf = allowed
-		if len(allowed) == 0 {
-			return placement{}, first, false
-		}
-		if len(sh.models) > 64 {
-			mask = ^uint64(0) - uint64(len(allowed)) // crude, but a fleet of 64+ models is rare
-		}
-		models, quotaWhy = allowed, first
+	u := s.usable(j)
+	if len(u.models) == 0 && len(u.slow) == 0 && u.quotaWhy.code != "" {
+		return placement{}, u.quotaWhy, false
 	}
 	if mode == modeLong && s.resv != nil && s.resv.shared && (s.resv.mig == (sh.kind == MIG)) {
 		return placement{}, s.reservationWhy(j), false
 	}
-	key := failKey{sh.id, mask, mode}
+	key := failKey{sh.id, u.mask, mode}
 	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
+		if e.why.code == ReasonSlowerModel {
+			return placement{}, s.slowerWhy(j, e.why.model), false // its own wait
+		}
 		return placement{}, e.why, false
 	}
-	if mode == modeShort || s.mayFit(sh, models) {
-		if p, ok := s.search(sh, models, mode); ok {
+	if mode == modeShort || s.mayFit(sh, u.models) {
+		if p, ok := s.search(sh, u.models, mode); ok {
 			return p, why{}, true
 		}
 	}
-	return placement{}, s.failed(key, sh, models, mode, quotaWhy), false
+	return placement{}, s.failed(key, j, u, mode), false
+}
+
+// usableModels is what a queued job may be placed on now.
+type usableModels struct {
+	models   []int32 // in the shape's order
+	mask     uint64  // bit i%64 set when the shape's model i is usable
+	quotaWhy why     // the first quota refusal, when quota kept models out
+	slow     []int32 // models left out as too slow for now (slowerWait)
+}
+
+// usable filters a job's models by its team's quota and, for jobs that
+// prefer the fastest model, by slowerWait.
+func (s *sched) usable(j *pjob) usableModels {
+	sh := j.shape
+	if !s.cfg.Quotas && sh.slower == nil {
+		return usableModels{models: sh.models, mask: ^uint64(0)}
+	}
+	u := usableModels{models: s.allowBuf[:0]}
+	for i, m := range sh.models {
+		if s.cfg.Quotas {
+			if ok, w := s.admit(j.team, m, s.charge(sh, m)); !ok {
+				if u.quotaWhy.code == "" {
+					u.quotaWhy = w
+				}
+				continue
+			}
+		}
+		if sh.slower != nil && s.slowerWait(j, m) > 0 {
+			u.slow = append(u.slow, m)
+			continue
+		}
+		u.models = append(u.models, m)
+		u.mask |= 1 << (i % 64)
+	}
+	s.allowBuf = u.models
+	if len(sh.models) > 64 {
+		u.mask = ^uint64(0) - uint64(len(u.models)) - uint64(len(u.slow))<<32 // crude, but a fleet of 64+ models is rare
+	}
+	return u
 }
 
 // failed caches and explains a failed fit. When quota kept the job off
-// models that have room, the quota is the reason.
-func (s *sched) failed(key failKey, sh *shape, models []int32, mode fitMode, quotaWhy why) why {
+// models that have room, the quota is the reason; when it waits for a
+// faster model while a slower one has room, that is.
+func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
+	sh := j.shape
 	w := why{code: ReasonCapacity}
-	if quotaWhy.code != "" && len(models) < len(sh.models) {
+	if len(u.slow) > 0 && (mode == modeShort || s.mayFit(sh, u.slow)) {
+		if p, ok := s.search(sh, u.slow, mode); ok {
+			w = s.slowerWhy(j, p.model)
+		}
+	}
+	if w.code == ReasonCapacity && u.quotaWhy.code != "" && len(u.models)+len(u.slow) < len(sh.models) {
 		var blocked []int32
 		for _, m := range sh.models {
-			if !slices.Contains(models, m) {
+			if !slices.Contains(u.models, m) && !slices.Contains(u.slow, m) {
 				blocked = append(blocked, m)
 			}
 		}
 		if (mode == modeShort || s.mayFit(sh, blocked)) && s.fitsSome(sh, blocked, mode) {
-			w = quotaWhy
+			w = u.quotaWhy
 		}
 	}
 	if w.code == ReasonCapacity && s.explain {
-		w = s.diagnose(sh, models, false)
+		w = s.diagnose(sh, u.models, false)
 	}
 	s.fails[key] = failEntry{epoch: s.f.epoch, why: w}
 	return w
@@ -477,6 +512,9 @@ func (s *sched) placeCycle() {
 		if s.cfg.Preemption && s.preempt(j) {
 			continue
 		}
+		if s.resv != nil && s.starvePreempt(j, mode) {
+			continue
+		}
 		if mode == modeLong {
 			if _, _, ok := s.tryPlace(j, modeShort); ok {
 				j.why = s.reservationWhy(j)
@@ -485,8 +523,8 @@ func (s *sched) placeCycle() {
 		}
 		switch {
 		case s.cfg.Backfill:
-			if s.resv == nil {
-				s.reserveFor(j, s.now)
+			if s.resv == nil && s.reserveFor(j, s.now) {
+				s.starvePreempt(j, modeNormal)
 			}
 		case s.cfg.StrictOrder:
 			blocker = j

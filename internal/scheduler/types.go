@@ -136,6 +136,9 @@ type Job struct {
 	Placement []Placement `json:"placement,omitempty"`
 	// Requeued jobs (preempted, drained, lost) go to the front of their class.
 	Requeued bool `json:"requeued,omitempty"`
+	// Queued is when a queued job last entered the queue: its submit time,
+	// or when it was last stopped; zero means Submitted.
+	Queued time.Time `json:"queued,omitzero"`
 }
 
 // Running reports whether the job holds GPUs.
@@ -180,7 +183,7 @@ type Config struct {
 	Backfill    bool // EASY backfill behind the reservation of the head job
 	FairShare   bool // order teams by weighted decayed usage within a class
 	Quotas      bool // honour quotas, borrowing limits and reclaim
-	Preemption  bool // preempt lower classes and reclaim borrowed quota
+	Preemption  bool // preempt lower classes, reclaim borrowed quota, and (with StarvationSlowdown) for starving jobs
 	// Packing chooses GPUs: "first-fit", "best-fit" (fewest free GPUs left on
 	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
 	Packing string
@@ -198,6 +201,20 @@ type Config struct {
 	// slowdown the job would have if it started now, highest first
 	// (Brinch Hansen's highest-response-ratio-next). See docs/SCHEDULER.md.
 	ResponseRatio bool
+	// StarvationSlowdown, when positive, marks a queued job starving once
+	// its slowdown so far, (wait + estimate) / estimate, reaches it:
+	// starving jobs go ahead of requeued ones in their class, and a starving
+	// backfill head whose reserved start is far may preempt preemptible jobs
+	// of its class or lower that have far longer to run (see
+	// docs/SCHEDULER.md#starvation).
+	StarvationSlowdown float64 `json:",omitempty"`
+	// StarvationMinRun: a job is stopped for a starving job only once its
+	// current run has lasted this long, which bounds the share of its time
+	// lost to restarts at RestartCost / StarvationMinRun.
+	StarvationMinRun time.Duration `json:",omitempty"`
+	// RestartCost is what a stopped job is expected to lose to resume
+	// (checkpoint load, warm-up); starvation preemption weighs it.
+	RestartCost time.Duration `json:",omitempty"`
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
 	// ETA computes estimated starts for every pending job by a forward

@@ -544,6 +544,8 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 		}
 	} else if j.State != gpufleet.JobQueued {
 		return scheduler.Job{}, false
+	} else if n := len(j.Attempts); n > 0 && j.Attempts[n-1].FinishedAt != nil {
+		sj.Queued = *j.Attempts[n-1].FinishedAt // back in the queue since its last attempt ended
 	}
 	return sj, true
 }

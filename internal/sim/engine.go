@@ -74,6 +74,22 @@ type Result struct {
 	Timeline []Sample // one per event time, for plots
 	// Waits are the first-start waits of every started job, in seconds.
 	Waits []float64
+	// Jobs is every job's outcome, in trace order.
+	Jobs []JobResult
+}
+
+// JobResult is one job's outcome. Times are virtual seconds from the
+// trace's first arrival; FirstStartS and FinishS are -1 when the job never
+// started or never finished.
+type JobResult struct {
+	ID, Team, Class string
+	GPUs            int
+	SubmitS         float64
+	FirstStartS     float64
+	FinishS         float64
+	RunS            float64 // time on GPUs, all runs together
+	Stops           int     // preemptions and failures it went through
+	Model           string  // GPU model of its last run
 }
 
 // Sample is the cluster's state after the decisions at one event time.
@@ -104,7 +120,10 @@ type jobState struct {
 	paid         float64 // restart seconds included in the current run
 	phase        jobPhase
 	requeued     bool
-	version      int // bumps on every stop, to drop stale completions
+	stops        int     // times stopped before its end
+	queued       float64 // when it last entered the queue
+	model        string  // GPU model of the current or last run
+	version      int     // bumps on every stop, to drop stale completions
 
 	start, end  float64 // current run
 	runEstimate float64 // estimate of the current run, seconds
@@ -493,6 +512,8 @@ func (e *engine) stop(js *jobState) {
 	js.version++
 	js.phase = phasePending
 	js.requeued = true
+	js.stops++
+	js.queued = e.now
 	js.placement, js.gpus, js.fractions = nil, nil, nil
 	e.pending = append(e.pending, js)
 }
@@ -612,6 +633,9 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		Preemptible: j.Preemptible,
 		Requeued:    js.requeued,
 	}
+	if js.stops > 0 {
+		sj.Queued = e.vtime(js.queued)
+	}
 	if len(j.DurationOn) > 1 {
 		// A job whose run time the trace gives per GPU model is one whose
 		// user knows the speeds: it asks for the fastest model (honoured by
@@ -676,6 +700,7 @@ func (e *engine) start(s scheduler.Start) error {
 		}
 	}
 	js.phase = phaseRunning
+	js.model = e.nodes[gpus[0].node].GPUs[gpus[0].gpu].Model
 	js.start = e.now
 	js.placement = s.Placement
 	js.gpus, js.fractions, js.demand = gpus, fracs, demand

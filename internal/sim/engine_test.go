@@ -93,6 +93,25 @@ func TestEnginePreemptionKeepsProgress(t *testing.T) {
 	}
 }
 
+func TestJobResultsCSV(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,priority,team\nb,0,100,8,batch,x\np,40,10,8,production,y\n")
+	res, err := Run(tr, mustCluster(t, oneNode), fakeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteJobsCSV(&buf, res.Jobs); err != nil {
+		t.Fatal(err)
+	}
+	// b ran 0-40, was preempted for p (40-50), and ran again 50-110.
+	want := "id,team,class,gpus,submit_s,first_start_s,finish_s,wait_s,run_s,jct_s,slowdown,stops,model\n" +
+		"b,x,batch,8,0,0,110,0,100,110,1.1,1,v100-sxm2-16gb\n" +
+		"p,y,production,8,40,40,50,0,10,10,1,0,v100-sxm2-16gb\n"
+	if diff := cmp.Diff(want, buf.String()); diff != "" {
+		t.Errorf("jobs CSV (-want +got):\n%s", diff)
+	}
+}
+
 func TestEngineHeterogeneousSpeed(t *testing.T) {
 	cl := mustCluster(t, `{"node_groups": [{"name": "k", "count": 1, "gpu": "k80", "gpus_per_node": 8}]}`)
 	tr := mustTrace(t, "id,submit_s,duration_s,gpus,duration_s_k80\nj,0,100,8,400\n")

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"encoding/csv"
+	"io"
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // Latency is the wait and job-completion-time summary of a set of jobs, in
@@ -162,7 +165,23 @@ func (e *engine) result() *Result {
 		rep.OfferedLoad = e.offeredLoad()
 	}
 	slices.Sort(waits)
-	return &Result{Report: rep, Timeline: e.timeline, Waits: waits}
+	return &Result{Report: rep, Timeline: e.timeline, Waits: waits, Jobs: e.jobResults()}
+}
+
+func (e *engine) jobResults() []JobResult {
+	out := make([]JobResult, 0, len(e.jobs))
+	for _, js := range e.jobs {
+		r := JobResult{ID: js.j.ID, Team: js.j.Team, Class: string(js.j.Class), GPUs: js.j.GPUs,
+			SubmitS: js.submit - e.t0, FirstStartS: -1, FinishS: -1, RunS: js.runTime, Stops: js.stops, Model: js.model}
+		if js.started {
+			r.FirstStartS = js.firstStart - e.t0
+		}
+		if js.phase == phaseDone {
+			r.FinishS = js.finish - e.t0
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // latency summarises a set of jobs.
@@ -309,4 +328,28 @@ func (e *engine) offeredLoad() *Load {
 		}
 	}
 	return ld
+}
+
+// WriteJobsCSV writes every job's outcome as CSV with a header: id, team,
+// class, gpus, submit_s, first_start_s, finish_s, wait_s, run_s, jct_s,
+// slowdown (JCT over run time), stops, model. Times are seconds from the
+// trace's first arrival; a job that never started or finished has empty
+// cells for what it lacks.
+func WriteJobsCSV(w io.Writer, jobs []JobResult) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"id", "team", "class", "gpus", "submit_s", "first_start_s", "finish_s", "wait_s", "run_s", "jct_s", "slowdown", "stops", "model"})
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	for _, r := range jobs {
+		start, finish, wait, jct, slow := "", "", "", "", ""
+		if r.FirstStartS >= 0 {
+			start, wait = num(r.FirstStartS), num(r.FirstStartS-r.SubmitS)
+		}
+		if r.FinishS >= 0 {
+			finish, jct = num(r.FinishS), num(r.FinishS-r.SubmitS)
+			slow = num((r.FinishS - r.SubmitS) / max(r.RunS, 1e-9))
+		}
+		_ = cw.Write([]string{r.ID, r.Team, r.Class, strconv.Itoa(r.GPUs), num(r.SubmitS), start, finish, wait, num(r.RunS), jct, slow, strconv.Itoa(r.Stops), r.Model})
+	}
+	cw.Flush()
+	return cw.Error()
 }

@@ -179,6 +179,11 @@ func (h *Harness) config() (scheduler.Config, error) {
 				c.Spare = map[string]int{}
 			}
 			c.Spare[model], err = strconv.Atoi(n)
+		case "starvation": // a slowdown, or off
+			c.StarvationSlowdown = 0
+			if op[1] != "off" && op[1] != "false" {
+				c.StarvationSlowdown, err = strconv.ParseFloat(op[1], 64)
+			}
 		case "size":
 			c.SizeSlack = 0
 			if op[1] != "off" && op[1] != "false" {
@@ -452,7 +457,7 @@ func (h *Harness) apply(out scheduler.Output, now time.Time) {
 			j.Started, j.Placement = now, s.Placement
 		}
 		if stopped[j.ID] {
-			j.Started, j.Placement, j.Requeued = time.Time{}, nil, true
+			j.Started, j.Placement, j.Requeued, j.Queued = time.Time{}, nil, true, now
 		}
 	}
 }

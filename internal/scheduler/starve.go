@@ -1,0 +1,172 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// PreemptStarvation is the code of a preemption for a starving job of the
+// same or a higher class (Config.StarvationSlowdown).
+const PreemptStarvation = "preempted_starvation"
+
+// Starvation preemption tuning. A victim must have at least
+// starveLeftFactor times the starving job's estimate left to run, and the
+// GPU-seconds the starving job would save must be at least
+// starveGainFactor times what the victims lose (their restart cost and the
+// starving job's run time, per GPU).
+const (
+	starveLeftFactor = 10
+	starveGainFactor = 4
+	// starveOrderMargin: a victim's response ratio, times this, must stay
+	// below the starving job's.
+	starveOrderMargin = 4
+	// starveMaxReleases bounds the running jobs one search releases, and
+	// starveMaxTries the starving jobs that search in one cycle.
+	starveMaxReleases = 512
+	starveMaxTries    = 8
+)
+
+// starving reports whether a queued job's slowdown so far, (wait +
+// estimate) / estimate, has reached Config.StarvationSlowdown.
+func (s *sched) starving(j *pjob) bool {
+	return s.cfg.StarvationSlowdown > 0 && s.slowdownNow(j) >= s.cfg.StarvationSlowdown
+}
+
+// slowdownNow is the slowdown j would have if it started now.
+func (s *sched) slowdownNow(j *pjob) float64 {
+	est := max(j.est.Seconds(), 1)
+	return (max(s.now.Sub(j.job.Submitted).Seconds(), 0) + est) / est
+}
+
+// starvePreempt stops running jobs for a starving job j that does not fit:
+// a short job that needs whole nodes (or a whole NVLink domain) otherwise
+// waits for the longest jobs on them to end, and its slowdown grows
+// without bound (the worst teams of the Philly trace,
+// docs/SCHEDULER.md#starvation). Victims are preemptible jobs of j's class
+// or lower, on j's team or on borrowed capacity, that have far longer left
+// to run than j (starveLeftFactor), have run for Config.StarvationMinRun
+// since their last start, and would sort well after j once requeued (with
+// Config.ResponseRatio order only); the ones with the most left to run go
+// first. j is placed in its backfill mode, so the head's reservation holds;
+// for the head itself the reservation is lifted. It preempts only when j
+// saves starveGainFactor times the GPU-seconds the victims lose, counting
+// as j's saving its reserved wait (the head) or the time it has waited so
+// far (any other job). On success j claims the GPUs, like a priority
+// preemption, and starts in a later cycle: starving jobs go ahead of
+// requeued ones (see order). At most starveMaxTries jobs try per cycle.
+func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
+	sh := j.shape
+	if sh.kind != Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= starveMaxTries || !s.starving(j) {
+		return false
+	}
+	s.starveTries++
+	head := s.resv != nil && s.resv.job == j
+	wait := s.now.Sub(j.job.Queued)
+	if j.job.Queued.IsZero() {
+		wait = s.now.Sub(j.job.Submitted)
+	}
+	if head {
+		wait = s.resv.at.Sub(s.now)
+		mode = modeNormal
+	}
+	ratio := s.slowdownNow(j)
+	restart := s.cfg.RestartCost
+	minLeft := starveLeftFactor*j.est + restart
+	// Without a gain on the wait alone, no victim set can pay.
+	if wait < starveGainFactor*(restart+j.est) {
+		return false
+	}
+	type cand struct {
+		v    *rjob
+		left time.Duration
+	}
+	var cands []cand
+	for _, v := range s.running {
+		if !v.job.Preemptible || v.victim || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
+			continue
+		}
+		if s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {
+			continue // another team's guaranteed quota
+		}
+		left := v.job.Started.Add(s.estimateOf(v.job)).Sub(s.now)
+		if left < minLeft {
+			continue
+		}
+		// Requeued, the victim must sort well after j (fair-share factors
+		// move a ratio by at most 4x), or it would take j's GPUs back.
+		vest := max(left.Seconds(), 1)
+		if (max(s.now.Sub(v.job.Submitted).Seconds(), 0)+vest)/vest*starveOrderMargin >= ratio {
+			continue
+		}
+		cands = append(cands, cand{v, left})
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if c := cmp.Compare(b.left, a.left); c != 0 {
+			return c
+		}
+		return strings.Compare(a.v.job.ID, b.v.job.ID)
+	})
+	if len(cands) > starveMaxReleases {
+		cands = cands[:starveMaxReleases]
+	}
+	// Release victims one by one until j fits, then undo the releases.
+	var resv *reservation
+	if head {
+		resv = s.dropReservation()
+	}
+	var released []*grant
+	var found placement
+	ok := false
+	for _, c := range cands {
+		s.releaseGrant(c.v.g)
+		released = append(released, c.v.g)
+		models := s.usable(j).models
+		if mode != modeShort && !s.mayFit(sh, models) {
+			continue
+		}
+		if p, fit := s.search(sh, models, mode); fit {
+			found, ok = p, true
+			break
+		}
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		s.takeGrant(released[i])
+	}
+	fail := func() bool {
+		if resv != nil {
+			s.applyReservation(resv)
+		}
+		return false
+	}
+	if !ok {
+		return fail()
+	}
+	// The victims are the released jobs holding a GPU of the placement.
+	held := map[[2]int32]bool{}
+	for _, a := range found.allocs {
+		held[[2]int32{a.node, a.gpu}] = true
+	}
+	var victims []*rjob
+	var lost int64
+	for _, c := range cands[:len(released)] {
+		for _, a := range c.v.g.allocs {
+			if held[[2]int32{a.node, a.gpu}] {
+				victims = append(victims, c.v)
+				lost += int64(len(c.v.g.allocs)) * int64(restart+j.est)
+				break
+			}
+		}
+	}
+	if int64(sh.gpus)*int64(wait) < starveGainFactor*lost {
+		return fail()
+	}
+	text := fmt.Sprintf("preempted for starving job %s (slowdown %.0f so far)", j.job.ID, ratio)
+	if head {
+		text = fmt.Sprintf("preempted for starving job %s (slowdown %.0f so far; its reserved start is %s away)", j.job.ID, ratio, wait.Round(time.Second))
+	}
+	s.commitPreemption(j, found.allocs, victims, "starving: ", func(*rjob) (string, string) { return PreemptStarvation, text })
+	return true
+}
