@@ -139,11 +139,7 @@ func (o *openList) close(i int32) { o.next[i] = i + 1 }
 func (s *sched) estimate() {
 	s.explain = false
 	for _, c := range s.claims {
-		s.events.push(event{at: s.now, g: c, gen: c.gen})
-	}
-	for _, v := range s.victims {
-		v.g.gen++
-		s.events.push(event{at: s.now.Add(v.job.Grace), g: v.g, gen: v.g.gen})
+		s.events.push(event{at: c.at, g: c.g, gen: c.g.gen})
 	}
 	var queue []*pjob
 	for _, j := range s.pending {

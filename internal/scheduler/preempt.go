@@ -115,26 +115,36 @@ func (s *sched) preempt(j *pjob) bool {
 	return true
 }
 
-// commitPreemption stops victims for j, which is to run on allocs: the
-// GPUs of allocs free now are claimed for j, every victim is reported with
-// its reason code and words, and j waits for them to stop. When no job
-// holds the backfill reservation, j takes it on allocs from the moment the
-// last victim's grace ends, so that jobs after j in this cycle keep off
-// the GPUs it is about to get.
+// commitPreemption stops victims for j, which is to run on allocs. On the
+// capacity model the victims' GPUs in allocs pass to a claim for j at
+// once, so that no later job of this cycle takes them and no later
+// reservation counts on them; their other GPUs, and their quota use, stay
+// held until the victim's grace ends. Every victim is reported with its
+// reason code and words, and j waits for them to stop (the ETA pass
+// starts it when the longest grace ends).
 func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefix string, reason func(*rjob) (string, string)) {
-	claim := &grant{team: j.team, class: -1}
+	held := make(map[[2]int32]bool, len(allocs))
 	for _, a := range allocs {
-		n := &s.f.nodes[a.node]
-		if wholeFree(n, &n.gpus[a.gpu], false) {
-			claim.allocs = append(claim.allocs, a)
-		}
+		held[[2]int32{a.node, a.gpu}] = true
 	}
-	s.takeGrant(claim)
-	s.claims = append(s.claims, claim)
+	// GPUs only change hands here, none comes free: cached "does not fit"
+	// answers still hold.
+	ep := s.f.epoch
+	defer func() { s.f.epoch = ep }()
 	var grace time.Duration
 	for _, v := range victims {
 		v.victim = true
-		s.victims = append(s.victims, v)
+		s.releaseGrant(v.g)
+		v.g.gen++ // its end event is void
+		// The rest of the victim, quota use included, ends with its grace.
+		rest := &grant{team: v.g.team, class: v.g.class, charge: v.g.charge}
+		for _, a := range v.g.allocs {
+			if !held[[2]int32{a.node, a.gpu}] {
+				rest.allocs = append(rest.allocs, a)
+			}
+		}
+		s.takeGrant(rest)
+		s.events.push(event{at: s.now.Add(v.job.Grace), g: rest, gen: rest.gen})
 		grace = max(grace, v.job.Grace)
 		code, text := reason(v)
 		if v.job.Grace > 0 {
@@ -143,19 +153,12 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 		s.out.Preemptions = append(s.out.Preemptions, Preemption{Job: v.job.ID, For: j.job.ID, Reason: text, Code: code})
 		s.out.Stats.Preempted++
 	}
+	claim := &grant{team: j.team, class: -1, allocs: allocs}
+	s.takeGrant(claim)
+	s.claims = append(s.claims, claimAt{g: claim, at: s.now.Add(grace)})
 	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop", plural(int32(len(victims)), "preempted job"))}
 	if grace > 0 {
 		j.why.text += fmt.Sprintf(" (grace up to %s)", grace)
-	}
-	if s.cfg.Backfill && s.resv == nil {
-		r := &reservation{job: j, at: s.now.Add(grace), locs: allocs}
-		for _, a := range allocs {
-			if !slices.Contains(r.nodes, a.node) {
-				r.nodes = append(r.nodes, a.node)
-			}
-		}
-		s.applyReservation(r)
-		s.resvGen++
 	}
 }
 
@@ -256,4 +259,10 @@ func (s *sched) className(c int32) string {
 		return "unquoted"
 	}
 	return s.classes[c]
+}
+
+// claimAt is a preemptor's claim on GPUs and when its victims are gone.
+type claimAt struct {
+	g  *grant
+	at time.Time
 }

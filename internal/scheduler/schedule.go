@@ -134,8 +134,7 @@ type sched struct {
 	resv         *reservation
 	fails        map[failKey]failEntry
 	explain      bool // build reason texts (off in the ETA simulation)
-	claims       []*grant
-	victims      []*rjob
+	claims       []claimAt // GPUs held for preemptors until their victims stop
 	out          Output
 
 	// ETA simulation

@@ -117,6 +117,7 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	if head {
 		resv = s.dropReservation()
 	}
+	ep := s.f.epoch
 	var released []*grant
 	var found placement
 	ok := false
@@ -135,6 +136,8 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	for i := len(released) - 1; i >= 0; i-- {
 		s.takeGrant(released[i])
 	}
+	// The fleet is as it was: cached "does not fit" answers still hold.
+	s.f.epoch = ep
 	fail := func() bool {
 		if resv != nil {
 			s.applyReservation(resv)
