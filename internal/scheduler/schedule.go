@@ -133,7 +133,7 @@ type sched struct {
 	events       eventHeap
 	resv         *reservation
 	fails        map[failKey]failEntry
-	explain      bool // build reason texts (off in the ETA simulation)
+	explain      bool      // build reason texts (off in the ETA simulation)
 	claims       []claimAt // GPUs held for preemptors until their victims stop
 	out          Output
 
