@@ -59,7 +59,8 @@ func (s *sched) classOf(model string) int32 {
 // team's quota: within quota always; beyond it only within the borrowing
 // limit and only out of idle capacity, capacity that teams still under
 // their quota are not waiting for.
-func (s *sched) admit(t, m int32, charge int64) (bool, why) {
+// With explain, a refusal carries its reason in words.
+func (s *sched) admit(t, m int32, charge int64, explain bool) (bool, why) {
 	if !s.cfg.Quotas {
 		return true, why{}
 	}
@@ -74,7 +75,7 @@ func (s *sched) admit(t, m int32, charge int64) (bool, why) {
 	}
 	class := s.classes[c]
 	if ts.limit >= 0 && used-ts.quota[c] > ts.limit {
-		if !s.explain {
+		if !explain {
 			return false, why{code: ReasonQuota, class: c, limit: true}
 		}
 		return false, why{code: ReasonQuota, class: c, limit: true, text: fmt.Sprintf(
@@ -82,7 +83,7 @@ func (s *sched) admit(t, m int32, charge int64) (bool, why) {
 			class, gpus(ts.used[c]), gpus(charge), gpus(ts.quota[c]), gpus(max(0, ts.used[c]-ts.quota[c])), gpus(ts.limit))}
 	}
 	if reserve := s.ownersReserve(c, t); s.f.classFree[c]-charge < reserve {
-		if !s.explain {
+		if !explain {
 			return false, why{code: ReasonQuota, class: c}
 		}
 		return false, why{code: ReasonQuota, class: c, text: fmt.Sprintf(

@@ -382,7 +382,8 @@ func (s *sched) usable(j *pjob) usableModels {
 	u := usableModels{models: s.allowBuf[:0]}
 	for i, m := range sh.models {
 		if s.cfg.Quotas {
-			if ok, w := s.admit(j.team, m, s.charge(sh, m)); !ok {
+			// Only the first refusal is explained.
+			if ok, w := s.admit(j.team, m, s.charge(sh, m), s.explain && u.quotaWhy.code == ""); !ok {
 				if u.quotaWhy.code == "" {
 					u.quotaWhy = w
 				}
