@@ -73,22 +73,19 @@ func (s *sched) admit(t, m int32, charge int64, explain bool) (bool, why) {
 	if used <= ts.quota[c] {
 		return true, why{}
 	}
-	class := s.classes[c]
 	if ts.limit >= 0 && used-ts.quota[c] > ts.limit {
 		if !explain {
 			return false, why{code: ReasonQuota, class: c, limit: true}
 		}
-		return false, why{code: ReasonQuota, class: c, limit: true, text: fmt.Sprintf(
-			"team quota for %s exhausted (%s used + %s asked > %s) and borrowing limit reached (%s borrowed, limit %s)",
-			class, gpus(ts.used[c]), gpus(charge), gpus(ts.quota[c]), gpus(max(0, ts.used[c]-ts.quota[c])), gpus(ts.limit))}
+		return false, why{code: ReasonQuota, class: c, limit: true,
+			quota: &[5]int64{ts.used[c], charge, ts.quota[c], max(0, ts.used[c]-ts.quota[c]), ts.limit}}
 	}
 	if reserve := s.ownersReserve(c, t); s.f.classFree[c]-charge < reserve {
 		if !explain {
 			return false, why{code: ReasonQuota, class: c}
 		}
-		return false, why{code: ReasonQuota, class: c, text: fmt.Sprintf(
-			"team quota for %s exhausted (%s used + %s asked > %s); the %s free GPUs are held for teams under their quota (%s waiting)",
-			class, gpus(ts.used[c]), gpus(charge), gpus(ts.quota[c]), gpus(max(0, s.f.classFree[c])), gpus(reserve))}
+		return false, why{code: ReasonQuota, class: c,
+			quota: &[5]int64{ts.used[c], charge, ts.quota[c], max(0, s.f.classFree[c]), reserve}}
 	}
 	return true, why{}
 }

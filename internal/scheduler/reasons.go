@@ -44,6 +44,24 @@ type why struct {
 	class int32 // quota reasons: the class
 	limit bool  // quota reasons: the borrowing limit (not idle capacity)
 	model int32 // ReasonSlowerModel: the slower model that has room
+	// quota reasons explained: the figures of the sentence, in milli-GPUs
+	// (used, asked, quota, then borrowed and limit, or free and waiting),
+	// formatted only for the jobs that stay pending (see words).
+	quota *[5]int64
+}
+
+// words is a reason's sentence.
+func (s *sched) words(w why) string {
+	if w.text != "" || w.quota == nil {
+		return w.text
+	}
+	n, class := w.quota, s.classes[w.class]
+	if w.limit {
+		return fmt.Sprintf("team quota for %s exhausted (%s used + %s asked > %s) and borrowing limit reached (%s borrowed, limit %s)",
+			class, gpus(n[0]), gpus(n[1]), gpus(n[2]), gpus(n[3]), gpus(n[4]))
+	}
+	return fmt.Sprintf("team quota for %s exhausted (%s used + %s asked > %s); the %s free GPUs are held for teams under their quota (%s waiting)",
+		class, gpus(n[0]), gpus(n[1]), gpus(n[2]), gpus(n[3]), gpus(n[4]))
 }
 
 // capacity reports a reason that more free GPUs would cure.

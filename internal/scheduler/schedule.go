@@ -28,7 +28,7 @@ func Schedule(in Input) Output {
 	teamPos := map[int32]int{}
 	for i, j := range pending {
 		teamPos[j.team]++
-		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: j.why.text}
+		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: s.words(j.why)}
 		if j.started && s.cfg.ETA {
 			at := j.startAt
 			p.EstimatedStart = &at
