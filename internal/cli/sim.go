@@ -134,6 +134,12 @@ func runSim(e *env, sf *simFlags) error {
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error and --fill must not be negative")
 	}
+	if sf.jobsOut != "" {
+		// Fail before a long replay, not after it.
+		if st, err := os.Stat(filepath.Dir(sf.jobsOut)); err != nil || !st.IsDir() {
+			return usageErr("--jobs-out %q: its directory does not exist", sf.jobsOut)
+		}
+	}
 	policy, err := scheduler.PolicyConfig(sf.policy)
 	if err != nil {
 		return usageErr("--policy: %v", err)

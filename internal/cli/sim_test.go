@@ -60,6 +60,7 @@ func TestSimErrors(t *testing.T) {
 		"unknown policy":               {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--policy", "lottery"}, want: "--policy"},
 		"no cluster":                   {args: []string{"--trace", bad, "--format", "csv"}, want: "--nodes"},
 		"unknown ablation":             {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--ablate", "magic"}, want: "--ablate"},
+		"jobs-out in a missing dir":    {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--jobs-out", "/no/such/dir/jobs.csv"}, want: "--jobs-out"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
