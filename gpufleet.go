@@ -15,6 +15,11 @@ var (
 	// ErrUnsupported means the input is well formed but describes something
 	// gpufleet does not handle (an unknown model_type, say).
 	ErrUnsupported = errors.New("unsupported")
+	// ErrUnsatisfiable means a well-formed request that nothing in the
+	// fleet could ever hold as it stands (an unknown GPU model, more GPUs
+	// than the fleet has, a node selector no node matches); the message
+	// names the constraint that fails.
+	ErrUnsatisfiable = errors.New("unsatisfiable")
 )
 
 // Version is the gpufleet release. Builds may override it with

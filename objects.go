@@ -71,23 +71,30 @@ const (
 	RoleMember Role = "member"
 )
 
-// Resources is what a job asks for, as users write it.
+// Resources is what a job asks for. The scheduler reads the same type.
 type Resources struct {
-	GPUs                 int               `json:"gpus"`
-	Nodes                int               `json:"nodes,omitempty"`
+	// GPUs is the total over all nodes: whole GPUs, MIG instances or
+	// time-slice shares.
+	GPUs int `json:"gpus"`
+	// Nodes spreads the GPUs evenly over this many nodes (a gang); 0 means
+	// as few nodes as possible.
+	Nodes int `json:"nodes,omitempty"`
+	// GPUModels is an allowlist of catalog ids, aliases or admin-defined
+	// classes; empty means any model.
 	GPUModels            []string          `json:"gpu_models,omitempty"`
-	GPUMemoryMinBytes    int64             `json:"gpu_memory_min_bytes,omitempty"`
-	MinComputeCapability string            `json:"min_compute_capability,omitempty"`
-	Precision            string            `json:"precision,omitempty"`
-	Interconnect         string            `json:"interconnect,omitempty"` // nvlink or any
-	Sharing              string            `json:"sharing,omitempty"`      // exclusive, mig:PROFILE, timeslice:F
-	Prefer               string            `json:"prefer,omitempty"`       // cheapest or fastest
-	NodeSelector         map[string]string `json:"node_selector,omitempty"`
+	GPUMemoryMinBytes    Bytes             `json:"gpu_memory_min_bytes,omitempty"`
+	MinComputeCapability ComputeCapability `json:"min_compute_capability,omitzero"`
+	// Precision must be native on the GPU.
+	Precision    Precision         `json:"precision,omitempty"`
+	Interconnect Interconnect      `json:"interconnect,omitempty"`
+	Sharing      Sharing           `json:"sharing,omitzero"`
+	Prefer       Preference        `json:"prefer,omitempty"`
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 	// CPUs and MemoryBytes limit each attempt on each node (cgroup v2
 	// cpu.max and memory.max where the node has them); zero: no limit.
 	// The scheduler places by GPUs only.
 	CPUs        float64 `json:"cpus,omitempty"`
-	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	MemoryBytes Bytes   `json:"memory_bytes,omitempty"`
 }
 
 // Retries counts a job's own failures against its budget. Preemption, drain
@@ -104,7 +111,7 @@ type Job struct {
 	Name            string            `json:"name"`
 	State           JobState          `json:"state"`
 	CancelRequested bool              `json:"cancel_requested"`
-	Priority        string            `json:"priority"`
+	Priority        Priority          `json:"priority"`
 	RequestID       string            `json:"request_id,omitempty"`
 	Resources       Resources         `json:"resources"`
 	Command         []string          `json:"command"`
@@ -118,7 +125,7 @@ type Job struct {
 	// Interruptions counts stops that were not the job's fault (preemption,
 	// drain, node loss); they do not use the retry budget.
 	Interruptions int        `json:"interruptions"`
-	SimLoad       string     `json:"sim_load,omitempty"` // compute, memory or idle, for simulated nodes
+	SimLoad       SimLoad    `json:"sim_load,omitempty"` // compute, memory or idle, for simulated nodes
 	SubmittedAt   time.Time  `json:"submitted_at"`
 	StartedAt     *time.Time `json:"started_at"`
 	FinishedAt    *time.Time `json:"finished_at"`
@@ -163,7 +170,7 @@ type Attempt struct {
 type QueueEntry struct {
 	ID             string     `json:"id"`
 	Team           string     `json:"team"`
-	Priority       string     `json:"priority"`
+	Priority       Priority   `json:"priority"`
 	Position       int        `json:"position"`
 	TeamPosition   int        `json:"team_position"`
 	Reason         string     `json:"reason"`

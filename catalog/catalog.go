@@ -240,7 +240,7 @@ func cloneGPU(g GPU) GPU {
 	g.Aliases = slices.Clone(g.Aliases)
 	g.MIGProfiles = slices.Clone(g.MIGProfiles)
 	if g.PeakFLOPS != nil {
-		m := make(map[Precision]*float64, len(g.PeakFLOPS))
+		m := make(map[gpufleet.Precision]*float64, len(g.PeakFLOPS))
 		for p, v := range g.PeakFLOPS {
 			m[p] = clonePtr(v)
 		}
@@ -264,9 +264,9 @@ func clonePtr(v *float64) *float64 {
 // fillPrecisions makes every precision of Precisions a key of PeakFLOPS.
 func fillPrecisions(g *GPU) {
 	if g.PeakFLOPS == nil {
-		g.PeakFLOPS = make(map[Precision]*float64, len(Precisions))
+		g.PeakFLOPS = make(map[gpufleet.Precision]*float64, len(gpufleet.Precisions()))
 	}
-	for _, p := range Precisions {
+	for _, p := range gpufleet.Precisions() {
 		if _, ok := g.PeakFLOPS[p]; !ok {
 			g.PeakFLOPS[p] = nil
 		}

@@ -35,10 +35,10 @@ func TestEmbeddedDataIsConsistent(t *testing.T) {
 		if g.Source == "" {
 			t.Errorf("%s: empty source", g.ID)
 		}
-		if len(g.PeakFLOPS) != len(Precisions) {
-			t.Errorf("%s: peak_flops has %d keys, want %d", g.ID, len(g.PeakFLOPS), len(Precisions))
+		if len(g.PeakFLOPS) != len(gpufleet.Precisions()) {
+			t.Errorf("%s: peak_flops has %d keys, want %d", g.ID, len(g.PeakFLOPS), len(gpufleet.Precisions()))
 		}
-		if g.Vendor == "NVIDIA" && g.ComputeCapability == "" {
+		if g.Vendor == "NVIDIA" && g.ComputeCapability.IsZero() {
 			t.Errorf("%s: NVIDIA entry without compute capability", g.ID)
 		}
 		if g.InterconnectKind == "" || g.Interconnect == "" {
@@ -68,7 +68,7 @@ func TestSpotValues(t *testing.T) {
 	type want struct {
 		memoryBytes int64
 		bandwidth   float64
-		peaks       map[Precision]*float64
+		peaks       map[gpufleet.Precision]*float64
 		cc          string
 		domain      int
 		tdp         *float64
@@ -80,27 +80,27 @@ func TestSpotValues(t *testing.T) {
 		"H100 SXM carries halved datasheet tensor rates": {
 			id: "h100-sxm-80gb",
 			want: want{memoryBytes: 80 << 30, bandwidth: 3.35e12, cc: "9.0", domain: 8, tdp: ptr(700),
-				peaks: map[Precision]*float64{FP64: ptr(34e12), FP32: ptr(67e12), TF32: ptr(494.5e12), BF16: ptr(989.5e12), FP16: ptr(989.5e12), FP8: ptr(1979e12), INT8: ptr(1979e12), FP4: nil}},
+				peaks: map[gpufleet.Precision]*float64{gpufleet.FP64: ptr(34e12), gpufleet.FP32: ptr(67e12), gpufleet.TF32: ptr(494.5e12), gpufleet.BF16: ptr(989.5e12), gpufleet.FP16: ptr(989.5e12), gpufleet.FP8: ptr(1979e12), gpufleet.INT8: ptr(1979e12), gpufleet.FP4: nil}},
 		},
 		"K80 is one GPU of the dual board at base clock": {
 			id: "k80",
 			want: want{memoryBytes: 12e9, bandwidth: 240e9, cc: "3.7", domain: 1, tdp: ptr(150),
-				peaks: map[Precision]*float64{FP64: ptr(0.935e12), FP32: ptr(2.8e12), TF32: nil, BF16: nil, FP16: nil, FP8: nil, INT8: nil, FP4: nil}},
+				peaks: map[gpufleet.Precision]*float64{gpufleet.FP64: ptr(0.935e12), gpufleet.FP32: ptr(2.8e12), gpufleet.TF32: nil, gpufleet.BF16: nil, gpufleet.FP16: nil, gpufleet.FP8: nil, gpufleet.INT8: nil, gpufleet.FP4: nil}},
 		},
 		"V100 has no bf16 and a 16 GB variant": {
 			id: "v100-sxm2-16gb",
 			want: want{memoryBytes: 16 << 30, bandwidth: 900e9, cc: "7.0", domain: 8, tdp: ptr(300),
-				peaks: map[Precision]*float64{FP64: ptr(7.8e12), FP32: ptr(15.7e12), TF32: nil, BF16: nil, FP16: ptr(125e12), FP8: nil, INT8: ptr(62e12), FP4: nil}},
+				peaks: map[gpufleet.Precision]*float64{gpufleet.FP64: ptr(7.8e12), gpufleet.FP32: ptr(15.7e12), gpufleet.TF32: nil, gpufleet.BF16: nil, gpufleet.FP16: ptr(125e12), gpufleet.FP8: nil, gpufleet.INT8: ptr(62e12), gpufleet.FP4: nil}},
 		},
 		"Trainium2 memory is 96 GiB and TDP unpublished": {
 			id: "trainium2",
 			want: want{memoryBytes: 96 << 30, bandwidth: 2.9e12, domain: 16, tdp: nil,
-				peaks: map[Precision]*float64{FP64: nil, FP32: ptr(181e12), TF32: ptr(667e12), BF16: ptr(667e12), FP16: ptr(667e12), FP8: ptr(1299e12), INT8: nil, FP4: nil}},
+				peaks: map[gpufleet.Precision]*float64{gpufleet.FP64: nil, gpufleet.FP32: ptr(181e12), gpufleet.TF32: ptr(667e12), gpufleet.BF16: ptr(667e12), gpufleet.FP16: ptr(667e12), gpufleet.FP8: ptr(1299e12), gpufleet.INT8: nil, gpufleet.FP4: nil}},
 		},
 		"GB200 shares a 72-GPU NVLink domain": {
 			id: "gb200-per-gpu",
 			want: want{memoryBytes: 186 << 30, bandwidth: 8e12, cc: "10.0", domain: 72, tdp: ptr(1200),
-				peaks: map[Precision]*float64{FP64: ptr(40e12), FP32: ptr(80e12), TF32: ptr(1250e12), BF16: ptr(2500e12), FP16: ptr(2500e12), FP8: ptr(5000e12), INT8: ptr(5000e12), FP4: ptr(10000e12)}},
+				peaks: map[gpufleet.Precision]*float64{gpufleet.FP64: ptr(40e12), gpufleet.FP32: ptr(80e12), gpufleet.TF32: ptr(1250e12), gpufleet.BF16: ptr(2500e12), gpufleet.FP16: ptr(2500e12), gpufleet.FP8: ptr(5000e12), gpufleet.INT8: ptr(5000e12), gpufleet.FP4: ptr(10000e12)}},
 		},
 	}
 	approx := cmp.Comparer(func(a, b float64) bool {
@@ -113,7 +113,7 @@ func TestSpotValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := want{memoryBytes: g.MemoryBytes, bandwidth: g.MemoryBandwidthBytesPerS, peaks: g.PeakFLOPS, cc: g.ComputeCapability, domain: g.DomainSize, tdp: g.TDPWatts}
+			got := want{memoryBytes: g.MemoryBytes, bandwidth: g.MemoryBandwidthBytesPerS, peaks: g.PeakFLOPS, cc: g.ComputeCapability.String(), domain: g.DomainSize, tdp: g.TDPWatts}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{}), approx); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -130,10 +130,10 @@ func TestUnsupportedPrecisionIsNilNeverZero(t *testing.T) {
 		}
 	}
 	l4, _ := Default().Lookup("l4")
-	if v, ok := l4.Peak(FP64); ok || v != 0 {
+	if v, ok := l4.Peak(gpufleet.FP64); ok || v != 0 {
 		t.Errorf("L4 fp64 = %v, %v; want 0, false", v, ok)
 	}
-	if v, ok := l4.Peak(FP8); !ok || v != 242.5e12 {
+	if v, ok := l4.Peak(gpufleet.FP8); !ok || v != 242.5e12 {
 		t.Errorf("L4 fp8 = %v, %v; want 242.5e12, true", v, ok)
 	}
 }
@@ -265,49 +265,17 @@ func TestLookupUnknownSuggests(t *testing.T) {
 func TestAllReturnsCopies(t *testing.T) {
 	c := Default()
 	all := c.All()
-	*all[0].PeakFLOPS[FP16] = 1
+	*all[0].PeakFLOPS[gpufleet.FP16] = 1
 	all[0].Aliases[0] = "changed"
 	all[0].Name = "changed"
 	g, _ := c.Lookup(all[0].ID)
 	*g.TDPWatts = 1
 	again, _ := c.Lookup(all[0].ID)
-	if v, _ := again.Peak(FP16); v != 125e12 {
+	if v, _ := again.Peak(gpufleet.FP16); v != 125e12 {
 		t.Errorf("fp16 after caller mutation = %v, want 125e12", v)
 	}
 	if again.Aliases[0] == "changed" || again.Name == "changed" || *again.TDPWatts != 300 {
 		t.Errorf("catalog changed through a returned copy: %+v", again)
-	}
-}
-
-func TestParsePrecision(t *testing.T) {
-	cases := map[string]struct {
-		in      string
-		want    Precision
-		wantErr bool
-	}{
-		"lowercase fp16":  {in: "fp16", want: FP16},
-		"uppercase FP16":  {in: "FP16", want: FP16},
-		"bf16":            {in: "bf16", want: BF16},
-		"int8":            {in: "int8", want: INT8},
-		"fp8 with spaces": {in: " fp8 ", want: FP8},
-		"fp4":             {in: "FP4", want: FP4},
-		"bfloat16 word":   {in: "bfloat16", want: BF16},
-		"unknown":         {in: "fp12", wantErr: true},
-		"empty":           {in: "", wantErr: true},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			got, err := ParsePrecision(tc.in)
-			if tc.wantErr {
-				if !errors.Is(err, gpufleet.ErrInvalid) {
-					t.Errorf("err = %v, want ErrInvalid", err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Errorf("ParsePrecision(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-			}
-		})
 	}
 }
 

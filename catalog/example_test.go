@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -13,8 +14,8 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	bf16, _ := gpu.Peak(catalog.BF16)
-	_, fp4 := gpu.Peak(catalog.FP4)
+	bf16, _ := gpu.Peak(gpufleet.BF16)
+	_, fp4 := gpu.Peak(gpufleet.FP4)
 	fmt.Printf("%s: %.0f GiB, %.2f TB/s, bf16 %.1f TFLOPS, fp4 supported: %v\n",
 		gpu.ID, float64(gpu.MemoryBytes)/(1<<30), gpu.MemoryBandwidthBytesPerS/1e12, bf16/1e12, fp4)
 
@@ -38,7 +39,7 @@ func ExampleCatalog_WithOverrides() {
 }
 
 func ExampleParsePrecision() {
-	p, _ := catalog.ParsePrecision("BF16")
+	p, _ := gpufleet.ParsePrecision("BF16")
 	fmt.Println(p)
 	// Output: bf16
 }

@@ -173,7 +173,7 @@ func mergeJSON(raw json.RawMessage, n int, existing func(id string) (GPU, bool))
 		g = newGPU()
 	}
 	if g.PeakFLOPS == nil {
-		g.PeakFLOPS = map[Precision]*float64{}
+		g.PeakFLOPS = map[gpufleet.Precision]*float64{}
 	}
 	// Decoding into the existing entry changes only the keys present; the
 	// peak_flops map is merged precision by precision.
@@ -200,6 +200,13 @@ func jsonErr(where string, err error) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return fmt.Errorf("%w: %s: want valid JSON, got a syntax error at byte %d: %v", gpufleet.ErrInvalid, where, se.Offset, err)
+	}
+	var ve *gpufleet.ValueError
+	if errors.As(err, &ve) {
+		// The GPU's vocabulary: precisions (peak_flops keys) and the
+		// compute capability.
+		key := map[string]string{"precision": "peak_flops", "compute capability": "compute_capability"}[ve.Field]
+		return fmt.Errorf("%w: %s: key %s: %s: %s", gpufleet.ErrInvalid, where, key, ve.Value, ve.Want)
 	}
 	return fmt.Errorf("%w: %s: want valid JSON: %v", gpufleet.ErrInvalid, where, err)
 }

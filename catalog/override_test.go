@@ -63,7 +63,7 @@ func TestWithOverrides(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := want{id: g.ID, price: g.PricePerHourUSD, memory: g.MemoryBytes, bf16: g.PeakFLOPS[BF16], fp8: g.PeakFLOPS[FP8], name: g.Name, aliases: g.Aliases, count: len(c.All())}
+			got := want{id: g.ID, price: g.PricePerHourUSD, memory: g.MemoryBytes, bf16: g.PeakFLOPS[gpufleet.BF16], fp8: g.PeakFLOPS[gpufleet.FP8], name: g.Name, aliases: g.Aliases, count: len(c.All())}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

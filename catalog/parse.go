@@ -72,7 +72,7 @@ func optFloat(get func(g *GPU) **float64, scale float64, want string) func(*GPU,
 	}
 }
 
-func peakColumn(name string, p Precision) column {
+func peakColumn(name string, p gpufleet.Precision) column {
 	return column{name: name, set: func(g *GPU, s string) error {
 		if s == "" {
 			g.PeakFLOPS[p] = nil
@@ -124,10 +124,9 @@ var columns = []column{
 	}},
 	{name: "architecture", set: func(g *GPU, s string) error { g.Architecture = s; return nil }},
 	{name: "compute_capability", set: func(g *GPU, s string) error {
-		if s != "" && !validComputeCapability(s) {
+		if err := g.ComputeCapability.UnmarshalText([]byte(s)); err != nil {
 			return errCell(`a compute capability "major.minor" such as "9.0", or empty`)
 		}
-		g.ComputeCapability = s
 		return nil
 	}},
 	intColumn("launch_year", false, 1990, 2100, func(g *GPU) *int { return &g.LaunchYear }),
@@ -148,14 +147,14 @@ var columns = []column{
 		g.MemoryBandwidthBytesPerS = v * bytesPerGB
 		return nil
 	}},
-	peakColumn("fp64_tflops", FP64),
-	peakColumn("fp32_tflops", FP32),
-	peakColumn("tf32_tflops", TF32),
-	peakColumn("bf16_tflops", BF16),
-	peakColumn("fp16_tflops", FP16),
-	peakColumn("fp8_tflops", FP8),
-	peakColumn("int8_tops", INT8),
-	peakColumn("fp4_tflops", FP4),
+	peakColumn("fp64_tflops", gpufleet.FP64),
+	peakColumn("fp32_tflops", gpufleet.FP32),
+	peakColumn("tf32_tflops", gpufleet.TF32),
+	peakColumn("bf16_tflops", gpufleet.BF16),
+	peakColumn("fp16_tflops", gpufleet.FP16),
+	peakColumn("fp8_tflops", gpufleet.FP8),
+	peakColumn("int8_tops", gpufleet.INT8),
+	peakColumn("fp4_tflops", gpufleet.FP4),
 	{name: "tdp_w", set: optFloat(func(g *GPU) **float64 { return &g.TDPWatts }, 1, "a power in W > 0, or empty if unpublished")},
 	{name: "idle_w", set: optFloat(func(g *GPU) **float64 { return &g.IdleWatts }, 1, "a power in W > 0, or empty if unknown")},
 	{name: "interconnect", set: func(g *GPU, s string) error { g.Interconnect = s; return nil }},
@@ -399,16 +398,6 @@ func validID(s string) bool {
 	return normalize(s) != ""
 }
 
-func validComputeCapability(s string) bool {
-	maj, min, ok := strings.Cut(s, ".")
-	if !ok {
-		return false
-	}
-	a, err1 := strconv.Atoi(maj)
-	b, err2 := strconv.Atoi(min)
-	return err1 == nil && err2 == nil && a >= 1 && a <= 99 && b >= 0 && b <= 9
-}
-
 func validMonth(s string) bool {
 	if len(s) != 7 || s[4] != '-' {
 		return false
@@ -440,8 +429,8 @@ func kindList() string {
 // newGPU returns an entry with every precision present (nil) and the
 // defaults of a PCIe-only card.
 func newGPU() GPU {
-	g := GPU{PeakFLOPS: make(map[Precision]*float64, len(Precisions)), DomainSize: 1}
-	for _, p := range Precisions {
+	g := GPU{PeakFLOPS: make(map[gpufleet.Precision]*float64, len(gpufleet.Precisions())), DomainSize: 1}
+	for _, p := range gpufleet.Precisions() {
 		g.PeakFLOPS[p] = nil
 	}
 	return g
@@ -471,12 +460,12 @@ func validate(g GPU) error {
 		return bad("launch_year", "a year or 0", g.LaunchYear)
 	case g.InterconnectKind != "" && !validKind(g.InterconnectKind):
 		return bad("interconnect_kind", "one of "+kindList(), strconv.Quote(string(g.InterconnectKind)))
-	case g.ComputeCapability != "" && !validComputeCapability(g.ComputeCapability):
-		return bad("compute_capability", `"major.minor"`, strconv.Quote(g.ComputeCapability))
+	case g.ComputeCapability.Validate() != nil:
+		return bad("compute_capability", `"major.minor"`, strconv.Quote(g.ComputeCapability.String()))
 	}
 	hasPeak := false
 	for p, v := range g.PeakFLOPS {
-		if !validPrecision(p) {
+		if !p.Valid() {
 			return bad("peak_flops", "keys among "+precisionList(), strconv.Quote(string(p)))
 		}
 		if v == nil {

@@ -1,23 +1,6 @@
 package catalog
 
-// Precision names a numeric format whose dense tensor (or vector) throughput
-// the catalog records.
-type Precision string
-
-// The precisions the catalog records peak throughput for, widest first.
-const (
-	FP64 Precision = "fp64"
-	FP32 Precision = "fp32"
-	TF32 Precision = "tf32"
-	BF16 Precision = "bf16"
-	FP16 Precision = "fp16"
-	FP8  Precision = "fp8"
-	INT8 Precision = "int8"
-	FP4  Precision = "fp4"
-)
-
-// Precisions lists every precision of the catalog in a fixed order (widest first).
-var Precisions = []Precision{FP64, FP32, TF32, BF16, FP16, FP8, INT8, FP4}
+import "github.com/gpufleet/gpufleet"
 
 // InterconnectKind classifies the GPU-to-GPU fabric of an accelerator.
 type InterconnectKind string
@@ -36,13 +19,13 @@ const (
 // (vendors' sparse figures halved). A nil pointer means "not published" or,
 // in PeakFLOPS, "not supported natively"; it is never a zero.
 type GPU struct {
-	ID                string   `json:"id"`
-	Name              string   `json:"name"`
-	Vendor            string   `json:"vendor"`
-	Architecture      string   `json:"architecture"`
-	ComputeCapability string   `json:"compute_capability,omitempty"` // NVIDIA only, "9.0"
-	LaunchYear        int      `json:"launch_year"`
-	Aliases           []string `json:"aliases,omitempty"`
+	ID                string                     `json:"id"`
+	Name              string                     `json:"name"`
+	Vendor            string                     `json:"vendor"`
+	Architecture      string                     `json:"architecture"`
+	ComputeCapability gpufleet.ComputeCapability `json:"compute_capability,omitzero"` // NVIDIA only, "9.0"
+	LaunchYear        int                        `json:"launch_year"`
+	Aliases           []string                   `json:"aliases,omitempty"`
 
 	MemoryBytes              int64   `json:"memory_bytes"`
 	MemoryType               string  `json:"memory_type"`
@@ -50,7 +33,7 @@ type GPU struct {
 
 	// PeakFLOPS maps every precision of Precisions to dense FLOP/s (OP/s for
 	// int8), or nil where the format is not supported natively.
-	PeakFLOPS map[Precision]*float64 `json:"peak_flops"`
+	PeakFLOPS map[gpufleet.Precision]*float64 `json:"peak_flops"`
 
 	Interconnect     string           `json:"interconnect"` // as the vendor writes it
 	InterconnectKind InterconnectKind `json:"interconnect_kind"`

@@ -1,9 +1,7 @@
 package planner
 
 import (
-	"strconv"
-	"strings"
-
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -29,45 +27,33 @@ type computeSupport struct {
 	native   bool
 	fallback Fallback // empty when native
 	peak     float64  // dense FLOP/s the GEMMs run at
-	computeP catalog.Precision
+	computeP gpufleet.Precision
 }
 
 // ccAtLeast reports whether an NVIDIA compute capability "X.Y" is at least
 // major.minor. Non-NVIDIA cards (no capability) report true: their support
 // is read from the catalog's peak table alone.
 func ccAtLeast(g catalog.GPU, major, minor int) bool {
-	if g.ComputeCapability == "" {
-		return true
-	}
-	maj, min, ok := strings.Cut(g.ComputeCapability, ".")
-	if !ok {
-		return true
-	}
-	a, err1 := strconv.Atoi(maj)
-	b, err2 := strconv.Atoi(min)
-	if err1 != nil || err2 != nil {
-		return true
-	}
-	return a > major || (a == major && b >= minor)
+	return g.ComputeCapability.IsZero() || g.ComputeCapability.AtLeast(gpufleet.ComputeCapability{Major: major, Minor: minor})
 }
 
 // wideCompute is the best 16-bit (or failing that 32-bit) format a card
 // computes natively, used for emulated and dequantized runs.
-func wideCompute(g catalog.GPU, prefer catalog.Precision) (catalog.Precision, float64) {
-	order := []catalog.Precision{prefer, catalog.BF16, catalog.FP16, catalog.TF32, catalog.FP32}
+func wideCompute(g catalog.GPU, prefer gpufleet.Precision) (gpufleet.Precision, float64) {
+	order := []gpufleet.Precision{prefer, gpufleet.BF16, gpufleet.FP16, gpufleet.TF32, gpufleet.FP32}
 	for _, p := range order {
 		if v, ok := g.Peak(p); ok {
 			return p, v
 		}
 	}
-	return catalog.FP32, 0
+	return gpufleet.FP32, 0
 }
 
 // support decides how g runs GEMMs with weights (and activations) in f.
 func support(g catalog.GPU, f Format) computeSupport {
-	direct := map[Format]catalog.Precision{
-		FormatFP32: catalog.FP32, FormatBF16: catalog.BF16, FormatFP16: catalog.FP16,
-		FormatFP8: catalog.FP8, FormatINT8: catalog.INT8, FormatFP4: catalog.FP4,
+	direct := map[Format]gpufleet.Precision{
+		FormatFP32: gpufleet.FP32, FormatBF16: gpufleet.BF16, FormatFP16: gpufleet.FP16,
+		FormatFP8: gpufleet.FP8, FormatINT8: gpufleet.INT8, FormatFP4: gpufleet.FP4,
 	}
 	if p, ok := direct[f]; ok {
 		if v, ok := g.Peak(p); ok {
@@ -76,7 +62,7 @@ func support(g catalog.GPU, f Format) computeSupport {
 	}
 	switch f {
 	case FormatBF16, FormatFP16, FormatFP32:
-		p, v := wideCompute(g, catalog.FP16)
+		p, v := wideCompute(g, gpufleet.FP16)
 		if v == 0 {
 			return computeSupport{fallback: FallbackUnsupported}
 		}
@@ -96,7 +82,7 @@ func support(g catalog.GPU, f Format) computeSupport {
 			return computeSupport{fallback: FallbackUnsupported}
 		}
 	}
-	p, v := wideCompute(g, catalog.BF16)
+	p, v := wideCompute(g, gpufleet.BF16)
 	if v == 0 {
 		return computeSupport{fallback: FallbackUnsupported}
 	}
@@ -109,7 +95,7 @@ func kvNative(g catalog.GPU, f Format) bool {
 	if f != FormatFP8 {
 		return true
 	}
-	_, ok := g.Peak(catalog.FP8)
+	_, ok := g.Peak(gpufleet.FP8)
 	return ok
 }
 

@@ -110,7 +110,7 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 	var out []result
 	// Register the nodes, then heartbeat each at the interval.
 	fmt.Fprintf(os.Stderr, "registering %d nodes...\n", nodes)
-	jt, err := admin.CreateJoinToken(ctx, api.JoinTokenRequest{TTL: "1h"})
+	jt, err := admin.CreateJoinToken(ctx, api.JoinTokenRequest{TTL: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 	r := measure(ctx, "submit", submitters, duration, func(ctx context.Context) error {
 		n := seq.Add(1)
 		_, err := members[int(n)%len(members)].SubmitJob(ctx, api.SubmitRequest{RequestID: fmt.Sprintf("load-%d", n), Command: []string{"true"},
-			Resources: gpufleet.Resources{GPUs: 1}, Priority: "batch", Estimate: "10m"})
+			Resources: gpufleet.Resources{GPUs: 1}, Priority: gpufleet.Batch, Estimate: gpufleet.Duration(10 * time.Minute)})
 		return err
 	})
 	out = append(out, r)

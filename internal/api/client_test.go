@@ -88,7 +88,7 @@ func TestClientRoundTrips(t *testing.T) {
 	if err := admin.RevokeToken(ctx, "t-zzz"); !errors.Is(err, gpufleet.ErrNotFound) {
 		t.Errorf("revoke missing: %v", err)
 	}
-	if jt, err := admin.CreateJoinToken(ctx, JoinTokenRequest{Node: "n7", TTL: "1h"}); err != nil || jt.Token == "" {
+	if jt, err := admin.CreateJoinToken(ctx, JoinTokenRequest{Node: "n7", TTL: gpufleet.Duration(time.Hour)}); err != nil || jt.Token == "" {
 		t.Errorf("join token: %+v %v", jt, err)
 	}
 	from := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)

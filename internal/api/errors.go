@@ -37,6 +37,8 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeTooLarge         = "too_large"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeMediaType        = "unsupported_media_type"
+	CodeUnsatisfiable    = "unsatisfiable"
 	CodeInternal         = "internal"
 )
 
@@ -53,6 +55,10 @@ func errorStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
+	case errors.Is(err, ErrMediaType):
+		return http.StatusUnsupportedMediaType, CodeMediaType
+	case errors.Is(err, gpufleet.ErrUnsatisfiable):
+		return http.StatusUnprocessableEntity, CodeUnsatisfiable
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, CodeUnauthorized
 	case errors.Is(err, ErrForbidden):
@@ -74,8 +80,10 @@ func codeSentinel(code string, status int) error {
 	switch code {
 	case CodeNotFound:
 		return gpufleet.ErrNotFound
-	case CodeInvalid, CodeTooLarge:
+	case CodeInvalid, CodeTooLarge, CodeMediaType:
 		return gpufleet.ErrInvalid
+	case CodeUnsatisfiable:
+		return gpufleet.ErrUnsatisfiable
 	case CodeUnsupported:
 		return gpufleet.ErrUnsupported
 	case CodeUnauthorized:
@@ -88,7 +96,7 @@ func codeSentinel(code string, status int) error {
 	switch status {
 	case http.StatusNotFound:
 		return gpufleet.ErrNotFound
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return gpufleet.ErrInvalid
 	case http.StatusUnprocessableEntity:
 		return gpufleet.ErrUnsupported

@@ -52,35 +52,3 @@ func FuzzDecodeSubmitRequest(f *testing.F) {
 		}
 	})
 }
-
-func TestParseHumanForms(t *testing.T) {
-	durations := map[string]float64{"90s": 90, "4h": 14400, "1h30m": 5400, "2d": 172800, "3600": 3600, "1.5": 1.5, " 10m ": 600}
-	for in, want := range durations {
-		d, err := ParseDuration(in)
-		if err != nil || d.Seconds() != want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %vs", in, d, err, want)
-		}
-	}
-	for _, in := range []string{"", "soon", "-5s", "-1", "NaN", "1e300"} {
-		if _, err := ParseDuration(in); !errors.Is(err, gpufleet.ErrInvalid) {
-			t.Errorf("ParseDuration(%q) accepted", in)
-		}
-	}
-	sizes := map[string]int64{"80GiB": 80 << 30, "141GB": 141e9, "40Gi": 40 << 30, "512MB": 512e6, "1024": 1024, "1.5GiB": 3 << 29, "80 GiB": 80 << 30, "10gib": 10 << 30}
-	for in, want := range sizes {
-		n, err := ParseBytes(in)
-		if err != nil || n != want {
-			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, n, err, want)
-		}
-	}
-	for _, in := range []string{"", "lots", "-1GiB", "GiB", "1e30TB"} {
-		if _, err := ParseBytes(in); !errors.Is(err, gpufleet.ErrInvalid) {
-			t.Errorf("ParseBytes(%q) accepted", in)
-		}
-	}
-	for in, want := range map[int64]string{80 << 30: "80GiB", 3 << 29: "1.5GiB", 512: "512B"} {
-		if got := FormatBytes(in); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -258,7 +258,15 @@ func (h *handler) fail(w *statusWriter, r *http.Request, rt routeDef, err error)
 	writeErrorBody(w, status, code, msg)
 }
 
+// maxErrorMessage bounds an error message in a response: messages quote
+// at most gpufleet.QuoteLimit bytes of any input, and this is the net
+// under that rule.
+const maxErrorMessage = 2048
+
 func writeErrorBody(w http.ResponseWriter, status int, code, msg string) {
+	if len(msg) > maxErrorMessage {
+		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + "..."
+	}
 	body, _ := encodeJSON(ErrorBody{Error: msg, Code: code})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -51,6 +51,9 @@ func call(t *testing.T, srv *httptest.Server, method, path, token, body string) 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +110,9 @@ func TestAuthentication(t *testing.T) {
 				req.Header.Set("Authorization", tc.header)
 			case tc.token != "":
 				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if tc.body != "" {
+				req.Header.Set("Content-Type", "application/json")
 			}
 			resp, err := srv.Client().Do(req)
 			if err != nil {
@@ -192,7 +198,7 @@ func TestStrictBodies(t *testing.T) {
 	}{
 		"valid submit":            {"/api/v1/jobs", `{"resources":{"gpus":1},"command":["true"]}`, 201, ""},
 		"unknown top-level field": {"/api/v1/jobs", `{"gpu":1,"resources":{"gpus":1}}`, 400, `unknown field "gpu"`},
-		"unknown nested field":    {"/api/v1/jobs", `{"resources":{"gpus":1,"gpu_memory":"80GiB"}}`, 400, `unknown field "gpu_memory"`},
+		"unknown nested field":    {"/api/v1/jobs", `{"resources":{"gpus":1,"gpu_memory":"80GiB"}}`, 400, `unknown field "resources.gpu_memory"`},
 		"wrong type names field":  {"/api/v1/jobs", `{"resources":{"gpus":"four"}}`, 400, `resources.gpus: expected an integer`},
 		"trailing data":           {"/api/v1/jobs", `{"resources":{"gpus":1}} {}`, 400, "unexpected data after the JSON value"},
 		"empty body":              {"/api/v1/jobs", ``, 400, "empty body"},
@@ -201,7 +207,7 @@ func TestStrictBodies(t *testing.T) {
 		"syntax error":            {"/api/v1/jobs", `{"resources":`, 400, "truncated"},
 		"unknown team field":      {"/api/v1/teams", `{"name":"x","quotas":{}}`, 400, `unknown field "quotas"`},
 		"unknown token field":     {"/api/v1/tokens", `{"role":"member","teem":"a"}`, 400, `unknown field "teem"`},
-		"bad join ttl":            {"/api/v1/join-tokens", `{"ttl":"soon"}`, 400, `ttl: invalid: duration "soon"`},
+		"bad join ttl":            {"/api/v1/join-tokens", `{"ttl":"soon"}`, 400, `ttl "soon": expected a form like 90s`},
 		"class unknown field":     {"/api/v1/classes", `{"name":"h","models":[],"gpus":1}`, 400, `unknown field "gpus"`},
 	}
 	for name, tc := range tests {

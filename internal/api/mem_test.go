@@ -273,7 +273,7 @@ func (s *memService) RevokeToken(_ context.Context, _ Principal, id string) erro
 }
 
 func (s *memService) CreateJoinToken(_ context.Context, _ Principal, r JoinTokenRequest) (JoinTokenResponse, error) {
-	return JoinTokenResponse{ID: "jt-1", Token: "join-secret", Node: r.Node, SingleUse: r.TTL == ""}, nil
+	return JoinTokenResponse{ID: "jt-1", Token: "join-secret", Node: r.Node, SingleUse: r.TTL == 0}, nil
 }
 
 func (s *memService) Usage(_ context.Context, p Principal, q UsageQuery) (UsageReport, error) {

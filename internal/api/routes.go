@@ -51,8 +51,8 @@ func (h *handler) openapi(w http.ResponseWriter, _ *http.Request, _ Principal) e
 }
 
 func (h *handler) submitJob(w http.ResponseWriter, r *http.Request, p Principal) error {
-	req, err := DecodeSubmitRequest(r.Body)
-	if err != nil {
+	var req SubmitRequest
+	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
 	resp, err := h.svc.SubmitJob(r.Context(), p, req)
@@ -169,7 +169,7 @@ func (h *handler) listTeams(w http.ResponseWriter, r *http.Request, p Principal)
 
 func (h *handler) putTeam(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req TeamRequest
-	if err := decodeStrict(r.Body, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
 	t, err := h.svc.PutTeam(r.Context(), p, req)
@@ -197,7 +197,7 @@ func (h *handler) listClasses(w http.ResponseWriter, r *http.Request, p Principa
 
 func (h *handler) putClass(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var c gpufleet.Class
-	if err := decodeStrict(r.Body, &c); err != nil {
+	if err := decodeStrict(r, &c); err != nil {
 		return err
 	}
 	out, err := h.svc.PutClass(r.Context(), p, c)
@@ -228,7 +228,7 @@ func (h *handler) listTokens(w http.ResponseWriter, r *http.Request, p Principal
 
 func (h *handler) createToken(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req TokenRequest
-	if err := decodeStrict(r.Body, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
 	t, err := h.svc.CreateToken(r.Context(), p, req)
@@ -248,13 +248,8 @@ func (h *handler) revokeToken(w http.ResponseWriter, r *http.Request, p Principa
 
 func (h *handler) createJoinToken(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req JoinTokenRequest
-	if err := decodeStrict(r.Body, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		return err
-	}
-	if req.TTL != "" {
-		if _, err := ParseDuration(req.TTL); err != nil {
-			return fmt.Errorf("ttl: %w", err)
-		}
 	}
 	resp, err := h.svc.CreateJoinToken(r.Context(), p, req)
 	if err != nil {
@@ -320,7 +315,7 @@ func (h *handler) register(w http.ResponseWriter, r *http.Request, _ Principal) 
 		return err
 	}
 	var req RegisterRequest
-	if err := decodeLenient(r.Body, &req); err != nil {
+	if err := decodeLenient(r, &req); err != nil {
 		return err
 	}
 	resp, err := h.agents.Register(r.Context(), tok, req)
@@ -350,7 +345,7 @@ func (h *handler) heartbeat(w http.ResponseWriter, r *http.Request, p Principal)
 		return fmt.Errorf("%w: this server takes no agents", gpufleet.ErrUnsupported)
 	}
 	var req HeartbeatRequest
-	if err := decodeLenient(r.Body, &req); err != nil {
+	if err := decodeLenient(r, &req); err != nil {
 		return err
 	}
 	if req.Node != "" && req.Node != p.Node {

@@ -41,7 +41,7 @@ func (h *handler) injectFault(w http.ResponseWriter, r *http.Request, p Principa
 		return err
 	}
 	var req FaultRequest
-	if err := decodeStrict(r.Body, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
 	o, err := fs.InjectFault(r.Context(), p, r.PathValue("name"), req)

@@ -19,48 +19,12 @@ type Principal struct {
 // IsAdmin reports whether the principal is fleet-wide.
 func (p Principal) IsAdmin() bool { return p.Role == gpufleet.RoleAdmin }
 
-// SubmitRequest is the body of POST /api/v1/jobs: the job file's schema.
+// SubmitRequest is the body of POST /api/v1/jobs: a gpufleet.JobRequest.
 // Unknown fields are rejected.
-type SubmitRequest struct {
-	Name        string             `json:"name,omitempty" yaml:"name,omitempty"`
-	Team        string             `json:"team,omitempty" yaml:"team,omitempty"`
-	Priority    string             `json:"priority,omitempty" yaml:"priority,omitempty"`
-	RequestID   string             `json:"request_id,omitempty" yaml:"request_id,omitempty"`
-	Resources   gpufleet.Resources `json:"resources" yaml:"resources"`
-	Command     []string           `json:"command" yaml:"command"`
-	Env         map[string]string  `json:"env,omitempty" yaml:"env,omitempty"`
-	Workdir     string             `json:"workdir,omitempty" yaml:"workdir,omitempty"`
-	TimeLimit   string             `json:"time_limit,omitempty" yaml:"time_limit,omitempty"` // "4h" or seconds
-	Estimate    string             `json:"estimate,omitempty" yaml:"estimate,omitempty"`
-	Preemptible bool               `json:"preemptible,omitempty" yaml:"preemptible,omitempty"`
-	Grace       string             `json:"grace,omitempty" yaml:"grace,omitempty"`
-	Retries     int                `json:"retries,omitempty" yaml:"retries,omitempty"`
-	SimLoad     string             `json:"sim_load,omitempty" yaml:"sim_load,omitempty"`
-	// Model, when set, is admitted through the planner (memory-fit admission).
-	Model *ModelRequest `json:"model,omitempty" yaml:"model,omitempty"`
-	// Strict rejects a request smaller than its plan instead of warning.
-	Strict bool `json:"strict,omitempty" yaml:"strict,omitempty"`
-}
+type SubmitRequest = gpufleet.JobRequest
 
-// ModelRequest describes the model a job runs, as `gpufleet plan` takes it.
-type ModelRequest struct {
-	Name         string         `json:"name,omitempty" yaml:"name,omitempty"`     // built-in name
-	Config       map[string]any `json:"config,omitempty" yaml:"config,omitempty"` // inline config.json
-	Mode         string         `json:"mode,omitempty" yaml:"mode,omitempty"`     // inference or training
-	Precision    string         `json:"precision,omitempty" yaml:"precision,omitempty"`
-	KVPrecision  string         `json:"kv_precision,omitempty" yaml:"kv_precision,omitempty"`
-	Batch        int            `json:"batch,omitempty" yaml:"batch,omitempty"`
-	InputTokens  int            `json:"input_tokens,omitempty" yaml:"input_tokens,omitempty"`
-	OutputTokens int            `json:"output_tokens,omitempty" yaml:"output_tokens,omitempty"`
-	Seq          int            `json:"seq,omitempty" yaml:"seq,omitempty"`
-	MicroBatch   int            `json:"micro_batch,omitempty" yaml:"micro_batch,omitempty"`
-	GlobalBatch  int            `json:"global_batch,omitempty" yaml:"global_batch,omitempty"`
-	Optimizer    string         `json:"optimizer,omitempty" yaml:"optimizer,omitempty"`
-	ZeRO         int            `json:"zero,omitempty" yaml:"zero,omitempty"`
-	Recompute    string         `json:"recompute,omitempty" yaml:"recompute,omitempty"`
-	TP           int            `json:"tp,omitempty" yaml:"tp,omitempty"`
-	PP           int            `json:"pp,omitempty" yaml:"pp,omitempty"`
-}
+// ModelRequest is the model block of a submission.
+type ModelRequest = gpufleet.ModelRequest
 
 // SubmitResponse is the job plus any admission warnings.
 type SubmitResponse struct {
@@ -99,8 +63,8 @@ type TokenRequest struct {
 
 // JoinTokenRequest creates an agent join token.
 type JoinTokenRequest struct {
-	Node string `json:"node,omitempty"`
-	TTL  string `json:"ttl,omitempty"` // "1h"; empty = single use without expiry
+	Node string            `json:"node,omitempty"`
+	TTL  gpufleet.Duration `json:"ttl,omitzero"` // "1h"; none: single use without expiry
 }
 
 // JoinTokenResponse carries the secret once.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -65,7 +66,7 @@ command that uses the catalog.`,
 					g.ID, g.Vendor,
 					fmtBytes(float64(g.MemoryBytes)),
 					fmtRate(g.MemoryBandwidthBytesPerS),
-					fmtPeak(g, catalog.BF16), fmtPeak(g, catalog.FP8), fmtPeak(g, catalog.FP4),
+					fmtPeak(g, gpufleet.BF16), fmtPeak(g, gpufleet.FP8), fmtPeak(g, gpufleet.FP4),
 					string(g.InterconnectKind) + " " + fmtRate(g.InterconnectBandwidthBytesPerS),
 					strconv.Itoa(g.DomainSize),
 					fmtWatts(g.TDPWatts),
@@ -76,8 +77,8 @@ command that uses the catalog.`,
 					if len(g.MIGProfiles) > 0 {
 						mig = strconv.Itoa(len(g.MIGProfiles)) + " profiles"
 					}
-					row = append(row, g.Architecture, dash(g.ComputeCapability),
-						fmtPeak(g, catalog.FP16), fmtPeak(g, catalog.INT8), fmtPeak(g, catalog.FP32), fmtPeak(g, catalog.FP64), mig)
+					row = append(row, g.Architecture, dash(g.ComputeCapability.String()),
+						fmtPeak(g, gpufleet.FP16), fmtPeak(g, gpufleet.INT8), fmtPeak(g, gpufleet.FP32), fmtPeak(g, gpufleet.FP64), mig)
 				}
 				t.row(row...)
 			}
@@ -121,15 +122,15 @@ func newCatalogShowCmd(e *env) *cobra.Command {
 			t.row("name", g.Name)
 			t.row("vendor", g.Vendor)
 			t.row("architecture", g.Architecture)
-			t.row("compute capability", dash(g.ComputeCapability))
+			t.row("compute capability", dash(g.ComputeCapability.String()))
 			t.row("launch year", strconv.Itoa(g.LaunchYear))
 			t.row("memory", fmtBytes(float64(g.MemoryBytes))+" "+g.MemoryType)
 			t.row("memory bandwidth", fmtRate(g.MemoryBandwidthBytesPerS))
-			for _, p := range catalog.Precisions {
+			for _, p := range gpufleet.Precisions() {
 				v := "not native"
 				if _, ok := g.Peak(p); ok {
 					v = fmtPeak(g, p) + " dense TFLOPS"
-					if p == catalog.INT8 {
+					if p == gpufleet.INT8 {
 						v = fmtPeak(g, p) + " dense TOPS"
 					}
 				}
@@ -174,7 +175,7 @@ func dash(s string) string {
 	return s
 }
 
-func fmtPeak(g catalog.GPU, p catalog.Precision) string {
+func fmtPeak(g catalog.GPU, p gpufleet.Precision) string {
 	v, ok := g.Peak(p)
 	if !ok {
 		return "-"

@@ -262,7 +262,7 @@ func parseKV(vals []string) (map[string]string, error) {
 	for _, v := range vals {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			return nil, usageErr("%q: expected KEY=VALUE", v)
+			return nil, &gpufleet.ValueError{Field: "value", Value: gpufleet.Quote(v), Want: "expected KEY=VALUE"}
 		}
 		out[strings.TrimSpace(k)] = val
 	}

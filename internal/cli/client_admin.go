@@ -86,7 +86,7 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 		if g.StateReason != "" && g.StateReason != g.Reason {
 			reason = strings.Trim(g.StateReason+"; "+g.Reason, "; ")
 		}
-		t.row(strconv.Itoa(g.Index), g.UUID, g.Model, api.FormatBytes(g.MemoryBytes), string(g.State), string(g.Health),
+		t.row(strconv.Itoa(g.Index), g.UUID, g.Model, gpufleet.Bytes(g.MemoryBytes).String(), string(g.State), string(g.Health),
 			orDash(strings.Join(mig, ",")), orDash(reason))
 	}
 	return t.flush()
@@ -437,13 +437,6 @@ func newJoinTokensCmd(c *clientEnv) *cobra.Command {
 		Short: "Create a join token; without --ttl it is single-use and does not expire",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if req.TTL != "" {
-				d, err := normaliseDuration(req.TTL)
-				if err != nil {
-					return usageErr("--ttl %v", err)
-				}
-				req.TTL = d
-			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
@@ -465,7 +458,7 @@ func newJoinTokensCmd(c *clientEnv) *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&req.Node, "node", "", "only this node name may register with it")
-	create.Flags().StringVar(&req.TTL, "ttl", "", "valid for this long and reusable until then (1h, 7d)")
+	create.Flags().Var(textFlag{&req.TTL}, "ttl", "valid for this long and reusable until then (1h, 7d)")
 	cmd.AddCommand(create)
 	return cmd
 }
@@ -547,7 +540,7 @@ func (c *clientEnv) parseWhen(flag, s string) (time.Time, error) {
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return t, nil
 	}
-	if d, err := api.ParseDuration(s); err == nil {
+	if d, err := gpufleet.ParseDuration(s); err == nil {
 		return c.now().Add(-d).UTC().Truncate(time.Second), nil
 	}
 	return time.Time{}, usageErr("%s %q: expected an RFC 3339 time, a date (2025-01-31) or a duration ago (7d)", flag, s)

@@ -206,7 +206,7 @@ func (f *fakeService) CreateJoinToken(_ context.Context, _ api.Principal, r api.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastJoin = r
-	return api.JoinTokenResponse{ID: "jt-1", Token: "join-s3cret", Node: r.Node, SingleUse: r.TTL == ""}, nil
+	return api.JoinTokenResponse{ID: "jt-1", Token: "join-s3cret", Node: r.Node, SingleUse: r.TTL == 0}, nil
 }
 
 func (f *fakeService) Rollups(_ context.Context, _ api.Principal, q api.RollupQuery) ([]api.GPURollup, error) {

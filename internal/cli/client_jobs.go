@@ -31,7 +31,7 @@ type submitFlags struct {
 	nodeSelector, env                                                     []string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
-	preemptible, strict                                                   bool
+	preemptible, strict, queueAnyway                                      bool
 	plan                                                                  planFlags
 }
 
@@ -67,6 +67,7 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.simLoad, "sim-load", "", "load on simulated GPUs: compute, memory or idle")
 	fs.StringVar(&f.name, "name", "", "job name")
 	fs.BoolVar(&f.strict, "strict", false, "reject the job when its request is smaller than the planner's plan (default: warn)")
+	fs.BoolVar(&f.queueAnyway, "queue-anyway", false, "queue the job even if no node of the fleet can hold it now (its nodes have not joined yet)")
 	tmp := pflag.NewFlagSet("plan", pflag.ContinueOnError)
 	f.plan.bind(tmp)
 	for _, name := range submitPlanFlags {
@@ -92,86 +93,40 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		}
 	}
 	res := &req.Resources
-	set := func(name string, apply func() error) error {
-		if !fs.Changed(name) {
-			return nil
-		}
-		if err := apply(); err != nil {
-			return fmt.Errorf("%w: --%s %s", gpufleet.ErrInvalid, name, detail(err))
-		}
-		return nil
+	text := func(dst interface{ UnmarshalText([]byte) error }, v string) func() error {
+		return func() error { return dst.UnmarshalText([]byte(v)) }
 	}
-	check := func(path, v string) error {
-		if c := fieldChecks[path]; c != nil {
-			if err := c(v); err != nil {
-				return fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
-			}
-		}
-		return nil
-	}
-	positive := func(v int) error {
-		if v < 0 {
-			return fmt.Errorf("%w: %d: expected a non-negative integer", gpufleet.ErrInvalid, v)
-		}
-		return nil
-	}
-	duration := func(dst *string, v string) func() error {
-		return func() error {
-			d, err := normaliseDuration(v)
-			if err != nil {
-				return fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
-			}
-			*dst = d
-			return nil
-		}
-	}
+	var err error
 	steps := []struct {
 		flag  string
 		apply func() error
 	}{
-		{"gpus", func() error { res.GPUs = f.gpus; return positive(f.gpus) }},
-		{"nodes", func() error { res.Nodes = f.nodes; return positive(f.nodes) }},
+		{"gpus", func() error { res.GPUs = f.gpus; return nil }},
+		{"nodes", func() error { res.Nodes = f.nodes; return nil }},
 		{"gpu-model", func() error { res.GPUModels = splitComma(f.gpuModels); return nil }},
-		{"gpu-memory", func() error {
-			n, err := api.ParseBytes(f.gpuMemory)
-			res.GPUMemoryMinBytes = n
-			return err
-		}},
-		{"cpus", func() error {
-			res.CPUs = f.cpus
-			if f.cpus < 0 {
-				return usageErr("--cpus %g: expected a CPU count >= 0", f.cpus)
-			}
-			return nil
-		}},
-		{"memory", func() error {
-			n, err := api.ParseBytes(f.memory)
-			res.MemoryBytes = n
-			return err
-		}},
+		{"gpu-memory", func() error { res.GPUMemoryMinBytes, err = gpufleet.ParseBytes(f.gpuMemory); return err }},
+		{"cpus", func() error { res.CPUs = f.cpus; return nil }},
+		{"memory", func() error { res.MemoryBytes, err = gpufleet.ParseBytes(f.memory); return err }},
 		{"min-compute-capability", func() error {
-			res.MinComputeCapability = f.minCC
-			return check("resources.min_compute_capability", f.minCC)
+			res.MinComputeCapability, err = gpufleet.ParseComputeCapability(f.minCC)
+			return err
 		}},
-		{"precision", func() error { res.Precision = f.precision; return check("resources.precision", f.precision) }},
-		{"interconnect", func() error {
-			res.Interconnect = f.interconnect
-			return check("resources.interconnect", f.interconnect)
-		}},
-		{"sharing", func() error { res.Sharing = f.sharing; return check("resources.sharing", f.sharing) }},
-		{"prefer", func() error { res.Prefer = f.prefer; return check("resources.prefer", f.prefer) }},
+		{"precision", func() error { res.Precision, err = gpufleet.ParsePrecision(f.precision); return err }},
+		{"interconnect", text(&res.Interconnect, f.interconnect)},
+		{"sharing", func() error { res.Sharing, err = gpufleet.ParseSharing(f.sharing); return err }},
+		{"prefer", text(&res.Prefer, f.prefer)},
 		{"node-selector", func() error {
 			m, err := parseKV(f.nodeSelector)
 			res.NodeSelector = mergeKV(res.NodeSelector, m)
 			return err
 		}},
-		{"priority", func() error { req.Priority = f.priority; return check("priority", f.priority) }},
+		{"priority", func() error { req.Priority, err = gpufleet.ParsePriority(f.priority); return err }},
 		{"team", func() error { req.Team = f.team; return nil }},
-		{"time-limit", duration(&req.TimeLimit, f.timeLimit)},
-		{"estimate", duration(&req.Estimate, f.estimate)},
-		{"grace", duration(&req.Grace, f.grace)},
+		{"time-limit", text(&req.TimeLimit, f.timeLimit)},
+		{"estimate", text(&req.Estimate, f.estimate)},
+		{"grace", text(&req.Grace, f.grace)},
 		{"preemptible", func() error { req.Preemptible = f.preemptible; return nil }},
-		{"retries", func() error { req.Retries = f.retries; return positive(f.retries) }},
+		{"retries", func() error { req.Retries = f.retries; return nil }},
 		{"env", func() error {
 			m, err := parseKV(f.env)
 			req.Env = mergeKV(req.Env, m)
@@ -179,13 +134,20 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		}},
 		{"workdir", func() error { req.Workdir = f.workdir; return nil }},
 		{"request-id", func() error { req.RequestID = f.requestID; return nil }},
-		{"sim-load", func() error { req.SimLoad = f.simLoad; return check("sim_load", f.simLoad) }},
+		{"sim-load", text(&req.SimLoad, f.simLoad)},
 		{"name", func() error { req.Name = f.name; return nil }},
 		{"strict", func() error { req.Strict = f.strict; return nil }},
+		{"queue-anyway", func() error { req.AllowUnsatisfiable = f.queueAnyway; return nil }},
 	}
-	for _, s := range steps {
-		if err := set(s.flag, s.apply); err != nil {
-			return req, err
+	for _, st := range steps {
+		if !fs.Changed(st.flag) {
+			continue
+		}
+		if err := st.apply(); err != nil {
+			if ie := gpufleet.InField("--"+st.flag, err); ie != err {
+				return req, ie
+			}
+			return req, fmt.Errorf("--%s: %w", st.flag, err)
 		}
 	}
 	if err := f.applyModel(fs, &req); err != nil {
@@ -194,7 +156,23 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 	if len(command) > 0 {
 		req.Command = command
 	}
+	if err := req.Validate(); err != nil {
+		var ve *gpufleet.ValueError
+		if errors.As(err, &ve) {
+			if flag, ok := fieldFlags[ve.Field]; ok && fs.Changed(flag) {
+				return req, gpufleet.InField("--"+flag, err)
+			}
+		}
+		return req, err
+	}
 	return req, nil
+}
+
+// fieldFlags names the submit flag that sets a request field, so that a
+// refused value is reported as the user wrote it.
+var fieldFlags = map[string]string{
+	"resources.gpus": "gpus", "resources.nodes": "nodes", "retries": "retries",
+	"model.batch": "batch", "model.tp": "tp", "model.pp": "pp", "model.zero": "zero",
 }
 
 // applyModel sets req.Model from --model and the planner flags.
@@ -222,7 +200,7 @@ func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) erro
 	}
 	p := &f.plan
 	if fs.Changed("mode") || m.Mode == "" {
-		if err := fieldChecks["model.mode"](p.mode); err != nil {
+		if err := modelChecks["model.mode"](p.mode); err != nil {
 			return usageErr("--mode %v", err)
 		}
 		m.Mode = p.mode
@@ -264,7 +242,7 @@ func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) erro
 		m.Recompute = p.recompute
 	}
 	if m.Precision == "" && req.Resources.Precision != "" {
-		m.Precision = req.Resources.Precision
+		m.Precision = string(req.Resources.Precision)
 	}
 	req.Model = m
 	return nil
@@ -412,9 +390,9 @@ func (c *clientEnv) printJobs(jobs []gpufleet.Job) error {
 	}
 	t := newTable(c.stdout, cols...)
 	for _, j := range jobs {
-		row := []string{j.ID, orDash(j.Name), j.Team, jobState(j), orDash(j.Priority), gpuCount(j.Resources), c.ago(&j.SubmittedAt)}
+		row := []string{j.ID, orDash(j.Name), j.Team, jobState(j), orDash(string(j.Priority)), gpuCount(j.Resources), c.ago(&j.SubmittedAt)}
 		if c.output == outputWide {
-			row = append(row, c.ago(j.StartedAt), orDash(strings.Join(j.Resources.GPUModels, ",")), orDash(j.Resources.Sharing),
+			row = append(row, c.ago(j.StartedAt), orDash(strings.Join(j.Resources.GPUModels, ",")), orDash(sharingText(j.Resources.Sharing)),
 				fmt.Sprintf("%d/%d", j.Retries.Used, j.Retries.Max), attemptNodes(j))
 		}
 		t.row(row...)
@@ -484,9 +462,12 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		res = append(res, strings.Join(r.GPUModels, "|"))
 	}
 	if r.GPUMemoryMinBytes > 0 {
-		res = append(res, ">="+api.FormatBytes(r.GPUMemoryMinBytes))
+		res = append(res, ">="+r.GPUMemoryMinBytes.String())
 	}
-	for _, s := range []string{r.Sharing, r.Precision, r.Interconnect, r.MinComputeCapability} {
+	if !r.MinComputeCapability.IsZero() {
+		res = append(res, "cc>="+r.MinComputeCapability.String())
+	}
+	for _, s := range []string{sharingText(r.Sharing), string(r.Precision), string(r.Interconnect)} {
 		if s != "" {
 			res = append(res, s)
 		}
@@ -495,7 +476,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		res = append(res, kvList(r.NodeSelector))
 	}
 	rows := [][2]string{
-		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"state", jobState(j)}, {"priority", orDash(j.Priority)},
+		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"state", jobState(j)}, {"priority", orDash(string(j.Priority))},
 		{"resources", strings.Join(res, ", ")}, {"command", orDash(strings.Join(j.Command, " "))},
 		{"submitted", c.ago(&j.SubmittedAt)}, {"started", c.ago(j.StartedAt)}, {"finished", c.ago(j.FinishedAt)},
 		{"time limit", seconds(j.TimeLimitS)}, {"estimate", seconds(j.EstimateS)},
@@ -610,7 +591,7 @@ func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
 	}
 	t := newTable(c.stdout, cols...)
 	for _, e := range q {
-		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(e.Priority), orDash(e.Reason), c.eta(e.EstimatedStart)}
+		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason), c.eta(e.EstimatedStart)}
 		if c.output == outputWide {
 			start := "-"
 			if e.EstimatedStart != nil {
@@ -674,4 +655,12 @@ func (c *clientEnv) maybeWatch(ctx context.Context, cl *api.Client, watch bool, 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// sharingText is a job's sharing for a table: empty when exclusive.
+func sharingText(s gpufleet.Sharing) string {
+	if s.IsZero() {
+		return ""
+	}
+	return s.String()
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -29,7 +30,7 @@ func TestSubmitFlagsMapToTheRequest(t *testing.T) {
 				"--min-compute-capability", "9.0", "--precision", "bf16", "--interconnect", "nvlink", "--sharing", "exclusive",
 				"--prefer", "fastest", "--node-selector", "rack=r12", "--node-selector", "zone=a", "--", "torchrun", "train.py"},
 			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb", "h200-sxm-141gb"},
-				GPUMemoryMinBytes: 80 << 30, MinComputeCapability: "9.0", Precision: "bf16", Interconnect: "nvlink", Sharing: "exclusive",
+				GPUMemoryMinBytes: 80 << 30, MinComputeCapability: gpufleet.ComputeCapability{Major: 9, Minor: 0}, Precision: "bf16", Interconnect: "nvlink",
 				Prefer: "fastest", NodeSelector: map[string]string{"rack": "r12", "zone": "a"}}, Command: []string{"torchrun", "train.py"}},
 		},
 		"job fields and human durations": {
@@ -37,9 +38,9 @@ func TestSubmitFlagsMapToTheRequest(t *testing.T) {
 				"--preemptible", "--grace", "30s", "--retries", "3", "--env", "A=1", "--env", "B=x=y", "--workdir", "/w",
 				"--request-id", "r-1", "--sim-load", "memory", "--name", "nb", "--sharing", "mig:1g.18gb", "--", "jupyter", "lab"},
 			want: api.SubmitRequest{Name: "nb", Team: "team-b", Priority: "interactive", RequestID: "r-1",
-				Resources: gpufleet.Resources{GPUs: 1, Sharing: "mig:1g.18gb"}, Command: []string{"jupyter", "lab"},
-				Env: map[string]string{"A": "1", "B": "x=y"}, Workdir: "/w", TimeLimit: "4h0m0s", Estimate: "1h30m0s",
-				Preemptible: true, Grace: "30s", Retries: 3, SimLoad: "memory"},
+				Resources: gpufleet.Resources{GPUs: 1, Sharing: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"}}, Command: []string{"jupyter", "lab"},
+				Env: map[string]string{"A": "1", "B": "x=y"}, Workdir: "/w", TimeLimit: gpufleet.Duration(4 * time.Hour), Estimate: gpufleet.Duration(time.Hour + 30*time.Minute),
+				Preemptible: true, Grace: gpufleet.Duration(30 * time.Second), Retries: 3, SimLoad: "memory"},
 		},
 		"planner flags build the model": {
 			args: []string{"--gpus", "2", "--precision", "fp8", "--model", "llama-3.1-70b", "--batch", "32", "--input-tokens", "2048",
@@ -89,15 +90,16 @@ func TestSubmitRejectsBadFlags(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		"sharing":               {[]string{"--sharing", "half"}, `--sharing "half": expected exclusive, mig:PROFILE or timeslice:FRACTION`},
-		"timeslice fraction":    {[]string{"--sharing", "timeslice:2"}, `--sharing "timeslice:2": expected a fraction`},
+		"sharing":               {[]string{"--sharing", "half"}, `--sharing "half": expected exclusive, mig:PROFILE or timeslice:F`},
+		"timeslice fraction":    {[]string{"--sharing", "timeslice:2"}, `--sharing "timeslice:2": expected timeslice:F with 0.001 <= F <= 1`},
 		"priority":              {[]string{"--priority", "urgent"}, `--priority "urgent": expected production, interactive, training or batch`},
 		"interconnect":          {[]string{"--interconnect", "pcie"}, `--interconnect "pcie": expected nvlink or any`},
-		"size":                  {[]string{"--gpu-memory", "lots"}, `--gpu-memory size "lots"`},
-		"duration":              {[]string{"--time-limit", "soon"}, `--time-limit duration "soon"`},
+		"size":                  {[]string{"--gpu-memory", "lots"}, `--gpu-memory "lots": expected a form like 80GiB`},
+		"duration":              {[]string{"--time-limit", "soon"}, `--time-limit "soon": expected a form like 90s`},
 		"env":                   {[]string{"--env", "NOVALUE"}, `--env "NOVALUE": expected KEY=VALUE`},
-		"negative gpus":         {[]string{"--gpus", "-1"}, `--gpus -1: expected a non-negative integer`},
-		"precision":             {[]string{"--precision", "fp64"}, `--precision "fp64"`},
+		"negative gpus":         {[]string{"--gpus", "-1", "--", "true"}, `--gpus -1: expected 1 to 524288`},
+		"too many gpus":         {[]string{"--gpus", "2147483648", "--", "true"}, `--gpus 2147483648: expected 1 to 524288`},
+		"precision":             {[]string{"--precision", "fp12"}, `--precision "fp12"`},
 		"unknown model":         {[]string{"--model", "gpt-17"}, `neither a file nor a built-in model`},
 		"planner without model": {[]string{"--batch", "4"}, "need --model"},
 		"two files":             {[]string{"a.yaml", "b.yaml"}, "more than one job file"},
@@ -285,7 +287,7 @@ func TestAdminCommandsSendRequests(t *testing.T) {
 		t.Errorf("token request %+v", fake.lastToken)
 	}
 	mustRun("join-tokens", "create", "--node", "n9", "--ttl", "2d")
-	if diff := cmp.Diff(api.JoinTokenRequest{Node: "n9", TTL: "48h0m0s"}, fake.lastJoin); diff != "" {
+	if diff := cmp.Diff(api.JoinTokenRequest{Node: "n9", TTL: gpufleet.Duration(48 * time.Hour)}, fake.lastJoin); diff != "" {
 		t.Errorf("join token (-want +got):\n%s", diff)
 	}
 	mustRun("usage", "--team", "team-a", "--from", "2025-01-01", "--to", "2025-02-01T00:00:00Z")

@@ -159,7 +159,7 @@ func runDev(ctx context.Context, e *env, f devFlags) error {
 	for _, n := range devFleet {
 		// A reusable join token: the agent registers with it at each
 		// start (fresh inventory); it renews its credential without it.
-		jt, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: n.Name, TTL: "720h"})
+		jt, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: n.Name, TTL: gpufleet.Duration(720 * time.Hour)})
 		if err != nil {
 			return fmt.Errorf("join token for %s: %w", n.Name, err)
 		}

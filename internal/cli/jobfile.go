@@ -2,13 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,27 +249,15 @@ func parseJSONTree(data []byte) (*fnode, error) {
 	return root, nil
 }
 
-// Job-file paths with human forms or a closed set of values.
-var (
-	durationPaths = map[string]bool{"time_limit": true, "estimate": true, "grace": true}
-	sizePaths     = map[string]bool{"resources.gpu_memory_min_bytes": true, "resources.memory_bytes": true}
-	// keyAliases maps a human key to its contract key.
-	keyAliases = map[string]string{"resources.gpu_memory_min": "gpu_memory_min_bytes", "resources.memory": "memory_bytes"}
-)
+// keyAliases maps a human key to its contract key.
+var keyAliases = map[string]string{"resources.gpu_memory_min": "gpu_memory_min_bytes", "resources.memory": "memory_bytes"}
 
-// fieldChecks validate string fields with a closed vocabulary, by JSON
-// path. The flags of submit go through the same checks.
-var fieldChecks = map[string]func(string) error{
-	"priority":                         oneOf("production", "interactive", "training", "batch"),
-	"sim_load":                         oneOf("compute", "memory", "idle"),
-	"resources.interconnect":           oneOf("nvlink", "any"),
-	"resources.prefer":                 oneOf("cheapest", "fastest"),
-	"resources.sharing":                checkSharing,
-	"resources.min_compute_capability": checkComputeCapability,
-	"model.mode":                       oneOf("inference", "training"),
-	"resources.precision":              checkPrecision,
-	"model.precision":                  checkPrecision,
-	"model.kv_precision":               checkPrecision,
+// modelChecks validate the model block's words, which the planner reads,
+// by JSON path; every other closed vocabulary is a type of its own.
+var modelChecks = map[string]func(string) error{
+	"model.mode":         oneOf("inference", "training"),
+	"model.precision":    checkPrecision,
+	"model.kv_precision": checkPrecision,
 }
 
 func checkPrecision(s string) error {
@@ -295,44 +283,19 @@ func orList(vals []string) string {
 	return strings.Join(vals[:len(vals)-1], ", ") + " or " + vals[len(vals)-1]
 }
 
-var migProfile = regexp.MustCompile(`^[1-9][0-9]*g\.[0-9]+gb(\+[a-z]+)?$`)
+var (
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	bytesType       = reflect.TypeFor[gpufleet.Bytes]()
+)
 
-// checkSharing accepts exclusive, mig:PROFILE and timeslice:FRACTION.
-func checkSharing(s string) error {
-	switch {
-	case s == "exclusive":
-		return nil
-	case strings.HasPrefix(s, "mig:"):
-		if migProfile.MatchString(strings.TrimPrefix(s, "mig:")) {
-			return nil
-		}
-		return fmt.Errorf("%q: expected a MIG profile such as mig:1g.18gb", s)
-	case strings.HasPrefix(s, "timeslice:"):
-		f, err := strconv.ParseFloat(strings.TrimPrefix(s, "timeslice:"), 64)
-		if err == nil && f > 0 && f <= 1 {
-			return nil
-		}
-		return fmt.Errorf("%q: expected a fraction in (0, 1] such as timeslice:0.25", s)
+// lineErr is a refused value's error with its line: "7: resources.sharing
+// "x": expected ...".
+func lineErr(line int, label string, err error) error {
+	var ve *gpufleet.ValueError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%d: %s %s: %s", line, label, ve.Value, ve.Want)
 	}
-	return fmt.Errorf("%q: expected exclusive, mig:PROFILE or timeslice:FRACTION", s)
-}
-
-var computeCapability = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
-
-func checkComputeCapability(s string) error {
-	if computeCapability.MatchString(s) {
-		return nil
-	}
-	return fmt.Errorf("%q: expected MAJOR.MINOR such as 8.0", s)
-}
-
-// normaliseDuration checks a human duration and writes it as a Go duration.
-func normaliseDuration(s string) (string, error) {
-	d, err := api.ParseDuration(s)
-	if err != nil {
-		return "", errors.New(detail(err))
-	}
-	return d.String(), nil
+	return fmt.Errorf("%d: %s: %s", line, label, detail(err))
 }
 
 // schemaWalker turns an fnode tree into JSON values following a Go type's
@@ -350,28 +313,30 @@ func (w *schemaWalker) value(n *fnode, t reflect.Type, path string) (any, error)
 	if label == "" {
 		label = "job"
 	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	switch {
-	case durationPaths[path]:
-		if n.kind != fscalar || n.tag == "bool" {
-			return nil, fmt.Errorf("%d: %s: expected a duration such as 90s, 4h or seconds", n.line, label)
-		}
-		d, err := normaliseDuration(n.value)
-		if err != nil {
-			return nil, fmt.Errorf("%d: %s: %v", n.line, label, err)
-		}
-		return d, nil
-	case sizePaths[path]:
+	case t == bytesType:
 		if n.kind != fscalar || n.tag == "bool" {
 			return nil, fmt.Errorf("%d: %s: expected a size such as 80GiB or bytes", n.line, label)
 		}
-		b, err := api.ParseBytes(n.value)
+		b, err := gpufleet.ParseBytes(n.value)
 		if err != nil {
-			return nil, fmt.Errorf("%d: %s: %s", n.line, label, detail(err))
+			return nil, lineErr(n.line, label, err)
 		}
-		return b, nil
-	}
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
+		return int64(b), nil
+	case reflect.PointerTo(t).Implements(textUnmarshaler):
+		// A word of the vocabulary (duration, sharing, priority, ...):
+		// its own parser reads it, as the API's decoder does.
+		if n.kind != fscalar || n.tag == "bool" {
+			return nil, fmt.Errorf("%d: %s: expected a string, got %s", n.line, label, describe(n))
+		}
+		v := reflect.New(t)
+		if err := v.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(n.value)); err != nil {
+			return nil, lineErr(n.line, label, err)
+		}
+		return v.Elem().Interface(), nil
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -411,7 +376,7 @@ func (w *schemaWalker) value(n *fnode, t reflect.Type, path string) (any, error)
 		if n.kind != fscalar {
 			return nil, fmt.Errorf("%d: %s: expected a string", n.line, label)
 		}
-		if check := fieldChecks[path]; check != nil {
+		if check := modelChecks[path]; check != nil {
 			if err := check(n.value); err != nil {
 				return nil, fmt.Errorf("%d: %s: %v", n.line, label, err)
 			}

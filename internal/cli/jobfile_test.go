@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -41,15 +42,15 @@ grace: 1.5
 preemptible: true
 retries: 2
 `,
-			want: api.SubmitRequest{Name: "nb", Resources: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 40 << 30, MinComputeCapability: "8.0", Sharing: "timeslice:0.25",
+			want: api.SubmitRequest{Name: "nb", Resources: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 40 << 30, MinComputeCapability: gpufleet.ComputeCapability{Major: 8, Minor: 0}, Sharing: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 0.25},
 				CPUs: 8, MemoryBytes: 64 << 30},
 				Command: []string{"python", "-c", "print(1)"}, Env: map[string]string{"PORT": "8000", "DEBUG": "true"},
-				TimeLimit: "4h0m0s", Estimate: "1h30m0s", Grace: "1.5s", Preemptible: true, Retries: 2},
+				TimeLimit: gpufleet.Duration(4 * time.Hour), Estimate: gpufleet.Duration(time.Hour + 30*time.Minute), Grace: gpufleet.Duration(1500 * time.Millisecond), Preemptible: true, Retries: 2},
 		},
 		"json with the contract key, as a number and as a string": {
 			name: "job.json",
 			in:   "{\n\t\"resources\": {\"gpus\": 2, \"gpu_memory_min_bytes\": \"141GB\"},\n\t\"command\": [\"x\"],\n\t\"time_limit\": 60\n}\n",
-			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2, GPUMemoryMinBytes: 141e9}, Command: []string{"x"}, TimeLimit: "1m0s"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2, GPUMemoryMinBytes: 141e9}, Command: []string{"x"}, TimeLimit: gpufleet.Duration(time.Minute)},
 		},
 		"json sniffed without an extension": {
 			name: "stdin",
@@ -112,10 +113,10 @@ func TestJobFileErrorsNameFieldAndLine(t *testing.T) {
 		"unknown nested key":      {"job.yaml", "resources:\n  gpus: 1\n  gpu: h100\n", `job.yaml:3: unknown field "gpu" in resources`},
 		"unknown model key":       {"job.yaml", "model:\n  name: x\n  batchsize: 4\n", `job.yaml:3: unknown field "batchsize" in model`},
 		"unknown json key":        {"job.json", "{\n  \"resources\": {\n    \"gpus\": 1,\n    \"gpu_count\": 2\n  }\n}", `job.json:4: unknown field "gpu_count" in resources`},
-		"bad sharing":             {"job.yaml", "resources:\n  sharing: mig:big\n", `job.yaml:2: resources.sharing: "mig:big": expected a MIG profile`},
-		"bad priority":            {"job.yaml", "\n\npriority: high\n", `job.yaml:3: priority: "high": expected production`},
-		"bad size":                {"job.yaml", "resources:\n  gpu_memory_min: lots\n", `job.yaml:2: resources.gpu_memory_min_bytes: size "lots"`},
-		"bad duration":            {"job.yaml", "time_limit: forever\n", `job.yaml:1: time_limit: duration "forever"`},
+		"bad sharing":             {"job.yaml", "resources:\n  sharing: mig:big\n", `job.yaml:2: resources.sharing "mig:big": expected mig:PROFILE`},
+		"bad priority":            {"job.yaml", "\n\npriority: high\n", `job.yaml:3: priority "high": expected production`},
+		"bad size":                {"job.yaml", "resources:\n  gpu_memory_min: lots\n", `job.yaml:2: resources.gpu_memory_min_bytes "lots"`},
+		"bad duration":            {"job.yaml", "time_limit: forever\n", `job.yaml:1: time_limit "forever"`},
 		"string for an integer":   {"job.yaml", "resources:\n  gpus: four\n", `job.yaml:2: resources.gpus: expected an integer, got "four"`},
 		"float for an integer":    {"job.yaml", "retries: 1.5\n", `job.yaml:1: retries: expected an integer`},
 		"scalar for a list":       {"job.yaml", "command: python train.py\n", `job.yaml:1: command: expected a list`},
@@ -131,7 +132,7 @@ func TestJobFileErrorsNameFieldAndLine(t *testing.T) {
 		"merge key":               {"job.yaml", "resources: &b {gpus: 1}\nmodel:\n  <<: *b\n", "job.yaml:3: YAML merge keys (<<) are not supported"},
 		"null in a list":          {"job.yaml", "command: [a, ~]\n", "command[1]: null in a list"},
 		"env value not a scalar":  {"job.yaml", "env:\n  A: [1]\n", "job.yaml:2: env.A: expected a plain value"},
-		"compute capability form": {"job.yaml", "resources: {min_compute_capability: nine}\n", `resources.min_compute_capability: "nine": expected MAJOR.MINOR`},
+		"compute capability form": {"job.yaml", "resources: {min_compute_capability: nine}\n", `resources.min_compute_capability "nine": expected MAJOR.MINOR`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

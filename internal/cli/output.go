@@ -29,3 +29,22 @@ func newTable(w io.Writer, header ...string) *table {
 func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
 
 func (t *table) flush() error { return t.tw.Flush() }
+
+// textFlag is a flag whose value a vocabulary type parses (a duration, a
+// size, a sharing request), so the flag means what the API means.
+type textFlag struct {
+	dst interface {
+		UnmarshalText([]byte) error
+	}
+}
+
+func (f textFlag) String() string {
+	if s, ok := f.dst.(fmt.Stringer); ok && f.dst != nil {
+		return s.String()
+	}
+	return ""
+}
+
+func (f textFlag) Set(v string) error { return f.dst.UnmarshalText([]byte(v)) }
+
+func (f textFlag) Type() string { return "string" }

@@ -143,7 +143,7 @@ func TestServerCrashLosesNothing(t *testing.T) {
 			defer func() { <-sem }()
 			team := []string{"team-a", "team-b"}[i%2]
 			req := api.SubmitRequest{RequestID: fmt.Sprintf("req-%d", i), Command: []string{"sleep", "1"},
-				Resources: gpufleet.Resources{GPUs: 1 + i%4}, Estimate: "1s"}
+				Resources: gpufleet.Resources{GPUs: 1 + i%4}, Estimate: gpufleet.Duration(time.Second)}
 			for attempt := 0; ; attempt++ {
 				resp, err := f.members[team].SubmitJob(ctx, req)
 				if err == nil {

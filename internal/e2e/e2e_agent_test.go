@@ -36,7 +36,7 @@ type agentProc struct {
 // startAgent runs an agent with simulated GPUs against p.
 func startAgent(t *testing.T, p *serverProc, admin *api.Client, name, simGPUs string, extra ...string) *agentProc {
 	t.Helper()
-	jt, err := admin.CreateJoinToken(t.Context(), api.JoinTokenRequest{Node: name, TTL: "1h"})
+	jt, err := admin.CreateJoinToken(t.Context(), api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +238,8 @@ func TestAgentsRunJobsOnTheirGPUs(t *testing.T) {
 	jobs := map[string]string{
 		"nvlink": submit("nvlink", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4, GPUModels: []string{"h100-sxm-80gb"},
 			Interconnect: "nvlink"}, SimLoad: "compute", Command: dump("sleep 3")}),
-		"mig":       submit("mig", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Sharing: "mig:1g.18gb"}}),
-		"timeslice": submit("timeslice", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}, Sharing: "timeslice:0.5"}, SimLoad: "memory"}),
+		"mig":       submit("mig", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Sharing: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"}}}),
+		"timeslice": submit("timeslice", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}, Sharing: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 0.5}}, SimLoad: "memory"}),
 		"gang":      submit("gang", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}}}),
 		"model": submit("model", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"h200-sxm-141gb"}},
 			Model: &api.ModelRequest{Name: "llama-2-7b", Precision: "bf16"}}),
@@ -407,7 +407,7 @@ func TestAgentRestartReadoptsAndFences(t *testing.T) {
 	}
 
 	// Fencing.
-	r2, err := member.SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Grace: "1s",
+	r2, err := member.SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Grace: gpufleet.Duration(time.Second),
 		Command: []string{"sh", "-c", "sleep 60"}})
 	if err != nil {
 		t.Fatal(err)

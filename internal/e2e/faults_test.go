@@ -253,7 +253,7 @@ func TestFaultMatrix(t *testing.T) {
 	submit := func(t *testing.T, model, load string) string {
 		t.Helper()
 		r, err := member.SubmitJob(ctx, api.SubmitRequest{Name: "fault-" + model, Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{model}},
-			Command: beatCommand(beats), SimLoad: load, Grace: "1s", Estimate: "1h"})
+			Command: beatCommand(beats), SimLoad: gpufleet.SimLoad(load), Grace: gpufleet.Duration(time.Second), Estimate: gpufleet.Duration(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,7 +548,7 @@ func TestAgentKillAndStopFence(t *testing.T) {
 				victim := startFleetAgent(t, p, admin, tc.name+"-1", tc.model+":1")
 				waitNode(t, admin, victim.name, 20*time.Second, "ready", readyAndHealthy)
 				r, err := member.SubmitJob(ctx, api.SubmitRequest{Name: tc.name, Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{tc.model}},
-					Command: beatCommand(beats), SimLoad: "compute", Grace: "1s", Estimate: "1h"})
+					Command: beatCommand(beats), SimLoad: "compute", Grace: gpufleet.Duration(time.Second), Estimate: gpufleet.Duration(time.Hour)})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -179,7 +179,7 @@ func (h *ha) submit(ctx context.Context, c *api.Client, prefix string, n int) []
 			defer wg.Done()
 			defer func() { <-sem }()
 			req := api.SubmitRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i), Command: []string{"sleep", "1"},
-				Resources: gpufleet.Resources{GPUs: 1}, Estimate: "1s"}
+				Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Second)}
 			for try := 0; ; try++ {
 				resp, err := c.SubmitJob(ctx, req)
 				if err == nil {

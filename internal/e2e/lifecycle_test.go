@@ -22,7 +22,7 @@ func TestJobsByCountAndByModel(t *testing.T) {
 	agent := registerAgent(t, p, f.admin, "n1", "h100-sxm-80gb", 8)
 
 	byCount, err := a.SubmitJob(ctx, api.SubmitRequest{Name: "train", Command: []string{"python", "train.py"},
-		Resources: gpufleet.Resources{GPUs: 4, Interconnect: "nvlink"}, Priority: "training", Estimate: "1h"})
+		Resources: gpufleet.Resources{GPUs: 4, Interconnect: "nvlink"}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestJobsByCountAndByModel(t *testing.T) {
 	}
 	// A third job cannot fit until the first finishes: it waits with a
 	// reason and an estimated start.
-	waiting, err := a.SubmitJob(ctx, api.SubmitRequest{Name: "later", Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 8}, Estimate: "30m"})
+	waiting, err := a.SubmitJob(ctx, api.SubmitRequest{Name: "later", Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 8}, Estimate: gpufleet.Duration(30 * time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func newNetLink(t *testing.T) netLink {
 // directory is on the shared filesystem.
 func startAgentInNetns(t *testing.T, ns, serverURL string, admin *api.Client, name, simGPUs string) *agentProc {
 	t.Helper()
-	jt, err := admin.CreateJoinToken(t.Context(), api.JoinTokenRequest{Node: name, TTL: "1h"})
+	jt, err := admin.CreateJoinToken(t.Context(), api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestNetworkPartitionFences(t *testing.T) {
 	cut := startAgentInNetns(t, l.NS, "http://"+l.HostIP+":"+port, admin, "part-ns", "h100-sxm-80gb:1")
 	waitNode(t, admin, cut.name, 20*time.Second, "ready", readyAndHealthy)
 	r, err := member.SubmitJob(ctx, api.SubmitRequest{Name: "partition", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"h100-sxm-80gb"}},
-		Command: beatCommand(beats), SimLoad: "compute", Grace: "1s", Estimate: "1h"})
+		Command: beatCommand(beats), SimLoad: "compute", Grace: gpufleet.Duration(time.Second), Estimate: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

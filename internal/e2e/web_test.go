@@ -268,7 +268,7 @@ func TestWebDashboard(t *testing.T) {
 		return resp.Job
 	}
 	sleep := []string{"sh", "-c", "echo started; sleep 300"}
-	busy := submit(teamA, api.SubmitRequest{Name: "a-train", Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}}, SimLoad: "compute", Command: sleep, Estimate: "2h"})
+	busy := submit(teamA, api.SubmitRequest{Name: "a-train", Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}}, SimLoad: "compute", Command: sleep, Estimate: gpufleet.Duration(2 * time.Hour)})
 	submit(teamA, api.SubmitRequest{Name: "a-finetune", Resources: gpufleet.Resources{GPUs: 4, GPUModels: []string{"a100-sxm-80gb"}}, SimLoad: "memory", Command: sleep})
 	secret := submit(teamB, api.SubmitRequest{Name: "b-secret-idle", Resources: gpufleet.Resources{GPUs: 2, GPUModels: []string{"l4"}}, SimLoad: "idle", Command: sleep})
 	secretQueued := submit(teamB, api.SubmitRequest{Name: "b-secret-waiting", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep})

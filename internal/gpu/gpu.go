@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // ErrUnavailable means the backend cannot run here (no NVML library, no
@@ -27,19 +29,19 @@ type MIGInstance struct {
 
 // Device is one GPU as discovered.
 type Device struct {
-	Index             int           `json:"index"`
-	UUID              string        `json:"uuid"`
-	Name              string        `json:"name"`  // as NVML reports it
-	Model             string        `json:"model"` // catalog id, or Name when unknown
-	PCIBusID          string        `json:"pci_bus_id"`
-	Serial            string        `json:"serial,omitempty"`
-	Architecture      string        `json:"architecture,omitempty"`
-	ComputeCapability string        `json:"compute_capability,omitempty"`
-	MemoryBytes       int64         `json:"memory_bytes"`
-	NVLinkPeers       []int         `json:"nvlink_peers,omitempty"` // indexes reachable over NVLink
-	NVLinkDomain      string        `json:"nvlink_domain,omitempty"`
-	MIGMode           bool          `json:"mig_mode"`
-	MIG               []MIGInstance `json:"mig,omitempty"`
+	Index             int                        `json:"index"`
+	UUID              string                     `json:"uuid"`
+	Name              string                     `json:"name"`  // as NVML reports it
+	Model             string                     `json:"model"` // catalog id, or Name when unknown
+	PCIBusID          string                     `json:"pci_bus_id"`
+	Serial            string                     `json:"serial,omitempty"`
+	Architecture      string                     `json:"architecture,omitempty"`
+	ComputeCapability gpufleet.ComputeCapability `json:"compute_capability,omitzero"`
+	MemoryBytes       int64                      `json:"memory_bytes"`
+	NVLinkPeers       []int                      `json:"nvlink_peers,omitempty"` // indexes reachable over NVLink
+	NVLinkDomain      string                     `json:"nvlink_domain,omitempty"`
+	MIGMode           bool                       `json:"mig_mode"`
+	MIG               []MIGInstance              `json:"mig,omitempty"`
 }
 
 // Versions is the software and firmware stack of a node and its GPUs.

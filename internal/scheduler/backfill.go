@@ -3,6 +3,8 @@ package scheduler
 import (
 	"slices"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // reservation is the EASY backfill reservation of the head job: the time
@@ -68,7 +70,7 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 		at = t
 	}
 	r := &reservation{job: h, at: at}
-	if sh.kind == Exclusive || sh.kind == TimeSlice && sh.gpus == 1 {
+	if sh.kind == gpufleet.Exclusive || sh.kind == gpufleet.TimeSlice && sh.gpus == 1 {
 		// A one-GPU share reserves the GPU it would get, like an
 		// exclusive head: jobs that keep off it cannot delay it.
 		r.locs = found.allocs
@@ -78,7 +80,7 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 			}
 		}
 	} else {
-		r.shared, r.mig = true, sh.kind == MIG
+		r.shared, r.mig = true, sh.kind == gpufleet.MIG
 	}
 	s.applyReservation(r)
 	s.resvGen++

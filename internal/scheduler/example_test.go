@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
@@ -18,7 +19,7 @@ func ExampleSchedule() {
 		node.GPUs = append(node.GPUs, scheduler.GPU{ID: fmt.Sprintf("gpu-%d", i), Index: i,
 			Model: h100.ID, State: scheduler.Ready, NVLinkDomain: "n1"})
 	}
-	exclusive := scheduler.Sharing{Kind: scheduler.Exclusive}
+	exclusive := gpufleet.Sharing{Kind: gpufleet.Exclusive}
 	cfg, _ := scheduler.PolicyConfig("backfill")
 	out := scheduler.Schedule(scheduler.Input{
 		Now:    now,
@@ -26,13 +27,13 @@ func ExampleSchedule() {
 		Models: map[string]catalog.GPU{h100.ID: h100},
 		Config: cfg,
 		Jobs: []scheduler.Job{
-			{ID: "running", Team: "a", Priority: scheduler.Training, Estimate: 2 * time.Hour,
-				Resources: scheduler.Resources{GPUs: 4, Sharing: exclusive}, Started: now.Add(-time.Hour),
+			{ID: "running", Team: "a", Priority: gpufleet.Training, Estimate: 2 * time.Hour,
+				Resources: gpufleet.Resources{GPUs: 4, Sharing: exclusive}, Started: now.Add(-time.Hour),
 				Placement: []scheduler.Placement{{Node: "n1", GPUs: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, Fraction: 1}}},
-			{ID: "big", Team: "a", Priority: scheduler.Training, Estimate: 4 * time.Hour, Submitted: now.Add(-time.Minute),
-				Resources: scheduler.Resources{GPUs: 8, Sharing: exclusive}},
-			{ID: "small", Team: "b", Priority: scheduler.Training, Estimate: 30 * time.Minute, Submitted: now,
-				Resources: scheduler.Resources{GPUs: 2, Sharing: exclusive}},
+			{ID: "big", Team: "a", Priority: gpufleet.Training, Estimate: 4 * time.Hour, Submitted: now.Add(-time.Minute),
+				Resources: gpufleet.Resources{GPUs: 8, Sharing: exclusive}},
+			{ID: "small", Team: "b", Priority: gpufleet.Training, Estimate: 30 * time.Minute, Submitted: now,
+				Resources: gpufleet.Resources{GPUs: 2, Sharing: exclusive}},
 		},
 	})
 	for _, s := range out.Starts {

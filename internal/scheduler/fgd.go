@@ -3,6 +3,8 @@ package scheduler
 import (
 	"slices"
 	"strings"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Fragmentation gradient descent (FGD; Weng et al., "Beware of
@@ -61,14 +63,14 @@ type fgdState struct {
 // fgdKey groups jobs whose requests are the same for the workload mix.
 type fgdKey struct {
 	gpus, nodes int
-	kind        SharingKind
+	kind        gpufleet.SharingKind
 	frac        float64
 	profile     string
 	model0      string
 	nmodels     int
-	mem         int64
-	cc          string
-	prec        string
+	mem         gpufleet.Bytes
+	cc          gpufleet.ComputeCapability
+	prec        gpufleet.Precision
 }
 
 // fgd returns this call's workload mix, built from the queued and running
@@ -103,11 +105,11 @@ func (s *sched) fgd() *fgdState {
 			continue
 		}
 		k := fgdKey{gpus: r.GPUs, nodes: r.Nodes, kind: r.Sharing.Kind, frac: r.Sharing.Fraction, profile: r.Sharing.Profile,
-			nmodels: len(r.GPUModels), mem: r.GPUMemoryMinBytes, cc: r.MinComputeCapability, prec: string(r.Precision)}
+			nmodels: len(r.GPUModels), mem: r.GPUMemoryMinBytes, cc: r.MinComputeCapability, prec: r.Precision}
 		if k.kind == "" {
-			k.kind = Exclusive
+			k.kind = gpufleet.Exclusive
 		}
-		if k.kind != TimeSlice {
+		if k.kind != gpufleet.TimeSlice {
 			k.frac = 0
 		}
 		if len(r.GPUModels) == 1 {
@@ -133,7 +135,7 @@ func (s *sched) fgd() *fgdState {
 	slices.SortFunc(reps, func(a, b *entry) int { return strings.Compare(s.in.Jobs[a.rep].ID, s.in.Jobs[b.rep].ID) })
 	for _, e := range reps {
 		sh := s.shapeOf(&s.in.Jobs[e.rep].Resources)
-		if sh.invalid != "" || sh.kind == MIG {
+		if sh.invalid != "" || sh.kind == gpufleet.MIG {
 			continue
 		}
 		st.total += e.n
@@ -144,9 +146,9 @@ func (s *sched) fgd() *fgdState {
 				continue
 			}
 			switch {
-			case sh.kind == TimeSlice && sh.gpus == 1:
+			case sh.kind == gpufleet.TimeSlice && sh.gpus == 1:
 				fm.shares = append(fm.shares, [2]int64{int64(sh.units), e.n})
-			case sh.kind == TimeSlice:
+			case sh.kind == gpufleet.TimeSlice:
 				// Shares on several GPUs of one node: like whole GPUs for
 				// the count, which is what they need free.
 				fm.whole = append(fm.whole, [2]int64{int64(sh.gpus), e.n})

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // shape is what placement sees of a job: jobs with the same shape fit or do
@@ -15,7 +17,7 @@ import (
 type shape struct {
 	id       int32
 	key      string
-	kind     SharingKind
+	kind     gpufleet.SharingKind
 	gpus     int32 // GPUs, MIG instances or time-slice shares
 	nodes    int32 // explicit node count, 0 = automatic
 	perNode  int32 // GPUs per node when spread over nodes
@@ -38,7 +40,7 @@ type shape struct {
 }
 
 // shapeKey is the identity of a job's shape, built into buf.
-func shapeKey(buf []byte, r *Resources, want string, prefer bool) []byte {
+func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefer bool) []byte {
 	b := buf[:0]
 	for i, m := range r.GPUModels {
 		if i > 0 {
@@ -51,8 +53,12 @@ func shapeKey(buf []byte, r *Resources, want string, prefer bool) []byte {
 	b = append(b, '|')
 	b = strconv.AppendInt(b, int64(r.Nodes), 10)
 	b = append(b, '|')
-	b = strconv.AppendInt(b, r.GPUMemoryMinBytes, 10)
-	for _, x := range []string{r.MinComputeCapability, string(r.Precision), r.Interconnect, string(r.Sharing.Kind), r.Sharing.Profile} {
+	b = strconv.AppendInt(b, int64(r.GPUMemoryMinBytes), 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(r.MinComputeCapability.Major), 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(r.MinComputeCapability.Minor), 10)
+	for _, x := range []string{string(r.Precision), string(r.Interconnect), string(r.Sharing.Kind), r.Sharing.Profile} {
 		b = append(b, '|')
 		b = append(b, x...)
 	}
@@ -72,7 +78,7 @@ func shapeKey(buf []byte, r *Resources, want string, prefer bool) []byte {
 }
 
 // shapeOf returns the interned shape of a job's resources.
-func (s *sched) shapeOf(r *Resources) *shape {
+func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	prefer := s.cfg.HeterogeneityPreference && r.Prefer != ""
 	want := r.Prefer
 	s.keyBuf = shapeKey(s.keyBuf, r, want, prefer)
@@ -83,9 +89,9 @@ func (s *sched) shapeOf(r *Resources) *shape {
 	sh := &shape{id: int32(len(s.shapes)), key: key, gpus: int32(r.GPUs), nodes: int32(r.Nodes), profile: -1, prefer: prefer}
 	sh.kind = r.Sharing.Kind
 	if sh.kind == "" {
-		sh.kind = Exclusive
+		sh.kind = gpufleet.Exclusive
 	}
-	sh.nvlink = strings.EqualFold(r.Interconnect, "nvlink") && r.GPUs > 1
+	sh.nvlink = r.Interconnect == gpufleet.NVLink && r.GPUs > 1
 	for _, k := range sortedKeys(r.NodeSelector) {
 		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
 	}
@@ -96,20 +102,20 @@ func (s *sched) shapeOf(r *Resources) *shape {
 		sh.invalid = "asks for a negative node count"
 	case r.Nodes > 1 && r.GPUs%r.Nodes != 0:
 		sh.invalid = fmt.Sprintf("%d GPUs do not spread evenly over %d nodes", r.GPUs, r.Nodes)
-	case r.Nodes > 1 && sh.kind != Exclusive:
+	case r.Nodes > 1 && sh.kind != gpufleet.Exclusive:
 		sh.invalid = "shared GPUs (mig, timeslice) cannot span nodes"
-	case sh.kind == TimeSlice && (r.Sharing.Fraction <= 0 || r.Sharing.Fraction > 1):
+	case sh.kind == gpufleet.TimeSlice && (r.Sharing.Fraction <= 0 || r.Sharing.Fraction > 1):
 		sh.invalid = fmt.Sprintf("time-slice fraction %g is outside (0, 1]", r.Sharing.Fraction)
-	case sh.kind != Exclusive && sh.kind != MIG && sh.kind != TimeSlice:
+	case sh.kind != gpufleet.Exclusive && sh.kind != gpufleet.MIG && sh.kind != gpufleet.TimeSlice:
 		sh.invalid = fmt.Sprintf("unknown sharing %q", sh.kind)
 	}
-	if sh.kind == TimeSlice {
+	if sh.kind == gpufleet.TimeSlice {
 		sh.units = int32(math.Round(r.Sharing.Fraction * unit))
 		if sh.units <= 0 && sh.invalid == "" {
 			sh.invalid = fmt.Sprintf("time-slice fraction %g is too small", r.Sharing.Fraction)
 		}
 	}
-	if sh.kind == MIG {
+	if sh.kind == gpufleet.MIG {
 		if p, ok := s.f.profileIdx[strings.ToLower(r.Sharing.Profile)]; ok {
 			sh.profile = p
 		}
@@ -121,7 +127,7 @@ func (s *sched) shapeOf(r *Resources) *shape {
 	sh.models = s.eligibleModels(r, sh)
 	if prefer {
 		s.rankModels(sh.models, want)
-		if want == PreferFastest && len(sh.models) > 1 {
+		if want == gpufleet.Fastest && len(sh.models) > 1 {
 			sh.slower = make([]float64, len(s.f.models))
 			for _, m := range sh.models {
 				sh.slower[m] = slowdownOn(&s.f.models[sh.models[0]].gpu, &s.f.models[m].gpu)
@@ -134,9 +140,9 @@ func (s *sched) shapeOf(r *Resources) *shape {
 }
 
 // eligibleModels lists the models of the fleet a request may use, by id.
-func (s *sched) eligibleModels(r *Resources, sh *shape) []int32 {
+func (s *sched) eligibleModels(r *gpufleet.Resources, sh *shape) []int32 {
 	var out []int32
-	constrained := r.GPUMemoryMinBytes > 0 || r.MinComputeCapability != "" || r.Precision != ""
+	constrained := r.GPUMemoryMinBytes > 0 || !r.MinComputeCapability.IsZero() || r.Precision != ""
 	for m := range s.f.models {
 		mi := &s.f.models[m]
 		if mi.gpus == 0 {
@@ -162,15 +168,15 @@ func (s *sched) eligibleModels(r *Resources, sh *shape) []int32 {
 			continue
 		}
 		mem := mi.gpu.MemoryBytes
-		if sh.kind == MIG {
+		if sh.kind == gpufleet.MIG {
 			if mp, ok := mi.gpu.MIG(r.Sharing.Profile); ok {
 				mem = mp.MemoryBytes
 			}
 		}
-		if r.GPUMemoryMinBytes > 0 && mem < r.GPUMemoryMinBytes {
+		if r.GPUMemoryMinBytes > 0 && mem < int64(r.GPUMemoryMinBytes) {
 			continue
 		}
-		if r.MinComputeCapability != "" && compareCC(mi.gpu.ComputeCapability, r.MinComputeCapability) < 0 {
+		if !mi.gpu.ComputeCapability.AtLeast(r.MinComputeCapability) {
 			continue
 		}
 		if r.Precision != "" {
@@ -207,11 +213,11 @@ func (s *sched) modelNamed(mi *modelInfo, name string) bool {
 
 // rankModels orders models by preference: cheapest adequate (lowest price,
 // unknown price last) or fastest (highest bf16 or fp16 peak).
-func (s *sched) rankModels(models []int32, prefer string) {
+func (s *sched) rankModels(models []int32, prefer gpufleet.Preference) {
 	ms := s.f.models
 	slices.SortStableFunc(models, func(a, b int32) int {
 		switch prefer {
-		case "cheapest":
+		case gpufleet.Cheapest:
 			pa, pb := ms[a].price, ms[b].price
 			switch {
 			case pa != nil && pb != nil && *pa != *pb:
@@ -221,33 +227,13 @@ func (s *sched) rankModels(models []int32, prefer string) {
 			case pa == nil && pb != nil:
 				return 1
 			}
-		case "fastest":
+		case gpufleet.Fastest:
 			if ms[a].speed != ms[b].speed {
 				return cmp.Compare(ms[b].speed, ms[a].speed)
 			}
 		}
 		return cmp.Compare(a, b)
 	})
-}
-
-// compareCC compares compute capabilities such as "8.0" and "9.0"; an
-// unknown one sorts lowest.
-func compareCC(a, b string) int {
-	pa, pb := parseCC(a), parseCC(b)
-	if c := cmp.Compare(pa[0], pb[0]); c != 0 {
-		return c
-	}
-	return cmp.Compare(pa[1], pb[1])
-}
-
-func parseCC(s string) [2]int {
-	major, minor, _ := strings.Cut(strings.TrimSpace(s), ".")
-	a, err := strconv.Atoi(major)
-	if err != nil {
-		return [2]int{-1, -1}
-	}
-	b, _ := strconv.Atoi(minor)
-	return [2]int{a, b}
 }
 
 // selectorOK reports whether a node carries every label a shape selects.
@@ -264,9 +250,9 @@ func selectorOK(n *nodeSlot, sel [][2]string) bool {
 // quota, in milli-GPUs.
 func (s *sched) charge(sh *shape, m int32) int64 {
 	switch sh.kind {
-	case TimeSlice:
+	case gpufleet.TimeSlice:
 		return int64(sh.gpus) * int64(sh.units)
-	case MIG:
+	case gpufleet.MIG:
 		if sh.profile < 0 {
 			return int64(sh.gpus) * unit / 7
 		}

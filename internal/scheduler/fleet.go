@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -154,10 +155,10 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *flee
 			g = catalog.GPU{ID: id, Name: id}
 		}
 		mi := modelInfo{id: id, gpu: g, class: classOf(id), price: g.PricePerHourUSD}
-		mi.opaque = g.MemoryBytes == 0 && g.ComputeCapability == "" && len(g.PeakFLOPS) == 0
-		if v, ok := g.Peak(catalog.BF16); ok {
+		mi.opaque = g.MemoryBytes == 0 && g.ComputeCapability.IsZero() && len(g.PeakFLOPS) == 0
+		if v, ok := g.Peak(gpufleet.BF16); ok {
 			mi.speed = v
-		} else if v, ok := g.Peak(catalog.FP16); ok {
+		} else if v, ok := g.Peak(gpufleet.FP16); ok {
 			mi.speed = v
 		}
 		f.modelIdx[id] = int32(len(f.models))
@@ -569,11 +570,11 @@ func (f *fleet) stamp(sh *shape) uint64 {
 	var st uint64
 	for _, m := range sh.models {
 		switch {
-		case sh.kind == MIG:
+		case sh.kind == gpufleet.MIG:
 			if sh.profile >= 0 {
 				st += uint64(f.migRaise[sh.profile])
 			}
-		case sh.kind == TimeSlice:
+		case sh.kind == gpufleet.TimeSlice:
 			st += uint64(f.tsRaise[m])
 		case sh.multi:
 			if sh.perNode <= f.maxK[m] {

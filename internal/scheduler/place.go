@@ -3,6 +3,8 @@ package scheduler
 import (
 	"cmp"
 	"slices"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // fitMode says how a placement treats the backfill reservation.
@@ -42,9 +44,9 @@ func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool
 		return placement{}, false
 	}
 	switch sh.kind {
-	case MIG:
+	case gpufleet.MIG:
 		s.searchMIG(sh, models, best)
-	case TimeSlice:
+	case gpufleet.TimeSlice:
 		for _, m := range models {
 			if s.cfg.Packing == PackTopology && sh.gpus == 1 {
 				s.searchShareFGD(sh, m, mode == modeLong, best)
@@ -84,7 +86,7 @@ func (s *sched) mayFit(sh *shape, models []int32) bool {
 	f := s.f
 	for _, m := range models {
 		switch {
-		case sh.kind != Exclusive:
+		case sh.kind != gpufleet.Exclusive:
 			return true
 		case sh.multi:
 			var n int32

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Packing policies for Config.Packing.
@@ -14,12 +16,6 @@ const (
 	PackFirstFit = "first-fit" // the first node (by name) that fits
 	PackBestFit  = "best-fit"  // the node left with the fewest free GPUs
 	PackTopology = "topology"  // NVLink domain, rack and fragmentation scoring
-)
-
-// Sort preferences for Resources.Prefer.
-const (
-	PreferCheapest = "cheapest" // lowest PricePerHourUSD; unknown price last
-	PreferFastest  = "fastest"  // highest bf16 (else fp16) peak
 )
 
 // DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
@@ -61,7 +57,7 @@ func PolicyConfig(name string) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownPolicy, name, strings.Join(Policies(), ", "))
 	}
-	c.Priorities = slices.Clone(DefaultPriorities)
+	c.Priorities = slices.Clone(gpufleet.Priorities())
 	c.ETA = true
 	c.DefaultEstimate = 4 * time.Hour
 	return c, nil
@@ -74,7 +70,7 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("packing %q: want %s, %s or %s", c.Packing, PackFirstFit, PackBestFit, PackTopology)
 	}
-	seen := map[Priority]bool{}
+	seen := map[gpufleet.Priority]bool{}
 	for _, p := range c.Priorities {
 		if seen[p] {
 			return fmt.Errorf("priority class %q listed twice", p)

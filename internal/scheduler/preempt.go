@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Preemption reason codes.
@@ -54,7 +56,7 @@ type victimSet struct {
 // waits for the victims to stop (it is placed in a later cycle).
 func (s *sched) preempt(j *pjob) bool {
 	sh := j.shape
-	if sh.kind != Exclusive || sh.multi || len(s.victimAt) == 0 {
+	if sh.kind != gpufleet.Exclusive || sh.multi || len(s.victimAt) == 0 {
 		return false
 	}
 	key := failKey{shape: sh.id, mask: uint64(j.rank)<<32 | uint64(j.team), mode: modePreempt}

@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
 )
@@ -44,7 +45,7 @@ func genFleet(t *rapid.T) []scheduler.Node {
 func genJob(t *rapid.T, id string) scheduler.Job {
 	b := schedtest.MakeJob(id, rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "team"),
 		rapid.SampledFrom([]int{1, 1, 1, 2, 3, 4, 8, 16}).Draw(t, "gpus")).
-		Priority(rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "prio")).
+		Priority(rapid.SampledFrom(gpufleet.Priorities()).Draw(t, "prio")).
 		Estimate(time.Duration(rapid.IntRange(1, 300).Draw(t, "est")) * time.Minute).
 		Submitted(time.Duration(rapid.IntRange(0, 3600).Draw(t, "at")) * time.Second)
 	j := b.Obj()
@@ -62,7 +63,7 @@ func genJob(t *rapid.T, id string) scheduler.Job {
 	case 4:
 		b.Models(rapid.SampledFrom(propModels).Draw(t, "allow"))
 	case 5, 6:
-		b.Prefer(rapid.SampledFrom([]string{scheduler.PreferFastest, scheduler.PreferCheapest}).Draw(t, "prefer"))
+		b.Prefer(rapid.SampledFrom([]gpufleet.Preference{gpufleet.Fastest, gpufleet.Cheapest}).Draw(t, "prefer"))
 	}
 	if rapid.Bool().Draw(t, "preemptible") {
 		b.Preemptible(time.Duration(rapid.IntRange(0, 60).Draw(t, "grace")) * time.Second)
@@ -175,7 +176,7 @@ func checkOutput(t *rapid.T, in scheduler.Input, out scheduler.Output) {
 				switch {
 				case w.inMIG != "":
 					u.mig[w.inMIG]++
-				case j.Resources.Sharing.Kind == scheduler.TimeSlice:
+				case j.Resources.Sharing.Kind == gpufleet.TimeSlice:
 					if len(w.gpu.MIG) > 0 {
 						t.Fatalf("job %s time-slices GPU %s, which is in MIG mode", j.ID, id)
 					}
@@ -308,8 +309,8 @@ func TestPropertyQuotaGuaranteed(t *testing.T) {
 			{Name: "borrower", Weight: 1, BorrowingLimit: -1, Usage: 0},
 		}
 		running := rapid.Bool().Draw(t, "borrowerRunning")
-		ownerPrio := rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "ownerPrio")
-		borrowPrio := rapid.SampledFrom(scheduler.DefaultPriorities).Draw(t, "borrowPrio")
+		ownerPrio := rapid.SampledFrom(gpufleet.Priorities()).Draw(t, "ownerPrio")
+		borrowPrio := rapid.SampledFrom(gpufleet.Priorities()).Draw(t, "borrowPrio")
 		id := 0
 		for n := range nodes {
 			for g := 0; g < 8; g += size {

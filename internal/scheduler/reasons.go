@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Reason codes of Pending.ReasonCode. Each comes with a sentence in
@@ -80,14 +82,14 @@ func (s *sched) staticWhy(p *pjob) *why {
 	return s.quotaNever(p)
 }
 
-func (s *sched) shapeStatic(sh *shape, r *Resources) *why {
+func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 	if sh.invalid != "" {
 		return &why{code: ReasonUnplaceable, text: "invalid request: " + sh.invalid}
 	}
 	if len(sh.models) == 0 {
 		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
 	}
-	if sh.kind == MIG && sh.profile < 0 {
+	if sh.kind == gpufleet.MIG && sh.profile < 0 {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
 	}
 	f, resv := s.f, s.resv
@@ -103,7 +105,7 @@ func (s *sched) shapeStatic(sh *shape, r *Resources) *why {
 }
 
 // describe lists a request's constraints in words.
-func describe(r *Resources) string {
+func describe(r *gpufleet.Resources) string {
 	var parts []string
 	if len(r.GPUModels) > 0 {
 		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(r.GPUModels, " ")))
@@ -111,13 +113,13 @@ func describe(r *Resources) string {
 	if r.GPUMemoryMinBytes > 0 {
 		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", r.GPUMemoryMinBytes, float64(r.GPUMemoryMinBytes)/(1<<30)))
 	}
-	if r.MinComputeCapability != "" {
-		parts = append(parts, "min_compute_capability "+r.MinComputeCapability)
+	if !r.MinComputeCapability.IsZero() {
+		parts = append(parts, "min_compute_capability "+r.MinComputeCapability.String())
 	}
 	if r.Precision != "" {
 		parts = append(parts, fmt.Sprintf("native precision %s", r.Precision))
 	}
-	if r.Sharing.Kind == MIG {
+	if r.Sharing.Kind == gpufleet.MIG {
 		parts = append(parts, "MIG profile "+r.Sharing.Profile)
 	}
 	if len(parts) == 0 {
@@ -138,7 +140,7 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 		free = ""
 	}
 	switch {
-	case sh.kind == MIG:
+	case sh.kind == gpufleet.MIG:
 		most := int32(0)
 		for ni := range f.nodes {
 			n := &f.nodes[ni]
@@ -160,7 +162,7 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 			most = max(most, c)
 		}
 		text = fmt.Sprintf("needs %d %sMIG %s %s on one node; the most on a matching node is %d", sh.gpus, free, f.profiles[sh.profile], plural(sh.gpus, "instance")[len(fmt.Sprint(sh.gpus))+1:], most)
-	case sh.kind == TimeSlice:
+	case sh.kind == gpufleet.TimeSlice:
 		most := 0
 		for ni := range f.nodes {
 			n := &f.nodes[ni]

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Schedule decides one cycle: which queued jobs start now and where, which
@@ -115,7 +117,7 @@ type sched struct {
 	at      time.Time
 	f       *fleet
 	empty   *fleet // the fleet with nothing running, for "can never fit"
-	prio    map[Priority]int
+	prio    map[gpufleet.Priority]int
 	teams   []teamState
 	teamIdx map[string]int32
 	classes []string
@@ -174,9 +176,9 @@ func newSched(in *Input) *sched {
 	}
 	prios := s.cfg.Priorities
 	if len(prios) == 0 {
-		prios = DefaultPriorities
+		prios = gpufleet.Priorities()
 	}
-	s.prio = map[Priority]int{}
+	s.prio = map[gpufleet.Priority]int{}
 	for i, p := range prios {
 		if _, ok := s.prio[p]; !ok {
 			s.prio[p] = i
@@ -191,7 +193,7 @@ func newSched(in *Input) *sched {
 }
 
 // rank is a priority class's place, 0 highest; unknown classes rank last.
-func (s *sched) rank(p Priority) int {
+func (s *sched) rank(p gpufleet.Priority) int {
 	if !s.cfg.PriorityClasses {
 		return 0
 	}
@@ -223,12 +225,12 @@ func (s *sched) buildRunning() {
 	for _, j := range jobs {
 		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
 		g := &grant{team: r.team, class: -1}
-		whole := j.Resources.Sharing.Kind == Exclusive || j.Resources.Sharing.Kind == ""
+		whole := j.Resources.Sharing.Exclusive()
 		for _, p := range j.Placement {
 			units := int32(unit)
 			if frac := p.Fraction; frac > 0 && frac < 1 {
 				units = int32(frac*unit + 0.5)
-			} else if !whole && j.Resources.Sharing.Kind == TimeSlice && j.Resources.Sharing.Fraction > 0 {
+			} else if !whole && j.Resources.Sharing.Kind == gpufleet.TimeSlice && j.Resources.Sharing.Fraction > 0 {
 				units = int32(j.Resources.Sharing.Fraction*unit + 0.5)
 			}
 			for _, id := range p.GPUs {
@@ -236,7 +238,7 @@ func (s *sched) buildRunning() {
 				if !ok {
 					continue
 				}
-				a := alloc{node: l.node, gpu: l.gpu, inst: l.inst, units: units, whole: l.inst < 0 && units == unit && j.Resources.Sharing.Kind != TimeSlice}
+				a := alloc{node: l.node, gpu: l.gpu, inst: l.inst, units: units, whole: l.inst < 0 && units == unit && j.Resources.Sharing.Kind != gpufleet.TimeSlice}
 				if l.inst >= 0 {
 					a.units = unit
 				}
@@ -346,7 +348,7 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 	if len(u.models) == 0 && len(u.slow) == 0 && u.quotaWhy.code != "" {
 		return placement{}, u.quotaWhy, false
 	}
-	if mode == modeLong && s.resv != nil && s.resv.shared && (s.resv.mig == (sh.kind == MIG)) {
+	if mode == modeLong && s.resv != nil && s.resv.shared && (s.resv.mig == (sh.kind == gpufleet.MIG)) {
 		return placement{}, s.reservationWhy(j), false
 	}
 	key := failKey{sh.id, u.mask, mode}
@@ -461,7 +463,7 @@ func (s *sched) output(j *pjob, p placement) []Placement {
 			id = n.gpus[a.gpu].mig[a.inst].id
 		}
 		frac := 1.0
-		if j.shape.kind == TimeSlice {
+		if j.shape.kind == gpufleet.TimeSlice {
 			frac = j.job.Resources.Sharing.Fraction
 		}
 		if len(out) == 0 || out[len(out)-1].Node != n.name {

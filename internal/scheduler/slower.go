@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -22,8 +23,8 @@ const slowerMin = 1.5
 // figures (opaque models).
 func slowdownOn(fast, slow *catalog.GPU) float64 {
 	r := 0.0
-	if a, ok := fast.Peak(catalog.FP32); ok {
-		if b, ok := slow.Peak(catalog.FP32); ok && b > 0 {
+	if a, ok := fast.Peak(gpufleet.FP32); ok {
+		if b, ok := slow.Peak(gpufleet.FP32); ok && b > 0 {
 			r = a / b
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // spareHold is the capacity held back for production failover (Config.
@@ -100,7 +102,7 @@ func (s *sched) releaseSpare() {
 
 // place is tryPlace with the spare held for every class but production.
 func (s *sched) place(j *pjob, mode fitMode) (placement, why, bool) {
-	if j.job.Priority == Production {
+	if j.job.Priority == gpufleet.Production {
 		s.releaseSpare()
 	} else {
 		s.holdSpare()

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // PreemptStarvation is the code of a preemption for a starving job of the
@@ -59,7 +61,7 @@ func (s *sched) slowdownNow(j *pjob) float64 {
 // requeued ones (see order). At most starveMaxTries jobs try per cycle.
 func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	sh := j.shape
-	if sh.kind != Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= starveMaxTries || !s.starving(j) {
+	if sh.kind != gpufleet.Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= starveMaxTries || !s.starving(j) {
 		return false
 	}
 	s.starveTries++

@@ -3,55 +3,9 @@ package scheduler
 import (
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
-
-// Priority is a job's priority class. Higher classes are considered first
-// and may preempt lower ones.
-type Priority string
-
-// The built-in priority classes, highest first.
-const (
-	Production  Priority = "production"  // production inference
-	Interactive Priority = "interactive" // notebooks, debugging
-	Training    Priority = "training"
-	Batch       Priority = "batch"
-)
-
-// DefaultPriorities lists the classes highest first.
-var DefaultPriorities = []Priority{Production, Interactive, Training, Batch}
-
-// SharingKind is how a job shares a GPU.
-type SharingKind string
-
-// Sharing kinds.
-const (
-	Exclusive SharingKind = "exclusive" // whole GPUs
-	MIG       SharingKind = "mig"       // a MIG instance: hard isolation
-	TimeSlice SharingKind = "timeslice" // a time share of a GPU: soft isolation
-)
-
-// Sharing is a job's sharing request: "exclusive", "mig:1g.10gb" or
-// "timeslice:0.25".
-type Sharing struct {
-	Kind     SharingKind `json:"kind"`
-	Profile  string      `json:"profile,omitempty"`  // MIG profile name
-	Fraction float64     `json:"fraction,omitempty"` // time-slice share, (0, 1]
-}
-
-// Resources is what a job asks for.
-type Resources struct {
-	GPUs                 int               `json:"gpus"`                 // total GPUs (or MIG instances, or time-slice shares)
-	Nodes                int               `json:"nodes,omitempty"`      // spread evenly over this many nodes; 0 = as few as possible
-	GPUModels            []string          `json:"gpu_models,omitempty"` // allowlist of catalog ids or class names
-	GPUMemoryMinBytes    int64             `json:"gpu_memory_min_bytes,omitempty"`
-	MinComputeCapability string            `json:"min_compute_capability,omitempty"` // "8.0"
-	Precision            catalog.Precision `json:"precision,omitempty"`              // must be native on the GPU
-	Interconnect         string            `json:"interconnect,omitempty"`           // "nvlink" or "any"
-	Sharing              Sharing           `json:"sharing"`
-	Prefer               string            `json:"prefer,omitempty"` // "cheapest" or "fastest"
-	NodeSelector         map[string]string `json:"node_selector,omitempty"`
-}
 
 // GPUState is what the scheduler may do with a GPU or node.
 type GPUState string
@@ -120,12 +74,12 @@ type Placement struct {
 
 // Job is pending or running work.
 type Job struct {
-	ID        string        `json:"id"`
-	Team      string        `json:"team"`
-	Priority  Priority      `json:"priority"`
-	Resources Resources     `json:"resources"`
-	Submitted time.Time     `json:"submitted"`
-	Estimate  time.Duration `json:"estimate"` // user's estimate of the run time
+	ID        string             `json:"id"`
+	Team      string             `json:"team"`
+	Priority  gpufleet.Priority  `json:"priority"`
+	Resources gpufleet.Resources `json:"resources"`
+	Submitted time.Time          `json:"submitted"`
+	Estimate  time.Duration      `json:"estimate"` // user's estimate of the run time
 	// Preemptible jobs may be stopped for higher-priority work or quota
 	// reclaim; Grace is their checkpoint grace period.
 	Preemptible bool          `json:"preemptible"`
@@ -172,8 +126,8 @@ type Input struct {
 // Config is the policy. Policies are configurations of the same code.
 type Config struct {
 	Name string // fifo, bestfit, backfill, gpufleet
-	// Priorities orders the classes, highest first; empty = DefaultPriorities.
-	Priorities []Priority
+	// Priorities orders the classes, highest first; empty = gpufleet.Priorities().
+	Priorities []gpufleet.Priority
 	// PriorityClasses orders the queue by class before anything else;
 	// off, the queue is one class (fifo ignores priorities).
 	PriorityClasses bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -75,8 +76,8 @@ func (s *Server) PutTeam(ctx context.Context, p api.Principal, r api.TeamRequest
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Team{}, err
 	}
-	if !nameRe.MatchString(r.Name) {
-		return gpufleet.Team{}, fmt.Errorf("%w: name %q: expected lower-case letters, digits, '.', '_' or '-'", gpufleet.ErrInvalid, r.Name)
+	if err := gpufleet.ValidateName("name", r.Name); err != nil {
+		return gpufleet.Team{}, err
 	}
 	t, err := s.st.Team(ctx, r.Name)
 	if errors.Is(err, gpufleet.ErrNotFound) {
@@ -88,15 +89,6 @@ func (s *Server) PutTeam(ctx context.Context, p api.Principal, r api.TeamRequest
 	if err != nil {
 		return gpufleet.Team{}, err
 	}
-	for c, n := range r.Quota {
-		if n < 0 {
-			return gpufleet.Team{}, fmt.Errorf("%w: quota %s=%d: expected a non-negative GPU count", gpufleet.ErrInvalid, c, n)
-		}
-		isClass := slices.ContainsFunc(classes, func(k gpufleet.Class) bool { return k.Name == c })
-		if _, err := s.cat.Lookup(c); err != nil && !isClass {
-			return gpufleet.Team{}, fmt.Errorf("%w: quota class %q: not a catalog id or a defined class", gpufleet.ErrInvalid, c)
-		}
-	}
 	if r.Quota != nil {
 		t.Quota = r.Quota
 	}
@@ -104,10 +96,16 @@ func (s *Server) PutTeam(ctx context.Context, p api.Principal, r api.TeamRequest
 		t.BorrowingLimit = *r.BorrowingLimit
 	}
 	if r.Weight != nil {
-		if *r.Weight <= 0 {
-			return gpufleet.Team{}, fmt.Errorf("%w: weight %v: expected a positive number", gpufleet.ErrInvalid, *r.Weight)
-		}
 		t.Weight = *r.Weight
+	}
+	if err := t.Validate(); err != nil {
+		return gpufleet.Team{}, err
+	}
+	for _, c := range slices.Sorted(maps.Keys(r.Quota)) {
+		isClass := slices.ContainsFunc(classes, func(k gpufleet.Class) bool { return k.Name == c })
+		if _, err := s.cat.Lookup(c); err != nil && !isClass {
+			return gpufleet.Team{}, fmt.Errorf("%w: quota class %s: not a catalog id or a defined class", gpufleet.ErrInvalid, gpufleet.Quote(c))
+		}
 	}
 	if err := s.st.PutTeam(ctx, t, actor(p)); err != nil {
 		return gpufleet.Team{}, err
@@ -133,11 +131,8 @@ func (s *Server) PutClass(ctx context.Context, p api.Principal, c gpufleet.Class
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Class{}, err
 	}
-	if !nameRe.MatchString(c.Name) {
-		return gpufleet.Class{}, fmt.Errorf("%w: class name %q: expected lower-case letters, digits, '.', '_' or '-'", gpufleet.ErrInvalid, c.Name)
-	}
-	if len(c.Models) == 0 {
-		return gpufleet.Class{}, fmt.Errorf("%w: models: expected at least one catalog id", gpufleet.ErrInvalid)
+	if err := c.Validate(); err != nil {
+		return gpufleet.Class{}, err
 	}
 	for i, m := range c.Models {
 		g, err := s.cat.Lookup(m)
@@ -210,17 +205,18 @@ func (s *Server) CreateJoinToken(ctx context.Context, p api.Principal, r api.Joi
 	if err := requireAdmin(p); err != nil {
 		return api.JoinTokenResponse{}, err
 	}
-	if r.Node != "" && !nodeNameRe.MatchString(r.Node) {
-		return api.JoinTokenResponse{}, fmt.Errorf("%w: node %q: expected a DNS label", gpufleet.ErrInvalid, r.Node)
+	if r.Node != "" {
+		if err := gpufleet.ValidateNodeName("node", r.Node); err != nil {
+			return api.JoinTokenResponse{}, err
+		}
+	}
+	if r.TTL < 0 || r.TTL.Std() > gpufleet.MaxDuration {
+		return api.JoinTokenResponse{}, fmt.Errorf("%w: ttl %s: expected at most %s", gpufleet.ErrInvalid, r.TTL, gpufleet.Duration(gpufleet.MaxDuration))
 	}
 	now := s.now()
-	jt := store.JoinToken{Node: r.Node, SingleUse: r.TTL == "", CreatedAt: now}
-	if r.TTL != "" {
-		ttl, err := time.ParseDuration(r.TTL)
-		if err != nil || ttl <= 0 {
-			return api.JoinTokenResponse{}, fmt.Errorf("%w: ttl %q: expected a duration such as 1h", gpufleet.ErrInvalid, r.TTL)
-		}
-		exp := now.Add(ttl)
+	jt := store.JoinToken{Node: r.Node, SingleUse: r.TTL == 0, CreatedAt: now}
+	if r.TTL > 0 {
+		exp := now.Add(r.TTL.Std())
 		jt.ExpiresAt = &exp
 	}
 	id, token, hash := newSecret(joinPrefix)

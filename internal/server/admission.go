@@ -192,16 +192,16 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 		smaller = append(smaller, fmt.Sprintf("resources.gpus %d is below the plan's %d (%s: tp %d x pp %d)", res.GPUs, replica, pick.GPU, pick.TP, pick.PP))
 	}
 	if res.GPUMemoryMinBytes == 0 {
-		res.GPUMemoryMinBytes = pick.MemoryPerGPU.TotalBytes
-	} else if res.GPUMemoryMinBytes < pick.MemoryPerGPU.TotalBytes {
+		res.GPUMemoryMinBytes = gpufleet.Bytes(pick.MemoryPerGPU.TotalBytes)
+	} else if int64(res.GPUMemoryMinBytes) < pick.MemoryPerGPU.TotalBytes {
 		smaller = append(smaller, fmt.Sprintf("resources.gpu_memory_min_bytes %d is below the %d per GPU the plan needs", res.GPUMemoryMinBytes, pick.MemoryPerGPU.TotalBytes))
 	}
-	if res.Precision == "" && pick.PrecisionNative && plan.Workload.Precision != planner.FormatINT4 {
-		res.Precision = string(plan.Workload.Precision)
+	if p, err := gpufleet.ParsePrecision(string(plan.Workload.Precision)); err == nil && res.Precision == "" && pick.PrecisionNative {
+		res.Precision = p // int4 weights name no native precision
 	}
 	if res.Interconnect == "" && pick.TP > 1 && res.GPUs <= 8 {
 		if g, err := s.cat.Lookup(pick.GPU); err == nil && g.DomainSize > 1 {
-			res.Interconnect = "nvlink"
+			res.Interconnect = gpufleet.NVLink
 		}
 	}
 	if len(smaller) > 0 {

@@ -24,7 +24,7 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	a := f.team("team-a", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	n2 := f.node("n2", "h100-sxm-80gb", 8)
-	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Priority: "production", Estimate: "1h"})
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Priority: "production", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
 	var node api.Principal
 	var as api.Assignment
@@ -125,8 +125,8 @@ func TestGPUDrainStopsOnlyThatGPUsWork(t *testing.T) {
 	ctx := t.Context()
 	a := f.team("team-a", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
-	j1 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: "1h"})
-	j2 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: "1h"})
+	j1 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
+	j2 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
 	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
 	if len(hb.Start) != 2 {
@@ -263,7 +263,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	f.srv.cfg.Spare = map[string]int{"h100-sxm-80gb": 1}
 	a := f.team("team-a", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
-	tr := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "training", Estimate: "1h"})
+	tr := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
 	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 0 {
 		t.Fatalf("training took the spare: %+v", hb.Start)
@@ -271,7 +271,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	if q := f.job(tr.ID).Queue; q == nil || !strings.Contains(q.Reason, "held free for production failover") {
 		t.Errorf("training job's reason: %+v", q)
 	}
-	f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "production", Estimate: "1h"})
+	f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "production", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
 	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 1 {
 		t.Fatalf("production did not start on the spare: %+v", hb.Start)

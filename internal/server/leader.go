@@ -395,7 +395,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			case a.State == gpufleet.AttemptStarting:
 				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
 					Workdir: j.Workdir, Team: j.Team, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
-					GraceS: grace, SimLoad: j.SimLoad, CPUs: j.Resources.CPUs, MemoryBytes: j.Resources.MemoryBytes, NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
+					GraceS: grace, SimLoad: string(j.SimLoad), CPUs: j.Resources.CPUs, MemoryBytes: int64(j.Resources.MemoryBytes), NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
 					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID)})
 			}
 			orders[n.Name] = o
@@ -430,7 +430,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 	depth := map[[2]string]float64{}
 	for _, j := range jobs {
 		if j.State == gpufleet.JobQueued {
-			depth[[2]string{j.Priority, j.Team}]++
+			depth[[2]string{string(j.Priority), j.Team}]++
 		}
 	}
 	s.metrics.setQueue(depth)
@@ -516,16 +516,8 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 	if j.CancelRequested {
 		return scheduler.Job{}, false
 	}
-	sh, err := toSharing(j.Resources.Sharing)
-	if err != nil {
-		return scheduler.Job{}, false
-	}
-	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: scheduler.Priority(j.Priority), Submitted: j.SubmittedAt,
-		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0,
-		Resources: scheduler.Resources{GPUs: j.Resources.GPUs, Nodes: j.Resources.Nodes, GPUModels: j.Resources.GPUModels,
-			GPUMemoryMinBytes: j.Resources.GPUMemoryMinBytes, MinComputeCapability: j.Resources.MinComputeCapability,
-			Precision: catalog.Precision(j.Resources.Precision), Interconnect: j.Resources.Interconnect, Sharing: sh,
-			Prefer: j.Resources.Prefer, NodeSelector: j.Resources.NodeSelector}}
+	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.SubmittedAt,
+		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources}
 	if j.EstimateS != nil {
 		sj.Estimate = time.Duration(*j.EstimateS * float64(time.Second))
 	}

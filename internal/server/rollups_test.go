@@ -25,7 +25,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	a := f.team("team-a", nil)
 	b := f.team("team-b", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
-	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Priority: "training", Estimate: "1h"})
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
 	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
 	if err != nil || len(hb.Start) != 1 {

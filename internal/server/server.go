@@ -54,7 +54,7 @@ type Config struct {
 	Policy string
 	// DefaultEstimate per priority class when a job gives neither estimate
 	// nor time limit.
-	DefaultEstimate map[scheduler.Priority]time.Duration
+	DefaultEstimate map[gpufleet.Priority]time.Duration
 	// LogDir holds attempts' logs as agents ship them; empty disables logs.
 	LogDir string
 	// WatchInterval is how often event streams poll the audit log.
@@ -86,9 +86,9 @@ func Default() Config {
 		Health:          health.DefaultConfig(),
 		CredentialTTL:   24 * time.Hour,
 		Policy:          "gpufleet",
-		DefaultEstimate: map[scheduler.Priority]time.Duration{
-			scheduler.Production: 24 * time.Hour, scheduler.Interactive: 4 * time.Hour,
-			scheduler.Training: 24 * time.Hour, scheduler.Batch: 4 * time.Hour,
+		DefaultEstimate: map[gpufleet.Priority]time.Duration{
+			gpufleet.Production: 24 * time.Hour, gpufleet.Interactive: 4 * time.Hour,
+			gpufleet.Training: 24 * time.Hour, gpufleet.Batch: 4 * time.Hour,
 		},
 		WatchInterval: 500 * time.Millisecond,
 		Now:           time.Now,

@@ -152,7 +152,7 @@ func TestJobRunsThroughItsLifecycle(t *testing.T) {
 	ctx := t.Context()
 	a := f.team("team-a", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
-	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4}, Priority: "training", Estimate: "1h"})
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	if j.State != gpufleet.JobQueued || j.Team != "team-a" {
 		t.Fatalf("submitted job: %+v", j)
 	}
@@ -241,8 +241,8 @@ func TestBadSubmissionsNameTheField(t *testing.T) {
 		"no command":        {req: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}}, want: "command: required"},
 		"zero gpus":         {req: api.SubmitRequest{Command: []string{"x"}}, want: "resources.gpus 0"},
 		"bad priority":      {req: api.SubmitRequest{Command: []string{"x"}, Priority: "urgent", Resources: gpufleet.Resources{GPUs: 1}}, want: `priority "urgent"`},
-		"bad sharing":       {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 1, Sharing: "timeslice:2"}}, want: "resources.sharing"},
-		"bad duration":      {req: api.SubmitRequest{Command: []string{"x"}, TimeLimit: "soon", Resources: gpufleet.Resources{GPUs: 1}}, want: `time_limit "soon"`},
+		"bad sharing":       {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 1, Sharing: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 2}}}, want: "resources.sharing"},
+		"long time limit":   {req: api.SubmitRequest{Command: []string{"x"}, TimeLimit: gpufleet.Duration(400 * 24 * time.Hour), Resources: gpufleet.Resources{GPUs: 1}}, want: "time_limit 9600h0m0s"},
 		"reserved env":      {req: api.SubmitRequest{Command: []string{"x"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"}, Resources: gpufleet.Resources{GPUs: 1}}, want: "CUDA_VISIBLE_DEVICES"},
 		"relative workdir":  {req: api.SubmitRequest{Command: []string{"x"}, Workdir: "../etc", Resources: gpufleet.Resources{GPUs: 1}}, want: "workdir"},
 		"nodes not divisor": {req: api.SubmitRequest{Command: []string{"x"}, Resources: gpufleet.Resources{GPUs: 3, Nodes: 2}}, want: "resources.nodes 2"},

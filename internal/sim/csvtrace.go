@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // parseCSV reads the simulator's generic trace format: a headed CSV with
@@ -36,7 +36,7 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 		if !rw.has("id") {
 			id = fmt.Sprintf("job-%d", len(tr.Jobs)+tr.Skipped+1)
 		}
-		j := Job{ID: id, Team: "default", Class: scheduler.Training, Sharing: scheduler.Sharing{Kind: scheduler.Exclusive}}
+		j := Job{ID: id, Team: "default", Class: gpufleet.Training}
 		var err error
 		if j.Submit, err = rw.float("submit_s"); err != nil {
 			return err
@@ -60,12 +60,11 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 			j.Team = s
 		}
 		if s := rw.get("priority"); s != "" {
-			if !slices.Contains(scheduler.DefaultPriorities, scheduler.Priority(s)) {
-				return fmt.Errorf("priority: %q is not production, interactive, training or batch", s)
+			if j.Class, err = gpufleet.ParsePriority(s); err != nil {
+				return gpufleet.InField("priority", err)
 			}
-			j.Class = scheduler.Priority(s)
 		}
-		j.Preemptible = j.Class != scheduler.Production
+		j.Preemptible = j.Class != gpufleet.Production
 		if s := rw.get("preemptible"); s != "" {
 			if j.Preemptible, err = strconv.ParseBool(s); err != nil {
 				return fmt.Errorf("preemptible: %q is not true or false", s)
@@ -79,8 +78,8 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 			}
 		}
 		if s := rw.get("sharing"); s != "" {
-			if j.Sharing, err = ParseSharing(s); err != nil {
-				return err
+			if j.Sharing, err = gpufleet.ParseSharing(s); err != nil {
+				return gpufleet.InField("sharing", err)
 			}
 		}
 		if _, ok, err := rw.optFloat("estimate_s"); err != nil {
@@ -115,25 +114,4 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 		return nil, err
 	}
 	return tr, nil
-}
-
-// ParseSharing parses "exclusive", "timeslice:0.25" or "mig:1g.10gb".
-func ParseSharing(s string) (scheduler.Sharing, error) {
-	kind, arg, _ := strings.Cut(s, ":")
-	switch scheduler.SharingKind(kind) {
-	case scheduler.Exclusive:
-		if arg == "" {
-			return scheduler.Sharing{Kind: scheduler.Exclusive}, nil
-		}
-	case scheduler.TimeSlice:
-		f, err := strconv.ParseFloat(arg, 64)
-		if err == nil && f > 0 && f <= 1 {
-			return scheduler.Sharing{Kind: scheduler.TimeSlice, Fraction: f}, nil
-		}
-	case scheduler.MIG:
-		if arg != "" {
-			return scheduler.Sharing{Kind: scheduler.MIG, Profile: arg}, nil
-		}
-	}
-	return scheduler.Sharing{}, fmt.Errorf("sharing: %q is not exclusive, timeslice:FRACTION (0,1] or mig:PROFILE", s)
 }

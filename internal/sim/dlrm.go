@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // parseDLRM reads Alibaba's GPU-disaggregated DLRM inference trace
@@ -65,8 +65,7 @@ func parseDLRM(r io.Reader, opt ReadOptions) (*Trace, error) {
 			return fmt.Errorf("app_name: empty")
 		}
 		j := Job{
-			ID: id, Team: app, Class: scheduler.Production, Submit: created, GPUs: int(gpu),
-			Sharing: scheduler.Sharing{Kind: scheduler.Exclusive},
+			ID: id, Team: app, Class: gpufleet.Production, Submit: created, GPUs: int(gpu),
 		}
 		if hasDeleted {
 			j.Duration = max(deleted-start, 1)

@@ -626,7 +626,7 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 	j := js.j
 	sj := scheduler.Job{
 		ID: j.ID, Team: j.Team, Priority: j.Class,
-		Resources: scheduler.Resources{
+		Resources: gpufleet.Resources{
 			GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing,
 		},
 		Submitted:   e.vtime(js.submit),
@@ -640,7 +640,7 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		// A job whose run time the trace gives per GPU model is one whose
 		// user knows the speeds: it asks for the fastest model (honoured by
 		// policies with HeterogeneityPreference, ignored by the others).
-		sj.Resources.Prefer = scheduler.PreferFastest
+		sj.Resources.Prefer = gpufleet.Fastest
 	}
 	if js.phase == phaseRunning {
 		sj.Started = e.vtime(js.start)
@@ -737,7 +737,7 @@ func (e *engine) fragmentation(js *jobState) float64 {
 		need = (j.GPUs + j.Nodes - 1) / j.Nodes
 	}
 	share := 1.0
-	if j.Sharing.Kind == scheduler.TimeSlice && j.Sharing.Fraction > 0 {
+	if j.Sharing.Kind == gpufleet.TimeSlice && j.Sharing.Fraction > 0 {
 		share = j.Sharing.Fraction
 	}
 	total := 0.0

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
@@ -34,7 +35,7 @@ func fakeSchedule(in scheduler.Input) scheduler.Output {
 			pending = append(pending, j)
 		}
 	}
-	rank := map[scheduler.Priority]int{scheduler.Production: 0, scheduler.Interactive: 1, scheduler.Training: 2, scheduler.Batch: 3}
+	rank := map[gpufleet.Priority]int{gpufleet.Production: 0, gpufleet.Interactive: 1, gpufleet.Training: 2, gpufleet.Batch: 3}
 	slices.SortStableFunc(pending, func(a, b scheduler.Job) int {
 		if c := cmp.Compare(rank[a.Priority], rank[b.Priority]); c != 0 {
 			return c
@@ -58,7 +59,7 @@ func fakeSchedule(in scheduler.Input) scheduler.Output {
 				out.Starts = append(out.Starts, scheduler.Start{Job: j.ID, Placement: pl})
 				continue
 			}
-			if j.Priority == scheduler.Production {
+			if j.Priority == gpufleet.Production {
 				for i := len(running) - 1; i >= 0; i-- {
 					r := running[i]
 					if r.Preemptible && rank[r.Priority] > rank[j.Priority] {
@@ -78,7 +79,7 @@ func fakeSchedule(in scheduler.Input) scheduler.Output {
 
 func fakePlace(nodes []scheduler.Node, free map[string]float64, j scheduler.Job) []scheduler.Placement {
 	f := 1.0
-	if j.Resources.Sharing.Kind == scheduler.TimeSlice {
+	if j.Resources.Sharing.Kind == gpufleet.TimeSlice {
 		f = j.Resources.Sharing.Fraction
 	}
 	ok := func(g scheduler.GPU) bool {

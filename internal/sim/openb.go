@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // openbModels maps the openb trace's GPU type names to catalog ids. Types
@@ -36,14 +36,14 @@ func openbModel(name string, opaque map[string]catalog.GPU) string {
 //	LS, Guaranteed -> production (not preemptible)
 //	Burstable      -> training   (preemptible)
 //	BE             -> batch      (preemptible)
-func openbClass(qos string) (scheduler.Priority, bool, error) {
+func openbClass(qos string) (gpufleet.Priority, bool, error) {
 	switch qos {
 	case "LS", "Guaranteed":
-		return scheduler.Production, false, nil
+		return gpufleet.Production, false, nil
 	case "Burstable":
-		return scheduler.Training, true, nil
+		return gpufleet.Training, true, nil
 	case "BE":
-		return scheduler.Batch, true, nil
+		return gpufleet.Batch, true, nil
 	}
 	return "", false, fmt.Errorf("qos: %q is not LS, Guaranteed, Burstable or BE", qos)
 }
@@ -109,12 +109,11 @@ func parseOpenb(r io.Reader, opt ReadOptions) (*Trace, error) {
 		}
 		j := Job{
 			ID: id, Team: "openb", Class: class, Submit: created, GPUs: gpus,
-			Sharing:     scheduler.Sharing{Kind: scheduler.Exclusive},
 			Duration:    max(deleted-start, 1),
 			Preemptible: preemptible,
 		}
 		if milli < 1000 {
-			j.Sharing = scheduler.Sharing{Kind: scheduler.TimeSlice, Fraction: float64(milli) / 1000}
+			j.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: float64(milli) / 1000}
 		}
 		if spec := rw.get("gpu_spec"); spec != "" {
 			for _, m := range strings.Split(spec, "|") {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // phillyModels maps the philly-gavel column suffixes to catalog ids.
@@ -48,8 +48,8 @@ func parsePhillyGavel(r io.Reader, opt ReadOptions) (*Trace, error) {
 			return fmt.Errorf("gpus: 0")
 		}
 		j := Job{
-			ID: fmt.Sprintf("philly-%05d", len(tr.Jobs)), Team: vc, Class: scheduler.Training,
-			Submit: arrival, GPUs: gpus, Sharing: scheduler.Sharing{Kind: scheduler.Exclusive},
+			ID: fmt.Sprintf("philly-%05d", len(tr.Jobs)), Team: vc, Class: gpufleet.Training,
+			Submit: arrival, GPUs: gpus,
 			DurationOn: make(map[string]float64, len(phillyModels)), Preemptible: true,
 		}
 		usedScaling := false

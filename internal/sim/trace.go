@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // Formats lists the trace formats Read understands.
@@ -26,12 +25,12 @@ var Formats = []string{"openb", "philly-gavel", "dlrm", "csv"}
 type Job struct {
 	ID     string
 	Team   string
-	Class  scheduler.Priority
+	Class  gpufleet.Priority
 	Submit float64 // seconds from the trace start
 	GPUs   int     // GPUs, or time-slice shares with Sharing.Fraction < 1
 	Nodes  int     // 0 = as few as possible
 	// Sharing is the job's sharing request (exclusive or a time-slice share).
-	Sharing scheduler.Sharing
+	Sharing gpufleet.Sharing
 	// GPUModels is the allowlist of catalog ids (or opaque trace model
 	// names); empty means any model.
 	GPUModels []string
@@ -69,7 +68,7 @@ func (j *Job) RefDuration() float64 {
 // GPUDemand is the job's GPU request in whole GPUs (a 0.25 share is 0.25).
 func (j *Job) GPUDemand() float64 {
 	f := 1.0
-	if j.Sharing.Kind == scheduler.TimeSlice && j.Sharing.Fraction > 0 {
+	if j.Sharing.Kind == gpufleet.TimeSlice && j.Sharing.Fraction > 0 {
 		f = j.Sharing.Fraction
 	}
 	return float64(j.GPUs) * f

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 const traceDir = "../../traces"
@@ -40,11 +39,11 @@ func TestReadRealTraces(t *testing.T) {
 			file: "alibaba-openb-2023/openb_pod_list_default.csv", format: "openb",
 			wantJobs: 8152 - 1088, skipped: 1088,
 			check: func(t *testing.T, tr *Trace) {
-				classes := map[scheduler.Priority]int{}
+				classes := map[gpufleet.Priority]int{}
 				shared, constrained := 0, 0
 				for _, j := range tr.Jobs {
 					classes[j.Class]++
-					if j.Sharing.Kind == scheduler.TimeSlice {
+					if j.Sharing.Kind == gpufleet.TimeSlice {
 						shared++
 					}
 					if len(j.GPUModels) > 0 {
@@ -57,7 +56,7 @@ func TestReadRealTraces(t *testing.T) {
 				if constrained != 0 {
 					t.Errorf("pods with gpu_spec = %d, want 0 in the default file", constrained)
 				}
-				if classes[scheduler.Production]+classes[scheduler.Training]+classes[scheduler.Batch] != len(tr.Jobs) {
+				if classes[gpufleet.Production]+classes[gpufleet.Training]+classes[gpufleet.Batch] != len(tr.Jobs) {
 					t.Errorf("classes %v do not cover every job", classes)
 				}
 			},
@@ -105,7 +104,7 @@ func TestReadRealTraces(t *testing.T) {
 			wantJobs: 7386, skipped: 16485,
 			check: func(t *testing.T, tr *Trace) {
 				for _, j := range tr.Jobs {
-					if j.Class != scheduler.Production || j.Preemptible || j.Duration < 1 {
+					if j.Class != gpufleet.Production || j.Preemptible || j.Duration < 1 {
 						t.Fatalf("job %+v: want non-preemptible production with a duration", j)
 					}
 				}

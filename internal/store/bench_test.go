@@ -14,7 +14,7 @@ func benchJob(i int64) gpufleet.Job {
 	est := 3600.0
 	return gpufleet.Job{
 		Team: "team-a", Name: "bench", Priority: "batch", RequestID: fmt.Sprint("req-", i),
-		Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}, Sharing: "exclusive"},
+		Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}},
 		Command:   []string{"python", "train.py", "--epochs", "3"}, Env: map[string]string{"WANDB_PROJECT": "x"},
 		EstimateS: &est, Retries: gpufleet.Retries{Max: 2},
 	}

@@ -24,7 +24,7 @@ type jobSpec struct {
 	EstimateS   *float64           `json:"estimate_s,omitempty"`
 	Preemptible bool               `json:"preemptible,omitempty"`
 	GraceS      *float64           `json:"grace_s,omitempty"`
-	SimLoad     string             `json:"sim_load,omitempty"`
+	SimLoad     gpufleet.SimLoad   `json:"sim_load,omitempty"`
 	Plan        json.RawMessage    `json:"plan,omitempty"`
 }
 

@@ -72,7 +72,7 @@ func (u *UI) job(r *http.Request, v *viewer, charts bool) (view, error) {
 		return view{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	now := u.now()
-	jv := jobView{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: j.Priority,
+	jv := jobView{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: string(j.Priority),
 		CancelRequested: j.CancelRequested, CanCancel: !j.State.Terminal() && !j.CancelRequested, HasLogs: u.logs != nil,
 		ChartsLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/charts", ChartsPollMS: chartPollMS,
 		LogLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/log"}
@@ -134,20 +134,22 @@ func jobSpec(j gpufleet.Job) []specRow {
 	}
 	opt("GPU models", strings.Join(res.GPUModels, ", "))
 	if res.GPUMemoryMinBytes > 0 {
-		opt("GPU memory at least", fmtBytes(res.GPUMemoryMinBytes))
+		opt("GPU memory at least", fmtBytes(int64(res.GPUMemoryMinBytes)))
 	}
-	opt("Compute capability at least", res.MinComputeCapability)
-	opt("Precision", res.Precision)
-	opt("Interconnect", res.Interconnect)
-	opt("Sharing", res.Sharing)
-	opt("Prefer", res.Prefer)
+	opt("Compute capability at least", res.MinComputeCapability.String())
+	opt("Precision", string(res.Precision))
+	opt("Interconnect", string(res.Interconnect))
+	if !res.Sharing.IsZero() {
+		opt("Sharing", res.Sharing.String())
+	}
+	opt("Prefer", string(res.Prefer))
 	var sel []string
 	for _, k := range slices.Sorted(maps.Keys(res.NodeSelector)) {
 		sel = append(sel, k+"="+res.NodeSelector[k])
 	}
 	opt("Node selector", strings.Join(sel, ", "))
 	opt("Workdir", j.Workdir)
-	opt("Simulated load", j.SimLoad)
+	opt("Simulated load", string(j.SimLoad))
 	opt("Request id", j.RequestID)
 	return rows
 }

@@ -72,7 +72,7 @@ func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
 	now := u.now()
 	var qv queueView
 	for _, e := range entries {
-		row := pendingRow{ID: e.ID, Team: e.Team, Priority: e.Priority, Position: e.Position, TeamPosition: e.TeamPosition,
+		row := pendingRow{ID: e.ID, Team: e.Team, Priority: string(e.Priority), Position: e.Position, TeamPosition: e.TeamPosition,
 			Reason: e.Reason, ReasonCode: e.ReasonCode}
 		if j, ok := byID[e.ID]; ok {
 			row.Name, row.GPUs = j.Name, j.Resources.GPUs
@@ -92,7 +92,7 @@ func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
 }
 
 func newRunningRow(j gpufleet.Job, now time.Time) runningRow {
-	row := runningRow{ID: j.ID, Name: j.Name, Team: j.Team, Priority: j.Priority, State: string(j.State),
+	row := runningRow{ID: j.ID, Name: j.Name, Team: j.Team, Priority: string(j.Priority), State: string(j.State),
 		GPUs: j.Resources.GPUs, Started: dash, Elapsed: dash, Estimate: dash, Limit: fmtSecondsPtr(j.TimeLimitS),
 		CancelRequested: j.CancelRequested}
 	if a := lastAttempt(j); a != nil {
@@ -160,7 +160,7 @@ func (u *UI) jobsPage(r *http.Request, v *viewer) (view, error) {
 	jobs := list.Jobs
 	slices.SortStableFunc(jobs, func(a, b gpufleet.Job) int { return b.SubmittedAt.Compare(a.SubmittedAt) })
 	for _, j := range jobs {
-		row := jobRow{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: j.Priority,
+		row := jobRow{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: string(j.Priority),
 			GPUs: j.Resources.GPUs, Submitted: fmtClock(j.SubmittedAt), Took: dash, Terminal: j.State.Terminal()}
 		if j.StartedAt != nil {
 			end := now

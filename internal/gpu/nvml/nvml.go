@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
@@ -316,7 +317,9 @@ func (b *Backend) device(h handle) gpu.Device {
 	}
 	d.ComputeCapability = model.ComputeCapability
 	if maj, mnr, ret := h.dev.GetCudaComputeCapability(); ret == nvml.SUCCESS {
-		d.ComputeCapability = fmt.Sprintf("%d.%d", maj, mnr)
+		if cc := (gpufleet.ComputeCapability{Major: maj, Minor: mnr}); cc.Validate() == nil {
+			d.ComputeCapability = cc
+		}
 	}
 	if total, _, _, ok := memoryInfo(h.dev); ok {
 		d.MemoryBytes = int64(total)

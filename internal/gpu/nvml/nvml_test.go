@@ -131,7 +131,7 @@ func TestDevicesMapsNamesToCatalogIDs(t *testing.T) {
 				if d.Index != i || d.UUID != dev(srv, i).UUID {
 					t.Errorf("device %d: index %d uuid %s, want %d %s", i, d.Index, d.UUID, i, dev(srv, i).UUID)
 				}
-				if d.Model != tc.wantModel || d.Architecture != tc.wantArch || d.ComputeCapability != tc.wantCC || d.MemoryBytes != tc.wantMem {
+				if d.Model != tc.wantModel || d.Architecture != tc.wantArch || d.ComputeCapability.String() != tc.wantCC || d.MemoryBytes != tc.wantMem {
 					t.Errorf("device %d = model %q arch %q cc %q mem %d, want %q %q %q %d",
 						i, d.Model, d.Architecture, d.ComputeCapability, d.MemoryBytes, tc.wantModel, tc.wantArch, tc.wantCC, tc.wantMem)
 				}

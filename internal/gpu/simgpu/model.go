@@ -200,13 +200,6 @@ func nvlinkLinks(g catalog.GPU) int {
 }
 
 // computeCapability parses "9.0" into 90.
-func computeCapability(s string) int {
-	maj, mnr, _ := strings.Cut(s, ".")
-	a, _ := strconv.Atoi(maj)
-	b, _ := strconv.Atoi(mnr)
-	return a*10 + b
-}
-
 // traits are what a model supports, derived once from the catalog.
 type traits struct {
 	cc            int // 90 for "9.0"
@@ -224,7 +217,7 @@ type traits struct {
 }
 
 func traitsOf(g catalog.GPU) traits {
-	t := traits{cc: computeCapability(g.ComputeCapability), pcieGen: g.PCIeGen}
+	t := traits{cc: g.ComputeCapability.Major*10 + g.ComputeCapability.Minor, pcieGen: g.PCIeGen}
 	t.tdp = 300
 	if g.TDPWatts != nil {
 		t.tdp = *g.TDPWatts

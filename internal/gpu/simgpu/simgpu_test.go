@@ -62,7 +62,7 @@ func TestDevicesAreDeterministicPerNode(t *testing.T) {
 	}
 	want := gpu.Device{
 		Index: 0, UUID: a[0].UUID, Name: "NVIDIA H200", Model: "h200-sxm-141gb", PCIBusID: "00000000:18:00.0", Serial: a[0].Serial,
-		Architecture: "Hopper (GH100)", ComputeCapability: "9.0", MemoryBytes: 141 << 30,
+		Architecture: "Hopper (GH100)", ComputeCapability: gpufleet.ComputeCapability{Major: 9, Minor: 0}, MemoryBytes: 141 << 30,
 		NVLinkPeers: []int{1}, NVLinkDomain: "nvlink:" + a[0].UUID, MIGMode: true,
 	}
 	for _, m := range a[0].MIG {

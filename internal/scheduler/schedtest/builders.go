@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
@@ -113,12 +114,12 @@ type JobBuilder struct {
 // MakeJob starts an exclusive training job of gpus GPUs submitted at T0
 // with a one-hour estimate.
 func MakeJob(id, team string, gpus int) *JobBuilder {
-	return &JobBuilder{j: scheduler.Job{ID: id, Team: team, Priority: scheduler.Training, Submitted: T0,
-		Estimate: time.Hour, Resources: scheduler.Resources{GPUs: gpus, Sharing: scheduler.Sharing{Kind: scheduler.Exclusive}}}}
+	return &JobBuilder{j: scheduler.Job{ID: id, Team: team, Priority: gpufleet.Training, Submitted: T0,
+		Estimate: time.Hour, Resources: gpufleet.Resources{GPUs: gpus}}}
 }
 
 // Priority sets the class.
-func (b *JobBuilder) Priority(p scheduler.Priority) *JobBuilder { b.j.Priority = p; return b }
+func (b *JobBuilder) Priority(p gpufleet.Priority) *JobBuilder { b.j.Priority = p; return b }
 
 // Estimate sets the estimated run time.
 func (b *JobBuilder) Estimate(d time.Duration) *JobBuilder { b.j.Estimate = d; return b }
@@ -134,21 +135,21 @@ func (b *JobBuilder) Models(m ...string) *JobBuilder { b.j.Resources.GPUModels =
 
 // MIG asks for MIG instances of a profile.
 func (b *JobBuilder) MIG(profile string) *JobBuilder {
-	b.j.Resources.Sharing = scheduler.Sharing{Kind: scheduler.MIG, Profile: profile}
+	b.j.Resources.Sharing = gpufleet.Sharing{Kind: gpufleet.MIG, Profile: profile}
 	return b
 }
 
 // TimeSlice asks for a time-slice share of each GPU.
 func (b *JobBuilder) TimeSlice(f float64) *JobBuilder {
-	b.j.Resources.Sharing = scheduler.Sharing{Kind: scheduler.TimeSlice, Fraction: f}
+	b.j.Resources.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: f}
 	return b
 }
 
 // Prefer sets the model preference: "cheapest" or "fastest".
-func (b *JobBuilder) Prefer(p string) *JobBuilder { b.j.Resources.Prefer = p; return b }
+func (b *JobBuilder) Prefer(p gpufleet.Preference) *JobBuilder { b.j.Resources.Prefer = p; return b }
 
 // NVLink requires one NVLink domain.
-func (b *JobBuilder) NVLink() *JobBuilder { b.j.Resources.Interconnect = "nvlink"; return b }
+func (b *JobBuilder) NVLink() *JobBuilder { b.j.Resources.Interconnect = gpufleet.NVLink; return b }
 
 // Preemptible marks the job preemptible with a grace period.
 func (b *JobBuilder) Preemptible(grace time.Duration) *JobBuilder {

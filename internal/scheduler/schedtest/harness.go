@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
@@ -277,11 +277,13 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	b := MakeJob(id, a["team"], gpus)
 	j := &b.j
 	if p := a["prio"]; p != "" {
-		j.Priority = scheduler.Priority(p)
+		if j.Priority, err = gpufleet.ParsePriority(p); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
 	}
 	dur := func(k string, dst *time.Duration) {
 		if v, ok := a[k]; ok && err == nil {
-			*dst, err = time.ParseDuration(v)
+			*dst, err = gpufleet.ParseDuration(v)
 		}
 	}
 	var at, since time.Duration
@@ -300,15 +302,26 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 		j.Resources.GPUModels = strings.Split(v, ",")
 	}
 	if v := a["mem"]; v != "" {
-		if j.Resources.GPUMemoryMinBytes, err = parseSize(v); err != nil {
+		if j.Resources.GPUMemoryMinBytes, err = gpufleet.ParseBytes(v); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
 		}
 	}
-	j.Resources.MinComputeCapability = a["cc"]
-	j.Resources.Precision = catalog.Precision(a["precision"])
-	j.Resources.Prefer = a["prefer"]
+	if v := a["cc"]; v != "" {
+		if j.Resources.MinComputeCapability, err = gpufleet.ParseComputeCapability(v); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+	}
+	if v := a["precision"]; v != "" {
+		if j.Resources.Precision, err = gpufleet.ParsePrecision(v); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+	}
+	j.Resources.Prefer = gpufleet.Preference(a["prefer"])
+	if err := j.Resources.Prefer.Validate(); err != nil {
+		return fmt.Errorf("job %s: %w", id, err)
+	}
 	if flags["nvlink"] {
-		j.Resources.Interconnect = "nvlink"
+		j.Resources.Interconnect = gpufleet.NVLink
 	}
 	if v := a["select"]; v != "" {
 		j.Resources.NodeSelector = map[string]string{}
@@ -318,16 +331,8 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 		}
 	}
 	if v := a["sharing"]; v != "" {
-		kind, arg, _ := strings.Cut(v, ":")
-		switch scheduler.SharingKind(kind) {
-		case scheduler.MIG:
-			b.MIG(arg)
-		case scheduler.TimeSlice:
-			f, err := strconv.ParseFloat(arg, 64)
-			if err != nil {
-				return fmt.Errorf("job %s: sharing: %w", id, err)
-			}
-			b.TimeSlice(f)
+		if j.Resources.Sharing, err = gpufleet.ParseSharing(v); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
 		}
 	}
 	j.Preemptible = flags["preemptible"]
@@ -363,7 +368,7 @@ func (h *Harness) placeRunning(j *scheduler.Job, on string) ([]scheduler.Placeme
 		}
 	}
 	share := 1.0
-	if j.Resources.Sharing.Kind == scheduler.TimeSlice {
+	if j.Resources.Sharing.Kind == gpufleet.TimeSlice {
 		share = j.Resources.Sharing.Fraction
 	}
 	p := scheduler.Placement{Node: nodeName, Fraction: share}
@@ -381,7 +386,7 @@ func (h *Harness) placeRunning(j *scheduler.Job, on string) ([]scheduler.Placeme
 		if len(p.GPUs) == j.Resources.GPUs {
 			break
 		}
-		if j.Resources.Sharing.Kind == scheduler.MIG {
+		if j.Resources.Sharing.Kind == gpufleet.MIG {
 			for _, in := range g.MIG {
 				if len(p.GPUs) < j.Resources.GPUs && in.Profile == j.Resources.Sharing.Profile && used[in.ID] == 0 {
 					p.GPUs = append(p.GPUs, in.ID)
@@ -499,26 +504,4 @@ func sortedArgKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// parseSize reads sizes such as "80GiB", "141GB" or plain bytes.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"GB", 1e9}, {"MB", 1e6}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			v, err := strconv.ParseFloat(num, 64)
-			if err != nil {
-				return 0, fmt.Errorf("size %q: %w", s, err)
-			}
-			return int64(v * u.mult), nil
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, err)
-	}
-	return v, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
@@ -72,8 +73,8 @@ func Large(spec LargeSpec) scheduler.Input {
 		}
 		in.Teams = append(in.Teams, team)
 	}
-	prios := []scheduler.Priority{scheduler.Production, scheduler.Interactive, scheduler.Training, scheduler.Batch}
-	pickPrio := func() scheduler.Priority {
+	prios := []gpufleet.Priority{gpufleet.Production, gpufleet.Interactive, gpufleet.Training, gpufleet.Batch}
+	pickPrio := func() gpufleet.Priority {
 		switch r := rng.Float64(); {
 		case r < 0.05:
 			return prios[0]

@@ -450,8 +450,8 @@ func testSubmitFields(t *testing.T, s store.Store) {
 	in := gpufleet.Job{
 		Team: "team-a", Name: "train-llama", Priority: "training", RequestID: "req-1",
 		Resources: gpufleet.Resources{
-			GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}, GPUMemoryMinBytes: 80 << 30,
-			MinComputeCapability: "9.0", Precision: "bf16", Interconnect: "nvlink", Sharing: "exclusive",
+			GPUs: 16, Nodes: 1, GPUModels: []string{"h100-sxm-80gb"}, GPUMemoryMinBytes: 80 << 30,
+			MinComputeCapability: gpufleet.ComputeCapability{Major: 9}, Precision: "bf16", Interconnect: "nvlink", Sharing: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"},
 			Prefer: "fastest", NodeSelector: map[string]string{"rack": "r1"},
 		},
 		Command: []string{"torchrun", "train.py"}, Env: map[string]string{"A": "1"}, Workdir: "/work",

@@ -1,0 +1,352 @@
+package gpufleet
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Interconnect is what a multi-GPU job needs between its GPUs on a node.
+type Interconnect string
+
+// Interconnect requirements; empty is any.
+const (
+	AnyInterconnect Interconnect = "any"
+	NVLink          Interconnect = "nvlink" // all GPUs in one NVLink domain
+)
+
+// UnmarshalText accepts nvlink, any or empty.
+func (i *Interconnect) UnmarshalText(b []byte) error {
+	v := Interconnect(b)
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	*i = v
+	return nil
+}
+
+// Validate checks the value.
+func (i Interconnect) Validate() error {
+	switch i {
+	case "", AnyInterconnect, NVLink:
+		return nil
+	}
+	return badValue("interconnect", string(i), "expected nvlink or any")
+}
+
+// Preference is how a job that several GPU models fit picks one.
+type Preference string
+
+// Preferences; empty takes the first model that fits.
+const (
+	Cheapest Preference = "cheapest" // lowest catalog price; unknown price last
+	Fastest  Preference = "fastest"  // highest bf16 (else fp16) peak
+)
+
+// UnmarshalText accepts cheapest, fastest or empty.
+func (p *Preference) UnmarshalText(b []byte) error {
+	v := Preference(b)
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Validate checks the value.
+func (p Preference) Validate() error {
+	switch p {
+	case "", Cheapest, Fastest:
+		return nil
+	}
+	return badValue("prefer", string(p), "expected cheapest or fastest")
+}
+
+// SimLoad is the load a job puts on simulated GPUs (it has no effect on
+// real ones).
+type SimLoad string
+
+// Simulated loads; empty is the simulator's default.
+const (
+	SimCompute SimLoad = "compute"
+	SimMemory  SimLoad = "memory"
+	SimIdle    SimLoad = "idle"
+)
+
+// UnmarshalText accepts compute, memory, idle or empty.
+func (l *SimLoad) UnmarshalText(b []byte) error {
+	v := SimLoad(b)
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+// Validate checks the value.
+func (l SimLoad) Validate() error {
+	switch l {
+	case "", SimCompute, SimMemory, SimIdle:
+		return nil
+	}
+	return badValue("sim_load", string(l), "expected compute, memory or idle")
+}
+
+// JobRequest is a job as a user asks for it: the body of POST
+// /api/v1/jobs and the schema of job files (docs/JOBS.md). Validate checks
+// it; the server fills what the planner decides for a job that describes
+// its model.
+type JobRequest struct {
+	Name        string            `json:"name,omitempty"`
+	Team        string            `json:"team,omitempty"`
+	Priority    Priority          `json:"priority,omitempty"`
+	RequestID   string            `json:"request_id,omitempty"`
+	Resources   Resources         `json:"resources"`
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Workdir     string            `json:"workdir,omitempty"`
+	TimeLimit   Duration          `json:"time_limit,omitzero"` // "4h" or seconds
+	Estimate    Duration          `json:"estimate,omitzero"`
+	Preemptible bool              `json:"preemptible,omitempty"`
+	Grace       Duration          `json:"grace,omitzero"`
+	Retries     int               `json:"retries,omitempty"`
+	SimLoad     SimLoad           `json:"sim_load,omitempty"`
+	// Model, when set, is admitted through the planner (memory-fit
+	// admission).
+	Model *ModelRequest `json:"model,omitempty"`
+	// Strict rejects a request smaller than its plan instead of warning.
+	Strict bool `json:"strict,omitempty"`
+	// AllowUnsatisfiable queues a job that no node of the fleet could hold
+	// now (the nodes have not joined yet) instead of refusing it.
+	AllowUnsatisfiable bool `json:"allow_unsatisfiable,omitempty"`
+}
+
+// ModelRequest describes the model a job runs, as `gpufleet plan` takes
+// it. The planner reads its vocabulary (mode, formats, optimizer).
+type ModelRequest struct {
+	Name         string         `json:"name,omitempty"`   // built-in name
+	Config       map[string]any `json:"config,omitempty"` // inline config.json
+	Mode         string         `json:"mode,omitempty"`   // inference or training
+	Precision    string         `json:"precision,omitempty"`
+	KVPrecision  string         `json:"kv_precision,omitempty"`
+	Batch        int            `json:"batch,omitempty"`
+	InputTokens  int            `json:"input_tokens,omitempty"`
+	OutputTokens int            `json:"output_tokens,omitempty"`
+	Seq          int            `json:"seq,omitempty"`
+	MicroBatch   int            `json:"micro_batch,omitempty"`
+	GlobalBatch  int            `json:"global_batch,omitempty"`
+	Optimizer    string         `json:"optimizer,omitempty"`
+	ZeRO         int            `json:"zero,omitempty"`
+	Recompute    string         `json:"recompute,omitempty"`
+	TP           int            `json:"tp,omitempty"`
+	PP           int            `json:"pp,omitempty"`
+}
+
+// reservedEnv are the variables gpufleet sets for every attempt.
+var reservedEnv = []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+
+// Validate checks everything of a request that does not depend on the
+// fleet, with the limits of limits.go. A request that describes its model
+// may leave resources.gpus at 0 for the planner to fill.
+func (r *JobRequest) Validate() error {
+	if r.Name != "" {
+		if err := ValidateName("name", r.Name); err != nil {
+			return err
+		}
+	}
+	if r.Team != "" {
+		if err := ValidateName("team", r.Team); err != nil {
+			return err
+		}
+	}
+	if r.Priority != "" && !r.Priority.Valid() {
+		_, err := ParsePriority(string(r.Priority))
+		return InField("priority", err)
+	}
+	if err := CheckText("request_id", r.RequestID, MaxRequestIDLen, false); err != nil {
+		return err
+	}
+	if err := validateCommand(r.Command); err != nil {
+		return err
+	}
+	if err := validateEnv(r.Env); err != nil {
+		return err
+	}
+	if r.Workdir != "" {
+		if err := CheckText("workdir", r.Workdir, MaxPathLen, false); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(r.Workdir, "/") || path.Clean(r.Workdir) != r.Workdir {
+			return fmt.Errorf("%w: workdir %s: expected a clean absolute path", ErrInvalid, Quote(r.Workdir))
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     Duration
+		max   Duration
+	}{{"time_limit", r.TimeLimit, Duration(MaxDuration)}, {"estimate", r.Estimate, Duration(MaxDuration)}, {"grace", r.Grace, Duration(MaxGrace)}} {
+		if d.v < 0 || d.v > d.max {
+			return fmt.Errorf("%w: %s %s: expected at most %s", ErrInvalid, d.field, d.v, d.max)
+		}
+	}
+	if err := ValidateCount("retries", r.Retries, 0, MaxRetries); err != nil {
+		return err
+	}
+	if err := r.SimLoad.Validate(); err != nil {
+		return InField("sim_load", err)
+	}
+	if r.Model != nil {
+		if err := r.Model.validate(); err != nil {
+			return err
+		}
+		if r.Resources.GPUs == 0 {
+			res := r.Resources
+			res.GPUs = 1 // the planner fills the count; check the rest
+			return res.Validate()
+		}
+	}
+	return r.Resources.Validate()
+}
+
+func validateCommand(cmd []string) error {
+	if len(cmd) == 0 || strings.TrimSpace(cmd[0]) == "" {
+		return fmt.Errorf("%w: command: required (the program and its arguments)", ErrInvalid)
+	}
+	if len(cmd) > MaxCommandArgs {
+		return fmt.Errorf("%w: command: %d arguments, at most %d", ErrInvalid, len(cmd), MaxCommandArgs)
+	}
+	total := 0
+	for i, a := range cmd {
+		total += len(a) + 1
+		if total > MaxCommandBytes {
+			return fmt.Errorf("%w: command: more than %d bytes", ErrInvalid, MaxCommandBytes)
+		}
+		if err := CheckText(fmt.Sprintf("command[%d]", i), a, MaxCommandBytes, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("%w: env: %d variables, at most %d", ErrInvalid, len(env), MaxEnvVars)
+	}
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
+		total += len(k) + len(v) + 2
+		if total > MaxEnvBytes {
+			return fmt.Errorf("%w: env: more than %d bytes", ErrInvalid, MaxEnvBytes)
+		}
+		if len(k) > MaxEnvKeyLen || !envKeyRe.MatchString(k) {
+			return fmt.Errorf("%w: env %s: expected a variable name (letters, digits, '_', not starting with a digit, at most %d)", ErrInvalid, Quote(k), MaxEnvKeyLen)
+		}
+		if slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "GPUFLEET_") {
+			return fmt.Errorf("%w: env %s is set by gpufleet", ErrInvalid, Quote(k))
+		}
+		if err := CheckText("env "+k, v, MaxEnvBytes, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *ModelRequest) validate() error {
+	if err := CheckText("model.name", m.Name, MaxWordLen, false); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		field string
+		v     string
+	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}} {
+		if err := CheckText(f.field, f.v, 32, false); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+		max   int
+	}{
+		{"model.batch", m.Batch, 1 << 20}, {"model.input_tokens", m.InputTokens, 1 << 24}, {"model.output_tokens", m.OutputTokens, 1 << 24},
+		{"model.seq", m.Seq, 1 << 24}, {"model.micro_batch", m.MicroBatch, 1 << 20}, {"model.global_batch", m.GlobalBatch, 1 << 24},
+		{"model.zero", m.ZeRO, 3}, {"model.tp", m.TP, MaxNodeGPUs}, {"model.pp", m.PP, 1 << 10},
+	} {
+		if err := ValidateCount(n.field, n.v, 0, n.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks a resource request against the limits: counts, sizes,
+// the vocabulary of every field, and bounded lists and labels.
+func (r Resources) Validate() error {
+	if err := ValidateCount("resources.gpus", r.GPUs, 1, MaxFleetGPUs); err != nil {
+		return err
+	}
+	if err := ValidateCount("resources.nodes", r.Nodes, 0, min(r.GPUs, MaxFleetNodes)); err != nil {
+		return err
+	}
+	if r.Nodes > 1 && r.GPUs%r.Nodes != 0 {
+		return fmt.Errorf("%w: resources.nodes %d: expected a divisor of resources.gpus %d", ErrInvalid, r.Nodes, r.GPUs)
+	}
+	if r.Nodes > 1 && !r.Sharing.Exclusive() {
+		return fmt.Errorf("%w: resources.sharing %s: shared GPUs (mig, timeslice) cannot span nodes", ErrInvalid, r.Sharing)
+	}
+	if len(r.GPUModels) > MaxListLen {
+		return fmt.Errorf("%w: resources.gpu_models: %d entries, at most %d", ErrInvalid, len(r.GPUModels), MaxListLen)
+	}
+	for i, m := range r.GPUModels {
+		if err := CheckText(fmt.Sprintf("resources.gpu_models[%d]", i), m, MaxWordLen, false); err != nil {
+			return err
+		}
+		if strings.TrimSpace(m) == "" {
+			return fmt.Errorf("%w: resources.gpu_models[%d]: empty", ErrInvalid, i)
+		}
+	}
+	if r.GPUMemoryMinBytes < 0 || r.GPUMemoryMinBytes > MaxGPUMemory {
+		return fmt.Errorf("%w: resources.gpu_memory_min_bytes %d: expected 0 to %d (%s)", ErrInvalid, r.GPUMemoryMinBytes, MaxGPUMemory, MaxGPUMemory)
+	}
+	if err := r.MinComputeCapability.Validate(); err != nil {
+		return InField("resources.min_compute_capability", err)
+	}
+	if r.Precision != "" && !r.Precision.Valid() {
+		_, err := ParsePrecision(string(r.Precision))
+		return InField("resources.precision", err)
+	}
+	if err := r.Interconnect.Validate(); err != nil {
+		return InField("resources.interconnect", err)
+	}
+	if err := r.Sharing.Validate(); err != nil {
+		return InField("resources.sharing", err)
+	}
+	if err := r.Prefer.Validate(); err != nil {
+		return InField("resources.prefer", err)
+	}
+	if len(r.NodeSelector) > MaxListLen {
+		return fmt.Errorf("%w: resources.node_selector: %d labels, at most %d", ErrInvalid, len(r.NodeSelector), MaxListLen)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.NodeSelector)) {
+		if k == "" {
+			return fmt.Errorf("%w: resources.node_selector: empty label name", ErrInvalid)
+		}
+		if err := CheckText("resources.node_selector key", k, MaxWordLen, false); err != nil {
+			return err
+		}
+		if err := CheckText("resources.node_selector."+k, r.NodeSelector[k], MaxWordLen, false); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(r.CPUs) || r.CPUs < 0 || r.CPUs > MaxCPUs {
+		return fmt.Errorf("%w: resources.cpus %g: expected a CPU count from 0 (no limit) to %d", ErrInvalid, r.CPUs, MaxCPUs)
+	}
+	if r.MemoryBytes != 0 && (r.MemoryBytes < MinHostMemory || r.MemoryBytes > MaxHostMemory) {
+		return fmt.Errorf("%w: resources.memory_bytes %d: expected 0 (no limit) or %s to %s", ErrInvalid, r.MemoryBytes, MinHostMemory, MaxHostMemory)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package gpufleet_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+func TestParseSharing(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    gpufleet.Sharing
+		wantErr string
+	}{
+		"empty is exclusive":      {in: "", want: gpufleet.Sharing{}},
+		"exclusive":               {in: "exclusive", want: gpufleet.Sharing{}},
+		"mig profile":             {in: "mig:1g.18gb", want: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"}},
+		"mig profile upper case":  {in: "mig:1G.18GB", want: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"}},
+		"mig media extension":     {in: "mig:1g.24gb+me", want: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.24gb+me"}},
+		"time slice":              {in: "timeslice:0.25", want: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 0.25}},
+		"whole time slice":        {in: "timeslice:1", want: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 1}},
+		"exclusive with argument": {in: "exclusive:1", wantErr: "takes no argument"},
+		"mig without profile":     {in: "mig:", wantErr: "mig:PROFILE"},
+		"mig nonsense":            {in: "mig:big", wantErr: "mig:PROFILE"},
+		"slice above one":         {in: "timeslice:2", wantErr: "timeslice:F"},
+		"slice zero":              {in: "timeslice:0", wantErr: "timeslice:F"},
+		"slice too fine":          {in: "timeslice:0.0001", wantErr: "timeslice:F"},
+		"slice not a number":      {in: "timeslice:NaN", wantErr: "timeslice:F"},
+		"slice infinite":          {in: "timeslice:+Inf", wantErr: "timeslice:F"},
+		"unknown kind":            {in: "vgpu:a100", wantErr: "expected exclusive, mig:PROFILE or timeslice:F"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := gpufleet.ParseSharing(tc.in)
+			if tc.wantErr != "" {
+				if !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParseSharing(%q) = %v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParseSharing(%q) = %#v, %v; want %#v", tc.in, got, err, tc.want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate(%v): %v", got, err)
+			}
+			again, err := gpufleet.ParseSharing(got.String())
+			if err != nil || again != got {
+				t.Errorf("round trip of %v through %q gave %v, %v", got, got.String(), again, err)
+			}
+		})
+	}
+}
+
+func TestComputeCapability(t *testing.T) {
+	for in, want := range map[string]gpufleet.ComputeCapability{"8.0": {8, 0}, "9.0": {9, 0}, "10.0": {10, 0}, "12.1": {12, 1}} {
+		got, err := gpufleet.ParseComputeCapability(in)
+		if err != nil || got != want || got.String() != in {
+			t.Errorf("ParseComputeCapability(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "9", "nine", "9.", ".0", "9.x", "+9.0", "9.+0", "0.0", "100.0", "9.10", "-1.0", " 9.0"} {
+		if got, err := gpufleet.ParseComputeCapability(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseComputeCapability(%q) = %v, %v; want ErrInvalid", in, got, err)
+		}
+	}
+	a100, h100 := gpufleet.ComputeCapability{Major: 8}, gpufleet.ComputeCapability{Major: 9}
+	switch {
+	case !h100.AtLeast(a100) || a100.AtLeast(h100):
+		t.Error("9.0 and 8.0 compare wrongly")
+	case !(gpufleet.ComputeCapability{}).AtLeast(gpufleet.ComputeCapability{}) || (gpufleet.ComputeCapability{}).AtLeast(a100):
+		t.Error("an unknown capability meets the zero minimum and no other")
+	}
+}
+
+func TestParsePriorityAndPrecision(t *testing.T) {
+	for _, p := range gpufleet.Priorities() {
+		if got, err := gpufleet.ParsePriority(string(p)); err != nil || got != p {
+			t.Errorf("ParsePriority(%q) = %v, %v", p, got, err)
+		}
+	}
+	if gpufleet.Production.Rank() != 0 || gpufleet.Batch.Rank() != 3 || gpufleet.Priority("x").Rank() != 4 {
+		t.Error("ranks: production first, batch last, unknown below all")
+	}
+	for _, in := range []string{"", "Production", "urgent"} {
+		if _, err := gpufleet.ParsePriority(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParsePriority(%q) accepted", in)
+		}
+	}
+	precisions := map[string]gpufleet.Precision{"fp16": gpufleet.FP16, "FP16": gpufleet.FP16, " fp8 ": gpufleet.FP8,
+		"bfloat16": gpufleet.BF16, "half": gpufleet.FP16, "fp4": gpufleet.FP4, "int8": gpufleet.INT8}
+	for in, want := range precisions {
+		if got, err := gpufleet.ParsePrecision(in); err != nil || got != want {
+			t.Errorf("ParsePrecision(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "fp12", "int4"} {
+		if _, err := gpufleet.ParsePrecision(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParsePrecision(%q) accepted", in)
+		}
+	}
+}
+
+func TestParseHumanForms(t *testing.T) {
+	durations := map[string]float64{"90s": 90, "4h": 14400, "1h30m": 5400, "2d": 172800, "1.5d": 129600, "3600": 3600, "1.5": 1.5, " 10m ": 600, "0": 0}
+	for in, want := range durations {
+		d, err := gpufleet.ParseDuration(in)
+		if err != nil || d.Seconds() != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %vs", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"", "soon", "-5s", "-1", "NaN", "1e300", "9999999999h", "inf", "-0.5d"} {
+		if _, err := gpufleet.ParseDuration(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseDuration(%q) accepted", in)
+		}
+	}
+	sizes := map[string]gpufleet.Bytes{"80GiB": 80 << 30, "141GB": 141e9, "40Gi": 40 << 30, "512MB": 512e6, "1024": 1024, "1.5GiB": 3 << 29, "80 GiB": 80 << 30, "10gib": 10 << 30}
+	for in, want := range sizes {
+		n, err := gpufleet.ParseBytes(in)
+		if err != nil || n != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1GiB", "GiB", "1e30TB", "NaN"} {
+		if _, err := gpufleet.ParseBytes(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseBytes(%q) accepted", in)
+		}
+	}
+	for in, want := range map[gpufleet.Bytes]string{80 << 30: "80GiB", 3 << 29: "1.5GiB", 512: "512B"} {
+		if got := in.String(); got != want {
+			t.Errorf("Bytes(%d).String() = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestVocabularyInJSON checks that the request's words travel as strings
+// (sizes as integers) and come back the same, and that JSON numbers mean
+// seconds and bytes.
+func TestVocabularyInJSON(t *testing.T) {
+	in := `{"priority":"training","resources":{"gpus":2,"gpu_memory_min_bytes":"80GiB","min_compute_capability":"9.0",` +
+		`"precision":"bf16","interconnect":"nvlink","sharing":"timeslice:0.5","prefer":"fastest"},"command":["x"],` +
+		`"time_limit":3600,"estimate":"2d","grace":"30s","sim_load":"idle"}`
+	var r gpufleet.JobRequest
+	if err := json.Unmarshal([]byte(in), &r); err != nil {
+		t.Fatal(err)
+	}
+	want := gpufleet.JobRequest{Priority: gpufleet.Training, Command: []string{"x"}, SimLoad: gpufleet.SimIdle,
+		TimeLimit: gpufleet.Duration(time.Hour), Estimate: gpufleet.Duration(48 * time.Hour), Grace: gpufleet.Duration(30 * time.Second),
+		Resources: gpufleet.Resources{GPUs: 2, GPUMemoryMinBytes: 80 << 30, MinComputeCapability: gpufleet.ComputeCapability{Major: 9},
+			Precision: gpufleet.BF16, Interconnect: gpufleet.NVLink, Sharing: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 0.5}, Prefer: gpufleet.Fastest}}
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Fatalf("decoded (-want +got):\n%s", diff)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(r)
+	for _, s := range []string{`"gpu_memory_min_bytes":85899345920`, `"min_compute_capability":"9.0"`, `"sharing":"timeslice:0.5"`, `"time_limit":"1h0m0s"`} {
+		if !strings.Contains(string(out), s) {
+			t.Errorf("encoded %s lacks %s", out, s)
+		}
+	}
+	var back gpufleet.JobRequest
+	if err := json.Unmarshal(out, &back); err != nil || cmp.Diff(r, back) != "" {
+		t.Errorf("round trip: %v\n%s", err, cmp.Diff(r, back))
+	}
+	if out, _ := json.Marshal(gpufleet.Resources{GPUs: 1}); string(out) != `{"gpus":1}` {
+		t.Errorf("an exclusive request with nothing else encodes as %s", out)
+	}
+}
+
+func TestQuoteClips(t *testing.T) {
+	long := strings.Repeat("é", 1000)
+	q := gpufleet.Quote(long)
+	if len(q) > gpufleet.QuoteLimit+40 || !strings.Contains(q, "(2000 bytes)") {
+		t.Errorf("Quote of 2000 bytes gave %d bytes: %.80s...", len(q), q)
+	}
+	if q := gpufleet.Quote("a\x00b"); q != `"a\x00b"` {
+		t.Errorf("Quote shows control characters escaped: %s", q)
+	}
+}
