@@ -85,12 +85,17 @@ type Config struct {
 	Runner     RunnerConfig
 }
 
-// credential is DATA_DIR/credential.json (mode 0600).
+// credential is DATA_DIR/credential.json (mode 0600): the node credential
+// and the server's heartbeat interval and fence timeout, so that an agent
+// restarted while it cannot register (a spent join token, the server
+// away) still fences its attempts in time.
 type credential struct {
-	Node       string    `json:"node"`
-	Credential string    `json:"credential"`
-	IssuedAt   time.Time `json:"issued_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
+	Node        string    `json:"node"`
+	Credential  string    `json:"credential"`
+	IssuedAt    time.Time `json:"issued_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	HeartbeatS  float64   `json:"heartbeat_s,omitempty"`
+	FenceAfterS float64   `json:"fence_after_s,omitempty"`
 }
 
 // Agent is one node's agent.
@@ -192,15 +197,29 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.mu.Lock()
-	a.lastOK = a.now() // the fence timer starts with the agent
+	// The fence timer runs from the last word from the server, before a
+	// restart too.
+	a.lastOK = a.lastContact(a.now())
 	if err := readJSON(a.credPath(), &a.cred); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.log.Warn("ignoring unreadable credential file", "err", err)
 	}
 	if a.cred.Node != a.cfg.Name {
 		a.cred = credential{}
 	}
+	a.setTimingLocked(a.cred.HeartbeatS, a.cred.FenceAfterS)
+	known, heartbeat, fence := a.fenceAfter > 0, a.heartbeat, a.fenceAfter
 	a.mu.Unlock()
+	if known {
+		a.log.Info("timing from the stored credential", "heartbeat", heartbeat, "fence_after", fence)
+	}
 	a.runner.Poll()
+	if !known {
+		// Without a fence nothing guarantees that these attempts stop
+		// before the server gives their jobs to another node.
+		if n := a.runner.Fence("the agent does not know its fence timeout (no stored setting; it has not registered yet)", a.cfg.FenceGrace); n > 0 {
+			a.log.Warn("fence timeout unknown: stopping the attempts it supervises until the server says it", "attempts", n)
+		}
+	}
 
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){a.sampleLoop, a.pollLoop, a.shipLoop} {
@@ -309,21 +328,56 @@ func (a *Agent) register(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt}
-	if resp.HeartbeatS > 0 {
-		a.heartbeat = time.Duration(resp.HeartbeatS * float64(time.Second))
-	}
-	a.fenceAfter = a.cfg.FenceAfter
-	if a.fenceAfter <= 0 && resp.FenceAfterS > 0 {
-		a.fenceAfter = time.Duration(resp.FenceAfterS * float64(time.Second))
-	}
+	a.setTimingLocked(resp.HeartbeatS, resp.FenceAfterS)
 	a.sendInventory, a.registered, a.lastOK, a.renewAfter = true, true, now, time.Time{}
-	if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
-		a.log.Error("storing the node credential", "err", err)
-	}
-	a.runner.SetFence(a.fenceAfter, a.cfg.FenceGrace)
+	a.storeCredentialLocked()
 	a.touchAlive()
 	a.log.Info("registered", "heartbeat", a.heartbeat, "fence_after", a.fenceAfter, "credential_expires", resp.ExpiresAt)
 	return nil
+}
+
+// setTimingLocked takes the server's heartbeat interval and fence timeout
+// (seconds; 0: not given) into the agent, the runner (for the supervisors
+// of attempts it starts) and the stored credential. A positive
+// --fence-after overrides the server's fence. It reports whether anything
+// changed; a.mu must be held.
+func (a *Agent) setTimingLocked(heartbeatS, fenceS float64) bool {
+	changed := false
+	if d := secondsDuration(heartbeatS); d > 0 && d != a.heartbeat {
+		a.heartbeat, a.cred.HeartbeatS, changed = d, heartbeatS, true
+	}
+	fence := a.cfg.FenceAfter
+	if fence <= 0 {
+		fence = secondsDuration(fenceS)
+	}
+	if fence > 0 && fence != a.fenceAfter {
+		a.fenceAfter, changed = fence, true
+		a.runner.SetFence(fence, a.cfg.FenceGrace)
+		a.writeAlive(fence)
+	}
+	if fenceS > 0 {
+		a.cred.FenceAfterS = fenceS
+	}
+	return changed
+}
+
+// secondsDuration converts a setting in seconds, refusing what no server
+// sends (negative, NaN, beyond a day).
+func secondsDuration(s float64) time.Duration {
+	if !(s > 0 && s <= 86400) {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// storeCredentialLocked writes credential.json; a.mu must be held.
+func (a *Agent) storeCredentialLocked() {
+	if a.cred.Credential == "" {
+		return
+	}
+	if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
+		a.log.Error("storing the node credential", "err", err)
+	}
 }
 
 // maybeRenew swaps the node credential for a fresh one once two thirds of
@@ -345,11 +399,11 @@ func (a *Agent) maybeRenew(ctx context.Context) {
 	resp, err := a.cp.RenewCredential(ctx, c.Credential)
 	if err == nil {
 		a.mu.Lock()
-		a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt}
+		a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt,
+			HeartbeatS: a.cred.HeartbeatS, FenceAfterS: a.cred.FenceAfterS}
+		a.setTimingLocked(resp.HeartbeatS, resp.FenceAfterS)
 		a.renewAfter = time.Time{}
-		if err := writeJSONAtomic(a.credPath(), a.cred, 0o600); err != nil {
-			a.log.Error("storing the node credential", "err", err)
-		}
+		a.storeCredentialLocked()
 		a.mu.Unlock()
 		a.log.Info("renewed the node credential", "expires", resp.ExpiresAt)
 		return
@@ -396,6 +450,10 @@ func (a *Agent) beat(ctx context.Context) error {
 	if inv {
 		a.sendInventory = false
 	}
+	if a.setTimingLocked(resp.HeartbeatS, resp.FenceAfterS) {
+		a.storeCredentialLocked()
+		a.log.Info("timing from the server", "heartbeat", a.heartbeat, "fence_after", a.fenceAfter)
+	}
 	a.acks = slices.DeleteFunc(a.acks, func(id string) bool { return slices.Contains(req.FaultAcks, id) })
 	maps.Copy(a.sentEvidence, sent)
 	if len(sent) > 0 {
@@ -432,18 +490,57 @@ func (a *Agent) touchAlive() {
 	p := a.alivePath()
 	now := time.Now()
 	if err := os.Chtimes(p, now, now); err != nil {
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			a.log.Warn("marking the agent alive for supervisors", "err", err)
-		}
+		a.writeAlive(a.fenceAfter)
 	}
+}
+
+// writeAlive writes the alive file with the fence timeout the agent now
+// keeps: supervisors follow the latest one, whatever their attempt was
+// started with (see aliveFence). It keeps the file's time, which only a
+// word from the server moves: a new file is as old as the epoch, silent.
+func (a *Agent) writeAlive(fence time.Duration) {
+	p := a.alivePath()
+	keep := time.Unix(0, 0)
+	if fi, err := os.Stat(p); err == nil {
+		keep = fi.ModTime()
+	}
+	tmp := p + ".tmp"
+	err := os.WriteFile(tmp, []byte(strconv.FormatInt(int64(fence), 10)+"\n"), 0o644)
+	if err == nil {
+		err = os.Chtimes(tmp, keep, keep)
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		a.log.Warn("writing the fence timeout for supervisors", "err", err)
+	}
+}
+
+// lastContact is when the agent last heard from the server, as the alive
+// file says (its time survives a restart of the agent); now when the agent
+// has never heard from it.
+func (a *Agent) lastContact(now time.Time) time.Time {
+	if fi, err := os.Stat(a.alivePath()); err == nil && fi.ModTime().Before(now) && fi.ModTime().Unix() > 0 {
+		return fi.ModTime()
+	}
+	return now
 }
 
 func (a *Agent) alivePath() string { return a.cfg.Runner.AliveFile }
 
 // apply carries out a heartbeat answer.
 func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
+	a.mu.Lock()
+	fenced := a.fenceAfter > 0
+	a.mu.Unlock()
 	for _, as := range resp.Start {
-		if !a.runner.Known(as.AttemptID) {
+		switch {
+		case !fenced:
+			// An older server that says nothing of the fence: no attempt
+			// may start that nothing would stop in time.
+			a.log.Warn("not starting an attempt: the fence timeout is unknown", "attempt", as.AttemptID)
+		case !a.runner.Known(as.AttemptID):
 			a.runner.Start(as)
 		}
 	}

@@ -227,18 +227,20 @@ func supervise(dir string) (exitRecord, error) {
 }
 
 // selfFence watches spec.AliveFile and, once the agent has been silent for
-// spec.FenceAfter, stops the process group pgid: checkpoint signal, grace,
-// SIGTERM, SIGKILL. It says why on fenced and returns when done is closed.
+// its fence timeout, stops the process group pgid: checkpoint signal,
+// grace, SIGTERM, SIGKILL. The timeout is the one the agent last wrote
+// into the alive file (it follows the server's setting), else
+// spec.FenceAfter. It says why on fenced and returns when done is closed.
 func selfFence(spec superviseSpec, pgid int, logf *os.File, fenced chan<- string, done <-chan struct{}) {
-	if spec.AliveFile == "" || spec.FenceAfter <= 0 {
+	if spec.AliveFile == "" {
 		return
 	}
-	every := min(spec.FenceAfter/4, time.Second)
-	t := time.NewTicker(every)
+	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	// The agent writes the file before it starts any attempt, so a file
 	// that is gone (the agent's data removed) is as silent as a stale one.
 	last := time.Now()
+	fence := spec.FenceAfter
 	for {
 		select {
 		case <-done:
@@ -247,11 +249,14 @@ func selfFence(spec superviseSpec, pgid int, logf *os.File, fenced chan<- string
 		}
 		if fi, err := os.Stat(spec.AliveFile); err == nil {
 			last = fi.ModTime()
+			if f := aliveFence(spec.AliveFile); f > 0 {
+				fence = f
+			}
 		}
-		if time.Since(last) <= spec.FenceAfter {
-			continue // the agent is alive
+		if fence <= 0 || time.Since(last) <= fence {
+			continue // the agent is alive (or never said how long to wait)
 		}
-		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(last).Round(time.Second), spec.FenceAfter)
+		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(last).Round(time.Second), fence)
 		fmt.Fprintf(logf, "gpufleet: %s: stopping the attempt\n", why)
 		fenced <- why
 		steps := []struct {
@@ -458,4 +463,18 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(data, v)
+}
+
+// aliveFence reads the fence timeout the agent wrote into its alive file
+// (nanoseconds), 0 when it wrote none.
+func aliveFence(path string) time.Duration {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // ProtocolVersion is the agent protocol this build speaks. The agent
 // protocol is lenient: unknown fields are ignored, so neighbouring
 // versions work together during an upgrade.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // RegisterRequest is an agent joining with a join token.
 type RegisterRequest struct {
@@ -182,6 +183,12 @@ type HeartbeatResponse struct {
 	// FullEvidence asks for every GPU's evidence in the next heartbeat:
 	// this replica does not hold it (a restart, a new leader).
 	FullEvidence bool `json:"full_evidence,omitempty"`
+	// HeartbeatS and FenceAfterS repeat the registration's settings
+	// (protocol 2), so that an agent that could not register again, a
+	// restarted one with a spent join token, learns its fence from the
+	// first answer: it starts nothing until it knows it.
+	HeartbeatS  float64 `json:"heartbeat_s,omitempty"`
+	FenceAfterS float64 `json:"fence_after_s,omitempty"`
 }
 
 // AgentService is what the agent endpoints need.
@@ -204,4 +211,243 @@ type WatchService interface {
 	// Watch returns events visible to p after id since (0: from now) until
 	// ctx is done.
 	Watch(ctx context.Context, p Principal, since int64) (<-chan gpufleet.Event, error)
+}
+
+// Protocol versions a server of this build takes: its own and its
+// neighbours, so that agents and servers can be upgraded one at a time.
+// Version 2 adds heartbeat_s and fence_after_s to every heartbeat answer.
+const (
+	MinProtocolVersion = ProtocolVersion - 1
+	MaxProtocolVersion = ProtocolVersion + 1
+)
+
+// Bounds on what one agent reports.
+const (
+	maxAgentLabels   = 128       // labels and versions, each
+	maxLabelValueLen = 1024      // one label or version value
+	maxReports       = 4096      // attempts in one report
+	maxAcks          = 1024      // fault acks, validations
+	maxIDLen         = 128       // attempt, job, order and GPU ids
+	maxDetailLen     = 4096      // a validation's detail, an attempt's reason
+	maxURLLen        = 2048      // metrics_url
+	maxSamples       = 8 * 256   // GPUs and MIG instances of one node
+	maxMIGPerGPU     = 8         // MIG instances of one GPU
+	maxCounter       = 1 << 62   // no counter of a heartbeat is near this
+	maxGPUSeconds    = 1e15      // per attempt, far beyond any real run
+	maxEnergyJoules  = 1e18      // per attempt or GPU counter
+	maxMemoryBytes   = 1<<50 - 1 // one GPU's memory
+)
+
+func checkProtocol(v int) error {
+	if v < MinProtocolVersion || v > MaxProtocolVersion {
+		return fmt.Errorf("%w: protocol_version %d: this server speaks %d to %d; upgrade the agent or the server", gpufleet.ErrInvalid, v, MinProtocolVersion, MaxProtocolVersion)
+	}
+	return nil
+}
+
+// Validate checks a registration at the edge: the protocol version, the
+// node name, bounded labels, versions and inventory, and the attempts it
+// reports. Unknown fields were already ignored (the protocol is lenient).
+func (r *RegisterRequest) Validate() error {
+	if err := checkProtocol(r.ProtocolVersion); err != nil {
+		return err
+	}
+	if err := gpufleet.ValidateNodeName("node", r.Node); err != nil {
+		return err
+	}
+	if err := checkLabels("labels", r.Labels); err != nil {
+		return err
+	}
+	if err := checkLabels("versions", r.Versions); err != nil {
+		return err
+	}
+	if err := checkInventory(r.GPUs); err != nil {
+		return err
+	}
+	if err := gpufleet.CheckText("metrics_url", r.MetricsURL, maxURLLen, false); err != nil {
+		return err
+	}
+	return checkReports(r.Attempts)
+}
+
+// Validate checks a heartbeat at the edge, as RegisterRequest.Validate
+// does a registration.
+func (r *HeartbeatRequest) Validate() error {
+	if err := checkProtocol(r.ProtocolVersion); err != nil {
+		return err
+	}
+	if len(r.Samples) > maxSamples {
+		return fmt.Errorf("%w: samples: %d, at most %d", gpufleet.ErrInvalid, len(r.Samples), maxSamples)
+	}
+	for i := range r.Samples {
+		if err := r.Samples[i].validate(fmt.Sprintf("samples[%d]", i)); err != nil {
+			return err
+		}
+	}
+	if err := checkInventory(r.GPUs); err != nil {
+		return err
+	}
+	if err := checkReports(r.Attempts); err != nil {
+		return err
+	}
+	if err := gpufleet.CheckText("metrics_url", r.MetricsURL, maxURLLen, false); err != nil {
+		return err
+	}
+	if len(r.FaultAcks) > maxAcks || len(r.Validations) > maxAcks || len(r.MissingGPUs) > maxSamples {
+		return fmt.Errorf("%w: fault_acks, validations or missing_gpus: too many entries", gpufleet.ErrInvalid)
+	}
+	for i, id := range r.FaultAcks {
+		if err := gpufleet.CheckText(fmt.Sprintf("fault_acks[%d]", i), id, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	for i, v := range r.Validations {
+		if err := gpufleet.CheckText(fmt.Sprintf("validations[%d].id", i), v.ID, maxIDLen, false); err != nil {
+			return err
+		}
+		if err := gpufleet.CheckText(fmt.Sprintf("validations[%d].detail", i), v.Detail, maxDetailLen, true); err != nil {
+			return err
+		}
+	}
+	for i, id := range r.MissingGPUs {
+		if err := gpufleet.CheckText(fmt.Sprintf("missing_gpus[%d]", i), id, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkLabels(field string, m map[string]string) error {
+	if len(m) > maxAgentLabels {
+		return fmt.Errorf("%w: %s: %d entries, at most %d", gpufleet.ErrInvalid, field, len(m), maxAgentLabels)
+	}
+	for k, v := range m {
+		if k == "" {
+			return fmt.Errorf("%w: %s: empty name", gpufleet.ErrInvalid, field)
+		}
+		if err := gpufleet.CheckText(field+" key", k, gpufleet.MaxWordLen, false); err != nil {
+			return err
+		}
+		if err := gpufleet.CheckText(field+"."+k, v, maxLabelValueLen, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkInventory(gpus []gpufleet.NodeGPU) error {
+	if len(gpus) > gpufleet.MaxNodeGPUs {
+		return fmt.Errorf("%w: gpus: %d, at most %d per node", gpufleet.ErrInvalid, len(gpus), gpufleet.MaxNodeGPUs)
+	}
+	for i, g := range gpus {
+		field := fmt.Sprintf("gpus[%d]", i)
+		if g.UUID == "" {
+			return fmt.Errorf("%w: %s.uuid: required", gpufleet.ErrInvalid, field)
+		}
+		for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"model", g.Model}, {"nvlink_domain", g.NVLinkDomain}} {
+			if err := gpufleet.CheckText(field+"."+f.name, f.v, maxIDLen, false); err != nil {
+				return err
+			}
+		}
+		if g.Index < 0 || g.Index >= gpufleet.MaxNodeGPUs || g.MemoryBytes < 0 || g.MemoryBytes > maxMemoryBytes {
+			return fmt.Errorf("%w: %s: index %d or memory_bytes %d out of range", gpufleet.ErrInvalid, field, g.Index, g.MemoryBytes)
+		}
+		if len(g.MIGInstances) > maxMIGPerGPU {
+			return fmt.Errorf("%w: %s.mig_instances: %d, at most %d", gpufleet.ErrInvalid, field, len(g.MIGInstances), maxMIGPerGPU)
+		}
+		for j, m := range g.MIGInstances {
+			if m.UUID == "" {
+				return fmt.Errorf("%w: %s.mig_instances[%d].uuid: required", gpufleet.ErrInvalid, field, j)
+			}
+			if err := gpufleet.CheckText(fmt.Sprintf("%s.mig_instances[%d]", field, j), m.UUID+m.Profile, 2*maxIDLen, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkReports(reports []AttemptReport) error {
+	if len(reports) > maxReports {
+		return fmt.Errorf("%w: attempts: %d, at most %d", gpufleet.ErrInvalid, len(reports), maxReports)
+	}
+	for i, a := range reports {
+		field := fmt.Sprintf("attempts[%d]", i)
+		for _, f := range []struct {
+			name, v string
+			max     int
+		}{{"attempt_id", a.AttemptID, maxIDLen}, {"job_id", a.JobID, maxIDLen}, {"state", string(a.State), maxIDLen},
+			{"reason", a.Reason, maxDetailLen}, {"reason_code", a.ReasonCode, maxIDLen}} {
+			if err := gpufleet.CheckText(field+"."+f.name, f.v, f.max, f.name == "reason"); err != nil {
+				return err
+			}
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+			max  float64
+		}{{"gpu_seconds", a.GPUSeconds, maxGPUSeconds}, {"effective_gpu_seconds", a.EffectiveGPUSeconds, maxGPUSeconds}, {"energy_joules", a.EnergyJoules, maxEnergyJoules}} {
+			if !(f.v >= 0 && f.v <= f.max) {
+				return fmt.Errorf("%w: %s.%s %g: expected 0 to %g", gpufleet.ErrInvalid, field, f.name, f.v, f.max)
+			}
+		}
+	}
+	return nil
+}
+
+// validate checks one GPU's sample: an id, fractions within 0-1, and
+// readings within physical bounds, so that no report can poison the
+// rollups or the health rules with NaN, negative or absurd values.
+func (s *GPUSample) validate(field string) error {
+	if s.UUID == "" {
+		return fmt.Errorf("%w: %s.uuid: required", gpufleet.ErrInvalid, field)
+	}
+	if err := gpufleet.CheckText(field+".uuid", s.UUID, maxIDLen, false); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name     string
+		v        *float64
+		min, max float64
+	}{
+		{"utilization", s.Utilization, 0, 1}, {"sm_activity", s.SMActivity, 0, 1}, {"dram_activity", s.DRAMActivity, 0, 1},
+		{"tensor_activity", s.TensorActivity, 0, 1}, {"power_watts", s.PowerWatts, 0, 1e5},
+		{"energy_joules_total", s.EnergyJoulesTotal, 0, maxEnergyJoules}, {"temperature_c", s.TemperatureC, -100, 500},
+	} {
+		if f.v != nil && !(*f.v >= f.min && *f.v <= f.max) {
+			return fmt.Errorf("%w: %s.%s %g: expected %g to %g", gpufleet.ErrInvalid, field, f.name, *f.v, f.min, f.max)
+		}
+	}
+	if s.MemoryUsedBytes != nil && (*s.MemoryUsedBytes < 0 || *s.MemoryUsedBytes > maxMemoryBytes) {
+		return fmt.Errorf("%w: %s.memory_used_bytes %d: out of range", gpufleet.ErrInvalid, field, *s.MemoryUsedBytes)
+	}
+	if s.ECCUncorrected != nil && (*s.ECCUncorrected < 0 || *s.ECCUncorrected > maxCounter) {
+		return fmt.Errorf("%w: %s.ecc_uncorrected %d: out of range", gpufleet.ErrInvalid, field, *s.ECCUncorrected)
+	}
+	if e := s.Evidence; e != nil {
+		for _, f := range []struct {
+			name string
+			v    *int
+			max  int
+		}{{"pcie_gen", e.PCIeGen, 16}, {"pcie_width", e.PCIeWidth, 64}, {"pcie_max_gen", e.PCIeMaxGen, 16}, {"pcie_max_width", e.PCIeMaxWidth, 64},
+			{"nvlink_links_up", e.NVLinkLinksUp, 64}, {"nvlink_links_total", e.NVLinkLinksTotal, 64}} {
+			if f.v != nil && (*f.v < 0 || *f.v > f.max) {
+				return fmt.Errorf("%w: %s.evidence.%s %d: expected 0 to %d", gpufleet.ErrInvalid, field, f.name, *f.v, f.max)
+			}
+		}
+	}
+	if len(s.ThrottleReasons) > 64 || len(s.XIDs) > maxAcks {
+		return fmt.Errorf("%w: %s: too many throttle_reasons or xids", gpufleet.ErrInvalid, field)
+	}
+	for _, r := range s.ThrottleReasons {
+		if err := gpufleet.CheckText(field+".throttle_reasons", r, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	for _, x := range s.XIDs {
+		if x < 0 || x > 1<<20 {
+			return fmt.Errorf("%w: %s.xids: %d out of range", gpufleet.ErrInvalid, field, x)
+		}
+	}
+	return nil
 }

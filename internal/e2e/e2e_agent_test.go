@@ -26,6 +26,7 @@ type agentProc struct {
 	t          *testing.T
 	name       string
 	dataDir    string
+	prog       string // the program to run: the gpufleet binary, or ip for an agent in a namespace
 	args       []string
 	cmd        *exec.Cmd
 	exited     chan struct{}
@@ -33,27 +34,39 @@ type agentProc struct {
 	logPath    string
 }
 
-// startAgent runs an agent with simulated GPUs against p.
+// startAgent runs an agent with simulated GPUs against p, joined with a
+// reusable join token bound to its name.
 func startAgent(t *testing.T, p *serverProc, admin *api.Client, name, simGPUs string, extra ...string) *agentProc {
 	t.Helper()
 	jt, err := admin.CreateJoinToken(t.Context(), api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAgentWithToken(t, p.url, jt.Token, name, simGPUs, extra...)
+}
+
+// startAgentWithToken runs an agent joined with the given join token.
+func startAgentWithToken(t *testing.T, serverURL, token, name, simGPUs string, extra ...string) *agentProc {
+	t.Helper()
 	dir := t.TempDir()
-	a := &agentProc{t: t, name: name, dataDir: dir, logPath: filepath.Join(dir, "agent.log"),
-		args: append([]string{"agent", "--server", p.url, "--join-token", jt.Token, "--name", name, "--data-dir", dir,
-			"--backend", "sim", "--sim-gpus", simGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "1s",
-			"--sample-interval", "200ms", "--log-level", "debug"}, extra...)}
+	a := &agentProc{t: t, name: name, dataDir: dir, logPath: filepath.Join(dir, "agent.log"), prog: binary(t),
+		args: append(agentArgs(serverURL, token, name, dir, simGPUs), extra...)}
 	a.start()
 	return a
+}
+
+// agentArgs are the flags of a test agent.
+func agentArgs(serverURL, token, name, dir, simGPUs string) []string {
+	return []string{"agent", "--server", serverURL, "--join-token", token, "--name", name, "--data-dir", dir,
+		"--backend", "sim", "--sim-gpus", simGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "1s",
+		"--sample-interval", "200ms", "--log-level", "debug"}
 }
 
 func (a *agentProc) start() {
 	t := a.t
 	t.Helper()
 	os.Remove(filepath.Join(a.dataDir, "agent.json"))
-	cmd := exec.Command(binary(t), a.args...)
+	cmd := exec.Command(a.prog, a.args...)
 	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -73,39 +72,17 @@ func startAgentInNetns(t *testing.T, ns, serverURL string, admin *api.Client, na
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAgentInNetnsWithToken(t, ns, serverURL, jt.Token, name, simGPUs)
+}
+
+// startAgentInNetnsWithToken is startAgentInNetns with a given join token.
+func startAgentInNetnsWithToken(t *testing.T, ns, serverURL, token, name, simGPUs string) *agentProc {
+	t.Helper()
 	dir := t.TempDir()
-	a := &agentProc{t: t, name: name, dataDir: dir, logPath: filepath.Join(dir, "agent.log"),
-		args: []string{"netns", "exec", ns, binary(t), "agent", "--server", serverURL, "--join-token", jt.Token, "--name", name,
-			"--data-dir", dir, "--backend", "sim", "--sim-gpus", simGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "1s",
-			"--fence-grace", "1s", "--sample-interval", "200ms", "--log-level", "debug"}}
-	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", a.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	a.cmd, a.exited = cmd, make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(a.exited) }()
+	a := &agentProc{t: t, name: name, dataDir: dir, logPath: filepath.Join(dir, "agent.log"), prog: "ip",
+		args: append([]string{"netns", "exec", ns, binary(t)}, append(agentArgs(serverURL, token, name, dir, simGPUs), "--fence-grace", "1s")...)}
+	a.start()
 	reapAttempts(t, a)
-	eventually(t, 15*time.Second, "agent "+name+" in "+ns+" writes agent.json", func() error {
-		select {
-		case <-a.exited:
-			log, _ := os.ReadFile(a.logPath)
-			t.Fatalf("agent %s exited:\n%s", name, log)
-		default:
-		}
-		data, err := os.ReadFile(filepath.Join(dir, "agent.json"))
-		if err != nil {
-			return err
-		}
-		var info struct {
-			MetricsURL string `json:"metrics_url"`
-		}
-		return json.Unmarshal(data, &info)
-	})
 	return a
 }
 

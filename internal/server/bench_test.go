@@ -64,7 +64,7 @@ func BenchmarkJudge(b *testing.B) {
 	now := time.Now()
 	b.ResetTimer()
 	for i := range b.N {
-		r := api.HeartbeatRequest{Samples: benchSamples("n1", float64(i), true)}
+		r := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: benchSamples("n1", float64(i), true)}
 		if err := f.srv.judge(ctx, p.Node, r, now.Add(time.Duration(i)*time.Second)); err != nil {
 			b.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	var node api.Principal
 	var as api.Assignment
 	for _, p := range []api.Principal{n1, n2} {
-		if hb, _ := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{}); len(hb.Start) == 1 {
+		if hb, _ := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) == 1 {
 			node, as = p, hb.Start[0]
 		}
 	}
@@ -38,10 +38,10 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 		other = n1
 	}
 	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{Attempts: run})
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 
 	lost := "GPU-" + node.Node + "-d"
-	if _, err := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{Attempts: run, MissingGPUs: []string{lost},
+	if _, err := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, MissingGPUs: []string{lost},
 		Samples: []api.GPUSample{{UUID: lost, XIDs: []int{79}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,17 +51,17 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 		t.Fatalf("after XID 79: state %s (%s), health %s (%s)", n.State, n.StateReason, n.Health, n.HealthReason)
 	}
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{Attempts: run, MissingGPUs: []string{lost}})
+	hb, _ := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, MissingGPUs: []string{lost}})
 	if len(hb.Stop) != 1 || hb.Stop[0].ReasonCode != "drain" {
 		t.Fatalf("the drained node's attempt is not stopped: %+v", hb)
 	}
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{MissingGPUs: []string{lost},
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, MissingGPUs: []string{lost},
 		Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "drained"}}})
 	f.cycle()
 	if got := f.job(j.ID); got.Retries.Used != 0 || got.Interruptions != 1 {
 		t.Errorf("job after the drain: retries used %d, interruptions %d", got.Retries.Used, got.Interruptions)
 	}
-	if hb, _ := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{}); len(hb.Start) != 1 {
+	if hb, _ := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 1 {
 		t.Errorf("the job did not move to %s: %+v", other.Node, hb)
 	}
 	f.cycle()
@@ -77,12 +77,12 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{MissingGPUs: []string{lost}})
+	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, MissingGPUs: []string{lost}})
 	if len(hb.Validate) != 1 || len(hb.Validate[0].GPUs) != 0 {
 		t.Fatalf("validating node got no whole-node check: %+v", hb.Validate)
 	}
 	order := hb.Validate[0]
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{MissingGPUs: []string{lost},
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, MissingGPUs: []string{lost},
 		Validations: []api.ValidationResult{{ID: order.ID, Passed: false, Detail: "gpu 3 is missing from discovery"}}})
 	n, _ = f.srv.Node(ctx, f.admin, node.Node)
 	if n.State != gpufleet.NodeRepairing || !strings.Contains(n.StateReason, "validation failed") {
@@ -92,12 +92,12 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	// Repaired again; the GPU is back and the check passes.
 	f.srv.NodeAction(ctx, f.admin, node.Node, api.Repaired)
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{})
+	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	if len(hb.Validate) != 1 || hb.Validate[0].ID == order.ID {
 		t.Fatalf("second validation order: %+v (first %s)", hb.Validate, order.ID)
 	}
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "8 gpus ok"}}})
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{})
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "8 gpus ok"}}})
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	n, _ = f.srv.Node(ctx, f.admin, node.Node)
 	if n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.Health != gpufleet.Healthy }) {
 		t.Fatalf("after validation passed: %s %s %+v", n.State, n.Health, n.GPUs)
@@ -128,7 +128,7 @@ func TestGPUDrainStopsOnlyThatGPUsWork(t *testing.T) {
 	j1 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
 	j2 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	if len(hb.Start) != 2 {
 		t.Fatalf("starts: %+v", hb.Start)
 	}
@@ -138,10 +138,10 @@ func TestGPUDrainStopsOnlyThatGPUsWork(t *testing.T) {
 	}
 	bad := hb.Start[0]
 	yes := true
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run, Samples: []api.GPUSample{
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, Samples: []api.GPUSample{
 		{UUID: bad.GPUs[0], Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run})
+	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 	if len(hb.Stop) != 1 || hb.Stop[0].AttemptID != bad.AttemptID || !strings.Contains(hb.Stop[0].Reason, "draining") {
 		t.Fatalf("stops: %+v, want only %s", hb.Stop, bad.AttemptID)
 	}
@@ -166,7 +166,7 @@ func TestCircuitBreakerStopsMassQuarantine(t *testing.T) {
 	f.cycle() // lead
 	for _, p := range nodes[:2] {
 		lost := "GPU-" + p.Node + "-a"
-		f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{MissingGPUs: []string{lost}, Samples: []api.GPUSample{{UUID: lost, XIDs: []int{79}}}})
+		f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, MissingGPUs: []string{lost}, Samples: []api.GPUSample{{UUID: lost, XIDs: []int{79}}}})
 	}
 	n1, _ := f.srv.Node(ctx, f.admin, "n1")
 	n2, _ := f.srv.Node(ctx, f.admin, "n2")
@@ -191,23 +191,23 @@ func TestGPURepairReturnsTheNodeToHealthy(t *testing.T) {
 	f.cycle()
 	yes := true
 	bad := "GPU-n1-a"
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
 	f.cycle() // draining with nothing on it: repairing
 	n, _ := f.srv.Node(ctx, f.admin, "n1")
 	if n.GPUs[0].State != gpufleet.NodeRepairing || n.Health == gpufleet.Healthy {
 		t.Fatalf("after the remap: gpu %s, node %s", n.GPUs[0].State, n.Health)
 	}
 	no := false
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &no}}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &no}}}})
 	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Repaired); err != nil {
 		t.Fatal(err)
 	}
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	if len(hb.Validate) != 1 || !slices.Equal(hb.Validate[0].GPUs, []string{bad}) {
 		t.Fatalf("validation order: %+v", hb.Validate)
 	}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "ok"}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "ok"}}})
 	n, _ = f.srv.Node(ctx, f.admin, "n1")
 	if n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || n.HealthReason != "" ||
 		n.GPUs[0].State != gpufleet.NodeReady || n.GPUs[0].Health != gpufleet.Healthy {
@@ -224,7 +224,7 @@ func TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain(t *testing.T) {
 	ctx := t.Context()
 	n1 := f.node("n1", "l4", 1)
 	f.cycle()
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	f.clk.Advance(f.srv.cfg.HeartbeatGrace + time.Second)
 	f.cycle()
 	f.clk.Advance(time.Second)
@@ -237,7 +237,7 @@ func TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain(t *testing.T) {
 	if c := countKind(evs, "node.unhealthy"); c != 1 {
 		t.Errorf("%d node.unhealthy events, want 1", c)
 	}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	n, _ = f.srv.Node(ctx, f.admin, "n1")
 	if n.Health != gpufleet.Healthy || n.State != gpufleet.NodeReady {
 		t.Fatalf("after a heartbeat: %s %s (%s)", n.State, n.Health, n.HealthReason)
@@ -265,7 +265,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
 	tr := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 0 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 0 {
 		t.Fatalf("training took the spare: %+v", hb.Start)
 	}
 	if q := f.job(tr.ID).Queue; q == nil || !strings.Contains(q.Reason, "held free for production failover") {
@@ -273,7 +273,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	}
 	f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "production", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 1 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 1 {
 		t.Fatalf("production did not start on the spare: %+v", hb.Start)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
-
-var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // liveNode is what the server keeps in memory about a node between
 // heartbeats; it is persisted only when something changes.
@@ -164,8 +161,8 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 // credential. A node that registers again (after an agent restart) keeps
 // its state and reconciles its attempts at the next heartbeat.
 func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterRequest) (api.RegisterResponse, error) {
-	if !nodeNameRe.MatchString(r.Node) {
-		return api.RegisterResponse{}, fmt.Errorf("%w: node %q: expected a DNS label (lower-case letters, digits, '-')", gpufleet.ErrInvalid, r.Node)
+	if err := r.Validate(); err != nil {
+		return api.RegisterResponse{}, err
 	}
 	id, secret, ok := strings.Cut(strings.TrimPrefix(joinToken, joinPrefix), "_")
 	if !strings.HasPrefix(joinToken, joinPrefix) || !ok {
@@ -178,10 +175,7 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		}
 		return api.RegisterResponse{}, err
 	}
-	for i, g := range r.GPUs {
-		if g.UUID == "" {
-			return api.RegisterResponse{}, fmt.Errorf("%w: gpus[%d].uuid: required", gpufleet.ErrInvalid, i)
-		}
+	for _, g := range r.GPUs {
 		if _, err := s.cat.Lookup(g.Model); err != nil {
 			s.log.Warn("unknown gpu model", "node", r.Node, "model", g.Model)
 		}
@@ -252,6 +246,9 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	if p.Node == "" || (r.Node != "" && r.Node != p.Node) {
 		return api.HeartbeatResponse{}, fmt.Errorf("%w: a node may only report for itself", api.ErrForbidden)
 	}
+	if err := r.Validate(); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
 	if !s.Leader() {
 		// Liveness and orders live with the leader: a follower sends the
 		// agent on to another replica (the client fails over on 503).
@@ -317,7 +314,7 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 			s.nudge()
 		}
 	}
-	resp := api.HeartbeatResponse{ProtocolVersion: api.ProtocolVersion}
+	resp := api.HeartbeatResponse{ProtocolVersion: api.ProtocolVersion, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}
 	s.mu.Lock()
 	o := s.leader.orders[p.Node]
 	for _, as := range o.start {

@@ -27,7 +27,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	if err != nil || len(hb.Start) != 1 {
 		t.Fatalf("start: %+v %v", hb, err)
 	}
@@ -43,7 +43,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	// reading), draws 500 W; minute 2: it idles at 1%.
 	beat := func(util float64, energy float64, xids ...int) {
 		t.Helper()
-		_, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run, Samples: []api.GPUSample{
+		_, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, Samples: []api.GPUSample{
 			{UUID: held, Utilization: ptr(util), PowerWatts: ptr(500.0), EnergyJoulesTotal: ptr(energy),
 				MemoryUsedBytes: ptr(int64(util * 1e9)), TemperatureC: ptr(40 + 40*util), XIDs: xids},
 			{UUID: free, Utilization: ptr(0.0), SMActivity: ptr(0.0), PowerWatts: ptr(70.0)},

@@ -157,7 +157,7 @@ func TestJobRunsThroughItsLifecycle(t *testing.T) {
 		t.Fatalf("submitted job: %+v", j)
 	}
 	f.cycle()
-	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1"})
+	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestJobRunsThroughItsLifecycle(t *testing.T) {
 		t.Fatalf("heartbeat should assign the job on 4 GPUs: %+v", hb)
 	}
 	as := hb.Start[0]
-	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}}); err != nil {
+	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.job(j.ID); got.State != gpufleet.JobRunning || got.StartedAt == nil {
@@ -173,7 +173,7 @@ func TestJobRunsThroughItsLifecycle(t *testing.T) {
 	}
 	f.clk.Advance(10 * time.Second)
 	zero := 0
-	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID,
+	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID,
 		State: gpufleet.AttemptSucceeded, ExitCode: &zero, GPUSeconds: 40, EffectiveGPUSeconds: 30, EnergyJoules: 20000}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -269,9 +269,9 @@ func TestSilentNodeLosesAttemptsOnlyAfterFence(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Retries: 1})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1"})
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1"})
 	as := hb.Start[0]
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}})
 
 	// Silent past the heartbeat grace: down, but the attempt is not lost
 	// yet: the agent may still be running it until it fences itself.
@@ -301,19 +301,19 @@ func TestCancelStopsARunningAttempt(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1"})
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1"})
 	as := hb.Start[0]
 	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: run})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: run})
 	if _, err := f.srv.CancelJob(ctx, a, j.ID); err != nil {
 		t.Fatal(err)
 	}
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: run})
+	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: run})
 	if len(hb.Stop) != 1 || hb.Stop[0].AttemptID != as.AttemptID {
 		t.Fatalf("heartbeat after cancel should stop the attempt: %+v", hb)
 	}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "cancelled"}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "cancelled"}}})
 	if got := f.job(j.ID); got.State != gpufleet.JobCancelled {
 		t.Fatalf("job after its attempt stopped: %s, want cancelled", got.State)
 	}
@@ -390,7 +390,7 @@ func TestAgentsCannotTouchOtherNodesAttempts(t *testing.T) {
 	f.cycle()
 	var as api.Assignment
 	for _, n := range []api.Principal{n1, n2} {
-		hb, _ := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{})
+		hb, _ := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 		if len(hb.Start) == 1 {
 			as = hb.Start[0]
 		}
@@ -400,11 +400,11 @@ func TestAgentsCannotTouchOtherNodesAttempts(t *testing.T) {
 		other = n2
 	}
 	zero := 0
-	f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptSucceeded, ExitCode: &zero}}})
+	f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptSucceeded, ExitCode: &zero}}})
 	if got := f.job(j.ID); got.State != gpufleet.JobScheduled {
 		t.Fatalf("another node's report changed the job to %s", got.State)
 	}
-	if _, err := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{Node: "n9"}); !errors.Is(err, api.ErrForbidden) {
+	if _, err := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Node: "n9"}); !errors.Is(err, api.ErrForbidden) {
 		t.Errorf("heartbeat for another node: %v, want forbidden", err)
 	}
 }
@@ -416,25 +416,25 @@ func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Retries: 0})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{})
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
 	as := hb.Start[0]
 	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Drain); err != nil {
 		t.Fatal(err)
 	}
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: run})
+	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 	if len(hb.Stop) != 1 || hb.Stop[0].ReasonCode != "drain" {
 		t.Fatalf("heartbeat after drain should stop the attempt: %+v", hb)
 	}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "drained"}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "drained"}}})
 	got := f.job(j.ID)
 	if got.State != gpufleet.JobQueued || got.Retries.Used != 0 || got.Interruptions != 1 {
 		t.Fatalf("job after drain: %s, retries used %d, interruptions %d; want queued, 0, 1", got.State, got.Retries.Used, got.Interruptions)
 	}
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{}); len(hb.Start) != 0 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 0 {
 		t.Errorf("a draining node got new work: %+v", hb.Start)
 	}
 }
