@@ -3,7 +3,6 @@ package gpufleet
 import (
 	"fmt"
 	"maps"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,9 +58,10 @@ const (
 	// one GPU model, class, label key or label value.
 	MaxListLen = 64
 	MaxWordLen = 256
-	// MaxTeamWeight bounds a team's fair-share weight; weights are
-	// relative, so a million to one is the widest spread that means
-	// anything.
+	// MinTeamWeight and MaxTeamWeight bound a team's fair-share weight;
+	// weights are relative, so a million to one either way is the widest
+	// spread that means anything.
+	MinTeamWeight = 1e-6
 	MaxTeamWeight = 1e6
 )
 
@@ -97,11 +97,11 @@ func ValidateCount(field string, n, min, max int) error {
 	return nil
 }
 
-// ValidateWeight checks a fair-share weight: a finite number in
-// (0, MaxTeamWeight].
+// ValidateWeight checks a fair-share weight: a number from MinTeamWeight
+// to MaxTeamWeight.
 func ValidateWeight(field string, w float64) error {
-	if math.IsNaN(w) || w <= 0 || w > MaxTeamWeight {
-		return fmt.Errorf("%w: %s %g: expected a number above 0, at most %g", ErrInvalid, field, w, float64(MaxTeamWeight))
+	if !(w >= MinTeamWeight && w <= MaxTeamWeight) {
+		return &ValueError{Field: field, Value: strconv.FormatFloat(w, 'g', -1, 64), Want: fmt.Sprintf("expected %g to %g", MinTeamWeight, float64(MaxTeamWeight))}
 	}
 	return nil
 }

@@ -135,6 +135,14 @@ type Job struct {
 	Attempts []Attempt `json:"attempts"`
 	// Queue is the job's place in the queue while it is queued.
 	Queue *QueueEntry `json:"queue,omitempty"`
+	// Reason and ReasonCode say why a job ended without its attempts
+	// deciding it: invalid_request for a stored job the scheduler could
+	// not take. Empty otherwise: the attempts say why.
+	Reason     string `json:"reason,omitempty"`
+	ReasonCode string `json:"reason_code,omitempty"`
+	// Defect is set by the store when the stored job does not decode (a
+	// row written by hand or by another version); Validate refuses it.
+	Defect string `json:"-"`
 }
 
 // AttemptNode is one node of an attempt with its GPU or MIG UUIDs.

@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Interconnect is what a multi-GPU job needs between its GPUs on a node.
@@ -349,4 +350,37 @@ func (r Resources) Validate() error {
 		return fmt.Errorf("%w: resources.memory_bytes %d: expected 0 (no limit) or %s to %s", ErrInvalid, r.MemoryBytes, MinHostMemory, MaxHostMemory)
 	}
 	return nil
+}
+
+// Validate checks a stored job as JobRequest.Validate checks a request:
+// the store is an edge too, since a row may have been written by hand, by
+// another version or by a bug. The leader fails a job that does not pass
+// (reason code invalid_request) instead of scheduling it.
+func (j *Job) Validate() error {
+	if j.Defect != "" {
+		return fmt.Errorf("%w: stored job: %s", ErrInvalid, j.Defect)
+	}
+	if !j.Priority.Valid() {
+		_, err := ParsePriority(string(j.Priority))
+		return InField("priority", err)
+	}
+	if err := j.Resources.Validate(); err != nil {
+		return err
+	}
+	if err := validateCommand(j.Command); err != nil {
+		return err
+	}
+	if err := validateEnv(j.Env); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		field string
+		v     *float64
+		max   time.Duration
+	}{{"time_limit_s", j.TimeLimitS, MaxDuration}, {"estimate_s", j.EstimateS, MaxDuration}, {"grace_s", j.GraceS, MaxGrace}} {
+		if d.v != nil && !(*d.v >= 0 && *d.v <= d.max.Seconds()) {
+			return fmt.Errorf("%w: %s %g: expected 0 to %g", ErrInvalid, d.field, *d.v, d.max.Seconds())
+		}
+	}
+	return ValidateCount("retries.max", j.Retries.Max, 0, MaxRetries)
 }

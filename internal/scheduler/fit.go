@@ -86,7 +86,13 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 		return sh
 	}
 	key := string(s.keyBuf)
-	sh := &shape{id: int32(len(s.shapes)), key: key, gpus: int32(r.GPUs), nodes: int32(r.Nodes), profile: -1, prefer: prefer}
+	sh := &shape{id: int32(len(s.shapes)), key: key, profile: -1, prefer: prefer}
+	// Counts are held in 32 bits: narrow only what the limits allow. A
+	// request beyond them (a stored row no validation saw) is invalid,
+	// never wrapped around.
+	if r.GPUs > 0 && r.GPUs <= gpufleet.MaxFleetGPUs && r.Nodes >= 0 && r.Nodes <= gpufleet.MaxFleetNodes {
+		sh.gpus, sh.nodes = int32(r.GPUs), int32(r.Nodes)
+	}
 	sh.kind = r.Sharing.Kind
 	if sh.kind == "" {
 		sh.kind = gpufleet.Exclusive
@@ -98,8 +104,12 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	switch {
 	case r.GPUs <= 0:
 		sh.invalid = "asks for no GPUs"
+	case r.GPUs > gpufleet.MaxFleetGPUs:
+		sh.invalid = fmt.Sprintf("asks for %d GPUs, more than the %d a fleet may have", r.GPUs, gpufleet.MaxFleetGPUs)
 	case r.Nodes < 0:
 		sh.invalid = "asks for a negative node count"
+	case r.Nodes > gpufleet.MaxFleetNodes:
+		sh.invalid = fmt.Sprintf("asks for %d nodes, more than the %d a fleet may have", r.Nodes, gpufleet.MaxFleetNodes)
 	case r.Nodes > 1 && r.GPUs%r.Nodes != 0:
 		sh.invalid = fmt.Sprintf("%d GPUs do not spread evenly over %d nodes", r.GPUs, r.Nodes)
 	case r.Nodes > 1 && sh.kind != gpufleet.Exclusive:
@@ -107,7 +117,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	case sh.kind == gpufleet.TimeSlice && (r.Sharing.Fraction <= 0 || r.Sharing.Fraction > 1):
 		sh.invalid = fmt.Sprintf("time-slice fraction %g is outside (0, 1]", r.Sharing.Fraction)
 	case sh.kind != gpufleet.Exclusive && sh.kind != gpufleet.MIG && sh.kind != gpufleet.TimeSlice:
-		sh.invalid = fmt.Sprintf("unknown sharing %q", sh.kind)
+		sh.invalid = fmt.Sprintf("unknown sharing %s", gpufleet.Quote(string(sh.kind)))
 	}
 	if sh.kind == gpufleet.TimeSlice {
 		sh.units = int32(math.Round(r.Sharing.Fraction * unit))
@@ -120,7 +130,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 			sh.profile = p
 		}
 	}
-	if r.Nodes > 1 {
+	if r.Nodes > 1 && sh.invalid == "" {
 		sh.multi = true
 		sh.perNode = int32(r.GPUs / r.Nodes)
 	}

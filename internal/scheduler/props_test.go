@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,7 +227,7 @@ func checkOutput(t *rapid.T, in scheduler.Input, out scheduler.Output) {
 			t.Fatalf("job %s spans models %v", j.ID, models)
 		}
 		for m := range models {
-			if a := j.Resources.GPUModels; len(a) > 0 && !slices.Contains(a, m) {
+			if a := j.Resources.GPUModels; len(a) > 0 && !slices.ContainsFunc(a, func(name string) bool { return names(in, name, m) }) {
 				t.Fatalf("job %s on %s, allowed %v", j.ID, m, a)
 			}
 		}
@@ -345,4 +346,12 @@ func TestPropertyQuotaGuaranteed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// names reports whether an allowlist entry names model id: the id, the
+// catalog's name or an alias, or a class holding it.
+func names(in scheduler.Input, entry, id string) bool {
+	g := in.Models[id]
+	return strings.EqualFold(entry, id) || strings.EqualFold(entry, g.Name) || slices.Contains(in.Classes[entry], id) ||
+		slices.ContainsFunc(g.Aliases, func(a string) bool { return strings.EqualFold(a, entry) })
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -36,6 +37,8 @@ type leaderState struct {
 	lastFull  time.Time
 	lastEvent int64
 	withWork  map[string]bool
+	// valid are the active jobs that passed validation (screen).
+	valid map[string]bool
 }
 
 type nodeOrders struct {
@@ -60,7 +63,7 @@ func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
 	for {
-		if err := s.Cycle(ctx); err != nil && ctx.Err() == nil {
+		if err := s.safeCycle(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("scheduling cycle failed", "err", err)
 		}
 		select {
@@ -70,6 +73,20 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-s.wake:
 		}
 	}
+}
+
+// safeCycle runs Cycle and turns a panic into an error: no cycle takes
+// the leader down (the scheduler's own panics are isolated to the job
+// that causes them; see scheduleSafely).
+func (s *Server) safeCycle(ctx context.Context) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.dirty.Store(true)
+			s.log.Error("leader cycle panicked", "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("leader cycle panicked: %v", v)
+		}
+	}()
+	return s.Cycle(ctx)
 }
 
 // Cycle runs one leader cycle. It is exported for tests that step time.
@@ -220,12 +237,23 @@ func (s *Server) loseSilentNodes(ctx context.Context, jobs []gpufleet.Job, now t
 // schedule snapshots the store, runs the scheduler and persists the
 // decision fenced by epoch.
 func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) error {
+	jobs, fails, stops := s.screen(jobs)
 	in, byID, err := s.snapshot(ctx, now, jobs, nodes)
 	if err != nil {
 		return err
 	}
-	out := scheduler.Schedule(in)
-	d := store.Decision{At: now}
+	out, guilty, err := s.scheduleSafely(ctx, in)
+	if err != nil {
+		return err
+	}
+	d := store.Decision{At: now, Fails: fails, Stops: stops}
+	for _, id := range slices.Sorted(maps.Keys(guilty)) {
+		if a := activeAttempt(byID[id]); a != nil {
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: guilty[id], ReasonCode: ReasonInvalidRequest})
+		} else {
+			d.Fails = append(d.Fails, store.Fail{JobID: id, Reason: guilty[id], ReasonCode: ReasonInvalidRequest})
+		}
+	}
 	for _, st := range out.Starts {
 		j := byID[st.Job]
 		start := store.Start{JobID: st.Job, AttemptID: "a-" + randomString(8), Fraction: 1}

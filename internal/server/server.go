@@ -159,6 +159,9 @@ type Server struct {
 
 	// agentExt relays fault orders and takes agents' logs (faults.go).
 	agentExt agentExtras
+
+	// decide is scheduler.Schedule; tests swap in one that panics.
+	decide func(scheduler.Input) scheduler.Output
 }
 
 var (
@@ -195,6 +198,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		gpus:         map[string]gpuInfo{},
 
 		pendingRollups: map[rollupKey]*store.RollupRow{},
+		decide:         scheduler.Schedule,
 	}
 	return s, nil
 }

@@ -36,11 +36,12 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 type fixture struct {
-	t     testing.TB
-	srv   *Server
-	st    store.Store
-	clk   *clock
-	admin api.Principal
+	t      testing.TB
+	srv    *Server
+	st     store.Store
+	dbPath string // the SQLite file
+	clk    *clock
+	admin  api.Principal
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureB(t) }
@@ -49,7 +50,8 @@ func newFixtureB(t testing.TB) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "gpufleet.db"), store.WithClock(clk.Now))
+	dbPath := filepath.Join(t.TempDir(), "gpufleet.db")
+	st, err := store.Open(ctx, dbPath, store.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func newFixtureB(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, srv: srv, st: st, clk: clk, admin: admin}
+	return &fixture{t: t, srv: srv, st: st, dbPath: dbPath, clk: clk, admin: admin}
 }
 
 // team creates a team and returns a member principal for it.

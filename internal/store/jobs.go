@@ -31,7 +31,8 @@ type jobSpec struct {
 // jobCols is the column list scanJob reads, in order.
 const jobCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
 	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
-	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start`
+	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
+	end_reason, end_reason_code`
 
 // activeStates are the job states ActiveJobs returns, as SQL.
 const activeStates = `('queued', 'scheduled', 'running')`
@@ -50,14 +51,19 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 		state                       string
 		retriesMax, used, interrupt int64
 	)
-	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &j.Priority, &j.RequestID, &spec,
+	var priority string
+	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &priority, &j.RequestID, &spec,
 		&retriesMax, &used, &interrupt, &submitted, &started, &finished,
-		&qpos, &qteam, &qreason, &qcode, &qest); err != nil {
+		&qpos, &qteam, &qreason, &qcode, &qest, &j.Reason, &j.ReasonCode); err != nil {
 		return j, err
 	}
+	j.Priority = gpufleet.Priority(priority)
 	var sp jobSpec
 	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
-		return j, fmt.Errorf("job %s: decode spec: %w", j.ID, err)
+		// A row this version cannot read stops nothing: the job is
+		// returned with its defect, and the leader fails it.
+		j.Defect = "spec does not decode: " + gpufleet.Quote(err.Error())
+		sp = jobSpec{}
 	}
 	j.State = gpufleet.JobState(state)
 	j.Resources, j.Command, j.Env, j.Workdir = sp.Resources, sp.Command, sp.Env, sp.Workdir
@@ -271,7 +277,7 @@ func (s *SQL) submitTx(reqs []*submitReq) error {
 	ctx := context.Background() // the group outlives any one caller
 	return s.write(ctx, func(tx *sql.Tx) error {
 		ins, err := s.prepare(ctx, tx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
-	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?)
+	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', ?)
 	ON CONFLICT DO NOTHING`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)

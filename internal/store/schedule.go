@@ -142,6 +142,9 @@ func (s *SQL) Lease(ctx context.Context) (Lease, error) {
 // stops it and reports stopped. A stop naming an attempt that has already
 // ended is skipped: the stop has happened.
 //
+// Fails: each turns its job failed with the reason, if it is still
+// queued (a job that moved on is skipped).
+//
 // Queue: the entries replace the queue information of every job; entries
 // for jobs no longer queued are ignored.
 func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error {
@@ -176,12 +179,39 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 				return err
 			}
 		}
+		for _, f := range d.Fails {
+			if err := s.failJob(ctx, tx, f, at); err != nil {
+				return err
+			}
+		}
 		if err := s.writeQueue(ctx, tx, d.Queue, at); err != nil {
 			return err
 		}
 		s.failpoint("schedule.before-commit")
 		return nil
 	})
+}
+
+// failJob applies one Fail inside ApplySchedule's transaction.
+func (s *SQL) failJob(ctx context.Context, tx *sql.Tx, f Fail, at time.Time) error {
+	var state, team string
+	err := tx.QueryRowContext(ctx, s.q(`SELECT state, team FROM jobs WHERE id = ?`+s.d.forUpdate), f.JobID).Scan(&state, &team)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("fail: %w", notFound("job", f.JobID))
+	}
+	if err != nil {
+		return fmt.Errorf("fail %s: %w", f.JobID, err)
+	}
+	if gpufleet.JobState(state) != gpufleet.JobQueued {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?,
+	queue_position = NULL, queue_team_position = NULL, queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL,
+	updated_at = ? WHERE id = ?`), nanos(at), f.Reason, f.ReasonCode, nanos(at), f.JobID); err != nil {
+		return fmt.Errorf("fail %s: %w", f.JobID, err)
+	}
+	return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: "scheduler", Kind: "job.failed", Object: f.JobID, Team: team,
+		Detail: f.ReasonCode + ": " + f.Reason})
 }
 
 // start applies one Start inside ApplySchedule's transaction.

@@ -102,11 +102,21 @@ type Stop struct {
 	ReasonCode string
 }
 
+// Fail ends a queued job the leader cannot schedule (reason code
+// invalid_request: a stored request beyond the limits, or one that made
+// the scheduler panic).
+type Fail struct {
+	JobID      string
+	Reason     string
+	ReasonCode string
+}
+
 // Decision is one scheduling cycle's outcome, written in one transaction.
 type Decision struct {
 	At     time.Time
 	Starts []Start
 	Stops  []Stop
+	Fails  []Fail
 	// Queue replaces the stored queue information of every queued job.
 	Queue []gpufleet.QueueEntry
 }

@@ -1,0 +1,177 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// ReasonInvalidRequest is the reason code of a job the leader fails
+// because the scheduler cannot take it: a stored request beyond the limits
+// (a row written around the API), or one that made the scheduler panic.
+const ReasonInvalidRequest = "invalid_request"
+
+// maxCulprits bounds the jobs one cycle fails for panics before it gives
+// up and tries again next cycle.
+const maxCulprits = 4
+
+// screen validates the active jobs read from the store, as SubmitJob
+// validated them on the way in: the store is an edge too. It returns the
+// jobs the scheduler may see and the decisions for the rest: a queued job
+// fails, an attempt of a running one is stopped (its job requeues, and
+// fails here next cycle). Jobs valid earlier in this leadership are not
+// checked again (a job's request never changes).
+func (s *Server) screen(jobs []gpufleet.Job) ([]gpufleet.Job, []store.Fail, []store.Stop) {
+	s.mu.Lock()
+	seen := s.leader.valid
+	s.mu.Unlock()
+	valid := make(map[string]bool, len(jobs))
+	ok := jobs[:0:0]
+	var fails []store.Fail
+	var stops []store.Stop
+	for _, j := range jobs {
+		if seen[j.ID] {
+			valid[j.ID] = true
+			ok = append(ok, j)
+			continue
+		}
+		err := j.Validate()
+		if err == nil {
+			valid[j.ID] = true
+			ok = append(ok, j)
+			continue
+		}
+		why := "the stored request does not pass validation: " + strings.TrimPrefix(err.Error(), gpufleet.ErrInvalid.Error()+": ")
+		s.log.Error("failing a stored job the scheduler cannot take", "job", j.ID, "team", j.Team, "err", err)
+		if a := activeAttempt(j); a != nil {
+			if !a.StopRequested {
+				stops = append(stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: ReasonInvalidRequest})
+			}
+			// Its GPUs stay held until the attempt has stopped.
+			ok = append(ok, holdingOnly(j, a))
+			continue
+		}
+		if j.State == gpufleet.JobQueued {
+			fails = append(fails, store.Fail{JobID: j.ID, Reason: why, ReasonCode: ReasonInvalidRequest})
+		}
+	}
+	s.mu.Lock()
+	s.leader.valid = valid
+	s.mu.Unlock()
+	return ok, fails, stops
+}
+
+// scheduleSafely runs the scheduler and survives a panic: it finds the
+// job that causes it, leaves it out and schedules the rest. It returns
+// the output and the jobs found guilty, with the panic in words.
+func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (scheduler.Output, map[string]string, error) {
+	out, perr := runSchedule(s.decide, in)
+	if perr == nil {
+		return out, nil, nil
+	}
+	guilty := map[string]string{}
+	for perr != nil {
+		s.log.Error("the scheduler panicked; looking for the job that causes it", "panic", perr.value, "stack", perr.stack)
+		if len(guilty) == maxCulprits {
+			return scheduler.Output{}, nil, fmt.Errorf("the scheduler panicked %d times this cycle: %v", maxCulprits+1, perr.value)
+		}
+		id, err := culprit(ctx, s.decide, in)
+		if err != nil {
+			return scheduler.Output{}, nil, fmt.Errorf("the scheduler panicked (%v) and no single job explains it: %w", perr.value, err)
+		}
+		guilty[id] = fmt.Sprintf("the scheduler panicked on this job (%v); it is left out so the rest of the queue runs", perr.value)
+		jobs := make([]scheduler.Job, 0, len(in.Jobs))
+		for _, j := range in.Jobs {
+			switch {
+			case j.ID != id:
+				jobs = append(jobs, j)
+			case j.Running():
+				// Its GPUs stay held until its attempt has stopped.
+				jobs = append(jobs, scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.Submitted,
+					Started: j.Started, Placement: j.Placement, Resources: gpufleet.Resources{GPUs: placed(j.Placement)}})
+			}
+		}
+		in.Jobs = jobs
+		out, perr = runSchedule(s.decide, in)
+	}
+	return out, guilty, nil
+}
+
+// panicked is a recovered panic with its stack.
+type panicked struct {
+	value any
+	stack string
+}
+
+// runSchedule calls the scheduler, turning a panic into a value.
+func runSchedule(decide func(scheduler.Input) scheduler.Output, in scheduler.Input) (out scheduler.Output, p *panicked) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &panicked{value: v, stack: string(debug.Stack())}
+		}
+	}()
+	return decide(in), nil
+}
+
+// culprit finds, by bisection on the jobs in id order, the first job whose
+// addition makes the scheduler panic: with jobs[:k-1] it does not, with
+// jobs[:k] it does. It takes about log2(n) calls; ctx bounds them.
+func culprit(ctx context.Context, decide func(scheduler.Input) scheduler.Output, in scheduler.Input) (string, error) {
+	jobs := slices.Clone(in.Jobs)
+	slices.SortFunc(jobs, func(a, b scheduler.Job) int { return strings.Compare(a.ID, b.ID) })
+	panics := func(k int) bool {
+		try := in
+		try.Jobs = jobs[:k]
+		try.Cache, try.FleetVersion = nil, 0
+		_, p := runSchedule(decide, try)
+		return p != nil
+	}
+	if !panics(len(jobs)) {
+		return "", fmt.Errorf("it does not panic again")
+	}
+	lo, hi := 0, len(jobs) // panics(lo) is false (no jobs), panics(hi) true
+	if panics(0) {
+		return "", fmt.Errorf("it panics with no jobs at all")
+	}
+	for hi-lo > 1 {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		mid := (lo + hi) / 2
+		if panics(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return jobs[hi-1].ID, nil
+}
+
+// holdingOnly is a running job reduced to what it holds: a request the
+// scheduler can always read, for the cycles until its attempt stops.
+func holdingOnly(j gpufleet.Job, a *gpufleet.Attempt) gpufleet.Job {
+	n := 0
+	for _, an := range a.Nodes {
+		n += len(an.GPUs)
+	}
+	h := j
+	h.Resources, h.Preemptible, h.Priority, h.Defect = gpufleet.Resources{GPUs: max(n, 1)}, false, gpufleet.Production, ""
+	if a.Fraction > 0 && a.Fraction < 1 {
+		h.Resources.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: a.Fraction}
+	}
+	return h
+}
+
+func placed(ps []scheduler.Placement) int {
+	n := 0
+	for _, p := range ps {
+		n += len(p.GPUs)
+	}
+	return max(n, 1)
+}
