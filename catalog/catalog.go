@@ -134,9 +134,9 @@ func (c *Catalog) Lookup(name string) (GPU, error) {
 		}
 	}
 	if s := c.suggest(normalize(name), 3); len(s) > 0 {
-		return GPU{}, fmt.Errorf("%w: unknown GPU %q (did you mean %s?)", gpufleet.ErrNotFound, name, strings.Join(s, ", "))
+		return GPU{}, fmt.Errorf("%w: unknown GPU %s (did you mean %s?)", gpufleet.ErrNotFound, gpufleet.Quote(name), strings.Join(s, ", "))
 	}
-	return GPU{}, fmt.Errorf("%w: unknown GPU %q", gpufleet.ErrNotFound, name)
+	return GPU{}, fmt.Errorf("%w: unknown GPU %s", gpufleet.ErrNotFound, gpufleet.Quote(name))
 }
 
 // suggest returns up to n distinct ids whose id or alias is closest to the

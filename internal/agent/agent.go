@@ -317,7 +317,8 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	req := api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, Labels: a.labels(),
-		Versions: versionMap(a.versions), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL}
+		Versions: versionMap(a.versions), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL,
+		Credential: a.cred.Credential}
 	a.mu.Unlock()
 	req.Attempts = a.runner.Reports()
 	resp, err := a.cp.Register(ctx, a.cfg.JoinToken, req)

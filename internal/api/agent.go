@@ -25,6 +25,10 @@ type RegisterRequest struct {
 	// Attempts lists the attempts the agent still runs (after a restart),
 	// so the server can reconcile them.
 	Attempts []AttemptReport `json:"attempts,omitempty"`
+	// Credential is the node credential the agent already holds, if any:
+	// it proves the agent is the node it names, so a join token bound to
+	// no name may register it again while the node is alive.
+	Credential string `json:"credential,omitempty"`
 }
 
 // RegisterResponse carries the node credential (secret shown once).

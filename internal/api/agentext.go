@@ -51,3 +51,10 @@ type FaultService interface {
 	// ClearFaults ends every fault of one GPU.
 	ClearFaults(ctx context.Context, p Principal, node string, gpu int) (FaultOrder, error)
 }
+
+// NodeReplacer replaces a node by another machine under the same name
+// (admin): the node's credential is revoked and a join token bound to the
+// name is issued. A server without it answers 422.
+type NodeReplacer interface {
+	ReplaceNode(ctx context.Context, p Principal, name string) (JoinTokenResponse, error)
+}

@@ -427,6 +427,14 @@ func (c *Client) CreateJoinToken(ctx context.Context, r JoinTokenRequest) (JoinT
 	return out, err
 }
 
+// ReplaceNode revokes a node's credential and returns a join token bound
+// to its name, for the machine that replaces it (admin).
+func (c *Client) ReplaceNode(ctx context.Context, name string) (JoinTokenResponse, error) {
+	var out JoinTokenResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/nodes/" + url.PathEscape(name) + "/replace"}, &out)
+	return out, err
+}
+
 // Usage returns accounting by team over [q.From, q.To) (zero times: the
 // server's default period).
 func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {

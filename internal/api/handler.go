@@ -130,6 +130,7 @@ func (h *handler) table() []routeDef {
 		r("POST", v1+"/nodes/{name}/uncordon", AuthAdmin, "Return a node to ready", h.nodeAction(Uncordon)),
 		r("POST", v1+"/nodes/{name}/drain", AuthAdmin, "Cordon a node and stop its attempts (they requeue)", h.nodeAction(Drain)),
 		r("POST", v1+"/nodes/{name}/repaired", AuthAdmin, "Mark a node (or its GPUs in repair) repaired: validating, then ready once the agent's check passes", h.nodeAction(Repaired)),
+		r("POST", v1+"/nodes/{name}/replace", AuthAdmin, "Replace a node by another machine of the same name: revoke its credential and issue a join token bound to the name", h.replaceNode),
 		r("POST", v1+"/nodes/{name}/faults", AuthAdmin, "Inject a fault into a simulated node's GPU", h.injectFault),
 		r("DELETE", v1+"/nodes/{name}/faults", AuthAdmin, "Clear the faults of a simulated node's GPU (?gpu=INDEX)", h.clearFaults),
 

@@ -67,3 +67,15 @@ func (h *handler) clearFaults(w http.ResponseWriter, r *http.Request, p Principa
 	}
 	return writeJSON(w, http.StatusAccepted, o)
 }
+
+func (h *handler) replaceNode(w http.ResponseWriter, r *http.Request, p Principal) error {
+	rs, ok := h.svc.(NodeReplacer)
+	if !ok {
+		return fmt.Errorf("%w: this server does not replace nodes", gpufleet.ErrUnsupported)
+	}
+	jt, err := rs.ReplaceNode(r.Context(), p, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, jt)
+}

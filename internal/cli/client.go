@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // clientEnv is what the client commands share: the process's env plus the
@@ -192,7 +193,10 @@ func (c *clientEnv) ago(t *time.Time) string {
 }
 
 // eta prints when t is, in relative words ("in 12m", "now", "unknown").
-func (c *clientEnv) eta(t *time.Time) string {
+func (c *clientEnv) eta(t *time.Time, code string) string {
+	if (t == nil || t.IsZero()) && scheduler.NeverStarts(code) {
+		return "never, as submitted"
+	}
 	if t == nil || t.IsZero() {
 		return "unknown"
 	}

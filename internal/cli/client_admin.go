@@ -14,7 +14,7 @@ import (
 )
 
 func newNodesCmd(c *clientEnv) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "nodes [NAME]",
 		Short: "List nodes with state, health and GPUs (or show one)",
 		Args:  cobra.MaximumNArgs(1),
@@ -41,6 +41,37 @@ func newNodesCmd(c *clientEnv) *cobra.Command {
 				return writeJSON(c.stdout, nodes)
 			}
 			return c.printNodes(nodes)
+		},
+	}
+	cmd.AddCommand(newNodeReplaceCmd(c))
+	return cmd
+}
+
+// newNodeReplaceCmd is `nodes replace NAME`.
+func newNodeReplaceCmd(c *clientEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "replace NAME",
+		Short: "Replace a node by another machine of the same name (admin)",
+		Long: `Revoke the node's credential, so its agent can no longer act as the node,
+and issue a join token bound to its name (valid for an hour) for the machine
+that replaces it: gpufleet agent --name NAME --join-token TOKEN. A join token
+bound to no name cannot take over a node that is alive; this is the admin's
+way to. The event log records who did it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			jt, err := cl.ReplaceNode(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, jt)
+			}
+			_, err = fmt.Fprintf(c.stdout, "node %s: credential revoked; start its replacement with\n  gpufleet agent --name %s --join-token %s\n", args[0], args[0], jt.Token)
+			return err
 		},
 	}
 }

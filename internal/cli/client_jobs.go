@@ -486,7 +486,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	}
 	if j.Queue != nil {
 		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s: %s",
-			j.Queue.Position, j.Queue.TeamPosition, c.eta(j.Queue.EstimatedStart), j.Queue.Reason)})
+			j.Queue.Position, j.Queue.TeamPosition, c.eta(j.Queue.EstimatedStart, j.Queue.ReasonCode), j.Queue.Reason)})
 	}
 	for _, row := range rows {
 		kv.row(row[0], row[1])
@@ -591,7 +591,7 @@ func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
 	}
 	t := newTable(c.stdout, cols...)
 	for _, e := range q {
-		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason), c.eta(e.EstimatedStart)}
+		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason), c.eta(e.EstimatedStart, e.ReasonCode)}
 		if c.output == outputWide {
 			start := "-"
 			if e.EstimatedStart != nil {

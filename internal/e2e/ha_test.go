@@ -178,8 +178,9 @@ func (h *ha) submit(ctx context.Context, c *api.Client, prefix string, n int) []
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			// Queued anyway: some tests build the queue before any GPU joins.
 			req := api.SubmitRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i), Command: []string{"sleep", "1"},
-				Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Second)}
+				Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Second), AllowUnsatisfiable: true}
 			for try := 0; ; try++ {
 				resp, err := c.SubmitJob(ctx, req)
 				if err == nil {

@@ -95,6 +95,7 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"POST /api/v1/nodes/{name}/uncordon": func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/uncordon", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/nodes/{name}/drain":    func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/drain", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/nodes/{name}/repaired": func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/repaired", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/nodes/{name}/replace":  func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/replace", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/nodes/{name}/faults": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/nodes/n1/faults", `{"gpu":0,"xid":79}`, tokA)
 			want(t, c, 403, b)

@@ -271,8 +271,9 @@ func TestWebDashboard(t *testing.T) {
 	busy := submit(teamA, api.SubmitRequest{Name: "a-train", Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}}, SimLoad: "compute", Command: sleep, Estimate: gpufleet.Duration(2 * time.Hour)})
 	submit(teamA, api.SubmitRequest{Name: "a-finetune", Resources: gpufleet.Resources{GPUs: 4, GPUModels: []string{"a100-sxm-80gb"}}, SimLoad: "memory", Command: sleep})
 	secret := submit(teamB, api.SubmitRequest{Name: "b-secret-idle", Resources: gpufleet.Resources{GPUs: 2, GPUModels: []string{"l4"}}, SimLoad: "idle", Command: sleep})
-	secretQueued := submit(teamB, api.SubmitRequest{Name: "b-secret-waiting", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep})
-	stuck := submit(teamA, api.SubmitRequest{Name: "a-needs-b200", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep})
+	// No B200 in this fleet: queued anyway, they wait as unplaceable.
+	secretQueued := submit(teamB, api.SubmitRequest{Name: "b-secret-waiting", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep, AllowUnsatisfiable: true})
+	stuck := submit(teamA, api.SubmitRequest{Name: "a-needs-b200", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep, AllowUnsatisfiable: true})
 	victim := submit(teamA, api.SubmitRequest{Name: "a-to-cancel", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}}, Command: sleep})
 	waitJob(t, admin, busy.ID, 20*time.Second, gpufleet.JobRunning)
 	waitJob(t, admin, victim.ID, 20*time.Second, gpufleet.JobRunning)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,11 @@ const (
 	// ReasonCycleLimit: Config.MaxPlacementsPerCycle was reached.
 	ReasonCycleLimit = "cycle_limit"
 )
+
+// NeverStarts reports whether a pending job with this reason code can
+// never start as submitted (EstimatedStart is nil for them): nothing in
+// the fleet matches it, or its team's quota never allows it.
+func NeverStarts(code string) bool { return code == ReasonUnplaceable || code == ReasonQuotaExceeded }
 
 // why is a decision's reason: a code and, when explaining, words.
 type why struct {
@@ -87,7 +93,13 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		return &why{code: ReasonUnplaceable, text: "invalid request: " + sh.invalid}
 	}
 	if len(sh.models) == 0 {
+		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
+			return &why{code: ReasonUnplaceable, text: "the fleet has no GPU: no node has joined"}
+		}
 		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
+	}
+	if len(sh.selector) > 0 && !s.anySelected(sh) {
+		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no node with a matching GPU carries node_selector %s", selectorText(sh.selector))}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
@@ -122,10 +134,44 @@ func describe(r *gpufleet.Resources) string {
 	if r.Sharing.Kind == gpufleet.MIG {
 		parts = append(parts, "MIG profile "+r.Sharing.Profile)
 	}
+	if len(r.NodeSelector) > 0 {
+		var sel [][2]string
+		for _, k := range sortedKeys(r.NodeSelector) {
+			sel = append(sel, [2]string{k, r.NodeSelector[k]})
+		}
+		parts = append(parts, "node_selector "+selectorText(sel))
+	}
 	if len(parts) == 0 {
 		return "the request"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// anySelected reports whether some node carries every label the shape
+// selects and has a GPU of a model the shape may use, in whatever state.
+func (s *sched) anySelected(sh *shape) bool {
+	allowed := s.modelSet(sh.models)
+	for ni := range s.f.nodes {
+		n := &s.f.nodes[ni]
+		if !selectorOK(n, sh.selector) {
+			continue
+		}
+		for gi := range n.gpus {
+			if allowed[n.gpus[gi].model] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// selectorText writes a node selector as rack=r12,zone=a.
+func selectorText(sel [][2]string) string {
+	parts := make([]string, len(sel))
+	for i, kv := range sel {
+		parts[i] = kv[0] + "=" + kv[1]
+	}
+	return strings.Join(parts, ",")
 }
 
 // diagnose explains why a shape does not fit the current fleet, with the

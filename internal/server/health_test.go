@@ -29,7 +29,7 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	var node api.Principal
 	var as api.Assignment
 	for _, p := range []api.Principal{n1, n2} {
-		if hb, _ := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) == 1 {
+		if hb, _ := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) == 1 {
 			node, as = p, hb.Start[0]
 		}
 	}
@@ -61,7 +61,7 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	if got := f.job(j.ID); got.Retries.Used != 0 || got.Interruptions != 1 {
 		t.Errorf("job after the drain: retries used %d, interruptions %d", got.Retries.Used, got.Interruptions)
 	}
-	if hb, _ := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 1 {
+	if hb, _ := f.srv.Heartbeat(ctx, other, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) != 1 {
 		t.Errorf("the job did not move to %s: %+v", other.Node, hb)
 	}
 	f.cycle()
@@ -92,12 +92,12 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	// Repaired again; the GPU is back and the check passes.
 	f.srv.NodeAction(ctx, f.admin, node.Node, api.Repaired)
 	f.cycle()
-	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	hb, _ = f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	if len(hb.Validate) != 1 || hb.Validate[0].ID == order.ID {
 		t.Fatalf("second validation order: %+v (first %s)", hb.Validate, order.ID)
 	}
 	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Validations: []api.ValidationResult{{ID: hb.Validate[0].ID, Passed: true, Detail: "8 gpus ok"}}})
-	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	n, _ = f.srv.Node(ctx, f.admin, node.Node)
 	if n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.Health != gpufleet.Healthy }) {
 		t.Fatalf("after validation passed: %s %s %+v", n.State, n.Health, n.GPUs)
@@ -128,7 +128,7 @@ func TestGPUDrainStopsOnlyThatGPUsWork(t *testing.T) {
 	j1 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
 	j2 := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	if len(hb.Start) != 2 {
 		t.Fatalf("starts: %+v", hb.Start)
 	}
@@ -203,7 +203,7 @@ func TestGPURepairReturnsTheNodeToHealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	if len(hb.Validate) != 1 || !slices.Equal(hb.Validate[0].GPUs, []string{bad}) {
 		t.Fatalf("validation order: %+v", hb.Validate)
 	}
@@ -224,7 +224,7 @@ func TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain(t *testing.T) {
 	ctx := t.Context()
 	n1 := f.node("n1", "l4", 1)
 	f.cycle()
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	f.clk.Advance(f.srv.cfg.HeartbeatGrace + time.Second)
 	f.cycle()
 	f.clk.Advance(time.Second)
@@ -237,7 +237,7 @@ func TestSilentNodeIsReportedUnhealthyUntilItBeatsAgain(t *testing.T) {
 	if c := countKind(evs, "node.unhealthy"); c != 1 {
 		t.Errorf("%d node.unhealthy events, want 1", c)
 	}
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	n, _ = f.srv.Node(ctx, f.admin, "n1")
 	if n.Health != gpufleet.Healthy || n.State != gpufleet.NodeReady {
 		t.Fatalf("after a heartbeat: %s %s (%s)", n.State, n.Health, n.HealthReason)
@@ -265,7 +265,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
 	tr := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 0 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) != 0 {
 		t.Fatalf("training took the spare: %+v", hb.Start)
 	}
 	if q := f.job(tr.ID).Queue; q == nil || !strings.Contains(q.Reason, "held free for production failover") {
@@ -273,7 +273,7 @@ func TestSpareKeepsCapacityForProduction(t *testing.T) {
 	}
 	f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Priority: "production", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 1 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) != 1 {
 		t.Fatalf("production did not start on the spare: %+v", hb.Start)
 	}
 }

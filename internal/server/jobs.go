@@ -71,6 +71,9 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 	}
 	j := s.jobFromRequest(team, r, s.now())
 	j.Plan = plan
+	if err := s.satisfiable(ctx, &j, r.AllowUnsatisfiable); err != nil {
+		return api.SubmitResponse{}, err
+	}
 	res, err := s.st.SubmitJobs(ctx, []gpufleet.Job{j}, actor(p))
 	if err != nil {
 		return api.SubmitResponse{}, err

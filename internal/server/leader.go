@@ -476,6 +476,29 @@ func masterPort(attempt string) int {
 
 // snapshot builds the scheduler's input from the store.
 func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) (scheduler.Input, map[string]gpufleet.Job, error) {
+	in, err := s.fleetInput(ctx, now, nodes)
+	if err != nil {
+		return in, nil, err
+	}
+	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)
+	for i := range in.Teams {
+		in.Teams[i].Usage = usage[in.Teams[i].Name]
+	}
+	byID := map[string]gpufleet.Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+		sj, ok := toSchedJob(j)
+		if ok {
+			in.Jobs = append(in.Jobs, sj)
+		}
+	}
+	return in, byID, nil
+}
+
+// fleetInput is the scheduler's input without the work: the policy, the
+// nodes as the scheduler sees them, their models, the classes and the
+// teams (without usage).
+func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet.Node) (scheduler.Input, error) {
 	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
 	cfg.Spare = s.cfg.Spare
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
@@ -503,28 +526,19 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 	}
 	classes, err := s.st.Classes(ctx)
 	if err != nil {
-		return in, nil, err
+		return in, err
 	}
 	for _, c := range classes {
 		in.Classes[c.Name] = c.Models
 	}
 	teams, err := s.st.Teams(ctx)
 	if err != nil {
-		return in, nil, err
+		return in, err
 	}
-	usage := s.decayUsage(jobs, now, cfg.UsageHalfLife)
 	for _, t := range teams {
-		in.Teams = append(in.Teams, scheduler.Team{Name: t.Name, Quota: t.Quota, BorrowingLimit: t.BorrowingLimit, Weight: t.Weight, Usage: usage[t.Name]})
+		in.Teams = append(in.Teams, scheduler.Team{Name: t.Name, Quota: t.Quota, BorrowingLimit: t.BorrowingLimit, Weight: t.Weight})
 	}
-	byID := map[string]gpufleet.Job{}
-	for _, j := range jobs {
-		byID[j.ID] = j
-		sj, ok := toSchedJob(j)
-		if ok {
-			in.Jobs = append(in.Jobs, sj)
-		}
-	}
-	return in, byID, nil
+	return in, nil
 }
 
 func nodeState(s gpufleet.NodeState) scheduler.GPUState {

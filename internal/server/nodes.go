@@ -161,17 +161,27 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 // credential. A node that registers again (after an agent restart) keeps
 // its state and reconciles its attempts at the next heartbeat.
 func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterRequest) (api.RegisterResponse, error) {
-	if err := r.Validate(); err != nil {
-		return api.RegisterResponse{}, err
-	}
 	id, secret, ok := strings.Cut(strings.TrimPrefix(joinToken, joinPrefix), "_")
 	if !strings.HasPrefix(joinToken, joinPrefix) || !ok {
 		return api.RegisterResponse{}, errUnauthorized
 	}
+	if err := r.Validate(); err != nil {
+		return api.RegisterResponse{}, err
+	}
 	now := s.now()
-	if _, err := s.st.UseJoinToken(ctx, id, hashSecret(secret), r.Node, now); err != nil {
-		if errors.Is(err, gpufleet.ErrNotFound) {
+	takeover, err := s.mayTakeName(ctx, r, now)
+	if err != nil {
+		return api.RegisterResponse{}, err
+	}
+	if _, err := s.st.UseJoinToken(ctx, id, hashSecret(secret), r.Node, now, takeover); err != nil {
+		switch {
+		case errors.Is(err, gpufleet.ErrNotFound):
 			return api.RegisterResponse{}, errUnauthorized
+		case errors.Is(err, store.ErrNameInUse):
+			age, _ := s.heartbeatAge(r.Node, now)
+			return api.RegisterResponse{}, fmt.Errorf("%w: node %s heartbeated %s ago; a join token bound to no name cannot take over a live node: "+
+				"register with a token bound to the name (gpufleet join-tokens create --node %s) or let an admin run gpufleet nodes replace %s",
+				api.ErrForbidden, gpufleet.Quote(r.Node), age.Round(time.Second), r.Node, r.Node)
 		}
 		return api.RegisterResponse{}, err
 	}
@@ -198,6 +208,57 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	s.nudge()
 	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: r.Node, Credential: secretOut,
 		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
+}
+
+// mayTakeName reports whether a join token bound to no name may register
+// r.Node: when no node of that name is alive (it heartbeated within the
+// grace), or when the agent proves it is that node with the node's
+// credential (a restart). Only the leader knows heartbeats: a follower
+// asked to judge a name in use sends the agent to another replica.
+func (s *Server) mayTakeName(ctx context.Context, r api.RegisterRequest, now time.Time) (bool, error) {
+	if _, err := s.st.Node(ctx, r.Node); errors.Is(err, gpufleet.ErrNotFound) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	if r.Credential != "" {
+		if p, err := s.Authenticate(ctx, r.Credential); err == nil && p.Node == r.Node {
+			return true, nil
+		}
+	}
+	if !s.Leader() {
+		return false, fmt.Errorf("%w: only the leader knows whether node %s is alive", api.ErrUnavailable, gpufleet.Quote(r.Node))
+	}
+	age, known := s.heartbeatAge(r.Node, now)
+	return known && age > s.cfg.HeartbeatGrace, nil
+}
+
+// ReplaceNode is `gpufleet nodes replace NAME`: the node's credential is
+// revoked at once (its agent can no longer act as the node) and a
+// single-use join token bound to the name is issued for the machine that
+// replaces it; an event records who did it.
+func (s *Server) ReplaceNode(ctx context.Context, p api.Principal, name string) (api.JoinTokenResponse, error) {
+	if err := requireAdmin(p); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	if _, err := s.st.Node(ctx, name); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	cred, _ := s.nodeCredential(name) // a secret nobody holds
+	cred.ExpiresAt = s.now()
+	if err := s.st.PutNodeCredential(ctx, cred); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	s.forget(nodePrefix + name)
+	jt, err := s.CreateJoinToken(ctx, p, api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
+	if err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	if err := s.st.AppendEvent(ctx, gpufleet.Event{At: s.now(), Actor: actor(p), Kind: "node.replace", Object: name,
+		Detail: "credential revoked; join token " + jt.ID + " bound to the name issued for its replacement"}); err != nil {
+		return api.JoinTokenResponse{}, err
+	}
+	return jt, nil
 }
 
 // RenewCredential gives an agent a fresh node credential for its current

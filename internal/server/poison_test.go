@@ -2,9 +2,12 @@ package server
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -128,5 +131,114 @@ func TestSchedulerPanicFailsTheCulpritOnly(t *testing.T) {
 	f.cycle()
 	if !f.srv.Leader() {
 		t.Error("the server is no longer leader after a panic")
+	}
+}
+
+func TestUnsatisfiableRequestsAreRefusedAtSubmit(t *testing.T) {
+	f := newFixture(t)
+	a := f.team("team-a", nil)
+	capped := f.team("capped", map[string]int{"l4": 2})
+	limit := 0
+	if _, err := f.srv.PutTeam(t.Context(), f.admin, api.TeamRequest{Name: "capped", BorrowingLimit: &limit}); err != nil {
+		t.Fatal(err)
+	}
+	f.node("h1", "h100-sxm-80gb", 8)
+	f.node("l1", "l4", 4)
+	tests := map[string]struct {
+		who  api.Principal
+		res  gpufleet.Resources
+		want string
+	}{
+		"model typo":           {a, gpufleet.Resources{GPUs: 1, GPUModels: []string{"h1000"}}, `resources.gpu_models[0]: unknown GPU "h1000" (did you mean h100`},
+		"model not in fleet":   {a, gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, "no GPU model in the fleet matches gpu_models [b200-hgx]"},
+		"more than the fleet":  {a, gpufleet.Resources{GPUs: 64}, "matching nodes hold 12"},
+		"memory above all":     {a, gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 200 << 30}, "gpu_memory_min_bytes"},
+		"rack nobody is in":    {a, gpufleet.Resources{GPUs: 1, NodeSelector: map[string]string{"rack": "r12"}}, "node_selector rack=r12"},
+		"more nodes":           {a, gpufleet.Resources{GPUs: 3, Nodes: 3}, "needs 3 nodes"},
+		"class not the team's": {capped, gpufleet.Resources{GPUs: 4, GPUModels: []string{"l4"}}, "quota_exceeded"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := f.srv.SubmitJob(t.Context(), tc.who, api.SubmitRequest{Resources: tc.res, Command: []string{"x"}})
+			if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--queue-anyway") {
+				t.Fatalf("error %v, want ErrUnsatisfiable naming %q and --queue-anyway", err, tc.want)
+			}
+			r, err := f.srv.SubmitJob(t.Context(), tc.who, api.SubmitRequest{Resources: tc.res, Command: []string{"x"}, AllowUnsatisfiable: true})
+			if err != nil {
+				t.Fatalf("with allow_unsatisfiable: %v", err)
+			}
+			f.cycle()
+			q := f.job(r.ID).Queue
+			if q == nil || q.EstimatedStart != nil || (q.ReasonCode != scheduler.ReasonUnplaceable && q.ReasonCode != scheduler.ReasonQuotaExceeded) {
+				t.Fatalf("queued anyway: %+v, want unplaceable or quota_exceeded without an ETA", q)
+			}
+		})
+	}
+	// Names the catalog knows in another spelling become catalog ids.
+	r, err := f.srv.SubmitJob(t.Context(), a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"NVIDIA H100 80GB HBM3"}}, Command: []string{"x"}})
+	if err != nil || !slices.Equal(r.Resources.GPUModels, []string{"h100-sxm-80gb"}) {
+		t.Errorf("gpu_models %v, %v; want the catalog id", r.Resources.GPUModels, err)
+	}
+}
+
+// TestUnboundTokenCannotTakeALiveNode: the report of a node-name takeover.
+// A join token bound to no name may register a new name, or a name whose
+// node has gone silent past the grace, or the node itself again (it shows
+// its credential); a live node of that name is replaced only with a token
+// bound to the name, or after an admin's nodes replace.
+func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	f.cycle() // lead
+	cred := f.nodeCred("n1")
+	reg := func(tok, credential string) error {
+		_, err := f.srv.Register(ctx, tok, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Credential: credential,
+			GPUs: []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-other", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30}}})
+		return err
+	}
+	token := func(node string) string {
+		jt, err := f.srv.CreateJoinToken(ctx, f.admin, api.JoinTokenRequest{Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jt.Token
+	}
+	unbound := token("")
+	if err := reg(unbound, ""); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "nodes replace n1") {
+		t.Fatalf("unbound token took a live node: %v", err)
+	}
+	if err := reg(unbound, "gpn_wrong"); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("a wrong credential proved the node: %v", err)
+	}
+	if err := reg(unbound, cred); err != nil {
+		t.Fatalf("the node itself, showing its credential, with the refused (so unspent) token: %v", err)
+	}
+	if err := reg(token("n1"), ""); err != nil {
+		t.Fatalf("a token bound to the name: %v", err)
+	}
+	f.clk.Advance(f.srv.cfg.HeartbeatGrace + time.Second)
+	if err := reg(token(""), ""); err != nil {
+		t.Fatalf("an unbound token for a node silent past its grace: %v", err)
+	}
+
+	// nodes replace: the credential is revoked, a bound token issued, an
+	// event says who.
+	live := f.register("n2", "l4", 1)
+	jt, err := f.srv.ReplaceNode(ctx, f.admin, "n2")
+	if err != nil || jt.Node != "n2" {
+		t.Fatalf("replace: %+v %v", jt, err)
+	}
+	if _, err := f.srv.Authenticate(ctx, live); !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("the replaced node's credential still works: %v", err)
+	}
+	if _, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err != nil {
+		t.Errorf("the replacement registers with the issued token: %v", err)
+	}
+	evs, _ := f.st.Events(ctx, store.EventFilter{Object: "n2"})
+	if !slices.ContainsFunc(evs, func(e gpufleet.Event) bool { return e.Kind == "node.replace" && e.Actor != "" }) {
+		t.Errorf("no node.replace event: %+v", evs)
+	}
+	if _, err := f.srv.ReplaceNode(ctx, f.team("team-a", nil), "n2"); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("a member replaced a node: %v", err)
 	}
 }

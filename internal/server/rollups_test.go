@@ -27,7 +27,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 2)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Priority: "training", Estimate: gpufleet.Duration(time.Hour)})
 	f.cycle()
-	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	if err != nil || len(hb.Start) != 1 {
 		t.Fatalf("start: %+v %v", hb, err)
 	}

@@ -160,6 +160,9 @@ type Server struct {
 	// agentExt relays fault orders and takes agents' logs (faults.go).
 	agentExt agentExtras
 
+	// fleetCheck is the fleet submissions are checked against.
+	fleetCheck fleetCache
+
 	// decide is scheduler.Schedule; tests swap in one that panics.
 	decide func(scheduler.Input) scheduler.Output
 }

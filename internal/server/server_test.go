@@ -226,6 +226,7 @@ func TestMembersNeverSeeOtherTeams(t *testing.T) {
 func TestRequestIDMakesSubmitIdempotent(t *testing.T) {
 	f := newFixture(t)
 	a := f.team("team-a", nil)
+	f.node("n1", "h100-sxm-80gb", 8)
 	j1 := f.submit(a, api.SubmitRequest{RequestID: "r-1", Resources: gpufleet.Resources{GPUs: 1}})
 	j2 := f.submit(a, api.SubmitRequest{RequestID: "r-1", Resources: gpufleet.Resources{GPUs: 1}})
 	if j1.ID != j2.ID {
@@ -392,7 +393,7 @@ func TestAgentsCannotTouchOtherNodesAttempts(t *testing.T) {
 	f.cycle()
 	var as api.Assignment
 	for _, n := range []api.Principal{n1, n2} {
-		hb, _ := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+		hb, _ := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 		if len(hb.Start) == 1 {
 			as = hb.Start[0]
 		}
@@ -418,7 +419,7 @@ func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}, Retries: 0})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, })
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
 	as := hb.Start[0]
 	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
 	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
@@ -436,7 +437,7 @@ func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
 		t.Fatalf("job after drain: %s, retries used %d, interruptions %d; want queued, 0, 1", got.State, got.Retries.Used, got.Interruptions)
 	}
 	f.cycle()
-	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, }); len(hb.Start) != 0 {
+	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) != 0 {
 		t.Errorf("a draining node got new work: %+v", hb.Start)
 	}
 }

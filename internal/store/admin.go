@@ -273,11 +273,13 @@ func scanJoinToken(r scanner) (JoinToken, error) {
 // UseJoinToken checks and spends a join token in one transaction: it must
 // exist, its hash must equal hash (compared in constant time), it must not
 // be expired at at nor a spent single-use token, and, when bound to a
-// node, be used by that node. It records at as used_at (for a multi-use
+// node, be used by that node. A token bound to no name may take the name
+// only when takeover is true (the caller found no live node of that name):
+// otherwise the error wraps ErrNameInUse and the token is not spent. It records at as used_at (for a multi-use
 // token, the last use) and returns the token. Every refusal wraps
 // gpufleet.ErrNotFound, so a caller cannot tell a wrong id from a wrong
 // secret or a spent token.
-func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time) (JoinToken, error) {
+func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, takeover bool) (JoinToken, error) {
 	at = s.orNow(at)
 	var out JoinToken
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -297,6 +299,8 @@ func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node str
 			return fmt.Errorf("%w: join token %q is spent", gpufleet.ErrNotFound, id)
 		case t.Node != "" && t.Node != node:
 			return fmt.Errorf("%w: join token %q is bound to another node", gpufleet.ErrNotFound, id)
+		case t.Node == "" && !takeover:
+			return fmt.Errorf("%w: node %s is alive, and join token %q is bound to no name", ErrNameInUse, gpufleet.Quote(node), id)
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE join_tokens SET used_at = ? WHERE id = ?`), nanos(at), id); err != nil {
 			return fmt.Errorf("use join token %s: %w", id, err)

@@ -27,6 +27,10 @@ var ErrFenced = errors.New("leadership epoch is stale")
 // leader takes a fresh snapshot and decides again.
 var ErrStale = errors.New("decision is stale")
 
+// ErrNameInUse means a join token bound to no name was offered for the
+// name of a live node: only a token bound to that name may replace it.
+var ErrNameInUse = errors.New("node name in use")
+
 // ErrClosed means the store was closed.
 var ErrClosed = errors.New("store is closed")
 
@@ -204,7 +208,7 @@ type Store interface {
 	// marks it used by node at time at and returns it; it fails with
 	// gpufleet.ErrNotFound when the token does not exist, the hash does not
 	// match, or it is spent, expired, or bound to another node.
-	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time) (JoinToken, error)
+	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, takeover bool) (JoinToken, error)
 	// JoinTokens lists join tokens (hashes only) in creation order.
 	JoinTokens(ctx context.Context) ([]JoinToken, error)
 	// NodeHealthState and SetNodeHealthState keep the health rules'

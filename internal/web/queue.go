@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // pendingRow is one queued job.
@@ -42,8 +43,8 @@ type queueView struct {
 // etaText says when a queued job should start, in words, with the
 // absolute time for the tooltip.
 func etaText(eta *time.Time, code string, now time.Time) (string, string) {
-	if eta == nil && code == "unplaceable" {
-		return "never, as submitted", "No node of the fleet can ever run this job as submitted; change its request."
+	if eta == nil && scheduler.NeverStarts(code) {
+		return "never, as submitted", "No node of the fleet can ever run this job as submitted (or its team's quota never allows it); change its request."
 	}
 	if eta == nil {
 		return "no estimate yet", "The scheduler has no start estimate for this job: nothing running now frees enough GPUs for it."

@@ -23,6 +23,9 @@ const (
 	SessionCookie = "gpufleet_session"
 	// loginCookie holds the login form's double-submit CSRF value.
 	loginCookie = "gpufleet_login"
+	// switchCookie holds the id of a login link's token while the browser
+	// is asked whether to switch sessions (never the token).
+	switchCookie = "gpufleet_switch"
 	// CSRFHeader carries the session's CSRF token on script requests; forms
 	// send it as the field "csrf".
 	CSRFHeader = "X-CSRF-Token"
@@ -209,15 +212,19 @@ func (u *UI) clearCookie(w http.ResponseWriter, r *http.Request, name, path stri
 
 // tokenLogin exchanges a login link's ?token= for a session and redirects
 // (303) to the same URL without it, as Jupyter does, so the token leaves
-// the address bar and the history at once.
+// the address bar and the history at once. The target is a cleaned local
+// path (safeTarget). When the browser already has a session for another
+// token, it asks first (/login/switch), naming both identities: a link
+// must not silently replace one team's session with another's.
 func (u *UI) tokenLogin(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	token := q.Get("token")
 	q.Del("token")
 	rest := *r.URL
 	rest.RawQuery = q.Encode()
-	target := rest.RequestURI()
-	if _, err := u.authenticate(r, token); err != nil {
+	target := safeTarget(rest.RequestURI())
+	p, err := u.authenticate(r, token)
+	if err != nil {
 		if !errors.Is(err, api.ErrUnauthorized) {
 			u.authFailed(w, r, err, true)
 			return
@@ -226,8 +233,112 @@ func (u *UI) tokenLogin(w http.ResponseWriter, r *http.Request) {
 		u.renderLogin(w, r, target, "That login link's token is invalid, expired or revoked.", http.StatusUnauthorized)
 		return
 	}
+	if cur, err := u.viewer(r); err == nil && cur.P.TokenID != p.TokenID {
+		id, _ := u.pending.create(token)
+		http.SetCookie(w, &http.Cookie{Name: switchCookie, Value: id, Path: "/login/switch", HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: u.secureReq(r), MaxAge: int(pendingTTL.Seconds())})
+		http.Redirect(w, r, "/login/switch?next="+url.QueryEscape(target), http.StatusSeeOther)
+		return
+	}
 	u.startSession(w, r, token)
 	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// pendingTTL is how long a login link waits for the browser to confirm a
+// switch of sessions.
+const pendingTTL = 5 * time.Minute
+
+// switchData is the switch confirmation's data.
+type switchData struct {
+	Current, New string
+	Next, CSRF   string
+}
+
+// identity names a principal for a person: "admin (token tk-1)",
+// "team-a member (token tk-2)".
+func identity(p api.Principal) string {
+	who := "admin"
+	if !p.IsAdmin() {
+		who = p.Team + " member"
+	}
+	return who + " (token " + p.TokenID + ")"
+}
+
+// pendingLogin is the login link's token waiting for confirmation, or "".
+func (u *UI) pendingLogin(r *http.Request) string {
+	c, err := r.Cookie(switchCookie)
+	if err != nil {
+		return ""
+	}
+	if ss := u.pending.get(c.Value); ss != nil {
+		return ss.token
+	}
+	return ""
+}
+
+// switchPage asks whether to replace the current session with the login
+// link's.
+func (u *UI) switchPage(w http.ResponseWriter, r *http.Request) {
+	next := safeTarget(r.URL.Query().Get("next"))
+	token := u.pendingLogin(r)
+	if token == "" {
+		http.Redirect(w, r, next, http.StatusSeeOther) // nothing waits: stay
+		return
+	}
+	p, err := u.authenticate(r, token)
+	if err != nil {
+		u.authFailed(w, r, err, true)
+		return
+	}
+	cur, err := u.viewer(r)
+	if err != nil {
+		u.finishSwitch(w, r, token, next) // no session any more: nothing to replace
+		return
+	}
+	csrf := randomID()
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: "/login", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: u.secureReq(r), MaxAge: 3600})
+	u.render(w, r, "switch", "layout", http.StatusOK, pageData{Title: "Switch login", Nav: "login", V: cur,
+		Data: switchData{Current: identity(cur.P), New: identity(p), Next: next, CSRF: csrf}})
+}
+
+// switchSubmit replaces the session with the login link's, once asked.
+func (u *UI) switchSubmit(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := u.origin.Check(r); err != nil {
+		u.forbidden(w, r, "cross-origin request refused")
+		return
+	}
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !csrfOK(r, c.Value) {
+		u.forbidden(w, r, "missing or invalid CSRF token; open the login link again")
+		return
+	}
+	next := safeTarget(r.PostFormValue("next"))
+	token := u.pendingLogin(r)
+	if token == "" {
+		u.renderLogin(w, r, next, "That login link has expired; open it again.", http.StatusUnauthorized)
+		return
+	}
+	if _, err := u.authenticate(r, token); err != nil {
+		u.authFailed(w, r, err, true)
+		return
+	}
+	if old, err := r.Cookie(SessionCookie); err == nil {
+		u.sessions.delete(old.Value)
+	}
+	u.clearCookie(w, r, loginCookie, "/login")
+	u.finishSwitch(w, r, token, next)
+}
+
+// finishSwitch opens the session for token and forgets the pending link.
+func (u *UI) finishSwitch(w http.ResponseWriter, r *http.Request, token, next string) {
+	if c, err := r.Cookie(switchCookie); err == nil {
+		u.pending.delete(c.Value)
+	}
+	u.clearCookie(w, r, switchCookie, "/login/switch")
+	u.startSession(w, r, token)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // loginData is the login page's data.
@@ -238,10 +349,7 @@ type loginData struct {
 }
 
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
-	next := r.URL.Query().Get("next")
-	if !localPath(next) {
-		next = "/"
-	}
+	next := safeTarget(r.URL.Query().Get("next"))
 	if _, err := u.viewer(r); err == nil {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
@@ -270,10 +378,7 @@ func (u *UI) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		u.forbidden(w, r, "missing or invalid CSRF token; reload the login page and try again")
 		return
 	}
-	next := r.PostFormValue("next")
-	if !localPath(next) {
-		next = "/"
-	}
+	next := safeTarget(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if _, err := u.authenticate(r, token); err != nil {
 		if !errors.Is(err, api.ErrUnauthorized) {

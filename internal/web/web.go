@@ -10,10 +10,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -55,6 +57,7 @@ type UI struct {
 	poll     time.Duration
 	secure   bool
 	sessions *sessionStore
+	pending  *sessionStore // login links waiting for a switch to be confirmed
 	origin   *http.CrossOriginProtection
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
@@ -86,7 +89,7 @@ func New(opts Options) (*UI, error) {
 	u := &UI{
 		svc: opts.Service, logs: opts.Logs, cat: opts.Catalog,
 		log: opts.Logger.With("component", "web"), now: opts.Now, poll: opts.PollInterval,
-		secure: opts.SecureCookies, sessions: newSessionStore(opts.SessionTTL, opts.Now),
+		secure: opts.SecureCookies, sessions: newSessionStore(opts.SessionTTL, opts.Now), pending: newSessionStore(pendingTTL, opts.Now),
 		origin: http.NewCrossOriginProtection(), energy: map[string]energyEntry{},
 	}
 	var err error
@@ -106,6 +109,8 @@ func (u *UI) routes() {
 	m.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
 	m.HandleFunc("GET /login", u.loginPage)
 	m.HandleFunc("POST /login", u.loginSubmit)
+	m.HandleFunc("GET /login/switch", u.switchPage)
+	m.HandleFunc("POST /login/switch", u.switchSubmit)
 	m.Handle("POST /logout", u.unsafe(u.logout))
 
 	m.Handle("GET /{$}", u.page(u.fleetPage))
@@ -398,9 +403,39 @@ func flash(r *http.Request) string {
 	return ""
 }
 
-// localPath reports whether p is a path on this server (for ?next=), not
-// a scheme-relative or absolute URL.
-func localPath(p string) bool {
-	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\") &&
-		path.Clean(p) != "" && !strings.ContainsAny(p, "\r\n")
+// safeTarget is where a login may send the browser: the local path of
+// raw, cleaned, with its query; "/" for anything else. A target with a
+// control character anywhere (raw or decoded: "/%09/evil" is "/\t/evil",
+// which browsers read as "//evil"), a backslash, a scheme or a host, or
+// one that still begins with "//" after cleaning, is refused.
+func safeTarget(raw string) string {
+	const home = "/"
+	if raw == "" || !strings.HasPrefix(raw, "/") || strings.ContainsFunc(raw, unsafeRune) {
+		return home
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		strings.ContainsFunc(u.Path, unsafeRune) || strings.ContainsFunc(u.RawQuery, unsafeRune) {
+		return home
+	}
+	if q, err := url.QueryUnescape(u.RawQuery); err != nil || strings.ContainsFunc(q, unsafeRune) {
+		return home
+	}
+	p := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && p != "/" {
+		p += "/"
+	}
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return home
+	}
+	out := (&url.URL{Path: p, RawQuery: u.Query().Encode()}).RequestURI()
+	if strings.HasPrefix(out, "//") {
+		return home
+	}
+	return out
 }
+
+// unsafeRune is a rune no redirect target may hold: a control character
+// (tab, form feed and the others browsers strip) or a backslash, which
+// browsers read as a slash.
+func unsafeRune(r rune) bool { return unicode.IsControl(r) || r == '\\' || r == 0x7f }

@@ -420,10 +420,19 @@ func TestPlanner(t *testing.T) {
 	}
 }
 
-func TestLocalPath(t *testing.T) {
-	for p, want := range map[string]bool{"/": true, "/jobs/x?y=1": true, "//evil": false, "/\\evil": false, "http://x": false, "": false, "/a\nb": false} {
-		if got := localPath(p); got != want {
-			t.Errorf("localPath(%q) = %v, want %v", p, got, want)
+func TestSafeTarget(t *testing.T) {
+	for in, want := range map[string]string{
+		"/": "/", "/jobs/x?y=1": "/jobs/x?y=1", "/jobs/": "/jobs/", "/a/../b": "/b", "/a//b": "/a/b",
+		"//evil.example/x": "/", // a host: not a local path
+		"///evil.example":  "/evil.example",
+		"/\\evil.example":  "/", "/\\/evil.example": "/", "/a\\b": "/",
+		"/\t/evil.example": "/", "/%09/evil.example": "/", "/\f/evil.example": "/", "/%0c/evil.example": "/",
+		"/%0a/evil": "/", "/a\nb": "/", "/x?next=%0d": "/", "/\x7f": "/", "/%7f": "/",
+		"http://evil.example": "/", "https:/evil": "/", "evil.example": "/", "": "/", "javascript:alert(1)": "/",
+		"/%2f%2fevil.example": "/evil.example", "/%5cevil": "/",
+	} {
+		if got := safeTarget(in); got != want {
+			t.Errorf("safeTarget(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -444,3 +453,69 @@ func TestSessionStoreEvicts(t *testing.T) {
 }
 
 var _ api.Service = (*fakeService)(nil)
+
+// TestLoginRedirectsStayLocal: the cases of the open-redirect report. A
+// login link or ?next= never sends the browser off the server.
+func TestLoginRedirectsStayLocal(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct{ path, want string }{
+		{"//evil.example/x?token=" + aTok, "/"},
+		{"///evil.example?token=" + aTok, "/evil.example"},
+		{"/%5Cevil.example?token=" + aTok, "/"},
+		{"/%09/evil.example?token=" + aTok, "/"},
+		{"/queue?token=" + aTok + "&x=1", "/queue?x=1"},
+	} {
+		resp := get(t, f.client(t), f.srv.URL+tc.path)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != tc.want {
+			t.Errorf("GET %s: %d -> %q, want 303 to %q", tc.path, resp.StatusCode, resp.Header.Get("Location"), tc.want)
+		}
+	}
+	c, _ := f.login(t, aTok)
+	for _, next := range []string{"/%09/evil.example", "/%0C/evil.example", "//evil.example", "/%5C/evil.example", "https://evil.example", "/\x7f/evil"} {
+		resp := get(t, c, f.srv.URL+"/login?next="+url.QueryEscape(next))
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/" {
+			t.Errorf("/login?next=%q: %d -> %q, want 303 to /", next, resp.StatusCode, loc)
+		}
+	}
+}
+
+// TestLoginLinkAsksBeforeSwitching: a link for another token, opened in a
+// browser with a session, names both identities and switches only when
+// told to; the same token just goes through.
+func TestLoginLinkAsksBeforeSwitching(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, aTok)
+	if resp := get(t, c, f.srv.URL+"/queue?token="+aTok); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/queue" {
+		t.Fatalf("same token again: %d -> %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp := get(t, c, f.srv.URL+"/queue?token="+bTok)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/login/switch?") || strings.Contains(loc, bTok) {
+		t.Fatalf("another team's link: %d -> %q, want 303 to the switch page, without the token", resp.StatusCode, loc)
+	}
+	body := readBody(t, get(t, c, f.srv.URL+"/teams"))
+	if !strings.Contains(body, "team-a") || strings.Contains(body, "team-b member") {
+		t.Fatalf("the session changed before the switch was confirmed")
+	}
+	page := readBody(t, get(t, c, f.srv.URL+loc))
+	if !strings.Contains(page, "team-a member (token tok-a)") || !strings.Contains(page, "team-b member (token tok-b)") {
+		t.Fatalf("switch page does not name both identities:\n%s", page)
+	}
+	m := regexp.MustCompile(`name="csrf" id="switch-csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("switch page has no CSRF field")
+	}
+	if resp := postForm(t, f.client(t), f.srv.URL+"/login/switch", url.Values{"csrf": {m[1]}, "next": {"/queue"}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("switch from another browser: %d, want 403", resp.StatusCode)
+	}
+	resp = postForm(t, c, f.srv.URL+"/login/switch", url.Values{"csrf": {m[1]}, "next": {"/queue"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/queue" {
+		t.Fatalf("confirm: %d -> %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if body := readBody(t, get(t, c, f.srv.URL+"/teams")); !strings.Contains(body, "team-b") {
+		t.Error("after the switch the session is not team-b's")
+	}
+	if resp := postForm(t, c, f.srv.URL+"/login/switch", url.Values{"csrf": {m[1]}, "next": {"/"}}, nil); resp.StatusCode < 400 {
+		t.Errorf("a second confirm of the same link: %d, want it refused (the link is used)", resp.StatusCode)
+	}
+}

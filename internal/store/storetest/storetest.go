@@ -261,21 +261,24 @@ func testJoinTokens(t *testing.T, s store.Store) {
 	steps := []struct {
 		name, id, hash, node string
 		at                   time.Time
+		live                 bool // a live node holds the name: no takeover
 		want                 error
 	}{
-		{"single use works once", "once", "h-once", "n1", T0, nil},
-		{"single use is then spent", "once", "h-once", "n2", T0, gpufleet.ErrNotFound},
-		{"multi use works", "many", "h-many", "n1", T0, nil},
-		{"multi use works again", "many", "h-many", "n2", T0.Add(time.Minute), nil},
-		{"wrong secret", "many", "h-wrong", "n3", T0, gpufleet.ErrNotFound},
-		{"before expiry", "expiring", "h-exp", "n1", T0, nil},
-		{"at expiry", "expiring", "h-exp", "n1", exp, gpufleet.ErrNotFound},
-		{"bound to another node", "bound", "h-bound", "n2", T0, gpufleet.ErrNotFound},
-		{"bound to this node", "bound", "h-bound", "n1", T0, nil},
-		{"unknown", "nope", "x", "n1", T0, gpufleet.ErrNotFound},
+		{"unbound cannot take a live name", "once", "h-once", "n1", T0, true, store.ErrNameInUse},
+		{"single use works once", "once", "h-once", "n1", T0, false, nil},
+		{"single use is then spent", "once", "h-once", "n2", T0, false, gpufleet.ErrNotFound},
+		{"multi use works", "many", "h-many", "n1", T0, false, nil},
+		{"multi use works again", "many", "h-many", "n2", T0.Add(time.Minute), false, nil},
+		{"wrong secret", "many", "h-wrong", "n3", T0, false, gpufleet.ErrNotFound},
+		{"wrong secret for a live name", "many", "h-wrong", "n3", T0, true, gpufleet.ErrNotFound},
+		{"before expiry", "expiring", "h-exp", "n1", T0, false, nil},
+		{"at expiry", "expiring", "h-exp", "n1", exp, false, gpufleet.ErrNotFound},
+		{"bound to another node", "bound", "h-bound", "n2", T0, false, gpufleet.ErrNotFound},
+		{"bound takes its live name", "bound", "h-bound", "n1", T0, true, nil},
+		{"unknown", "nope", "x", "n1", T0, false, gpufleet.ErrNotFound},
 	}
 	for _, st := range steps {
-		jt, err := s.UseJoinToken(ctx, st.id, []byte(st.hash), st.node, st.at)
+		jt, err := s.UseJoinToken(ctx, st.id, []byte(st.hash), st.node, st.at, !st.live)
 		wantErr(t, st.name, err, st.want)
 		if st.want == nil && (jt.UsedAt == nil || !jt.UsedAt.Equal(st.at)) {
 			t.Errorf("%s: used_at %v, want %v", st.name, jt.UsedAt, st.at)

@@ -1,0 +1,36 @@
+package scheduler
+
+import (
+	"slices"
+	"time"
+)
+
+// Feasible says why no state of in's fleet could ever run j as it asks:
+// the reason code (ReasonUnplaceable, or ReasonQuotaExceeded when the
+// team's quota and borrowing limit never allow it) and the sentence, the
+// same a pending job would show; both empty when some state could. Node
+// and GPU states are ignored, since a cordoned, draining or silent node may
+// return; in.Jobs is ignored, since running work ends. The server asks it
+// at submit, to refuse what could never run (a 422) rather than queue it
+// silently.
+func Feasible(in Input, j Job) (code, reason string) {
+	nodes := slices.Clone(in.Nodes)
+	for i := range nodes {
+		nodes[i].State = Ready
+		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
+		for g := range nodes[i].GPUs {
+			nodes[i].GPUs[g].State = Ready
+		}
+	}
+	in.Nodes, in.Cache, in.FleetVersion = nodes, nil, 0
+	j.Placement, j.Started = nil, time.Time{}
+	in.Jobs = []Job{j}
+	in.Config.ETA = false
+	s := newSched(&in)
+	s.explain = true
+	w := s.pending[0].static
+	if w == nil {
+		return "", ""
+	}
+	return w.code, s.words(*w)
+}

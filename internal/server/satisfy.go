@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// fleetCacheTTL is how long a submit reuses the fleet it checked the last
+// request against. A request it would refuse is checked again against the
+// store as it is now, so a node that joined a moment ago counts.
+const fleetCacheTTL = 2 * time.Second
+
+// fleetCache is the fleet submissions are checked against.
+type fleetCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	in  scheduler.Input
+	set bool
+}
+
+// canonicalModels rewrites a job's gpu_models to catalog ids, so the
+// scheduler matches them as the catalog does (any case, dashes, vendor
+// prefixes, NVML names). An entry that is an admin-defined class, or a
+// model a node reports that the catalog does not know, stays as it is;
+// any other entry is unknown, with the nearest catalog ids suggested.
+func (s *Server) canonicalModels(in scheduler.Input, res *gpufleet.Resources) error {
+	var unknown error
+	out := make([]string, 0, len(res.GPUModels))
+	for i, m := range res.GPUModels {
+		if _, ok := in.Classes[m]; ok {
+			out = append(out, m)
+			continue
+		}
+		if _, ok := in.Models[m]; ok {
+			out = append(out, m)
+			continue
+		}
+		g, err := s.cat.Lookup(m)
+		if err != nil {
+			if unknown == nil {
+				unknown = fmt.Errorf("%w: resources.gpu_models[%d]: %s, nor a class", gpufleet.ErrUnsatisfiable, i, strings.TrimPrefix(err.Error(), gpufleet.ErrNotFound.Error()+": "))
+			}
+			out = append(out, m)
+			continue
+		}
+		out = append(out, g.ID)
+	}
+	res.GPUModels = out
+	return unknown
+}
+
+// satisfiable refuses a job that no node of the fleet could ever run as it
+// asks (ErrUnsatisfiable, a 422, naming the constraint that fails): an
+// unknown GPU model, more GPUs or nodes than the fleet has, memory above
+// every model, a selector no node carries, GPU classes the team's quota
+// and borrowing limit never allow. With allow (allow_unsatisfiable, the
+// CLI's --queue-anyway) the job is queued regardless: its nodes have not
+// joined yet. It canonicalises the job's gpu_models either way.
+func (s *Server) satisfiable(ctx context.Context, j *gpufleet.Job, allow bool) error {
+	check := func(in scheduler.Input) error {
+		if err := s.canonicalModels(in, &j.Resources); err != nil {
+			return err
+		}
+		sj, _ := toSchedJob(*j)
+		if code, reason := scheduler.Feasible(in, sj); code != "" {
+			return fmt.Errorf("%w: no node of the fleet can ever run this job as submitted (%s: %s)", gpufleet.ErrUnsatisfiable, code, reason)
+		}
+		return nil
+	}
+	in, fresh, err := s.checkFleet(ctx, false)
+	if err != nil {
+		return err
+	}
+	err = check(in)
+	if err != nil && !fresh {
+		// A refusal is checked against the store as it is now.
+		if in, _, err = s.checkFleet(ctx, true); err != nil {
+			return err
+		}
+		err = check(in)
+	}
+	if err != nil && allow {
+		return nil
+	}
+	if errors.Is(err, gpufleet.ErrUnsatisfiable) {
+		return fmt.Errorf("%w; if its nodes have not joined yet, submit it with --queue-anyway (allow_unsatisfiable)", err)
+	}
+	return err
+}
+
+// checkFleet returns the fleet to check submissions against: the cached
+// one while it is young, else (or with fresh) one read from the store now.
+func (s *Server) checkFleet(ctx context.Context, fresh bool) (scheduler.Input, bool, error) {
+	now := s.now()
+	c := &s.fleetCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !fresh && c.set && now.Sub(c.at) < fleetCacheTTL && !now.Before(c.at) {
+		return c.in, false, nil
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return scheduler.Input{}, false, err
+	}
+	in, err := s.fleetInput(ctx, now, nodes)
+	if err != nil {
+		return scheduler.Input{}, false, err
+	}
+	c.in, c.at, c.set = in, now, true
+	return in, true, nil
+}
