@@ -870,3 +870,46 @@ func fracOr1(f float64) float64 {
 	}
 	return f
 }
+
+// StopSupervised stops every attempt still running under a supervisor of
+// the agent data directory dir, with no agent left to do it (gpufleet dev
+// whose server failed): the supervisor is told to stop its command
+// (SIGTERM, which it forwards), and after grace the command's group and
+// the supervisor are killed. It returns how many attempts it stopped.
+func StopSupervised(dir string, grace time.Duration) int {
+	paths, _ := filepath.Glob(filepath.Join(dir, "attempts", "*", pidFileName))
+	type sup struct {
+		pr      pidRecord
+		attempt string
+	}
+	alive := func(s sup) bool {
+		if syscall.Kill(s.pr.SupervisorPID, 0) != nil || zombie(s.pr.SupervisorPID) {
+			return false
+		}
+		// The pid must still be this attempt's supervisor (pids are reused).
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(s.pr.SupervisorPID) + "/cmdline")
+		return err == nil && strings.Contains(string(cmdline), s.attempt)
+	}
+	var live []sup
+	for _, p := range paths {
+		s := sup{attempt: filepath.Base(filepath.Dir(p))}
+		if readJSON(p, &s.pr) != nil || s.pr.SupervisorPID <= 0 || !alive(s) {
+			continue
+		}
+		_ = syscall.Kill(s.pr.SupervisorPID, syscall.SIGTERM)
+		live = append(live, s)
+	}
+	deadline := time.Now().Add(grace)
+	for _, s := range live {
+		for time.Now().Before(deadline) && alive(s) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(s) {
+			if s.pr.PGID > 0 {
+				_ = syscall.Kill(-s.pr.PGID, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(s.pr.SupervisorPID, syscall.SIGKILL)
+		}
+	}
+	return len(live)
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/server"
 )
@@ -24,6 +26,7 @@ import (
 // devFlags are the flags of `gpufleet dev`.
 type devFlags struct {
 	listen, adminToken, dataDir, config string
+	keepAttempts                        bool
 }
 
 // devNode is one simulated node gpufleet dev runs.
@@ -82,12 +85,51 @@ Ctrl-C stops it.`,
 	fs.StringVar(&f.adminToken, "admin-token", "", "admin token, at least 16 characters (default: kept from the last run, or generated)")
 	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-dev", "directory for the server, the agents and dev.json")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	fs.BoolVar(&f.keepAttempts, "keep-attempts", false, "if the server fails, leave the agents' attempts running (they fence themselves after 5s)")
 	return cmd
 }
 
+// serveFunc runs the control plane until ctx is done, calling ready once
+// it listens; runServer, or a test's stand-in.
+type serveFunc func(ctx context.Context, e *env, f serverFlags, ready func(url, token string)) error
+
 // runDev runs the server in-process and the agents as children until ctx
-// is done.
+// is done. If the server fails it stops the agents and (unless
+// --keep-attempts) their attempts, and returns the server's error: dev never
+// leaves orphans behind.
 func runDev(ctx context.Context, e *env, f devFlags) error {
+	serve := serveFunc(runServer)
+	if v := os.Getenv("GPUFLEET_TEST_SERVER_FAIL_AFTER"); v != "" {
+		// A test hook: the in-process server fails that long after it
+		// starts, as a crashed server would.
+		after, err := gpufleet.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("GPUFLEET_TEST_SERVER_FAIL_AFTER: %w", err)
+		}
+		serve = failingServer(after)
+	}
+	return runDevWith(ctx, e, f, serve)
+}
+
+// failingServer runs the server and makes it fail after d.
+func failingServer(d time.Duration) serveFunc {
+	return func(ctx context.Context, e *env, f serverFlags, ready func(url, token string)) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- runServer(ctx, e, f, ready) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(d):
+			cancel()
+			<-done
+			return errors.New("GPUFLEET_TEST_SERVER_FAIL_AFTER: the server failed on purpose")
+		}
+	}
+}
+
+func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error {
 	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
@@ -121,7 +163,7 @@ func runDev(ctx context.Context, e *env, f devFlags) error {
 	ready := make(chan readyMsg, 1)
 	srvErr := make(chan error, 1)
 	go func() {
-		srvErr <- runServer(ctx, srvEnv, sf, func(url, tok string) { ready <- readyMsg{url, tok} })
+		srvErr <- serve(ctx, srvEnv, sf, func(url, tok string) { ready <- readyMsg{url, tok} })
 	}()
 	var rm readyMsg
 	select {
@@ -219,8 +261,18 @@ func runDev(ctx context.Context, e *env, f devFlags) error {
 	case <-ctx.Done():
 	case err := <-srvErr:
 		cancel()
-		wg.Wait()
-		return err
+		wg.Wait() // every agent has exited
+		if err == nil {
+			err = errors.New("it stopped")
+		}
+		stopped := 0
+		if !f.keepAttempts {
+			for _, n := range devFleet {
+				stopped += agent.StopSupervised(filepath.Join(agentsDir, n.Name), 5*time.Second)
+			}
+		}
+		fmt.Fprintf(e.stderr, "gpufleet dev: the server failed; stopped %d agents and %d attempts\n", len(devFleet), stopped)
+		return fmt.Errorf("server: %w (its log: %s)", err, srvLog.Name())
 	}
 	wg.Wait()
 	return <-srvErr
@@ -239,6 +291,8 @@ func tokenWorks(ctx context.Context, url, tok string) bool {
 // superviseChild runs exe args as a child, restarting it if it exits,
 // until ctx is done; then it sends SIGTERM and, after 5s, SIGKILL.
 func superviseChild(ctx context.Context, exe string, args []string, logPath string, stderr io.Writer) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for ctx.Err() == nil {
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
@@ -249,8 +303,10 @@ func superviseChild(ctx context.Context, exe string, args []string, logPath stri
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.Env = childEnv()
 		// Its own process group: Ctrl-C reaches only gpufleet dev, which
-		// then stops the agents in order.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// then stops the agents in order. Should dev itself die, the
+		// kernel sends the agent SIGTERM (Pdeathsig follows the thread
+		// that started the child: LockOSThread above keeps it).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 		if err := cmd.Start(); err != nil {
 			logf.Close()
 			fmt.Fprintf(stderr, "gpufleet dev: start agent: %v\n", err)
