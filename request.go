@@ -239,12 +239,12 @@ func validateEnv(env map[string]string) error {
 	total := 0
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		v := env[k]
+		if len(k) > MaxEnvKeyLen || !envKeyRe.MatchString(k) {
+			return fmt.Errorf("%w: env %s: expected a variable name (letters, digits, '_', not starting with a digit, at most %d)", ErrInvalid, Quote(k), MaxEnvKeyLen)
+		}
 		total += len(k) + len(v) + 2
 		if total > MaxEnvBytes {
 			return fmt.Errorf("%w: env: more than %d bytes", ErrInvalid, MaxEnvBytes)
-		}
-		if len(k) > MaxEnvKeyLen || !envKeyRe.MatchString(k) {
-			return fmt.Errorf("%w: env %s: expected a variable name (letters, digits, '_', not starting with a digit, at most %d)", ErrInvalid, Quote(k), MaxEnvKeyLen)
 		}
 		if slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "GPUFLEET_") {
 			return fmt.Errorf("%w: env %s is set by gpufleet", ErrInvalid, Quote(k))

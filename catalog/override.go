@@ -9,7 +9,6 @@ import (
 	"io"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gpufleet/gpufleet"
@@ -147,7 +146,7 @@ func mergeJSON(raw json.RawMessage, n int, existing func(id string) (GPU, bool))
 	var unknown []string
 	for k := range obj {
 		if !slices.Contains(gpuKeys, k) {
-			unknown = append(unknown, strconv.Quote(k))
+			unknown = append(unknown, gpufleet.Quote(k))
 		}
 	}
 	if len(unknown) > 0 {
@@ -158,7 +157,7 @@ func mergeJSON(raw json.RawMessage, n int, existing func(id string) (GPU, bool))
 	if err := json.Unmarshal(obj["id"], &id); err != nil || id == "" {
 		return GPU{}, fmt.Errorf("%w: %s: key id: want a non-empty string", gpufleet.ErrInvalid, where)
 	}
-	where = fmt.Sprintf("%s (gpu %q)", where, id)
+	where = fmt.Sprintf("%s (gpu %s)", where, gpufleet.Quote(id))
 	g, ok := existing(id)
 	if !ok {
 		var missing []string
@@ -215,5 +214,5 @@ func truncate(s string) string {
 	if len(s) > 60 {
 		s = s[:60] + "..."
 	}
-	return strconv.Quote(s)
+	return gpufleet.Quote(s)
 }

@@ -263,11 +263,11 @@ func Parse(r io.Reader) ([]GPU, error) {
 			cell = strings.TrimSpace(cell)
 			if err := cols[i].set(&g, cell); err != nil {
 				l, _ := cr.FieldPos(i)
-				return nil, fmt.Errorf("%w: line %d, column %d (%s): want %v, got %q", gpufleet.ErrInvalid, l, i+1, cols[i].name, err, cell)
+				return nil, fmt.Errorf("%w: line %d, column %d (%s): want %v, got %s", gpufleet.ErrInvalid, l, i+1, cols[i].name, err, gpufleet.Quote(cell))
 			}
 		}
 		if prev, dup := seen[g.ID]; dup {
-			return nil, fmt.Errorf("%w: line %d, column 1 (id): want a unique id, got %q again (first on line %d)", gpufleet.ErrInvalid, line, g.ID, prev)
+			return nil, fmt.Errorf("%w: line %d, column 1 (id): want a unique id, got %s again (first on line %d)", gpufleet.ErrInvalid, line, gpufleet.Quote(g.ID), prev)
 		}
 		seen[g.ID] = line
 		if err := validate(g); err != nil {
@@ -300,11 +300,15 @@ func headerColumns(header []string) ([]column, error) {
 		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
 		c, ok := byName[h]
 		if !ok {
-			unknown = append(unknown, strconv.Quote(h))
+			if len(unknown) < 5 { // a header of garbage makes a short error
+				unknown = append(unknown, gpufleet.Quote(h))
+			} else if len(unknown) == 5 {
+				unknown = append(unknown, fmt.Sprintf("and %d more", len(header)-i))
+			}
 			continue
 		}
 		if have[h] {
-			return nil, fmt.Errorf("%w: line 1, column %d: want each column once, got %q twice", gpufleet.ErrInvalid, i+1, h)
+			return nil, fmt.Errorf("%w: line 1, column %d: want each column once, got %s twice", gpufleet.ErrInvalid, i+1, gpufleet.Quote(h))
 		}
 		have[h] = true
 		out[i] = c
@@ -439,11 +443,11 @@ func newGPU() GPU {
 // validate checks the invariants every entry keeps, naming the field at fault.
 func validate(g GPU) error {
 	bad := func(field, want string, got any) error {
-		return fmt.Errorf("%w: gpu %q field %s: want %s, got %v", gpufleet.ErrInvalid, g.ID, field, want, got)
+		return fmt.Errorf("%w: gpu %s field %s: want %s, got %v", gpufleet.ErrInvalid, gpufleet.Quote(g.ID), field, want, got)
 	}
 	switch {
 	case !validID(g.ID):
-		return bad("id", "lowercase letters, digits, '-' and '.'", strconv.Quote(g.ID))
+		return bad("id", "lowercase letters, digits, '-' and '.'", gpufleet.Quote(g.ID))
 	case strings.TrimSpace(g.Name) == "":
 		return bad("name", "a non-empty name", `""`)
 	case g.MemoryBytes <= 0:
@@ -459,14 +463,14 @@ func validate(g GPU) error {
 	case g.LaunchYear < 0:
 		return bad("launch_year", "a year or 0", g.LaunchYear)
 	case g.InterconnectKind != "" && !validKind(g.InterconnectKind):
-		return bad("interconnect_kind", "one of "+kindList(), strconv.Quote(string(g.InterconnectKind)))
+		return bad("interconnect_kind", "one of "+kindList(), gpufleet.Quote(string(g.InterconnectKind)))
 	case g.ComputeCapability.Validate() != nil:
-		return bad("compute_capability", `"major.minor"`, strconv.Quote(g.ComputeCapability.String()))
+		return bad("compute_capability", `"major.minor"`, gpufleet.Quote(g.ComputeCapability.String()))
 	}
 	hasPeak := false
 	for p, v := range g.PeakFLOPS {
 		if !p.Valid() {
-			return bad("peak_flops", "keys among "+precisionList(), strconv.Quote(string(p)))
+			return bad("peak_flops", "keys among "+precisionList(), gpufleet.Quote(string(p)))
 		}
 		if v == nil {
 			continue
@@ -494,7 +498,7 @@ func validate(g GPU) error {
 	}
 	for i, a := range g.Aliases {
 		if normalize(a) == "" {
-			return bad(fmt.Sprintf("aliases[%d]", i), "a name with a letter or digit", strconv.Quote(a))
+			return bad(fmt.Sprintf("aliases[%d]", i), "a name with a letter or digit", gpufleet.Quote(a))
 		}
 	}
 	return nil

@@ -93,6 +93,16 @@ func (s *Server) Jobs(ctx context.Context, p api.Principal, q api.JobQuery) (api
 	if err := requireUser(p); err != nil {
 		return api.JobList{}, err
 	}
+	if q.NextToken != "" && !store.ValidJobID(q.NextToken) {
+		return api.JobList{}, fmt.Errorf("%w: next_token %s: not a token this server issued", gpufleet.ErrInvalid, gpufleet.Quote(q.NextToken))
+	}
+	for _, st := range q.States {
+		switch st {
+		case gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning, gpufleet.JobSucceeded, gpufleet.JobFailed, gpufleet.JobCancelled:
+		default:
+			return api.JobList{}, fmt.Errorf("%w: state %s: expected queued, scheduled, running, succeeded, failed or cancelled", gpufleet.ErrInvalid, gpufleet.Quote(string(st)))
+		}
+	}
 	f := store.JobFilter{Team: q.Team, States: q.States, After: q.NextToken, Limit: q.Limit}
 	if !p.IsAdmin() {
 		if q.Team != "" && q.Team != p.Team {

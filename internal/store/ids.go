@@ -116,3 +116,18 @@ func (s *SQL) seedIDs(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ValidJobID reports whether s has the form of a job id: "j-" and 16
+// characters of the id alphabet. ListJobs takes one as its cursor.
+func ValidJobID(s string) bool {
+	rest, ok := strings.CutPrefix(s, "j-")
+	if !ok || len(rest) != idTimeChars+idRandChars {
+		return false
+	}
+	for i := range len(rest) {
+		if !strings.ContainsRune(idAlphabet, rune(rest[i])) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// badCase is one hostile or mistaken request: what it sends and what must
+// come back.
+type badCase struct {
+	class       string // the row of docs/RELIABILITY.md's bad input table
+	method      string
+	path        string
+	token       string // "member", "admin", "agent", "join" or a literal
+	contentType string // default application/json
+	body        string
+	status      int
+	want        string // in the error message
+}
+
+// TestBadInputThroughTheAPI sends every class of bad input the hardening
+// report found through the real HTTP handler and server: each is refused
+// with a clear 4xx naming the field, the error quotes at most about 200
+// bytes of the input, and nothing is stored. It prints the table of
+// docs/RELIABILITY.md ("Bad input").
+func TestBadInputThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	member := f.teamToken("team-a")
+	agentCred := f.nodeCred("n1")
+	f.cycle()
+	jt, err := f.srv.CreateJoinToken(t.Context(), f.admin, api.JoinTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.NewHandler(f.srv, f.srv, f.srv, f.srv, api.HandlerOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	big := strings.Repeat("x", 900<<10)
+	ok := `"command":["true"]`
+	cases := []badCase{
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":2147483648},` + ok + `}`, 400, "resources.gpus 2147483648: expected 1 to 524288"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":4294967296},` + ok + `}`, 400, "resources.gpus 4294967296"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":4294967297},` + ok + `}`, 400, "resources.gpus 4294967297"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":99999999999999999999},` + ok + `}`, 400, "resources.gpus"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":-1},` + ok + `}`, 400, "resources.gpus -1"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1.5},` + ok + `}`, 400, "resources.gpus"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":8,"nodes":70000},` + ok + `}`, 400, "resources.nodes 70000"},
+		{"integer ranges", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"retries":1000,` + ok + `}`, 400, "retries 1000"},
+		{"integer ranges", "POST", "/api/v1/teams", "admin", "", `{"name":"t","weight":1e300}`, 400, "weight"},
+		{"integer ranges", "POST", "/api/v1/teams", "admin", "", `{"name":"t","quota":{"h100-sxm-80gb":99999999999}}`, 400, "quota h100-sxm-80gb"},
+		{"integer ranges", "POST", "/api/v1/teams", "admin", "", `{"name":"t","borrowing_limit":-5}`, 400, "borrowing_limit -5"},
+		{"sizes and durations", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"gpu_memory_min_bytes":"1EiB"},` + ok + `}`, 400, "resources.gpu_memory_min_bytes"},
+		{"sizes and durations", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"time_limit":"9999d",` + ok + `}`, 400, "time_limit"},
+		{"sizes and durations", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"grace":"-5s",` + ok + `}`, 400, `grace "-5s"`},
+		{"sizes and durations", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"estimate":"soon",` + ok + `}`, 400, `estimate "soon"`},
+		{"vocabulary", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"sharing":"timeslice:2"},` + ok + `}`, 400, `resources.sharing "timeslice:2"`},
+		{"vocabulary", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"min_compute_capability":"nine"},` + ok + `}`, 400, `resources.min_compute_capability "nine"`},
+		{"vocabulary", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"precision":"fp12"},` + ok + `}`, 400, `resources.precision "fp12"`},
+		{"vocabulary", "POST", "/api/v1/jobs", "member", "", `{"priority":"urgent","resources":{"gpus":1},` + ok + `}`, 400, `priority "urgent"`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"resources":{"gpus":64},` + ok + `}`, 400, `field "resources" given twice`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"gpus":64},` + ok + `}`, 400, `field "resources.gpus" given twice`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"Resources":{"gpus":1},` + ok + `}`, 400, `field "Resources": names are case-sensitive; expected "resources"`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"GPUs":1},` + ok + `}`, 400, `expected "resources.gpus"`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"env":{"A":"1","A":"2"},` + ok + `}`, 400, `key "env.A" given twice`},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},` + ok + `} trailing`, 400, "unexpected data"},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "text/plain", `{"resources":{"gpus":1},` + ok + `}`, 415, "expected application/json"},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "-", `{"resources":{"gpus":1},` + ok + `}`, 415, "expected application/json"},
+		{"strict JSON", "POST", "/api/v1/teams", "admin", "application/x-www-form-urlencoded", `name=t`, 415, "expected application/json"},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", strings.Repeat("[", 100) + strings.Repeat("]", 100), 400, "expected a JSON object"},
+		{"strict JSON", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"model":{"name":"m","config":` + strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat("}", 40) + `},` + ok + `}`, 400, "nested more than"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"command":["sh","a\u0000b"]}`, 400, "command[1]"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"env":{"A":"\u0000"},` + ok + `}`, 400, "env A"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"request_id":"r\u0000",` + ok + `}`, 400, "request_id"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1},"env":{"` + big[:900<<10-200] + `":"v"},` + ok + `}`, 400, "expected a variable name"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"name":"` + big[:900<<10-200] + `","resources":{"gpus":1},` + ok + `}`, 400, "(921400 bytes)"},
+		{"text", "POST", "/api/v1/teams", "admin", "", `{"name":"` + big[:900<<10-200] + `"}`, 400, "bytes)"},
+		{"text", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"node_selector":{"rack":"\u001b[2J"}},` + ok + `}`, 400, "control character"},
+		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"gpu_models":["h1000"]},` + ok + `}`, 422, `unknown GPU "h1000" (did you mean`},
+		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":64},` + ok + `}`, 422, "needs 64 GPUs"},
+		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"gpu_memory_min_bytes":"200GiB"},` + ok + `}`, 422, "gpu_memory_min_bytes"},
+		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"node_selector":{"rack":"r12"}},` + ok + `}`, 422, "node_selector rack=r12"},
+		{"paging", "GET", "/api/v1/jobs?next_token=garbage", "member", "", ``, 400, `next_token "garbage"`},
+		{"paging", "GET", "/api/v1/jobs?next_token=" + big[:10000], "member", "", ``, 400, "next_token"},
+		{"paging", "GET", "/api/v1/queue?next_token=garbage", "member", "", ``, 400, "next_token"},
+		{"paging", "GET", "/api/v1/jobs?state=bogus", "member", "", ``, 400, `state "bogus"`},
+		{"paging", "GET", "/api/v1/jobs?limit=-1", "member", "", ``, 400, "limit"},
+		{"agent protocol", "POST", "/api/v1/agent/heartbeat", "agent", "", `{"protocol_version":999,"node":"n1"}`, 400, "protocol_version 999: this server speaks 1 to 3"},
+		{"agent protocol", "POST", "/api/v1/agent/heartbeat", "agent", "", `{"node":"n1"}`, 400, "protocol_version 0"},
+		{"agent protocol", "POST", "/api/v1/agent/heartbeat", "agent", "", `{"protocol_version":2,"node":"n1","samples":[{"uuid":"GPU-x","utilization":7}]}`, 400, "samples[0].utilization 7"},
+		{"agent protocol", "POST", "/api/v1/agent/heartbeat", "agent", "", `{"protocol_version":2,"node":"n1","attempts":[{"attempt_id":"a\u0000","state":"running"}]}`, 400, "attempts[0].attempt_id"},
+		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"N1!"}`, 400, `node "N1!"`},
+		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"n9","gpus":[{"index":0,"uuid":""}]}`, 400, "gpus[0].uuid: required"},
+		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"n1"}`, 403, "cannot take over a live node"},
+	}
+	tokens := map[string]string{"member": member, "admin": testAdmin, "agent": agentCred, "join": jt.Token}
+	before := f.jobCount()
+	counts := map[string]int{}
+	for i, tc := range cases {
+		t.Run(fmt.Sprintf("%02d %s", i, tc.class), func(t *testing.T) {
+			counts[tc.class]++
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), tc.method, srv.URL+tc.path, body)
+			req.Header.Set("Authorization", "Bearer "+tokens[tc.token])
+			switch tc.contentType {
+			case "":
+				req.Header.Set("Content-Type", "application/json")
+			case "-":
+			default:
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			var eb api.ErrorBody
+			_ = json.Unmarshal(raw, &eb)
+			if resp.StatusCode != tc.status || !strings.Contains(eb.Error, tc.want) {
+				t.Fatalf("%s %s: %d %.300s, want %d naming %q", tc.method, tc.path[:min(len(tc.path), 80)], resp.StatusCode, raw, tc.status, tc.want)
+			}
+			if len(raw) > 1200 {
+				t.Errorf("error body of %d bytes: it quotes too much of the input", len(raw))
+			}
+		})
+	}
+	if n := f.jobCount(); n != before {
+		t.Errorf("refused requests stored %d jobs", n-before)
+	}
+	classes := make([]string, 0, len(counts))
+	for c := range counts {
+		classes = append(classes, c)
+	}
+	sort.Strings(classes)
+	for _, c := range classes {
+		t.Logf("bad input %-20s %2d cases refused", c, counts[c])
+	}
+}
+
+// teamToken creates a team and returns a member token's secret.
+func (f *fixture) teamToken(name string) string {
+	f.t.Helper()
+	f.team(name, nil)
+	tok, err := f.srv.CreateToken(f.t.Context(), f.admin, api.TokenRequest{Team: name, Role: "member"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tok.Token
+}
+
+// jobCount is how many jobs the store holds.
+func (f *fixture) jobCount() int {
+	f.t.Helper()
+	list, err := f.srv.Jobs(f.t.Context(), f.admin, api.JobQuery{All: true, Limit: 1000})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return len(list.Jobs)
+}
