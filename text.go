@@ -13,17 +13,24 @@ import (
 const QuoteLimit = 200
 
 // Quote writes s for an error message: Go-quoted, so control characters
-// show as escapes, and cut to QuoteLimit bytes, so a huge input never makes
-// a huge error.
+// and invalid bytes show as escapes, and cut so that the quote holds at
+// most QuoteLimit bytes: a huge or binary input never makes a huge error.
 func Quote(s string) string {
-	if len(s) <= QuoteLimit {
-		return strconv.Quote(s)
+	q := strconv.Quote(s)
+	if len(q) <= QuoteLimit+2 {
+		return q
 	}
-	cut := QuoteLimit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	cut := min(len(s), QuoteLimit)
+	for {
+		for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if q = strconv.Quote(s[:cut]); len(q) <= QuoteLimit+2 || cut == 0 {
+			break
+		}
+		cut = cut * 3 / 4
 	}
-	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:cut]), len(s))
+	return fmt.Sprintf("%s... (%d bytes)", q, len(s))
 }
 
 // CheckText reports why s may not stand in field: longer than max bytes,

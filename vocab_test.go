@@ -3,6 +3,7 @@ package gpufleet_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,76 @@ func TestQuoteClips(t *testing.T) {
 	if q := gpufleet.Quote("a\x00b"); q != `"a\x00b"` {
 		t.Errorf("Quote shows control characters escaped: %s", q)
 	}
+}
+
+// FuzzVocabulary: every parser of the vocabulary refuses with ErrInvalid
+// or accepts a value that its String writes back to the same value, and no
+// error quotes more than about QuoteLimit bytes of the input.
+func FuzzVocabulary(f *testing.F) {
+	for _, s := range []string{"", "exclusive", "mig:1g.18gb", "timeslice:0.25", "timeslice:1e-3", "9.0", "12.1", "90s", "2d",
+		"1.5", "80GiB", "141GB", "production", "bf16", "half", "-1", "NaN", "+Inf", "mig:", "1e309", strings.Repeat("9", 400)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		check := func(what string, err error, roundTrip func() error) {
+			if err != nil {
+				if !errors.Is(err, gpufleet.ErrInvalid) {
+					t.Fatalf("%s(%q): error %v does not wrap ErrInvalid", what, s, err)
+				}
+				if len(err.Error()) > gpufleet.QuoteLimit+300 {
+					t.Fatalf("%s(%q): a %d-byte error", what, s, len(err.Error()))
+				}
+				return
+			}
+			if err := roundTrip(); err != nil {
+				t.Fatalf("%s(%q): %v", what, s, err)
+			}
+		}
+		sh, err := gpufleet.ParseSharing(s)
+		check("ParseSharing", err, func() error {
+			again, err := gpufleet.ParseSharing(sh.String())
+			if err != nil || again != sh || sh.Validate() != nil {
+				return fmt.Errorf("%v through %q gave %v, %v", sh, sh.String(), again, err)
+			}
+			return nil
+		})
+		cc, err := gpufleet.ParseComputeCapability(s)
+		check("ParseComputeCapability", err, func() error {
+			if again, err := gpufleet.ParseComputeCapability(cc.String()); err != nil || again != cc {
+				return fmt.Errorf("%v through %q gave %v, %v", cc, cc.String(), again, err)
+			}
+			return nil
+		})
+		d, err := gpufleet.ParseDuration(s)
+		check("ParseDuration", err, func() error {
+			if d < 0 {
+				return fmt.Errorf("negative %v", d)
+			}
+			if again, err := gpufleet.ParseDuration(d.String()); err != nil || again != d {
+				return fmt.Errorf("%v through %q gave %v, %v", d, d.String(), again, err)
+			}
+			return nil
+		})
+		b, err := gpufleet.ParseBytes(s)
+		check("ParseBytes", err, func() error {
+			if b < 0 {
+				return fmt.Errorf("negative %d", b)
+			}
+			return nil
+		})
+		p, err := gpufleet.ParsePriority(s)
+		check("ParsePriority", err, func() error {
+			if !p.Valid() {
+				return fmt.Errorf("invalid %q accepted", p)
+			}
+			return nil
+		})
+		pr, err := gpufleet.ParsePrecision(s)
+		check("ParsePrecision", err, func() error {
+			if !pr.Valid() {
+				return fmt.Errorf("invalid %q accepted", pr)
+			}
+			return nil
+		})
+	})
 }

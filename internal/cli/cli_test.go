@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // run executes the CLI in-process and returns stdout, stderr and the exit code.
@@ -276,6 +280,43 @@ func FuzzParseCount(f *testing.F) {
 		v, err := parseCount("--tokens", s)
 		if err == nil && v <= 0 {
 			t.Fatalf("parseCount(%q) = %d without error", s, v)
+		}
+	})
+}
+
+// FuzzFlagFile: a server's --config file never stops the command with a
+// panic; what it refuses wraps ErrInvalid and quotes little of it.
+func FuzzFlagFile(f *testing.F) {
+	for _, s := range []string{"listen: 127.0.0.1:7080\ntick: 100ms\n", "spare: [h100-sxm-80gb=1, l4=2]\n", "heartbeat: {a: 1}\n",
+		"unknown: 1\n", "- a\n- b\n", "a: &x [*x]\n", "", "tick: 99999999999999999999h\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		file, err := parseFlagFile(strings.NewReader(in), "fuzz.yaml")
+		if err == nil {
+			cmd := newServerCmd(&env{stdout: io.Discard, stderr: io.Discard})
+			err = applyFlagValues(cmd, file, func(string) (string, bool) { return "", false }, "fuzz.yaml")
+		}
+		if err != nil && (!errors.Is(err, gpufleet.ErrInvalid) || len(err.Error()) > 3*gpufleet.QuoteLimit+300) {
+			t.Fatalf("error %.300q (%d bytes)", err, len(err.Error()))
+		}
+	})
+}
+
+// FuzzClientConfig: the client's contexts file parses or is refused.
+func FuzzClientConfig(f *testing.F) {
+	f.Add("current: prod\ncontexts:\n  prod: {server: http://a:7080, token: gpf_x}\n")
+	f.Add("current: x\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		cfg, err := parseClientConfig(strings.NewReader(in), "fuzz.yaml")
+		if err != nil {
+			if !errors.Is(err, gpufleet.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if _, ok := cfg.Contexts[cfg.Current]; cfg.Current != "" && !ok {
+			t.Fatalf("current context %q accepted without its entry", cfg.Current)
 		}
 	})
 }

@@ -71,11 +71,11 @@ func parseClientConfig(r io.Reader, name string) (clientConfig, error) {
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, fmt.Errorf("%w: %s: %s", gpufleet.ErrInvalid, name, strings.TrimPrefix(err.Error(), "yaml: "))
+		return cfg, fmt.Errorf("%w: %s: %s", gpufleet.ErrInvalid, name, gpufleet.Quote(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	if cfg.Current != "" {
 		if _, ok := cfg.Contexts[cfg.Current]; !ok {
-			return cfg, fmt.Errorf("%w: %s: current context %q is not among contexts", gpufleet.ErrInvalid, name, cfg.Current)
+			return cfg, fmt.Errorf("%w: %s: current context %s is not among contexts", gpufleet.ErrInvalid, name, gpufleet.Quote(cfg.Current))
 		}
 	}
 	return cfg, nil

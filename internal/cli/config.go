@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,15 +27,45 @@ func envName(flag string) string {
 func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 	file := map[string]any{}
 	if configFile != "" {
-		data, err := os.ReadFile(configFile)
+		f, err := os.Open(configFile)
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(data)))
-		if err := dec.Decode(&file); err != nil && err.Error() != "EOF" {
-			return fmt.Errorf("%w: --config %s: %v", gpufleet.ErrInvalid, configFile, err)
+		file, err = parseFlagFile(f, configFile)
+		f.Close()
+		if err != nil {
+			return err
 		}
 	}
+	return applyFlagValues(cmd, file, os.LookupEnv, configFile)
+}
+
+// maxFlagFileBytes bounds a --config file.
+const maxFlagFileBytes = 1 << 20
+
+// parseFlagFile reads a --config file: one YAML mapping of flag names to
+// values (scalars, or lists for repeatable flags).
+func parseFlagFile(r io.Reader, name string) (map[string]any, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxFlagFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", name, err)
+	}
+	if len(data) > maxFlagFileBytes {
+		return nil, fmt.Errorf("%w: --config %s: larger than %d bytes", gpufleet.ErrInvalid, name, maxFlagFileBytes)
+	}
+	file := map[string]any{}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		return nil, fmt.Errorf("%w: --config %s: %s", gpufleet.ErrInvalid, name, gpufleet.Quote(strings.TrimPrefix(err.Error(), "yaml: ")))
+	}
+	if file == nil {
+		file = map[string]any{}
+	}
+	return file, nil
+}
+
+// applyFlagValues sets every flag of cmd not given on the command line from
+// the environment (lookup), else from file; name labels errors.
+func applyFlagValues(cmd *cobra.Command, file map[string]any, lookup func(string) (string, bool), name string) error {
 	known := map[string]bool{}
 	var firstErr error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -41,7 +74,7 @@ func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 			return
 		}
 		var val string
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+		if v, ok := lookup(envName(f.Name)); ok {
 			val = v
 		} else if v, ok := file[f.Name]; ok {
 			switch t := v.(type) {
@@ -51,6 +84,11 @@ func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 					parts[i] = fmt.Sprint(p)
 				}
 				val = strings.Join(parts, ",")
+			case map[string]any:
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%w: --config %s: %s: expected a value or a list, not a mapping", gpufleet.ErrInvalid, name, f.Name)
+				}
+				return
 			default:
 				val = fmt.Sprint(t)
 			}
@@ -58,15 +96,15 @@ func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 			return
 		}
 		if err := f.Value.Set(val); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("%w: %s: %v", gpufleet.ErrInvalid, f.Name, err)
+			firstErr = fmt.Errorf("%w: %s %s: %s", gpufleet.ErrInvalid, f.Name, gpufleet.Quote(val), gpufleet.Quote(err.Error()))
 		}
 	})
 	if firstErr != nil {
 		return firstErr
 	}
-	for k := range file {
+	for _, k := range slices.Sorted(maps.Keys(file)) {
 		if !known[k] {
-			return fmt.Errorf("%w: --config %s: unknown key %q (keys are flag names)", gpufleet.ErrInvalid, configFile, k)
+			return fmt.Errorf("%w: --config %s: unknown key %s (keys are flag names)", gpufleet.ErrInvalid, name, gpufleet.Quote(k))
 		}
 	}
 	return nil

@@ -95,7 +95,7 @@ func ParseClusterSpec(r io.Reader) (ClusterSpec, error) {
 }
 
 // maxClusterGPUs bounds a simulated cluster.
-const maxClusterGPUs = 1 << 20
+const maxClusterGPUs = gpufleet.MaxFleetGPUs
 
 // BuildCluster turns a spec into nodes and teams, resolving GPU models in
 // cat. GPU ids are "<node>-gpu<i>".
@@ -114,7 +114,10 @@ func BuildCluster(spec ClusterSpec, cat *catalog.Catalog) (*Cluster, error) {
 		if g.Count <= 0 || g.GPUsPerNode <= 0 || g.NVLinkDomainGPUs < 0 || g.NodesPerRack < 0 {
 			return nil, fmt.Errorf("%w: %s (%s): count and gpus_per_node must be positive", gpufleet.ErrInvalid, where, g.Name)
 		}
-		if gpus += g.Count * g.GPUsPerNode; g.Count > maxClusterGPUs || g.GPUsPerNode > maxClusterGPUs || gpus > maxClusterGPUs {
+		if g.GPUsPerNode > gpufleet.MaxNodeGPUs || g.Count > gpufleet.MaxFleetNodes {
+			return nil, fmt.Errorf("%w: %s (%s): at most %d nodes of at most %d GPUs", gpufleet.ErrInvalid, where, g.Name, gpufleet.MaxFleetNodes, gpufleet.MaxNodeGPUs)
+		}
+		if gpus += g.Count * g.GPUsPerNode; gpus > maxClusterGPUs {
 			return nil, fmt.Errorf("%w: %s (%s): more than %d GPUs in the cluster", gpufleet.ErrInvalid, where, g.Name, maxClusterGPUs)
 		}
 		if len(g.Names) > 0 && len(g.Names) != g.Count {
@@ -208,7 +211,7 @@ func ParseOpenbNodes(r io.Reader, opt ReadOptions) (spec ClusterSpec, cpuOnly in
 		if name == "" {
 			return errors.New("sn: empty")
 		}
-		gpus, err := rw.int("gpu", 1024)
+		gpus, err := rw.int("gpu", gpufleet.MaxNodeGPUs)
 		if err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 			return err
 		}
 		j.Duration = max(j.Duration, 1)
-		if j.GPUs, err = rw.int("gpus", 1<<20); err != nil {
+		if j.GPUs, err = rw.int("gpus", gpufleet.MaxFleetGPUs); err != nil {
 			return err
 		}
 		if j.GPUs == 0 {
@@ -104,6 +104,9 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 			}
 		}
 		if err := checkUnique(seen, id); err != nil {
+			return err
+		}
+		if err := j.check(); err != nil {
 			return err
 		}
 		tr.Jobs = append(tr.Jobs, j)

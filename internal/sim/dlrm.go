@@ -72,6 +72,9 @@ func parseDLRM(r io.Reader, opt ReadOptions) (*Trace, error) {
 		} else {
 			alive = append(alive, open{len(tr.Jobs), start})
 		}
+		if err := j.check(); err != nil {
+			return err
+		}
 		tr.Jobs = append(tr.Jobs, j)
 		return nil
 	})

@@ -626,9 +626,7 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 	j := js.j
 	sj := scheduler.Job{
 		ID: j.ID, Team: j.Team, Priority: j.Class,
-		Resources: gpufleet.Resources{
-			GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing,
-		},
+		Resources:   j.Resources(),
 		Submitted:   e.vtime(js.submit),
 		Preemptible: j.Preemptible,
 		Requeued:    js.requeued,

@@ -63,7 +63,7 @@ func parseOpenb(r io.Reader, opt ReadOptions) (*Trace, error) {
 	required := []string{"name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time"}
 	bad, err := readCSV(r, opt, required, func(rw row) error {
 		id := rw.get("name")
-		gpus, err := rw.int("num_gpu", 1024)
+		gpus, err := rw.int("num_gpu", gpufleet.MaxFleetGPUs)
 		if err != nil {
 			return err
 		}
@@ -127,6 +127,9 @@ func parseOpenb(r io.Reader, opt ReadOptions) (*Trace, error) {
 			}
 		}
 		if err := checkUnique(seen, id); err != nil {
+			return err
+		}
+		if err := j.check(); err != nil {
 			return err
 		}
 		tr.Jobs = append(tr.Jobs, j)

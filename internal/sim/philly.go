@@ -40,7 +40,7 @@ func parsePhillyGavel(r io.Reader, opt ReadOptions) (*Trace, error) {
 		if err != nil {
 			return err
 		}
-		gpus, err := rw.int("gpus", 4096)
+		gpus, err := rw.int("gpus", gpufleet.MaxFleetGPUs)
 		if err != nil {
 			return err
 		}
@@ -75,6 +75,9 @@ func parsePhillyGavel(r io.Reader, opt ReadOptions) (*Trace, error) {
 			scaled++
 		}
 		j.Duration = j.DurationOn["v100-sxm2-16gb"]
+		if err := j.check(); err != nil {
+			return err
+		}
 		tr.Jobs = append(tr.Jobs, j)
 		return nil
 	})

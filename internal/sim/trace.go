@@ -45,6 +45,46 @@ type Job struct {
 	Preemptible bool
 }
 
+// Resources is the job's request as the scheduler reads it.
+func (j *Job) Resources() gpufleet.Resources {
+	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing}
+}
+
+// maxTraceSeconds bounds every time of a trace: ten years, beyond any real
+// trace (Philly's longest job would run 3.1 years on one K80) and far from
+// time.Duration's 292.
+const maxTraceSeconds = 10 * 365 * 86400
+
+// check validates a job read from a trace as the API validates a request:
+// its resources with gpufleet.Resources.Validate (the same limits), its
+// class, and its times within maxTraceSeconds. Readers call it on every
+// row before keeping it.
+func (j *Job) check() error {
+	if err := j.Resources().Validate(); err != nil {
+		return err
+	}
+	if !j.Class.Valid() {
+		_, err := gpufleet.ParsePriority(string(j.Class))
+		return gpufleet.InField("priority", err)
+	}
+	times := []struct {
+		name string
+		v    float64
+	}{{"submit", j.Submit}, {"duration", j.Duration}, {"estimate", j.Estimate}}
+	for _, m := range slices.Sorted(maps.Keys(j.DurationOn)) {
+		times = append(times, struct {
+			name string
+			v    float64
+		}{"duration on " + m, j.DurationOn[m]})
+	}
+	for _, t := range times {
+		if !(t.v >= 0 && t.v <= maxTraceSeconds) {
+			return fmt.Errorf("%s %g s: expected 0 to %d", t.name, t.v, maxTraceSeconds)
+		}
+	}
+	return nil
+}
+
 // DurationFor is the job's run time in seconds on model.
 func (j *Job) DurationFor(model string) float64 {
 	if d, ok := j.DurationOn[model]; ok {

@@ -256,6 +256,24 @@ func fuzzReader(f *testing.F, format string) {
 				if j.GPUs < 1 || j.Submit < 0 || !(j.Duration >= 1) || j.ID == "" {
 					t.Fatalf("accepted a bad job %+v", j)
 				}
+				if err := j.check(); err != nil {
+					t.Fatalf("accepted job %s that the shared validation refuses: %v", j.ID, err)
+				}
+			}
+		}
+	})
+}
+
+func FuzzParseOpenbNodes(f *testing.F) {
+	f.Add("sn,cpu_milli,memory_mib,gpu,model\nn1,96000,786432,8,V100M32\nn2,96000,786432,8,V100M32\nn3,64000,262144,0,\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		spec, _, err := ParseOpenbNodes(strings.NewReader(in), ReadOptions{Name: "fuzz"})
+		if err != nil {
+			return
+		}
+		for _, g := range spec.NodeGroups {
+			if g.Count < 1 || g.GPUsPerNode < 1 {
+				t.Fatalf("accepted node group %+v", g)
 			}
 		}
 	})
