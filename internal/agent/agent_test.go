@@ -633,3 +633,54 @@ func fencedRunner(t *testing.T, fence, grace time.Duration) (r *Runner, data, al
 	}
 	return r, data, alive
 }
+
+// TestAgentStartsNothingWithoutAFence: an agent that does not know its
+// fence timeout (no stored setting, and a server that says none) starts no
+// attempt; the first answer that says it lets the next start through, and
+// the credential file keeps it for the next start of the agent.
+func TestAgentStartsNothingWithoutAFence(t *testing.T) {
+	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
+	be, err := simgpu.New([]simgpu.Spec{{Model: "l4", Count: 1}}, simgpu.WithNodeName("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a, err := New(Config{Name: "n1", DataDir: dir, Backend: "sim", FenceGrace: time.Second,
+		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, KillAfter: 200 * time.Millisecond}}, be, &fakePlane{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killAll(a.runner) })
+	ctx := t.Context()
+	if err := a.discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.cred = credential{Node: "n1", Credential: "cred"} // stored by an older agent: no timing
+	start := api.HeartbeatResponse{Start: []api.Assignment{{AttemptID: "a-1", JobID: "j-1", Team: "t", GPUs: []string{a.inventory[0].UUID},
+		GraceS: 1, Command: []string{"sleep", "60"}}}}
+	a.apply(ctx, start)
+	if a.runner.Known("a-1") {
+		t.Fatal("an attempt started while the fence was unknown")
+	}
+	a.mu.Lock()
+	changed := a.setTimingLocked(1, 5)
+	a.storeCredentialLocked()
+	a.mu.Unlock()
+	if !changed || a.fenceAfter != 5*time.Second || a.interval() != time.Second {
+		t.Fatalf("timing from the answer: changed %v, fence %s, heartbeat %s", changed, a.fenceAfter, a.interval())
+	}
+	a.apply(ctx, start)
+	if !a.runner.Known("a-1") {
+		t.Fatal("the attempt did not start once the fence was known")
+	}
+	var stored credential
+	if err := readJSON(filepath.Join(dir, "credential.json"), &stored); err != nil || stored.FenceAfterS != 5 || stored.HeartbeatS != 1 {
+		t.Fatalf("credential.json keeps %+v, %v; want the fence and heartbeat", stored, err)
+	}
+	if got := aliveFence(filepath.Join(dir, "alive")); got != 5*time.Second {
+		t.Errorf("the alive file tells supervisors a fence of %s, want 5s", got)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "alive")); err != nil || fi.ModTime().Unix() != 0 {
+		t.Errorf("writing the fence moved the alive file's time (only the server's word may): %v %v", fi.ModTime(), err)
+	}
+}
