@@ -34,10 +34,6 @@ type errCell string
 
 func (e errCell) Error() string { return string(e) }
 
-func optString(dst *string) func(*GPU, string) error {
-	return func(_ *GPU, s string) error { *dst = s; return nil }
-}
-
 // positiveFloat parses a finite number > 0.
 func positiveFloat(s string) (float64, bool) {
 	v, err := strconv.ParseFloat(s, 64)

@@ -116,7 +116,7 @@ func run(ctx context.Context, server, token string, nodes, submitters int, inter
 	}
 	creds := make([]*api.Client, nodes)
 	prefix := fmt.Sprintf("load%d-", time.Now().Unix()%100000)
-	reg := measure(ctx, "register", 32, 0, nil)
+	var reg result
 	{
 		var next atomic.Int64
 		var wg sync.WaitGroup

@@ -23,7 +23,7 @@ import (
 // attempts' processes really did (beat files they append to while they
 // run). docs/RELIABILITY.md lists the invariants.
 //
-// A test makes its jobs run beatCommand (or beatCommandFor), cancels or
+// A test makes its jobs run beatCommand, cancels or
 // finishes them, and calls checkHistory at the end:
 //
 //	beats := outDir(t)
@@ -40,12 +40,6 @@ const beatEvery = 100 * time.Millisecond
 func beatCommand(dir string) []string {
 	return []string{"sh", "-c", `while :; do echo "$(date +%s%N) $GPUFLEET_ATTEMPT_ID" >> '` + dir +
 		`'/"$GPUFLEET_JOB_ID".beats; sleep 0.1; done`}
-}
-
-// beatCommandFor beats n times, then exits 0.
-func beatCommandFor(dir string, n int) []string {
-	return []string{"sh", "-c", `i=0; while [ $i -lt ` + strconv.Itoa(n) + ` ]; do echo "$(date +%s%N) $GPUFLEET_ATTEMPT_ID" >> '` + dir +
-		`'/"$GPUFLEET_JOB_ID".beats; i=$((i+1)); sleep 0.1; done`}
 }
 
 // beatSpan is the first and last beat of one attempt.

@@ -355,14 +355,6 @@ func (f *fleet) mfIndex(n *nodeSlot, m int32) int {
 	return -1
 }
 
-// freeOf returns the whole free GPUs of model m on node n.
-func (f *fleet) freeOf(n *nodeSlot, m int32) int32 {
-	if i := f.mfIndex(n, m); i >= 0 {
-		return n.mfree[i].free
-	}
-	return 0
-}
-
 // migCharge is the quota charge of one MIG instance in milli-GPUs.
 func (f *fleet) migCharge(m, p int32) int64 {
 	g := f.models[m].gpu
