@@ -166,7 +166,11 @@ type Attempt struct {
 	ReasonCode string        `json:"reason_code"`
 	// StopRequested is set when the server wants the attempt stopped
 	// (preemption, drain, cancel, time limit); the agent stops it.
-	StopRequested bool `json:"stop_requested"`
+	// StopRequestedAt is when that was decided and StopGraceS the grace
+	// the stop gives; both null until then.
+	StopRequested   bool       `json:"stop_requested"`
+	StopRequestedAt *time.Time `json:"stop_requested_at"`
+	StopGraceS      *float64   `json:"stop_grace_s"`
 	// Fraction is the time-slice share held on each GPU (1 when whole).
 	Fraction            float64 `json:"fraction"`
 	GPUSeconds          float64 `json:"gpu_seconds"`

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
 type result struct {
@@ -311,9 +312,10 @@ func samples(node string, now time.Time, withEvidence bool) []api.GPUSample {
 		mem := int64(40 << 30)
 		out[g] = api.GPUSample{UUID: fmt.Sprintf("GPU-%s-%d", node, g), Utilization: f(0.9), SMActivity: f(0.7), DRAMActivity: f(0.4),
 			TensorActivity: f(0.3), MemoryUsedBytes: &mem, PowerWatts: f(550), EnergyJoulesTotal: f(550 * secs), TemperatureC: f(61),
-			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0), ECCUncorrectedAggregate: u(0),
-				RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0), PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
-				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}
+			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), Counters: gpu.Counters{ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0),
+				ECCCorrectedAggregate: u(0), ECCUncorrectedAggregate: u(0), RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0),
+				PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
+				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}}
 		if !withEvidence {
 			out[g].Evidence = nil
 		}

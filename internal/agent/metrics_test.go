@@ -30,7 +30,7 @@ func testView() metricsView {
 			"GPU-h": {UUID: "GPU-h", Utilization: ptr(1.0), SMActivity: ptr(0.9), TensorActivity: ptr(0.6), DRAMActivity: ptr(0.3),
 				MemoryUsedBytes: ptr(int64(60 << 30)), MemoryFreeBytes: ptr(int64(20 << 30)), PowerWatts: ptr(650.0),
 				EnergyMillijoules: ptr(uint64(123_456_789)), TemperatureC: ptr(71.0), MemoryTemperatureC: ptr(80.0),
-				SMClockMHz: ptr(1980.0), ClockEventReasons: ptr(gpu.ClockEventSWPowerCap), ECCUncorrectedVolatile: ptr(uint64(0))},
+				SMClockMHz: ptr(1980.0), ClockEventReasons: ptr(gpu.ClockEventSWPowerCap), Counters: gpu.Counters{ECCUncorrectedVolatile: ptr(uint64(0))}},
 			"GPU-l": {UUID: "GPU-l", Utilization: ptr(0.0), MemoryUsedBytes: ptr(int64(0)), PowerWatts: ptr(16.0), TemperatureC: ptr(35.0)},
 		},
 		latestAt: time.Now(), sampleOK: true, sampleDur: 3 * time.Millisecond,

@@ -88,13 +88,7 @@ func (s *summary) add(x gpu.Sample) {
 		}
 		s.eventsAll = &v
 	}
-	e := &s.evidence
-	e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate = x.ECCCorrectedVolatile, x.ECCUncorrectedVolatile, x.ECCUncorrectedAggregate
-	e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending = x.RetiredPagesSBE, x.RetiredPagesDBE, x.RetiredPagesPending
-	e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable = x.RemappedRowsCorrectable, x.RemappedRowsUncorrectable
-	e.RowRemapPending, e.RowRemapFailure = x.RowRemapPending, x.RowRemapFailure
-	e.PCIeGen, e.PCIeWidth, e.PCIeMaxGen, e.PCIeMaxWidth, e.PCIeReplayCount = x.PCIeGen, x.PCIeWidth, x.PCIeMaxGen, x.PCIeMaxWidth, x.PCIeReplayCount
-	e.NVLinkLinksUp, e.NVLinkLinksTotal, e.NVLinkErrors = x.NVLinkLinksUp, x.NVLinkLinksTotal, x.NVLinkErrors
+	s.evidence.Counters = x.Counters
 }
 
 // sample is the compact heartbeat form.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
 // ProtocolVersion is the agent protocol this build speaks. The agent
@@ -65,29 +66,14 @@ type GPUSample struct {
 	Evidence *GPUEvidence `json:"evidence,omitempty"`
 }
 
-// GPUEvidence is a GPU's health evidence over one heartbeat interval.
+// GPUEvidence is a GPU's health evidence over one heartbeat interval:
+// the interval's last reading of its counters, the very type the GPU
+// backend reads and the health rules judge.
 type GPUEvidence struct {
 	// ClockEventsAll is the NVML clock-event bitmask ANDed over the
 	// interval's samples: a bit set here was set the whole time.
-	ClockEventsAll            *uint64 `json:"clock_events_all"`
-	ECCCorrectedVolatile      *uint64 `json:"ecc_corrected_volatile"`
-	ECCUncorrectedVolatile    *uint64 `json:"ecc_uncorrected_volatile"`
-	ECCUncorrectedAggregate   *uint64 `json:"ecc_uncorrected_aggregate"`
-	RetiredPagesSBE           *uint64 `json:"retired_pages_sbe"`
-	RetiredPagesDBE           *uint64 `json:"retired_pages_dbe"`
-	RetiredPagesPending       *bool   `json:"retired_pages_pending"`
-	RemappedRowsCorrectable   *uint64 `json:"remapped_rows_correctable"`
-	RemappedRowsUncorrectable *uint64 `json:"remapped_rows_uncorrectable"`
-	RowRemapPending           *bool   `json:"row_remap_pending"`
-	RowRemapFailure           *bool   `json:"row_remap_failure"`
-	PCIeGen                   *int    `json:"pcie_gen"`
-	PCIeWidth                 *int    `json:"pcie_width"`
-	PCIeMaxGen                *int    `json:"pcie_max_gen"`
-	PCIeMaxWidth              *int    `json:"pcie_max_width"`
-	PCIeReplayCount           *uint64 `json:"pcie_replay_count"`
-	NVLinkLinksUp             *int    `json:"nvlink_links_up"`
-	NVLinkLinksTotal          *int    `json:"nvlink_links_total"`
-	NVLinkErrors              *uint64 `json:"nvlink_errors"`
+	ClockEventsAll *uint64 `json:"clock_events_all"`
+	gpu.Counters
 }
 
 // ValidationOrder asks the agent to check GPUs before they return to

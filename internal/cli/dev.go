@@ -155,7 +155,8 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	sf := serverFlags{listen: f.listen, dataDir: filepath.Join(dir, "server"), adminToken: admin, policy: d.Policy, logLevel: "info",
 		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: d.LeaseTTL,
 		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL,
-		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second}
+		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
+		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow}
 	srvEnv := &env{stdin: e.stdin, stdout: io.Discard, stderr: srvLog, catalog: e.catalog}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -36,6 +36,8 @@ type serverFlags struct {
 	spare              []string // MODEL=N
 	quarantineFraction float64
 	throttleSustain    time.Duration
+	eccCorrected       uint64        // correctable ECC errors per eccWindow that degrade a GPU
+	eccWindow          time.Duration // window of eccCorrected
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -62,6 +64,9 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
 	fs.DurationVar(&f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
+	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
+		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
+	fs.DurationVar(&f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -138,6 +143,10 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	if f.quarantineFraction <= 0 || f.quarantineFraction > 1 {
 		return usageErr("--quarantine-max-fraction %g: expected a fraction in (0, 1]", f.quarantineFraction)
 	}
+	if f.eccCorrected == 0 || f.eccWindow <= 0 {
+		return usageErr("--ecc-corrected-growth and --ecc-corrected-window must be positive")
+	}
+	cfg.Health.ECCCorrectedGrowth, cfg.Health.ECCCorrectedWindow = f.eccCorrected, f.eccWindow
 	spare, err := parseKV(f.spare)
 	if err != nil {
 		return fmt.Errorf("%w: --spare %s", gpufleet.ErrInvalid, detail(err))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/sim"
@@ -26,7 +27,8 @@ type simFlags struct {
 	skipBad                                     bool
 	ablate                                      []string
 	mtbf, repair, loadPeriod, halfLife          string
-	restartOverhead                             string
+	restartOverhead, drainMTBF, grace           string
+	timeLimitFactor                             float64
 }
 
 // ablations turn one gpufleet feature off.
@@ -52,13 +54,16 @@ func newSimCmd(e *env) *cobra.Command {
 		Long: `Replay a real or synthetic GPU cluster trace through the same scheduler the
 server runs, on a simulated fleet, with virtual time. Reports job completion
 time and wait percentiles (overall, per class and per team), GPU allocation,
-fragmentation, Jain's fairness over teams, ETA accuracy, preemptions and
-scheduler speed.
+fragmentation, Jain's fairness over teams, ETA accuracy, every stop by
+reason code (preemptions, drains, time limits, cancels), why jobs waited,
+and scheduler speed. Stopped jobs keep their GPUs through their grace, as
+on a real fleet.
 
 Formats: openb (Alibaba 2023 pods; --nodes for its node list), philly-gavel
 (Philly via Gavel, per-GPU-type durations), dlrm (Alibaba 2025 inference
 instances) and csv (submit_s, duration_s, gpus, nodes, team, priority,
-gpu_model, sharing, estimate_s, preemptible, duration_s_<model>). Gzip files
+gpu_model, sharing, estimate_s, preemptible, grace_s, time_limit_s,
+cancel_s, duration_s_<model>). Gzip files
 are read transparently. The fleet comes from --nodes (openb) or --cluster
 (YAML or JSON node_groups and teams). See docs/SIMULATOR.md.`,
 		Example: `  gpufleet sim --trace traces/philly-gavel/philly_gavel.csv.gz --format philly-gavel \
@@ -86,7 +91,10 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
-	fs.StringVar(&sf.restartOverhead, "restart-overhead", "0", "time a preempted or failed job needs to resume from its checkpoint (60s)")
+	fs.StringVar(&sf.restartOverhead, "restart-overhead", "0", "time a preempted, drained or failed job needs to resume from its checkpoint (60s)")
+	fs.StringVar(&sf.drainMTBF, "drain-mtbf", "", "node mean time between health drains, e.g. 14d: the scheduler stops the node's jobs with their grace, then the node is down for --repair (default: no drains)")
+	fs.Float64Var(&sf.timeLimitFactor, "time-limit-factor", 0, "give jobs without a time limit one of X times their user's estimate; runs that outlast it are stopped and end (0 = none)")
+	fs.StringVar(&sf.grace, "grace", "", "grace of a stop for jobs that give none (default: the policy's, 30s)")
 	fs.StringVar(&sf.loadPeriod, "load-period", "", "report the offered load per period of this length, e.g. 50d")
 	fs.StringVar(&sf.halfLife, "usage-half-life", "", "override the policy's usage half-life, e.g. 24h")
 	fs.Float64Var(&sf.scalingEff, "scaling-efficiency", sim.DefaultScalingEfficiency, "philly-gavel: parallel efficiency where the trace has only single-GPU times")
@@ -105,20 +113,17 @@ func ablationNames() []string {
 	return out
 }
 
-// parseSimDuration accepts Go durations and a day suffix ("50d", "1.5d").
+// parseSimDuration reads a duration flag with gpufleet.ParseDuration
+// ("90s", "4h", "50d"), in seconds; empty is 0.
 func parseSimDuration(flag, s string) (float64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		v, err := strconv.ParseFloat(d, 64)
-		if err == nil && v >= 0 {
-			return v * 86400, nil
-		}
-	} else if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return d.Seconds(), nil
+	d, err := gpufleet.ParseDuration(s)
+	if err != nil {
+		return 0, usageErr("--%s: %v", flag, err)
 	}
-	return 0, usageErr("--%s %q: expected a duration such as 90s, 4h or 50d", flag, s)
+	return d.Seconds(), nil
 }
 
 func runSim(e *env, sf *simFlags) error {
@@ -131,8 +136,8 @@ func runSim(e *env, sf *simFlags) error {
 	if (sf.nodes == "") == (sf.cluster == "") {
 		return usageErr("give exactly one of --nodes (openb node list) and --cluster (spec file)")
 	}
-	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 {
-		return usageErr("--time-scale must be positive; --estimate-error and --fill must not be negative")
+	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
+		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
 	}
 	if sf.jobsOut != "" {
 		// Fail before a long replay, not after it.
@@ -152,9 +157,23 @@ func runSim(e *env, sf *simFlags) error {
 		off(&policy)
 		policy.Name += "-" + a
 	}
-	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill}
+	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
+		TimeLimitFactor: sf.timeLimitFactor}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
 		return err
+	}
+	if cfg.DrainMTBF, err = parseSimDuration("drain-mtbf", sf.drainMTBF); err != nil {
+		return err
+	}
+	if sf.grace != "" {
+		g, err := parseSimDuration("grace", sf.grace)
+		if err != nil {
+			return err
+		}
+		if g > gpufleet.MaxGrace.Seconds() {
+			return usageErr("--grace %s: expected at most %s", sf.grace, gpufleet.MaxGrace)
+		}
+		cfg.Policy.DefaultGrace = time.Duration(g * 1e9)
 	}
 	if cfg.RestartOverhead, err = parseSimDuration("restart-overhead", sf.restartOverhead); err != nil {
 		return err
@@ -268,9 +287,15 @@ func printSimReport(e *env, r *sim.Report) error {
 		r.Policy, r.Trace, r.Format, r.Jobs, r.Completed, r.Unfinished, r.Skipped, r.BadLines)
 	fmt.Fprintf(w, "cluster %d GPUs: allocation %s, fragmentation %.1f GPUs, unallocated at end %.1f\n",
 		r.CapacityGPUs, pct(&r.GPUAllocationRatio), r.FragmentationGPUs, r.UnallocatedGPUs)
-	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",
-		days(&r.MakespanS), r.Preemptions, r.Failures, num(r.JainFairness, 3),
+	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, drains %d, Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",
+		days(&r.MakespanS), r.Preemptions, r.Failures, r.Drains, num(r.JainFairness, 3),
 		secs(r.ETAMedianAbsErrorS), secs(r.ETAP90AbsErrorS), r.ETAJobs)
+	if len(r.Stops) > 0 || len(r.Ended) > 0 {
+		fmt.Fprintf(w, "stops %s; ended unfinished %s\n", counts(r.Stops), counts(r.Ended))
+	}
+	if len(r.WaitReasons) > 0 {
+		fmt.Fprintf(w, "waited at submission: %s\n", counts(r.WaitReasons))
+	}
 	fmt.Fprintf(w, "%d cycles, %d decisions in %.2f s wall (%.0f decisions/s)\n", r.Cycles, r.Decisions, r.SimWallS, r.DecisionsPerS)
 	if l := r.OfferedLoad; l != nil {
 		fmt.Fprintf(w, "offered load %.2f (in %s-GPU seconds over %.0f reference GPUs)\n", l.Overall, dash(l.RefModel), l.CapacityRefGPUs)
@@ -296,6 +321,18 @@ func printSimReport(e *env, r *sim.Report) error {
 		t.row(fmt.Sprintf("(%d teams: -o wide or -o json)", len(r.ByTeam)))
 	}
 	return t.flush()
+}
+
+// counts writes a tally as "drain 3, time_limit 1", or "none".
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

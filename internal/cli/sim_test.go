@@ -31,7 +31,8 @@ func TestSimJSONKeys(t *testing.T) {
 	}
 	for _, k := range []string{"policy", "jobs", "completed", "skipped", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
 		"avg_wait_s", "p50_wait_s", "p95_wait_s", "p99_wait_s", "gpu_allocation_ratio", "fragmentation_gpus", "jain_fairness",
-		"eta_median_abs_error_s", "eta_p90_abs_error_s", "makespan_s", "preemptions", "sim_wall_s", "decisions_per_s", "by_class", "by_team"} {
+		"eta_median_abs_error_s", "eta_p90_abs_error_s", "makespan_s", "preemptions", "sim_wall_s", "decisions_per_s", "by_class", "by_team",
+		"stops", "ended", "drains", "wait_reasons"} {
 		if _, ok := rep[k]; !ok {
 			t.Errorf("report lacks %q", k)
 		}
@@ -61,6 +62,10 @@ func TestSimErrors(t *testing.T) {
 		"no cluster":                   {args: []string{"--trace", bad, "--format", "csv"}, want: "--nodes"},
 		"unknown ablation":             {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--ablate", "magic"}, want: "--ablate"},
 		"jobs-out in a missing dir":    {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--jobs-out", "/no/such/dir/jobs.csv"}, want: "--jobs-out"},
+		"bad grace":                    {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--grace", "soon"}, want: "--grace"},
+		"grace beyond the API's":       {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--grace", "2d"}, want: "--grace"},
+		"bad drain MTBF":               {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--drain-mtbf", "-1h"}, want: "--drain-mtbf"},
+		"negative time-limit factor":   {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--time-limit-factor", "-1"}, want: "--time-limit-factor"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -73,5 +78,21 @@ func TestSimErrors(t *testing.T) {
 	out, errOut, code := runCLI(t, "sim", "--trace", bad, "--format", "csv", "--cluster", "../sim/testdata/tiny-cluster.yaml", "--skip-bad-lines", "--policy", "fifo")
 	if code != 0 || !strings.Contains(out, "1 bad lines") {
 		t.Errorf("--skip-bad-lines: exit %d, %s%s", code, out, errOut)
+	}
+}
+
+// TestSimStopsByCode replays the tiny trace with drains and time limits:
+// the report names the stops by code, as the server would.
+func TestSimStopsByCode(t *testing.T) {
+	out, errOut, code := runCLI(t, "sim", "--trace", "../sim/testdata/tiny.csv", "--format", "csv",
+		"--cluster", "../sim/testdata/tiny-cluster.yaml", "--policy", "gpufleet", "--estimate-error", "1", "--seed", "5",
+		"--drain-mtbf", "2h", "--repair", "30m", "--time-limit-factor", "1.2", "--grace", "1m")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"drains ", "stops ", "drain ", "time_limit "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
 	}
 }

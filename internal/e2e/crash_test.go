@@ -87,7 +87,9 @@ func TestServerCrashLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
 	env := []string{"GPUFLEET_TEST_FAILPOINTS=submit.before-commit=0.001,schedule.before-commit=0.01,attempt.before-commit=0.002"}
-	p := startServer(t, dir, env, "--listen", "127.0.0.1:"+port)
+	// Set up on a server without failpoints (setup does not retry), then
+	// restart it with them.
+	p := startServer(t, dir, nil, "--listen", "127.0.0.1:"+port)
 	f := setupTeams(t, p, "team-a", "team-b")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -97,6 +99,11 @@ func TestServerCrashLosesNothing(t *testing.T) {
 		a := &crashAgent{fakeAgent: registerAgent(t, p, f.admin, fmt.Sprintf("n%d", i), "h100-sxm-80gb", 8),
 			started: map[string]time.Time{}, holder: map[string]string{}}
 		agents = append(agents, a)
+	}
+	p.kill()
+	p.env = env
+	p.start()
+	for _, a := range agents {
 		go a.loop(ctx, 200*time.Millisecond)
 	}
 

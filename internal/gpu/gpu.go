@@ -103,29 +103,46 @@ type Sample struct {
 	PowerViolationNs   *uint64 `json:"power_violation_ns"`
 	ThermalViolationNs *uint64 `json:"thermal_violation_ns"`
 
-	ECCCorrectedVolatile      *uint64 `json:"ecc_corrected_volatile"`
-	ECCUncorrectedVolatile    *uint64 `json:"ecc_uncorrected_volatile"`
-	ECCCorrectedAggregate     *uint64 `json:"ecc_corrected_aggregate"`
-	ECCUncorrectedAggregate   *uint64 `json:"ecc_uncorrected_aggregate"`
-	RetiredPagesSBE           *uint64 `json:"retired_pages_sbe"`
-	RetiredPagesDBE           *uint64 `json:"retired_pages_dbe"`
-	RetiredPagesPending       *bool   `json:"retired_pages_pending"`
+	// Counters are the error counters and link state, what the health
+	// rules read.
+	Counters
+
+	Processes []Process `json:"processes,omitempty"`
+}
+
+// Counters are a GPU's error counters and link state in one reading:
+// what the health rules judge. The agent reads them into Sample, sends
+// the interval's last reading in its heartbeat (api.GPUEvidence) and the
+// server hands them to the rules (health.GPUEvidence): one type all the
+// way, so a counter added here reaches the rules.
+type Counters struct {
+	// ECC error counts: volatile since the last driver load, aggregate
+	// over the GPU's life.
+	ECCCorrectedVolatile    *uint64 `json:"ecc_corrected_volatile"`
+	ECCUncorrectedVolatile  *uint64 `json:"ecc_uncorrected_volatile"`
+	ECCCorrectedAggregate   *uint64 `json:"ecc_corrected_aggregate"`
+	ECCUncorrectedAggregate *uint64 `json:"ecc_uncorrected_aggregate"`
+	// Page retirement (before Ampere).
+	RetiredPagesSBE     *uint64 `json:"retired_pages_sbe"`
+	RetiredPagesDBE     *uint64 `json:"retired_pages_dbe"`
+	RetiredPagesPending *bool   `json:"retired_pages_pending"`
+	// Row remapping (Ampere and newer).
 	RemappedRowsCorrectable   *uint64 `json:"remapped_rows_correctable"`
 	RemappedRowsUncorrectable *uint64 `json:"remapped_rows_uncorrectable"`
 	RowRemapPending           *bool   `json:"row_remap_pending"`
 	RowRemapFailure           *bool   `json:"row_remap_failure"`
 
-	PCIeGen         *int    `json:"pcie_gen"`
-	PCIeWidth       *int    `json:"pcie_width"`
-	PCIeMaxGen      *int    `json:"pcie_max_gen"`
-	PCIeMaxWidth    *int    `json:"pcie_max_width"`
+	PCIeGen      *int `json:"pcie_gen"`
+	PCIeWidth    *int `json:"pcie_width"`
+	PCIeMaxGen   *int `json:"pcie_max_gen"`
+	PCIeMaxWidth *int `json:"pcie_max_width"`
+	// PCIeReplayCount is the link's replay counter (monotonic until the
+	// driver reloads).
 	PCIeReplayCount *uint64 `json:"pcie_replay_count"`
 
 	NVLinkLinksUp    *int    `json:"nvlink_links_up"`
 	NVLinkLinksTotal *int    `json:"nvlink_links_total"`
 	NVLinkErrors     *uint64 `json:"nvlink_errors"` // CRC, replay and recovery counts added
-
-	Processes []Process `json:"processes,omitempty"`
 }
 
 // EventKind names a hardware event.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
 // Condition is one finding of a rule about a GPU or a node.
@@ -342,9 +343,9 @@ func (e *gpuEval) throttle() {
 		run, rule, short, what, advice string
 		mask                           uint64
 	}{
-		{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", ClockEventHWPowerBrake},
-		{"thermal", "thermal-sustained", "thermal throttling", "been thermally throttled", "check inlet temperature, fans and airflow", ClockEventSWThermalSlowdown | ClockEventHWThermalSlowdown},
-		{"hw-slowdown", "hw-slowdown-sustained", "hardware slowdown", "been in hardware slowdown", "check its temperature and the node's power supplies", ClockEventHWSlowdown},
+		{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", gpu.ClockEventHWPowerBrake},
+		{"thermal", "thermal-sustained", "thermal throttling", "been thermally throttled", "check inlet temperature, fans and airflow", gpu.ClockEventSWThermalSlowdown | gpu.ClockEventHWThermalSlowdown},
+		{"hw-slowdown", "hw-slowdown-sustained", "hardware slowdown", "been in hardware slowdown", "check its temperature and the node's power supplies", gpu.ClockEventHWSlowdown},
 	} {
 		since, on := e.run(t.run, has(t.mask))
 		if d := e.now.Sub(since); on && d >= e.cfg.ThrottleSustain {

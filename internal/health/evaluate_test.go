@@ -14,7 +14,7 @@ import (
 
 // with returns GPU 0 with readings set by fn.
 func with(fn func(g *GPUEvidence)) GPUEvidence {
-	g := gpu(0)
+	g := healthyGPU(0)
 	fn(&g)
 	return g
 }
@@ -174,16 +174,16 @@ func TestNodeRules(t *testing.T) {
 		"heartbeat at the grace":   {ev: NodeEvidence{Node: "n1", HeartbeatAge: 30 * time.Second}, want: nil},
 		"heartbeat within its own": {ev: NodeEvidence{Node: "n1", HeartbeatAge: 50 * time.Second, HeartbeatGrace: time.Minute}, want: nil},
 		"fewer GPUs than registered": {
-			ev: NodeEvidence{Node: "n1", InventoryGPUs: 8, GPUs: []GPUEvidence{gpu(0), gpu(1), gpu(2), gpu(3), gpu(4), gpu(5), gpu(6)}},
+			ev: NodeEvidence{Node: "n1", InventoryGPUs: 8, GPUs: []GPUEvidence{healthyGPU(0), healthyGPU(1), healthyGPU(2), healthyGPU(3), healthyGPU(4), healthyGPU(5), healthyGPU(6)}},
 			want: []Condition{{Rule: "gpu-missing", GPU: -1, Severity: gpufleet.Unhealthy, Action: ActionRebootNode, Reason: "7 of 8 GPUs reported",
 				Explanation: "Node n1 reports 7 of the 8 GPUs it registered with: drain the node and reboot it, and replace any GPU that does not come back.", Since: t0}},
 		},
 		"GPU reported absent": {
-			ev: node(gpu(0), gpu(1), GPUEvidence{Index: 2, UUID: "GPU-c"}),
+			ev: node(healthyGPU(0), healthyGPU(1), GPUEvidence{Index: 2, UUID: "GPU-c"}),
 			want: []Condition{{Rule: "gpu-missing", GPU: 2, UUID: "GPU-c", Severity: gpufleet.Unhealthy, Action: ActionRebootNode, Reason: "missing from the node's report",
 				Explanation: "GPU 2 (GPU-c) is in the node's inventory but the node no longer reports it (it probably fell off the bus): drain the node and reboot it, and replace the GPU if it does not come back.", Since: t0}},
 		},
-		"all there": {ev: node(gpu(0), gpu(1)), want: nil},
+		"all there": {ev: node(healthyGPU(0), healthyGPU(1)), want: nil},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -204,29 +204,29 @@ func normal(c []Condition) []Condition {
 }
 
 func TestEventConditionsAreHeld(t *testing.T) {
-	g := gpu(0)
+	g := healthyGPU(0)
 	g.XIDs = []int{48, 13}
 	st, conds := Evaluate(State{}, node(g), t0, Config{})
 	if diff := cmp.Diff([]string{"xid-48", "xid-13"}, rules(conds)); diff != "" {
 		t.Fatalf("first evaluation (-want +got):\n%s", diff)
 	}
-	st, conds = Evaluate(st, node(gpu(0)), at(time.Hour), Config{})
+	st, conds = Evaluate(st, node(healthyGPU(0)), at(time.Hour), Config{})
 	if len(conds) != 1 || conds[0].Rule != "xid-48" || !conds[0].Since.Equal(t0) {
 		t.Fatalf("an hour later: %+v, want xid-48 since t0 (xid-13 is not held)", conds)
 	}
 	// Seen again: Since stays, the hold restarts.
 	g.XIDs = []int{48}
 	st, _ = Evaluate(st, node(g), at(2*time.Hour), Config{})
-	_, conds = Evaluate(st, node(gpu(0)), at(2*time.Hour+23*time.Hour), Config{})
+	_, conds = Evaluate(st, node(healthyGPU(0)), at(2*time.Hour+23*time.Hour), Config{})
 	if len(conds) != 1 || !conds[0].Since.Equal(t0) {
 		t.Fatalf("23h after the second XID 48: %+v", conds)
 	}
-	_, conds = Evaluate(st, node(gpu(0)), at(2*time.Hour+24*time.Hour), Config{})
+	_, conds = Evaluate(st, node(healthyGPU(0)), at(2*time.Hour+24*time.Hour), Config{})
 	if len(conds) != 0 {
 		t.Fatalf("24h after the last XID 48: %+v, want none", conds)
 	}
 	// A shorter hold.
-	_, conds = Evaluate(st, node(gpu(0)), at(3*time.Hour), Config{EventHold: 30 * time.Minute})
+	_, conds = Evaluate(st, node(healthyGPU(0)), at(3*time.Hour), Config{EventHold: 30 * time.Minute})
 	if len(conds) != 0 {
 		t.Fatalf("hold 30m: %+v, want none", conds)
 	}
@@ -246,11 +246,11 @@ func TestReadingConditionsFollowTheReading(t *testing.T) {
 }
 
 func TestClearGPU(t *testing.T) {
-	g0, g1 := gpu(0), gpu(1)
+	g0, g1 := healthyGPU(0), healthyGPU(1)
 	g0.XIDs, g1.XIDs = []int{79}, []int{74}
 	st, _ := Evaluate(State{}, NodeEvidence{Node: "n1", InventoryGPUs: 3, GPUs: []GPUEvidence{g0, g1}}, t0, Config{})
 	cleared := st.ClearGPU(0).ClearGPU(-1)
-	_, conds := Evaluate(cleared, node(gpu(0), gpu(1)), at(time.Minute), Config{})
+	_, conds := Evaluate(cleared, node(healthyGPU(0), healthyGPU(1)), at(time.Minute), Config{})
 	if diff := cmp.Diff([]string{"xid-74"}, rules(conds)); diff != "" {
 		t.Errorf("after ClearGPU(0) (-want +got):\n%s", diff)
 	}
@@ -290,7 +290,7 @@ func TestExplanations(t *testing.T) {
 		g.RowRemapPending, g.RemappedRowsUncorrectable, g.RemappedRowsCorrectable = b(true), u64(3), u64(1)
 		g.NVLinkLinksUp, g.NVLinkLinksTotal = i(17), i(18)
 	})
-	_, conds := Evaluate(State{}, node(gpu(0), gpu(1), g), t0, Config{})
+	_, conds := Evaluate(State{}, node(healthyGPU(0), healthyGPU(1), g), t0, Config{})
 	want := []string{
 		"GPU 2 has 17 of 18 NVLinks up: drain it so multi-GPU jobs do not slow down or hang, then reset the GPU or reboot the node to retrain the links.",
 		"GPU 2 has a memory row remap pending (3 rows remapped for uncorrectable and 1 for correctable errors so far): drain and reset the GPU so the remap takes effect.",
@@ -308,7 +308,7 @@ func TestExplanations(t *testing.T) {
 func busyNode() NodeEvidence {
 	var gs []GPUEvidence
 	for k := range 8 {
-		g := gpu(k)
+		g := healthyGPU(k)
 		g.XIDs = []int{13, 79, 48, 13, 999}[k%5:]
 		g.ClockEventReasons = u64(0xff)
 		g.NVLinkLinksUp, g.NVLinkLinksTotal = i(k), i(18)

@@ -1,6 +1,10 @@
 package health
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/gpu"
+)
 
 // GPUEvidence is what one GPU showed since the last evaluation. Readings
 // are pointers: nil means the GPU did not report it (unsupported, MIG
@@ -16,39 +20,13 @@ type GPUEvidence struct {
 	// XIDs raised since the last evaluation, in any order, repeats allowed.
 	XIDs []int
 
-	// ECC error counters: volatile since the last driver load, aggregate
-	// over the GPU's life.
-	ECCCorrectedVolatile    *uint64
-	ECCUncorrectedVolatile  *uint64
-	ECCCorrectedAggregate   *uint64
-	ECCUncorrectedAggregate *uint64
-	// Page retirement (before Ampere).
-	RetiredPagesSBE     *uint64
-	RetiredPagesDBE     *uint64
-	RetiredPagesPending *bool
-	// Row remapping (Ampere and newer).
-	RemappedRowsCorrectable   *uint64
-	RemappedRowsUncorrectable *uint64
-	RowRemapPending           *bool
-	RowRemapFailure           *bool
+	// Counters are the GPU's error counters and link state, as the GPU
+	// backend read them and the heartbeat carried them.
+	gpu.Counters
 
-	// ClockEventReasons is NVML's clock-event (throttle) reason bitmask;
-	// see the ClockEvent* constants.
+	// ClockEventReasons is NVML's clock-event (throttle) reason bitmask
+	// set the whole interval; see the gpu.ClockEvent* constants.
 	ClockEventReasons *uint64
-
-	PCIeGen      *int
-	PCIeWidth    *int
-	PCIeMaxGen   *int
-	PCIeMaxWidth *int
-	// PCIeReplayCount is the link's replay counter (monotonic until the
-	// driver reloads).
-	PCIeReplayCount *uint64
-
-	NVLinkLinksUp    *int
-	NVLinkLinksTotal *int
-	// NVLinkErrors is the sum of the links' CRC, replay and recovery error
-	// counters.
-	NVLinkErrors *uint64
 
 	// Utilization is the fraction of time a kernel ran (0-1), used to tell
 	// a GPU under load from an idle one.
@@ -68,16 +46,3 @@ type NodeEvidence struct {
 	HeartbeatGrace time.Duration
 	GPUs           []GPUEvidence
 }
-
-// NVML clock-event reason bits (nvmlClocksEventReason*), as
-// GetCurrentClocksEventReasons returns them (telemetry.md §1).
-const (
-	ClockEventGPUIdle           uint64 = 0x1
-	ClockEventAppClocksSetting  uint64 = 0x2
-	ClockEventSWPowerCap        uint64 = 0x4
-	ClockEventHWSlowdown        uint64 = 0x8
-	ClockEventSyncBoost         uint64 = 0x10
-	ClockEventSWThermalSlowdown uint64 = 0x20
-	ClockEventHWThermalSlowdown uint64 = 0x40
-	ClockEventHWPowerBrake      uint64 = 0x80
-)

@@ -12,8 +12,8 @@ func b(v bool) *bool               { return &v }
 func f64(v float64) *float64       { return &v }
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
-// gpu returns a present GPU with no readings.
-func gpu(index int) GPUEvidence {
+// healthyGPU returns a present GPU with no readings.
+func healthyGPU(index int) GPUEvidence {
 	return GPUEvidence{Index: index, UUID: "GPU-" + string(rune('a'+index)), Model: "h100-sxm-80gb", Present: true}
 }
 

@@ -106,9 +106,9 @@ func TestXIDCatalogIsWellFormed(t *testing.T) {
 
 func TestEvaluateEveryXID(t *testing.T) {
 	for code, want := range wantXID {
-		g := gpu(3)
+		g := healthyGPU(3)
 		g.XIDs = []int{code}
-		_, conds := Evaluate(State{}, node(gpu(0), gpu(1), gpu(2), g), t0, DefaultConfig())
+		_, conds := Evaluate(State{}, node(healthyGPU(0), healthyGPU(1), healthyGPU(2), g), t0, DefaultConfig())
 		if len(conds) != 1 {
 			t.Errorf("XID %d: %d conditions, want 1: %+v", code, len(conds), conds)
 			continue
@@ -124,9 +124,9 @@ func TestEvaluateEveryXID(t *testing.T) {
 }
 
 func TestXID79Explanation(t *testing.T) {
-	g := gpu(3)
+	g := healthyGPU(3)
 	g.XIDs = []int{79}
-	_, conds := Evaluate(State{}, node(gpu(0), gpu(1), gpu(2), g), t0, Config{})
+	_, conds := Evaluate(State{}, node(healthyGPU(0), healthyGPU(1), healthyGPU(2), g), t0, Config{})
 	want := "GPU 3 raised XID 79 (fell off the bus): drain the node and reboot it; replace the GPU if it recurs."
 	if len(conds) != 1 || conds[0].Explanation != want || conds[0].Reason != "XID 79 (fell off the bus)" {
 		t.Errorf("got %+v, want explanation %q", conds, want)
@@ -134,7 +134,7 @@ func TestXID79Explanation(t *testing.T) {
 }
 
 func TestUnknownXIDDegrades(t *testing.T) {
-	g := gpu(0)
+	g := healthyGPU(0)
 	g.XIDs = []int{999, 999}
 	_, conds := Evaluate(State{}, node(g), t0, Config{})
 	if len(conds) != 1 {

@@ -13,26 +13,38 @@ type FleetCache struct {
 	n       int
 	models  int
 	tmpl    *fleet // nothing running; never changed after it is built
+	ever    *fleet // tmpl with every node ready
 }
 
 // fleetFor returns the capacity model to schedule on (a fresh copy, free
-// to change) and the empty fleet (read-only), from the cache when the
-// caller's version says the nodes did not change.
-func (s *sched) fleetFor(in *Input) (f, empty *fleet) {
+// to change) and the fleet a job could ever run on, nothing running and
+// every node ready (read-only), from the cache when the caller's version
+// says the nodes did not change.
+func (s *sched) fleetFor(in *Input) (f, ever *fleet) {
 	c := in.Cache
 	if c == nil || in.FleetVersion == 0 || len(in.Nodes) == 0 {
-		t := buildFleet(in, s.classOf, len(s.classes))
-		return t.clone(), t
+		t, ever := s.buildFleets(in)
+		return t.clone(), ever
 	}
 	c.mu.Lock()
-	t := c.tmpl
+	t, ever := c.tmpl, c.ever
 	if t == nil || c.version != in.FleetVersion || c.first != &in.Nodes[0] || c.n != len(in.Nodes) ||
 		c.models != len(in.Models) || !s.sameClasses(t) {
-		t = buildFleet(in, s.classOf, len(s.classes))
-		c.tmpl, c.version, c.first, c.n, c.models = t, in.FleetVersion, &in.Nodes[0], len(in.Nodes), len(in.Models)
+		t, ever = s.buildFleets(in)
+		c.tmpl, c.ever, c.version, c.first, c.n, c.models = t, ever, in.FleetVersion, &in.Nodes[0], len(in.Nodes), len(in.Models)
 	}
 	c.mu.Unlock()
-	return t.clone(), t
+	return t.clone(), ever
+}
+
+// buildFleets builds the fleet as it is and, when some node or GPU is not
+// ready, the fleet with all of them ready.
+func (s *sched) buildFleets(in *Input) (t, ever *fleet) {
+	t = buildFleet(in, s.classOf, len(s.classes), false)
+	if t.notReady {
+		return t, buildFleet(in, s.classOf, len(s.classes), true)
+	}
+	return t, t
 }
 
 // sameClasses reports whether a cached fleet's quota classes are this

@@ -128,7 +128,7 @@ func TestScheduleNeverPanicsOnExtremeValidInput(t *testing.T) {
 }
 
 // TestScheduleRefusesOutOfRangeRows: a stored row beyond the limits (one
-// that skipped validation) is pending as unplaceable, never narrowed.
+// that skipped validation) fails with invalid_request, never narrowed.
 func TestScheduleRefusesOutOfRangeRows(t *testing.T) {
 	for name, r := range map[string]gpufleet.Resources{
 		"2^31 gpus": {GPUs: 1 << 31}, "2^32 gpus": {GPUs: 1 << 32}, "2^32+1 gpus": {GPUs: 1<<32 + 1},
@@ -140,8 +140,8 @@ func TestScheduleRefusesOutOfRangeRows(t *testing.T) {
 				Jobs:   []scheduler.Job{{ID: "poison", Team: "a", Priority: gpufleet.Batch, Resources: r, Submitted: schedtest.T0}},
 				Config: must(scheduler.PolicyConfig("gpufleet"))}
 			out := scheduler.Schedule(in)
-			if len(out.Starts) != 0 || len(out.Pending) != 1 || out.Pending[0].ReasonCode != scheduler.ReasonUnplaceable {
-				t.Fatalf("starts %v, pending %+v", out.Starts, out.Pending)
+			if len(out.Starts) != 0 || len(out.Pending) != 0 || len(out.Fails) != 1 || out.Fails[0].Code != scheduler.FailInvalid {
+				t.Fatalf("starts %v, pending %+v, fails %+v", out.Starts, out.Pending, out.Fails)
 			}
 		})
 	}

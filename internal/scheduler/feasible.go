@@ -1,9 +1,6 @@
 package scheduler
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Feasible says why no state of in's fleet could ever run j as it asks:
 // the reason code (ReasonUnplaceable, or ReasonQuotaExceeded when the
@@ -14,15 +11,6 @@ import (
 // at submit, to refuse what could never run (a 422) rather than queue it
 // silently.
 func Feasible(in Input, j Job) (code, reason string) {
-	nodes := slices.Clone(in.Nodes)
-	for i := range nodes {
-		nodes[i].State = Ready
-		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
-		for g := range nodes[i].GPUs {
-			nodes[i].GPUs[g].State = Ready
-		}
-	}
-	in.Nodes, in.Cache, in.FleetVersion = nodes, nil, 0
 	j.Placement, j.Started = nil, time.Time{}
 	in.Jobs = []Job{j}
 	in.Config.ETA = false

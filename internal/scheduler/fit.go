@@ -42,10 +42,9 @@ type shape struct {
 // shapeKey is the identity of a job's shape, built into buf.
 func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefer bool) []byte {
 	b := buf[:0]
-	for i, m := range r.GPUModels {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	for _, m := range r.GPUModels {
+		b = strconv.AppendInt(b, int64(len(m)), 10) // length-prefixed: a name may hold a comma
+		b = append(b, ':')
 		b = append(b, m...)
 	}
 	b = append(b, '|')
@@ -69,10 +68,12 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 		b = append(b, want...)
 	}
 	for _, k := range sortedKeys(r.NodeSelector) {
-		b = append(b, '|')
-		b = append(b, k...)
-		b = append(b, '=')
-		b = append(b, r.NodeSelector[k]...)
+		for _, x := range []string{k, r.NodeSelector[k]} {
+			b = append(b, '|')
+			b = strconv.AppendInt(b, int64(len(x)), 10)
+			b = append(b, ':')
+			b = append(b, x...)
+		}
 	}
 	return b
 }
@@ -101,23 +102,12 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	for _, k := range sortedKeys(r.NodeSelector) {
 		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
 	}
-	switch {
-	case r.GPUs <= 0:
-		sh.invalid = "asks for no GPUs"
-	case r.GPUs > gpufleet.MaxFleetGPUs:
-		sh.invalid = fmt.Sprintf("asks for %d GPUs, more than the %d a fleet may have", r.GPUs, gpufleet.MaxFleetGPUs)
-	case r.Nodes < 0:
-		sh.invalid = "asks for a negative node count"
-	case r.Nodes > gpufleet.MaxFleetNodes:
-		sh.invalid = fmt.Sprintf("asks for %d nodes, more than the %d a fleet may have", r.Nodes, gpufleet.MaxFleetNodes)
-	case r.Nodes > 1 && r.GPUs%r.Nodes != 0:
-		sh.invalid = fmt.Sprintf("%d GPUs do not spread evenly over %d nodes", r.GPUs, r.Nodes)
-	case r.Nodes > 1 && sh.kind != gpufleet.Exclusive:
-		sh.invalid = "shared GPUs (mig, timeslice) cannot span nodes"
-	case sh.kind == gpufleet.TimeSlice && (r.Sharing.Fraction <= 0 || r.Sharing.Fraction > 1):
-		sh.invalid = fmt.Sprintf("time-slice fraction %g is outside (0, 1]", r.Sharing.Fraction)
-	case sh.kind != gpufleet.Exclusive && sh.kind != gpufleet.MIG && sh.kind != gpufleet.TimeSlice:
-		sh.invalid = fmt.Sprintf("unknown sharing %s", gpufleet.Quote(string(sh.kind)))
+	// The same validation as at every edge, once per shape: a request that
+	// fails it (a stored row no edge saw) is failed, never narrowed.
+	rr := *r
+	rr.CPUs, rr.MemoryBytes = 0, 0 // the scheduler places by GPUs only
+	if err := rr.Validate(); err != nil {
+		sh.invalid = strings.TrimPrefix(err.Error(), gpufleet.ErrInvalid.Error()+": ")
 	}
 	if sh.kind == gpufleet.TimeSlice {
 		sh.units = int32(math.Round(r.Sharing.Fraction * unit))

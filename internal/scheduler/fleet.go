@@ -113,6 +113,7 @@ type fleet struct {
 	tsNodes   []bitset   // [model]: nodes with a partly shared GPU
 	classFree []int64    // per quota class: free capacity in milli-GPUs
 	locs      map[string]loc
+	notReady  bool // some node or GPU is not ready
 
 	// epoch grows whenever capacity grows; cached "does not fit" answers
 	// are valid only within one epoch.
@@ -130,8 +131,10 @@ type fleet struct {
 }
 
 // buildFleet turns the input's nodes into the capacity model, nodes sorted
-// by name so that input order does not matter.
-func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *fleet {
+// by name so that input order does not matter. anyState counts every node
+// and GPU as ready: the fleet a job could ever run on, since a cordoned,
+// draining or down node may return.
+func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anyState bool) *fleet {
 	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: map[string]loc{}}
 	nodes := make([]*Node, 0, len(in.Nodes))
 	for i := range in.Nodes {
@@ -178,7 +181,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *flee
 	}
 	f.maxK = make([]int32, len(f.models))
 	for _, n := range nodes {
-		ns := nodeSlot{name: n.Name, ready: n.State == Ready || n.State == "", labels: n.Labels,
+		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
 		gs := slices.Clone(n.GPUs)
 		slices.SortStableFunc(gs, func(a, b GPU) int { return a.Index - b.Index })
@@ -187,7 +190,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *flee
 		for _, g := range gs {
 			m := f.modelIdx[g.Model]
 			f.models[m].gpus++
-			slot := gpuSlot{id: g.ID, model: m, domain: -1, ready: g.State == Ready || g.State == ""}
+			slot := gpuSlot{id: g.ID, model: m, domain: -1, ready: anyState || g.State == Ready || g.State == ""}
 			if g.NVLinkDomain != "" {
 				key := g.NVLinkDomain + "\x00" + g.Model
 				if _, ok := domIdx[key]; !ok {
@@ -205,7 +208,9 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int) *flee
 				perModel[m]++
 			}
 			ns.gpus = append(ns.gpus, slot)
+			f.notReady = f.notReady || !slot.ready
 		}
+		f.notReady = f.notReady || !ns.ready
 		for _, m := range sortedKeys(perModel) {
 			ns.mfree = append(ns.mfree, modelFree{model: m})
 			f.maxK[m] = max(f.maxK[m], perModel[m])

@@ -18,6 +18,25 @@ const (
 	PackTopology = "topology"  // NVLink domain, rack and fragmentation scoring
 )
 
+// DefaultGrace is every policy's Config.DefaultGrace.
+const DefaultGrace = 30 * time.Second
+
+// Stop reason codes besides the preemptions' (PreemptPriority,
+// PreemptReclaim, PreemptStarvation).
+const (
+	StopDrain     = "drain"      // the node or GPU is draining; the job requeues
+	StopTimeLimit = "time_limit" // the run reached the job's time limit; the job ends
+	StopCancel    = "cancelled"  // the job was cancelled; it ends
+)
+
+// FailInvalid is the reason code of a Fail: a request the scheduler cannot
+// take.
+const FailInvalid = "invalid_request"
+
+// Requeues reports whether a job stopped with this code goes back to the
+// queue once its grace ends (preemptions, drains) rather than ending.
+func Requeues(code string) bool { return code != StopTimeLimit && code != StopCancel }
+
 // DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
 // submit time plus its estimated run time, the moment its slowdown would
 // reach 2.
@@ -60,6 +79,7 @@ func PolicyConfig(name string) (Config, error) {
 	c.Priorities = slices.Clone(gpufleet.Priorities())
 	c.ETA = true
 	c.DefaultEstimate = 4 * time.Hour
+	c.DefaultGrace = DefaultGrace
 	return c, nil
 }
 

@@ -146,22 +146,17 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 			}
 		}
 		s.takeGrant(rest)
-		s.events.push(event{at: s.now.Add(v.job.Grace), g: rest, gen: rest.gen})
-		grace = max(grace, v.job.Grace)
+		g := s.graceOf(v.job)
+		s.events.push(event{at: s.now.Add(g), g: rest, gen: rest.gen})
+		grace = max(grace, g)
 		code, text := reason(v)
-		if v.job.Grace > 0 {
-			text += fmt.Sprintf("; grace %s to checkpoint", v.job.Grace)
-		}
-		s.out.Preemptions = append(s.out.Preemptions, Preemption{Job: v.job.ID, For: j.job.ID, Reason: text, Code: code})
+		s.out.Stops = append(s.out.Stops, Stop{Job: v.job.ID, For: j.job.ID, Reason: fmt.Sprintf("%s; grace %s to checkpoint", text, g), Code: code, Grace: g})
 		s.out.Stats.Preempted++
 	}
 	claim := &grant{team: j.team, class: -1, allocs: allocs}
 	s.takeGrant(claim)
 	s.claims = append(s.claims, claimAt{g: claim, at: s.now.Add(grace)})
-	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop", plural(int32(len(victims)), "preempted job"))}
-	if grace > 0 {
-		j.why.text += fmt.Sprintf(" (grace up to %s)", grace)
-	}
+	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop (grace up to %s)", plural(int32(len(victims)), "preempted job"), grace)}
 }
 
 // victimsOn finds the cheapest set of victims on one node that makes room

@@ -251,15 +251,33 @@ func checkOutput(t *rapid.T, in scheduler.Input, out scheduler.Output) {
 			t.Fatalf("pending %+v at %d: bad position or missing reason", p, i)
 		}
 	}
+	for _, f := range out.Fails {
+		if seen[f.Job] {
+			t.Fatalf("job %s both failed and started or pending", f.Job)
+		}
+		seen[f.Job] = true
+	}
 	for _, j := range in.Jobs {
 		if !j.Running() && !seen[j.ID] {
-			t.Fatalf("queued job %s neither started nor pending", j.ID)
+			t.Fatalf("queued job %s neither started, pending nor failed", j.ID)
 		}
 	}
-	for _, p := range out.Preemptions {
-		if j, ok := jobs[p.Job]; !ok || !j.Running() || !j.Preemptible {
-			t.Fatalf("preempted %s: not a running preemptible job", p.Job)
+	stopped := map[string]bool{}
+	for _, st := range out.Stops {
+		j, ok := jobs[st.Job]
+		switch {
+		case !ok || !j.Running():
+			t.Fatalf("stopped %s: not a running job", st.Job)
+		case stopped[st.Job]:
+			t.Fatalf("job %s stopped twice", st.Job)
+		case !j.StopAt.IsZero():
+			t.Fatalf("job %s stopped again while stopping", st.Job)
+		case st.Grace <= 0:
+			t.Fatalf("stop of %s with grace %s: never 0 by omission", st.Job, st.Grace)
+		case strings.HasPrefix(st.Code, "preempted_") && !j.Preemptible:
+			t.Fatalf("preempted %s: not preemptible", st.Job)
 		}
+		stopped[st.Job] = true
 	}
 }
 
@@ -340,9 +358,9 @@ func TestPropertyQuotaGuaranteed(t *testing.T) {
 				t.Fatalf("owner's job waits: %s: %s", p.ReasonCode, p.Reason)
 			}
 		}
-		for _, p := range out.Preemptions {
+		for _, p := range out.Stops {
 			if p.For != "owned" || p.Code != scheduler.PreemptReclaim && p.Code != scheduler.PreemptPriority {
-				t.Fatalf("unexpected preemption %+v", p)
+				t.Fatalf("unexpected stop %+v", p)
 			}
 		}
 	})

@@ -40,6 +40,23 @@ const (
 	ReasonCycleLimit = "cycle_limit"
 )
 
+// WaitCodes lists every Pending.ReasonCode; StopCodes every Stop.Code;
+// FailCodes every Fail.Code. These are the reason codes users see for the
+// scheduler's decisions; scenario files and simulator replays produce each
+// of them (TestScenariosCoverEveryCode, the simulator's TestReplayCodes).
+func WaitCodes() []string {
+	return []string{ReasonUnplaceable, ReasonQuotaExceeded, ReasonQuota, ReasonCapacity, ReasonTopology,
+		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel}
+}
+
+// StopCodes lists every Stop.Code (see WaitCodes).
+func StopCodes() []string {
+	return []string{PreemptPriority, PreemptReclaim, PreemptStarvation, StopDrain, StopTimeLimit, StopCancel}
+}
+
+// FailCodes lists every Fail.Code (see WaitCodes).
+func FailCodes() []string { return []string{FailInvalid} }
+
 // NeverStarts reports whether a pending job with this reason code can
 // never start as submitted (EstimatedStart is nil for them): nothing in
 // the fleet matches it, or its team's quota never allows it.
@@ -105,7 +122,7 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
 	}
 	f, resv := s.f, s.resv
-	s.f, s.resv = s.empty, nil
+	s.f, s.resv = s.ever, nil
 	defer func() { s.f, s.resv = f, resv }()
 	if s.mayFit(sh, sh.models) {
 		if _, ok := s.search(sh, sh.models, modeNormal); ok {
@@ -269,7 +286,35 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 	if never {
 		return why{code: ReasonUnplaceable, text: "never fits the fleet: " + text}
 	}
+	if f.notReady {
+		switch n := s.notReadyMatching(sh, allowed); n {
+		case 0:
+		case 1:
+			text += "; 1 matching node is not ready (cordoned, draining or down)"
+		default:
+			text += fmt.Sprintf("; %d matching nodes are not ready (cordoned, draining or down)", n)
+		}
+	}
 	return why{code: code, text: text}
+}
+
+// notReadyMatching counts the nodes the shape may use that are not ready
+// or have a GPU of an allowed model that is not.
+func (s *sched) notReadyMatching(sh *shape, allowed []bool) int {
+	c := 0
+	for ni := range s.f.nodes {
+		n := &s.f.nodes[ni]
+		if !selectorOK(n, sh.selector) {
+			continue
+		}
+		for gi := range n.gpus {
+			if g := &n.gpus[gi]; allowed[g.model] && (!n.ready || !g.ready) {
+				c++
+				break
+			}
+		}
+	}
+	return c
 }
 
 // largestDomain is the most whole free GPUs of model m in one NVLink domain

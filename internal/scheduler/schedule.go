@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ func Schedule(in Input) Output {
 			pending = append(pending, j)
 		}
 	}
+	s.out.Recheck = s.recheck(pending)
 	if s.cfg.ETA {
 		s.estimate()
 	}
@@ -116,7 +118,7 @@ type sched struct {
 	// in the ETA pass.
 	at      time.Time
 	f       *fleet
-	empty   *fleet // the fleet with nothing running, for "can never fit"
+	ever    *fleet // the fleet with nothing running and every node ready, for "can never fit"
 	prio    map[gpufleet.Priority]int
 	teams   []teamState
 	teamIdx map[string]int32
@@ -185,7 +187,7 @@ func newSched(in *Input) *sched {
 		}
 	}
 	s.buildTeams()
-	s.f, s.empty = s.fleetFor(in)
+	s.f, s.ever = s.fleetFor(in)
 	s.classGen = make([]uint32, len(s.classes))
 	s.buildRunning()
 	s.buildPending()
@@ -222,6 +224,7 @@ func (s *sched) buildRunning() {
 		}
 	}
 	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	stateOf := s.stateIndex()
 	for _, j := range jobs {
 		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
 		g := &grant{team: r.team, class: -1}
@@ -257,12 +260,23 @@ func (s *sched) buildRunning() {
 		r.g = g
 		s.takeGrant(g)
 		end := j.Started.Add(s.estimateOf(j))
+		if !j.StopAt.IsZero() {
+			end = j.StopAt // stopping: its GPUs come free when its grace ends
+		} else if code, text := s.mustStop(j, stateOf); code != "" {
+			grace := s.graceOf(j)
+			s.out.Stops = append(s.out.Stops, Stop{Job: j.ID, Code: code, Reason: text, Grace: grace})
+			end = s.now.Add(grace)
+			r.victim = true // not a victim for anyone: it is stopping already
+		}
 		if end.Before(s.now) {
 			end = s.now
 		}
 		s.events.push(event{at: end, g: g, gen: g.gen})
 		s.running = append(s.running, r)
-		if j.Preemptible {
+		if !j.StopAt.IsZero() {
+			r.victim = true
+		}
+		if j.Preemptible && !r.victim {
 			last := int32(-1)
 			for _, a := range g.allocs {
 				if a.inst < 0 && a.node != last {
@@ -286,6 +300,68 @@ func (s *sched) buildRunning() {
 	}
 }
 
+// graceOf is the grace a stop gives j: its own, else the policy's default.
+func (s *sched) graceOf(j *Job) time.Duration {
+	if j.Grace > 0 {
+		return j.Grace
+	}
+	return s.cfg.DefaultGrace
+}
+
+// runState is what a running job's node and GPUs say about it.
+type runState struct {
+	nodes map[string]*Node
+	gpus  map[string]*GPU // by GPU and MIG instance id
+}
+
+// stateIndex indexes the input's nodes and GPUs by name and id.
+func (s *sched) stateIndex() runState {
+	st := runState{nodes: make(map[string]*Node, len(s.in.Nodes)), gpus: map[string]*GPU{}}
+	for i := range s.in.Nodes {
+		n := &s.in.Nodes[i]
+		st.nodes[n.Name] = n
+		for g := range n.GPUs {
+			if n.GPUs[g].State == Draining {
+				st.gpus[n.GPUs[g].ID] = &n.GPUs[g]
+				for _, m := range n.GPUs[g].MIG {
+					st.gpus[m.ID] = &n.GPUs[g]
+				}
+			}
+		}
+	}
+	return st
+}
+
+// mustStop says why a running job must stop now, whatever the queue: it
+// was cancelled, its run reached its time limit, or its node or one of its
+// GPUs is draining. Empty when none of these holds.
+func (s *sched) mustStop(j *Job, st runState) (code, text string) {
+	switch {
+	case j.CancelRequested:
+		return StopCancel, "cancelled"
+	case j.TimeLimit > 0 && !s.now.Before(j.Started.Add(j.TimeLimit)):
+		return StopTimeLimit, fmt.Sprintf("time limit %s reached", j.TimeLimit)
+	}
+	for _, p := range j.Placement {
+		if n := st.nodes[p.Node]; n != nil && n.State == Draining {
+			return StopDrain, withReason(fmt.Sprintf("node %s is draining", n.Name), n.Reason)
+		}
+		for _, id := range p.GPUs {
+			if g := st.gpus[id]; g != nil {
+				return StopDrain, withReason(fmt.Sprintf("gpu %d of node %s is draining", g.Index, p.Node), g.Reason)
+			}
+		}
+	}
+	return "", ""
+}
+
+func withReason(text, reason string) string {
+	if reason == "" {
+		return text
+	}
+	return text + ": " + reason
+}
+
 // buildPending puts queued jobs in cluster order.
 func (s *sched) buildPending() {
 	for i := range s.in.Jobs {
@@ -295,6 +371,10 @@ func (s *sched) buildPending() {
 		}
 		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
 		p.shape = s.shapeOf(&j.Resources)
+		if p.shape.invalid != "" {
+			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + p.shape.invalid})
+			continue
+		}
 		s.pending = append(s.pending, p)
 	}
 	s.order()

@@ -11,7 +11,8 @@ import (
 type GPUState string
 
 // GPU and node states the scheduler cares about. Anything but Ready takes
-// no new work; running work stays until the server stops it.
+// no new work; running work on a Draining node or GPU is stopped (reason
+// code drain, with its grace); on the others it stays.
 const (
 	Ready    GPUState = "ready"
 	Cordoned GPUState = "cordoned"
@@ -31,6 +32,9 @@ type GPU struct {
 	// MIG lists the GPU's MIG instances when it is in MIG mode; a GPU in MIG
 	// mode only takes MIG jobs.
 	MIG []MIGInstance `json:"mig,omitempty"`
+	// Reason says why the GPU is not ready (a health rule's drain), for
+	// the words of the stops it causes.
+	Reason string `json:"reason,omitempty"`
 }
 
 // MIGInstance is one MIG instance of a GPU.
@@ -47,6 +51,8 @@ type Node struct {
 	Block  string            `json:"block,omitempty"` // then one network block
 	Labels map[string]string `json:"labels,omitempty"`
 	GPUs   []GPU             `json:"gpus"`
+	// Reason says why the node is not ready, as GPU.Reason does.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Team is a tenant with guaranteed quota per GPU class.
@@ -81,9 +87,22 @@ type Job struct {
 	Submitted time.Time          `json:"submitted"`
 	Estimate  time.Duration      `json:"estimate"` // user's estimate of the run time
 	// Preemptible jobs may be stopped for higher-priority work or quota
-	// reclaim; Grace is their checkpoint grace period.
+	// reclaim. Grace is the time every stop gives the job between the
+	// checkpoint signal and the kill; 0 means Config.DefaultGrace.
 	Preemptible bool          `json:"preemptible"`
 	Grace       time.Duration `json:"grace,omitempty"`
+	// TimeLimit stops a running job (reason code time_limit) once its
+	// current run has lasted this long; 0 means none. The job then ends.
+	TimeLimit time.Duration `json:"time_limit,omitempty"`
+	// CancelRequested stops a running job (reason code cancelled); the job
+	// then ends. A queued job being cancelled is the caller's to drop.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// StopAt, on a running job, says an earlier cycle decided to stop it:
+	// it holds its GPUs until StopAt, when its grace ends, and is neither
+	// stopped again nor a victim meanwhile. StopCode is that stop's reason
+	// code. Apply sets both.
+	StopAt   time.Time `json:"stop_at,omitzero"`
+	StopCode string    `json:"stop_code,omitempty"`
 
 	// Running jobs carry their start time and placement.
 	Started   time.Time   `json:"started,omitzero"`
@@ -176,6 +195,9 @@ type Config struct {
 	ETA bool
 	// DefaultEstimate stands in for jobs without an estimate.
 	DefaultEstimate time.Duration
+	// DefaultGrace is the grace of a stop for a job that gives none
+	// (PolicyConfig: 30s, as Kubernetes' terminationGracePeriodSeconds).
+	DefaultGrace time.Duration
 	// UsageHalfLife is the decay of team usage, applied by the caller.
 	UsageHalfLife time.Duration
 	// Spare keeps, per GPU class (an Input.Classes name) or model (catalog
@@ -185,12 +207,24 @@ type Config struct {
 	Spare map[string]int `json:",omitempty"`
 }
 
-// Preemption asks the caller to stop a running job.
-type Preemption struct {
+// Stop asks the caller to stop a running job: the checkpoint signal now,
+// the kill Grace later. Preemptions and drains requeue the job once it has
+// stopped; a time limit or a cancel ends it (see Apply).
+type Stop struct {
 	Job    string `json:"job"`
-	For    string `json:"for"`         // the job that needs the GPUs
-	Reason string `json:"reason"`      // in words
-	Code   string `json:"reason_code"` // machine-readable
+	Code   string `json:"reason_code"`   // preempted_priority, preempted_reclaim, preempted_starvation, drain, time_limit, cancelled
+	Reason string `json:"reason"`        // in words
+	For    string `json:"for,omitempty"` // preemptions: the job that needs the GPUs
+	// Grace is the job's own, or Config.DefaultGrace: never 0 by omission.
+	Grace time.Duration `json:"grace"`
+}
+
+// Fail ends a queued job the scheduler cannot take (reason code
+// invalid_request): its request is beyond the limits or does not parse.
+type Fail struct {
+	Job    string `json:"job"`
+	Code   string `json:"reason_code"`
+	Reason string `json:"reason"`
 }
 
 // Pending explains a job that stays queued.
@@ -205,12 +239,22 @@ type Pending struct {
 	EstimatedStart *time.Time `json:"estimated_start"`
 }
 
-// Output is the scheduler's decision for one cycle.
+// Output is the scheduler's decision for one cycle: every start and every
+// stop the fleet will see, and why each queued job waits. Callers apply
+// it with Apply, or translate it to their own records one for one.
 type Output struct {
-	Starts      []Start // jobs to start now, in decision order
-	Preemptions []Preemption
-	Pending     []Pending // every job still queued, in cluster order
-	Stats       Stats
+	Starts  []Start   // jobs to start now, in decision order
+	Stops   []Stop    // running jobs to stop, in decision order
+	Fails   []Fail    // queued jobs that end without running
+	Pending []Pending // every job still queued, in cluster order
+	// Recheck is the earliest moment after Input.Now at which time alone,
+	// with no arrival, end or fleet change, may change a decision: a
+	// grace or a time limit ends, a job waiting for a faster model gives
+	// up on it, a queued job starts starving or a running one becomes old
+	// enough to be stopped for it. Zero when none. The server cycles often
+	// anyway; the simulator, which moves from event to event, cycles then.
+	Recheck time.Time
+	Stats   Stats
 }
 
 // Start places one job.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
 // BenchmarkHeartbeatHTTP measures the heartbeat path end to end over HTTP:
@@ -82,9 +83,10 @@ func benchSamples(node string, energy float64, withEvidence bool) []api.GPUSampl
 		mem := int64(40 << 30)
 		out[g] = api.GPUSample{UUID: "GPU-" + node + "-" + string(rune('a'+g)), Utilization: f(0.9), SMActivity: f(0.7), DRAMActivity: f(0.4),
 			TensorActivity: f(0.3), MemoryUsedBytes: &mem, PowerWatts: f(550), EnergyJoulesTotal: f(550 * energy), TemperatureC: f(61),
-			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0), ECCUncorrectedAggregate: u(0),
-				RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0), PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
-				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}
+			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), Counters: gpu.Counters{ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0),
+				ECCCorrectedAggregate: u(0), ECCUncorrectedAggregate: u(0), RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0),
+				PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
+				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}}
 		if !withEvidence {
 			out[g].Evidence = nil
 		}

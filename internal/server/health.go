@@ -103,13 +103,7 @@ func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest, last 
 		if smp, ok := bySample[g.UUID]; ok {
 			ge.XIDs, ge.Utilization = smp.XIDs, smp.Utilization
 			if e, ok := last[g.UUID]; ok {
-				ge.ECCCorrectedVolatile, ge.ECCUncorrectedVolatile, ge.ECCUncorrectedAggregate = e.ECCCorrectedVolatile, e.ECCUncorrectedVolatile, e.ECCUncorrectedAggregate
-				ge.RetiredPagesSBE, ge.RetiredPagesDBE, ge.RetiredPagesPending = e.RetiredPagesSBE, e.RetiredPagesDBE, e.RetiredPagesPending
-				ge.RemappedRowsCorrectable, ge.RemappedRowsUncorrectable = e.RemappedRowsCorrectable, e.RemappedRowsUncorrectable
-				ge.RowRemapPending, ge.RowRemapFailure = e.RowRemapPending, e.RowRemapFailure
-				ge.ClockEventReasons = e.ClockEventsAll
-				ge.PCIeGen, ge.PCIeWidth, ge.PCIeMaxGen, ge.PCIeMaxWidth, ge.PCIeReplayCount = e.PCIeGen, e.PCIeWidth, e.PCIeMaxGen, e.PCIeMaxWidth, e.PCIeReplayCount
-				ge.NVLinkLinksUp, ge.NVLinkLinksTotal, ge.NVLinkErrors = e.NVLinkLinksUp, e.NVLinkLinksTotal, e.NVLinkErrors
+				ge.Counters, ge.ClockEventReasons = e.Counters, e.ClockEventsAll
 			}
 		}
 		ev.GPUs = append(ev.GPUs, ge)
@@ -424,17 +418,6 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 		}
 	}
 	return moved, nil
-}
-
-// gpuDraining reports whether a GPU or MIG UUID of the node is draining,
-// and why.
-func gpuDraining(n gpufleet.Node, uuid string) (string, bool) {
-	for _, g := range n.GPUs {
-		if g.State == gpufleet.NodeDraining && (g.UUID == uuid || slices.ContainsFunc(g.MIGInstances, func(m gpufleet.MIGInstance) bool { return m.UUID == uuid })) {
-			return fmt.Sprintf("gpu %d of node %s is draining: %s", g.Index, n.Name, g.StateReason), true
-		}
-	}
-	return "", false
 }
 
 // validationOrder is the check the node's agent must run now: every GPU

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -139,7 +140,7 @@ func TestGPUDrainStopsOnlyThatGPUsWork(t *testing.T) {
 	bad := hb.Start[0]
 	yes := true
 	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, Samples: []api.GPUSample{
-		{UUID: bad.GPUs[0], Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
+		{UUID: bad.GPUs[0], Evidence: &api.GPUEvidence{Counters: gpu.Counters{RowRemapPending: &yes}}}}})
 	f.cycle()
 	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 	if len(hb.Stop) != 1 || hb.Stop[0].AttemptID != bad.AttemptID || !strings.Contains(hb.Stop[0].Reason, "draining") {
@@ -191,14 +192,14 @@ func TestGPURepairReturnsTheNodeToHealthy(t *testing.T) {
 	f.cycle()
 	yes := true
 	bad := "GPU-n1-a"
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &yes}}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{Counters: gpu.Counters{RowRemapPending: &yes}}}}})
 	f.cycle() // draining with nothing on it: repairing
 	n, _ := f.srv.Node(ctx, f.admin, "n1")
 	if n.GPUs[0].State != gpufleet.NodeRepairing || n.Health == gpufleet.Healthy {
 		t.Fatalf("after the remap: gpu %s, node %s", n.GPUs[0].State, n.Health)
 	}
 	no := false
-	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{RowRemapPending: &no}}}})
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: []api.GPUSample{{UUID: bad, Evidence: &api.GPUEvidence{Counters: gpu.Counters{RowRemapPending: &no}}}}})
 	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Repaired); err != nil {
 		t.Fatal(err)
 	}

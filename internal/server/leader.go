@@ -249,7 +249,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	d := store.Decision{At: now, Fails: fails, Stops: stops}
 	for _, id := range slices.Sorted(maps.Keys(guilty)) {
 		if a := activeAttempt(byID[id]); a != nil {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: guilty[id], ReasonCode: ReasonInvalidRequest})
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: guilty[id], ReasonCode: ReasonInvalidRequest, Grace: in.Config.DefaultGrace})
 		} else {
 			d.Fails = append(d.Fails, store.Fail{JobID: id, Reason: guilty[id], ReasonCode: ReasonInvalidRequest})
 		}
@@ -266,56 +266,16 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		d.Starts = append(d.Starts, start)
 		s.log.Info("placing", "job", j.ID, "team", j.Team, "attempt", start.AttemptID, "nodes", len(start.Nodes))
 	}
-	for _, pe := range out.Preemptions {
-		if a := activeAttempt(byID[pe.Job]); a != nil {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: pe.Reason, ReasonCode: pe.Code})
+	// Every stop is the scheduler's: preemptions, drains, time limits and
+	// cancels, each with its grace. The store keeps the grace for the stop
+	// order the agent gets and for the scheduler's next view of the job.
+	for _, st := range out.Stops {
+		if a := activeAttempt(byID[st.Job]); a != nil {
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace})
 		}
 	}
-	// Draining nodes: running attempts get the checkpoint signal and
-	// grace, then stop; their jobs requeue without using their retries.
-	draining := map[string]bool{}
-	byName := map[string]gpufleet.Node{}
-	for _, n := range nodes {
-		byName[n.Name] = n
-		if n.State == gpufleet.NodeDraining {
-			draining[n.Name] = true
-		}
-	}
-	stopping := map[string]bool{}
-	for _, st := range d.Stops {
-		stopping[st.AttemptID] = true
-	}
-	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		a := activeAttempt(byID[id])
-		if a == nil || a.StopRequested || stopping[a.ID] {
-			continue
-		}
-	nodes:
-		for _, n := range a.Nodes {
-			if draining[n.Name] {
-				d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: "node " + n.Name + " is draining", ReasonCode: "drain"})
-				stopping[a.ID] = true
-				break
-			}
-			for _, g := range n.GPUs {
-				if why, ok := gpuDraining(byName[n.Name], g); ok {
-					d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: "drain"})
-					stopping[a.ID] = true
-					break nodes
-				}
-			}
-		}
-	}
-	// Time limits.
-	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		j := byID[id]
-		a := activeAttempt(j)
-		if a == nil || j.TimeLimitS == nil || a.StartedAt == nil || a.StopRequested || stopping[a.ID] {
-			continue
-		}
-		if now.Sub(*a.StartedAt).Seconds() > *j.TimeLimitS {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: fmt.Sprintf("time limit %.0fs reached", *j.TimeLimitS), ReasonCode: "time_limit"})
-		}
+	for _, f := range out.Fails {
+		d.Fails = append(d.Fails, store.Fail{JobID: f.Job, Reason: f.Reason, ReasonCode: f.Code})
 	}
 	for _, p := range out.Pending {
 		j := byID[p.Job]
@@ -360,7 +320,9 @@ func applied(jobs []gpufleet.Job, d store.Decision) []gpufleet.Job {
 				if !cloned {
 					j.Attempts, cloned = slices.Clone(j.Attempts), true
 				}
+				g, at := stop.Grace.Seconds(), d.At
 				j.Attempts[k].StopRequested, j.Attempts[k].Reason, j.Attempts[k].ReasonCode = true, stop.Reason, stop.ReasonCode
+				j.Attempts[k].StopGraceS, j.Attempts[k].StopRequestedAt = &g, &at
 			}
 		}
 		out[i] = j
@@ -410,9 +372,14 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 		if len(a.Nodes) > 0 && len(a.Nodes[0].GPUs) > 0 {
 			infos[a.ID] = attemptInfo{team: j.Team, model: modelOf[a.Nodes[0].GPUs[0]]}
 		}
-		grace := 30.0
+		// A stop's grace is the one the scheduler decided with it; a start
+		// carries the grace the job's stops will give.
+		grace := scheduler.DefaultGrace.Seconds()
 		if j.GraceS != nil {
 			grace = *j.GraceS
+		}
+		if a.StopRequested && a.StopGraceS != nil {
+			grace = *a.StopGraceS
 		}
 		for rank, n := range a.Nodes {
 			o := get(n.Name)
@@ -504,10 +471,14 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)
-		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels}
+		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
+			Reason: v.StateReason}
 		for _, g := range n.GPUs {
 			sg := scheduler.GPU{ID: g.UUID, Index: g.Index, Model: g.Model, NVLinkDomain: g.NVLinkDomain, State: scheduler.Ready}
-			if g.Health == gpufleet.Unhealthy || (g.State != "" && g.State != gpufleet.NodeReady) {
+			switch {
+			case g.State == gpufleet.NodeDraining:
+				sg.State, sg.Reason = scheduler.Draining, g.StateReason
+			case g.Health == gpufleet.Unhealthy || (g.State != "" && g.State != gpufleet.NodeReady):
 				sg.State = scheduler.Cordoned
 			}
 			for _, m := range g.MIGInstances {
@@ -553,18 +524,20 @@ func nodeState(s gpufleet.NodeState) scheduler.GPUState {
 	return scheduler.Cordoned
 }
 
-// toSchedJob converts a stored job; jobs whose cancel is pending are left out.
+// toSchedJob converts a stored job: queued, or running with its attempt
+// (stopping, when a stop was decided). A queued job whose cancel is
+// pending is left out: the store ends it.
 func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
-	if j.CancelRequested {
-		return scheduler.Job{}, false
-	}
 	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.SubmittedAt,
-		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources}
+		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources, CancelRequested: j.CancelRequested}
+	if j.TimeLimitS != nil {
+		sj.TimeLimit = seconds(*j.TimeLimitS)
+	}
 	if j.EstimateS != nil {
-		sj.Estimate = time.Duration(*j.EstimateS * float64(time.Second))
+		sj.Estimate = seconds(*j.EstimateS)
 	}
 	if j.GraceS != nil {
-		sj.Grace = time.Duration(*j.GraceS * float64(time.Second))
+		sj.Grace = seconds(*j.GraceS)
 	}
 	if a := activeAttempt(j); a != nil {
 		if a.StartedAt != nil {
@@ -576,7 +549,14 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 		for _, n := range a.Nodes {
 			sj.Placement = append(sj.Placement, scheduler.Placement{Node: n.Name, GPUs: slices.Clone(n.GPUs), Fraction: frac})
 		}
-	} else if j.State != gpufleet.JobQueued {
+		if a.StopRequested {
+			// Stopping: it holds its GPUs until the stop's grace ends.
+			sj.StopAt, sj.StopCode = sj.Started, a.ReasonCode
+			if a.StopRequestedAt != nil && a.StopGraceS != nil {
+				sj.StopAt = a.StopRequestedAt.Add(seconds(*a.StopGraceS))
+			}
+		}
+	} else if j.State != gpufleet.JobQueued || j.CancelRequested {
 		return scheduler.Job{}, false
 	} else if n := len(j.Attempts); n > 0 && j.Attempts[n-1].FinishedAt != nil {
 		sj.Queued = *j.Attempts[n-1].FinishedAt // back in the queue since its last attempt ended
@@ -623,6 +603,10 @@ func (s *Server) decayUsage(jobs []gpufleet.Job, now time.Time, halfLife time.Du
 	}
 	return out
 }
+
+// seconds turns a stored duration in seconds into a time.Duration; the
+// validation bounds it far below the overflow.
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 
 // fracOr1 is a stored time-slice fraction, 1 for whole GPUs.
 func fracOr1(f float64) float64 {

@@ -13,9 +13,10 @@ import (
 )
 
 // ReasonInvalidRequest is the reason code of a job the leader fails
-// because the scheduler cannot take it: a stored request beyond the limits
-// (a row written around the API), or one that made the scheduler panic.
-const ReasonInvalidRequest = "invalid_request"
+// because the scheduler cannot take it (scheduler.FailInvalid): a stored
+// request beyond the limits (a row written around the API), or one that
+// made the scheduler panic.
+const ReasonInvalidRequest = scheduler.FailInvalid
 
 // maxCulprits bounds the jobs one cycle fails for panics before it gives
 // up and tries again next cycle.
@@ -51,7 +52,7 @@ func (s *Server) screen(jobs []gpufleet.Job) ([]gpufleet.Job, []store.Fail, []st
 		s.log.Error("failing a stored job the scheduler cannot take", "job", j.ID, "team", j.Team, "err", err)
 		if a := activeAttempt(j); a != nil {
 			if !a.StopRequested {
-				stops = append(stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: ReasonInvalidRequest})
+				stops = append(stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: ReasonInvalidRequest, Grace: scheduler.DefaultGrace})
 			}
 			// Its GPUs stay held until the attempt has stopped.
 			ok = append(ok, holdingOnly(j, a))

@@ -23,8 +23,12 @@ import (
 //	priority     optional, production|interactive|training|batch, default training
 //	gpu_model    optional, allowlist of catalog ids or class names, '|'-separated
 //	sharing      optional, exclusive | timeslice:F | mig:PROFILE
+//	interconnect optional, nvlink | any: nvlink wants each node's share in one NVLink domain
 //	estimate_s   optional, the user's run-time estimate
 //	preemptible  optional, true|false; default true below production
+//	grace_s      optional, seconds a stop gives the job (default: the policy's)
+//	time_limit_s optional, a run is stopped after this long and the job ends
+//	cancel_s     optional, the user cancels the job this long after submitting
 //	duration_s_<model>  optional, run time on that model (heterogeneous speed)
 //
 // Unknown columns are ignored.
@@ -82,10 +86,22 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 				return gpufleet.InField("sharing", err)
 			}
 		}
-		if _, ok, err := rw.optFloat("estimate_s"); err != nil {
-			return err
-		} else if ok {
-			j.Estimate, _ = rw.float("estimate_s")
+		if s := rw.get("interconnect"); s != "" {
+			if err := j.Interconnect.UnmarshalText([]byte(s)); err != nil {
+				return gpufleet.InField("interconnect", err)
+			}
+		}
+		for _, c := range []struct {
+			col string
+			v   *float64
+		}{{"estimate_s", &j.Estimate}, {"grace_s", &j.Grace}, {"time_limit_s", &j.TimeLimit}, {"cancel_s", &j.Cancel}} {
+			v, ok, err := rw.optFloat(c.col)
+			if err != nil {
+				return err
+			}
+			if ok {
+				*c.v = v
+			}
 		}
 		for _, col := range slices.Sorted(maps.Keys(rw.cols)) {
 			m, ok := strings.CutPrefix(col, "duration_s_")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -38,8 +39,19 @@ type Config struct {
 	// (exponential); 0 means no failures. A failed node is down for
 	// RepairTime seconds; its jobs return to the queue with their progress.
 	NodeMTBF, RepairTime float64
-	// RestartOverhead is the seconds a stopped job (preempted, or on a
-	// failed node) needs to resume from its checkpoint: added to its
+	// DrainMTBF is each node's mean time between health drains in seconds
+	// (exponential); 0 means none. A drained node takes no new work; the
+	// scheduler stops its jobs (reason code drain) with their grace, and
+	// once it is empty the node is down for RepairTime seconds, as an
+	// operator would take it for repair.
+	DrainMTBF float64
+	// TimeLimitFactor, when positive, gives every job without a time limit
+	// of its own one of this many times its user's estimate, as a Slurm
+	// user sets --time from an estimate; jobs that outrun it are stopped
+	// (reason code time_limit) and end unfinished.
+	TimeLimitFactor float64
+	// RestartOverhead is the seconds a stopped job (preempted, drained, or
+	// on a failed node) needs to resume from its checkpoint: added to its
 	// remaining work. 0 means none.
 	RestartOverhead float64
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
@@ -88,8 +100,12 @@ type JobResult struct {
 	FirstStartS     float64
 	FinishS         float64
 	RunS            float64 // time on GPUs, all runs together
-	Stops           int     // preemptions and failures it went through
+	Stops           int     // preemptions, drains and failures it went through
 	Model           string  // GPU model of its last run
+	// End is how the job ended: "completed", a stop's reason code
+	// (time_limit, cancelled), invalid_request, or "" when it had not
+	// ended when the replay stopped.
+	End string
 }
 
 // Sample is the cluster's state after the decisions at one event time.
@@ -106,8 +122,12 @@ const (
 	phaseFuture jobPhase = iota
 	phasePending
 	phaseRunning
-	phaseDone
+	phaseDone  // completed
+	phaseEnded // ended unfinished: timed out, cancelled or failed
 )
+
+// endCompleted is JobResult.End of a job that finished its work.
+const endCompleted = "completed"
 
 type jobState struct {
 	j      *Job
@@ -121,9 +141,16 @@ type jobState struct {
 	phase        jobPhase
 	requeued     bool
 	stops        int     // times stopped before its end
-	queued       float64 // when it last entered the queue
-	model        string  // GPU model of the current or last run
-	version      int     // bumps on every stop, to drop stale completions
+	endCode      string  // how a phaseEnded job ended
+	timeLimit    float64 // seconds a run may last, 0 = none
+	cancel       bool    // the user asked to cancel it
+	// A stopping job (stopAt >= 0) holds its GPUs until stopAt, when its
+	// grace ends; its work counts until stopFrom, when it was told to stop.
+	stopAt, stopFrom float64
+	stopCode         string
+	queued           float64 // when it last entered the queue
+	model            string  // GPU model of the current or last run
+	version          int     // bumps on every stop, to drop stale completions
 
 	start, end  float64 // current run
 	runEstimate float64 // estimate of the current run, seconds
@@ -144,10 +171,16 @@ type gpuRef struct{ node, gpu int }
 
 type evKind int
 
+// Events at one time are handled in this order, before the arrivals.
 const (
-	evComplete evKind = iota
-	evFail
-	evRepair
+	evComplete evKind = iota // a run ends its work
+	evStopEnd                // a stopping job's grace ends
+	evFail                   // a node fails: its jobs are lost
+	evDrain                  // a health rule drains a node
+	evRepair                 // a failed or drained node is back
+	evLimit                  // a run reaches its time limit
+	evCancel                 // the user cancels a job
+	evWake                   // the scheduler asked to be run again (Output.Recheck)
 )
 
 type event struct {
@@ -155,7 +188,7 @@ type event struct {
 	kind    evKind
 	seq     int
 	job     *jobState
-	version int
+	version int // the job's or the node's, to drop stale events
 	node    int
 }
 
@@ -186,6 +219,7 @@ type engine struct {
 	epoch time.Time
 
 	nodes   []scheduler.Node
+	nodeVer []int // bumps whenever a node goes down, to drop its stale events
 	gpuIdx  map[string]gpuRef
 	used    [][]float64
 	total   int
@@ -198,9 +232,17 @@ type engine struct {
 	byID    map[string]*jobState
 	pending []*jobState
 	running []*jobState
-	events  eventHeap
-	seq     int
-	rng     *rand.Rand
+	// bufJS[i] is the job behind buf[i], the last input's Jobs.
+	bufJS  []*jobState
+	events eventHeap
+	// decide asks for a cycle even with an empty queue: a running job may
+	// have to stop (time limit, cancel, drain). expire asks for graces that
+	// have ended to be carried out.
+	decide, expire bool
+	draining       int     // nodes draining now
+	wakeAt         float64 // the earliest evWake queued, +Inf when none
+	seq            int
+	rng            *rand.Rand
 
 	now         float64
 	t0          float64 // first arrival
@@ -213,7 +255,12 @@ type engine struct {
 	decisions   int
 	preemptions int
 	failures    int
+	lost        int // runs lost with their node
+	drains      int
 	completed   int
+	stopCodes   map[string]int // stops decided, by reason code
+	endCodes    map[string]int // jobs ended unfinished, by code
+	waitCodes   map[string]int // why jobs queued at their submission, by code
 	buf         []scheduler.Job
 	// fleetVersion changes whenever a node's state changes (failures,
 	// repairs), so the scheduler may reuse its fleet index in between.
@@ -232,8 +279,8 @@ func Run(tr *Trace, cl *Cluster, cfg Config) (*Result, error) {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 1
 	}
-	if cfg.TimeScale < 0 || cfg.EstimateError < 0 || cfg.NodeMTBF < 0 || cfg.RepairTime < 0 || cfg.Fill < 0 {
-		return nil, fmt.Errorf("%w: time scale, estimate error, MTBF, repair time and fill must not be negative", gpufleet.ErrInvalid)
+	if cfg.TimeScale < 0 || cfg.EstimateError < 0 || cfg.NodeMTBF < 0 || cfg.DrainMTBF < 0 || cfg.RepairTime < 0 || cfg.Fill < 0 || cfg.TimeLimitFactor < 0 {
+		return nil, fmt.Errorf("%w: time scale, estimate error, MTBFs, repair time, fill and time-limit factor must not be negative", gpufleet.ErrInvalid)
 	}
 	if len(cl.Nodes) == 0 {
 		return nil, fmt.Errorf("%w: cluster has no nodes", gpufleet.ErrInvalid)
@@ -263,10 +310,15 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		gpuIdx:  map[string]gpuRef{},
 		teamIdx: map[string]int{},
 		byID:    map[string]*jobState{},
-		models:  maps.Clone(cl.Models),
-		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
+
+		stopCodes: map[string]int{},
+		endCodes:  map[string]int{},
+		waitCodes: map[string]int{},
+		models:    maps.Clone(cl.Models),
+		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
 
 		fleetVersion: 1,
+		wakeAt:       math.Inf(1),
 	}
 	if e.epoch.IsZero() {
 		e.epoch = DefaultEpoch
@@ -279,6 +331,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 	// Copy nodes so failures can change their state.
 	e.nodes = make([]scheduler.Node, len(cl.Nodes))
 	e.used = make([][]float64, len(cl.Nodes))
+	e.nodeVer = make([]int, len(cl.Nodes))
 	for i, n := range cl.Nodes {
 		n.GPUs = slices.Clone(n.GPUs)
 		e.nodes[i] = n
@@ -313,7 +366,14 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 				est *= math.Exp(cfg.EstimateError * e.rng.NormFloat64())
 			}
 		}
-		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1, eta: -1}
+		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1, eta: -1, stopAt: -1,
+			timeLimit: j.TimeLimit}
+		if js.timeLimit == 0 && cfg.TimeLimitFactor > 0 && !math.IsInf(js.baseEstimate, 1) {
+			js.timeLimit = cfg.TimeLimitFactor * js.baseEstimate
+		}
+		if j.Cancel > 0 {
+			e.push(event{t: js.submit + j.Cancel, kind: evCancel, job: js})
+		}
 		e.jobs = append(e.jobs, js)
 		e.byID[j.ID] = js
 	}
@@ -335,10 +395,8 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		e.t0 = e.jobs[0].submit
 		e.now = e.t0
 	}
-	if cfg.NodeMTBF > 0 {
-		for i := range e.nodes {
-			e.push(event{t: e.t0 + e.rng.ExpFloat64()*cfg.NodeMTBF, kind: evFail, node: i})
-		}
+	for i := range e.nodes {
+		e.pushNodeEvents(i)
 	}
 	return e
 }
@@ -386,7 +444,7 @@ func (e *engine) loop() error {
 		if math.IsInf(next, 1) {
 			break
 		}
-		if ai >= len(e.jobs) && len(e.running) == 0 && (len(e.pending) == 0 || e.allReady()) {
+		if ai >= len(e.jobs) && len(e.running) == 0 && (len(e.pending) == 0 || e.allReady()) && next > e.now {
 			break // nothing left that could run; failures alone do not keep the clock going
 		}
 		e.advance(next)
@@ -397,16 +455,33 @@ func (e *engine) loop() error {
 		var arrived []*jobState
 		for ai < len(e.jobs) && e.jobs[ai].submit <= next {
 			js := e.jobs[ai]
+			ai++
+			if js.cancel {
+				e.end(js, scheduler.StopCancel) // cancelled before it arrived
+				continue
+			}
 			js.phase = phasePending
 			e.pending = append(e.pending, js)
 			arrived = append(arrived, js)
-			ai++
+		}
+		if e.expire {
+			// Graces that end now are carried out as Apply says, before
+			// the cycle that may use the GPUs they free.
+			e.expire = false
+			in := e.input()
+			if err := e.sync(in, scheduler.Output{}, scheduler.Apply(in, scheduler.Output{}, in.Now)); err != nil {
+				return err
+			}
 		}
 		e.frag = 0
-		if len(e.pending) > 0 {
+		if len(e.pending) > 0 || e.decide {
+			e.decide = false
 			if err := e.cycle(arrived); err != nil {
 				return err
 			}
+		}
+		if e.draining > 0 {
+			e.repairDrained()
 		}
 		e.timeline = append(e.timeline, Sample{T: e.now, Allocated: e.allocated, Pending: len(e.pending), Running: len(e.running)})
 		if e.cfg.Progress != nil && len(e.jobs) > 0 {
@@ -451,9 +526,9 @@ func (e *engine) advance(t float64) {
 }
 
 func (e *engine) handle(ev event) {
+	js := ev.job
 	switch ev.kind {
 	case evComplete:
-		js := ev.job
 		if js.phase != phaseRunning || js.version != ev.version {
 			return
 		}
@@ -462,45 +537,122 @@ func (e *engine) handle(ev event) {
 		js.remaining = 0
 		js.phase = phaseDone
 		js.finish = e.now
+		js.endCode = endCompleted
 		e.completed++
+	case evStopEnd:
+		e.expire = true
+	case evLimit:
+		if js.phase == phaseRunning && js.version == ev.version {
+			e.decide = true // the scheduler stops it
+		}
+	case evCancel:
+		js.cancel = true
+		switch js.phase {
+		case phasePending:
+			// A queued job being cancelled is the caller's to drop, as the
+			// server's store does.
+			e.pending = slices.DeleteFunc(e.pending, func(p *jobState) bool { return p == js })
+			e.end(js, scheduler.StopCancel)
+		case phaseRunning:
+			e.decide = true
+		}
 	case evFail:
-		n := &e.nodes[ev.node]
+		if ev.version != e.nodeVer[ev.node] || e.nodes[ev.node].State == scheduler.Down {
+			return
+		}
 		e.failures++
 		for _, js := range slices.Clone(e.running) {
-			for _, g := range js.gpus {
-				if g.node == ev.node {
-					e.stop(js)
-					break
-				}
+			if js.on(ev.node) {
+				e.stop(js, e.now)
+				e.lost++
 			}
 		}
-		e.fleetVersion++
-		n.State = scheduler.Down
-		n.GPUs = slices.Clone(n.GPUs)
-		for k := range n.GPUs {
-			n.GPUs[k].State = scheduler.Down
-		}
-		e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: ev.node})
-	case evRepair:
+		e.down(ev.node)
+	case evDrain:
 		n := &e.nodes[ev.node]
-		e.fleetVersion++
-		n.State = scheduler.Ready
-		n.GPUs = slices.Clone(n.GPUs)
-		for k := range n.GPUs {
-			n.GPUs[k].State = scheduler.Ready
+		if ev.version != e.nodeVer[ev.node] || n.State != scheduler.Ready {
+			return
 		}
-		e.push(event{t: e.now + e.rng.ExpFloat64()*e.cfg.NodeMTBF, kind: evFail, node: ev.node})
+		e.drains++
+		e.draining++
+		e.setNode(ev.node, scheduler.Draining, "simulated health drain")
+		e.decide = true
+	case evWake:
+		if ev.t == e.wakeAt {
+			e.wakeAt = math.Inf(1)
+		}
+		e.decide = true
+	case evRepair:
+		e.setNode(ev.node, scheduler.Ready, "")
+		e.pushNodeEvents(ev.node)
 	}
 }
 
-// stop takes a running job off its GPUs and queues it again with its
-// remaining work (preemption, node failure).
-func (e *engine) stop(js *jobState) {
+// pushNodeEvents draws node i's next failure and drain.
+func (e *engine) pushNodeEvents(i int) {
+	if e.cfg.NodeMTBF > 0 {
+		e.push(event{t: e.now + e.rng.ExpFloat64()*e.cfg.NodeMTBF, kind: evFail, node: i, version: e.nodeVer[i]})
+	}
+	if e.cfg.DrainMTBF > 0 {
+		e.push(event{t: e.now + e.rng.ExpFloat64()*e.cfg.DrainMTBF, kind: evDrain, node: i, version: e.nodeVer[i]})
+	}
+}
+
+// setNode sets a node and its GPUs to state.
+func (e *engine) setNode(i int, state scheduler.GPUState, reason string) {
+	e.fleetVersion++
+	n := &e.nodes[i]
+	n.State, n.Reason = state, reason
+	n.GPUs = slices.Clone(n.GPUs) // the last input shares the old slice
+	for k := range n.GPUs {
+		n.GPUs[k].State = state
+	}
+}
+
+// down takes node i down for repair; its pending failure and drain events
+// go stale.
+func (e *engine) down(i int) {
+	if e.nodes[i].State == scheduler.Draining {
+		e.draining--
+	}
+	e.nodeVer[i]++
+	e.setNode(i, scheduler.Down, "")
+	e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: i})
+}
+
+// repairDrained takes every draining node that no job holds any more down
+// for repair.
+func (e *engine) repairDrained() {
+	held := map[int]bool{}
+	for _, js := range e.running {
+		for _, g := range js.gpus {
+			held[g.node] = true
+		}
+	}
+	for i, n := range e.nodes {
+		if n.State == scheduler.Draining && !held[i] {
+			e.down(i)
+		}
+	}
+}
+
+func (js *jobState) on(node int) bool {
+	for _, g := range js.gpus {
+		if g.node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// stop takes a running job off its GPUs and queues it again with the work
+// it had left at from: when it was told to stop (preemption, drain), or
+// now (node failure).
+func (e *engine) stop(js *jobState, from float64) {
 	e.release(js)
-	ran := e.now - js.start
-	js.runTime += ran
+	js.runTime += e.now - js.start
 	// The run first paid its restart overhead; the rest was work.
-	work, d := ran-js.paid, js.end-js.start-js.paid
+	work, d := from-js.start-js.paid, js.end-js.start-js.paid
 	if work < 0 {
 		js.restart += -work // stopped again while still restarting
 		work = 0
@@ -509,15 +661,24 @@ func (e *engine) stop(js *jobState) {
 		js.remaining *= max(0, 1-work/d)
 	}
 	js.restart += e.cfg.RestartOverhead // resuming from its checkpoint costs time
-	js.version++
 	js.phase = phasePending
 	js.requeued = true
 	js.stops++
 	js.queued = e.now
-	js.placement, js.gpus, js.fractions = nil, nil, nil
 	e.pending = append(e.pending, js)
 }
 
+// end ends a job unfinished with code; a running one leaves its GPUs.
+func (e *engine) end(js *jobState, code string) {
+	if js.phase == phaseRunning {
+		e.release(js)
+		js.runTime += e.now - js.start
+	}
+	js.phase, js.endCode = phaseEnded, code
+	e.endCodes[code]++
+}
+
+// release takes js off its GPUs and out of the running set.
 func (e *engine) release(js *jobState) {
 	for i, g := range js.gpus {
 		e.used[g.node][g.gpu] = max(0, e.used[g.node][g.gpu]-js.fractions[i])
@@ -530,46 +691,34 @@ func (e *engine) release(js *jobState) {
 	if i := slices.Index(e.running, js); i >= 0 {
 		e.running = slices.Delete(e.running, i, i+1)
 	}
+	js.version++ // its completion and time-limit events go stale
+	js.placement, js.gpus, js.fractions = nil, nil, nil
+	js.stopAt, js.stopCode = -1, ""
 }
 
-// cycle asks the scheduler for decisions at the current time and applies
-// them. Preemptions free GPUs at once, so a cycle that preempted is followed
-// by another at the same instant (at most a few).
+// cycle asks the scheduler for decisions at the current time and carries
+// them out with scheduler.Apply, as the fleet would: a stopped job holds its
+// GPUs until its grace ends (an evStopEnd event then frees them and the
+// next cycle may use them).
 func (e *engine) cycle(arrived []*jobState) error {
-	var out scheduler.Output
-	for round := range 4 {
-		in := e.input()
-		// Estimated starts are only read for jobs that just arrived (ETA
-		// accuracy is judged at submission), so the forward simulation runs
-		// only in cycles that have arrivals.
-		in.Config.ETA = in.Config.ETA && round == 0 && len(arrived) > 0
-		out = e.cfg.Schedule(in)
-		e.cycles++
-		if round == 0 {
-			e.recordETAs(arrived, out.Pending)
-		}
-		for _, p := range out.Preemptions {
-			js := e.byID[p.Job]
-			if js == nil || js.phase != phaseRunning {
-				return fmt.Errorf("cycle at %.0f s: scheduler preempted %q, which is not running", e.now, p.Job)
-			}
-			e.stop(js)
-			e.preemptions++
-			e.decisions++
-		}
-		startedAny := false
-		for _, s := range out.Starts {
-			if err := e.start(s); err != nil {
-				return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
-			}
-			startedAny = true
-			e.decisions++
-		}
-		if startedAny {
-			e.pending = slices.DeleteFunc(e.pending, func(js *jobState) bool { return js.phase != phasePending })
-		}
-		if len(out.Preemptions) == 0 || len(e.pending) == 0 {
-			break
+	in := e.input()
+	// Estimated starts are only read for jobs that just arrived (ETA
+	// accuracy is judged at submission), so the forward simulation runs
+	// only in cycles that have arrivals.
+	in.Config.ETA = in.Config.ETA && len(arrived) > 0
+	out := e.cfg.Schedule(in)
+	e.cycles++
+	e.recordArrivals(arrived, out.Pending)
+	if err := e.check(out); err != nil {
+		return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
+	}
+	if err := e.sync(in, out, scheduler.Apply(in, out, in.Now)); err != nil {
+		return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
+	}
+	if !out.Recheck.IsZero() {
+		if t := out.Recheck.Sub(e.epoch).Seconds(); t > e.now && t < e.wakeAt {
+			e.wakeAt = t
+			e.push(event{t: t, kind: evWake})
 		}
 	}
 	if len(out.Pending) > 0 {
@@ -580,7 +729,94 @@ func (e *engine) cycle(arrived []*jobState) error {
 	return nil
 }
 
-func (e *engine) recordETAs(arrived []*jobState, pending []scheduler.Pending) {
+// check rejects decisions the scheduler may not make: starting a job that
+// is not queued, stopping one that is not running or already stopping,
+// failing one that is not queued.
+func (e *engine) check(out scheduler.Output) error {
+	for _, s := range out.Starts {
+		if js := e.byID[s.Job]; js == nil || js.phase != phasePending {
+			return fmt.Errorf("scheduler started %q, which is not pending", s.Job)
+		}
+	}
+	for _, s := range out.Stops {
+		if js := e.byID[s.Job]; js == nil || js.phase != phaseRunning || js.stopAt >= 0 {
+			return fmt.Errorf("scheduler stopped %q, which is not running or is stopping already", s.Job)
+		}
+		if s.Grace < 0 {
+			return fmt.Errorf("scheduler stopped %q with a negative grace %s", s.Job, s.Grace)
+		}
+	}
+	for _, f := range out.Fails {
+		if js := e.byID[f.Job]; js == nil || js.phase != phasePending {
+			return fmt.Errorf("scheduler failed %q, which is not pending", f.Job)
+		}
+	}
+	return nil
+}
+
+// sync brings the engine's jobs to next, the snapshot Apply made of in
+// (whose jobs are e.bufJS) after out: starts take their GPUs, stops begin
+// their grace, ended graces free GPUs and requeue or end their jobs, and
+// failed jobs end. Apply keeps the order of in.Jobs, so one pass pairs
+// them.
+func (e *engine) sync(in scheduler.Input, out scheduler.Output, next scheduler.Input) error {
+	codes := make(map[string]string, len(out.Stops)+len(out.Fails))
+	for _, s := range out.Stops {
+		codes[s.Job] = s.Code
+		e.stopCodes[s.Code]++
+		if strings.HasPrefix(s.Code, "preempted_") {
+			e.preemptions++
+		}
+	}
+	for _, f := range out.Fails {
+		codes[f.Job] = f.Code
+	}
+	e.decisions += len(out.Starts) + len(out.Stops) + len(out.Fails)
+	k, requeue, freed := 0, false, false
+	for i := range in.Jobs {
+		js := e.bufJS[i]
+		var nj *scheduler.Job
+		if k < len(next.Jobs) && next.Jobs[k].ID == in.Jobs[i].ID {
+			nj = &next.Jobs[k]
+			k++
+		}
+		code := js.stopCode
+		if c, ok := codes[js.j.ID]; ok {
+			code = c
+		}
+		switch {
+		case nj == nil: // ended: failed, timed out or cancelled
+			requeue = requeue || js.phase == phasePending // it leaves the queue
+			freed = freed || js.phase == phaseRunning
+			e.end(js, code)
+		case js.phase == phasePending && nj.Running():
+			if err := e.start(js, nj.Placement); err != nil {
+				return err
+			}
+			requeue = true
+		case js.phase == phaseRunning && !nj.Running(): // grace ended: back to the queue
+			from := e.now
+			if js.stopAt >= 0 {
+				from = js.stopFrom
+			}
+			e.stop(js, from)
+			freed = true
+		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
+			js.stopAt, js.stopFrom, js.stopCode = nj.StopAt.Sub(e.epoch).Seconds(), e.now, code
+			e.push(event{t: js.stopAt, kind: evStopEnd, job: js, version: js.version})
+		}
+	}
+	if requeue {
+		e.pending = slices.DeleteFunc(e.pending, func(js *jobState) bool { return js.phase != phasePending })
+	}
+	if freed {
+		// GPUs came free now: another cycle at this instant may use them.
+		e.push(event{t: e.now, kind: evStopEnd})
+	}
+	return nil
+}
+
+func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending) {
 	if len(arrived) == 0 {
 		return
 	}
@@ -593,6 +829,7 @@ func (e *engine) recordETAs(arrived []*jobState, pending []scheduler.Pending) {
 		if js == nil {
 			continue
 		}
+		e.waitCodes[p.ReasonCode]++
 		js.etaOK = true
 		if p.EstimatedStart != nil {
 			js.eta = p.EstimatedStart.Sub(e.epoch).Seconds()
@@ -602,12 +839,14 @@ func (e *engine) recordETAs(arrived []*jobState, pending []scheduler.Pending) {
 
 // input builds the scheduler's snapshot.
 func (e *engine) input() scheduler.Input {
-	e.buf = e.buf[:0]
+	e.buf, e.bufJS = e.buf[:0], e.bufJS[:0]
 	for _, js := range e.pending {
 		e.buf = append(e.buf, e.schedJob(js))
+		e.bufJS = append(e.bufJS, js)
 	}
 	for _, js := range e.running {
 		e.buf = append(e.buf, e.schedJob(js))
+		e.bufJS = append(e.bufJS, js)
 	}
 	return scheduler.Input{
 		Now:    e.vtime(e.now),
@@ -626,10 +865,13 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 	j := js.j
 	sj := scheduler.Job{
 		ID: j.ID, Team: j.Team, Priority: j.Class,
-		Resources:   j.Resources(),
-		Submitted:   e.vtime(js.submit),
-		Preemptible: j.Preemptible,
-		Requeued:    js.requeued,
+		Resources:       j.Resources(),
+		Submitted:       e.vtime(js.submit),
+		Preemptible:     j.Preemptible,
+		Grace:           seconds(j.Grace),
+		TimeLimit:       seconds(js.timeLimit),
+		CancelRequested: js.cancel,
+		Requeued:        js.requeued,
 	}
 	if js.stops > 0 {
 		sj.Queued = e.vtime(js.queued)
@@ -644,6 +886,9 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		sj.Started = e.vtime(js.start)
 		sj.Placement = js.placement
 		sj.Estimate = seconds(js.runEstimate)
+		if js.stopAt >= 0 {
+			sj.StopAt, sj.StopCode = e.vtime(js.stopAt), js.stopCode
+		}
 	} else {
 		sj.Estimate = seconds(js.remaining * js.baseEstimate)
 	}
@@ -657,38 +902,35 @@ func seconds(s float64) time.Duration {
 	return time.Duration(math.Round(s * 1e9))
 }
 
-// start applies one Start after checking it against the engine's own view
-// of the GPUs: a scheduler that double-books a GPU is an error.
-func (e *engine) start(s scheduler.Start) error {
-	js := e.byID[s.Job]
-	if js == nil || js.phase != phasePending {
-		return fmt.Errorf("scheduler started %q, which is not pending", s.Job)
-	}
-	if len(s.Placement) == 0 {
-		return fmt.Errorf("scheduler started %q without a placement", s.Job)
+// start puts js on its placement after checking it against the engine's
+// own view of the GPUs: a scheduler that double-books a GPU is an error.
+func (e *engine) start(js *jobState, placement []scheduler.Placement) error {
+	id := js.j.ID
+	if len(placement) == 0 {
+		return fmt.Errorf("scheduler started %q without a placement", id)
 	}
 	var gpus []gpuRef
 	var fracs []float64
 	demand := 0.0
 	slowest := 0.0
-	for _, p := range s.Placement {
+	for _, p := range placement {
 		f := p.Fraction
 		if f <= 0 {
 			f = 1
 		}
-		for _, id := range p.GPUs {
-			ref, ok := e.gpuIdx[id]
+		for _, gid := range p.GPUs {
+			ref, ok := e.gpuIdx[gid]
 			if !ok {
-				return fmt.Errorf("scheduler placed %q on unknown GPU %q", s.Job, id)
+				return fmt.Errorf("scheduler placed %q on unknown GPU %q", id, gid)
 			}
 			if e.nodes[ref.node].Name != p.Node {
-				return fmt.Errorf("scheduler placed %q on GPU %q, which is not on node %q", s.Job, id, p.Node)
+				return fmt.Errorf("scheduler placed %q on GPU %q, which is not on node %q", id, gid, p.Node)
 			}
 			if e.nodes[ref.node].GPUs[ref.gpu].State != scheduler.Ready {
-				return fmt.Errorf("scheduler placed %q on GPU %q, which is %s", s.Job, id, e.nodes[ref.node].GPUs[ref.gpu].State)
+				return fmt.Errorf("scheduler placed %q on GPU %q, which is %s", id, gid, e.nodes[ref.node].GPUs[ref.gpu].State)
 			}
 			if e.used[ref.node][ref.gpu]+f > 1+1e-9 {
-				return fmt.Errorf("scheduler placed %q on GPU %q, which has %.3f free, needs %.3f", s.Job, id, 1-e.used[ref.node][ref.gpu], f)
+				return fmt.Errorf("scheduler placed %q on GPU %q, which has %.3f free, needs %.3f", id, gid, 1-e.used[ref.node][ref.gpu], f)
 			}
 			e.used[ref.node][ref.gpu] += f
 			gpus = append(gpus, ref)
@@ -700,7 +942,7 @@ func (e *engine) start(s scheduler.Start) error {
 	js.phase = phaseRunning
 	js.model = e.nodes[gpus[0].node].GPUs[gpus[0].gpu].Model
 	js.start = e.now
-	js.placement = s.Placement
+	js.placement = placement
 	js.gpus, js.fractions, js.demand = gpus, fracs, demand
 	js.paid, js.restart = js.restart, 0
 	js.end = e.now + js.remaining*slowest + js.paid
@@ -719,6 +961,9 @@ func (e *engine) start(s scheduler.Start) error {
 	e.running = append(e.running, js)
 	if !math.IsInf(js.end, 1) {
 		e.push(event{t: js.end, kind: evComplete, job: js, version: js.version})
+	}
+	if js.timeLimit > 0 {
+		e.push(event{t: e.now + js.timeLimit, kind: evLimit, job: js, version: js.version})
 	}
 	return nil
 }

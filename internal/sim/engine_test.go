@@ -3,8 +3,11 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,9 +107,9 @@ func TestJobResultsCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b ran 0-40, was preempted for p (40-50), and ran again 50-110.
-	want := "id,team,class,gpus,submit_s,first_start_s,finish_s,wait_s,run_s,jct_s,slowdown,stops,model\n" +
-		"b,x,batch,8,0,0,110,0,100,110,1.1,1,v100-sxm2-16gb\n" +
-		"p,y,production,8,40,40,50,0,10,10,1,0,v100-sxm2-16gb\n"
+	want := "id,team,class,gpus,submit_s,first_start_s,finish_s,wait_s,run_s,jct_s,slowdown,stops,model,end\n" +
+		"b,x,batch,8,0,0,110,0,100,110,1.1,1,v100-sxm2-16gb,completed\n" +
+		"p,y,production,8,40,40,50,0,10,10,1,0,v100-sxm2-16gb,completed\n"
 	if diff := cmp.Diff(want, buf.String()); diff != "" {
 		t.Errorf("jobs CSV (-want +got):\n%s", diff)
 	}
@@ -233,5 +236,143 @@ func TestEngineRestartOverhead(t *testing.T) {
 	// b runs 0-40 (40%), p 40-50, b restarts 50-65, then its last 60% 65-125.
 	if got := *res.Report.ByTeam["x"].AvgJCTS; got != 125 {
 		t.Errorf("JCT of the preempted job = %v, want 125 (15 s to restart)", got)
+	}
+}
+
+func TestEngineGraceHoldsGPUs(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,priority,team,grace_s\nb,0,100,8,batch,x,5\np,40,10,8,production,y,\n")
+	res, err := Run(tr, mustCluster(t, oneNode), fakeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	// b is told to stop at 40 (40% done) and holds its GPUs through its 5 s
+	// grace; p runs 45-55; b resumes 55-115. b was on GPUs 45 + 60 s.
+	if *r.ByTeam["x"].AvgJCTS != 115 || *r.ByTeam["y"].AvgJCTS != 15 || r.Stops[scheduler.PreemptPriority] != 1 {
+		t.Errorf("JCT x %v y %v, stops %v; want 115, 15 and one preempted_priority", *r.ByTeam["x"].AvgJCTS, *r.ByTeam["y"].AvgJCTS, r.Stops)
+	}
+	if b := res.Jobs[0]; b.RunS != 105 || b.Stops != 1 || b.End != "completed" {
+		t.Errorf("b = %+v, want 105 s on GPUs, 1 stop, completed", b)
+	}
+}
+
+// realConfig is the gpufleet policy, with its 30 s default grace.
+func realConfig(t *testing.T) Config {
+	t.Helper()
+	pc, err := scheduler.PolicyConfig("gpufleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Policy: pc}
+}
+
+func TestEngineTimeLimitAndCancel(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,time_limit_s,cancel_s,grace_s\n"+
+		"long,0,1000,2,100,,\n"+ // stopped at 100, ends at 130 (the default grace)
+		"fits,0,50,2,100,,\n"+ // done before its limit
+		"quit,0,1000,2,,60,10\n"+ // cancelled at 60, ends at 70
+		"big,1,10,8,,5,\n"+ // cancelled at 6 while it queues: never runs
+		"early,2,10,2,,5,\n") // backfills at 2, cancelled at 7, done at 12 within its grace
+	res, err := Run(tr, mustCluster(t, oneNode), realConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]JobResult{}
+	for _, j := range res.Jobs {
+		got[j.ID] = j
+	}
+	want := map[string]struct {
+		end        string
+		run, start float64
+	}{
+		"long":  {scheduler.StopTimeLimit, 130, 0},
+		"fits":  {"completed", 50, 0},
+		"quit":  {scheduler.StopCancel, 70, 0},
+		"big":   {scheduler.StopCancel, 0, -1},
+		"early": {"completed", 10, 2},
+	}
+	for id, w := range want {
+		if j := got[id]; j.End != w.end || j.RunS != w.run || j.FirstStartS != w.start {
+			t.Errorf("%s = %+v, want end %s, %v s on GPUs, first start %v", id, j, w.end, w.run, w.start)
+		}
+	}
+	r := res.Report
+	want2 := Report{Completed: 2, Ended: map[string]int{"time_limit": 1, "cancelled": 2}, Stops: map[string]int{"time_limit": 1, "cancelled": 2}}
+	if r.Completed != want2.Completed || !maps.Equal(r.Ended, want2.Ended) || !maps.Equal(r.Stops, want2.Stops) {
+		t.Errorf("completed %d, ended %v, stops %v; want %d, %v, %v", r.Completed, r.Ended, r.Stops, want2.Completed, want2.Ended, want2.Stops)
+	}
+}
+
+func TestEngineTimeLimitFactor(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,estimate_s\nover,0,1000,1,100\nunder,0,150,1,100\n")
+	cfg := realConfig(t)
+	cfg.TimeLimitFactor = 2 // limits of 200 s
+	res, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Report; r.Completed != 1 || r.Ended[scheduler.StopTimeLimit] != 1 || res.Jobs[0].RunS != 230 {
+		t.Errorf("completed %d, ended %v, over ran %v s; want 1, one time_limit, 200 s + 30 s grace", r.Completed, r.Ended, res.Jobs[0].RunS)
+	}
+}
+
+func TestEngineFailedRequest(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus\nok,0,10,1\nbad,0,10,1\n")
+	cfg := fakeConfig()
+	cfg.Schedule = func(in scheduler.Input) scheduler.Output {
+		out := fakeSchedule(in)
+		for i, s := range out.Starts {
+			if s.Job == "bad" {
+				out.Starts = slices.Delete(out.Starts, i, i+1)
+				out.Fails = append(out.Fails, scheduler.Fail{Job: "bad", Code: scheduler.FailInvalid, Reason: "test"})
+				break
+			}
+		}
+		return out
+	}
+	res, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Report; r.Completed != 1 || r.Ended[scheduler.FailInvalid] != 1 || res.Jobs[1].End != scheduler.FailInvalid {
+		t.Errorf("completed %d, ended %v, bad %+v; want 1 and one invalid_request", r.Completed, r.Ended, res.Jobs[1])
+	}
+}
+
+func TestEngineDrains(t *testing.T) {
+	two := `{"node_groups": [{"name": "n", "count": 2, "gpu": "h100-sxm-80gb", "gpus_per_node": 8}]}`
+	var rows strings.Builder
+	rows.WriteString("id,submit_s,duration_s,gpus,preemptible\n")
+	for i := range 40 {
+		fmt.Fprintf(&rows, "j%02d,%d,3600,4,true\n", i, i*600)
+	}
+	cfg := realConfig(t)
+	cfg.DrainMTBF, cfg.RepairTime, cfg.Seed = 4*3600, 1800, 3
+	res, err := Run(mustTrace(t, rows.String()), mustCluster(t, two), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	if r.Drains == 0 || r.Stops[scheduler.StopDrain] == 0 || r.Completed != 40 {
+		t.Fatalf("drains %d, stops %v, completed %d; want drains, drain stops, and every job done", r.Drains, r.Stops, r.Completed)
+	}
+	stopped := 0
+	for _, j := range res.Jobs {
+		if j.Stops > 0 {
+			stopped++
+			if j.RunS <= 3600 {
+				t.Errorf("%s was drained but ran only %v s: the grace and the lost work must show", j.ID, j.RunS)
+			}
+		}
+	}
+	if stopped == 0 {
+		t.Errorf("no job records a stop")
+	}
+	again, err := Run(mustTrace(t, rows.String()), mustCluster(t, two), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(r, again.Report); diff != "" {
+		t.Errorf("same seed, different report:\n%s", diff)
 	}
 }

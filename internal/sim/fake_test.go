@@ -12,7 +12,9 @@ import (
 // fakeSchedule is a small strict-FIFO first-fit scheduler for engine tests
 // that must not depend on the real policies. It preempts the most recently
 // started preemptible job of a lower class when a production job does not
-// fit, and estimates every queued job to start an hour from now.
+// fit and no job is stopping already, with the job's grace or the policy's
+// default, and
+// estimates every queued job to start an hour from now.
 func fakeSchedule(in scheduler.Input) scheduler.Output {
 	free := map[string]float64{}
 	for _, n := range in.Nodes {
@@ -59,11 +61,16 @@ func fakeSchedule(in scheduler.Input) scheduler.Output {
 				out.Starts = append(out.Starts, scheduler.Start{Job: j.ID, Placement: pl})
 				continue
 			}
-			if j.Priority == gpufleet.Production {
+			if j.Priority == gpufleet.Production && !slices.ContainsFunc(running, func(r scheduler.Job) bool { return !r.StopAt.IsZero() }) {
 				for i := len(running) - 1; i >= 0; i-- {
 					r := running[i]
-					if r.Preemptible && rank[r.Priority] > rank[j.Priority] {
-						out.Preemptions = append(out.Preemptions, scheduler.Preemption{Job: r.ID, For: j.ID, Reason: "production job needs the GPUs", Code: "priority"})
+					if r.Preemptible && r.StopAt.IsZero() && rank[r.Priority] > rank[j.Priority] {
+						grace := r.Grace
+						if grace == 0 {
+							grace = in.Config.DefaultGrace
+						}
+						out.Stops = append(out.Stops, scheduler.Stop{Job: r.ID, For: j.ID, Reason: "production job needs the GPUs",
+							Code: scheduler.PreemptPriority, Grace: grace})
 						running = slices.Delete(running, i, i+1)
 						break
 					}

@@ -33,12 +33,16 @@ type Report struct {
 	Trace  string `json:"trace"`
 	Format string `json:"format"`
 	Jobs   int    `json:"jobs"`
-	// Completed jobs finished; Unfinished never started or never ended
-	// (nothing in the cluster fits them, or the FGD fill never ends them).
+	// Completed jobs finished their work; Unfinished did not: they never
+	// started, never ended (nothing in the cluster fits them, or the FGD
+	// fill never ends them), or ended unfinished (Ended says how).
 	Completed  int `json:"completed"`
 	Unfinished int `json:"unfinished"`
-	Skipped    int `json:"skipped"`
-	BadLines   int `json:"bad_lines"`
+	// Ended counts the jobs that ended unfinished by code: time_limit,
+	// cancelled, invalid_request.
+	Ended    map[string]int `json:"ended"`
+	Skipped  int            `json:"skipped"`
+	BadLines int            `json:"bad_lines"`
 
 	Latency
 
@@ -62,13 +66,25 @@ type Report struct {
 	ETAJobs            int      `json:"eta_jobs"`
 	ETAUnknown         int      `json:"eta_unknown"`
 
-	MakespanS     float64 `json:"makespan_s"`
-	Preemptions   int     `json:"preemptions"`
-	Failures      int     `json:"failures"`
-	Cycles        int     `json:"cycles"`
-	Decisions     int     `json:"decisions"`
-	SimWallS      float64 `json:"sim_wall_s"`
-	DecisionsPerS float64 `json:"decisions_per_s"`
+	MakespanS float64 `json:"makespan_s"`
+	// Preemptions counts stops with a preempted_* code; Stops counts every
+	// stop the scheduler decided by reason code (preempted_priority,
+	// preempted_reclaim, preempted_starvation, drain, time_limit,
+	// cancelled). Failures counts node failures and Lost the runs they
+	// took down, which requeue (the server's attempt code node_lost);
+	// Drains counts health drains.
+	Preemptions int            `json:"preemptions"`
+	Stops       map[string]int `json:"stops"`
+	Failures    int            `json:"failures"`
+	Lost        int            `json:"lost"`
+	Drains      int            `json:"drains"`
+	// WaitReasons counts, by reason code, why jobs that queued at their
+	// submission waited then, as the scheduler told them.
+	WaitReasons   map[string]int `json:"wait_reasons"`
+	Cycles        int            `json:"cycles"`
+	Decisions     int            `json:"decisions"`
+	SimWallS      float64        `json:"sim_wall_s"`
+	DecisionsPerS float64        `json:"decisions_per_s"`
 
 	ByClass map[string]Latency `json:"by_class"`
 	ByTeam  map[string]Latency `json:"by_team"`
@@ -104,7 +120,8 @@ func (e *engine) result() *Result {
 	rep := Report{
 		Policy: e.cfg.Policy.Name, Trace: e.tr.Name, Format: e.tr.Format,
 		Jobs: len(e.jobs), Skipped: e.tr.Skipped, BadLines: e.tr.BadLines,
-		CapacityGPUs: e.total, Preemptions: e.preemptions, Failures: e.failures,
+		CapacityGPUs: e.total, Preemptions: e.preemptions, Failures: e.failures, Lost: e.lost, Drains: e.drains,
+		Stops: e.stopCodes, Ended: e.endCodes, WaitReasons: e.waitCodes,
 		Cycles: e.cycles, Decisions: e.decisions,
 		FinalAllocatedGPUs: e.allocated, UnallocatedGPUs: float64(e.total) - e.allocated,
 		ByClass: map[string]Latency{}, ByTeam: map[string]Latency{},
@@ -172,7 +189,7 @@ func (e *engine) jobResults() []JobResult {
 	out := make([]JobResult, 0, len(e.jobs))
 	for _, js := range e.jobs {
 		r := JobResult{ID: js.j.ID, Team: js.j.Team, Class: string(js.j.Class), GPUs: js.j.GPUs,
-			SubmitS: js.submit - e.t0, FirstStartS: -1, FinishS: -1, RunS: js.runTime, Stops: js.stops, Model: js.model}
+			SubmitS: js.submit - e.t0, FirstStartS: -1, FinishS: -1, RunS: js.runTime, Stops: js.stops, Model: js.model, End: js.endCode}
 		if js.started {
 			r.FirstStartS = js.firstStart - e.t0
 		}
@@ -332,12 +349,13 @@ func (e *engine) offeredLoad() *Load {
 
 // WriteJobsCSV writes every job's outcome as CSV with a header: id, team,
 // class, gpus, submit_s, first_start_s, finish_s, wait_s, run_s, jct_s,
-// slowdown (JCT over run time), stops, model. Times are seconds from the
-// trace's first arrival; a job that never started or finished has empty
-// cells for what it lacks.
+// slowdown (JCT over run time), stops, model, end (completed, time_limit,
+// cancelled, invalid_request; empty while unfinished). Times are seconds
+// from the trace's first arrival; a job that never started or finished has
+// empty cells for what it lacks.
 func WriteJobsCSV(w io.Writer, jobs []JobResult) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"id", "team", "class", "gpus", "submit_s", "first_start_s", "finish_s", "wait_s", "run_s", "jct_s", "slowdown", "stops", "model"})
+	_ = cw.Write([]string{"id", "team", "class", "gpus", "submit_s", "first_start_s", "finish_s", "wait_s", "run_s", "jct_s", "slowdown", "stops", "model", "end"})
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range jobs {
 		start, finish, wait, jct, slow := "", "", "", "", ""
@@ -348,7 +366,7 @@ func WriteJobsCSV(w io.Writer, jobs []JobResult) error {
 			finish, jct = num(r.FinishS), num(r.FinishS-r.SubmitS)
 			slow = num((r.FinishS - r.SubmitS) / max(r.RunS, 1e-9))
 		}
-		_ = cw.Write([]string{r.ID, r.Team, r.Class, strconv.Itoa(r.GPUs), num(r.SubmitS), start, finish, wait, num(r.RunS), jct, slow, strconv.Itoa(r.Stops), r.Model})
+		_ = cw.Write([]string{r.ID, r.Team, r.Class, strconv.Itoa(r.GPUs), num(r.SubmitS), start, finish, wait, num(r.RunS), jct, slow, strconv.Itoa(r.Stops), r.Model, r.End})
 	}
 	cw.Flush()
 	return cw.Error()

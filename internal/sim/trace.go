@@ -31,6 +31,8 @@ type Job struct {
 	Nodes  int     // 0 = as few as possible
 	// Sharing is the job's sharing request (exclusive or a time-slice share).
 	Sharing gpufleet.Sharing
+	// Interconnect nvlink asks for all of a node's GPUs in one NVLink domain.
+	Interconnect gpufleet.Interconnect
 	// GPUModels is the allowlist of catalog ids (or opaque trace model
 	// names); empty means any model.
 	GPUModels []string
@@ -43,11 +45,16 @@ type Job struct {
 	// one; 0 means the simulator derives it from the true duration.
 	Estimate    float64
 	Preemptible bool
+	// Grace is the seconds a stop gives the job to checkpoint; 0 means the
+	// policy's default. TimeLimit stops a run that lasts this long (0 =
+	// none); Cancel, when positive, is when the user cancels the job, in
+	// seconds after its submission.
+	Grace, TimeLimit, Cancel float64
 }
 
 // Resources is the job's request as the scheduler reads it.
 func (j *Job) Resources() gpufleet.Resources {
-	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing}
+	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing, Interconnect: j.Interconnect}
 }
 
 // maxTraceSeconds bounds every time of a trace: ten years, beyond any real
@@ -70,7 +77,7 @@ func (j *Job) check() error {
 	times := []struct {
 		name string
 		v    float64
-	}{{"submit", j.Submit}, {"duration", j.Duration}, {"estimate", j.Estimate}}
+	}{{"submit", j.Submit}, {"duration", j.Duration}, {"estimate", j.Estimate}, {"grace", j.Grace}, {"time limit", j.TimeLimit}, {"cancel", j.Cancel}}
 	for _, m := range slices.Sorted(maps.Keys(j.DurationOn)) {
 		times = append(times, struct {
 			name string
@@ -81,6 +88,9 @@ func (j *Job) check() error {
 		if !(t.v >= 0 && t.v <= maxTraceSeconds) {
 			return fmt.Errorf("%s %g s: expected 0 to %d", t.name, t.v, maxTraceSeconds)
 		}
+	}
+	if g := gpufleet.MaxGrace.Seconds(); j.Grace > g {
+		return fmt.Errorf("grace %g s: expected 0 to %g (the API's limit)", j.Grace, g)
 	}
 	return nil
 }

@@ -91,7 +91,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 // select it FROM attempts a JOIN jobs j ON j.id = a.job_id.
 const attemptCols = `a.id, a.job_id, a.state, a.nodes, a.fraction, a.started_at, a.finished_at, a.exit_code,
 	a.reason, a.reason_code, a.gpu_seconds, a.effective_gpu_seconds, a.energy_joules,
-	a.stop_requested, a.stop_reason, a.stop_reason_code, j.team`
+	a.stop_requested, a.stop_reason, a.stop_reason_code, a.stop_requested_at, a.stop_grace_s, j.team`
 
 // scanAttempt reads one row of attemptCols.
 func scanAttempt(r scanner) (AttemptRecord, error) {
@@ -99,12 +99,17 @@ func scanAttempt(r scanner) (AttemptRecord, error) {
 		a                 AttemptRecord
 		state, nodes      string
 		started, finished sql.NullInt64
-		exit              sql.NullInt64
+		exit, stopAt      sql.NullInt64
+		stopGrace         sql.NullFloat64
 	)
 	if err := r.Scan(&a.ID, &a.JobID, &state, &nodes, &a.Fraction, &started, &finished, &exit,
 		&a.Reason, &a.ReasonCode, &a.GPUSeconds, &a.EffectiveGPUSeconds, &a.EnergyJoules,
-		&a.StopRequested, &a.StopReason, &a.StopReasonCode, &a.Team); err != nil {
+		&a.StopRequested, &a.StopReason, &a.StopReasonCode, &stopAt, &stopGrace, &a.Team); err != nil {
 		return a, err
+	}
+	a.StopRequestedAt = ptrTime(stopAt)
+	if stopGrace.Valid {
+		a.StopGraceS = &stopGrace.Float64
 	}
 	a.State = gpufleet.AttemptState(state)
 	if err := json.Unmarshal([]byte(nodes), &a.Nodes); err != nil {
@@ -662,16 +667,10 @@ func (s *SQL) RequestCancel(ctx context.Context, id, actor string, at time.Time)
 			if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`), nanos(at), id); err != nil {
 				return fmt.Errorf("cancel job %s: %w", id, err)
 			}
+			// The leader's next cycle stops its attempt (the scheduler
+			// decides the stop and its grace).
 			if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "job.cancel_requested", Object: id, Team: j.Team}); err != nil {
 				return err
-			}
-			for _, a := range j.Attempts {
-				if a.State.Terminal() {
-					continue
-				}
-				if err := s.requestStop(ctx, tx, a.ID, j.Team, "cancelled", "cancelled", actor, at); err != nil {
-					return err
-				}
 			}
 		}
 		out, err = s.jobTx(ctx, tx, id)
@@ -681,9 +680,10 @@ func (s *SQL) RequestCancel(ctx context.Context, id, actor string, at time.Time)
 }
 
 // requestStop marks an attempt stop_requested (once) with an event.
-func (s *SQL) requestStop(ctx context.Context, tx *sql.Tx, attemptID, team, reason, code, actor string, at time.Time) error {
-	res, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET stop_requested = TRUE, stop_reason = ?, stop_reason_code = ?, updated_at = ?
-	WHERE id = ? AND stop_requested = FALSE AND state IN ('starting', 'running')`), reason, code, nanos(at), attemptID)
+func (s *SQL) requestStop(ctx context.Context, tx *sql.Tx, attemptID, team, reason, code string, grace time.Duration, actor string, at time.Time) error {
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET stop_requested = TRUE, stop_reason = ?, stop_reason_code = ?,
+	stop_requested_at = ?, stop_grace_s = ?, updated_at = ?
+	WHERE id = ? AND stop_requested = FALSE AND state IN ('starting', 'running')`), reason, code, nanos(at), grace.Seconds(), nanos(at), attemptID)
 	if err != nil {
 		return fmt.Errorf("stop attempt %s: %w", attemptID, err)
 	}

@@ -186,7 +186,7 @@ func TestPostgresStartsRaceCancels(t *testing.T) {
 		}
 		switch {
 		case j.State == gpufleet.JobCancelled && len(j.Attempts) == 0:
-		case j.State == gpufleet.JobScheduled && len(j.Attempts) == 1 && j.CancelRequested && j.Attempts[0].StopRequested:
+		case j.State == gpufleet.JobScheduled && len(j.Attempts) == 1 && j.CancelRequested: // the leader stops it next cycle
 		default:
 			t.Errorf("job %s: %s, %d attempts, cancel %v", j.ID, j.State, len(j.Attempts), j.CancelRequested)
 		}

@@ -175,7 +175,7 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 			if err != nil {
 				return fmt.Errorf("stop %s: %w", sp.AttemptID, err)
 			}
-			if err := s.requestStop(ctx, tx, sp.AttemptID, team, sp.Reason, sp.ReasonCode, "scheduler", at); err != nil {
+			if err := s.requestStop(ctx, tx, sp.AttemptID, team, sp.Reason, sp.ReasonCode, sp.Grace, "scheduler", at); err != nil {
 				return err
 			}
 		}
@@ -392,6 +392,8 @@ var validAttemptStates = map[gpufleet.AttemptState]bool{
 //   - any other end with cancel_requested: the job is cancelled.
 //   - failed: retries.used+1; the job is queued again while used <= max,
 //     else it fails.
+//   - stopped at the job's time limit (stop reason code time_limit): the
+//     job fails, with that reason.
 //   - stopped or lost: the job is queued again (Requeued reports it) and
 //     interruptions+1; the retry budget is not used.
 func (s *SQL) UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error) {
@@ -525,6 +527,11 @@ func (s *SQL) transition(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u A
 		}
 		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`,
 			fmt.Sprintf("attempt %s failed; no retries left (max %d)", cur.ID, retriesMax), used, nanos(at))
+	case cur.StopReasonCode == "time_limit":
+		// The scheduler stopped the run at its time limit: the job ends,
+		// as Slurm's TIMEOUT does, without a retry.
+		return job("job.failed", `state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?`,
+			fmt.Sprintf("attempt %s reached the job's time limit", cur.ID), nanos(at), cur.StopReason, cur.StopReasonCode)
 	default: // stopped, lost
 		return job("job.requeued", `state = 'queued', interruptions = interruptions + 1`,
 			fmt.Sprintf("attempt %s %s", cur.ID, u.State))

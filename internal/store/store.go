@@ -99,11 +99,13 @@ type Start struct {
 	Fraction float64
 }
 
-// Stop asks for a running attempt to be stopped (preemption, drain).
+// Stop asks for a running attempt to be stopped (a scheduler.Stop): the
+// checkpoint signal, then the kill Grace later.
 type Stop struct {
 	AttemptID  string
 	Reason     string
 	ReasonCode string
+	Grace      time.Duration
 }
 
 // Fail ends a queued job the leader cannot schedule (reason code

@@ -377,10 +377,12 @@ func TestSampleReadsEverything(t *testing.T) {
 		TemperatureC: f64(71), MemoryTemperatureC: f64(78),
 		SMClockMHz: f64(1980), MemoryClockMHz: f64(2619),
 		ClockEventReasons: u64(gpu.ClockEventSWPowerCap), PowerViolationNs: u64(5e9), ThermalViolationNs: u64(0),
-		ECCCorrectedVolatile: u64(1), ECCUncorrectedVolatile: u64(11), ECCCorrectedAggregate: u64(101), ECCUncorrectedAggregate: u64(111),
-		RemappedRowsCorrectable: u64(2), RemappedRowsUncorrectable: u64(1), RowRemapPending: boolp(true), RowRemapFailure: boolp(false),
-		PCIeGen: intp(4), PCIeWidth: intp(8), PCIeMaxGen: intp(5), PCIeMaxWidth: intp(16), PCIeReplayCount: u64(3),
-		NVLinkLinksUp: intp(17), NVLinkLinksTotal: intp(18), NVLinkErrors: u64(18 * 4),
+		Counters: gpu.Counters{
+			ECCCorrectedVolatile: u64(1), ECCUncorrectedVolatile: u64(11), ECCCorrectedAggregate: u64(101), ECCUncorrectedAggregate: u64(111),
+			RemappedRowsCorrectable: u64(2), RemappedRowsUncorrectable: u64(1), RowRemapPending: boolp(true), RowRemapFailure: boolp(false),
+			PCIeGen: intp(4), PCIeWidth: intp(8), PCIeMaxGen: intp(5), PCIeMaxWidth: intp(16), PCIeReplayCount: u64(3),
+			NVLinkLinksUp: intp(17), NVLinkLinksTotal: intp(18), NVLinkErrors: u64(18 * 4),
+		},
 		Processes: []gpu.Process{{PID: 4242, UsedBytes: 60 << 30}},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -3,6 +3,7 @@ package schedtest
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,14 +26,23 @@ import (
 //	submit j1 team=a gpus=4 prio=training est=1h at=0s [nodes=2] [models=a,b]
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [select=k:v] [preemptible] [grace=30s] [requeued]
+//	     [limit=2h]                      a time limit for each run
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	finish j0                            a running job ends
-//	schedule at=10s [dry]
+//	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
+//	cancel j0                            the job's cancel is requested
+//	schedule at=10s [dry] [recheck]      recheck prints Output.Recheck
 //	----
 //	expected output, up to a blank line
+//	advance at=40s
+//	----
+//	what ended at the graces' ends, up to a blank line
 //
-// After a schedule (unless dry) the starts become running jobs and the
-// preempted jobs return to the queue, requeued.
+// Time moves with scheduler.Apply, as in the simulator: a schedule first
+// advances to its time, and after it (unless dry) its decisions are
+// applied: starts become running jobs, stopped jobs hold their GPUs until
+// their grace ends, then requeue (preempted, drained) or end (time limit,
+// cancel). advance moves time alone and says which jobs left their GPUs.
 type Harness struct {
 	in     scheduler.Input
 	policy string
@@ -73,13 +83,19 @@ func (h *Harness) Run(script string) (string, error) {
 			continue
 		}
 		fields := strings.Fields(trim)
-		if fields[0] != "schedule" {
+		if fields[0] != "schedule" && fields[0] != "advance" {
 			if err := h.command(fields); err != nil {
 				return "", fmt.Errorf("line %d: %w", lineNo, err)
 			}
 			continue
 		}
-		got, err := h.schedule(fields[1:])
+		var got string
+		var err error
+		if fields[0] == "schedule" {
+			got, err = h.schedule(fields[1:])
+		} else {
+			got, err = h.advance(fields[1:])
+		}
 		if err != nil {
 			return "", fmt.Errorf("line %d: %w", lineNo, err)
 		}
@@ -132,6 +148,16 @@ func (h *Harness) command(f []string) error {
 		return h.job(f[0] == "run", f[1], args, flags)
 	case "finish":
 		h.in.Jobs = slices.DeleteFunc(h.in.Jobs, func(j scheduler.Job) bool { return j.ID == f[1] })
+	case "drain":
+		return h.drain(f[1], args)
+	case "cancel":
+		for i := range h.in.Jobs {
+			if h.in.Jobs[i].ID == f[1] {
+				h.in.Jobs[i].CancelRequested = true
+				return nil
+			}
+		}
+		return fmt.Errorf("cancel: no job %s", f[1])
 	default:
 		return fmt.Errorf("unknown command %q", f[0])
 	}
@@ -291,6 +317,7 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	dur("at", &at)
 	dur("since", &since)
 	dur("grace", &j.Grace)
+	dur("limit", &j.TimeLimit)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", id, err)
 	}
@@ -405,21 +432,34 @@ func (h *Harness) placeRunning(j *scheduler.Job, on string) ([]scheduler.Placeme
 	return []scheduler.Placement{p}, nil
 }
 
+// at reads at=DURATION, a time from T0 no earlier than the harness's.
+func (h *Harness) at(a map[string]string) (time.Time, error) {
+	d, err := gpufleet.ParseDuration(a["at"])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("at: %w", err)
+	}
+	t := T0.Add(d)
+	if t.Before(h.in.Now) {
+		return time.Time{}, fmt.Errorf("at=%s is before the time already reached (%s)", a["at"], h.in.Now.Sub(T0))
+	}
+	return t, nil
+}
+
 func (h *Harness) schedule(f []string) (string, error) {
 	a, flags := parseArgs(f)
-	at, err := time.ParseDuration(a["at"])
+	now, err := h.at(a)
 	if err != nil {
-		return "", fmt.Errorf("schedule at: %w", err)
+		return "", err
 	}
 	cfg, err := h.config()
 	if err != nil {
 		return "", err
 	}
+	var b strings.Builder
+	h.moveTo(now, &b)
 	in := h.in
-	in.Now = T0.Add(at)
 	in.Config = cfg
 	out := scheduler.Schedule(in)
-	var b strings.Builder
 	for _, st := range out.Starts {
 		fmt.Fprintf(&b, "start %s %s", st.Job, formatPlacement(st.Placement))
 		if st.Backfilled {
@@ -427,8 +467,15 @@ func (h *Harness) schedule(f []string) (string, error) {
 		}
 		b.WriteString("\n")
 	}
-	for _, p := range out.Preemptions {
-		fmt.Fprintf(&b, "preempt %s for %s %s: %s\n", p.Job, p.For, p.Code, p.Reason)
+	for _, st := range out.Stops {
+		fmt.Fprintf(&b, "stop %s %s grace=%s", st.Job, st.Code, st.Grace)
+		if st.For != "" {
+			fmt.Fprintf(&b, " for %s", st.For)
+		}
+		fmt.Fprintf(&b, ": %s\n", st.Reason)
+	}
+	for _, f := range out.Fails {
+		fmt.Fprintf(&b, "fail %s %s: %s\n", f.Job, f.Code, f.Reason)
 	}
 	for _, p := range out.Pending {
 		eta := "none"
@@ -437,34 +484,79 @@ func (h *Harness) schedule(f []string) (string, error) {
 		}
 		fmt.Fprintf(&b, "pending %s pos=%d team-pos=%d eta=%s %s: %s\n", p.Job, p.Position, p.TeamPosition, eta, p.ReasonCode, p.Reason)
 	}
-	if b.Len() == 0 {
-		b.WriteString("nothing to do\n")
+	if flags["recheck"] && !out.Recheck.IsZero() {
+		fmt.Fprintf(&b, "recheck at %s\n", out.Recheck.Sub(T0))
 	}
 	if !flags["dry"] {
-		h.apply(out, in.Now)
+		h.in = scheduler.Apply(in, out, now)
+	}
+	if b.Len() == 0 {
+		b.WriteString("nothing to do\n")
 	}
 	return b.String(), nil
 }
 
-// apply turns starts into running jobs and requeues preempted ones.
-func (h *Harness) apply(out scheduler.Output, now time.Time) {
-	starts := map[string]scheduler.Start{}
-	for _, s := range out.Starts {
-		starts[s.Job] = s
+// advance moves time to at= and says which jobs left their GPUs.
+func (h *Harness) advance(f []string) (string, error) {
+	a, _ := parseArgs(f)
+	now, err := h.at(a)
+	if err != nil {
+		return "", err
 	}
-	stopped := map[string]bool{}
-	for _, p := range out.Preemptions {
-		stopped[p.Job] = true
+	var b strings.Builder
+	h.moveTo(now, &b)
+	if b.Len() == 0 {
+		b.WriteString("nothing to do\n")
 	}
-	for i := range h.in.Jobs {
-		j := &h.in.Jobs[i]
-		if s, ok := starts[j.ID]; ok {
-			j.Started, j.Placement = now, s.Placement
+	return b.String(), nil
+}
+
+// moveTo advances the harness to now with scheduler.Apply and writes a
+// line for each job whose grace ended: "requeue J CODE" or "end J CODE".
+func (h *Harness) moveTo(now time.Time, b *strings.Builder) {
+	before := map[string]scheduler.Job{}
+	for _, j := range h.in.Jobs {
+		if j.Running() && !j.StopAt.IsZero() {
+			before[j.ID] = j
 		}
-		if stopped[j.ID] {
-			j.Started, j.Placement, j.Requeued, j.Queued = time.Time{}, nil, true, now
+	}
+	h.in = scheduler.Apply(h.in, scheduler.Output{}, now)
+	after := map[string]bool{}
+	for _, j := range h.in.Jobs {
+		after[j.ID] = j.Running()
+	}
+	for _, id := range slices.Sorted(maps.Keys(before)) {
+		j := before[id]
+		running, kept := after[id]
+		switch {
+		case !kept:
+			fmt.Fprintf(b, "end %s %s at %s\n", id, j.StopCode, j.StopAt.Sub(T0))
+		case !running:
+			fmt.Fprintf(b, "requeue %s %s at %s\n", id, j.StopCode, j.StopAt.Sub(T0))
 		}
 	}
+}
+
+// drain sets a node, or one of its GPUs, draining.
+func (h *Harness) drain(name string, a map[string]string) error {
+	for i := range h.in.Nodes {
+		n := &h.in.Nodes[i]
+		if n.Name != name {
+			continue
+		}
+		n.GPUs = slices.Clone(n.GPUs)
+		if g, ok := a["gpu"]; ok {
+			idx, err := strconv.Atoi(g)
+			if err != nil || idx < 0 || idx >= len(n.GPUs) {
+				return fmt.Errorf("drain %s: gpu %q", name, g)
+			}
+			n.GPUs[idx].State, n.GPUs[idx].Reason = scheduler.Draining, strings.ReplaceAll(a["reason"], "_", " ")
+			return nil
+		}
+		n.State, n.Reason = scheduler.Draining, strings.ReplaceAll(a["reason"], "_", " ")
+		return nil
+	}
+	return fmt.Errorf("drain: no node %s", name)
 }
 
 // formatPlacement prints node[gpu ...] with ids short of the node prefix,

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"terminal attempts are immutable":  testTerminalImmutable,
 		"attempt accounting totals":        testAccounting,
 		"cancel":                           testCancel,
+		"stops end or requeue":             testStopEffects,
 		"active jobs":                      testActiveJobs,
 		"node attempts":                    testNodeAttempts,
 		"events record every transition":   testEventsFlow,
@@ -959,6 +960,34 @@ func testAccounting(t *testing.T, s store.Store) {
 	}
 }
 
+// testStopEffects: a run stopped at its time limit fails its job, with the
+// stop's reason on the job; a drained one requeues it; a failed queued job
+// ends with its reason.
+func testStopEffects(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "limited", ""), newJob("team-a", "drained", ""), newJob("team-a", "poison", ""))
+	epoch := lead(t, s)
+	al := place(t, s, epoch, jobs[0].ID, "n1")
+	ad := place(t, s, epoch, jobs[1].ID, "n1")
+	update(t, s, al, gpufleet.AttemptRunning)
+	update(t, s, ad, gpufleet.AttemptRunning)
+	wantErr(t, "stops", s.ApplySchedule(ctx, epoch, store.Decision{At: T0.Add(time.Hour),
+		Stops: []store.Stop{{AttemptID: al, Reason: "time limit 1h0m0s reached", ReasonCode: "time_limit", Grace: time.Second},
+			{AttemptID: ad, Reason: "node n1 is draining", ReasonCode: "drain", Grace: time.Second}},
+		Fails: []store.Fail{{JobID: jobs[2].ID, Reason: "invalid request: resources.gpus 0", ReasonCode: "invalid_request"}}}), nil)
+	if j := update(t, s, al, gpufleet.AttemptStopped); j.State != gpufleet.JobFailed || j.ReasonCode != "time_limit" || j.Reason != "time limit 1h0m0s reached" {
+		t.Errorf("job stopped at its time limit: %s %q %q, want failed with the stop's reason", j.State, j.ReasonCode, j.Reason)
+	}
+	if j := update(t, s, ad, gpufleet.AttemptStopped); j.State != gpufleet.JobQueued || !store.Requeued(j) {
+		t.Errorf("drained job: %s, want queued again", j.State)
+	}
+	j, err := s.Job(ctx, jobs[2].ID)
+	wantErr(t, "poison job", err, nil)
+	if j.State != gpufleet.JobFailed || j.ReasonCode != "invalid_request" || j.FinishedAt == nil {
+		t.Errorf("failed queued job: %s %q finished %v", j.State, j.ReasonCode, j.FinishedAt)
+	}
+}
+
 func testCancel(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	jobs := submit(t, s, newJob("team-a", "queued", ""), newJob("team-a", "running", ""), newJob("team-a", "done", ""))
@@ -979,9 +1008,18 @@ func testCancel(t *testing.T, s store.Store) {
 	if j.State != gpufleet.JobRunning || !j.CancelRequested || j.FinishedAt != nil {
 		t.Errorf("running job after cancel: %s cancel_requested %v", j.State, j.CancelRequested)
 	}
-	if rec, _ := s.Attempt(ctx, ar); !rec.StopRequested || rec.StopReasonCode != "cancelled" || !rec.Attempt.StopRequested {
-		t.Errorf("attempt of the cancelled job: %+v, want stop requested", rec)
+	// The store marks the cancel; the scheduler decides the stop and its
+	// grace, which ApplySchedule writes.
+	if rec, _ := s.Attempt(ctx, ar); rec.StopRequested {
+		t.Errorf("attempt of the cancelled job: %+v, stopped before the scheduler decided it", rec)
 	}
+	wantErr(t, "stop the cancelled job", s.ApplySchedule(ctx, epoch, store.Decision{At: at,
+		Stops: []store.Stop{{AttemptID: ar, Reason: "cancelled", ReasonCode: "cancelled", Grace: 45 * time.Second}}}), nil)
+	if rec, _ := s.Attempt(ctx, ar); !rec.StopRequested || rec.StopReasonCode != "cancelled" || !rec.Attempt.StopRequested ||
+		rec.StopGraceS == nil || *rec.StopGraceS != 45 || rec.StopRequestedAt == nil || !rec.StopRequestedAt.Equal(at) {
+		t.Errorf("attempt of the cancelled job: %+v, want stop requested at %v with a 45s grace", rec, at)
+	}
+	j, _ = s.Job(ctx, jobs[1].ID)
 	j2, err := s.RequestCancel(ctx, jobs[1].ID, "tester", at)
 	wantErr(t, "cancel again", err, nil)
 	if diff := cmp.Diff(j, j2, equateEmpty); diff != "" {

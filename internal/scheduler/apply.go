@@ -1,0 +1,77 @@
+package scheduler
+
+import (
+	"slices"
+	"time"
+)
+
+// Apply advances a snapshot the way the fleet will once the caller has
+// carried out a decision: out, made by Schedule(in) at in.Now, applied,
+// then time moved to now. Every caller's view of what a decision does is
+// this one:
+//
+//   - a start puts its job on its placement, started at in.Now;
+//   - a stop leaves its job on its GPUs, stopping, until its grace ends
+//     (StopAt = in.Now + Stop.Grace);
+//   - a job whose grace has ended by now leaves its GPUs: a preempted or
+//     drained one goes back to the queue (Requeued, Queued at the grace's
+//     end), a timed-out or cancelled one ends (it leaves the snapshot);
+//   - a failed job ends.
+//
+// The simulator and the schedtest harness drive the scheduler with it;
+// the server writes the same decisions to its store, whose transitions
+// mean the same (docs/ARCHITECTURE.md). Apply with an empty Output only
+// moves time: graces that end by now are carried out. It does not change
+// in; the result shares nothing with it but Nodes, Models and Classes.
+func Apply(in Input, out Output, now time.Time) Input {
+	jobs := slices.Clone(in.Jobs)
+	at := make(map[string]int, len(jobs))
+	for i := range jobs {
+		at[jobs[i].ID] = i
+	}
+	for _, st := range out.Starts {
+		if i, ok := at[st.Job]; ok {
+			j := &jobs[i]
+			j.Placement, j.Started = slices.Clone(st.Placement), in.Now
+			j.StopAt, j.StopCode, j.Queued = time.Time{}, "", time.Time{}
+		}
+	}
+	for _, st := range out.Stops {
+		if i, ok := at[st.Job]; ok && jobs[i].Running() && jobs[i].StopAt.IsZero() {
+			jobs[i].StopAt, jobs[i].StopCode = in.Now.Add(st.Grace), st.Code
+		}
+	}
+	failed := make(map[string]bool, len(out.Fails))
+	for _, f := range out.Fails {
+		failed[f.Job] = true
+	}
+	kept := jobs[:0]
+	for _, j := range jobs {
+		switch {
+		case failed[j.ID]:
+			continue
+		case j.Running() && !j.StopAt.IsZero() && !j.StopAt.After(now):
+			if !Requeues(j.StopCode) {
+				continue // timed out or cancelled: it ends
+			}
+			j.Requeued, j.Queued = true, j.StopAt
+			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
+		}
+		kept = append(kept, j)
+	}
+	in.Jobs = kept
+	in.Now = now
+	return in
+}
+
+// NextStopEnd is the earliest moment a stopping job's grace ends, for a
+// caller that drives time by events; false when no job is stopping.
+func NextStopEnd(in Input) (time.Time, bool) {
+	var next time.Time
+	for _, j := range in.Jobs {
+		if j.Running() && !j.StopAt.IsZero() && (next.IsZero() || j.StopAt.Before(next)) {
+			next = j.StopAt
+		}
+	}
+	return next, !next.IsZero()
+}
