@@ -20,6 +20,10 @@ var (
 	// than the fleet has, a node selector no node matches); the message
 	// names the constraint that fails.
 	ErrUnsatisfiable = errors.New("unsatisfiable")
+	// ErrUnavailable means this replica cannot serve the request now (not
+	// the leader, a stale leadership epoch, shutting down); the caller
+	// should retry, or try another server.
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // Version is the gpufleet release. Builds may override it with

@@ -389,7 +389,8 @@ func (a *Agent) storeCredentialLocked() {
 func (a *Agent) maybeRenew(ctx context.Context) {
 	a.mu.Lock()
 	c, now := a.cred, a.now()
-	due := !c.ExpiresAt.IsZero() && !c.IssuedAt.IsZero() && now.After(c.IssuedAt.Add(c.ExpiresAt.Sub(c.IssuedAt)*2/3)) && now.After(a.renewAfter)
+	life := c.ExpiresAt.Sub(c.IssuedAt) // saturates; life*2 would overflow for a long life
+	due := !c.ExpiresAt.IsZero() && !c.IssuedAt.IsZero() && now.After(c.IssuedAt.Add(life-life/3)) && now.After(a.renewAfter)
 	if due {
 		a.renewAfter = now.Add(time.Minute)
 	}

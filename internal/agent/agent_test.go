@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -69,7 +70,7 @@ func sharedDir(t *testing.T) string {
 func testRunner(t *testing.T, dataDir string, now func() time.Time) *Runner {
 	t.Helper()
 	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
-	r := NewRunner(RunnerConfig{DataDir: dataDir, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond,
+	r := NewRunner(RunnerConfig{DataDir: dataDir, Supervisor: []string{os.Args[0]}, Environ: os.Environ(), KillAfter: 300 * time.Millisecond,
 		BusyTimeout: time.Minute}, testLogger(t), now, nil)
 	r.SetDevices(testDevices)
 	t.Cleanup(func() { killAll(r) })
@@ -80,12 +81,14 @@ func testRunner(t *testing.T, dataDir string, now func() time.Time) *Runner {
 func killAll(r *Runner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var pgids []int
 	for _, a := range r.attempts {
 		if a.PGID > 0 && !a.State.Terminal() {
 			syscall.Kill(-a.PGID, syscall.SIGKILL)
+			pgids = append(pgids, a.PGID)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	poll(5*time.Second, func() bool { return !slices.ContainsFunc(pgids, func(p int) bool { return !gone(p) }) })
 }
 
 var testDevices = []gpu.Device{
@@ -96,8 +99,8 @@ var testDevices = []gpu.Device{
 // waitState polls the runner until the attempt reaches a state.
 func waitState(t *testing.T, r *Runner, id string, want ...gpufleet.AttemptState) api.AttemptReport {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var got api.AttemptReport
+	reached := poll(15*time.Second, func() bool {
 		r.Poll()
 		r.mu.Lock()
 		a := r.attempts[id]
@@ -109,19 +112,21 @@ func waitState(t *testing.T, r *Runner, id string, want ...gpufleet.AttemptState
 			}
 		}
 		r.mu.Unlock()
-		for _, w := range want {
-			if st == w {
-				for _, rep := range r.Reports() {
-					if rep.AttemptID == id {
-						return rep
-					}
-				}
+		if !slices.Contains(want, st) {
+			return false
+		}
+		for _, rep := range r.Reports() {
+			if rep.AttemptID == id {
+				got = rep
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	})
+	if !reached {
+		t.Fatalf("attempt %s did not reach %v", id, want)
 	}
-	t.Fatalf("attempt %s did not reach %v", id, want)
-	return api.AttemptReport{}
+	return got
 }
 
 func TestAttemptEnvHasExactlyTheAssignedGPUs(t *testing.T) {
@@ -304,12 +309,10 @@ func TestRunnerStopEscalatesToKill(t *testing.T) {
 		Command: []string{"sh", "-c", `trap "echo usr1" USR1; trap "echo term" TERM; echo ready; while :; do sleep 0.05; done`}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
 	logPath := filepath.Join(data, "attempts", "a-1", logFileName)
-	for i := 0; i < 100; i++ {
-		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "ready") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(2*time.Second, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "ready") // its traps are set
+	})
 	start := time.Now()
 	r.Stop("a-1", "preempted", "preempted", 300*time.Millisecond)
 	rep := waitState(t, r, "a-1", gpufleet.AttemptStopped)
@@ -379,6 +382,7 @@ func TestRunnerTimeSlicesShareAndBusyGPUFails(t *testing.T) {
 type fakePlane struct {
 	mu        sync.Mutex
 	down      bool
+	tries     []time.Time // when each heartbeat came, answered or not
 	beats     []api.HeartbeatRequest
 	resp      api.HeartbeatResponse
 	expires   time.Time // of the credentials it hands out; zero: far away
@@ -414,6 +418,7 @@ func (f *fakePlane) RenewCredential(_ context.Context, cred string) (api.Registe
 func (f *fakePlane) Heartbeat(_ context.Context, _ string, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tries = append(f.tries, time.Now())
 	if f.down {
 		return api.HeartbeatResponse{}, fmt.Errorf("%w: server away", api.ErrUnavailable)
 	}
@@ -489,7 +494,7 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 	}
 	cp := &fakePlane{}
 	a, err := New(Config{Name: "n1", DataDir: t.TempDir(), Backend: "sim", JoinToken: "j", FenceGrace: time.Second,
-		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, KillAfter: 200 * time.Millisecond}}, be, cp, testLogger(t))
+		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, Environ: os.Environ(), KillAfter: 200 * time.Millisecond}}, be, cp, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,13 +543,10 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 	a.runner.Poll()
 	// The fenced grace is capped at 1s: SIGTERM after it, then SIGKILL.
 	clock.Add(2 * time.Second)
-	for i := 0; i < 200; i++ {
+	poll(4*time.Second, func() bool {
 		a.runner.Poll()
-		if c := a.runner.Counts(); c[gpufleet.AttemptStopped] == 1 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return a.runner.Counts()[gpufleet.AttemptStopped] == 1
+	})
 	if c := a.runner.Counts(); c[gpufleet.AttemptStopped] != 1 {
 		t.Fatalf("attempt not stopped by fencing: %v", c)
 	}
@@ -580,7 +582,9 @@ func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
 	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, GraceS: 30,
 		Command: []string{"sh", "-c", `trap "echo checkpoint" USR1; while :; do sleep 0.05; done`}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
-	// While the agent keeps touching the file, nothing happens.
+	// While the agent keeps touching the file, nothing happens. The
+	// supervisor is another process reading the wall clock: this waits in
+	// real time, on a fence of 600ms.
 	for range 10 {
 		now := time.Now()
 		os.Chtimes(alive, now, now)
@@ -623,7 +627,7 @@ func fencedRunner(t *testing.T, fence, grace time.Duration) (r *Runner, data, al
 	data = t.TempDir()
 	t.Setenv("GPUFLEET_TEST_SUPERVISE", "1")
 	alive = filepath.Join(data, "alive")
-	r = NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, KillAfter: 300 * time.Millisecond, AliveFile: alive},
+	r = NewRunner(RunnerConfig{DataDir: data, Supervisor: []string{os.Args[0]}, Environ: os.Environ(), KillAfter: 300 * time.Millisecond, AliveFile: alive},
 		testLogger(t), time.Now, nil)
 	r.SetDevices(testDevices)
 	t.Cleanup(func() { killAll(r) })
@@ -646,7 +650,7 @@ func TestAgentStartsNothingWithoutAFence(t *testing.T) {
 	}
 	dir := t.TempDir()
 	a, err := New(Config{Name: "n1", DataDir: dir, Backend: "sim", FenceGrace: time.Second,
-		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, KillAfter: 200 * time.Millisecond}}, be, &fakePlane{}, testLogger(t))
+		Runner: RunnerConfig{Supervisor: []string{os.Args[0]}, Environ: os.Environ(), KillAfter: 200 * time.Millisecond}}, be, &fakePlane{}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,4 +687,60 @@ func TestAgentStartsNothingWithoutAFence(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "alive")); err != nil || fi.ModTime().Unix() != 0 {
 		t.Errorf("writing the fence moved the alive file's time (only the server's word may): %v %v", fi.ModTime(), err)
 	}
+}
+
+// TestHeartbeatBacksOffWhileTheServerIsAway runs the heartbeat loop on a
+// fake clock (testing/synctest): while the server is away the pause after
+// n failures is the heartbeat interval doubled n-1 times, capped at
+// MaxBackoff, with a jitter of 0.5 to 1.5; once it answers, heartbeats
+// come every interval again.
+func TestHeartbeatBacksOffWhileTheServerIsAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be, err := simgpu.New([]simgpu.Spec{{Model: "l4", Count: 1}}, simgpu.WithNodeName("n1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := &fakePlane{down: true} // registration works, heartbeats fail
+		a, err := New(Config{Name: "n1", DataDir: t.TempDir(), Backend: "sim", JoinToken: "j", MaxBackoff: 8 * time.Second}, be, cp, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.discover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { a.heartbeatLoop(ctx); close(done) }()
+		time.Sleep(2 * time.Minute)
+		cp.mu.Lock()
+		cp.down = false
+		away := len(cp.tries)
+		cp.mu.Unlock()
+		time.Sleep(30 * time.Second)
+		cancel()
+		<-done
+
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		if away < 6 || cp.registers != 1 {
+			t.Fatalf("%d heartbeats while away, %d registrations; want several, and one", away, cp.registers)
+		}
+		for n := 1; n < away; n++ {
+			gap := cp.tries[n].Sub(cp.tries[n-1])
+			base := min(time.Second<<(n-1), 8*time.Second) // interval 1s from the registration
+			if gap < base/2 || gap >= base*3/2 {
+				t.Errorf("pause after %d failures: %s, want %s x [0.5, 1.5)", n, gap, base)
+			}
+		}
+		// Back: the first answered heartbeat came at most one backoff after
+		// the server returned; the rest every second.
+		for n := away + 1; n < len(cp.tries); n++ {
+			if gap := cp.tries[n].Sub(cp.tries[n-1]); gap != time.Second {
+				t.Errorf("answered heartbeats %d and %d: %s apart, want 1s", n-1, n, gap)
+			}
+		}
+		if len(cp.beats) < 20 {
+			t.Errorf("%d heartbeats answered in the 30s after the server came back", len(cp.beats))
+		}
+	})
 }

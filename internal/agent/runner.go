@@ -127,6 +127,11 @@ type RunnerConfig struct {
 	// heartbeat; supervisors fence their attempt when it grows older than
 	// the fence (see SetFence).
 	AliveFile string
+	// Environ is the environment supervisors start with, as KEY=VALUE (the
+	// CLI passes the agent's own); the agent's GPUFLEET_* settings, its
+	// credentials among them, are left out (the attempt's own environment
+	// comes from its spec). Empty starts them with none.
+	Environ []string
 }
 
 // Runner starts, watches and stops attempts. It is safe for concurrent
@@ -419,7 +424,7 @@ func (r *Runner) launch(a *attempt) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = slog, slog
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = supervisorEnv()
+	cmd.Env = supervisorEnv(r.cfg.Environ)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start supervisor: %w", err)
 	}
@@ -434,9 +439,9 @@ func (r *Runner) launch(a *attempt) error {
 
 // supervisorEnv is the supervisor's environment: the agent's without its
 // secrets (the attempt's own environment comes from the spec).
-func supervisorEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
+func supervisorEnv(environ []string) []string {
+	out := []string{}
+	for _, kv := range environ {
 		if strings.HasPrefix(kv, "GPUFLEET_") && !strings.HasPrefix(kv, "GPUFLEET_TEST_") {
 			continue
 		}

@@ -13,8 +13,8 @@
 //	gpufleet.ErrUnsupported  422 unsupported
 //	ErrUnauthorized          401 unauthorized
 //	ErrForbidden             403 forbidden
-//	ErrUnavailable,
-//	store.ErrFenced          503 unavailable (clients try another server)
+//	ErrUnavailable           503 unavailable (clients try another server);
+//	                         the store's ErrFenced wraps it
 //	*http.MaxBytesError      413 too_large
 //	anything else            500 internal (logged; the message stays generic)
 //

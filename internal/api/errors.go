@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/gpufleet/gpufleet"
-	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // Errors the API adds to the root sentinels. Wrap them with context
@@ -21,10 +20,10 @@ var (
 	// member on an admin endpoint, a node credential on a user endpoint
 	// (403).
 	ErrForbidden = errors.New("forbidden")
-	// ErrUnavailable means this replica cannot serve the request now (not
-	// the leader, shutting down); the client should try another server
-	// (503).
-	ErrUnavailable = errors.New("unavailable")
+	// ErrUnavailable is gpufleet.ErrUnavailable: this replica cannot serve
+	// the request now (not the leader, a stale epoch, shutting down); the
+	// client should try another server (503).
+	ErrUnavailable = gpufleet.ErrUnavailable
 )
 
 // Error codes in the JSON error body {"error": "...", "code": "..."}.
@@ -69,7 +68,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, gpufleet.ErrUnsupported):
 		return http.StatusUnprocessableEntity, CodeUnsupported
-	case errors.Is(err, ErrUnavailable), errors.Is(err, store.ErrFenced), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	}
 	return http.StatusInternalServerError, CodeInternal

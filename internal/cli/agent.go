@@ -166,7 +166,7 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 	cfg := agent.Config{JoinToken: f.joinToken, Name: f.name, DataDir: dataDir, Labels: labels, Backend: f.backend,
 		FenceAfter: f.fenceAfter, FenceGrace: f.fenceGrace, MetricsURL: metricsURL, SampleInterval: f.sampleInterval,
 		Runner: agent.RunnerConfig{Supervisor: []string{exe, "agent", "supervise"}, RunAs: runAs, DefaultUser: f.defaultUser,
-			KillAfter: f.killAfter}}
+			KillAfter: f.killAfter, Environ: os.Environ()}}
 	cgroupRoot, err := filepath.Abs(f.cgroupRoot)
 	if err != nil || f.cgroupRoot == "" {
 		return usageErr("--cgroup-root %q: expected a directory", f.cgroupRoot)

@@ -113,13 +113,10 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		dsn = filepath.Join(f.dataDir, "gpufleet.db")
 	}
 	var sopts []store.Option
-	if fp := os.Getenv("GPUFLEET_TEST_FAILPOINTS"); fp != "" {
-		fail, err := failpoints(fp)
-		if err != nil {
-			return err
-		}
-		log.Warn("crash-test failpoints armed", "failpoints", fp)
-		sopts = append(sopts, store.WithFailpoint(fail))
+	if hook, err := testFailpoints(log); err != nil {
+		return err
+	} else if hook != nil {
+		sopts = append(sopts, store.WithFailpoint(hook))
 	}
 	st, err := store.Open(ctx, dsn, sopts...)
 	if err != nil {
@@ -236,6 +233,49 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 // crash-test hook: at a named point inside a store transaction the server
 // SIGKILLs itself with that probability, so tests can check that nothing
 // acknowledged is lost and nothing half-written survives.
+// testFailpoints is the store's failpoint hook for the crash and HA tests,
+// read from the environment here, at the edge, and handed to the store as
+// an option: GPUFLEET_TEST_FAILPOINTS kills the process at
+// named failpoints with a probability (see failpoints), and
+// GPUFLEET_TEST_PAUSE_AT stops it at one (see pauseAt). nil when neither
+// is set.
+func testFailpoints(log *slog.Logger) (func(string), error) {
+	var hook func(string)
+	if fp := os.Getenv("GPUFLEET_TEST_FAILPOINTS"); fp != "" {
+		fail, err := failpoints(fp)
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("crash-test failpoints armed", "failpoints", fp)
+		hook = fail
+	}
+	if spec := os.Getenv("GPUFLEET_TEST_PAUSE_AT"); spec != "" {
+		log.Warn("HA-test pause armed", "pause_at", spec)
+		hook = pauseAt(spec, hook)
+	}
+	return hook, nil
+}
+
+// pauseAt wraps a failpoint hook for HA tests: spec "NAME=FILE" makes the
+// process stop itself (SIGSTOP) at failpoint NAME, inside the
+// transaction, the first time it passes there while FILE exists (FILE is
+// removed). A test creates FILE, waits for the process to stop, lets the
+// lease expire and the other replica take over, then sends SIGCONT and
+// checks that the stalled transaction never commits.
+func pauseAt(spec string, next func(string)) func(string) {
+	name, file, _ := strings.Cut(spec, "=")
+	return func(at string) {
+		if at == name && file != "" {
+			if err := os.Remove(file); err == nil {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
+		}
+		if next != nil {
+			next(at)
+		}
+	}
+}
+
 func failpoints(spec string) (func(string), error) {
 	probs := map[string]float64{}
 	for _, kv := range strings.Split(spec, ",") {

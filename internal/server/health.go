@@ -48,11 +48,11 @@ type nodeHealth struct {
 const healthEvery = 10 * time.Second
 
 // loadHealth reads a node's inventory and the rules' memory from the store
-// the first time this replica hears from it. s.mu must NOT be held.
+// the first time this replica hears from it. s.liveMu must NOT be held.
 func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, error) {
-	s.mu.Lock()
+	s.liveMu.Lock()
 	h := s.live(node).health
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if h.loaded {
 		return h, nil
 	}
@@ -71,10 +71,10 @@ func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, erro
 			st = health.State{}
 		}
 	}
-	s.mu.Lock()
+	s.liveMu.Lock()
 	h.inventory, h.state, h.loaded = n.GPUs, st, true
 	h.summary = storedSummary(n)
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	return h, nil
 }
 
@@ -121,7 +121,7 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	}
 	// Unchanged evidence, no XID and the same missing GPUs: the finding
 	// cannot change but with time, so the rules run every healthEvery.
-	s.mu.Lock()
+	s.liveMu.Lock()
 	if h.evidence == nil {
 		h.evidence = map[string]api.GPUEvidence{}
 	}
@@ -143,7 +143,7 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 		last = maps.Clone(h.evidence)
 	}
 	prev, inv := h.state, h.inventory
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if !due || len(inv) == 0 {
 		return nil
 	}
@@ -154,8 +154,8 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 // wantsEvidence reports whether this replica lacks a reporting GPU's
 // evidence, so that the agent should send all of it.
 func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
 	h := s.live(node).health
 	for _, smp := range r.Samples {
 		if _, ok := h.evidence[smp.UUID]; !ok && smp.Evidence == nil {
@@ -169,11 +169,11 @@ func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
 // acts on it.
 func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next health.State, conds []health.Condition, now time.Time) error {
 	sum := health.Summarize(conds)
-	s.mu.Lock()
+	s.liveMu.Lock()
 	h.state = next
 	same := sameSummary(h.summary, sum)
 	inv := h.inventory
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if same {
 		return nil
 	}
@@ -199,9 +199,9 @@ func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next he
 	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
 		return err
 	}
-	s.mu.Lock()
+	s.liveMu.Lock()
 	h.summary = sum
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	for _, c := range conds {
 		s.log.Warn("health condition", "node", node, "gpu", c.GPU, "rule", c.Rule, "severity", c.Severity, "action", c.Action, "reason", c.Reason)
 	}
@@ -342,9 +342,9 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
+		s.liveMu.Lock()
 		prev := h.state
-		s.mu.Unlock()
+		s.liveMu.Unlock()
 		_, conds := health.Evaluate(prev, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
 		// The node's GPUs were not heard: keep their findings, add the
 		// heartbeat's.
@@ -354,17 +354,17 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 			}
 		}
 		sum := health.Summarize(conds)
-		s.mu.Lock()
+		s.liveMu.Lock()
 		hadIt := strings.Contains(h.summary.Reason, "no heartbeat") || h.summary.Health == gpufleet.Unhealthy
-		s.mu.Unlock()
+		s.liveMu.Unlock()
 		if hadIt && sum.Health == gpufleet.Unhealthy {
 			continue // said once; the age in the reason would change every cycle
 		}
 		// The rules' memory stays as the last heartbeat left it: silence
 		// says nothing about the GPUs.
-		s.mu.Lock()
+		s.liveMu.Lock()
 		h.silent = true
-		s.mu.Unlock()
+		s.liveMu.Unlock()
 		if err := s.record(ctx, n.Name, h, prev, conds, now); err != nil {
 			return err
 		}
@@ -434,24 +434,25 @@ func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
 			return nil
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	epoch := s.epoch()
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
 	h := s.live(n.Name).health
 	if h.validation != nil && slices.Equal(h.validation.GPUs, gpus) {
 		return h.validation
 	}
 	h.validSeq++
-	h.validation = &api.ValidationOrder{ID: fmt.Sprintf("v-%s-%d-%d", n.Name, s.leader.epoch, h.validSeq), GPUs: gpus}
+	h.validation = &api.ValidationOrder{ID: fmt.Sprintf("v-%s-%d-%d", n.Name, epoch, h.validSeq), GPUs: gpus}
 	return h.validation
 }
 
 // validated applies the agent's validation results: a pass returns the
 // node or GPUs to ready and healthy, a failure sends them back to repair.
 func (s *Server) validated(ctx context.Context, node string, results []api.ValidationResult, now time.Time) error {
-	s.mu.Lock()
+	s.liveMu.Lock()
 	h := s.live(node).health
 	order := h.validation
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if order == nil {
 		return nil
 	}
@@ -485,7 +486,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 		return err
 	}
 	nodeHealth, nodeReason := n.Health, n.HealthReason
-	s.mu.Lock()
+	s.liveMu.Lock()
 	if res.Passed {
 		// The repair is done: the rules forget what they held about it,
 		// and the node's health is what remains (other GPUs' conditions).
@@ -512,7 +513,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	}
 	h.validation = nil
 	state := hl.state
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if n.State == gpufleet.NodeValidating && !res.Passed {
 		nodeHealth = gpufleet.Unhealthy
 		nodeReason = reason

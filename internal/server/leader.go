@@ -48,10 +48,17 @@ type nodeOrders struct {
 	active   map[string]bool      // non-terminal attempts placed on the node
 }
 
+// epoch is this replica's leadership epoch (0 before it first led).
+func (s *Server) epoch() int64 {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	return s.leader.epoch
+}
+
 // Leader reports whether this replica currently holds the lease.
 func (s *Server) Leader() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
 	return s.leader.held && time.Since(s.leader.renewedAt) < s.cfg.LeaseTTL/2
 }
 
@@ -98,22 +105,27 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// database or to this process (a pause, a slow network) meanwhile.
 	asked := time.Now()
 	lease, held, err := s.st.TryLease(ctx, s.cfg.ID, s.cfg.LeaseTTL)
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	if err != nil || !held {
 		s.leader.held, s.leader.ready = false, false
-		s.mu.Unlock()
+		s.leaderMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("lease: %w", err)
 		}
 		return nil
 	}
-	if !s.leader.held || s.leader.epoch != lease.Epoch {
-		s.firstLeaderAt = s.now()
+	fresh := !s.leader.held || s.leader.epoch != lease.Epoch
+	if fresh {
 		s.leader = leaderState{usage: s.leader.usage, usageAt: s.leader.usageAt}
 		s.log.Info("leading", "epoch", lease.Epoch)
 	}
 	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, asked
-	s.mu.Unlock()
+	s.leaderMu.Unlock()
+	if fresh {
+		s.liveMu.Lock()
+		s.firstLeaderAt = s.now()
+		s.liveMu.Unlock()
+	}
 	ctx, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
 	defer cancel()
 	if err := s.flushRollups(ctx, s.now(), false); err != nil {
@@ -164,9 +176,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.log.Warn("flushing usage", "err", ferr)
 	}
 	if errors.Is(err, store.ErrFenced) {
-		s.mu.Lock()
+		s.leaderMu.Lock()
 		s.leader.held, s.leader.ready = false, false
-		s.mu.Unlock()
+		s.leaderMu.Unlock()
 		s.log.Warn("lost leadership while scheduling", "epoch", lease.Epoch)
 		return nil
 	}
@@ -174,9 +186,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.dirty.Store(true) // try again next tick
 		return err
 	}
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	s.leader.lastFull, s.leader.lastEvent = now, mark
-	s.mu.Unlock()
+	s.leaderMu.Unlock()
 	return nil
 }
 
@@ -184,13 +196,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 // another replica changed the store (a new audit event), IdleCycle has
 // passed, or a node holding work has gone silent long enough to matter.
 func (s *Server) due(ctx context.Context, now time.Time) bool {
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	last, lastEvent, ready := s.leader.lastFull, s.leader.lastEvent, s.leader.ready
 	var nodes []string
 	for n := range s.leader.withWork {
 		nodes = append(nodes, n)
 	}
-	s.mu.Unlock()
+	s.leaderMu.Unlock()
 	if !ready || now.Sub(last) >= s.cfg.IdleCycle || now.Before(last) {
 		return true
 	}
@@ -360,13 +372,9 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 		}
 		return o
 	}
-	queued := map[string][]string{}
 	for _, j := range jobs {
 		a := activeAttempt(j)
 		if a == nil {
-			if j.State == gpufleet.JobQueued {
-				queued[j.Team] = append(queued[j.Team], j.ID)
-			}
 			continue
 		}
 		if len(a.Nodes) > 0 && len(a.Nodes[0].GPUs) > 0 {
@@ -403,7 +411,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			orders[n.Name] = o
 		}
 	}
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	s.leader.orders = orders
 	s.leader.ready = true
 	s.leader.withWork = map[string]bool{}
@@ -412,6 +420,8 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			s.leader.withWork[n] = true
 		}
 	}
+	s.leaderMu.Unlock()
+	s.acctMu.Lock()
 	for id, info := range infos {
 		s.attempts[id] = info
 	}
@@ -421,7 +431,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			delete(s.accounted, id)
 		}
 	}
-	s.mu.Unlock()
+	s.acctMu.Unlock()
 	depth := map[[2]string]float64{}
 	for _, j := range jobs {
 		if j.State == gpufleet.JobQueued {
@@ -567,8 +577,8 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 // decayUsage advances each team's decayed GPU-seconds to now from the
 // GPUs its running jobs hold.
 func (s *Server) decayUsage(jobs []gpufleet.Job, now time.Time, halfLife time.Duration) map[string]float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
 	if s.leader.usage == nil {
 		s.leader.usage = map[string]float64{}
 	}

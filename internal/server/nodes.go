@@ -37,32 +37,38 @@ type liveNode struct {
 // the later of its last heartbeat and this replica's leadership start (a
 // new leader gives every node a grace window).
 func (s *Server) heartbeatAge(name string, now time.Time) (time.Duration, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	age, known, _ := s.silence(name, now)
+	return age, known
+}
+
+// silence is heartbeatAge, and whether this replica has led at all.
+func (s *Server) silence(name string, now time.Time) (age time.Duration, known, led bool) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
 	ln := s.nodes[name]
 	var seen time.Time
 	if ln != nil {
 		seen = ln.lastSeen
 	}
-	known := !seen.IsZero()
+	known, led = !seen.IsZero(), !s.firstLeaderAt.IsZero()
 	if s.firstLeaderAt.After(seen) {
 		seen = s.firstLeaderAt
 	}
 	if seen.IsZero() {
-		return 0, false
+		return 0, false, led
 	}
-	return now.Sub(seen), known
+	return now.Sub(seen), known, led
 }
 
 // view fills the live parts of a stored node: heartbeat age, the derived
 // down state and the metrics URL.
 func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
-	age, known := s.heartbeatAge(n.Name, now)
+	age, known, led := s.silence(n.Name, now)
 	if known {
 		a := age.Seconds()
 		n.HeartbeatAgeS = &a
 	}
-	if age > s.cfg.HeartbeatGrace || (!known && s.firstLeaderAt.IsZero()) {
+	if age > s.cfg.HeartbeatGrace || (!known && !led) {
 		if n.State == gpufleet.NodeReady || n.State == gpufleet.NodeDraining || n.State == gpufleet.NodeCordoned {
 			n.State = gpufleet.NodeDown
 			n.Reason = fmt.Sprintf("no heartbeat for %s", age.Round(time.Second))
@@ -72,11 +78,11 @@ func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
 			n.StateReason = n.Reason
 		}
 	}
-	s.mu.Lock()
+	s.liveMu.Lock()
 	if ln := s.nodes[n.Name]; ln != nil && ln.metricsURL != "" {
 		n.MetricsURL = ln.metricsURL
 	}
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
@@ -200,11 +206,11 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		return api.RegisterResponse{}, err
 	}
 	s.forget(nodePrefix + r.Node)
-	s.mu.Lock()
+	s.liveMu.Lock()
 	ln := s.live(r.Node)
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
 	ln.health.loaded = false // the inventory may have changed
-	s.mu.Unlock()
+	s.liveMu.Unlock()
 	s.nudge()
 	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: r.Node, Credential: secretOut,
 		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
@@ -290,7 +296,7 @@ func (s *Server) nodeCredential(node string) (store.NodeCredential, string) {
 	return store.NodeCredential{Node: node, Hash: hashSecret(secret)}, nodePrefix + node + "." + secret
 }
 
-// live returns the in-memory record of a node; s.mu must be held.
+// live returns the in-memory record of a node; s.liveMu must be held.
 func (s *Server) live(name string) *liveNode {
 	ln := s.nodes[name]
 	if ln == nil {
@@ -302,32 +308,65 @@ func (s *Server) live(name string) *liveNode {
 }
 
 // Heartbeat records a node's report and answers with the attempts it must
-// start or stop. It touches the store only when something changed.
+// start or stop. It touches the store only when something changed. The
+// steps: check who reports, record the beat in memory (liveness,
+// telemetry, accounting), judge the node's health, store the attempts'
+// new states, and answer with the node's orders.
 func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	if err := s.mayReport(p, r); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
+	now := s.now()
+	ln, changed := s.recordBeat(p.Node, r, now)
+	if err := s.judgeBeat(ctx, p.Node, r, now); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
+	if err := s.storeReports(ctx, p, ln, changed, now); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
+	resp := s.ordersFor(p.Node, ln, r.Attempts)
+	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
+	resp.FullEvidence = s.wantsEvidence(p.Node, r)
+	return resp, nil
+}
+
+// mayReport checks a heartbeat's sender and body: a node reports for
+// itself, to the leader.
+func (s *Server) mayReport(p api.Principal, r api.HeartbeatRequest) error {
 	if p.Node == "" || (r.Node != "" && r.Node != p.Node) {
-		return api.HeartbeatResponse{}, fmt.Errorf("%w: a node may only report for itself", api.ErrForbidden)
+		return fmt.Errorf("%w: a node may only report for itself", api.ErrForbidden)
 	}
 	if err := r.Validate(); err != nil {
-		return api.HeartbeatResponse{}, err
+		return err
 	}
 	if !s.Leader() {
 		// Liveness and orders live with the leader: a follower sends the
 		// agent on to another replica (the client fails over on 503).
-		return api.HeartbeatResponse{}, fmt.Errorf("%w: this replica is not the leader", api.ErrUnavailable)
+		return fmt.Errorf("%w: this replica is not the leader", api.ErrUnavailable)
 	}
-	now := s.now()
-	s.mu.Lock()
-	ln := s.live(p.Node)
+	return nil
+}
+
+// recordBeat keeps what the beat says in memory: the node is alive, its
+// samples fold into the minute rollups, its attempts' totals into
+// accounting. It returns the node's record and the attempts whose state
+// changed since the node last reported them.
+func (s *Server) recordBeat(node string, r api.HeartbeatRequest, now time.Time) (*liveNode, []api.AttemptReport) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	ln := s.live(node)
 	if now.Sub(ln.lastSeen) > s.cfg.HeartbeatGrace {
 		defer s.nudge() // back from down (or first seen since a restart): place work there
 	}
 	ln.lastSeen = now
 	ln.samples = r.Samples
-	s.fold(p.Node, ln, r.Samples, now)
+	s.fold(node, ln, r.Samples, now)
 	if r.MetricsURL != "" {
 		ln.metricsURL = r.MetricsURL
 	}
 	var changed []api.AttemptReport
+	s.acctMu.Lock()
+	defer s.acctMu.Unlock()
 	for _, a := range r.Attempts {
 		if ln.reported[a.AttemptID] != a.State {
 			changed = append(changed, a)
@@ -335,24 +374,30 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 		ln.totals[a.AttemptID] = a
 		s.account(a, now)
 	}
-	s.mu.Unlock()
+	return ln, changed
+}
 
+// judgeBeat applies the node's validation results and runs the health
+// rules over the beat.
+func (s *Server) judgeBeat(ctx context.Context, node string, r api.HeartbeatRequest, now time.Time) error {
 	if len(r.Validations) > 0 {
-		if err := s.validated(ctx, p.Node, r.Validations, now); err != nil {
-			return api.HeartbeatResponse{}, err
+		if err := s.validated(ctx, node, r.Validations, now); err != nil {
+			return err
 		}
 	}
-	if err := s.judge(ctx, p.Node, r, now); err != nil {
-		return api.HeartbeatResponse{}, err
-	}
+	return s.judge(ctx, node, r, now)
+}
+
+// storeReports writes the attempts' new states, each only if the attempt
+// is placed on the reporting node.
+func (s *Server) storeReports(ctx context.Context, p api.Principal, ln *liveNode, changed []api.AttemptReport, now time.Time) error {
 	for _, a := range changed {
-		// An agent may only report attempts placed on its own node.
 		rec, err := s.st.Attempt(ctx, a.AttemptID)
 		if errors.Is(err, gpufleet.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return api.HeartbeatResponse{}, err
+			return err
 		}
 		if !slices.ContainsFunc(rec.Nodes, func(n gpufleet.AttemptNode) bool { return n.Name == p.Node }) {
 			s.log.Warn("agent reported another node's attempt", "node", p.Node, "attempt", a.AttemptID)
@@ -363,37 +408,44 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 			GPUSeconds: a.GPUSeconds, EffectiveGPUSeconds: a.EffectiveGPUSeconds, EnergyJoules: a.EnergyJoules, Actor: actor(p),
 		})
 		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) && !errors.Is(err, gpufleet.ErrInvalid) {
-			return api.HeartbeatResponse{}, err
+			return err
 		}
-		s.mu.Lock()
+		s.liveMu.Lock()
 		ln.reported[a.AttemptID] = a.State
 		if a.State.Terminal() {
 			delete(ln.totals, a.AttemptID)
 		}
-		s.mu.Unlock()
+		s.liveMu.Unlock()
 		if a.State.Terminal() {
 			s.nudge()
 		}
 	}
+	return nil
+}
+
+// ordersFor answers a node with its orders: the starts it has not
+// reported yet, the stops, a validation, and the attempts it runs that
+// the leader does not know.
+func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptReport) api.HeartbeatResponse {
 	resp := api.HeartbeatResponse{ProtocolVersion: api.ProtocolVersion, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}
-	s.mu.Lock()
-	o := s.leader.orders[p.Node]
+	s.leaderMu.Lock()
+	o, ready := s.leader.orders[node], s.leader.ready
+	s.leaderMu.Unlock()
+	s.liveMu.Lock()
 	for _, as := range o.start {
 		if _, seen := ln.reported[as.AttemptID]; !seen {
 			resp.Start = append(resp.Start, as)
 		}
 	}
+	s.liveMu.Unlock()
 	resp.Stop = slices.Clone(o.stop)
 	if o.validate != nil {
 		resp.Validate = []api.ValidationOrder{*o.validate}
 	}
-	for _, a := range r.Attempts {
-		if !a.State.Terminal() && s.leader.ready && !o.active[a.AttemptID] {
+	for _, a := range running {
+		if !a.State.Terminal() && ready && !o.active[a.AttemptID] {
 			resp.Unknown = append(resp.Unknown, a.AttemptID)
 		}
 	}
-	s.mu.Unlock()
-	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
-	resp.FullEvidence = s.wantsEvidence(p.Node, r)
-	return resp, nil
+	return resp
 }

@@ -29,9 +29,9 @@ const maxCulprits = 4
 // fails here next cycle). Jobs valid earlier in this leadership are not
 // checked again (a job's request never changes).
 func (s *Server) screen(jobs []gpufleet.Job) ([]gpufleet.Job, []store.Fail, []store.Stop) {
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	seen := s.leader.valid
-	s.mu.Unlock()
+	s.leaderMu.Unlock()
 	valid := make(map[string]bool, len(jobs))
 	ok := jobs[:0:0]
 	var fails []store.Fail
@@ -62,9 +62,9 @@ func (s *Server) screen(jobs []gpufleet.Job) ([]gpufleet.Job, []store.Fail, []st
 			fails = append(fails, store.Fail{JobID: j.ID, Reason: why, ReasonCode: ReasonInvalidRequest})
 		}
 	}
-	s.mu.Lock()
+	s.leaderMu.Lock()
 	s.leader.valid = valid
-	s.mu.Unlock()
+	s.leaderMu.Unlock()
 	return ok, fails, stops
 }
 

@@ -47,7 +47,8 @@ func effective(sm, util *float64) *float64 {
 }
 
 // fold adds a heartbeat's samples to the open minute rollups and keeps the
-// node's recent XIDs. s.mu must be held.
+// node's recent XIDs. s.liveMu must be held (ln is the node's record); it
+// takes teleMu.
 func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now time.Time) {
 	minute := now.Truncate(time.Minute)
 	// The samples cover the interval since the node's last heartbeat (at
@@ -57,6 +58,8 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 		span = min(now.Sub(ln.prevBeat), 2*s.cfg.Heartbeat)
 	}
 	ln.prevBeat = now
+	s.teleMu.Lock()
+	defer s.teleMu.Unlock()
 	for _, g := range samples {
 		if g.UUID == "" {
 			continue
@@ -116,7 +119,7 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 // all is set (before a read). A failed write keeps them for the next try.
 func (s *Server) flushRollups(ctx context.Context, now time.Time, all bool) error {
 	open := now.Truncate(time.Minute)
-	s.mu.Lock()
+	s.teleMu.Lock()
 	var rows []store.RollupRow
 	for k, r := range s.pendingRollups {
 		if all || k.minute.Before(open) {
@@ -128,9 +131,9 @@ func (s *Server) flushRollups(ctx context.Context, now time.Time, all bool) erro
 	if prune {
 		s.lastPrune = now
 	}
-	s.mu.Unlock()
+	s.teleMu.Unlock()
 	if err := s.st.AddRollups(ctx, rows); err != nil {
-		s.mu.Lock()
+		s.teleMu.Lock()
 		for _, r := range rows {
 			k := rollupKey{gpu: r.GPU, minute: r.Minute}
 			if p := s.pendingRollups[k]; p != nil {
@@ -139,7 +142,7 @@ func (s *Server) flushRollups(ctx context.Context, now time.Time, all bool) erro
 				s.pendingRollups[k] = &r
 			}
 		}
-		s.mu.Unlock()
+		s.teleMu.Unlock()
 		return fmt.Errorf("write rollups: %w", err)
 	}
 	if prune {
@@ -209,15 +212,17 @@ func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			}
 		}
 	}
-	s.mu.Lock()
+	s.teleMu.Lock()
 	s.gpus = gpus
-	s.mu.Unlock()
+	s.teleMu.Unlock()
 }
 
 // withLive fills each GPU's latest telemetry and holder as p may see them.
 func (s *Server) withLive(p api.Principal, n gpufleet.Node) gpufleet.Node {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	s.teleMu.Lock()
+	defer s.teleMu.Unlock()
 	ln := s.nodes[n.Name]
 	for i := range n.GPUs {
 		n.GPUs[i].Live = s.liveGPU(p, ln, n.GPUs[i].UUID)
@@ -225,8 +230,8 @@ func (s *Server) withLive(p api.Principal, n gpufleet.Node) gpufleet.Node {
 	return n
 }
 
-// liveGPU is a GPU's latest telemetry and holder as p may see them. s.mu
-// must be held.
+// liveGPU is a GPU's latest telemetry and holder as p may see them;
+// s.liveMu and s.teleMu must be held.
 func (s *Server) liveGPU(p api.Principal, ln *liveNode, uuid string) *gpufleet.GPULive {
 	if ln == nil {
 		return nil

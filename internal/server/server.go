@@ -132,30 +132,42 @@ type Server struct {
 	wake  chan struct{} // nudges the leader loop
 	dirty atomic.Bool   // something changed since the last full cycle
 
-	mu     sync.Mutex
-	nodes  map[string]*liveNode // heartbeat state, kept in memory
-	leader leaderState
-	// firstLeaderAt is when this replica last became leader; nodes get a
-	// grace window after it before anything is declared lost.
+	// Each mutex guards the fields below it. Lock order: liveMu before
+	// teleMu or acctMu; leaderMu and authMu are never held with another.
+
+	// liveMu guards what heartbeats leave in memory: each node's record
+	// (liveNode and its nodeHealth), and firstLeaderAt, when this replica
+	// last became leader (nodes get a grace window after it before
+	// anything is declared lost).
+	liveMu        sync.Mutex
+	nodes         map[string]*liveNode
 	firstLeaderAt time.Time
 
-	metrics *metrics
+	// leaderMu guards this replica's leadership, the orders agents get
+	// and the leader loop's memory.
+	leaderMu sync.Mutex
+	leader   leaderState
 
-	authMu    sync.Mutex
-	authCache map[string]cachedAuth
-
-	// Accounting: what each running attempt is (team, model), what of its
-	// reported totals has been counted, and usage not yet flushed.
+	// acctMu guards accounting: what each running attempt is (team,
+	// model), what of its reported totals has been counted, and usage not
+	// yet flushed (usage.go).
+	acctMu       sync.Mutex
 	attempts     map[string]attemptInfo
 	accounted    map[string]api.AttemptReport
 	pendingUsage map[usageKey]store.UsageRow
 
-	// Telemetry: each GPU's node, model and holder from the leader's last
-	// snapshot, the open per-GPU minute rollups, and when rollups past
-	// retention were last pruned (rollups.go).
+	// teleMu guards telemetry: each GPU's node, model and holder from the
+	// leader's last snapshot, the open per-GPU minute rollups, and when
+	// rollups past retention were last pruned (rollups.go).
+	teleMu         sync.Mutex
 	gpus           map[string]gpuInfo
 	pendingRollups map[rollupKey]*store.RollupRow
 	lastPrune      time.Time
+
+	authMu    sync.Mutex
+	authCache map[string]cachedAuth
+
+	metrics *metrics
 
 	// agentExt relays fault orders and takes agents' logs (faults.go).
 	agentExt agentExtras

@@ -20,7 +20,7 @@ type usageKey struct {
 }
 
 // account turns an attempt's reported totals into per-team usage
-// increments, kept in memory until the next flush. s.mu must be held.
+// increments, kept in memory until the next flush. s.acctMu must be held.
 func (s *Server) account(a api.AttemptReport, now time.Time) {
 	info, ok := s.attempts[a.AttemptID]
 	if !ok {
@@ -47,19 +47,19 @@ func (s *Server) account(a api.AttemptReport, now time.Time) {
 
 // flushUsage writes the usage accumulated since the last flush.
 func (s *Server) flushUsage(ctx context.Context) error {
-	s.mu.Lock()
+	s.acctMu.Lock()
 	rows := make([]store.UsageRow, 0, len(s.pendingUsage))
 	for _, r := range s.pendingUsage {
 		rows = append(rows, r)
 	}
 	s.pendingUsage = map[usageKey]store.UsageRow{}
-	s.mu.Unlock()
+	s.acctMu.Unlock()
 	if len(rows) == 0 {
 		return nil
 	}
 	if err := s.st.AddUsage(ctx, rows); err != nil {
 		// Put them back so that nothing is lost.
-		s.mu.Lock()
+		s.acctMu.Lock()
 		for _, r := range rows {
 			k := usageKey{team: r.Team, model: r.Model, day: r.Day}
 			p := s.pendingUsage[k]
@@ -69,7 +69,7 @@ func (s *Server) flushUsage(ctx context.Context) error {
 			p.EnergyJoules += r.EnergyJoules
 			s.pendingUsage[k] = p
 		}
-		s.mu.Unlock()
+		s.acctMu.Unlock()
 		return err
 	}
 	return nil

@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -137,9 +135,6 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*SQL, error) {
 	}
 	if o.maxJobs <= 0 {
 		o.maxJobs = 256
-	}
-	if spec := os.Getenv("GPUFLEET_TEST_PAUSE_AT"); spec != "" {
-		o.fail = pauseAt(spec, o.fail)
 	}
 	if o.readConns <= 0 {
 		o.readConns = 1
@@ -335,26 +330,6 @@ func (s *SQL) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	return fn(tx)
-}
-
-// pauseAt wraps a failpoint hook for HA tests: spec "NAME=FILE" makes the
-// process stop itself (SIGSTOP) at failpoint NAME, inside the
-// transaction, the first time it passes there while FILE exists (FILE is
-// removed). A test creates FILE, waits for the process to stop, lets the
-// lease expire and the other replica take over, then sends SIGCONT and
-// checks that the stalled transaction never commits.
-func pauseAt(spec string, next func(string)) func(string) {
-	name, file, _ := strings.Cut(spec, "=")
-	return func(at string) {
-		if at == name && file != "" {
-			if err := os.Remove(file); err == nil {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-			}
-		}
-		if next != nil {
-			next(at)
-		}
-	}
 }
 
 // failpoint calls the failpoint hook, when there is one.

@@ -13,13 +13,16 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
 
 // ErrFenced means the caller's leadership epoch is stale.
-var ErrFenced = errors.New("leadership epoch is stale")
+// It wraps gpufleet.ErrUnavailable: a request that meets it answers 503 and
+// the client tries another server.
+var ErrFenced = fmt.Errorf("%w: leadership epoch is stale", gpufleet.ErrUnavailable)
 
 // ErrStale means a scheduling decision names a job or attempt whose state
 // changed after the snapshot the decision was computed from (a job
