@@ -168,3 +168,25 @@ func (b *Bytes) UnmarshalJSON(data []byte) error {
 	*b = Bytes(v)
 	return nil
 }
+
+// ParseCount reads a large count, such as a number of training tokens:
+// "1T", "300B" (billions, as model cards write them; "G" is the same),
+// "5M", "20K", "2e12" or a plain integer, from 1 to 1e18.
+func ParseCount(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"K", 1e3}, {"M", 1e6}, {"B", 1e9}, {"G", 1e9}, {"T", 1e12}} {
+		if v, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = v, u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(v*mult >= 1 && v*mult <= 1e18) {
+		return 0, badValue("count", s, "expected a count from 1 to 1e18, such as 1T, 300B or 2e12")
+	}
+	return int64(v * mult), nil
+}

@@ -133,6 +133,16 @@ func TestParseHumanForms(t *testing.T) {
 			t.Errorf("ParseBytes(%q) accepted", in)
 		}
 	}
+	for in, want := range map[string]int64{"1T": 1e12, "300B": 300e9, "300b": 300e9, "2e12": 2e12, "5M": 5e6, "20K": 20e3, "7": 7, " 1.5T ": 1.5e12} {
+		if n, err := gpufleet.ParseCount(in); err != nil || n != want {
+			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, in := range []string{"", "many", "0", "-1T", "2e18", "NaN", "inf", "T"} {
+		if _, err := gpufleet.ParseCount(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseCount(%q) accepted", in)
+		}
+	}
 	for in, want := range map[gpufleet.Bytes]string{80 << 30: "80GiB", 3 << 29: "1.5GiB", 512: "512B"} {
 		if got := in.String(); got != want {
 			t.Errorf("Bytes(%d).String() = %q, want %q", in, got, want)
@@ -239,6 +249,13 @@ func FuzzVocabulary(f *testing.F) {
 		check("ParseBytes", err, func() error {
 			if b < 0 {
 				return fmt.Errorf("negative %d", b)
+			}
+			return nil
+		})
+		n, err := gpufleet.ParseCount(s)
+		check("ParseCount", err, func() error {
+			if n < 1 || n > 1e18 {
+				return fmt.Errorf("out of range %d", n)
 			}
 			return nil
 		})

@@ -6,6 +6,10 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/spf13/pflag"
 )
 
 // writeJSON prints v as one indented JSON document.
@@ -47,4 +51,16 @@ func (f textFlag) String() string {
 
 func (f textFlag) Set(v string) error { return f.dst.UnmarshalText([]byte(v)) }
 
-func (f textFlag) Type() string { return "string" }
+func (f textFlag) Type() string {
+	if _, ok := f.dst.(*gpufleet.Duration); ok {
+		return "duration"
+	}
+	return "string"
+}
+
+// durationFlag registers a duration flag read with gpufleet.ParseDuration
+// ("90s", "4h", "30d" or seconds), as the API and job files read them.
+func durationFlag(fs *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(textFlag{(*gpufleet.Duration)(p)}, name, usage)
+}

@@ -80,21 +80,10 @@ func loadModel(ref string) (*model.Config, error) {
 	return nil, fmt.Errorf("--model: %w", err)
 }
 
-// parseCount reads 1T, 300B, 5M, 2e12 or a plain integer.
+// parseCount reads a count flag with gpufleet.ParseCount.
 func parseCount(flag, s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	mult := 1.0
-	for suf, m := range map[string]float64{"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12} {
-		if strings.HasSuffix(t, suf) {
-			t, mult = strings.TrimSuffix(t, suf), m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v*mult < 1 || v*mult > 1e18 {
-		return 0, usageErr("%s %q: expected a positive count up to 1e18, such as 1T, 300B or 2e12", flag, s)
-	}
-	return int64(v * mult), nil
+	v, err := gpufleet.ParseCount(s)
+	return v, gpufleet.InField(flag, err)
 }
 
 // request turns the flags into a planner request over the catalog.

@@ -53,20 +53,20 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.policy, "policy", d.Policy, "scheduling policy: fifo, bestfit, backfill or gpufleet")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&f.tick, "tick", d.Tick, "scheduling interval")
-	fs.DurationVar(&f.heartbeat, "heartbeat", d.Heartbeat, "agent heartbeat interval")
-	fs.DurationVar(&f.heartbeatGrace, "heartbeat-grace", d.HeartbeatGrace, "silence before a node is down")
-	fs.DurationVar(&f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
-	fs.DurationVar(&f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
-	fs.DurationVar(&f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
+	durationFlag(fs, &f.tick, "tick", d.Tick, "scheduling interval")
+	durationFlag(fs, &f.heartbeat, "heartbeat", d.Heartbeat, "agent heartbeat interval")
+	durationFlag(fs, &f.heartbeatGrace, "heartbeat-grace", d.HeartbeatGrace, "silence before a node is down")
+	durationFlag(fs, &f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
+	durationFlag(fs, &f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
+	durationFlag(fs, &f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
+	durationFlag(fs, &f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
 	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a GPU class or catalog model free for production failover, as CLASS=N (repeatable)")
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
-	fs.DurationVar(&f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
+	durationFlag(fs, &f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
 	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
-	fs.DurationVar(&f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
+	durationFlag(fs, &f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
 }
 
 func newServerCmd(e *env) *cobra.Command {

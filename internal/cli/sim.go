@@ -121,7 +121,7 @@ func parseSimDuration(flag, s string) (float64, error) {
 	}
 	d, err := gpufleet.ParseDuration(s)
 	if err != nil {
-		return 0, usageErr("--%s: %v", flag, err)
+		return 0, gpufleet.InField("--"+flag, err)
 	}
 	return d.Seconds(), nil
 }

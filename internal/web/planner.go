@@ -252,8 +252,8 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 		}
 		r.Batch = n
 	}
-	if r.Tokens, err = parseCount(orDefault(f.Tokens, "1T")); err != nil {
-		return r, err
+	if r.Tokens, err = gpufleet.ParseCount(orDefault(f.Tokens, "1T")); err != nil {
+		return r, gpufleet.InField("tokens", err)
 	}
 	r.Optimizer = planner.Optimizer(orDefault(f.Optimizer, "adamw"))
 	r.Recompute = planner.Recompute(orDefault(f.Recompute, "selective"))
@@ -272,24 +272,4 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// parseCount reads 1T, 300B, 5M or a plain number of tokens.
-func parseCount(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	mult := 1.0
-	for _, sm := range []struct {
-		suf string
-		m   float64
-	}{{"K", 1e3}, {"M", 1e6}, {"B", 1e9}, {"G", 1e9}, {"T", 1e12}} {
-		if strings.HasSuffix(t, sm.suf) {
-			t, mult = strings.TrimSuffix(t, sm.suf), sm.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v*mult < 1 || v*mult > 1e18 {
-		return 0, fmt.Errorf("%w: tokens %q: expected a count such as 1T, 300B or 2e12", gpufleet.ErrInvalid, s)
-	}
-	return int64(v * mult), nil
 }

@@ -193,7 +193,7 @@ func (h *Harness) config() (scheduler.Config, error) {
 		case "limit":
 			c.MaxPlacementsPerCycle, err = strconv.Atoi(op[1])
 		case "default-est":
-			c.DefaultEstimate, err = time.ParseDuration(op[1])
+			c.DefaultEstimate, err = gpufleet.ParseDuration(op[1])
 		case "ratio":
 			c.ResponseRatio = on
 		case "spare": // MODEL:N

@@ -73,7 +73,7 @@ func Large(spec LargeSpec) scheduler.Input {
 		}
 		in.Teams = append(in.Teams, team)
 	}
-	prios := []gpufleet.Priority{gpufleet.Production, gpufleet.Interactive, gpufleet.Training, gpufleet.Batch}
+	prios := gpufleet.Priorities() // highest first
 	pickPrio := func() gpufleet.Priority {
 		switch r := rng.Float64(); {
 		case r < 0.05:
