@@ -1,9 +1,10 @@
 // Package scheduler is gpufleet's pure scheduling core: one call,
 // Schedule, takes a snapshot of the fleet and the work (Input) and returns
 // the decisions of one cycle (Output): which queued jobs start now and on
-// which GPUs, which running jobs to preempt, and for every job still
-// queued its position, the reason it waits (a code and a sentence with
-// counts) and its estimated start.
+// which GPUs, which running jobs stop and why (preempted, drained, timed
+// out, cancelled) with their grace, which queued jobs fail, and for every
+// job still queued its position, the reason it waits (a code and a
+// sentence with counts) and its estimated start.
 //
 // The package owns the policy: cluster order (priority classes, starving
 // and requeued jobs first, response ratio, fair share over decayed usage), team quotas per GPU class with
@@ -20,19 +21,24 @@
 //
 // The package does no I/O, reads no clock and keeps no state between
 // calls: time comes in as Input.Now, and the same Input gives the same
-// Output, whatever the order of Input.Nodes. The caller drives it:
+// Output, whatever the order of Input.Nodes. The caller drives it, and
+// Apply says what carrying a decision out means:
 //
 //	for each cycle:
-//		in := snapshot()            // nodes, teams, queued and running jobs, Now
+//		in := snapshot()              // nodes, teams, queued and running jobs, Now
 //		out := scheduler.Schedule(in)
-//		persist and apply out.Starts; stop out.Preemptions (after Grace);
+//		carry out out.Starts, out.Stops (each with its Grace), out.Fails;
 //		show out.Pending (position, reason, estimated start)
+//		in = scheduler.Apply(in, out, now) // what the fleet looks like next
 //
-// The server calls it from its leader loop, the simulator (internal/sim)
-// from its virtual clock; both see the same decisions. Preempted jobs are
-// not replaced in the same cycle: the preemptor waits with reason
-// "preempting" and is placed in a later cycle, once the caller reports the
-// victims stopped. Team usage decay (Team.Usage) is the caller's job.
+// The server translates Output to store writes one for one (its store's
+// transitions mean what Apply does); the simulator (internal/sim) and the
+// schedtest harness call Apply itself. A stopped job holds its GPUs until
+// its grace ends, then requeues (preempted, drained) or ends (time limit,
+// cancel); its preemptor waits with reason "preempting" and is placed in a
+// cycle after that. Output.Recheck says when time alone may change a
+// decision, for callers that move from event to event. Team usage decay
+// (Team.Usage) is the caller's job.
 //
 // Scenario scripts under testdata/scenarios are run by the schedtest
 // harness; see README.md for the pipeline and docs/SCHEDULER.md for the

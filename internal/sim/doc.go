@@ -4,8 +4,12 @@
 // The simulator drives the same pure scheduling core as the server,
 // scheduler.Schedule, with virtual time: it replays a trace's arrivals, asks
 // the scheduler for a decision at every event time (simultaneous events are
-// batched into one cycle), applies the starts and preemptions, and runs the
-// jobs for the time their GPU model needs. It keeps the teams' decayed usage
+// batched into one cycle), carries the decision out with scheduler.Apply
+// (a stopped job holds its GPUs through its grace, then requeues or ends),
+// and runs the jobs for the time their GPU model needs. Besides arrivals
+// and completions its events are graces ending, time limits, cancels,
+// node failures and health drains, repairs, and the moments the scheduler
+// asked to be run again (Output.Recheck). It keeps the teams' decayed usage
 // (Config.UsageHalfLife) as the server does.
 //
 // Like the scheduler, the package is pure: readers take an io.Reader (the
@@ -17,6 +21,6 @@
 // Pipeline:
 //
 //	trace file --Read--> *Trace --+
-//	                              +--Run(Config)--> loop: events -> Input -> Schedule -> apply --> *Result
+//	                              +--Run(Config)--> loop: events -> Input -> Schedule -> Apply --> *Result
 //	cluster spec or node list ----+                                                              (Report, timeline, plot)
 package sim

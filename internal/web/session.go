@@ -295,26 +295,16 @@ func (u *UI) switchPage(w http.ResponseWriter, r *http.Request) {
 		u.finishSwitch(w, r, token, next) // no session any more: nothing to replace
 		return
 	}
-	csrf := randomID()
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: "/login", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: u.secureReq(r), MaxAge: 3600})
 	u.render(w, r, "switch", "layout", http.StatusOK, pageData{Title: "Switch login", Nav: "login", V: cur,
-		Data: switchData{Current: identity(cur.P), New: identity(p), Next: next, CSRF: csrf}})
+		Data: switchData{Current: identity(cur.P), New: identity(p), Next: next, CSRF: u.loginCSRF(w, r)}})
 }
 
 // switchSubmit replaces the session with the login link's, once asked.
 func (u *UI) switchSubmit(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := u.origin.Check(r); err != nil {
-		u.forbidden(w, r, "cross-origin request refused")
+	next, ok := u.loginForm(w, r, "open the login link again")
+	if !ok {
 		return
 	}
-	c, err := r.Cookie(loginCookie)
-	if err != nil || !csrfOK(r, c.Value) {
-		u.forbidden(w, r, "missing or invalid CSRF token; open the login link again")
-		return
-	}
-	next := safeTarget(r.PostFormValue("next"))
 	token := u.pendingLogin(r)
 	if token == "" {
 		u.renderLogin(w, r, next, "That login link has expired; open it again.", http.StatusUnauthorized)
@@ -357,28 +347,43 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 	u.renderLogin(w, r, next, "", http.StatusOK)
 }
 
-// renderLogin shows the token form with a fresh double-submit CSRF value:
-// the same random value in an HttpOnly cookie and in the form.
+// renderLogin shows the token form with a fresh CSRF value (loginCSRF).
 func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, next, msg string, status int) {
+	u.render(w, r, "login", "layout", status, pageData{Title: "Log in", Nav: "login",
+		Data: loginData{Next: next, CSRF: u.loginCSRF(w, r), Error: msg}})
+}
+
+// loginCSRF sets a fresh double-submit CSRF value for the /login forms:
+// the same random value in an HttpOnly cookie and, returned, in the form.
+func (u *UI) loginCSRF(w http.ResponseWriter, r *http.Request) string {
 	csrf := randomID()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: "/login", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: u.secureReq(r), MaxAge: 3600})
-	u.render(w, r, "login", "layout", status, pageData{Title: "Log in", Nav: "login",
-		Data: loginData{Next: next, CSRF: csrf, Error: msg}})
+	return csrf
 }
 
-func (u *UI) loginSubmit(w http.ResponseWriter, r *http.Request) {
+// loginForm checks a posted /login form (size, origin, CSRF) and returns
+// its local redirect target; false when it refused the request, with
+// retry saying what the user should do.
+func (u *UI) loginForm(w http.ResponseWriter, r *http.Request, retry string) (next string, ok bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := u.origin.Check(r); err != nil {
 		u.forbidden(w, r, "cross-origin request refused")
-		return
+		return "", false
 	}
 	c, err := r.Cookie(loginCookie)
 	if err != nil || !csrfOK(r, c.Value) {
-		u.forbidden(w, r, "missing or invalid CSRF token; reload the login page and try again")
+		u.forbidden(w, r, "missing or invalid CSRF token; "+retry)
+		return "", false
+	}
+	return safeTarget(r.PostFormValue("next")), true
+}
+
+func (u *UI) loginSubmit(w http.ResponseWriter, r *http.Request) {
+	next, ok := u.loginForm(w, r, "reload the login page and try again")
+	if !ok {
 		return
 	}
-	next := safeTarget(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if _, err := u.authenticate(r, token); err != nil {
 		if !errors.Is(err, api.ErrUnauthorized) {
