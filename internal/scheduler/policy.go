@@ -27,15 +27,20 @@ const (
 	StopDrain     = "drain"      // the node or GPU is draining; the job requeues
 	StopTimeLimit = "time_limit" // the run reached the job's time limit; the job ends
 	StopCancel    = "cancelled"  // the job was cancelled; it ends
+	// StopInvalid stops a running job whose request the caller found
+	// invalid (Job.Invalid); it ends.
+	StopInvalid = FailInvalid
 )
 
 // FailInvalid is the reason code of a Fail: a request the scheduler cannot
-// take.
+// take (an invalid shape, or Job.Invalid).
 const FailInvalid = "invalid_request"
 
 // Requeues reports whether a job stopped with this code goes back to the
 // queue once its grace ends (preemptions, drains) rather than ending.
-func Requeues(code string) bool { return code != StopTimeLimit && code != StopCancel }
+func Requeues(code string) bool {
+	return code != StopTimeLimit && code != StopCancel && code != StopInvalid
+}
 
 // DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
 // submit time plus its estimated run time, the moment its slowdown would

@@ -332,11 +332,13 @@ func (s *sched) stateIndex() runState {
 	return st
 }
 
-// mustStop says why a running job must stop now, whatever the queue: it
-// was cancelled, its run reached its time limit, or its node or one of its
-// GPUs is draining. Empty when none of these holds.
+// mustStop says why a running job must stop now, whatever the queue: its
+// request is invalid, it was cancelled, its run reached its time limit, or
+// its node or one of its GPUs is draining. Empty when none of these holds.
 func (s *sched) mustStop(j *Job, st runState) (code, text string) {
 	switch {
+	case j.Invalid != "":
+		return StopInvalid, "invalid request: " + j.Invalid
 	case j.CancelRequested:
 		return StopCancel, "cancelled"
 	case j.TimeLimit > 0 && !s.now.Before(j.Started.Add(j.TimeLimit)):
@@ -367,6 +369,10 @@ func (s *sched) buildPending() {
 	for i := range s.in.Jobs {
 		j := &s.in.Jobs[i]
 		if j.Running() {
+			continue
+		}
+		if j.Invalid != "" {
+			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + j.Invalid})
 			continue
 		}
 		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}

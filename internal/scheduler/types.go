@@ -97,6 +97,12 @@ type Job struct {
 	// CancelRequested stops a running job (reason code cancelled); the job
 	// then ends. A queued job being cancelled is the caller's to drop.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Invalid, when set, says why the caller's validation refused the
+	// job's stored request: the scheduler fails it if queued, or stops it
+	// (code invalid_request, with its grace; the job then ends) if running,
+	// and places it nowhere. A running one's Resources need only describe
+	// what it holds.
+	Invalid string `json:"invalid,omitempty"`
 	// StopAt, on a running job, says an earlier cycle decided to stop it:
 	// it holds its GPUs until StopAt, when its grace ends, and is neither
 	// stopped again nor a victim meanwhile. StopCode is that stop's reason

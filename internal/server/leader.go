@@ -249,7 +249,7 @@ func (s *Server) loseSilentNodes(ctx context.Context, jobs []gpufleet.Job, now t
 // schedule snapshots the store, runs the scheduler and persists the
 // decision fenced by epoch.
 func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) error {
-	jobs, fails, stops := s.screen(jobs)
+	jobs = s.screen(jobs)
 	in, byID, err := s.snapshot(ctx, now, jobs, nodes)
 	if err != nil {
 		return err
@@ -258,7 +258,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if err != nil {
 		return err
 	}
-	d := store.Decision{At: now, Fails: fails, Stops: stops}
+	d := store.Decision{At: now}
 	for _, id := range slices.Sorted(maps.Keys(guilty)) {
 		if a := activeAttempt(byID[id]); a != nil {
 			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: guilty[id], ReasonCode: ReasonInvalidRequest, Grace: in.Config.DefaultGrace})
@@ -539,7 +539,8 @@ func nodeState(s gpufleet.NodeState) scheduler.GPUState {
 // pending is left out: the store ends it.
 func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.SubmittedAt,
-		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources, CancelRequested: j.CancelRequested}
+		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources, CancelRequested: j.CancelRequested,
+		Invalid: j.Defect}
 	if j.TimeLimitS != nil {
 		sj.TimeLimit = seconds(*j.TimeLimitS)
 	}

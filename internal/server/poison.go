@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
-	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // ReasonInvalidRequest is the reason code of a job the leader fails
@@ -23,49 +22,44 @@ const ReasonInvalidRequest = scheduler.FailInvalid
 const maxCulprits = 4
 
 // screen validates the active jobs read from the store, as SubmitJob
-// validated them on the way in: the store is an edge too. It returns the
-// jobs the scheduler may see and the decisions for the rest: a queued job
-// fails, an attempt of a running one is stopped (its job requeues, and
-// fails here next cycle). Jobs valid earlier in this leadership are not
-// checked again (a job's request never changes).
-func (s *Server) screen(jobs []gpufleet.Job) ([]gpufleet.Job, []store.Fail, []store.Stop) {
+// validated them on the way in: the store is an edge too. A job that fails
+// reaches the scheduler with Job.Defect set to why (toSchedJob makes it
+// scheduler.Job.Invalid), and the scheduler decides its end like any
+// other: a queued one fails, a running one is stopped with its grace and
+// then ends, both with code invalid_request. A running one is passed as
+// what it holds (holdingOnly), so that nothing in its row but its
+// placement reaches the scheduler. Jobs valid earlier in this leadership
+// are not checked again (a job's request never changes).
+func (s *Server) screen(jobs []gpufleet.Job) []gpufleet.Job {
 	s.leaderMu.Lock()
 	seen := s.leader.valid
 	s.leaderMu.Unlock()
 	valid := make(map[string]bool, len(jobs))
-	ok := jobs[:0:0]
-	var fails []store.Fail
-	var stops []store.Stop
+	out := make([]gpufleet.Job, 0, len(jobs))
 	for _, j := range jobs {
 		if seen[j.ID] {
 			valid[j.ID] = true
-			ok = append(ok, j)
+			out = append(out, j)
 			continue
 		}
 		err := j.Validate()
 		if err == nil {
 			valid[j.ID] = true
-			ok = append(ok, j)
+			out = append(out, j)
 			continue
 		}
+		s.log.Error("a stored job fails validation: the scheduler ends it", "job", j.ID, "team", j.Team, "err", err)
 		why := "the stored request does not pass validation: " + strings.TrimPrefix(err.Error(), gpufleet.ErrInvalid.Error()+": ")
-		s.log.Error("failing a stored job the scheduler cannot take", "job", j.ID, "team", j.Team, "err", err)
 		if a := activeAttempt(j); a != nil {
-			if !a.StopRequested {
-				stops = append(stops, store.Stop{AttemptID: a.ID, Reason: why, ReasonCode: ReasonInvalidRequest, Grace: scheduler.DefaultGrace})
-			}
-			// Its GPUs stay held until the attempt has stopped.
-			ok = append(ok, holdingOnly(j, a))
-			continue
+			j = holdingOnly(j, a)
 		}
-		if j.State == gpufleet.JobQueued {
-			fails = append(fails, store.Fail{JobID: j.ID, Reason: why, ReasonCode: ReasonInvalidRequest})
-		}
+		j.Defect = why
+		out = append(out, j)
 	}
 	s.leaderMu.Lock()
 	s.leader.valid = valid
 	s.leaderMu.Unlock()
-	return ok, fails, stops
+	return out
 }
 
 // scheduleSafely runs the scheduler and survives a panic: it finds the
@@ -162,7 +156,8 @@ func holdingOnly(j gpufleet.Job, a *gpufleet.Attempt) gpufleet.Job {
 		n += len(an.GPUs)
 	}
 	h := j
-	h.Resources, h.Preemptible, h.Priority, h.Defect = gpufleet.Resources{GPUs: max(n, 1)}, false, gpufleet.Production, ""
+	h.Resources, h.Preemptible, h.Priority = gpufleet.Resources{GPUs: max(n, 1)}, false, gpufleet.Production
+	h.GraceS, h.TimeLimitS, h.EstimateS = nil, nil, nil // the default grace; no limit to apply
 	if a.Fraction > 0 && a.Fraction < 1 {
 		h.Resources.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: a.Fraction}
 	}

@@ -4,12 +4,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -240,5 +242,55 @@ func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
 	}
 	if _, err := f.srv.ReplaceNode(ctx, f.team("team-a", nil), "n2"); !errors.Is(err, api.ErrForbidden) {
 		t.Errorf("a member replaced a node: %v", err)
+	}
+}
+
+// TestPoisonedRunningJobIsStoppedThenEnds: a running job whose stored row
+// a new leader finds invalid is the scheduler's to stop, with the default
+// grace (nothing of the bad row is trusted) and code invalid_request; once
+// the attempt has stopped, the job fails with that code and no retry.
+func TestPoisonedRunningJobIsStoppedThenEnds(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 8)
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Grace: gpufleet.Duration(time.Hour), Retries: 3})
+	f.cycle()
+	hb, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if err != nil || len(hb.Start) != 1 {
+		t.Fatalf("starts: %+v %v", hb.Start, err)
+	}
+	run := []api.AttemptReport{{AttemptID: hb.Start[0].AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
+	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", f.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE jobs SET spec = '{"resources":{"gpus":2,"cpus":1e9},"command":["true"],"grace_s":1e12}' WHERE id = ?`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A new leader reads the row.
+	cfg := f.srv.cfg
+	srv, err := New(ctx, cfg, f.st, catalog.Default(), testAdmin, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	f.cycle()
+	hb, err = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
+	if err != nil || len(hb.Stop) != 1 || hb.Stop[0].ReasonCode != ReasonInvalidRequest || hb.Stop[0].GraceS != scheduler.DefaultGrace.Seconds() ||
+		!strings.Contains(hb.Stop[0].Reason, "resources.cpus") {
+		t.Fatalf("stop orders %+v, %v; want one, invalid_request, the default grace, naming resources.cpus", hb.Stop, err)
+	}
+	run[0].State = gpufleet.AttemptStopped
+	if _, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run}); err != nil {
+		t.Fatal(err)
+	}
+	f.wantFailed(j.ID, "resources.cpus")
+	if got := f.job(j.ID); got.Retries.Used != 0 || len(got.Attempts) != 1 {
+		t.Errorf("retries used %d, attempts %d; want no retry", got.Retries.Used, len(got.Attempts))
 	}
 }

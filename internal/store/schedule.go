@@ -527,11 +527,12 @@ func (s *SQL) transition(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u A
 		}
 		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`,
 			fmt.Sprintf("attempt %s failed; no retries left (max %d)", cur.ID, retriesMax), used, nanos(at))
-	case cur.StopReasonCode == "time_limit":
-		// The scheduler stopped the run at its time limit: the job ends,
-		// as Slurm's TIMEOUT does, without a retry.
+	case cur.StopReasonCode == "time_limit" || cur.StopReasonCode == "invalid_request":
+		// The scheduler stopped the run for good (scheduler.Requeues is
+		// false): at its time limit the job ends, as Slurm's TIMEOUT does,
+		// without a retry; an invalid stored request ends too.
 		return job("job.failed", `state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?`,
-			fmt.Sprintf("attempt %s reached the job's time limit", cur.ID), nanos(at), cur.StopReason, cur.StopReasonCode)
+			fmt.Sprintf("%s: %s (attempt %s)", cur.StopReasonCode, cur.StopReason, cur.ID), nanos(at), cur.StopReason, cur.StopReasonCode)
 	default: // stopped, lost
 		return job("job.requeued", `state = 'queued', interruptions = interruptions + 1`,
 			fmt.Sprintf("attempt %s %s", cur.ID, u.State))

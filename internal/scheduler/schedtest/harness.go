@@ -27,6 +27,7 @@ import (
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [select=k:v] [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
+//	     [invalid=WORDS]                 the caller's validation refused the stored request
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	finish j0                            a running job ends
 //	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
@@ -364,6 +365,7 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	}
 	j.Preemptible = flags["preemptible"]
 	j.Requeued = flags["requeued"]
+	j.Invalid = strings.ReplaceAll(a["invalid"], "_", " ")
 	if running {
 		j.Started = T0.Add(since)
 		if j.Placement, err = h.placeRunning(j, a["on"]); err != nil {
