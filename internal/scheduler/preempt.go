@@ -117,7 +117,8 @@ func (s *sched) preempt(j *pjob) bool {
 	return true
 }
 
-// commitPreemption stops victims for j, which is to run on allocs. On the
+// commitPreemption stops victims for j, which is to run on allocs (victims
+// stopping already are counted on, not stopped again). On the
 // capacity model the victims' GPUs in allocs pass to a claim for j at
 // once, so that no later job of this cycle takes them and no later
 // reservation counts on them; their other GPUs, and their quota use, stay
@@ -134,8 +135,9 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	ep := s.f.epoch
 	defer func() { s.f.epoch = ep }()
 	var grace time.Duration
+	already := 0
 	for _, v := range victims {
-		v.victim = true
+		v.victim, v.claimed = true, true
 		s.releaseGrant(v.g)
 		v.g.gen++ // its end event is void
 		// The rest of the victim, quota use included, ends with its grace.
@@ -146,6 +148,13 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 			}
 		}
 		s.takeGrant(rest)
+		if v.stopping {
+			// Stopping already: no new stop, it leaves when its grace ends.
+			s.events.push(event{at: v.stopEnd, g: rest, gen: rest.gen})
+			grace = max(grace, v.stopEnd.Sub(s.now))
+			already++
+			continue
+		}
 		g := s.graceOf(v.job)
 		s.events.push(event{at: s.now.Add(g), g: rest, gen: rest.gen})
 		grace = max(grace, g)
@@ -156,7 +165,25 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	claim := &grant{team: j.team, class: -1, allocs: allocs}
 	s.takeGrant(claim)
 	s.claims = append(s.claims, claimAt{g: claim, at: s.now.Add(grace)})
-	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop (grace up to %s)", plural(int32(len(victims)), "preempted job"), grace)}
+	preempted := true // every victim stopped for a preemptor, this cycle or before
+	for _, v := range victims {
+		preempted = preempted && (!v.stopping || strings.HasPrefix(v.job.StopCode, "preempted_"))
+	}
+	if !preempted && already == len(victims) {
+		// Nothing stopped for it: it waits for GPUs that are leaving.
+		verb := "leave"
+		if already == 1 {
+			verb = "leaves"
+		}
+		j.why = why{code: ReasonCapacity, text: fmt.Sprintf("the GPUs it needs come free when %s %s (grace up to %s)",
+			plural(int32(already), "stopping job"), verb, grace)}
+		return
+	}
+	noun := "preempted job"
+	if !preempted {
+		noun = "stopping job"
+	}
+	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop (grace up to %s)", plural(int32(len(victims)), noun), grace)}
 }
 
 // victimsOn finds the cheapest set of victims on one node that makes room
@@ -168,14 +195,29 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 	}
 	var cands []*rjob
 	for _, v := range s.nodeRuns[ni] {
-		if s.mayPreempt(v, j, reclaim, class) && holdsWhole(v, ni, n, m) {
+		if (v.stopping && !v.claimed || s.mayPreempt(v, j, reclaim, class)) && holdsWhole(v, ni, n, m) {
 			cands = append(cands, v)
 		}
 	}
 	if len(cands) == 0 {
 		return victimSet{}
 	}
+	// Jobs stopping already come first: their GPUs are leaving anyway,
+	// and counting on them keeps a later cycle from stopping more jobs
+	// for the same preemptor while the first ones checkpoint.
 	slices.SortFunc(cands, func(a, b *rjob) int {
+		if a.stopping != b.stopping {
+			if a.stopping {
+				return -1
+			}
+			return 1
+		}
+		if a.stopping {
+			if c := a.stopEnd.Compare(b.stopEnd); c != 0 {
+				return c
+			}
+			return strings.Compare(a.job.ID, b.job.ID)
+		}
 		if c := cmp.Compare(b.rank, a.rank); c != 0 {
 			return c
 		}
@@ -200,12 +242,16 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 		}
 		vs := victimSet{ok: true, node: ni, model: m, gpus: gpus, victims: cands[:i+1]}
 		top := len(s.prio) + 1
-		var lost int64
+		var lost, stopped int64
 		for _, v := range vs.victims {
+			if v.stopping {
+				continue // costs nothing more
+			}
+			stopped++
 			top = min(top, v.rank)
 			lost += int64(s.now.Sub(v.job.Started).Seconds()) * int64(len(v.g.allocs))
 		}
-		vs.cost = [4]int64{-int64(top), lost, int64(len(vs.victims)), int64(ni)}
+		vs.cost = [4]int64{-int64(top), lost, stopped, int64(ni)}
 		return vs
 	}
 	return victimSet{}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -73,6 +74,11 @@ type rjob struct {
 	g        *grant
 	victim   bool
 	borrowed bool
+	// stopping jobs leave their GPUs at stopEnd (a stop of an earlier
+	// cycle, or of this one's mustStop): a queued job may claim those GPUs
+	// instead of stopping more jobs (claimed: one has).
+	stopping, claimed bool
+	stopEnd           time.Time
 }
 
 // grant is what a started job holds, as the capacity model and the quota
@@ -262,21 +268,21 @@ func (s *sched) buildRunning() {
 		end := j.Started.Add(s.estimateOf(j))
 		if !j.StopAt.IsZero() {
 			end = j.StopAt // stopping: its GPUs come free when its grace ends
+			r.stopping = true
 		} else if code, text := s.mustStop(j, stateOf); code != "" {
 			grace := s.graceOf(j)
 			s.out.Stops = append(s.out.Stops, Stop{Job: j.ID, Code: code, Reason: text, Grace: grace})
 			end = s.now.Add(grace)
-			r.victim = true // not a victim for anyone: it is stopping already
+			r.stopping = true
 		}
 		if end.Before(s.now) {
 			end = s.now
 		}
+		r.stopEnd = end
+		r.victim = r.stopping // not a victim for anyone: it is stopping already
 		s.events.push(event{at: end, g: g, gen: g.gen})
 		s.running = append(s.running, r)
-		if !j.StopAt.IsZero() {
-			r.victim = true
-		}
-		if j.Preemptible && !r.victim {
+		if (j.Preemptible && !r.victim) || r.stopping {
 			last := int32(-1)
 			for _, a := range g.allocs {
 				if a.inst < 0 && a.node != last {
@@ -294,6 +300,10 @@ func (s *sched) buildRunning() {
 			s.victimAt = append(s.victimAt, int32(ni))
 		}
 		for _, r := range rs {
+			if r.stopping {
+				s.nodeLow[ni] = math.MaxInt32 // any job may claim what a stopping job leaves
+				continue
+			}
 			s.nodeLow[ni] = max(s.nodeLow[ni], r.rank)
 			s.nodeBorrowed[ni] = s.nodeBorrowed[ni] || r.borrowed
 		}

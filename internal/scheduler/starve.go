@@ -85,8 +85,12 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 		v    *rjob
 		left time.Duration
 	}
-	var cands []cand
+	var cands, leaving []cand
 	for _, v := range s.running {
+		if v.stopping && !v.claimed {
+			leaving = append(leaving, cand{v, v.stopEnd.Sub(s.now)}) // leaving anyway: costs nothing
+			continue
+		}
 		if !v.job.Preemptible || v.victim || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
 			continue
 		}
@@ -114,6 +118,15 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	if len(cands) > starveMaxReleases {
 		cands = cands[:starveMaxReleases]
 	}
+	// Jobs stopping already are released first, soonest gone first: a
+	// starving job counts on them before it stops anyone else.
+	slices.SortFunc(leaving, func(a, b cand) int {
+		if c := cmp.Compare(a.left, b.left); c != 0 {
+			return c
+		}
+		return strings.Compare(a.v.job.ID, b.v.job.ID)
+	})
+	cands = append(leaving, cands...)
 	// Release victims one by one until j fits, then undo the releases.
 	var resv *reservation
 	if head {
@@ -160,7 +173,9 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 		for _, a := range c.v.g.allocs {
 			if held[[2]int32{a.node, a.gpu}] {
 				victims = append(victims, c.v)
-				lost += int64(len(c.v.g.allocs)) * int64(restart+j.est)
+				if !c.v.stopping {
+					lost += int64(len(c.v.g.allocs)) * int64(restart+j.est)
+				}
 				break
 			}
 		}
