@@ -24,35 +24,38 @@ import (
 // moves time: graces that end by now are carried out. It does not change
 // in; the result shares nothing with it but Nodes, Models and Classes.
 func Apply(in Input, out Output, now time.Time) Input {
-	jobs := slices.Clone(in.Jobs)
-	at := make(map[string]int, len(jobs))
-	for i := range jobs {
-		at[jobs[i].ID] = i
-	}
+	// The decisions are few and the jobs many: index the decisions.
+	starts := make(map[string][]Placement, len(out.Starts))
 	for _, st := range out.Starts {
-		if i, ok := at[st.Job]; ok {
-			j := &jobs[i]
-			j.Placement, j.Started = slices.Clone(st.Placement), in.Now
-			j.StopAt, j.StopCode, j.Queued = time.Time{}, "", time.Time{}
-		}
+		starts[st.Job] = st.Placement
 	}
+	stops := make(map[string]Stop, len(out.Stops))
 	for _, st := range out.Stops {
-		if i, ok := at[st.Job]; ok && jobs[i].Running() && jobs[i].StopAt.IsZero() {
-			jobs[i].StopAt, jobs[i].StopCode = in.Now.Add(st.Grace), st.Code
-		}
+		stops[st.Job] = st
 	}
 	failed := make(map[string]bool, len(out.Fails))
 	for _, f := range out.Fails {
 		failed[f.Job] = true
 	}
-	kept := jobs[:0]
-	for _, j := range jobs {
+	kept := make([]Job, 0, len(in.Jobs))
+	for _, j := range in.Jobs {
+		if len(starts) > 0 {
+			if pl, ok := starts[j.ID]; ok {
+				j.Placement, j.Started = slices.Clone(pl), in.Now
+				j.StopAt, j.StopCode, j.Queued = time.Time{}, "", time.Time{}
+			}
+		}
+		if len(stops) > 0 {
+			if st, ok := stops[j.ID]; ok && j.Running() && j.StopAt.IsZero() {
+				j.StopAt, j.StopCode = in.Now.Add(st.Grace), st.Code
+			}
+		}
 		switch {
-		case failed[j.ID]:
+		case len(failed) > 0 && failed[j.ID]:
 			continue
 		case j.Running() && !j.StopAt.IsZero() && !j.StopAt.After(now):
 			if !Requeues(j.StopCode) {
-				continue // timed out or cancelled: it ends
+				continue // timed out, cancelled or invalid: it ends
 			}
 			j.Requeued, j.Queued = true, j.StopAt
 			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""

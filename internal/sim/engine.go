@@ -232,9 +232,9 @@ type engine struct {
 	byID    map[string]*jobState
 	pending []*jobState
 	running []*jobState
-	// bufJS[i] is the job behind buf[i], the last input's Jobs.
-	bufJS  []*jobState
-	events eventHeap
+	// stopping are the running jobs in their grace.
+	stopping []*jobState
+	events   eventHeap
 	// decide asks for a cycle even with an empty queue: a running job may
 	// have to stop (time limit, cancel, drain). expire asks for graces that
 	// have ended to be carried out.
@@ -468,10 +468,10 @@ func (e *engine) loop() error {
 			// Graces that end now are carried out as Apply says, before
 			// the cycle that may use the GPUs they free.
 			e.expire = false
-			in := e.input()
-			if err := e.sync(in, scheduler.Output{}, scheduler.Apply(in, scheduler.Output{}, in.Now)); err != nil {
+			if _, err := e.apply(scheduler.Output{}); err != nil {
 				return err
 			}
+			// The cycle below, at this instant, may use the GPUs they freed.
 		}
 		e.frag = 0
 		if len(e.pending) > 0 || e.decide {
@@ -693,6 +693,9 @@ func (e *engine) release(js *jobState) {
 	}
 	js.version++ // its completion and time-limit events go stale
 	js.placement, js.gpus, js.fractions = nil, nil, nil
+	if js.stopAt >= 0 {
+		e.stopping = slices.DeleteFunc(e.stopping, func(s *jobState) bool { return s == js })
+	}
 	js.stopAt, js.stopCode = -1, ""
 }
 
@@ -712,8 +715,14 @@ func (e *engine) cycle(arrived []*jobState) error {
 	if err := e.check(out); err != nil {
 		return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
 	}
-	if err := e.sync(in, out, scheduler.Apply(in, out, in.Now)); err != nil {
+	freed, err := e.apply(out)
+	if err != nil {
 		return fmt.Errorf("cycle at %.0f s: %w", e.now, err)
+	}
+	if freed {
+		// A stop with no grace freed GPUs now: another cycle at this
+		// instant may use them.
+		e.push(event{t: e.now, kind: evWake})
 	}
 	if !out.Recheck.IsZero() {
 		if t := out.Recheck.Sub(e.epoch).Seconds(); t > e.now && t < e.wakeAt {
@@ -754,12 +763,45 @@ func (e *engine) check(out scheduler.Output) error {
 	return nil
 }
 
+// apply carries out at the current time, with scheduler.Apply, the
+// decisions of out (empty: only graces that end now). Apply treats each job
+// on its own, so the engine hands it only the jobs out names and the jobs
+// stopping, not the whole queue; sync then follows what Apply made of
+// them. It reports whether a job left its GPUs.
+func (e *engine) apply(out scheduler.Output) (freed bool, err error) {
+	var touched []*jobState
+	seen := make(map[*jobState]bool, len(out.Starts)+len(out.Stops)+len(out.Fails)+len(e.stopping))
+	add := func(js *jobState) {
+		if js != nil && !seen[js] {
+			seen[js] = true
+			touched = append(touched, js)
+		}
+	}
+	for _, st := range out.Starts {
+		add(e.byID[st.Job])
+	}
+	for _, st := range out.Stops {
+		add(e.byID[st.Job])
+	}
+	for _, f := range out.Fails {
+		add(e.byID[f.Job])
+	}
+	for _, js := range e.stopping {
+		add(js)
+	}
+	in := scheduler.Input{Now: e.vtime(e.now), Jobs: make([]scheduler.Job, len(touched))}
+	for i, js := range touched {
+		in.Jobs[i] = e.schedJob(js)
+	}
+	return e.sync(touched, in, out, scheduler.Apply(in, out, in.Now))
+}
+
 // sync brings the engine's jobs to next, the snapshot Apply made of in
-// (whose jobs are e.bufJS) after out: starts take their GPUs, stops begin
+// (whose jobs are touched) after out: starts take their GPUs, stops begin
 // their grace, ended graces free GPUs and requeue or end their jobs, and
 // failed jobs end. Apply keeps the order of in.Jobs, so one pass pairs
 // them.
-func (e *engine) sync(in scheduler.Input, out scheduler.Output, next scheduler.Input) error {
+func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Output, next scheduler.Input) (freed bool, err error) {
 	codes := make(map[string]string, len(out.Stops)+len(out.Fails))
 	for _, s := range out.Stops {
 		codes[s.Job] = s.Code
@@ -772,9 +814,9 @@ func (e *engine) sync(in scheduler.Input, out scheduler.Output, next scheduler.I
 		codes[f.Job] = f.Code
 	}
 	e.decisions += len(out.Starts) + len(out.Stops) + len(out.Fails)
-	k, requeue, freed := 0, false, false
+	k, requeue := 0, false
 	for i := range in.Jobs {
-		js := e.bufJS[i]
+		js := touched[i]
 		var nj *scheduler.Job
 		if k < len(next.Jobs) && next.Jobs[k].ID == in.Jobs[i].ID {
 			nj = &next.Jobs[k]
@@ -791,7 +833,7 @@ func (e *engine) sync(in scheduler.Input, out scheduler.Output, next scheduler.I
 			e.end(js, code)
 		case js.phase == phasePending && nj.Running():
 			if err := e.start(js, nj.Placement); err != nil {
-				return err
+				return false, err
 			}
 			requeue = true
 		case js.phase == phaseRunning && !nj.Running(): // grace ended: back to the queue
@@ -803,17 +845,14 @@ func (e *engine) sync(in scheduler.Input, out scheduler.Output, next scheduler.I
 			freed = true
 		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
 			js.stopAt, js.stopFrom, js.stopCode = nj.StopAt.Sub(e.epoch).Seconds(), e.now, code
+			e.stopping = append(e.stopping, js)
 			e.push(event{t: js.stopAt, kind: evStopEnd, job: js, version: js.version})
 		}
 	}
 	if requeue {
 		e.pending = slices.DeleteFunc(e.pending, func(js *jobState) bool { return js.phase != phasePending })
 	}
-	if freed {
-		// GPUs came free now: another cycle at this instant may use them.
-		e.push(event{t: e.now, kind: evStopEnd})
-	}
-	return nil
+	return freed, nil
 }
 
 func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending) {
@@ -839,14 +878,12 @@ func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending
 
 // input builds the scheduler's snapshot.
 func (e *engine) input() scheduler.Input {
-	e.buf, e.bufJS = e.buf[:0], e.bufJS[:0]
+	e.buf = e.buf[:0]
 	for _, js := range e.pending {
 		e.buf = append(e.buf, e.schedJob(js))
-		e.bufJS = append(e.bufJS, js)
 	}
 	for _, js := range e.running {
 		e.buf = append(e.buf, e.schedJob(js))
-		e.bufJS = append(e.bufJS, js)
 	}
 	return scheduler.Input{
 		Now:    e.vtime(e.now),
