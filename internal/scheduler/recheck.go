@@ -1,17 +1,23 @@
 package scheduler
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // recheck is Output.Recheck: the earliest moment after now at which time
 // alone may change a decision of this cycle. It looks at the queue left
-// after placeCycle (pending) and at the running jobs.
+// after placeCycle (pending) and at the running jobs. It runs every cycle
+// over the whole queue, so it works in Unix nanoseconds.
 func (s *sched) recheck(pending []*pjob) time.Time {
-	var next time.Time
-	at := func(t time.Time) {
-		if t.After(s.now) && (next.IsZero() || t.Before(next)) {
+	now := s.now.UnixNano()
+	next := int64(math.MaxInt64)
+	at := func(t int64) {
+		if t > now && t < next {
 			next = t
 		}
 	}
+	factor := s.cfg.StarvationSlowdown - 1
 	starveOn := s.cfg.StarvationSlowdown > 0 && s.cfg.Preemption && s.cfg.ResponseRatio
 	anyStarving := false
 	for _, j := range pending {
@@ -19,32 +25,35 @@ func (s *sched) recheck(pending []*pjob) time.Time {
 			continue
 		}
 		if j.why.code == ReasonSlowerModel {
-			at(s.now.Add(s.slowerWait(j, j.why.model))) // it takes the slower model
+			at(now + int64(s.slowerWait(j, j.why.model))) // it takes the slower model
 		}
 		if starveOn {
-			if s.starving(j) {
-				anyStarving = true
+			// When slowdownNow reaches StarvationSlowdown (starving).
+			t := j.submit + int64(factor*float64(max(j.est, time.Second)))
+			if t > now {
+				at(t)
 			} else {
-				// slowdownNow reaches StarvationSlowdown.
-				est := max(j.est, time.Second)
-				at(j.job.Submitted.Add(time.Duration((s.cfg.StarvationSlowdown - 1) * float64(est))))
+				anyStarving = true
 			}
 		}
 	}
 	for _, st := range s.out.Stops {
-		at(s.now.Add(st.Grace)) // stopped this cycle
+		at(now + int64(st.Grace)) // stopped this cycle
 	}
 	for _, r := range s.running {
 		j := r.job
 		switch {
 		case !j.StopAt.IsZero():
-			at(j.StopAt) // its grace ends and its GPUs come free
+			at(j.StopAt.UnixNano()) // its grace ends and its GPUs come free
 		case j.TimeLimit > 0:
-			at(j.Started.Add(j.TimeLimit))
+			at(j.Started.UnixNano() + int64(j.TimeLimit))
 		}
 		if anyStarving && j.Preemptible && j.StopAt.IsZero() {
-			at(j.Started.Add(s.cfg.StarvationMinRun)) // it may become a starving job's victim
+			at(j.Started.UnixNano() + int64(s.cfg.StarvationMinRun)) // it may become a starving job's victim
 		}
 	}
-	return next
+	if next == math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, next).In(s.now.Location())
 }

@@ -324,8 +324,12 @@ type runState struct {
 	gpus  map[string]*GPU // by GPU and MIG instance id
 }
 
-// stateIndex indexes the input's nodes and GPUs by name and id.
+// stateIndex indexes the input's nodes and GPUs by name and id; empty
+// when every node and GPU is ready (nothing drains).
 func (s *sched) stateIndex() runState {
+	if !s.f.notReady {
+		return runState{}
+	}
 	st := runState{nodes: make(map[string]*Node, len(s.in.Nodes)), gpus: map[string]*GPU{}}
 	for i := range s.in.Nodes {
 		n := &s.in.Nodes[i]
