@@ -30,7 +30,35 @@ type Sharing struct {
 	Fraction float64     `json:"fraction,omitempty"` // time-slice share, (0, 1]
 }
 
-var migProfileRe = regexp.MustCompile(`^[1-9][0-9]?g\.[0-9]{1,4}gb(\+[a-z]{1,8})?$`)
+var migProfileRe = regexp.MustCompile(`^([1-8])g\.([1-9][0-9]{0,3})gb(\+[a-z]{1,8})?$`)
+
+// MIGProfile is a MIG profile name read by ParseMIGProfile:
+// "<slices>g.<memory>gb[+<attribute>]", such as 1g.18gb, 3g.71gb or
+// 1g.24gb+me.
+type MIGProfile struct {
+	Name      string // lower case, as ParseMIGProfile read it
+	Slices    int    // compute slices, 1-8 (of 7 on A100 and H100)
+	MemoryGB  int    // the nominal memory of the name, in GB (1e9 bytes)
+	Attribute string // "me" (media extensions) and the like; empty when none
+}
+
+// ParseMIGProfile reads a MIG profile name, case-insensitive. It is the
+// one reader of the name: sharing requests, catalog MIG columns and the
+// agent's accounting of an instance's share all use it.
+func ParseMIGProfile(s string) (MIGProfile, error) {
+	name := strings.ToLower(strings.TrimSpace(s))
+	m := migProfileRe.FindStringSubmatch(name)
+	if m == nil {
+		return MIGProfile{}, badValue("mig profile", s, `expected "<slices>g.<memory>gb[+attribute]", such as 1g.18gb or 1g.24gb+me`)
+	}
+	slices, _ := strconv.Atoi(m[1])
+	gb, _ := strconv.Atoi(m[2])
+	return MIGProfile{Name: name, Slices: slices, MemoryGB: gb, Attribute: strings.TrimPrefix(m[3], "+")}, nil
+}
+
+// Share is the part of a GPU's compute the instance takes: its slices out
+// of 7, the slices of the MIG-capable datacenter GPUs.
+func (p MIGProfile) Share() float64 { return math.Min(float64(p.Slices)/7, 1) }
 
 // ParseSharing reads "exclusive", "mig:PROFILE" (a MIG profile name such as
 // 1g.18gb or 1g.24gb+me, case-insensitive) or "timeslice:F" with F a share
@@ -48,11 +76,11 @@ func ParseSharing(s string) (Sharing, error) {
 		}
 		return Sharing{}, nil
 	case MIG:
-		p := strings.ToLower(arg)
-		if !migProfileRe.MatchString(p) {
+		p, err := ParseMIGProfile(arg)
+		if err != nil || p.Name != strings.ToLower(arg) {
 			return bad("mig:PROFILE with a MIG profile such as mig:1g.18gb")
 		}
-		return Sharing{Kind: MIG, Profile: p}, nil
+		return Sharing{Kind: MIG, Profile: p.Name}, nil
 	case TimeSlice:
 		f, err := strconv.ParseFloat(arg, 64)
 		if err != nil || !validFraction(f) {

@@ -202,7 +202,7 @@ func TestQuoteClips(t *testing.T) {
 // error quotes more than about QuoteLimit bytes of the input.
 func FuzzVocabulary(f *testing.F) {
 	for _, s := range []string{"", "exclusive", "mig:1g.18gb", "timeslice:0.25", "timeslice:1e-3", "9.0", "12.1", "90s", "2d",
-		"1.5", "80GiB", "141GB", "production", "bf16", "half", "-1", "NaN", "+Inf", "mig:", "1e309", strings.Repeat("9", 400)} {
+		"1.5", "80GiB", "141GB", "production", "bf16", "half", "-1", "NaN", "+Inf", "mig:", "1e309", "1g.24gb+me", "7G.80GB", strings.Repeat("9", 400)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -225,6 +225,14 @@ func FuzzVocabulary(f *testing.F) {
 			again, err := gpufleet.ParseSharing(sh.String())
 			if err != nil || again != sh || sh.Validate() != nil {
 				return fmt.Errorf("%v through %q gave %v, %v", sh, sh.String(), again, err)
+			}
+			return nil
+		})
+		mp, err := gpufleet.ParseMIGProfile(s)
+		check("ParseMIGProfile", err, func() error {
+			again, err := gpufleet.ParseMIGProfile(mp.Name)
+			if err != nil || again != mp || mp.Slices < 1 || mp.Slices > 8 || mp.MemoryGB < 1 || mp.Share() <= 0 || mp.Share() > 1 {
+				return fmt.Errorf("%+v through %q gave %+v, %v", mp, mp.Name, again, err)
 			}
 			return nil
 		})

@@ -332,17 +332,21 @@ func columnList() string {
 	return strings.Join(names, ", ")
 }
 
-// parseMemory reads "80" (GB) or "96GiB".
+// parseMemory reads the memory_gb column: a bare number is GB (the
+// column's unit, "80"); with a unit it is a size as gpufleet.ParseBytes
+// reads one ("96GiB", "141GB").
 func parseMemory(s string) (int64, bool) {
-	scale := float64(bytesPerGB)
-	if t, ok := strings.CutSuffix(s, "GiB"); ok {
-		s, scale = strings.TrimSpace(t), bytesPerGiB
+	if v, ok := positiveFloat(s); ok {
+		if v*bytesPerGB >= 1<<62 || v*bytesPerGB < 1 {
+			return 0, false
+		}
+		return int64(v * bytesPerGB), true
 	}
-	v, ok := positiveFloat(s)
-	if !ok || v*scale >= 1<<62 || v*scale < 1 {
+	b, err := gpufleet.ParseBytes(s)
+	if err != nil || b <= 0 {
 		return 0, false
 	}
-	return int64(v * scale), true
+	return int64(b), true
 }
 
 // parseMIGCell reads "1g.10gb x7; 1g.10gb+me x1; ...".
@@ -367,23 +371,15 @@ func parseMIGCell(s string) ([]MIGProfile, error) {
 	return out, nil
 }
 
-// migFromName derives slices and memory from a profile name "<S>g.<M>gb[+me]".
-// The memory is the nominal figure of the name in GB (1e9 bytes).
+// migFromName derives slices and memory from a profile name
+// (gpufleet.ParseMIGProfile). The memory is the nominal figure of the
+// name in GB (1e9 bytes).
 func migFromName(name string, instances int) (MIGProfile, bool) {
-	base, _, _ := strings.Cut(name, "+")
-	sl, mem, ok := strings.Cut(base, "g.")
-	if !ok || !strings.HasSuffix(mem, "gb") {
+	p, err := gpufleet.ParseMIGProfile(name)
+	if err != nil {
 		return MIGProfile{}, false
 	}
-	slices, err := strconv.Atoi(sl)
-	if err != nil || slices < 1 || slices > 8 {
-		return MIGProfile{}, false
-	}
-	gb, err := strconv.Atoi(strings.TrimSuffix(mem, "gb"))
-	if err != nil || gb < 1 || gb > 10000 {
-		return MIGProfile{}, false
-	}
-	return MIGProfile{Name: name, Slices: slices, MemoryBytes: int64(gb) * bytesPerGB, MaxInstances: instances}, true
+	return MIGProfile{Name: name, Slices: p.Slices, MemoryBytes: int64(p.MemoryGB) * bytesPerGB, MaxInstances: instances}, true
 }
 
 func validID(s string) bool {

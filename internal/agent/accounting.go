@@ -2,10 +2,9 @@ package agent
 
 import (
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
@@ -28,13 +27,14 @@ type hold struct {
 }
 
 // migShare is the part of a GPU a MIG profile ("1g.18gb", "3g.71gb")
-// takes: its compute slices out of 7.
+// takes: its compute slices out of 7; an unreadable name counts as the
+// smallest instance.
 func migShare(profile string) float64 {
-	n, err := strconv.Atoi(strings.SplitN(profile, "g", 2)[0])
-	if err != nil || n < 1 {
+	p, err := gpufleet.ParseMIGProfile(profile)
+	if err != nil {
 		return 1.0 / 7
 	}
-	return math.Min(float64(n)/7, 1)
+	return p.Share()
 }
 
 // account attributes the sampling interval that ends at now, between the

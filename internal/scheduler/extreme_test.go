@@ -39,7 +39,7 @@ func extremeResources(t *rapid.T) gpufleet.Resources {
 	if r.Nodes <= 1 {
 		switch rapid.IntRange(0, 4).Draw(t, "sharing") {
 		case 1:
-			r.Sharing = gpufleet.Sharing{Kind: gpufleet.MIG, Profile: rapid.SampledFrom([]string{"1g.10gb", "7g.80gb", "9g.999gb", "1g.24gb+me"}).Draw(t, "profile")}
+			r.Sharing = gpufleet.Sharing{Kind: gpufleet.MIG, Profile: rapid.SampledFrom([]string{"1g.10gb", "7g.80gb", "8g.9999gb", "1g.24gb+me"}).Draw(t, "profile")}
 		case 2:
 			r.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: rapid.SampledFrom([]float64{0.001, 0.0015, 0.333, 0.999, 1}).Draw(t, "frac")}
 		}
