@@ -24,7 +24,7 @@ type simFlags struct {
 	jobsOut                                     string
 	estimateError, timeScale, fill, scalingEff  float64
 	seed                                        uint64
-	skipBad                                     bool
+	skipBad, keepInvalid                        bool
 	ablate                                      []string
 	mtbf, repair, loadPeriod, halfLife          string
 	restartOverhead, drainMTBF, grace           string
@@ -85,6 +85,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
+	fs.BoolVar(&sf.keepInvalid, "keep-invalid", false, "keep rows whose request the validation refuses as jobs the scheduler fails (invalid_request), as the server fails a stored row that no longer validates")
 	fs.StringSliceVar(&sf.ablate, "ablate", nil, "turn a policy feature off (repeatable): "+strings.Join(ablationNames(), ", "))
 	fs.StringVar(&sf.plot, "plot", "", "write an SVG plot (allocation over time, wait CDF) to FILE")
 	fs.StringVar(&sf.jobsOut, "jobs-out", "", "write every job's outcome (submit, start, finish, run time, slowdown, stops, model) to FILE as CSV")
@@ -278,13 +279,17 @@ func readSimTrace(sf *simFlags) (*sim.Trace, error) {
 		return nil, fmt.Errorf("--trace: %w", err)
 	}
 	defer f.Close()
-	return sim.Read(f, sf.format, sim.ReadOptions{Name: filepath.Base(sf.trace), SkipBadLines: sf.skipBad, ScalingEfficiency: sf.scalingEff})
+	return sim.Read(f, sf.format, sim.ReadOptions{Name: filepath.Base(sf.trace), SkipBadLines: sf.skipBad, KeepInvalid: sf.keepInvalid, ScalingEfficiency: sf.scalingEff})
 }
 
 func printSimReport(e *env, r *sim.Report) error {
 	w := e.stdout
-	fmt.Fprintf(w, "policy %s, trace %s (%s): %d jobs, %d completed, %d unfinished, %d skipped, %d bad lines\n",
+	fmt.Fprintf(w, "policy %s, trace %s (%s): %d jobs, %d completed, %d unfinished, %d skipped, %d bad lines",
 		r.Policy, r.Trace, r.Format, r.Jobs, r.Completed, r.Unfinished, r.Skipped, r.BadLines)
+	if r.InvalidRows > 0 {
+		fmt.Fprintf(w, ", %d invalid rows kept", r.InvalidRows)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "cluster %d GPUs: allocation %s, fragmentation %.1f GPUs, unallocated at end %.1f\n",
 		r.CapacityGPUs, pct(&r.GPUAllocationRatio), r.FragmentationGPUs, r.UnallocatedGPUs)
 	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, drains %d, Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",

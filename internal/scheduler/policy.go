@@ -22,11 +22,15 @@ const (
 const DefaultGrace = 30 * time.Second
 
 // Stop reason codes besides the preemptions' (PreemptPriority,
-// PreemptReclaim, PreemptStarvation).
+// PreemptReclaim, PreemptStarvation): the root package's vocabulary.
 const (
-	StopDrain     = "drain"      // the node or GPU is draining; the job requeues
-	StopTimeLimit = "time_limit" // the run reached the job's time limit; the job ends
-	StopCancel    = "cancelled"  // the job was cancelled; it ends
+	StopDrain     = gpufleet.StopDrain     // the node or GPU is draining; the job requeues
+	StopTimeLimit = gpufleet.StopTimeLimit // the run reached the job's time limit; the job ends
+	StopCancel    = gpufleet.StopCancelled // the job was cancelled; it ends
+	// StopNodeLost stops, with no grace, a running job on a node that has
+	// been silent for Config.LostAfter: its agent has fenced the run by
+	// then (Node.LastSeen). The job requeues.
+	StopNodeLost = gpufleet.StopNodeLost
 	// StopInvalid stops a running job whose request the caller found
 	// invalid (Job.Invalid); it ends.
 	StopInvalid = FailInvalid
@@ -34,13 +38,12 @@ const (
 
 // FailInvalid is the reason code of a Fail: a request the scheduler cannot
 // take (an invalid shape, or Job.Invalid).
-const FailInvalid = "invalid_request"
+const FailInvalid = gpufleet.StopInvalidRequest
 
 // Requeues reports whether a job stopped with this code goes back to the
-// queue once its grace ends (preemptions, drains) rather than ending.
-func Requeues(code string) bool {
-	return code != StopTimeLimit && code != StopCancel && code != StopInvalid
-}
+// queue once its grace ends (preemptions, drains, lost nodes) rather than
+// ending (gpufleet.StopRequeues).
+func Requeues(code string) bool { return gpufleet.StopRequeues(code) }
 
 // DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
 // submit time plus its estimated run time, the moment its slowdown would

@@ -12,8 +12,8 @@ import (
 
 // Preemption reason codes.
 const (
-	PreemptPriority = "preempted_priority" // for a job of a higher class
-	PreemptReclaim  = "preempted_reclaim"  // borrowed capacity returned to its owner
+	PreemptPriority = gpufleet.StopPreemptedPriority // for a job of a higher class
+	PreemptReclaim  = gpufleet.StopPreemptedReclaim  // borrowed capacity returned to its owner
 )
 
 // maxPreemptNodes bounds the nodes one preemption search compares.

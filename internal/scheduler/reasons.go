@@ -51,7 +51,7 @@ func WaitCodes() []string {
 
 // StopCodes lists every Stop.Code (see WaitCodes).
 func StopCodes() []string {
-	return []string{PreemptPriority, PreemptReclaim, PreemptStarvation, StopDrain, StopTimeLimit, StopCancel, StopInvalid}
+	return []string{PreemptPriority, PreemptReclaim, PreemptStarvation, StopDrain, StopNodeLost, StopTimeLimit, StopCancel, StopInvalid}
 }
 
 // FailCodes lists every Fail.Code (see WaitCodes).

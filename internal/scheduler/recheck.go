@@ -48,6 +48,13 @@ func (s *sched) recheck(pending []*pjob) time.Time {
 		case j.TimeLimit > 0:
 			at(j.Started.UnixNano() + int64(j.TimeLimit))
 		}
+		if j.StopAt.IsZero() && s.state.nodes != nil {
+			for _, p := range j.Placement {
+				if n := s.state.nodes[p.Node]; n != nil && !n.LastSeen.IsZero() {
+					at(n.LastSeen.UnixNano() + int64(s.cfg.LostAfter)) // the run is lost if the node stays silent
+				}
+			}
+		}
 		if anyStarving && j.Preemptible && j.StopAt.IsZero() {
 			at(j.Started.UnixNano() + int64(s.cfg.StarvationMinRun)) // it may become a starving job's victim
 		}

@@ -145,6 +145,7 @@ type sched struct {
 	fails        map[failKey]failEntry
 	explain      bool      // build reason texts (off in the ETA simulation)
 	claims       []claimAt // GPUs held for preemptors until their victims stop
+	state        runState  // nodes and GPUs by name, when any drains or is silent
 	out          Output
 
 	// ETA simulation
@@ -230,7 +231,7 @@ func (s *sched) buildRunning() {
 		}
 	}
 	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
-	stateOf := s.stateIndex()
+	s.state = s.stateIndex()
 	for _, j := range jobs {
 		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
 		g := &grant{team: r.team, class: -1}
@@ -269,8 +270,11 @@ func (s *sched) buildRunning() {
 		if !j.StopAt.IsZero() {
 			end = j.StopAt // stopping: its GPUs come free when its grace ends
 			r.stopping = true
-		} else if code, text := s.mustStop(j, stateOf); code != "" {
+		} else if code, text := s.mustStop(j, s.state); code != "" {
 			grace := s.graceOf(j)
+			if code == StopNodeLost {
+				grace = 0 // the agent has fenced the run: nothing to wait for
+			}
 			s.out.Stops = append(s.out.Stops, Stop{Job: j.ID, Code: code, Reason: text, Grace: grace})
 			end = s.now.Add(grace)
 			r.stopping = true
@@ -325,9 +329,10 @@ type runState struct {
 }
 
 // stateIndex indexes the input's nodes and GPUs by name and id; empty
-// when every node and GPU is ready (nothing drains).
+// when every node and GPU is ready and reporting (nothing drains, nothing
+// is lost).
 func (s *sched) stateIndex() runState {
-	if !s.f.notReady {
+	if !s.f.notReady && !s.anySilent() {
 		return runState{}
 	}
 	st := runState{nodes: make(map[string]*Node, len(s.in.Nodes)), gpus: map[string]*GPU{}}
@@ -346,10 +351,33 @@ func (s *sched) stateIndex() runState {
 	return st
 }
 
-// mustStop says why a running job must stop now, whatever the queue: its
-// request is invalid, it was cancelled, its run reached its time limit, or
-// its node or one of its GPUs is draining. Empty when none of these holds.
+// anySilent reports whether any node has a LastSeen (the server's nodes
+// always do; the simulator's only once they fail).
+func (s *sched) anySilent() bool {
+	for i := range s.in.Nodes {
+		if !s.in.Nodes[i].LastSeen.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// lost reports whether node n has been silent for Config.LostAfter.
+func (s *sched) lost(n *Node) bool {
+	return !n.LastSeen.IsZero() && s.now.Sub(n.LastSeen) >= s.cfg.LostAfter
+}
+
+// mustStop says why a running job must stop now, whatever the queue: one
+// of its nodes is lost, its request is invalid, it was cancelled, its run
+// reached its time limit, or its node or one of its GPUs is draining.
+// Empty when none of these holds.
 func (s *sched) mustStop(j *Job, st runState) (code, text string) {
+	for _, p := range j.Placement {
+		if n := st.nodes[p.Node]; n != nil && s.lost(n) {
+			return StopNodeLost, fmt.Sprintf("node %s silent for %s (lost after %s: its agent has fenced the run)",
+				n.Name, s.now.Sub(n.LastSeen).Round(time.Second), s.cfg.LostAfter)
+		}
+	}
 	switch {
 	case j.Invalid != "":
 		return StopInvalid, "invalid request: " + j.Invalid

@@ -12,7 +12,7 @@ import (
 
 // PreemptStarvation is the code of a preemption for a starving job of the
 // same or a higher class (Config.StarvationSlowdown).
-const PreemptStarvation = "preempted_starvation"
+const PreemptStarvation = gpufleet.StopPreemptedStarvation
 
 // Starvation preemption tuning. A victim must have at least
 // starveLeftFactor times the starving job's estimate left to run, and the

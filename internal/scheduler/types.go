@@ -53,6 +53,10 @@ type Node struct {
 	GPUs   []GPU             `json:"gpus"`
 	// Reason says why the node is not ready, as GPU.Reason does.
 	Reason string `json:"reason,omitempty"`
+	// LastSeen is when the node's agent last reported. Zero means the
+	// node is live (the simulator's nodes, until one fails). Running jobs
+	// on a node silent for Config.LostAfter are lost (StopNodeLost).
+	LastSeen time.Time `json:"last_seen,omitzero"`
 }
 
 // Team is a tenant with guaranteed quota per GPU class.
@@ -204,6 +208,12 @@ type Config struct {
 	// DefaultGrace is the grace of a stop for a job that gives none
 	// (PolicyConfig: 30s, as Kubernetes' terminationGracePeriodSeconds).
 	DefaultGrace time.Duration
+	// LostAfter is how long a node (Node.LastSeen) may be silent before
+	// the runs on it are lost: stopped with StopNodeLost and no grace,
+	// then requeued. By then the node's agent has fenced them (the
+	// server's heartbeat grace + fence + margin); 0 loses them as soon as
+	// the node is silent, as the simulator's failures are.
+	LostAfter time.Duration `json:",omitempty"`
 	// UsageHalfLife is the decay of team usage, applied by the caller.
 	UsageHalfLife time.Duration
 	// Spare keeps, per GPU class (an Input.Classes name) or model (catalog
@@ -218,7 +228,7 @@ type Config struct {
 // stopped; a time limit or a cancel ends it (see Apply).
 type Stop struct {
 	Job    string `json:"job"`
-	Code   string `json:"reason_code"`   // preempted_priority, preempted_reclaim, preempted_starvation, drain, time_limit, cancelled
+	Code   string `json:"reason_code"`   // StopCodes: preempted_*, drain, node_lost, time_limit, cancelled, invalid_request
 	Reason string `json:"reason"`        // in words
 	For    string `json:"for,omitempty"` // preemptions: the job that needs the GPUs
 	// Grace is the job's own, or Config.DefaultGrace: never 0 by omission.

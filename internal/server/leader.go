@@ -32,13 +32,16 @@ type leaderState struct {
 	usage   map[string]float64
 	usageAt time.Time
 	// lastFull is when the last full cycle ran, lastEvent the newest audit
-	// event it had seen, and silentLimit per node the moment its attempts
-	// would be lost if it stays silent.
+	// event it had seen, and withWork the nodes holding attempts (a full
+	// cycle runs once one of them has been silent for heartbeat grace).
 	lastFull  time.Time
 	lastEvent int64
 	withWork  map[string]bool
-	// valid are the active jobs that passed validation (screen).
-	valid map[string]bool
+	// valid are the active jobs that passed validation (screen);
+	// culprits the jobs the scheduler panicked on, with the panic in words
+	// (scheduleSafely).
+	valid    map[string]bool
+	culprits map[string]suspect
 }
 
 type nodeOrders struct {
@@ -149,10 +152,6 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lost, err := s.loseSilentNodes(ctx, jobs, now)
-	if err != nil {
-		return err
-	}
 	if err := s.judgeSilent(ctx, nodes, now); err != nil {
 		return err
 	}
@@ -162,11 +161,6 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	if moved {
 		if nodes, err = s.st.Nodes(ctx); err != nil {
-			return err
-		}
-	}
-	if lost > 0 {
-		if jobs, err = s.st.ActiveJobs(ctx); err != nil {
 			return err
 		}
 	}
@@ -215,37 +209,6 @@ func (s *Server) due(ctx context.Context, now time.Time) bool {
 	return err != nil || id != lastEvent
 }
 
-// loseSilentNodes declares the attempts of nodes silent for longer than
-// heartbeat grace + fence + margin lost, so their jobs requeue. By then the
-// agent has fenced itself: at most one attempt of a job ever runs.
-func (s *Server) loseSilentNodes(ctx context.Context, jobs []gpufleet.Job, now time.Time) (int, error) {
-	limit := s.cfg.HeartbeatGrace + s.cfg.FenceAfter + s.cfg.LostMargin
-	lost := 0
-	for _, j := range jobs {
-		for _, a := range j.Attempts {
-			if a.State.Terminal() {
-				continue
-			}
-			for _, n := range a.Nodes {
-				age, _ := s.heartbeatAge(n.Name, now)
-				if age <= limit {
-					continue
-				}
-				_, err := s.st.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: a.ID, State: gpufleet.AttemptLost, At: now,
-					Reason: fmt.Sprintf("node %s silent for %s (grace %s + fence %s + margin %s)", n.Name, age.Round(time.Second),
-						s.cfg.HeartbeatGrace, s.cfg.FenceAfter, s.cfg.LostMargin),
-					ReasonCode: "node_lost", Actor: "system"})
-				if err != nil && !errors.Is(err, gpufleet.ErrInvalid) {
-					return lost, err
-				}
-				lost++
-				break
-			}
-		}
-	}
-	return lost, nil
-}
-
 // schedule snapshots the store, runs the scheduler and persists the
 // decision fenced by epoch.
 func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) error {
@@ -254,16 +217,20 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if err != nil {
 		return err
 	}
-	out, guilty, err := s.scheduleSafely(ctx, in)
+	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {
 		return err
 	}
 	d := store.Decision{At: now}
-	for _, id := range slices.Sorted(maps.Keys(guilty)) {
+	// The last resort: a job the scheduler panics on even as invalid is
+	// ended here, as the scheduler would end an invalid one.
+	for _, id := range slices.Sorted(maps.Keys(leftOut)) {
 		if a := activeAttempt(byID[id]); a != nil {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: guilty[id], ReasonCode: ReasonInvalidRequest, Grace: in.Config.DefaultGrace})
+			if !a.StopRequested {
+				d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: leftOut[id], ReasonCode: scheduler.StopInvalid, Grace: in.Config.DefaultGrace})
+			}
 		} else {
-			d.Fails = append(d.Fails, store.Fail{JobID: id, Reason: guilty[id], ReasonCode: ReasonInvalidRequest})
+			d.Fails = append(d.Fails, store.Fail{JobID: id, Reason: leftOut[id], ReasonCode: scheduler.FailInvalid})
 		}
 	}
 	for _, st := range out.Starts {
@@ -278,12 +245,14 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		d.Starts = append(d.Starts, start)
 		s.log.Info("placing", "job", j.ID, "team", j.Team, "attempt", start.AttemptID, "nodes", len(start.Nodes))
 	}
-	// Every stop is the scheduler's: preemptions, drains, time limits and
-	// cancels, each with its grace. The store keeps the grace for the stop
-	// order the agent gets and for the scheduler's next view of the job.
+	// Every stop is the scheduler's: preemptions, drains, time limits,
+	// cancels and lost nodes, each with its grace. The store keeps the
+	// grace for the stop order the agent gets and for the scheduler's next
+	// view of the job; a lost attempt has nobody to stop it and is over.
 	for _, st := range out.Stops {
 		if a := activeAttempt(byID[st.Job]); a != nil {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace})
+			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace,
+				Lost: st.Code == scheduler.StopNodeLost})
 		}
 	}
 	for _, f := range out.Fails {
@@ -302,7 +271,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	}
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
 	after := applied(jobs, d)
-	s.setOrders(after, nodes)
+	s.setOrders(after, nodes, in.Config.DefaultGrace)
 	s.setGPUs(after, nodes)
 	return nil
 }
@@ -352,8 +321,9 @@ func activeAttempt(j gpufleet.Job) *gpufleet.Attempt {
 	return nil
 }
 
-// setOrders rebuilds what each node's heartbeat answers with.
-func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
+// setOrders rebuilds what each node's heartbeat answers with; a start
+// carries the grace its stops will give (the job's, else defaultGrace).
+func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGrace time.Duration) {
 	modelOf := map[string]string{}
 	for _, n := range nodes {
 		for _, g := range n.GPUs {
@@ -382,7 +352,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 		}
 		// A stop's grace is the one the scheduler decided with it; a start
 		// carries the grace the job's stops will give.
-		grace := scheduler.DefaultGrace.Seconds()
+		grace := defaultGrace.Seconds()
 		if j.GraceS != nil {
 			grace = *j.GraceS
 		}
@@ -478,11 +448,18 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet.Node) (scheduler.Input, error) {
 	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
 	cfg.Spare = s.cfg.Spare
+	// Past heartbeat grace + fence + margin a silent node's agent has
+	// fenced its attempts: the scheduler declares them lost, and the jobs
+	// requeue. At most one attempt of a job ever runs.
+	cfg.LostAfter = s.cfg.HeartbeatGrace + s.cfg.FenceAfter + s.cfg.LostMargin
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)
 		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
 			Reason: v.StateReason}
+		if age, _ := s.heartbeatAge(n.Name, now); age > 0 {
+			sn.LastSeen = now.Add(-age)
+		}
 		for _, g := range n.GPUs {
 			sg := scheduler.GPU{ID: g.UUID, Index: g.Index, Model: g.Model, NVLinkDomain: g.NVLinkDomain, State: scheduler.Ready}
 			switch {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -62,40 +63,110 @@ func (s *Server) screen(jobs []gpufleet.Job) []gpufleet.Job {
 	return out
 }
 
+// culprit tiers: a job the scheduler panicked on is first handed back to
+// it as invalid, for the scheduler to end; if it panics on the job even
+// then, the job is left out and the server ends it itself.
+const (
+	culpritInvalid = iota + 1
+	culpritLeftOut
+)
+
+// suspect is a job the scheduler panicked on this leadership.
+type suspect struct {
+	why  string
+	tier int
+}
+
 // scheduleSafely runs the scheduler and survives a panic: it finds the
-// job that causes it, leaves it out and schedules the rest. It returns
-// the output and the jobs found guilty, with the panic in words.
-func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (scheduler.Output, map[string]string, error) {
-	out, perr := runSchedule(s.decide, in)
-	if perr == nil {
-		return out, nil, nil
+// job that causes it and hands it back to the scheduler as invalid
+// (scheduler.Job.Invalid, reduced to what it holds), so that the scheduler
+// decides its end like any invalid request's: a queued one fails, a
+// running one stops with the default grace, both with code
+// invalid_request. If the scheduler panics on the job even then, the job
+// is left out of the input and returned in leftOut with the panic in
+// words, for the caller to end itself: the one decision the scheduler
+// cannot make. Suspects are remembered for the leadership, so later cycles
+// do not panic on them again.
+func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (out scheduler.Output, leftOut map[string]string, err error) {
+	s.leaderMu.Lock()
+	known := maps.Clone(s.leader.culprits)
+	s.leaderMu.Unlock()
+	if known == nil {
+		known = map[string]suspect{}
 	}
-	guilty := map[string]string{}
-	for perr != nil {
+	all := in.Jobs
+	in.Jobs = markCulprits(all, known)
+	out, perr := runSchedule(s.decide, in)
+	last := ""
+	for found := 0; perr != nil; found++ {
 		s.log.Error("the scheduler panicked; looking for the job that causes it", "panic", perr.value, "stack", perr.stack)
-		if len(guilty) == maxCulprits {
+		if found == maxCulprits {
 			return scheduler.Output{}, nil, fmt.Errorf("the scheduler panicked %d times this cycle: %v", maxCulprits+1, perr.value)
+		}
+		if last != "" && known[last].tier == culpritInvalid {
+			// Does it panic on the job just marked invalid, even so?
+			sus := known[last]
+			sus.tier = culpritLeftOut
+			known[last] = sus
+			in.Jobs = markCulprits(all, known)
+			if out, perr = runSchedule(s.decide, in); perr == nil {
+				break
+			}
+			sus.tier = culpritInvalid
+			known[last] = sus
+			in.Jobs = markCulprits(all, known)
 		}
 		id, err := culprit(ctx, s.decide, in)
 		if err != nil {
 			return scheduler.Output{}, nil, fmt.Errorf("the scheduler panicked (%v) and no single job explains it: %w", perr.value, err)
 		}
-		guilty[id] = fmt.Sprintf("the scheduler panicked on this job (%v); it is left out so the rest of the queue runs", perr.value)
-		jobs := make([]scheduler.Job, 0, len(in.Jobs))
-		for _, j := range in.Jobs {
-			switch {
-			case j.ID != id:
-				jobs = append(jobs, j)
-			case j.Running():
-				// Its GPUs stay held until its attempt has stopped.
-				jobs = append(jobs, scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.Submitted,
-					Started: j.Started, Placement: j.Placement, Resources: gpufleet.Resources{GPUs: placed(j.Placement)}})
-			}
+		sus := known[id]
+		sus.tier++
+		if sus.why == "" {
+			sus.why = fmt.Sprintf("the scheduler panicked on this job (%v); it is ended so the rest of the queue runs", perr.value)
 		}
-		in.Jobs = jobs
+		if sus.tier > culpritLeftOut {
+			return scheduler.Output{}, nil, fmt.Errorf("the scheduler panicked (%v) with job %s left out", perr.value, id)
+		}
+		known[id], last = sus, id
+		in.Jobs = markCulprits(all, known)
 		out, perr = runSchedule(s.decide, in)
 	}
-	return out, guilty, nil
+	s.leaderMu.Lock()
+	s.leader.culprits = known
+	s.leaderMu.Unlock()
+	for id, sus := range known {
+		if sus.tier == culpritLeftOut {
+			if leftOut == nil {
+				leftOut = map[string]string{}
+			}
+			leftOut[id] = sus.why
+		}
+	}
+	return out, leftOut, nil
+}
+
+// markCulprits applies the suspects to the jobs: a job handed back as
+// invalid is reduced to what the scheduler can always read (a running one
+// to the GPUs it holds); a job left out is dropped.
+func markCulprits(jobs []scheduler.Job, suspects map[string]suspect) []scheduler.Job {
+	if len(suspects) == 0 {
+		return jobs
+	}
+	out := make([]scheduler.Job, 0, len(jobs))
+	for _, j := range jobs {
+		switch sus, ok := suspects[j.ID]; {
+		case !ok:
+		case sus.tier == culpritLeftOut:
+			continue
+		default:
+			j = scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.Submitted, Started: j.Started,
+				Placement: j.Placement, StopAt: j.StopAt, StopCode: j.StopCode, Grace: j.Grace, Invalid: sus.why,
+				Resources: gpufleet.Resources{GPUs: placed(j.Placement)}}
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // panicked is a recovered panic with its stack.
@@ -116,7 +187,8 @@ func runSchedule(decide func(scheduler.Input) scheduler.Output, in scheduler.Inp
 
 // culprit finds, by bisection on the jobs in id order, the first job whose
 // addition makes the scheduler panic: with jobs[:k-1] it does not, with
-// jobs[:k] it does. It takes about log2(n) calls; ctx bounds them.
+// jobs[:k] it does. in must make it panic. It takes about log2(n) calls;
+// ctx bounds them.
 func culprit(ctx context.Context, decide func(scheduler.Input) scheduler.Output, in scheduler.Input) (string, error) {
 	jobs := slices.Clone(in.Jobs)
 	slices.SortFunc(jobs, func(a, b scheduler.Job) int { return strings.Compare(a.ID, b.ID) })
@@ -126,9 +198,6 @@ func culprit(ctx context.Context, decide func(scheduler.Input) scheduler.Output,
 		try.Cache, try.FleetVersion = nil, 0
 		_, p := runSchedule(decide, try)
 		return p != nil
-	}
-	if !panics(len(jobs)) {
-		return "", fmt.Errorf("it does not panic again")
 	}
 	lo, hi := 0, len(jobs) // panics(lo) is false (no jobs), panics(hi) true
 	if panics(0) {

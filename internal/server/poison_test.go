@@ -136,6 +136,46 @@ func TestSchedulerPanicFailsTheCulpritOnly(t *testing.T) {
 	}
 }
 
+// TestSchedulerEndsTheCulpritItPanicsOn: a job whose request makes the
+// scheduler panic is handed back to it as invalid, and the scheduler ends
+// it: a running one is stopped with its own grace (code invalid_request),
+// found in one cycle, remembered in the next (no second panic).
+func TestSchedulerEndsTheCulpritItPanicsOn(t *testing.T) {
+	f := newFixture(t)
+	a := f.team("team-a", nil)
+	f.node("n1", "h100-sxm-80gb", 8)
+	grace := gpufleet.Duration(45 * time.Second)
+	bad := f.submit(a, api.SubmitRequest{Name: "bad", Resources: gpufleet.Resources{GPUs: 2}, Grace: grace}).ID
+	f.cycle() // it runs
+	other := f.submit(a, api.SubmitRequest{Name: "other", Resources: gpufleet.Resources{GPUs: 1}}).ID
+	panics := 0
+	f.srv.decide = func(in scheduler.Input) scheduler.Output {
+		for _, j := range in.Jobs {
+			if j.ID == bad && j.Invalid == "" {
+				panics++
+				panic("a bug that reads the request of " + j.ID)
+			}
+		}
+		return scheduler.Schedule(in)
+	}
+	f.cycle()
+	j := f.job(bad)
+	a0 := j.Attempts[len(j.Attempts)-1]
+	if !a0.StopRequested || a0.ReasonCode != scheduler.StopInvalid || a0.StopGraceS == nil || *a0.StopGraceS != 45 ||
+		!strings.Contains(a0.Reason, "the scheduler panicked on this job") {
+		t.Errorf("culprit's attempt: stop %v code %q grace %v reason %q; want a stop invalid_request with its 45s grace",
+			a0.StopRequested, a0.ReasonCode, a0.StopGraceS, a0.Reason)
+	}
+	if o := f.job(other); o.State != gpufleet.JobScheduled {
+		t.Errorf("the other job is %s, want scheduled", o.State)
+	}
+	before := panics
+	f.cycle()
+	if panics != before {
+		t.Errorf("the scheduler panicked again on a known culprit (%d panics, then %d)", before, panics)
+	}
+}
+
 func TestUnsatisfiableRequestsAreRefusedAtSubmit(t *testing.T) {
 	f := newFixture(t)
 	a := f.team("team-a", nil)

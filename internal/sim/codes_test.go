@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -8,11 +10,9 @@ import (
 
 // TestReplayCodes replays, for every reason code the scheduler gives a
 // user, a small trace that produces it: wait codes as jobs are told at
-// submission, stop codes as stops decided. The one code no replay can
-// produce is invalid_request (a Fail or a Stop): trace readers refuse an
-// invalid job as the API does, so only a stored row that bypassed the API
-// ever carries scheduler.Job.Invalid (the server's poison-row tests and
-// scenario invalid_request.txt show it).
+// submission, stop codes as stops decided, fail codes as jobs ended.
+// invalid_request needs a row the validation refuses, kept with
+// ReadOptions.KeepInvalid (a poison row, as the server's store may hold).
 func TestReplayCodes(t *testing.T) {
 	const v100 = `{"node_groups": [{"name": "n", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8}]}`
 	const quota = `{"node_groups": [{"name": "n", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8}],
@@ -23,6 +23,7 @@ func TestReplayCodes(t *testing.T) {
 	tests := []struct {
 		code, policy, cluster, trace string
 		cfg                          func(*Config)
+		opt                          ReadOptions
 	}{
 		{code: scheduler.ReasonUnplaceable, cluster: v100, trace: "id,submit_s,duration_s,gpus,gpu_model\nj,0,10,1,a100-sxm4-80gb\n"},
 		{code: scheduler.ReasonQuotaExceeded, cluster: quota, trace: "id,submit_s,duration_s,gpus,team\nj,0,10,8,a\n"},
@@ -45,6 +46,10 @@ func TestReplayCodes(t *testing.T) {
 			cfg: func(c *Config) { c.DrainMTBF, c.RepairTime = 3600, 600 }},
 		{code: scheduler.StopTimeLimit, cluster: v100, trace: "id,submit_s,duration_s,gpus,time_limit_s\nj,0,1000,1,100\n"},
 		{code: scheduler.StopCancel, cluster: v100, trace: "id,submit_s,duration_s,gpus,cancel_s\nj,0,1000,1,100\n"},
+		{code: scheduler.StopNodeLost, cluster: v100, trace: "id,submit_s,duration_s,gpus\nj,0,100000,8\n",
+			cfg: func(c *Config) { c.NodeMTBF, c.RepairTime = 3600, 600 }},
+		{code: scheduler.FailInvalid, cluster: v100, trace: "id,submit_s,duration_s,gpus,nodes\nok,0,10,1,\nbad,0,10,6,4\n",
+			opt: ReadOptions{KeepInvalid: true}},
 	}
 	covered := map[string]bool{}
 	for _, tc := range tests {
@@ -61,19 +66,23 @@ func TestReplayCodes(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			res, err := Run(mustTrace(t, tc.trace), mustCluster(t, tc.cluster), cfg)
+			tr, err := Read(strings.NewReader(tc.trace), "csv", tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(tr, mustCluster(t, tc.cluster), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := res.Report
-			if r.WaitReasons[tc.code] == 0 && r.Stops[tc.code] == 0 {
-				t.Errorf("no %s: waits %v, stops %v", tc.code, r.WaitReasons, r.Stops)
+			if r.WaitReasons[tc.code] == 0 && r.Stops[tc.code] == 0 && r.Ended[tc.code] == 0 {
+				t.Errorf("no %s: waits %v, stops %v, ended %v", tc.code, r.WaitReasons, r.Stops, r.Ended)
 			}
 			covered[tc.code] = true
 		})
 	}
-	for _, c := range append(scheduler.WaitCodes(), scheduler.StopCodes()...) {
-		if !covered[c] && c != scheduler.StopInvalid {
+	for _, c := range slices.Concat(scheduler.WaitCodes(), scheduler.StopCodes(), scheduler.FailCodes()) {
+		if !covered[c] {
 			t.Errorf("no replay for code %s", c)
 		}
 	}

@@ -122,11 +122,7 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 		if err := checkUnique(seen, id); err != nil {
 			return err
 		}
-		if err := j.check(); err != nil {
-			return err
-		}
-		tr.Jobs = append(tr.Jobs, j)
-		return nil
+		return tr.add(j, opt)
 	})
 	tr.BadLines = bad
 	if err != nil {

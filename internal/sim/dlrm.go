@@ -72,11 +72,7 @@ func parseDLRM(r io.Reader, opt ReadOptions) (*Trace, error) {
 		} else {
 			alive = append(alive, open{len(tr.Jobs), start})
 		}
-		if err := j.check(); err != nil {
-			return err
-		}
-		tr.Jobs = append(tr.Jobs, j)
-		return nil
+		return tr.add(j, opt)
 	})
 	tr.BadLines = bad
 	if err != nil {

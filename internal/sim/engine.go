@@ -560,14 +560,12 @@ func (e *engine) handle(ev event) {
 		if ev.version != e.nodeVer[ev.node] || e.nodes[ev.node].State == scheduler.Down {
 			return
 		}
+		// The node stops reporting: the scheduler declares its runs lost
+		// (node_lost, no grace) and they requeue with their progress.
 		e.failures++
-		for _, js := range slices.Clone(e.running) {
-			if js.on(ev.node) {
-				e.stop(js, e.now)
-				e.lost++
-			}
-		}
 		e.down(ev.node)
+		e.nodes[ev.node].LastSeen = e.vtime(e.now)
+		e.decide = true
 	case evDrain:
 		n := &e.nodes[ev.node]
 		if ev.version != e.nodeVer[ev.node] || n.State != scheduler.Ready {
@@ -584,6 +582,7 @@ func (e *engine) handle(ev event) {
 		e.decide = true
 	case evRepair:
 		e.setNode(ev.node, scheduler.Ready, "")
+		e.nodes[ev.node].LastSeen = time.Time{}
 		e.pushNodeEvents(ev.node)
 	}
 }
@@ -806,8 +805,11 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 	for _, s := range out.Stops {
 		codes[s.Job] = s.Code
 		e.stopCodes[s.Code]++
-		if strings.HasPrefix(s.Code, "preempted_") {
+		switch {
+		case strings.HasPrefix(s.Code, "preempted_"):
 			e.preemptions++
+		case s.Code == scheduler.StopNodeLost:
+			e.lost++
 		}
 	}
 	for _, f := range out.Fails {
@@ -909,6 +911,7 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		TimeLimit:       seconds(js.timeLimit),
 		CancelRequested: js.cancel,
 		Requeued:        js.requeued,
+		Invalid:         j.Invalid,
 	}
 	if js.stops > 0 {
 		sj.Queued = e.vtime(js.queued)

@@ -75,11 +75,7 @@ func parsePhillyGavel(r io.Reader, opt ReadOptions) (*Trace, error) {
 			scaled++
 		}
 		j.Duration = j.DurationOn["v100-sxm2-16gb"]
-		if err := j.check(); err != nil {
-			return err
-		}
-		tr.Jobs = append(tr.Jobs, j)
-		return nil
+		return tr.add(j, opt)
 	})
 	tr.BadLines = bad
 	if err != nil {

@@ -43,6 +43,8 @@ type Report struct {
 	Ended    map[string]int `json:"ended"`
 	Skipped  int            `json:"skipped"`
 	BadLines int            `json:"bad_lines"`
+	// InvalidRows counts rows kept as invalid jobs (ReadOptions.KeepInvalid).
+	InvalidRows int `json:"invalid_rows"`
 
 	Latency
 
@@ -119,7 +121,7 @@ type LoadPeriod struct {
 func (e *engine) result() *Result {
 	rep := Report{
 		Policy: e.cfg.Policy.Name, Trace: e.tr.Name, Format: e.tr.Format,
-		Jobs: len(e.jobs), Skipped: e.tr.Skipped, BadLines: e.tr.BadLines,
+		Jobs: len(e.jobs), Skipped: e.tr.Skipped, BadLines: e.tr.BadLines, InvalidRows: e.tr.Invalid,
 		CapacityGPUs: e.total, Preemptions: e.preemptions, Failures: e.failures, Lost: e.lost, Drains: e.drains,
 		Stops: e.stopCodes, Ended: e.endCodes, WaitReasons: e.waitCodes,
 		Cycles: e.cycles, Decisions: e.decisions,

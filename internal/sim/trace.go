@@ -50,6 +50,11 @@ type Job struct {
 	// none); Cancel, when positive, is when the user cancels the job, in
 	// seconds after its submission.
 	Grace, TimeLimit, Cancel float64
+	// Invalid says why the request validation refused the row, for a row
+	// kept under ReadOptions.KeepInvalid: the scheduler fails the job
+	// (invalid_request) as the server fails a stored row that no longer
+	// validates (scheduler.Job.Invalid).
+	Invalid string
 }
 
 // Resources is the job's request as the scheduler reads it.
@@ -64,9 +69,17 @@ const maxTraceSeconds = 10 * 365 * 86400
 
 // check validates a job read from a trace as the API validates a request:
 // its resources with gpufleet.Resources.Validate (the same limits), its
-// class, and its times within maxTraceSeconds. Readers call it on every
-// row before keeping it.
+// class, and its times within maxTraceSeconds. Readers call it, through
+// Trace.add, on every row before keeping it.
 func (j *Job) check() error {
+	if err := j.checkRequest(); err != nil {
+		return err
+	}
+	return j.checkTimes()
+}
+
+// checkRequest validates what the scheduler reads of the request.
+func (j *Job) checkRequest() error {
 	if err := j.Resources().Validate(); err != nil {
 		return err
 	}
@@ -74,6 +87,11 @@ func (j *Job) check() error {
 		_, err := gpufleet.ParsePriority(string(j.Class))
 		return gpufleet.InField("priority", err)
 	}
+	return nil
+}
+
+// checkTimes validates the times the replay itself runs on.
+func (j *Job) checkTimes() error {
 	times := []struct {
 		name string
 		v    float64
@@ -92,6 +110,23 @@ func (j *Job) check() error {
 	if g := gpufleet.MaxGrace.Seconds(); j.Grace > g {
 		return fmt.Errorf("grace %g s: expected 0 to %g (the API's limit)", j.Grace, g)
 	}
+	return nil
+}
+
+// add validates j (check) and keeps it; under opt.KeepInvalid a row
+// whose request alone is refused is kept as an invalid job.
+func (tr *Trace) add(j Job, opt ReadOptions) error {
+	if err := j.checkTimes(); err != nil {
+		return err
+	}
+	if err := j.checkRequest(); err != nil {
+		if !opt.KeepInvalid {
+			return err
+		}
+		j.Invalid = err.Error()
+		tr.Invalid++
+	}
+	tr.Jobs = append(tr.Jobs, j)
 	return nil
 }
 
@@ -133,6 +168,8 @@ type Trace struct {
 	Skipped int
 	// BadLines counts malformed rows skipped under ReadOptions.SkipBadLines.
 	BadLines int
+	// Invalid counts rows kept under ReadOptions.KeepInvalid (Job.Invalid).
+	Invalid int
 	// Models holds the opaque GPU models the trace names (undisclosed types
 	// that match only by name), keyed by name.
 	Models map[string]catalog.GPU
@@ -146,6 +183,11 @@ type ReadOptions struct {
 	Name string
 	// SkipBadLines counts malformed rows instead of stopping at the first.
 	SkipBadLines bool
+	// KeepInvalid keeps rows whose times are sound but whose request the
+	// shared validation refuses (more GPUs than the limits allow, an
+	// unknown class) as invalid jobs (Job.Invalid) for the scheduler to
+	// fail, instead of treating them as malformed.
+	KeepInvalid bool
 	// ScalingEfficiency is the parallel efficiency assumed where a trace
 	// gives only single-GPU run times (philly-gavel): a job on n GPUs takes
 	// single/(n*eff). 0 means DefaultScalingEfficiency.

@@ -167,6 +167,17 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 			}
 		}
 		for _, sp := range d.Stops {
+			if sp.Lost {
+				// Nobody is left to ask: the attempt is over. One that
+				// ended meanwhile (its agent's report came first) stays
+				// as it ended.
+				_, err := s.updateAttempt(ctx, tx, AttemptUpdate{AttemptID: sp.AttemptID, State: gpufleet.AttemptLost, At: at,
+					Reason: sp.Reason, ReasonCode: sp.ReasonCode}, at, "scheduler")
+				if err != nil && !errors.Is(err, gpufleet.ErrInvalid) {
+					return fmt.Errorf("lose %s: %w", sp.AttemptID, err)
+				}
+				continue
+			}
 			var team string
 			err := tx.QueryRowContext(ctx, s.q(`SELECT j.team FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.id = ?`), sp.AttemptID).Scan(&team)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -407,50 +418,57 @@ func (s *SQL) UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job,
 	}
 	var out gpufleet.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		as, err := s.attempts(ctx, tx, `a.id = ?`, u.AttemptID)
+		jobID, err := s.updateAttempt(ctx, tx, u, at, actor)
 		if err != nil {
 			return err
 		}
-		if len(as) == 0 {
-			return notFound("attempt", u.AttemptID)
-		}
-		if s.d.forUpdate != "" {
-			// Lock the job, then read the attempt again: every writer of
-			// an attempt's state holds its job's lock.
-			if err := s.lockJob(ctx, tx, as[0].JobID); err != nil {
-				return err
-			}
-			if as, err = s.attempts(ctx, tx, `a.id = ?`, u.AttemptID); err != nil {
-				return err
-			}
-		}
-		cur := as[0]
-		if cur.State.Terminal() {
-			if u.State != cur.State {
-				return invalid("attempt %s is %s and cannot become %s", cur.ID, cur.State, u.State)
-			}
-			out, err = s.jobTx(ctx, tx, cur.JobID)
-			return err
-		}
-		if u.State == gpufleet.AttemptStarting && cur.State == gpufleet.AttemptRunning {
-			return invalid("attempt %s is running and cannot go back to starting", cur.ID)
-		}
-		gs := max(cur.GPUSeconds, u.GPUSeconds)
-		egs := max(cur.EffectiveGPUSeconds, u.EffectiveGPUSeconds)
-		ej := max(cur.EnergyJoules, u.EnergyJoules)
-		if u.State == cur.State {
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET gpu_seconds = ?, effective_gpu_seconds = ?, energy_joules = ?, updated_at = ? WHERE id = ?`),
-				gs, egs, ej, nanos(at), cur.ID); err != nil {
-				return fmt.Errorf("update attempt %s: %w", cur.ID, err)
-			}
-		} else if err := s.transition(ctx, tx, cur, u, at, actor, gs, egs, ej); err != nil {
-			return err
-		}
 		s.failpoint("attempt.before-commit")
-		out, err = s.jobTx(ctx, tx, cur.JobID)
+		out, err = s.jobTx(ctx, tx, jobID)
 		return err
 	})
 	return out, err
+}
+
+// updateAttempt applies u inside tx and returns the attempt's job.
+func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at time.Time, actor string) (string, error) {
+	as, err := s.attempts(ctx, tx, `a.id = ?`, u.AttemptID)
+	if err != nil {
+		return "", err
+	}
+	if len(as) == 0 {
+		return "", notFound("attempt", u.AttemptID)
+	}
+	if s.d.forUpdate != "" {
+		// Lock the job, then read the attempt again: every writer of
+		// an attempt's state holds its job's lock.
+		if err := s.lockJob(ctx, tx, as[0].JobID); err != nil {
+			return "", err
+		}
+		if as, err = s.attempts(ctx, tx, `a.id = ?`, u.AttemptID); err != nil {
+			return "", err
+		}
+	}
+	cur := as[0]
+	if cur.State.Terminal() {
+		if u.State != cur.State {
+			return "", invalid("attempt %s is %s and cannot become %s", cur.ID, cur.State, u.State)
+		}
+		return cur.JobID, nil
+	}
+	if u.State == gpufleet.AttemptStarting && cur.State == gpufleet.AttemptRunning {
+		return "", invalid("attempt %s is running and cannot go back to starting", cur.ID)
+	}
+	gs := max(cur.GPUSeconds, u.GPUSeconds)
+	egs := max(cur.EffectiveGPUSeconds, u.EffectiveGPUSeconds)
+	ej := max(cur.EnergyJoules, u.EnergyJoules)
+	if u.State == cur.State {
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET gpu_seconds = ?, effective_gpu_seconds = ?, energy_joules = ?, updated_at = ? WHERE id = ?`),
+			gs, egs, ej, nanos(at), cur.ID); err != nil {
+			return "", fmt.Errorf("update attempt %s: %w", cur.ID, err)
+		}
+		return cur.JobID, nil
+	}
+	return cur.JobID, s.transition(ctx, tx, cur, u, at, actor, gs, egs, ej)
 }
 
 // transition changes an attempt's state and applies the effect on its job.
@@ -527,10 +545,10 @@ func (s *SQL) transition(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u A
 		}
 		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`,
 			fmt.Sprintf("attempt %s failed; no retries left (max %d)", cur.ID, retriesMax), used, nanos(at))
-	case cur.StopReasonCode == "time_limit" || cur.StopReasonCode == "invalid_request":
-		// The scheduler stopped the run for good (scheduler.Requeues is
-		// false): at its time limit the job ends, as Slurm's TIMEOUT does,
-		// without a retry; an invalid stored request ends too.
+	case !gpufleet.StopRequeues(cur.StopReasonCode):
+		// The scheduler stopped the run for good: at its time limit the
+		// job ends, as Slurm's TIMEOUT does, without a retry; an invalid
+		// stored request ends too (a cancel is the case above).
 		return job("job.failed", `state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?`,
 			fmt.Sprintf("%s: %s (attempt %s)", cur.StopReasonCode, cur.StopReason, cur.ID), nanos(at), cur.StopReason, cur.StopReasonCode)
 	default: // stopped, lost

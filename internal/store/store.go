@@ -109,6 +109,10 @@ type Stop struct {
 	Reason     string
 	ReasonCode string
 	Grace      time.Duration
+	// Lost records the attempt lost at once instead of asking its agent
+	// to stop it: its node has been silent long enough that the agent
+	// has fenced it (reason code node_lost). The job requeues.
+	Lost bool
 }
 
 // Fail ends a queued job the leader cannot schedule (reason code

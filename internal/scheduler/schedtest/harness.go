@@ -31,6 +31,8 @@ import (
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	finish j0                            a running job ends
 //	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
+//	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
+//	                                     its runs are lost after config lost-after=
 //	cancel j0                            the job's cancel is requested
 //	schedule at=10s [dry] [recheck]      recheck prints Output.Recheck
 //	----
@@ -151,6 +153,18 @@ func (h *Harness) command(f []string) error {
 		h.in.Jobs = slices.DeleteFunc(h.in.Jobs, func(j scheduler.Job) bool { return j.ID == f[1] })
 	case "drain":
 		return h.drain(f[1], args)
+	case "silent":
+		since, err := gpufleet.ParseDuration(args["since"])
+		if err != nil {
+			return fmt.Errorf("silent %s since: %w", f[1], err)
+		}
+		for i := range h.in.Nodes {
+			if h.in.Nodes[i].Name == f[1] {
+				h.in.Nodes[i].LastSeen = T0.Add(since)
+				return nil
+			}
+		}
+		return fmt.Errorf("silent: no node %s", f[1])
 	case "cancel":
 		for i := range h.in.Jobs {
 			if h.in.Jobs[i].ID == f[1] {
@@ -195,6 +209,8 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.MaxPlacementsPerCycle, err = strconv.Atoi(op[1])
 		case "default-est":
 			c.DefaultEstimate, err = gpufleet.ParseDuration(op[1])
+		case "lost-after":
+			c.LostAfter, err = gpufleet.ParseDuration(op[1])
 		case "ratio":
 			c.ResponseRatio = on
 		case "spare": // MODEL:N
