@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// durationForm is what time.ParseDuration reads, whatever the size.
+var durationForm = regexp.MustCompile(`^[-+]?([0-9]*\.?[0-9]+(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // ParseDuration reads a duration in the forms people write: a Go duration
 // ("90s", "4h", "1h30m"), days ("2d", "1.5d") or plain seconds ("3600",
@@ -42,6 +46,8 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(t)
 	switch {
+	case err != nil && durationForm.MatchString(t):
+		return bad("too long") // well formed, beyond time.Duration's 292 years
 	case err != nil:
 		return bad("expected a form like 90s, 4h, 2d or seconds")
 	case d < 0:

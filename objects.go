@@ -1,6 +1,9 @@
 package gpufleet
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // JobState is where a job is in its life.
 type JobState string
@@ -102,6 +105,17 @@ type Resources struct {
 type Retries struct {
 	Max  int `json:"max"`
 	Used int `json:"used"`
+}
+
+// String says how many of the retries the job's failures used: "1 of 2
+// used". Used counts failed attempts, so the last failure of a job that
+// ran out of retries is one more than Max: it reads "2 of 2 used, then
+// failed".
+func (r Retries) String() string {
+	if r.Used > r.Max {
+		return fmt.Sprintf("%d of %d used, then failed", r.Max, r.Max)
+	}
+	return fmt.Sprintf("%d of %d used", r.Used, r.Max)
 }
 
 // Job is a unit of work and its history, as the API returns it.

@@ -67,8 +67,8 @@ func parse(name string, data []byte) (*Config, error) {
 	}
 	family, ok := families[mt]
 	if !ok {
-		return nil, fmt.Errorf("%w: model_type %q (supported: %s)",
-			gpufleet.ErrUnsupported, mt, strings.Join(SupportedModelTypes(), ", "))
+		return nil, fmt.Errorf("%w: model_type %s (supported: %s)",
+			gpufleet.ErrUnsupported, gpufleet.Quote(mt), strings.Join(SupportedModelTypes(), ", "))
 	}
 	c := &Config{Name: name, ModelType: mt}
 	family(c, f)

@@ -81,6 +81,15 @@ const (
 	RecomputeFull      Recompute = "full"
 )
 
+// Bounds of a Request beyond which no engine or run goes: a million
+// concurrent sequences or sequences per step, 16M-token contexts, and a
+// quadrillion training tokens (Llama 3 trained on 15.6T).
+const (
+	maxBatch          = 1 << 20
+	maxTokens         = 1 << 24
+	maxTrainingTokens = int64(1e15)
+)
+
 // Request is everything the planner needs. Zero values mean "choose" or
 // "default" as each field says; Validate fills defaults and rejects nonsense.
 type Request struct {
@@ -156,15 +165,23 @@ func (r Request) withDefaults() (Request, error) {
 	default:
 		return r, fmt.Errorf("%w: kv-precision %q: expected bf16, fp16, fp8, int8 or fp32", gpufleet.ErrInvalid, r.KVPrecision)
 	}
-	for name, v := range map[string]int{"gpus": r.GPUCount, "batch": r.Batch, "input-tokens": r.InputTokens,
-		"output-tokens": r.OutputTokens, "seq": r.Seq, "micro-batch": r.MicroBatch, "global-batch": r.GlobalBatch,
-		"tp": r.TP, "pp": r.PP, "dp": r.DP} {
-		if v < 0 {
-			return r, fmt.Errorf("%w: %s %d: expected a positive number", gpufleet.ErrInvalid, name, v)
+	// Bounds: GPU counts and parallel degrees as the control plane's
+	// (gpufleet.MaxFleetGPUs); batches and lengths far beyond any engine's,
+	// so that the layout and batch searches stay bounded.
+	for _, c := range []struct {
+		name string
+		v    int
+		max  int
+	}{{"gpus", r.GPUCount, gpufleet.MaxFleetGPUs}, {"tp", r.TP, gpufleet.MaxFleetGPUs}, {"pp", r.PP, gpufleet.MaxFleetGPUs},
+		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
+		{"output-tokens", r.OutputTokens, maxTokens}, {"seq", r.Seq, maxTokens}, {"micro-batch", r.MicroBatch, maxBatch},
+		{"global-batch", r.GlobalBatch, maxBatch}} {
+		if err := gpufleet.ValidateCount(c.name, c.v, 0, c.max); err != nil {
+			return r, err
 		}
 	}
-	if r.Tokens < 0 {
-		return r, fmt.Errorf("%w: tokens %d: expected a positive number", gpufleet.ErrInvalid, r.Tokens)
+	if r.Tokens < 0 || r.Tokens > maxTrainingTokens {
+		return r, fmt.Errorf("%w: tokens %d: expected 0 to %g", gpufleet.ErrInvalid, r.Tokens, float64(maxTrainingTokens))
 	}
 	if r.InputTokens == 0 {
 		r.InputTokens = 1024

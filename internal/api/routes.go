@@ -366,7 +366,7 @@ func pageParams(r *http.Request) (int, string, error) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			return 0, "", fmt.Errorf("%w: limit %q: expected a non-negative integer", gpufleet.ErrInvalid, s)
+			return 0, "", fmt.Errorf("%w: limit %s: expected a non-negative integer", gpufleet.ErrInvalid, gpufleet.Quote(s))
 		}
 		limit = min(n, MaxPageLimit)
 	}
@@ -385,7 +385,7 @@ func paginate[T any](items []T, limit int, token string) ([]T, string, error) {
 		s, ok := strings.CutPrefix(string(raw), "off:")
 		n, aerr := strconv.Atoi(s)
 		if err != nil || !ok || aerr != nil || n < 0 {
-			return nil, "", fmt.Errorf("%w: next_token %q: not a token this server issued", gpufleet.ErrInvalid, token)
+			return nil, "", fmt.Errorf("%w: next_token %s: not a token this server issued", gpufleet.ErrInvalid, gpufleet.Quote(token))
 		}
 		off = n
 	}
@@ -412,7 +412,7 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
-		return false, fmt.Errorf("%w: %s %q: expected 1, true, 0 or false", gpufleet.ErrInvalid, name, s)
+		return false, fmt.Errorf("%w: %s %s: expected 1, true, 0 or false", gpufleet.ErrInvalid, name, gpufleet.Quote(s))
 	}
 	return b, nil
 }
@@ -425,7 +425,7 @@ func timeParam(r *http.Request, name string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: %s %q: expected an RFC 3339 time such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, s)
+		return time.Time{}, fmt.Errorf("%w: %s %s: expected an RFC 3339 time such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, gpufleet.Quote(s))
 	}
 	return t.UTC(), nil
 }

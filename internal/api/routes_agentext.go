@@ -17,7 +17,7 @@ func (h *handler) agentLog(w http.ResponseWriter, r *http.Request, p Principal) 
 	}
 	off, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if err != nil || off < 0 {
-		return fmt.Errorf("%w: offset %q: expected a non-negative integer", gpufleet.ErrInvalid, r.URL.Query().Get("offset"))
+		return fmt.Errorf("%w: offset %s: expected a non-negative integer", gpufleet.ErrInvalid, gpufleet.Quote(r.URL.Query().Get("offset")))
 	}
 	id := r.PathValue("id")
 	size, err := ls.AgentLog(r.Context(), p, id, off, r.Body)
@@ -59,7 +59,7 @@ func (h *handler) clearFaults(w http.ResponseWriter, r *http.Request, p Principa
 	s := r.URL.Query().Get("gpu")
 	gpu, err := strconv.Atoi(s)
 	if err != nil || gpu < 0 {
-		return fmt.Errorf("%w: gpu %q: expected a GPU index", gpufleet.ErrInvalid, s)
+		return fmt.Errorf("%w: gpu %s: expected a GPU index", gpufleet.ErrInvalid, gpufleet.Quote(s))
 	}
 	o, err := fs.ClearFaults(r.Context(), p, r.PathValue("name"), gpu)
 	if err != nil {

@@ -78,7 +78,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request, p Principal) er
 	var since int64
 	if s := r.URL.Query().Get("since"); s != "" {
 		if since, err = strconv.ParseInt(s, 10, 64); err != nil || since < 0 {
-			return fmt.Errorf("%w: since %q: expected an event id", gpufleet.ErrInvalid, s)
+			return fmt.Errorf("%w: since %s: expected an event id", gpufleet.ErrInvalid, gpufleet.Quote(s))
 		}
 	}
 	if !watch {
@@ -92,7 +92,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request, p Principal) er
 		}
 		if token != "" {
 			if since, err = strconv.ParseInt(token, 10, 64); err != nil || since < 0 {
-				return fmt.Errorf("%w: next_token %q: not a token this server issued", gpufleet.ErrInvalid, token)
+				return fmt.Errorf("%w: next_token %s: not a token this server issued", gpufleet.ErrInvalid, gpufleet.Quote(token))
 			}
 		}
 		list, err := lister.Events(r.Context(), p, EventQuery{Since: since, Limit: limit})

@@ -268,7 +268,11 @@ func parseKV(vals []string) (map[string]string, error) {
 		if !ok || strings.TrimSpace(k) == "" {
 			return nil, &gpufleet.ValueError{Field: "value", Value: gpufleet.Quote(v), Want: "expected KEY=VALUE"}
 		}
-		out[strings.TrimSpace(k)] = val
+		k = strings.TrimSpace(k)
+		if _, dup := out[k]; dup {
+			return nil, &gpufleet.ValueError{Field: "value", Value: gpufleet.Quote(v), Want: "each KEY once (" + gpufleet.Quote(k) + " is given twice)"}
+		}
+		out[k] = val
 	}
 	return out, nil
 }

@@ -480,7 +480,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		{"resources", strings.Join(res, ", ")}, {"command", orDash(strings.Join(j.Command, " "))},
 		{"submitted", c.ago(&j.SubmittedAt)}, {"started", c.ago(j.StartedAt)}, {"finished", c.ago(j.FinishedAt)},
 		{"time limit", seconds(j.TimeLimitS)}, {"estimate", seconds(j.EstimateS)},
-		{"retries", fmt.Sprintf("%d of %d used", j.Retries.Used, j.Retries.Max)},
+		{"retries", j.Retries.String()},
 		{"interruptions", fmt.Sprintf("%d (preemption, drain, node loss: not counted against retries)", j.Interruptions)},
 		{"preemptible", strconv.FormatBool(j.Preemptible)},
 	}

@@ -262,7 +262,7 @@ var modelChecks = map[string]func(string) error{
 
 func checkPrecision(s string) error {
 	if _, err := planner.ParseFormat(s); err != nil {
-		return fmt.Errorf("%q: expected fp32, bf16, fp16, fp8, int8, int4 or fp4", s)
+		return fmt.Errorf("%s: expected fp32, bf16, fp16, fp8, int8, int4 or fp4", gpufleet.Quote(s))
 	}
 	return nil
 }
@@ -272,7 +272,7 @@ func oneOf(vals ...string) func(string) error {
 		if slices.Contains(vals, s) {
 			return nil
 		}
-		return fmt.Errorf("%q: expected %s", s, orList(vals))
+		return fmt.Errorf("%s: expected %s", gpufleet.Quote(s), orList(vals))
 	}
 }
 
@@ -357,7 +357,7 @@ func (w *schemaWalker) value(n *fnode, t reflect.Type, path string) (any, error)
 				if path != "" {
 					where = " in " + path
 				}
-				return nil, fmt.Errorf("%d: unknown field %q%s (known: %s)", k.line, k.value, where, strings.Join(slices.Sorted(mapKeys(fields)), ", "))
+				return nil, fmt.Errorf("%d: unknown field %s%s (known: %s)", k.line, gpufleet.Quote(k.value), where, strings.Join(slices.Sorted(mapKeys(fields)), ", "))
 			}
 			if prev, dup := seen[key]; dup {
 				return nil, fmt.Errorf("%d: %s given twice (first on line %d)", k.line, join(path, key), prev)
@@ -428,7 +428,7 @@ func (w *schemaWalker) value(n *fnode, t reflect.Type, path string) (any, error)
 		out := map[string]any{}
 		for i, k := range n.keys {
 			if _, dup := out[k.value]; dup {
-				return nil, fmt.Errorf("%d: %s: key %q given twice", k.line, label, k.value)
+				return nil, fmt.Errorf("%d: %s: key %s given twice", k.line, label, gpufleet.Quote(k.value))
 			}
 			if t.Elem().Kind() == reflect.Interface {
 				v, err := w.generic(n.items[i])
@@ -510,7 +510,7 @@ func describe(n *fnode) string {
 	case fsequence:
 		return "a list"
 	}
-	return strconv.Quote(n.value)
+	return gpufleet.Quote(n.value)
 }
 
 func join(path, key string) string {

@@ -201,6 +201,10 @@ func TestExampleJobFilesParse(t *testing.T) {
 	}
 }
 
+// maxErrorBytes bounds a parser's error: it quotes at most about
+// gpufleet.QuoteLimit bytes of its input, plus its own words.
+const maxErrorBytes = 2048
+
 func FuzzParseJobFile(f *testing.F) {
 	for _, path := range []string{"../../examples/jobs/train-gang.yaml", "../../examples/jobs/inference-service.yaml", "../../examples/jobs/notebook-mig.yaml"} {
 		if data, err := os.ReadFile(path); err == nil {
@@ -220,6 +224,9 @@ func FuzzParseJobFile(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, gpufleet.ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			if len(err.Error()) > maxErrorBytes {
+				t.Fatalf("a %d-byte error: it quotes its input whole", len(err.Error()))
 			}
 			return
 		}

@@ -19,7 +19,7 @@ type shape struct {
 	key      string
 	kind     gpufleet.SharingKind
 	gpus     int32 // GPUs, MIG instances or time-slice shares
-	nodes    int32 // explicit node count, 0 = automatic
+	nodes    int32 // explicit node count, 0 = automatic (1 = one node, never spread)
 	perNode  int32 // GPUs per node when spread over nodes
 	units    int32 // time-slice units per GPU
 	profile  int32 // MIG profile, -1 when unknown
@@ -37,6 +37,13 @@ type shape struct {
 	static    *why // unplaceable on an empty fleet (nil = placeable); set lazily
 	staticSet bool
 	group     *simGroup
+}
+
+// spreads reports whether a whole-GPU shape with no explicit node count
+// goes over as few nodes as possible on model m: it needs more GPUs than
+// any node has of m. One that asks for one node (nodes 1) never does.
+func (sh *shape) spreads(f *fleet, m int32) bool {
+	return sh.gpus > f.maxK[m] && sh.nodes != 1
 }
 
 // shapeKey is the identity of a job's shape, built into buf.

@@ -577,8 +577,9 @@ func (f *fleet) stamp(sh *shape) uint64 {
 			if sh.perNode <= f.maxK[m] {
 				st += uint64(f.raise[m][sh.perNode])
 			}
-		case sh.gpus > f.maxK[m]:
+		case sh.spreads(f, m):
 			st += uint64(f.totalRaise[m])
+		case sh.gpus > f.maxK[m]:
 		default:
 			st += uint64(f.raise[m][sh.gpus])
 		}

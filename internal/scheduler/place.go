@@ -62,8 +62,10 @@ func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool
 			switch {
 			case sh.multi:
 				s.searchSpread(sh, m, best)
-			case sh.gpus > s.f.maxK[m]:
+			case sh.spreads(s.f, m):
 				s.searchFewestNodes(sh, m, best)
+			case sh.gpus > s.f.maxK[m]:
+				// nodes 1: more than any node holds
 			default:
 				s.searchNode(sh, m, best)
 				if mode == modeShort && s.resv != nil {
@@ -96,10 +98,11 @@ func (s *sched) mayFit(sh *shape, models []int32) bool {
 			if n >= sh.nodes {
 				return true
 			}
-		case sh.gpus > f.maxK[m]:
+		case sh.spreads(f, m):
 			if f.totalFree[m] >= int64(sh.gpus) {
 				return true
 			}
+		case sh.gpus > f.maxK[m]:
 		default:
 			for k := sh.gpus; k <= f.maxK[m]; k++ {
 				if f.counts[m][k] > 0 {

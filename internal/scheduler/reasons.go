@@ -266,9 +266,12 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 		}
 		auto := true
 		for _, m := range models {
-			auto = auto && sh.gpus > f.maxK[m]
+			auto = auto && sh.spreads(f, m)
 		}
 		switch {
+		case sh.nvlink && sh.gpus > 1 && dom < 2 && !sh.multi:
+			code = ReasonTopology
+			text = fmt.Sprintf("needs %d GPUs in one NVLink domain; no %smatching GPU has an NVLink peer (PCIe only)", sh.gpus, free)
 		case sh.multi:
 			text = fmt.Sprintf("needs %d nodes with %d %sGPUs each; %d matching nodes have that many", sh.nodes, sh.perNode, free, spread)
 		case auto:

@@ -240,7 +240,8 @@ func (s *Server) mayTakeName(ctx context.Context, r api.RegisterRequest, now tim
 }
 
 // ReplaceNode is `gpufleet nodes replace NAME`: the node's credential is
-// revoked at once (its agent can no longer act as the node) and a
+// revoked at once and every join token bound to the name expires (its
+// agent can no longer act as the node, nor register as it again), and a
 // single-use join token bound to the name is issued for the machine that
 // replaces it; an event records who did it.
 func (s *Server) ReplaceNode(ctx context.Context, p api.Principal, name string) (api.JoinTokenResponse, error) {
@@ -256,12 +257,17 @@ func (s *Server) ReplaceNode(ctx context.Context, p api.Principal, name string) 
 		return api.JoinTokenResponse{}, err
 	}
 	s.forget(nodePrefix + name)
+	expired, err := s.st.ExpireJoinTokens(ctx, name, s.now(), actor(p))
+	if err != nil {
+		return api.JoinTokenResponse{}, err
+	}
 	jt, err := s.CreateJoinToken(ctx, p, api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
 	if err != nil {
 		return api.JoinTokenResponse{}, err
 	}
 	if err := s.st.AppendEvent(ctx, gpufleet.Event{At: s.now(), Actor: actor(p), Kind: "node.replace", Object: name,
-		Detail: "credential revoked; join token " + jt.ID + " bound to the name issued for its replacement"}); err != nil {
+		Detail: fmt.Sprintf("credential revoked, %d join tokens bound to the name expired; join token %s bound to the name issued for its replacement",
+			expired, jt.ID)}); err != nil {
 		return api.JoinTokenResponse{}, err
 	}
 	return jt, nil

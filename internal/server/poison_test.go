@@ -263,15 +263,23 @@ func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
 		t.Fatalf("an unbound token for a node silent past its grace: %v", err)
 	}
 
-	// nodes replace: the credential is revoked, a bound token issued, an
-	// event says who.
+	// nodes replace: the credential is revoked, the old agent's join token
+	// bound to the name expires, a bound token is issued, an event says
+	// who.
 	live := f.register("n2", "l4", 1)
+	oldBound, err := f.srv.CreateJoinToken(ctx, f.admin, api.JoinTokenRequest{Node: "n2"}) // reusable, as gpufleet dev's
+	if err != nil {
+		t.Fatal(err)
+	}
 	jt, err := f.srv.ReplaceNode(ctx, f.admin, "n2")
 	if err != nil || jt.Node != "n2" {
 		t.Fatalf("replace: %+v %v", jt, err)
 	}
 	if _, err := f.srv.Authenticate(ctx, live); !errors.Is(err, api.ErrUnauthorized) {
 		t.Errorf("the replaced node's credential still works: %v", err)
+	}
+	if _, err := f.srv.Register(ctx, oldBound.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err == nil {
+		t.Errorf("the replaced agent registered again with its bound join token")
 	}
 	if _, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err != nil {
 		t.Errorf("the replacement registers with the issued token: %v", err)

@@ -143,7 +143,7 @@ func BuildCluster(spec ClusterSpec, cat *catalog.Catalog) (*Cluster, error) {
 				name = g.Names[i]
 			}
 			if names[name] {
-				return nil, fmt.Errorf("%w: %s: duplicate node name %q", gpufleet.ErrInvalid, where, name)
+				return nil, fmt.Errorf("%w: %s: duplicate node name %s", gpufleet.ErrInvalid, where, gpufleet.Quote(name))
 			}
 			names[name] = true
 			nd := scheduler.Node{Name: name, State: scheduler.Ready, GPUs: make([]scheduler.GPU, g.GPUsPerNode)}
@@ -170,7 +170,7 @@ func BuildCluster(spec ClusterSpec, cat *catalog.Catalog) (*Cluster, error) {
 	seen := map[string]bool{}
 	for ti, t := range spec.Teams {
 		if t.Name == "" || seen[t.Name] {
-			return nil, fmt.Errorf("%w: teams[%d]: empty or duplicate name %q", gpufleet.ErrInvalid, ti, t.Name)
+			return nil, fmt.Errorf("%w: teams[%d]: empty or duplicate name %s", gpufleet.ErrInvalid, ti, gpufleet.Quote(t.Name))
 		}
 		seen[t.Name] = true
 		if t.Weight < 0 {

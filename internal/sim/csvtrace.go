@@ -71,7 +71,7 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 		j.Preemptible = j.Class != gpufleet.Production
 		if s := rw.get("preemptible"); s != "" {
 			if j.Preemptible, err = strconv.ParseBool(s); err != nil {
-				return fmt.Errorf("preemptible: %q is not true or false", s)
+				return fmt.Errorf("preemptible: %s is not true or false", gpufleet.Quote(s))
 			}
 		}
 		if s := rw.get("gpu_model"); s != "" {

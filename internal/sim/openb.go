@@ -45,7 +45,7 @@ func openbClass(qos string) (gpufleet.Priority, bool, error) {
 	case "BE":
 		return gpufleet.Batch, true, nil
 	}
-	return "", false, fmt.Errorf("qos: %q is not LS, Guaranteed, Burstable or BE", qos)
+	return "", false, fmt.Errorf("qos: %s is not LS, Guaranteed, Burstable or BE", gpufleet.Quote(qos))
 }
 
 // parseOpenb reads an Alibaba openb pod list (cluster-trace-gpu-v2023).
@@ -119,7 +119,7 @@ func parseOpenb(r io.Reader, opt ReadOptions) (*Trace, error) {
 			for _, m := range strings.Split(spec, "|") {
 				m = strings.TrimSpace(m)
 				if m == "" {
-					return fmt.Errorf("gpu_spec: empty type in %q", spec)
+					return fmt.Errorf("gpu_spec: empty type in %s", gpufleet.Quote(spec))
 				}
 				if id := openbModel(m, tr.Models); !slices.Contains(j.GPUModels, id) {
 					j.GPUModels = append(j.GPUModels, id)

@@ -227,7 +227,7 @@ func Read(r io.Reader, format string, opt ReadOptions) (*Trace, error) {
 	case "csv":
 		return parseCSV(r, opt)
 	}
-	return nil, fmt.Errorf("%w: trace format %q: expected one of %s", gpufleet.ErrInvalid, format, strings.Join(Formats, ", "))
+	return nil, fmt.Errorf("%w: trace format %s: expected one of %s", gpufleet.ErrInvalid, gpufleet.Quote(format), strings.Join(Formats, ", "))
 }
 
 // maybeGunzip returns r, decompressed when it starts with the gzip magic.
@@ -284,7 +284,7 @@ func (r row) optFloat(name string) (v float64, ok bool, err error) {
 func parseNonNeg(name, s string) (float64, error) {
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%s: %q is not a non-negative number", name, s)
+		return 0, fmt.Errorf("%s: %s is not a non-negative number", name, gpufleet.Quote(s))
 	}
 	return v, nil
 }
@@ -294,7 +294,7 @@ func (r row) int(name string, max int) (int, error) {
 	s := r.get(name)
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 || v > max {
-		return 0, fmt.Errorf("%s: %q is not an integer in [0, %d]", name, s, max)
+		return 0, fmt.Errorf("%s: %s is not an integer in [0, %d]", name, gpufleet.Quote(s), max)
 	}
 	return v, nil
 }
@@ -326,13 +326,13 @@ func readCSV(r io.Reader, opt ReadOptions, required []string, fn func(row) error
 	for i, h := range header {
 		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
 		if _, dup := cols[h]; dup {
-			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("duplicate column %q", h)}
+			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("duplicate column %s", gpufleet.Quote(h))}
 		}
 		cols[h] = i
 	}
 	for _, c := range required {
 		if _, ok := cols[c]; !ok {
-			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("missing column %q (header has %s)", c, strings.Join(header, ","))}
+			return 0, &LineError{File: name, Line: 1, Err: fmt.Errorf("missing column %q (header has %s)", c, gpufleet.Quote(strings.Join(header, ",")))}
 		}
 	}
 	width := len(header)
@@ -386,7 +386,7 @@ func checkUnique(seen map[string]bool, id string) error {
 		return errors.New("empty job id")
 	}
 	if seen[id] {
-		return fmt.Errorf("duplicate job id %q", id)
+		return fmt.Errorf("duplicate job id %s", gpufleet.Quote(id))
 	}
 	seen[id] = true
 	return nil

@@ -247,13 +247,22 @@ func FuzzParseCSV(f *testing.F) {
 // well formed.
 func fuzzReader(f *testing.F, format string) {
 	f.Fuzz(func(t *testing.T, in string) {
-		for _, skip := range []bool{false, true} {
-			tr, err := Read(strings.NewReader(in), format, ReadOptions{Name: "fuzz", SkipBadLines: skip})
+		for _, opt := range []ReadOptions{{Name: "fuzz"}, {Name: "fuzz", SkipBadLines: true}, {Name: "fuzz", KeepInvalid: true}} {
+			tr, err := Read(strings.NewReader(in), format, opt)
 			if err != nil {
+				if len(err.Error()) > 2048 {
+					t.Fatalf("a %d-byte error: it quotes its input whole", len(err.Error()))
+				}
 				continue
 			}
 			for _, j := range tr.Jobs {
-				if j.GPUs < 1 || j.Submit < 0 || !(j.Duration >= 1) || j.ID == "" {
+				if j.Submit < 0 || !(j.Duration >= 1) || j.ID == "" || j.checkTimes() != nil {
+					t.Fatalf("accepted a bad job %+v", j)
+				}
+				if j.Invalid != "" {
+					continue // kept under KeepInvalid, for the scheduler to fail
+				}
+				if j.GPUs < 1 {
 					t.Fatalf("accepted a bad job %+v", j)
 				}
 				if err := j.check(); err != nil {

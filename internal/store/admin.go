@@ -312,6 +312,48 @@ func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node str
 	return out, err
 }
 
+// ExpireJoinTokens expires, at at, every join token bound to node that
+// is still usable, so that no agent holding one can register as the node
+// again; it records an event per token and returns how many it expired.
+func (s *SQL) ExpireJoinTokens(ctx context.Context, node string, at time.Time, actor string) (int, error) {
+	if node == "" {
+		return 0, invalid("expire join tokens: no node name")
+	}
+	at = s.orNow(at)
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM join_tokens WHERE node = ? AND (expires_at IS NULL OR expires_at > ?)
+	AND NOT (single_use AND used_at IS NOT NULL) ORDER BY id`), node, nanos(at))
+		if err != nil {
+			return fmt.Errorf("expire join tokens of %s: %w", node, err)
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("expire join tokens of %s: %w", node, err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("expire join tokens of %s: %w", node, err)
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE join_tokens SET expires_at = ? WHERE id = ?`), nanos(at), id); err != nil {
+				return fmt.Errorf("expire join token %s: %w", id, err)
+			}
+			if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "join_token.expired", Object: id, Detail: "node " + node}); err != nil {
+				return err
+			}
+		}
+		n = len(ids)
+		return nil
+	})
+	return n, err
+}
+
 // JoinTokens lists the join tokens in creation order.
 func (s *SQL) JoinTokens(ctx context.Context) ([]JoinToken, error) {
 	return list(ctx, s.rd, `SELECT `+joinTokenCols+` FROM join_tokens ORDER BY created_at, id`, nil, scanJoinToken)

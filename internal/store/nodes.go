@@ -104,6 +104,15 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) {
 			return err
 		}
+		if !known {
+			var count int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes`).Scan(&count); err != nil {
+				return fmt.Errorf("count nodes: %w", err)
+			}
+			if count >= gpufleet.MaxFleetNodes {
+				return fmt.Errorf("%w: node %s: the fleet has %d nodes, the most one server supports", gpufleet.ErrUnsatisfiable, gpufleet.Quote(n.Name), count)
+			}
+		}
 		oldGPUs := map[string]gpufleet.NodeGPU{}
 		if known {
 			for _, g := range old.n.GPUs {

@@ -411,3 +411,25 @@ func TestGroupCommitCoalesces(t *testing.T) {
 	}
 	t.Logf("32 submissions in %d commits", commits)
 }
+
+// TestFleetSizeLimit: a new node beyond gpufleet.MaxFleetNodes is refused
+// (ErrUnsatisfiable, the API's 422), a known one still updates.
+func TestFleetSizeLimit(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	if err := s.PutNode(ctx, gpufleet.Node{Name: "n-first"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.wr.ExecContext(ctx, `WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?)
+	INSERT INTO nodes (name, state, health, state_reason, health_reason, metrics_url, labels, versions, gpus, registered_at, updated_at)
+	SELECT 'n-' || i, 'ready', 'healthy', '', '', '', '{}', '{}', '[]', 0, 0 FROM seq`, gpufleet.MaxFleetNodes-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutNode(ctx, gpufleet.Node{Name: "one-too-many"}); !errors.Is(err, gpufleet.ErrUnsatisfiable) {
+		t.Errorf("node %d: %v, want ErrUnsatisfiable", gpufleet.MaxFleetNodes+1, err)
+	}
+	if err := s.PutNode(ctx, gpufleet.Node{Name: "n-first", Labels: map[string]string{"rack": "r1"}}); err != nil {
+		t.Errorf("a known node at the limit: %v", err)
+	}
+}

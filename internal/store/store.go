@@ -218,6 +218,9 @@ type Store interface {
 	// gpufleet.ErrNotFound when the token does not exist, the hash does not
 	// match, or it is spent, expired, or bound to another node.
 	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, takeover bool) (JoinToken, error)
+	// ExpireJoinTokens expires every usable join token bound to a node
+	// name (nodes replace) and returns how many.
+	ExpireJoinTokens(ctx context.Context, node string, at time.Time, actor string) (int, error)
 	// JoinTokens lists join tokens (hashes only) in creation order.
 	JoinTokens(ctx context.Context) ([]JoinToken, error)
 	// NodeHealthState and SetNodeHealthState keep the health rules'

@@ -121,7 +121,7 @@ func jobSpec(j gpufleet.Job) []specRow {
 		{"Time limit", fmtSecondsPtr(j.TimeLimitS)},
 		{"Estimate", fmtSecondsPtr(j.EstimateS)},
 		{"Preemptible", strconv.FormatBool(j.Preemptible)},
-		{"Retries", fmt.Sprintf("%d of %d used", j.Retries.Used, j.Retries.Max)},
+		{"Retries", j.Retries.String()},
 		{"Interruptions", strconv.Itoa(j.Interruptions)},
 	}
 	opt := func(k, v string) {

@@ -297,6 +297,23 @@ func testJoinTokens(t *testing.T, s store.Store) {
 	if all[1].UsedAt == nil || !all[1].UsedAt.Equal(T0.Add(time.Minute)) {
 		t.Errorf("multi-use token used_at %v, want the last use", all[1].UsedAt)
 	}
+
+	// Expiring the tokens bound to a name (nodes replace): the bound one
+	// stops working, the others are untouched, and a second call finds none.
+	wantErr(t, "another bound token", s.CreateJoinToken(ctx, store.JoinToken{ID: "bound2", Hash: []byte("h-b2"), Node: "n1", CreatedAt: T0.Add(4)}, "admin"), nil)
+	n, err := s.ExpireJoinTokens(ctx, "n1", T0.Add(2*time.Minute), "admin")
+	if err != nil || n != 2 {
+		t.Errorf("expire join tokens of n1: %d, %v; want 2", n, err)
+	}
+	_, err = s.UseJoinToken(ctx, "bound", []byte("h-bound"), "n1", T0.Add(3*time.Minute), false)
+	wantErr(t, "an expired bound token", err, gpufleet.ErrNotFound)
+	_, err = s.UseJoinToken(ctx, "many", []byte("h-many"), "n4", T0.Add(3*time.Minute), true)
+	wantErr(t, "an unbound token after another name's expiry", err, nil)
+	if n, err := s.ExpireJoinTokens(ctx, "n1", T0.Add(4*time.Minute), "admin"); err != nil || n != 0 {
+		t.Errorf("expire again: %d, %v; want 0", n, err)
+	}
+	_, err = s.ExpireJoinTokens(ctx, "", T0, "admin")
+	wantErr(t, "expire with no name", err, gpufleet.ErrInvalid)
 }
 
 func testNodeCredentials(t *testing.T, s store.Store) {
