@@ -197,6 +197,7 @@ func TestUnsatisfiableRequestsAreRefusedAtSubmit(t *testing.T) {
 		"memory above all":     {a, gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 200 << 30}, "gpu_memory_min_bytes"},
 		"rack nobody is in":    {a, gpufleet.Resources{GPUs: 1, NodeSelector: map[string]string{"rack": "r12"}}, "node_selector rack=r12"},
 		"more nodes":           {a, gpufleet.Resources{GPUs: 3, Nodes: 3}, "needs 3 nodes"},
+		"more than one node":   {a, gpufleet.Resources{GPUs: 9, Nodes: 1}, "needs 9 GPUs on one node"},
 		"class not the team's": {capped, gpufleet.Resources{GPUs: 4, GPUModels: []string{"l4"}}, "quota_exceeded"},
 	}
 	for name, tc := range tests {
