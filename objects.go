@@ -201,7 +201,13 @@ type QueueEntry struct {
 	TeamPosition   int        `json:"team_position"`
 	Reason         string     `json:"reason"`
 	ReasonCode     string     `json:"reason_code"`
-	EstimatedStart *time.Time `json:"estimated_start"`
+	// EstimatedStart is the median estimated start; EstimatedStartP90 the
+	// start it should begin by nine times in ten; ETAConfidence (0-1) the
+	// share of similar recent jobs that started within max(1 h, 25 %) of
+	// their median. All null when unknown (docs/SCHEDULER.md#eta-method).
+	EstimatedStart    *time.Time `json:"estimated_start"`
+	EstimatedStartP90 *time.Time `json:"estimated_start_p90"`
+	ETAConfidence     *float64   `json:"eta_confidence"`
 }
 
 // NodeGPU is one GPU of a node.

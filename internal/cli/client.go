@@ -193,18 +193,35 @@ func (c *clientEnv) ago(t *time.Time) string {
 }
 
 // eta prints when t is, in relative words ("in 12m", "now", "unknown").
-func (c *clientEnv) eta(t *time.Time, code string) string {
-	if (t == nil || t.IsZero()) && scheduler.NeverStarts(code) {
+func (c *clientEnv) eta(e gpufleet.QueueEntry) string {
+	t := e.EstimatedStart
+	if (t == nil || t.IsZero()) && scheduler.NeverStarts(e.ReasonCode) {
 		return "never, as submitted"
 	}
 	if t == nil || t.IsZero() {
 		return "unknown"
 	}
-	d := t.Sub(c.now())
-	if d <= 30*time.Second {
+	in := func(t time.Time) string {
+		if d := t.Sub(c.now()); d > 30*time.Second {
+			return "in " + roughDuration(d)
+		}
 		return "now"
 	}
-	return "in " + roughDuration(d)
+	s := in(*t)
+	if p := e.EstimatedStartP90; p != nil && p.Sub(*t) > 30*time.Second {
+		s += ", 90% by " + strings.TrimPrefix(in(*p), "in ")
+	}
+	return s
+}
+
+// confidence is a queue entry's ETA confidence in words: the share of
+// similar recent jobs that started within max(1 h, 25 %) of their median;
+// "-" until the scheduler has the history to say.
+func confidence(e gpufleet.QueueEntry) string {
+	if e.ETAConfidence == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", *e.ETAConfidence*100)
 }
 
 // roughDuration prints d in its two largest units, rounded down: 45s, 12m,

@@ -485,8 +485,8 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		{"preemptible", strconv.FormatBool(j.Preemptible)},
 	}
 	if j.Queue != nil {
-		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s: %s",
-			j.Queue.Position, j.Queue.TeamPosition, c.eta(j.Queue.EstimatedStart, j.Queue.ReasonCode), j.Queue.Reason)})
+		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s (confidence %s): %s",
+			j.Queue.Position, j.Queue.TeamPosition, c.eta(*j.Queue), confidence(*j.Queue), j.Queue.Reason)})
 	}
 	for _, row := range rows {
 		kv.row(row[0], row[1])
@@ -585,19 +585,22 @@ func newQueueCmd(c *clientEnv) *cobra.Command {
 }
 
 func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
-	cols := []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA"}
+	cols := []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA", "CONFIDENCE"}
 	if c.output == outputWide {
-		cols = append(cols, "REASON CODE", "ESTIMATED START")
+		cols = append(cols, "REASON CODE", "ESTIMATED START", "ESTIMATED START P90")
 	}
 	t := newTable(c.stdout, cols...)
 	for _, e := range q {
-		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason), c.eta(e.EstimatedStart, e.ReasonCode)}
+		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason),
+			c.eta(e), confidence(e)}
 		if c.output == outputWide {
-			start := "-"
-			if e.EstimatedStart != nil {
-				start = e.EstimatedStart.UTC().Format(time.RFC3339)
+			stamp := func(t *time.Time) string {
+				if t == nil {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
 			}
-			row = append(row, orDash(e.ReasonCode), start)
+			row = append(row, orDash(e.ReasonCode), stamp(e.EstimatedStart), stamp(e.EstimatedStartP90))
 		}
 		t.row(row...)
 	}

@@ -212,7 +212,7 @@ func TestQueueTable(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("want a header and 2 rows:\n%s", out)
 	}
-	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA"} {
+	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA", "CONFIDENCE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("header %q lacks %s", lines[0], col)
 		}
@@ -220,8 +220,8 @@ func TestQueueTable(t *testing.T) {
 	if !strings.Contains(lines[1], "in 12m") || !strings.Contains(lines[1], "waiting for 8 h100-sxm-80gb GPUs") {
 		t.Errorf("row 1 %q", lines[1])
 	}
-	if !strings.HasSuffix(strings.TrimSpace(lines[2]), "unknown") {
-		t.Errorf("row 2 %q: a null ETA is unknown", lines[2])
+	if f := strings.Fields(lines[2]); len(f) < 2 || f[len(f)-2] != "unknown" || f[len(f)-1] != "-" {
+		t.Errorf("row 2 %q: a null ETA is unknown, with no confidence", lines[2])
 	}
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -324,6 +325,41 @@ func printSimReport(e *env, r *sim.Report) error {
 		}
 	} else {
 		t.row(fmt.Sprintf("(%d teams: -o wide or -o json)", len(r.ByTeam)))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return printETAScore(w, r.ETAScore)
+}
+
+// printETAScore prints how the ETAs shown at submission held, by class:
+// the share of jobs within max(1 h, 25 %) of each predictor, the share
+// that started by gpufleet's p90, and gpufleet's median relative error.
+func printETAScore(w io.Writer, sc *sim.ETAScore) error {
+	if sc == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "\nETA at submission: share within max(1h, 25%) of the prediction (gpufleet median, simulation alone, starts now, median recent wait), share started by gpufleet's p90")
+	t := newTable(w, "CLASS", "JOBS", "GPUFLEET", "BY P90", "MEDIAN REL ERR", "SIMULATION", "STARTS NOW", "MEDIAN RECENT")
+	share := func(c sim.ETAClass, p string) string { return pct(c.Predictors[p].Within) }
+	row := func(name string, c sim.ETAClass) {
+		g := c.Predictors["gpufleet"]
+		t.row(name, strconv.Itoa(c.Jobs), share(c, "gpufleet"), pct(g.BeforeP90), num(g.MedianRelError, 2),
+			share(c, "simulation"), share(c, "starts_now"), share(c, "median_recent_wait"))
+	}
+	for _, k := range []string{"all", "1", "2-4", "5-8", "9+"} {
+		if c, ok := sc.BySize[k]; ok {
+			name := "gpus " + k
+			if k == "all" {
+				name = "all"
+			}
+			row(name, c)
+		}
+	}
+	for _, k := range []string{"<1h", "1h-10h", "10h-10d", ">=10d"} {
+		if c, ok := sc.ByRunTime[k]; ok {
+			row("run "+k, c)
+		}
 	}
 	return t.flush()
 }

@@ -29,19 +29,97 @@ func Schedule(in Input) Output {
 	if s.cfg.ETA {
 		s.estimate()
 	}
+	var cal *etaCal
+	if s.cfg.ETA {
+		hist := in.WaitHistory
+		if len(hist) > ETAHistory {
+			hist = hist[len(hist)-ETAHistory:]
+		}
+		cal = newETACal(hist)
+	}
 	s.out.Pending = make([]Pending, 0, len(pending))
 	teamPos := map[int32]int{}
 	for i, j := range pending {
 		teamPos[j.team]++
 		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: s.words(j.why)}
 		if j.started && s.cfg.ETA {
-			at := j.startAt
-			p.EstimatedStart = &at
+			s.etaOf(&p, j, cal)
 		}
 		s.out.Pending = append(s.out.Pending, p)
 	}
 	return s.out
 }
+
+// etaOf fills a pending job's estimated start: the simulated start,
+// capped by the policy's own bound, calibrated on recent waits.
+func (s *sched) etaOf(p *Pending, j *pjob, cal *etaCal) {
+	sim := j.startAt
+	if b, ok := s.starveBound(j); ok && b.Before(sim) {
+		sim = b
+	}
+	r := cal.rangeFor(j.job.Resources.GPUs, j.est, sim.Sub(s.now))
+	p50 := s.now.Add(r.p50)
+	p.Simulated, p.EstimatedStart = &sim, &p50
+	if r.ok {
+		p90 := s.now.Add(max(r.p90, r.p50))
+		conf := r.confidence
+		p.EstimatedStartP90, p.ETAConfidence = &p90, &conf
+	}
+}
+
+// starveBound is the policy's own "no later than" for a queued job: with
+// starvation preemption, once its slowdown reaches StarvationSlowdown it
+// may stop a preemptible job of its class or lower that has run
+// StarvationMinRun and has starveLeftFactor times its estimate left, and
+// starts about a grace later. The bound is the first moment such a victim
+// exists, among the boundVictims running jobs that become eligible first;
+// none, no bound. Whole GPUs only (shares and MIG instances do not preempt
+// for starvation). It is a bound, not a promise: the victims must also
+// free enough GPUs of a model the job may use.
+func (s *sched) starveBound(j *pjob) (time.Time, bool) {
+	if !s.cfg.Preemption || !s.cfg.ResponseRatio || s.cfg.StarvationSlowdown <= 0 || j.shape.kind != gpufleet.Exclusive {
+		return time.Time{}, false
+	}
+	f := s.cfg.StarvationSlowdown - 1
+	d := time.Duration(min(f*float64(max(j.est, time.Second)), float64(maxETA)))
+	at := j.job.Submitted.Add(d)
+	if at.Before(s.now) {
+		at = s.now
+	}
+	if s.boundVictims == nil {
+		for _, v := range s.running {
+			if v.job.Preemptible && !v.stopping {
+				s.boundVictims = append(s.boundVictims, v)
+			}
+		}
+		slices.SortFunc(s.boundVictims, func(a, b *rjob) int {
+			if c := a.job.Started.Compare(b.job.Started); c != 0 {
+				return c
+			}
+			return strings.Compare(a.job.ID, b.job.ID)
+		})
+	}
+	need := starveLeftFactor*j.est + s.cfg.RestartCost
+	for i, v := range s.boundVictims {
+		if i == maxBoundVictims {
+			break
+		}
+		if v.rank < j.rank || s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {
+			continue
+		}
+		t := at
+		if e := v.job.Started.Add(s.cfg.StarvationMinRun); e.After(t) {
+			t = e
+		}
+		if v.job.Started.Add(s.estimateOf(v.job)).Sub(t) >= need {
+			return t.Add(s.cfg.DefaultGrace), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// maxBoundVictims bounds the running jobs starveBound looks at per job.
+const maxBoundVictims = 64
 
 // pjob is a queued job.
 type pjob struct {
@@ -159,6 +237,9 @@ type sched struct {
 	resvGen  uint32
 
 	starveTries int // starvation preemption searches this cycle
+	// boundVictims are the preemptible running jobs, longest running
+	// first, for starveBound; built lazily.
+	boundVictims []*rjob
 
 	fgdS  *fgdState // workload mix for fragmentation-gradient packing
 	spare spareHold // Config.Spare, held while lower classes are placed

@@ -140,6 +140,10 @@ type Input struct {
 	// Classes maps admin-defined GPU class names to catalog ids.
 	Classes map[string][]string
 	Config  Config
+	// WaitHistory is the recent waits the ETAs are calibrated on: one
+	// WaitSample per job that queued at submission and then started, the
+	// newest last, at most ETAHistory of them (older ones are ignored).
+	WaitHistory []WaitSample
 	// FleetVersion and Cache let a caller that schedules the same fleet
 	// cycle after cycle skip rebuilding the fleet index: with both set, a
 	// call whose FleetVersion (non-zero), Nodes slice and Models equal the
@@ -250,9 +254,20 @@ type Pending struct {
 	TeamPosition int    `json:"team_position"` // within its team, from 1
 	ReasonCode   string `json:"reason_code"`
 	Reason       string `json:"reason"` // e.g. "needs 8 GPUs in one NVLink domain; the largest free set is 5"
-	// EstimatedStart is nil when no start can be estimated (nothing in the
-	// fleet can ever run the job).
+	// EstimatedStart is the median estimated start: the forward
+	// simulation's start calibrated on recent waits (etarange.go). It is
+	// nil when no start can be estimated (nothing in the fleet can ever
+	// run the job).
 	EstimatedStart *time.Time `json:"estimated_start"`
+	// EstimatedStartP90 is the start the job should begin by nine times
+	// in ten; ETAConfidence the share of similar recent jobs that started
+	// within max(1 h, 25 %) of their median. Both are nil until
+	// Input.WaitHistory holds enough samples (ETAMinSamples).
+	EstimatedStartP90 *time.Time `json:"estimated_start_p90"`
+	ETAConfidence     *float64   `json:"eta_confidence"`
+	// Simulated is the forward simulation's start, capped by the policy's
+	// own bound: what a caller records in a WaitSample once the job starts.
+	Simulated *time.Time `json:"simulated_start,omitempty"`
 }
 
 // Output is the scheduler's decision for one cycle: every start and every

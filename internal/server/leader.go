@@ -42,6 +42,47 @@ type leaderState struct {
 	// (scheduleSafely).
 	valid    map[string]bool
 	culprits map[string]suspect
+	// eta keeps what calibrates the ETAs (scheduler.Input.WaitHistory).
+	eta etaHistory
+}
+
+// etaHistory is the leader's memory of queued jobs' predicted waits and
+// of the waits of jobs that started: the scheduler calibrates its ETAs on
+// them. It lives with the leadership: a new leader starts with none and
+// shows the simulation's starts alone until ETAMinSamples jobs started.
+type etaHistory struct {
+	predicted map[string]time.Duration // queued job: the simulated wait when first seen, from submission
+	waits     []scheduler.WaitSample
+}
+
+// observe records a cycle: queued jobs' first simulated starts, and, for
+// jobs that start now, their wait against that prediction.
+func (h *etaHistory) observe(in scheduler.Input, out scheduler.Output, now time.Time) {
+	jobs := make(map[string]*scheduler.Job, len(in.Jobs))
+	for i := range in.Jobs {
+		jobs[in.Jobs[i].ID] = &in.Jobs[i]
+	}
+	for _, st := range out.Starts {
+		j := jobs[st.Job]
+		pred, ok := h.predicted[st.Job]
+		if j == nil || !ok {
+			continue
+		}
+		h.waits = append(h.waits, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate,
+			Predicted: pred, Actual: now.Sub(j.Submitted)})
+	}
+	if len(h.waits) >= 2*scheduler.ETAHistory {
+		h.waits = slices.Clone(h.waits[len(h.waits)-scheduler.ETAHistory:])
+	}
+	next := make(map[string]time.Duration, len(out.Pending))
+	for _, p := range out.Pending {
+		if pred, ok := h.predicted[p.Job]; ok {
+			next[p.Job] = pred
+		} else if j := jobs[p.Job]; j != nil && p.Simulated != nil {
+			next[p.Job] = p.Simulated.Sub(j.Submitted)
+		}
+	}
+	h.predicted = next
 }
 
 type nodeOrders struct {
@@ -217,6 +258,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if err != nil {
 		return err
 	}
+	s.leaderMu.Lock()
+	in.WaitHistory = s.leader.eta.waits
+	s.leaderMu.Unlock()
 	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {
 		return err
@@ -261,7 +305,8 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	for _, p := range out.Pending {
 		j := byID[p.Job]
 		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
-			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart})
+			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart,
+			EstimatedStartP90: p.EstimatedStartP90, ETAConfidence: p.ETAConfidence})
 	}
 	// Starts are stamped after the snapshot was read, so that an attempt
 	// never appears to begin before the one it replaces ended.
@@ -269,6 +314,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if err := s.st.ApplySchedule(ctx, epoch, d); err != nil {
 		return err
 	}
+	s.leaderMu.Lock()
+	s.leader.eta.observe(in, out, now)
+	s.leaderMu.Unlock()
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
 	after := applied(jobs, d)
 	s.setOrders(after, nodes, in.Config.DefaultGrace)

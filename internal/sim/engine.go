@@ -106,6 +106,10 @@ type JobResult struct {
 	// (time_limit, cancelled), invalid_request, or "" when it had not
 	// ended when the replay stopped.
 	End string
+	// ETAP50S and ETAP90S are the range the job was shown at submission,
+	// in seconds after it; -1 when none was shown (it started at once, no
+	// start could be estimated, or the p90 awaited more history).
+	ETAP50S, ETAP90S float64
 }
 
 // Sample is the cluster's state after the decisions at one event time.
@@ -162,8 +166,12 @@ type jobState struct {
 	firstStart float64 // -1 until started
 	finish     float64
 	runTime    float64
-	eta        float64 // estimated start at submission, -1 unknown
-	etaOK      bool
+	// The ETAs the job was shown at submission, in virtual seconds, -1
+	// unknown: the median (eta), the p90 (etaP90), the forward
+	// simulation's start (etaSim) and, as a baseline, the median wait of
+	// recent jobs of its size class (etaRecent).
+	eta, etaP90, etaSim, etaRecent float64
+	etaOK                          bool
 	started    bool
 }
 
@@ -266,6 +274,10 @@ type engine struct {
 	// repairs), so the scheduler may reuse its fleet index in between.
 	fleetVersion uint64
 	cache        scheduler.FleetCache
+	// history is the recent waits the scheduler calibrates its ETAs on
+	// (scheduler.Input.WaitHistory), oldest first, at most
+	// 2 x scheduler.ETAHistory before it is trimmed.
+	history []scheduler.WaitSample
 }
 
 // Run replays the trace on the cluster under cfg.
@@ -366,7 +378,8 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 				est *= math.Exp(cfg.EstimateError * e.rng.NormFloat64())
 			}
 		}
-		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1, eta: -1, stopAt: -1,
+		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1,
+			eta: -1, etaP90: -1, etaSim: -1, etaRecent: -1, stopAt: -1,
 			timeLimit: j.TimeLimit}
 		if js.timeLimit == 0 && cfg.TimeLimitFactor > 0 && !math.IsInf(js.baseEstimate, 1) {
 			js.timeLimit = cfg.TimeLimitFactor * js.baseEstimate
@@ -708,6 +721,9 @@ func (e *engine) cycle(arrived []*jobState) error {
 	// accuracy is judged at submission), so the forward simulation runs
 	// only in cycles that have arrivals.
 	in.Config.ETA = in.Config.ETA && len(arrived) > 0
+	if in.Config.ETA {
+		in.WaitHistory = e.waitHistory()
+	}
 	out := e.cfg.Schedule(in)
 	e.cycles++
 	e.recordArrivals(arrived, out.Pending)
@@ -865,6 +881,7 @@ func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending
 	for _, js := range arrived {
 		want[js.j.ID] = js
 	}
+	recent := e.recentWaits()
 	for _, p := range pending {
 		js := want[p.Job]
 		if js == nil {
@@ -872,9 +889,74 @@ func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending
 		}
 		e.waitCodes[p.ReasonCode]++
 		js.etaOK = true
-		if p.EstimatedStart != nil {
-			js.eta = p.EstimatedStart.Sub(e.epoch).Seconds()
+		at := func(t *time.Time) float64 {
+			if t == nil {
+				return -1
+			}
+			return t.Sub(e.epoch).Seconds()
 		}
+		js.eta, js.etaP90, js.etaSim = at(p.EstimatedStart), at(p.EstimatedStartP90), at(p.Simulated)
+		if w, ok := recent[sizeClass(js.j.GPUs)]; ok && js.eta >= 0 {
+			js.etaRecent = e.now + w
+		}
+	}
+}
+
+// recentWaits is the median wait of the recent jobs of each size class
+// (the history the scheduler calibrates on): the "median recent wait"
+// predictor the ETA is scored against.
+func (e *engine) recentWaits() map[string]float64 {
+	h := e.history
+	if len(h) > scheduler.ETAHistory {
+		h = h[len(h)-scheduler.ETAHistory:]
+	}
+	by := map[string][]float64{}
+	for _, s := range h {
+		by[sizeClass(s.GPUs)] = append(by[sizeClass(s.GPUs)], s.Actual.Seconds())
+	}
+	out := make(map[string]float64, len(by))
+	for k, ws := range by {
+		slices.Sort(ws)
+		out[k] = *percentile(ws, 50)
+	}
+	return out
+}
+
+// waitHistory is what the scheduler calibrates ETAs on, as a server keeps
+// it: the recent starts, and the jobs still waiting since their
+// submission (censored, their wait so far), the longest waiting first, at
+// most scheduler.ETAHistory of each.
+func (e *engine) waitHistory() []scheduler.WaitSample {
+	h := e.history
+	if len(h) > scheduler.ETAHistory {
+		h = h[len(h)-scheduler.ETAHistory:]
+	}
+	out := slices.Clone(h)
+	n := 0
+	for _, js := range e.pending { // in arrival order: the longest waiting first, requeued ones aside
+		if n == scheduler.ETAHistory {
+			break
+		}
+		if js.started || js.etaSim < 0 {
+			continue
+		}
+		out = append(out, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
+			Predicted: seconds(js.etaSim - js.submit), Actual: seconds(e.now - js.submit), Censored: true})
+		n++
+	}
+	return out
+}
+
+// waited records a job's first start after it queued at submission, for
+// the ETA calibration.
+func (e *engine) waited(js *jobState) {
+	if !js.etaOK || js.etaSim < 0 {
+		return
+	}
+	e.history = append(e.history, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
+		Predicted: seconds(js.etaSim - js.submit), Actual: seconds(e.now - js.submit)})
+	if len(e.history) >= 2*scheduler.ETAHistory {
+		e.history = slices.Clone(e.history[len(e.history)-scheduler.ETAHistory:])
 	}
 }
 
@@ -894,6 +976,7 @@ func (e *engine) input() scheduler.Input {
 		Jobs:   e.buf,
 		Models: e.models,
 		Config: e.cfg.Policy,
+
 
 		FleetVersion: e.fleetVersion,
 		Cache:        &e.cache,
@@ -995,6 +1078,7 @@ func (e *engine) start(js *jobState, placement []scheduler.Placement) error {
 	if !js.started {
 		js.started = true
 		js.firstStart = e.now
+		e.waited(js)
 	}
 	e.allocated += demand
 	e.rate[e.teamIdx[js.j.Team]] += demand

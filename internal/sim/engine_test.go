@@ -106,10 +106,12 @@ func TestJobResultsCSV(t *testing.T) {
 	if err := WriteJobsCSV(&buf, res.Jobs); err != nil {
 		t.Fatal(err)
 	}
-	// b ran 0-40, was preempted for p (40-50), and ran again 50-110.
-	want := "id,team,class,gpus,submit_s,first_start_s,finish_s,wait_s,run_s,jct_s,slowdown,stops,model,end\n" +
-		"b,x,batch,8,0,0,110,0,100,110,1.1,1,v100-sxm2-16gb,completed\n" +
-		"p,y,production,8,40,40,50,0,10,10,1,0,v100-sxm2-16gb,completed\n"
+	// b ran 0-40, was preempted for p (40-50), and ran again 50-110. p
+	// queued at submission and was shown the fake scheduler's ETA, an hour
+	// away, with no p90 (no history); b started at once and was shown none.
+	want := "id,team,class,gpus,submit_s,first_start_s,finish_s,wait_s,run_s,jct_s,slowdown,stops,model,end,eta_p50_s,eta_p90_s\n" +
+		"b,x,batch,8,0,0,110,0,100,110,1.1,1,v100-sxm2-16gb,completed,,\n" +
+		"p,y,production,8,40,40,50,0,10,10,1,0,v100-sxm2-16gb,completed,3600,\n"
 	if diff := cmp.Diff(want, buf.String()); diff != "" {
 		t.Errorf("jobs CSV (-want +got):\n%s", diff)
 	}

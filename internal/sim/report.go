@@ -67,6 +67,10 @@ type Report struct {
 	ETAP90AbsErrorS    *float64 `json:"eta_p90_abs_error_s"`
 	ETAJobs            int      `json:"eta_jobs"`
 	ETAUnknown         int      `json:"eta_unknown"`
+	// ETAScore judges the ETA ranges shown at submission by size and
+	// run-time class, against the forward simulation alone, "starts now"
+	// and the median recent wait (etascore.go); null when no job queued.
+	ETAScore *ETAScore `json:"eta_score"`
 
 	MakespanS float64 `json:"makespan_s"`
 	// Preemptions counts stops with a preempted_* code; Stops counts every
@@ -183,6 +187,7 @@ func (e *engine) result() *Result {
 	if e.cfg.Fill == 0 {
 		rep.OfferedLoad = e.offeredLoad()
 	}
+	rep.ETAScore = e.etaScore()
 	slices.Sort(waits)
 	return &Result{Report: rep, Timeline: e.timeline, Waits: waits, Jobs: e.jobResults()}
 }
@@ -191,7 +196,14 @@ func (e *engine) jobResults() []JobResult {
 	out := make([]JobResult, 0, len(e.jobs))
 	for _, js := range e.jobs {
 		r := JobResult{ID: js.j.ID, Team: js.j.Team, Class: string(js.j.Class), GPUs: js.j.GPUs,
-			SubmitS: js.submit - e.t0, FirstStartS: -1, FinishS: -1, RunS: js.runTime, Stops: js.stops, Model: js.model, End: js.endCode}
+			SubmitS: js.submit - e.t0, FirstStartS: -1, FinishS: -1, RunS: js.runTime, Stops: js.stops, Model: js.model, End: js.endCode,
+			ETAP50S: -1, ETAP90S: -1}
+		if js.eta >= 0 {
+			r.ETAP50S = js.eta - js.submit
+		}
+		if js.etaP90 >= 0 {
+			r.ETAP90S = js.etaP90 - js.submit
+		}
 		if js.started {
 			r.FirstStartS = js.firstStart - e.t0
 		}
@@ -352,12 +364,13 @@ func (e *engine) offeredLoad() *Load {
 // WriteJobsCSV writes every job's outcome as CSV with a header: id, team,
 // class, gpus, submit_s, first_start_s, finish_s, wait_s, run_s, jct_s,
 // slowdown (JCT over run time), stops, model, end (completed, time_limit,
-// cancelled, invalid_request; empty while unfinished). Times are seconds
-// from the trace's first arrival; a job that never started or finished has
-// empty cells for what it lacks.
+// cancelled, invalid_request; empty while unfinished), eta_p50_s and
+// eta_p90_s (the range shown at submission, in seconds after it; empty
+// when none). Times are seconds from the trace's first arrival; a job that
+// never started or finished has empty cells for what it lacks.
 func WriteJobsCSV(w io.Writer, jobs []JobResult) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"id", "team", "class", "gpus", "submit_s", "first_start_s", "finish_s", "wait_s", "run_s", "jct_s", "slowdown", "stops", "model", "end"})
+	_ = cw.Write([]string{"id", "team", "class", "gpus", "submit_s", "first_start_s", "finish_s", "wait_s", "run_s", "jct_s", "slowdown", "stops", "model", "end", "eta_p50_s", "eta_p90_s"})
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range jobs {
 		start, finish, wait, jct, slow := "", "", "", "", ""
@@ -368,7 +381,14 @@ func WriteJobsCSV(w io.Writer, jobs []JobResult) error {
 			finish, jct = num(r.FinishS), num(r.FinishS-r.SubmitS)
 			slow = num((r.FinishS - r.SubmitS) / max(r.RunS, 1e-9))
 		}
-		_ = cw.Write([]string{r.ID, r.Team, r.Class, strconv.Itoa(r.GPUs), num(r.SubmitS), start, finish, wait, num(r.RunS), jct, slow, strconv.Itoa(r.Stops), r.Model, r.End})
+		eta := func(v float64) string {
+			if v < 0 {
+				return ""
+			}
+			return num(v)
+		}
+		_ = cw.Write([]string{r.ID, r.Team, r.Class, strconv.Itoa(r.GPUs), num(r.SubmitS), start, finish, wait, num(r.RunS), jct, slow,
+			strconv.Itoa(r.Stops), r.Model, r.End, eta(r.ETAP50S), eta(r.ETAP90S)})
 	}
 	cw.Flush()
 	return cw.Error()

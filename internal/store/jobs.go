@@ -32,7 +32,7 @@ type jobSpec struct {
 const jobCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
 	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
 	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
-	end_reason, end_reason_code`
+	queue_estimated_start_p90, queue_eta_confidence, end_reason, end_reason_code`
 
 // activeStates are the job states ActiveJobs returns, as SQL.
 const activeStates = `('queued', 'scheduled', 'running')`
@@ -46,7 +46,8 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 		spec                        string
 		started, finished           sql.NullInt64
 		submitted                   int64
-		qpos, qteam, qest           sql.NullInt64
+		qpos, qteam, qest, qest90   sql.NullInt64
+		qconf                       sql.NullFloat64
 		qreason, qcode              sql.NullString
 		state                       string
 		retriesMax, used, interrupt int64
@@ -54,7 +55,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 	var priority string
 	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &priority, &j.RequestID, &spec,
 		&retriesMax, &used, &interrupt, &submitted, &started, &finished,
-		&qpos, &qteam, &qreason, &qcode, &qest, &j.Reason, &j.ReasonCode); err != nil {
+		&qpos, &qteam, &qreason, &qcode, &qest, &qest90, &qconf, &j.Reason, &j.ReasonCode); err != nil {
 		return j, err
 	}
 	j.Priority = gpufleet.Priority(priority)
@@ -81,7 +82,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 			ID: j.ID, Team: j.Team, Priority: j.Priority,
 			Position: int(qpos.Int64), TeamPosition: int(qteam.Int64),
 			Reason: qreason.String, ReasonCode: qcode.String,
-			EstimatedStart: ptrTime(qest),
+			EstimatedStart: ptrTime(qest), EstimatedStartP90: ptrTime(qest90), ETAConfidence: ptrFloat(qconf),
 		}
 	}
 	return j, nil
@@ -282,7 +283,7 @@ func (s *SQL) submitTx(reqs []*submitReq) error {
 	ctx := context.Background() // the group outlives any one caller
 	return s.write(ctx, func(tx *sql.Tx) error {
 		ins, err := s.prepare(ctx, tx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
-	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', ?)
+	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', ?)
 	ON CONFLICT DO NOTHING`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)
@@ -574,7 +575,7 @@ func (s *SQL) ActiveJobs(ctx context.Context) ([]gpufleet.Job, error) {
 // ordered by position.
 func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 	rows, err := s.rd.QueryContext(ctx, `SELECT id, team, priority, queue_position, queue_team_position,
-	queue_reason, queue_reason_code, queue_estimated_start
+	queue_reason, queue_reason_code, queue_estimated_start, queue_estimated_start_p90, queue_eta_confidence
 	FROM jobs WHERE state = 'queued' AND queue_position IS NOT NULL ORDER BY queue_position, id`)
 	if err != nil {
 		return nil, fmt.Errorf("read queue: %w", err)
@@ -588,12 +589,15 @@ func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 			tpos sql.NullInt64
 			r, c sql.NullString
 			est  sql.NullInt64
+			p90  sql.NullInt64
+			conf sql.NullFloat64
 		)
-		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est); err != nil {
+		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est, &p90, &conf); err != nil {
 			return nil, fmt.Errorf("read queue: %w", err)
 		}
 		e.Position, e.TeamPosition = int(pos), int(tpos.Int64)
 		e.Reason, e.ReasonCode, e.EstimatedStart = r.String, c.String, ptrTime(est)
+		e.EstimatedStartP90, e.ETAConfidence = ptrTime(p90), ptrFloat(conf)
 		out = append(out, e)
 	}
 	return out, rows.Err()

@@ -217,7 +217,7 @@ func (s *SQL) failJob(ctx context.Context, tx *sql.Tx, f Fail, at time.Time) err
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?,
-	queue_position = NULL, queue_team_position = NULL, queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL,
+	queue_position = NULL, queue_team_position = NULL, queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL,
 	updated_at = ? WHERE id = ?`), nanos(at), f.Reason, f.ReasonCode, nanos(at), f.JobID); err != nil {
 		return fmt.Errorf("fail %s: %w", f.JobID, err)
 	}
@@ -286,7 +286,8 @@ func (s *SQL) start(ctx context.Context, tx *sql.Tx, st Start, at time.Time) err
 		}
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'scheduled', queue_position = NULL, queue_team_position = NULL,
-	queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL, updated_at = ? WHERE id = ?`), nanos(at), st.JobID); err != nil {
+	queue_reason = NULL, queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL,
+	updated_at = ? WHERE id = ?`), nanos(at), st.JobID); err != nil {
 		return fmt.Errorf("start %s: %w", st.JobID, err)
 	}
 	if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: "scheduler", Kind: "attempt.started", Object: id, Team: team,
@@ -305,11 +306,12 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		pos, team int64
 		reason    string
 		code      string
-		est       sql.NullInt64
+		est, p90  sql.NullInt64
+		conf      sql.NullFloat64
 	}
 	old := map[string]info{}
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start
-	FROM jobs WHERE queue_position IS NOT NULL`)
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
+	queue_estimated_start_p90, queue_eta_confidence FROM jobs WHERE queue_position IS NOT NULL`)
 	if err != nil {
 		return fmt.Errorf("read queue: %w", err)
 	}
@@ -320,7 +322,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			team       sql.NullInt64
 			reason, cd sql.NullString
 		)
-		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est); err != nil {
+		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est, &in.p90, &in.conf); err != nil {
 			rows.Close()
 			return fmt.Errorf("read queue: %w", err)
 		}
@@ -333,11 +335,17 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 	}
 	var set stmt
 	for _, e := range q {
-		est := sql.NullInt64{}
-		if e.EstimatedStart != nil {
-			est = sql.NullInt64{Int64: nanos(*e.EstimatedStart), Valid: true}
+		opt := func(t *time.Time) sql.NullInt64 {
+			if t == nil {
+				return sql.NullInt64{}
+			}
+			return sql.NullInt64{Int64: nanos(*t), Valid: true}
 		}
-		in := info{pos: int64(e.Position), team: int64(e.TeamPosition), reason: e.Reason, code: e.ReasonCode, est: est}
+		in := info{pos: int64(e.Position), team: int64(e.TeamPosition), reason: e.Reason, code: e.ReasonCode,
+			est: opt(e.EstimatedStart), p90: opt(e.EstimatedStartP90)}
+		if e.ETAConfidence != nil {
+			in.conf = sql.NullFloat64{Float64: *e.ETAConfidence, Valid: true}
+		}
 		prev, had := old[e.ID]
 		delete(old, e.ID)
 		if had && prev == in {
@@ -345,13 +353,15 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		}
 		if set == nil {
 			set, err = s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
-	queue_reason_code = ?, queue_estimated_start = ? WHERE id = ? AND state = 'queued'`))
+	queue_reason_code = ?, queue_estimated_start = ?, queue_estimated_start_p90 = ?, queue_eta_confidence = ?
+	WHERE id = ? AND state = 'queued'`))
 			if err != nil {
 				return fmt.Errorf("write queue: %w", err)
 			}
 			defer set.Close()
 		}
-		if _, err := set.ExecContext(ctx, in.pos, in.team, in.reason, in.code, nullNanos(e.EstimatedStart), e.ID); err != nil {
+		if _, err := set.ExecContext(ctx, in.pos, in.team, in.reason, in.code, nullNanos(e.EstimatedStart), nullNanos(e.EstimatedStartP90),
+			in.conf, e.ID); err != nil {
 			return fmt.Errorf("write queue entry %s: %w", e.ID, err)
 		}
 	}
@@ -359,7 +369,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		return nil
 	}
 	clear, err := s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
-	queue_reason_code = NULL, queue_estimated_start = NULL WHERE id = ?`))
+	queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL WHERE id = ?`))
 	if err != nil {
 		return fmt.Errorf("clear queue: %w", err)
 	}

@@ -366,6 +366,15 @@ func nullNanos(t *time.Time) any {
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
+// ptrFloat is a nullable float column as a pointer.
+func ptrFloat(n sql.NullFloat64) *float64 {
+	if !n.Valid {
+		return nil
+	}
+	v := n.Float64
+	return &v
+}
+
 func ptrTime(n sql.NullInt64) *time.Time {
 	if !n.Valid {
 		return nil

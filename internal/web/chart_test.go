@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 func TestLineChartGapsAndScale(t *testing.T) {
@@ -89,10 +91,18 @@ func TestUtilClassAndEta(t *testing.T) {
 	}
 	now := time.Now()
 	soon := now.Add(90 * time.Minute)
-	if got, _ := etaText(&soon, "quota", now); got != "in 1h 30m" {
-		t.Errorf("eta %q", got)
+	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, ReasonCode: "quota"}, now); got != "in 1h 30m" || !strings.Contains(title, "not calibrated yet") {
+		t.Errorf("eta %q (%s)", got, title)
 	}
-	if got, _ := etaText(nil, "unplaceable", now); got != "never, as submitted" {
+	later, low, high := now.Add(5*time.Hour), 0.2, 0.7
+	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, EstimatedStartP90: &later, ETAConfidence: &high}, now); got != "in 1h 30m (90% by 5h 00m)" ||
+		!strings.Contains(title, "70% of similar recent jobs") {
+		t.Errorf("eta range %q (%s)", got, title)
+	}
+	if got, _ := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, EstimatedStartP90: &later, ETAConfidence: &low}, now); !strings.HasSuffix(got, ", uncertain") {
+		t.Errorf("a low-confidence eta %q does not say so", got)
+	}
+	if got, _ := etaText(gpufleet.QueueEntry{ReasonCode: "unplaceable"}, now); got != "never, as submitted" {
 		t.Errorf("eta %q", got)
 	}
 	if got := shellJoin([]string{"sh", "-c", "echo 'hi'; sleep 1"}); got != `sh -c 'echo '\''hi'\''; sleep 1'` {

@@ -42,18 +42,37 @@ type queueView struct {
 
 // etaText says when a queued job should start, in words, with the
 // absolute time for the tooltip.
-func etaText(eta *time.Time, code string, now time.Time) (string, string) {
-	if eta == nil && scheduler.NeverStarts(code) {
+// etaText is a queue entry's estimated start in words, and the title that
+// explains it: the median, the p90 and how often the median was right for
+// similar recent jobs.
+func etaText(e gpufleet.QueueEntry, now time.Time) (string, string) {
+	eta := e.EstimatedStart
+	if eta == nil && scheduler.NeverStarts(e.ReasonCode) {
 		return "never, as submitted", "No node of the fleet can ever run this job as submitted (or its team's quota never allows it); change its request."
 	}
 	if eta == nil {
 		return "no estimate yet", "The scheduler has no start estimate for this job: nothing running now frees enough GPUs for it."
 	}
-	d := eta.Sub(now)
-	if d <= 0 {
-		return "any moment", fmtClock(*eta)
+	in := func(t time.Time) string {
+		if d := t.Sub(now); d > 0 {
+			return "in " + fmtDuration(d)
+		}
+		return "any moment"
 	}
-	return "in " + fmtDuration(d), fmtClock(*eta)
+	text, title := in(*eta), "Median estimated start "+fmtClock(*eta)
+	if p := e.EstimatedStartP90; p != nil && p.After(*eta) {
+		text += " (90% by " + strings.TrimPrefix(in(*p), "in ") + ")"
+		title += "; 9 in 10 similar jobs started by " + fmtClock(*p)
+	}
+	if c := e.ETAConfidence; c != nil {
+		title += fmt.Sprintf("; %.0f%% of similar recent jobs started within an hour or 25%% of their median", *c*100)
+		if *c < 0.3 {
+			text += ", uncertain"
+		}
+	} else {
+		title += "; not calibrated yet: too few jobs have started since this server began to lead, so this is the scheduler's simulation alone"
+	}
+	return text, title + "."
 }
 
 func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
@@ -79,7 +98,7 @@ func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
 			row.Name, row.GPUs = j.Name, j.Resources.GPUs
 			row.Waiting = fmtDuration(now.Sub(j.SubmittedAt))
 		}
-		row.ETA, row.ETATitle = etaText(e.EstimatedStart, e.ReasonCode, now)
+		row.ETA, row.ETATitle = etaText(e, now)
 		qv.Pending = append(qv.Pending, row)
 	}
 	for _, j := range active.Jobs {

@@ -31,6 +31,10 @@ import (
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	finish j0                            a running job ends
 //	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
+//	waited gpus=1 est=1h predicted=10h actual=2h [count=30]
+//	                                     recent waits the ETAs are calibrated on
+//	                                     (Input.WaitHistory); pending lines then read
+//	                                     eta=P50..P90@CONFIDENCE
 //	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
 //	                                     its runs are lost after config lost-after=
 //	cancel j0                            the job's cancel is requested
@@ -153,6 +157,30 @@ func (h *Harness) command(f []string) error {
 		h.in.Jobs = slices.DeleteFunc(h.in.Jobs, func(j scheduler.Job) bool { return j.ID == f[1] })
 	case "drain":
 		return h.drain(f[1], args)
+	case "waited":
+		var w scheduler.WaitSample
+		var err error
+		count := 1
+		if v, ok := args["count"]; ok {
+			count, err = strconv.Atoi(v)
+		}
+		if err == nil {
+			w.GPUs, err = strconv.Atoi(args["gpus"])
+		}
+		for _, d := range []struct {
+			k   string
+			dst *time.Duration
+		}{{"est", &w.Estimate}, {"predicted", &w.Predicted}, {"actual", &w.Actual}} {
+			if err == nil {
+				*d.dst, err = gpufleet.ParseDuration(args[d.k])
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("waited: %w", err)
+		}
+		for range count {
+			h.in.WaitHistory = append(h.in.WaitHistory, w)
+		}
 	case "silent":
 		since, err := gpufleet.ParseDuration(args["since"])
 		if err != nil {
@@ -499,6 +527,9 @@ func (h *Harness) schedule(f []string) (string, error) {
 		eta := "none"
 		if p.EstimatedStart != nil {
 			eta = p.EstimatedStart.Sub(T0).String()
+		}
+		if p.EstimatedStartP90 != nil && p.ETAConfidence != nil {
+			eta += fmt.Sprintf("..%s@%.2f", p.EstimatedStartP90.Sub(T0), *p.ETAConfidence)
 		}
 		fmt.Fprintf(&b, "pending %s pos=%d team-pos=%d eta=%s %s: %s\n", p.Job, p.Position, p.TeamPosition, eta, p.ReasonCode, p.Reason)
 	}

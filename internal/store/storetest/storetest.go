@@ -774,9 +774,10 @@ func testQueue(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-b", "b", ""), newJob("team-a", "c", ""))
 	epoch := lead(t, s)
-	eta := T0.Add(time.Hour)
+	eta, p90, conf := T0.Add(time.Hour), T0.Add(3*time.Hour), 0.62
 	q1 := []gpufleet.QueueEntry{
-		{ID: jobs[2].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "waiting for 1 gpu", ReasonCode: "capacity", EstimatedStart: &eta},
+		{ID: jobs[2].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "waiting for 1 gpu", ReasonCode: "capacity",
+			EstimatedStart: &eta, EstimatedStartP90: &p90, ETAConfidence: &conf},
 		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 2, Reason: "behind c", ReasonCode: "order"},
 		{ID: jobs[1].ID, Team: "team-b", Priority: "batch", Position: 3, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"},
 	}

@@ -1,0 +1,298 @@
+package scheduler
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// The ETA a user is shown is a range, calibrated on what happened to the
+// jobs before it. The forward simulation (eta.go) gives each queued job a
+// simulated start: it assumes the queue keeps its order, that nothing else
+// arrives and that no starving job preempts, none of which holds for long
+// under a response-ratio order, so on its own it is biased (short jobs are
+// told far too late, long ones too early). Calibration corrects it with
+// the empirical error of the same simulation on recently started jobs, in
+// the manner of QBETS (Nurmi, Brevik and Wolski, "QBETS: queue bounds
+// estimation from time series", JSSPP 2007), which bounds queue waits by
+// quantiles of recent waits, here conditioned on the simulation itself:
+//
+//   - each started job that waited at submission leaves a WaitSample:
+//     its size, its estimate, the wait the simulation predicted then and
+//     the wait it had;
+//   - jobs still waiting are samples too, right-censored: their wait so
+//     far is a lower bound of their wait. Without them the history would
+//     hold only the waits short enough to have ended, and under a growing
+//     queue the range would be too short exactly when waits grow;
+//   - samples fall into cells by size class, estimate class and predicted
+//     wait class (factors of 4); a cell with too few samples falls back to
+//     the cell without the estimate class, then to the one without the size
+//     class, then to the predicted class alone, then to all samples;
+//   - in a cell, the log residual r = ln((actual + c) / (predicted + c))
+//     (c = ETAOffset, one minute, so that "starts now" predictions do not
+//     divide by zero) has quantiles q50 and q90 by the Kaplan-Meier
+//     estimator (censored samples leave the risk set without an event); a
+//     queued job whose simulated remaining wait is w is shown
+//     p50 = (w + c)·exp(q50) - c and p90 = (w + c)·exp(q90) - c after now;
+//   - the policy's own bound caps the simulated wait first: a job that
+//     starves at Config.StarvationSlowdown may preempt, so its start has a
+//     "no later than" near the moment it starts starving;
+//   - the confidence is the share of the cell's samples whose wait fell
+//     within max(1 h, 25 %) of the p50 the cell predicts for them: how
+//     often the median was right for jobs like this one (a still-waiting
+//     sample counts once its wait so far is past that window).
+//
+// Without enough history (fewer than ETAMinSamples samples) the range is
+// the simulation's start alone, with no p90 and no confidence.
+
+// WaitSample is the wait of one job that queued at submission and then
+// started, with the wait the forward simulation predicted for it when it
+// was submitted (Pending.Simulated minus the submit time). A job still
+// waiting is a Censored sample whose Actual is its wait so far. Callers
+// keep the recent ones (Input.WaitHistory); the scheduler keeps nothing.
+type WaitSample struct {
+	GPUs      int           `json:"gpus"`
+	Estimate  time.Duration `json:"estimate"`
+	Predicted time.Duration `json:"predicted"`
+	Actual    time.Duration `json:"actual"`
+	Censored  bool          `json:"censored,omitempty"`
+}
+
+// ETA calibration constants.
+const (
+	// ETAOffset is c in the log residual: waits well under it count as
+	// "starts now".
+	ETAOffset = time.Minute
+	// ETAMinSamples is the fewest samples a cell needs to be used.
+	ETAMinSamples = 20
+	// ETAHistory is how many recent samples a caller should keep, of
+	// started jobs and of still-waiting ones each: about a few days of a
+	// busy cluster's starts.
+	ETAHistory = 4096
+)
+
+// etaCell is the quantiles of one cell of samples.
+type etaCell struct {
+	n         int
+	q50, q90  float64
+	confident float64
+}
+
+// etaCal maps a job's features to the quantiles of its cell, by level:
+// etaLevels lists which features each level keys on.
+type etaCal struct {
+	levels [len(etaLevels)]map[[3]int8]*etaCell
+	all    *etaCell
+}
+
+// etaLevels are the cells' keys, finest first: size class, estimate
+// class, predicted class; a false drops the feature (-1 in the key).
+var etaLevels = [...][3]bool{{true, true, true}, {true, false, true}, {false, true, true}, {false, false, true}}
+
+func etaKey(level int, f [3]int8) [3]int8 {
+	for i, on := range etaLevels[level] {
+		if !on {
+			f[i] = -1
+		}
+	}
+	return f
+}
+
+func sizeClass(gpus int) int8 {
+	switch {
+	case gpus <= 1:
+		return 0
+	case gpus <= 4:
+		return 1
+	case gpus <= 8:
+		return 2
+	}
+	return 3
+}
+
+// logClass buckets a duration by factors of 4 above one minute.
+func logClass(d time.Duration) int8 {
+	if d < time.Minute {
+		return 0
+	}
+	return int8(min(1+int(math.Log(d.Minutes())/math.Log(4)), 12))
+}
+
+func residual(predicted, actual time.Duration) float64 {
+	c := ETAOffset.Seconds()
+	return math.Log((max(actual.Seconds(), 0) + c) / (max(predicted.Seconds(), 0) + c))
+}
+
+// apply turns a simulated remaining wait into a calibrated one with the
+// residual r.
+func applyResidual(w time.Duration, r float64) time.Duration {
+	c := ETAOffset.Seconds()
+	s := (max(w.Seconds(), 0)+c)*math.Exp(r) - c
+	if s <= 0 {
+		return 0
+	}
+	if s >= float64(maxETA/time.Second) {
+		return maxETA
+	}
+	return time.Duration(math.Round(s)) * time.Second // to the second: no false precision
+}
+
+// maxETA bounds a calibrated wait (ten years), far from time.Duration's end.
+const maxETA = 10 * 365 * 24 * time.Hour
+
+// newETACal builds the calibration from the history; nil while fewer
+// than ETAMinSamples jobs have started.
+func newETACal(history []WaitSample) *etaCal {
+	started := 0
+	for _, s := range history {
+		if !s.Censored {
+			started++
+		}
+	}
+	if started < ETAMinSamples {
+		return nil
+	}
+	var groups [len(etaLevels)]map[[3]int8][]int
+	for l := range groups {
+		groups[l] = map[[3]int8][]int{}
+	}
+	all := make([]int, len(history))
+	for i, s := range history {
+		f := [3]int8{sizeClass(s.GPUs), logClass(s.Estimate), logClass(s.Predicted)}
+		for l := range groups {
+			k := etaKey(l, f)
+			groups[l][k] = append(groups[l][k], i)
+		}
+		all[i] = i
+	}
+	cal := &etaCal{}
+	for l, g := range groups {
+		cal.levels[l] = map[[3]int8]*etaCell{}
+		for k, idx := range g {
+			if c := cellOf(history, idx); c != nil {
+				cal.levels[l][k] = c
+			}
+		}
+	}
+	cal.all = cellOf(history, all)
+	return cal
+}
+
+// cellOf computes a cell's quantiles and confidence; nil with fewer than
+// ETAMinSamples started jobs.
+func cellOf(history []WaitSample, idx []int) *etaCell {
+	type obs struct {
+		r        float64
+		censored bool
+	}
+	os := make([]obs, len(idx))
+	events := 0
+	for i, j := range idx {
+		s := history[j]
+		os[i] = obs{residual(s.Predicted, s.Actual), s.Censored}
+		if !s.Censored {
+			events++
+		}
+	}
+	if events < ETAMinSamples {
+		return nil
+	}
+	// Kaplan-Meier: at a tie an event comes before a censoring.
+	slices.SortFunc(os, func(a, b obs) int {
+		if a.r != b.r {
+			if a.r < b.r {
+				return -1
+			}
+			return 1
+		}
+		if a.censored != b.censored {
+			if b.censored {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	c := &etaCell{n: len(idx), q50: math.NaN(), q90: math.NaN()}
+	surv, risk, last := 1.0, len(os), 0.0
+	for _, o := range os {
+		if !o.censored {
+			surv *= float64(risk-1) / float64(risk)
+			last = o.r
+			if math.IsNaN(c.q50) && 1-surv >= 0.5 {
+				c.q50 = o.r
+			}
+			if math.IsNaN(c.q90) && 1-surv >= 0.9 {
+				c.q90 = o.r
+			}
+		}
+		risk--
+	}
+	// Censored past the quantile: the largest residual seen bounds it
+	// from below.
+	top := max(last, os[len(os)-1].r)
+	if math.IsNaN(c.q50) {
+		c.q50 = top
+	}
+	if math.IsNaN(c.q90) {
+		c.q90 = top
+	}
+	hits, judged := 0, 0
+	for _, j := range idx {
+		s := history[j]
+		p := applyResidual(s.Predicted, c.q50)
+		switch {
+		case !s.Censored:
+			judged++
+			if withinETA(p, s.Actual) {
+				hits++
+			}
+		case s.Actual > p+max(time.Hour, p/4):
+			judged++ // still waiting, and already past the window
+		}
+	}
+	if judged > 0 {
+		c.confident = float64(hits) / float64(judged)
+	}
+	return c
+}
+
+// withinETA reports whether an actual wait fell within max(1 h, 25 %) of
+// a predicted one: the accuracy users can plan around.
+func withinETA(predicted, actual time.Duration) bool {
+	d := predicted - actual
+	if d < 0 {
+		d = -d
+	}
+	return d <= max(time.Hour, actual/4)
+}
+
+// cell finds the most specific cell with enough samples for a job.
+func (c *etaCal) cell(gpus int, est, predicted time.Duration) *etaCell {
+	f := [3]int8{sizeClass(gpus), logClass(est), logClass(predicted)}
+	for l, cells := range c.levels {
+		if x := cells[etaKey(l, f)]; x != nil {
+			return x
+		}
+	}
+	return c.all
+}
+
+// etaRange is a queued job's calibrated estimate, from now.
+type etaRange struct {
+	p50, p90   time.Duration
+	confidence float64
+	ok         bool // calibrated (enough history)
+}
+
+// rangeFor calibrates a simulated remaining wait w for a job.
+func (c *etaCal) rangeFor(gpus int, est, w time.Duration) etaRange {
+	if c == nil {
+		return etaRange{p50: w}
+	}
+	x := c.cell(gpus, est, w)
+	if x == nil {
+		return etaRange{p50: w}
+	}
+	return etaRange{p50: applyResidual(w, x.q50), p90: applyResidual(w, x.q90), confidence: x.confident, ok: true}
+}

@@ -1,0 +1,40 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// TestETAHistoryObserve: the leader remembers the simulated wait of a
+// queued job from the first cycle it saw it, and when the job starts it
+// becomes a WaitSample (predicted against actual, both from submission);
+// jobs that leave the queue otherwise are forgotten.
+func TestETAHistoryObserve(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	job := func(id string, gpus int) scheduler.Job {
+		return scheduler.Job{ID: id, Resources: gpufleet.Resources{GPUs: gpus}, Submitted: t0, Estimate: time.Hour}
+	}
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	in := scheduler.Input{Now: t0.Add(time.Second), Jobs: []scheduler.Job{job("a", 1), job("b", 8), job("c", 2)}}
+	var h etaHistory
+	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "a", Simulated: at(3 * time.Hour)}, {Job: "b", Simulated: at(0)},
+		{Job: "c"}}}, in.Now)
+	// Later cycles predict other starts; the first prediction stands.
+	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "a", Simulated: at(9 * time.Hour)}, {Job: "b", Simulated: at(time.Hour)}}}, t0.Add(time.Minute))
+	h.observe(in, scheduler.Output{Starts: []scheduler.Start{{Job: "a"}, {Job: "b"}, {Job: "c"}}}, t0.Add(2*time.Hour))
+	want := []scheduler.WaitSample{
+		{GPUs: 1, Estimate: time.Hour, Predicted: 3 * time.Hour, Actual: 2 * time.Hour},
+		{GPUs: 8, Estimate: time.Hour, Predicted: 0, Actual: 2 * time.Hour},
+	}
+	if diff := cmp.Diff(want, h.waits); diff != "" {
+		t.Errorf("waits (-want +got):\n%s", diff)
+	}
+	if len(h.predicted) != 0 {
+		t.Errorf("predictions of jobs no longer queued are kept: %v", h.predicted)
+	}
+}
