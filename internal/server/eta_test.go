@@ -37,4 +37,14 @@ func TestETAHistoryObserve(t *testing.T) {
 	if len(h.predicted) != 0 {
 		t.Errorf("predictions of jobs no longer queued are kept: %v", h.predicted)
 	}
+
+	// A job still queued is a censored sample: its wait so far.
+	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "c", Simulated: at(4 * time.Hour)}}}, in.Now)
+	later := in
+	later.Now = t0.Add(5 * time.Hour)
+	got := h.history(later)
+	if n := len(got); n != 3 || !cmp.Equal(got[2], scheduler.WaitSample{GPUs: 2, Estimate: time.Hour, Predicted: 4 * time.Hour,
+		Actual: 5 * time.Hour, Censored: true}) {
+		t.Errorf("history %+v, want the two waits and c censored at 5h", got)
+	}
 }

@@ -55,6 +55,30 @@ type etaHistory struct {
 	waits     []scheduler.WaitSample
 }
 
+// history is what the scheduler calibrates on (Input.WaitHistory), as the
+// simulator builds it: the recent starts, and the queued jobs whose
+// prediction it knows as censored samples (their wait so far), the
+// longest waiting first, at most scheduler.ETAHistory of each.
+func (h *etaHistory) history(in scheduler.Input) []scheduler.WaitSample {
+	out := h.waits
+	if len(out) > scheduler.ETAHistory {
+		out = out[len(out)-scheduler.ETAHistory:]
+	}
+	out = slices.Clone(out)
+	var waiting []*scheduler.Job
+	for i := range in.Jobs {
+		if _, ok := h.predicted[in.Jobs[i].ID]; ok && !in.Jobs[i].Running() {
+			waiting = append(waiting, &in.Jobs[i])
+		}
+	}
+	slices.SortFunc(waiting, func(a, b *scheduler.Job) int { return a.Submitted.Compare(b.Submitted) })
+	for _, j := range waiting[:min(len(waiting), scheduler.ETAHistory)] {
+		out = append(out, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate, Predicted: h.predicted[j.ID],
+			Actual: in.Now.Sub(j.Submitted), Censored: true})
+	}
+	return out
+}
+
 // observe records a cycle: queued jobs' first simulated starts, and, for
 // jobs that start now, their wait against that prediction.
 func (h *etaHistory) observe(in scheduler.Input, out scheduler.Output, now time.Time) {
@@ -259,7 +283,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		return err
 	}
 	s.leaderMu.Lock()
-	in.WaitHistory = s.leader.eta.waits
+	in.WaitHistory = s.leader.eta.history(in)
 	s.leaderMu.Unlock()
 	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {
