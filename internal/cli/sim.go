@@ -361,6 +361,11 @@ func printETAScore(w io.Writer, sc *sim.ETAScore) error {
 			row("run "+k, c)
 		}
 	}
+	for _, k := range []string{"first", "second"} {
+		if c, ok := sc.ByHalf[k]; ok {
+			row("submitted, "+k+" half", c)
+		}
+	}
 	return t.flush()
 }
 

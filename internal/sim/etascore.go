@@ -33,6 +33,10 @@ type ETAScore struct {
 	// "all" is in both.
 	BySize    map[string]ETAClass `json:"by_size"`
 	ByRunTime map[string]ETAClass `json:"by_run_time"`
+	// ByHalf splits the jobs by submission into the trace's first and
+	// second half ("first", "second"): a time split, for a figure the
+	// calibration's settings were not chosen on.
+	ByHalf map[string]ETAClass `json:"by_half"`
 }
 
 // ETAClass is one class's jobs and each predictor's accuracy on them.
@@ -89,17 +93,24 @@ func etaWithin(predicted, actual float64) bool {
 // etaScore scores the jobs' ETAs.
 func (e *engine) etaScore() *ETAScore {
 	type obs struct {
-		size, run string
+		size, run, half string
 		actual    float64
 		pred      [4]float64 // per ETAPredictors; -1 none
 		p90       float64
 	}
 	var all []obs
+	mid := e.t0
+	if n := len(e.jobs); n > 0 {
+		mid = (e.jobs[0].submit + e.jobs[n-1].submit) / 2
+	}
 	for _, js := range e.jobs {
 		if !js.started || !js.etaOK || js.eta < 0 {
 			continue
 		}
-		o := obs{size: sizeClass(js.j.GPUs), run: runTimeClass(js.j.RefDuration()), actual: js.firstStart - js.submit, p90: -1}
+		o := obs{size: sizeClass(js.j.GPUs), run: runTimeClass(js.j.RefDuration()), half: "first", actual: js.firstStart - js.submit, p90: -1}
+		if js.submit >= mid {
+			o.half = "second"
+		}
 		o.pred = [4]float64{js.eta - js.submit, -1, 0, -1}
 		if js.etaSim >= 0 {
 			o.pred[1] = js.etaSim - js.submit
@@ -153,10 +164,13 @@ func (e *engine) etaScore() *ETAScore {
 		}
 		return c
 	}
-	s := &ETAScore{BySize: map[string]ETAClass{}, ByRunTime: map[string]ETAClass{}}
-	sizes, runs := map[string]bool{}, map[string]bool{}
+	s := &ETAScore{BySize: map[string]ETAClass{}, ByRunTime: map[string]ETAClass{}, ByHalf: map[string]ETAClass{}}
+	sizes, runs, halves := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, o := range all {
-		sizes[o.size], runs[o.run] = true, true
+		sizes[o.size], runs[o.run], halves[o.half] = true, true, true
+	}
+	for k := range halves {
+		s.ByHalf[k] = class(func(o obs) bool { return o.half == k })
 	}
 	for k := range sizes {
 		s.BySize[k] = class(func(o obs) bool { return o.size == k })
