@@ -65,11 +65,34 @@ const (
 	ETAOffset = time.Minute
 	// ETAMinSamples is the fewest samples a cell needs to be used.
 	ETAMinSamples = 20
-	// ETAHistory is how many recent samples a caller should keep, of
-	// started jobs and of still-waiting ones each: about a few days of a
-	// busy cluster's starts.
-	ETAHistory = 4096
+	// ETAHistory is how many recent samples of started jobs a caller
+	// keeps per size class (KeepWait), and of still-waiting ones in all:
+	// so that a rare class (jobs of 9+ GPUs) keeps a history of its own
+	// while 1-GPU jobs start by the thousand.
+	ETAHistory = 1024
 )
+
+// KeepWait appends a started job's sample to a caller's history and
+// drops the oldest samples of its size class beyond ETAHistory; the
+// history stays oldest first.
+func KeepWait(history []WaitSample, s WaitSample) []WaitSample {
+	history = append(history, s)
+	c, n := sizeClass(s.GPUs), 0
+	for _, h := range history {
+		if sizeClass(h.GPUs) == c {
+			n++
+		}
+	}
+	if n <= ETAHistory {
+		return history
+	}
+	for i, h := range history {
+		if sizeClass(h.GPUs) == c {
+			return slices.Delete(history, i, i+1)
+		}
+	}
+	return history
+}
 
 // etaCell is the quantiles of one cell of samples.
 type etaCell struct {

@@ -31,11 +31,7 @@ func Schedule(in Input) Output {
 	}
 	var cal *etaCal
 	if s.cfg.ETA {
-		hist := in.WaitHistory
-		if len(hist) > ETAHistory {
-			hist = hist[len(hist)-ETAHistory:]
-		}
-		cal = newETACal(hist)
+		cal = newETACal(in.WaitHistory)
 	}
 	s.out.Pending = make([]Pending, 0, len(pending))
 	teamPos := map[int32]int{}

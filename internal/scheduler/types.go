@@ -141,8 +141,9 @@ type Input struct {
 	Classes map[string][]string
 	Config  Config
 	// WaitHistory is the recent waits the ETAs are calibrated on: one
-	// WaitSample per job that queued at submission and then started, the
-	// newest last, at most ETAHistory of them (older ones are ignored).
+	// WaitSample per job that queued at submission and then started
+	// (kept with KeepWait: at most ETAHistory per size class), and the
+	// jobs still waiting as censored samples.
 	WaitHistory []WaitSample
 	// FleetVersion and Cache let a caller that schedules the same fleet
 	// cycle after cycle skip rebuilding the fleet index: with both set, a

@@ -60,11 +60,7 @@ type etaHistory struct {
 // prediction it knows as censored samples (their wait so far), the
 // longest waiting first, at most scheduler.ETAHistory of each.
 func (h *etaHistory) history(in scheduler.Input) []scheduler.WaitSample {
-	out := h.waits
-	if len(out) > scheduler.ETAHistory {
-		out = out[len(out)-scheduler.ETAHistory:]
-	}
-	out = slices.Clone(out)
+	out := slices.Clone(h.waits)
 	var waiting []*scheduler.Job
 	for i := range in.Jobs {
 		if _, ok := h.predicted[in.Jobs[i].ID]; ok && !in.Jobs[i].Running() {
@@ -92,11 +88,8 @@ func (h *etaHistory) observe(in scheduler.Input, out scheduler.Output, now time.
 		if j == nil || !ok {
 			continue
 		}
-		h.waits = append(h.waits, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate,
+		h.waits = scheduler.KeepWait(h.waits, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate,
 			Predicted: pred, Actual: now.Sub(j.Submitted)})
-	}
-	if len(h.waits) >= 2*scheduler.ETAHistory {
-		h.waits = slices.Clone(h.waits[len(h.waits)-scheduler.ETAHistory:])
 	}
 	next := make(map[string]time.Duration, len(out.Pending))
 	for _, p := range out.Pending {

@@ -275,8 +275,8 @@ type engine struct {
 	fleetVersion uint64
 	cache        scheduler.FleetCache
 	// history is the recent waits the scheduler calibrates its ETAs on
-	// (scheduler.Input.WaitHistory), oldest first, at most
-	// 2 x scheduler.ETAHistory before it is trimmed.
+	// (scheduler.Input.WaitHistory), oldest first, kept with
+	// scheduler.KeepWait.
 	history []scheduler.WaitSample
 }
 
@@ -906,12 +906,8 @@ func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending
 // (the history the scheduler calibrates on): the "median recent wait"
 // predictor the ETA is scored against.
 func (e *engine) recentWaits() map[string]float64 {
-	h := e.history
-	if len(h) > scheduler.ETAHistory {
-		h = h[len(h)-scheduler.ETAHistory:]
-	}
 	by := map[string][]float64{}
-	for _, s := range h {
+	for _, s := range e.history {
 		by[sizeClass(s.GPUs)] = append(by[sizeClass(s.GPUs)], s.Actual.Seconds())
 	}
 	out := make(map[string]float64, len(by))
@@ -927,11 +923,7 @@ func (e *engine) recentWaits() map[string]float64 {
 // submission (censored, their wait so far), the longest waiting first, at
 // most scheduler.ETAHistory of each.
 func (e *engine) waitHistory() []scheduler.WaitSample {
-	h := e.history
-	if len(h) > scheduler.ETAHistory {
-		h = h[len(h)-scheduler.ETAHistory:]
-	}
-	out := slices.Clone(h)
+	out := slices.Clone(e.history)
 	n := 0
 	for _, js := range e.pending { // in arrival order: the longest waiting first, requeued ones aside
 		if n == scheduler.ETAHistory {
@@ -953,11 +945,8 @@ func (e *engine) waited(js *jobState) {
 	if !js.etaOK || js.etaSim < 0 {
 		return
 	}
-	e.history = append(e.history, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
+	e.history = scheduler.KeepWait(e.history, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
 		Predicted: seconds(js.etaSim - js.submit), Actual: seconds(e.now - js.submit)})
-	if len(e.history) >= 2*scheduler.ETAHistory {
-		e.history = slices.Clone(e.history[len(e.history)-scheduler.ETAHistory:])
-	}
 }
 
 // input builds the scheduler's snapshot.

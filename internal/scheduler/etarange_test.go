@@ -1,0 +1,53 @@
+package scheduler
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestKeepWaitPerSizeClass: the history keeps the newest ETAHistory
+// samples of each size class, so a rare class is not pushed out by a
+// frequent one.
+func TestKeepWaitPerSizeClass(t *testing.T) {
+	var h []WaitSample
+	h = KeepWait(h, WaitSample{GPUs: 16, Actual: time.Hour})
+	for i := range 3 * ETAHistory {
+		h = KeepWait(h, WaitSample{GPUs: 1, Actual: time.Duration(i)})
+	}
+	if len(h) != ETAHistory+1 || h[0].GPUs != 16 {
+		t.Fatalf("%d samples, first %+v; want the 16-GPU sample kept beside %d one-GPU ones", len(h), h[0], ETAHistory)
+	}
+	if first := h[1].Actual; first != time.Duration(2*ETAHistory) {
+		t.Errorf("oldest one-GPU sample kept is #%d, want #%d", first, 2*ETAHistory)
+	}
+}
+
+// TestCellKaplanMeier: censored samples (jobs still waiting) raise the
+// quantiles that the started jobs alone would put too low.
+func TestCellKaplanMeier(t *testing.T) {
+	var h []WaitSample
+	for i := range 40 {
+		h = append(h, WaitSample{GPUs: 1, Predicted: time.Hour, Actual: time.Duration(i+1) * 6 * time.Minute}) // 6 min to 4 h
+	}
+	idx := make([]int, len(h))
+	for i := range idx {
+		idx[i] = i
+	}
+	done := cellOf(h, idx)
+	for range 40 {
+		h = append(h, WaitSample{GPUs: 1, Predicted: time.Hour, Actual: 3 * time.Hour, Censored: true})
+		idx = append(idx, len(h)-1)
+	}
+	waiting := cellOf(h, idx)
+	if done == nil || waiting == nil {
+		t.Fatal("no cell")
+	}
+	if !(waiting.q50 > done.q50 && waiting.q90 >= done.q90) {
+		t.Errorf("with 40 jobs still waiting 3h: q50 %.2f, q90 %.2f; started alone: %.2f, %.2f; want higher", waiting.q50, waiting.q90, done.q50, done.q90)
+	}
+	// Started alone, the median is the median wait: 2 h against 1 h predicted.
+	if got := applyResidual(time.Hour, done.q50); math.Abs(got.Hours()-2) > 0.11 {
+		t.Errorf("median of the started jobs %s, want about 2h", got)
+	}
+}
