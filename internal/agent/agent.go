@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,6 +97,36 @@ type credential struct {
 	ExpiresAt   time.Time `json:"expires_at"`
 	HeartbeatS  float64   `json:"heartbeat_s,omitempty"`
 	FenceAfterS float64   `json:"fence_after_s,omitempty"`
+}
+
+// parseCredential reads credential.json as storeCredentialLocked writes
+// it: a node name, a credential that fits an Authorization header
+// (printable ASCII without spaces, at most 4096 bytes), an expiry not
+// before the issue, and timings a server sends (0 to a day). Anything else
+// is an error wrapping gpufleet.ErrInvalid: an agent that kept such a
+// credential would fail every heartbeat without registering again.
+func parseCredential(data []byte) (credential, error) {
+	var c credential
+	if err := json.Unmarshal(data, &c); err != nil {
+		return credential{}, fmt.Errorf("%w: credential.json: %v", gpufleet.ErrInvalid, err)
+	}
+	bad := func(why string) (credential, error) {
+		return credential{}, fmt.Errorf("%w: credential.json: %s", gpufleet.ErrInvalid, why)
+	}
+	if err := gpufleet.ValidateNodeName("node", c.Node); err != nil {
+		return credential{}, fmt.Errorf("credential.json: %w", err)
+	}
+	if c.Credential == "" || len(c.Credential) > 4096 ||
+		strings.ContainsFunc(c.Credential, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return bad("credential: expected 1 to 4096 printable ASCII characters without spaces")
+	}
+	if !c.ExpiresAt.IsZero() && c.ExpiresAt.Before(c.IssuedAt) {
+		return bad("expires_at is before issued_at")
+	}
+	if !(c.HeartbeatS >= 0 && c.HeartbeatS <= 86400) || !(c.FenceAfterS >= 0 && c.FenceAfterS <= 86400) {
+		return bad("heartbeat_s and fence_after_s: expected 0 to 86400 seconds")
+	}
+	return c, nil
 }
 
 // Agent is one node's agent.
@@ -200,7 +231,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The fence timer runs from the last word from the server, before a
 	// restart too.
 	a.lastOK = a.lastContact(a.now())
-	if err := readJSON(a.credPath(), &a.cred); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if data, err := os.ReadFile(a.credPath()); err == nil {
+		if a.cred, err = parseCredential(data); err != nil {
+			a.log.Warn("ignoring unreadable credential file", "err", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		a.log.Warn("ignoring unreadable credential file", "err", err)
 	}
 	if a.cred.Node != a.cfg.Name {
@@ -507,7 +542,7 @@ func (a *Agent) writeAlive(fence time.Duration) {
 		keep = fi.ModTime()
 	}
 	tmp := p + ".tmp"
-	err := os.WriteFile(tmp, []byte(strconv.FormatInt(int64(fence), 10)+"\n"), 0o644)
+	err := os.WriteFile(tmp, formatAliveFence(fence), 0o644)
 	if err == nil {
 		err = os.Chtimes(tmp, keep, keep)
 	}

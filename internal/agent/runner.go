@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -219,19 +220,24 @@ func (r *Runner) SetProcesses(samples []gpu.Sample) {
 // supervisor still runs are watched again, those that ended while the agent
 // was away are read from their status.json.
 func (r *Runner) Load() error {
+	data, err := os.ReadFile(r.statePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	var st stateFile
-	if err := readJSON(r.statePath(), &st); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	var dropped []string
+	if err == nil {
+		st, dropped, err = parseStateFile(data)
+	}
+	if err != nil {
 		return fmt.Errorf("read %s: %w", r.statePath(), err)
+	}
+	for _, why := range dropped {
+		r.log.Warn("dropping an attempt state.json cannot describe", "why", why)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range st.Attempts {
-		if a == nil || validAttemptID(a.As.AttemptID) != nil {
-			continue
-		}
 		r.attempts[a.As.AttemptID] = a
 		if !a.State.Terminal() {
 			r.log.Info("re-adopting attempt", "attempt", a.As.AttemptID, "job", a.As.JobID, "state", a.State, "supervisor", a.Supervisor)
@@ -239,6 +245,51 @@ func (r *Runner) Load() error {
 		}
 	}
 	return nil
+}
+
+// attemptStates are the states the runner keeps its attempts in.
+var attemptStates = []gpufleet.AttemptState{gpufleet.AttemptStarting, gpufleet.AttemptRunning,
+	gpufleet.AttemptSucceeded, gpufleet.AttemptFailed, gpufleet.AttemptStopped, gpufleet.AttemptLost}
+
+// parseStateFile reads state.json as save writes it. A file that is not a
+// JSON object with a list of attempts is an error wrapping
+// gpufleet.ErrInvalid. Of the attempts it keeps those the runner can act
+// on: one that is null, has no valid id or a state the runner does not
+// know is left out and described in dropped. Process ids that no process
+// has are cleared to 0, unknown (the runner then reads them again from
+// pid.json, or finds the supervisor gone), and a stop stage past the last
+// starts over: the runner signals -PGID, and a group of 1 or less would
+// be every process it may signal.
+func parseStateFile(data []byte) (st stateFile, dropped []string, err error) {
+	if err := json.Unmarshal(data, &st); err != nil {
+		return stateFile{}, nil, fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
+	}
+	kept := st.Attempts[:0]
+	for i, a := range st.Attempts {
+		switch {
+		case a == nil:
+			dropped = append(dropped, fmt.Sprintf("attempts[%d]: null", i))
+			continue
+		case validAttemptID(a.As.AttemptID) != nil:
+			dropped = append(dropped, fmt.Sprintf("attempts[%d]: attempt id %s", i, gpufleet.Quote(a.As.AttemptID)))
+			continue
+		case !slices.Contains(attemptStates, a.State):
+			dropped = append(dropped, fmt.Sprintf("attempts[%d] (%s): state %s", i, a.As.AttemptID, gpufleet.Quote(string(a.State))))
+			continue
+		}
+		if a.Supervisor != 0 && !validPID(a.Supervisor) {
+			a.Supervisor = 0
+		}
+		if a.PGID != 0 && !validPID(a.PGID) {
+			a.PGID = 0
+		}
+		if a.Stop != nil && (a.Stop.Stage < stageNone || a.Stop.Stage > stageKill) {
+			a.Stop.Stage = stageNone
+		}
+		kept = append(kept, a)
+	}
+	st.Attempts = kept
+	return st, dropped, nil
 }
 
 // save writes state.json if anything changed; r.mu must be held.
@@ -530,8 +581,7 @@ func (r *Runner) progress(a *attempt) {
 	}
 	dir := r.attemptDir(a.As.AttemptID)
 	if a.PGID == 0 {
-		var pr pidRecord
-		if err := readJSON(filepath.Join(dir, pidFileName), &pr); err == nil && pr.PGID > 0 {
+		if pr, err := readPIDRecord(filepath.Join(dir, pidFileName)); err == nil {
 			a.PGID, a.Supervisor = pr.PGID, pr.SupervisorPID
 			// The supervisor's start when it is not after the runner's now
 			// (accounting stays on one clock when tests step the runner's).
@@ -548,14 +598,13 @@ func (r *Runner) progress(a *attempt) {
 	if a.State == gpufleet.AttemptRunning && !a.LoadOn {
 		r.setLoad(a, true)
 	}
-	var ex exitRecord
-	if err := readJSON(filepath.Join(dir, statusFileName), &ex); err == nil {
+	if ex, err := readExitRecord(filepath.Join(dir, statusFileName)); err == nil {
 		r.ended(a, ex)
 		return
 	}
 	if !r.supervisorAlive(a) {
 		// Check once more: it may have written the status just now.
-		if err := readJSON(filepath.Join(dir, statusFileName), &ex); err == nil {
+		if ex, err := readExitRecord(filepath.Join(dir, statusFileName)); err == nil {
 			r.ended(a, ex)
 			return
 		}
@@ -663,8 +712,7 @@ func (r *Runner) finish(a *attempt, st gpufleet.AttemptState, code *int, reason,
 		end := now
 		if a.StartedAt != nil && a.Stop == nil {
 			// The supervisor's status file says when it really ended.
-			var ex exitRecord
-			if readJSON(filepath.Join(r.attemptDir(a.As.AttemptID), statusFileName), &ex) == nil && !ex.FinishedAt.IsZero() && ex.FinishedAt.Before(end) {
+			if ex, err := readExitRecord(filepath.Join(r.attemptDir(a.As.AttemptID), statusFileName)); err == nil && !ex.FinishedAt.IsZero() && ex.FinishedAt.Before(end) {
 				end = ex.FinishedAt
 			}
 		}
@@ -897,8 +945,9 @@ func StopSupervised(dir string, grace time.Duration) int {
 	}
 	var live []sup
 	for _, p := range paths {
-		s := sup{attempt: filepath.Base(filepath.Dir(p))}
-		if readJSON(p, &s.pr) != nil || s.pr.SupervisorPID <= 0 || !alive(s) {
+		pr, err := readPIDRecord(p)
+		s := sup{pr: pr, attempt: filepath.Base(filepath.Dir(p))}
+		if err != nil || !alive(s) {
 			continue
 		}
 		_ = syscall.Kill(s.pr.SupervisorPID, syscall.SIGTERM)

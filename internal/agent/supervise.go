@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Files in an attempt's directory, DATA_DIR/attempts/<id>/.
@@ -465,16 +467,95 @@ func readJSON(path string, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// maxPID is the largest process id Linux hands out (PID_MAX_LIMIT on
+// 64-bit).
+const maxPID = 1 << 22
+
+// validPID reports whether n can be the process id of a supervisor or an
+// attempt's command: above 1 (0 and -1 signal groups or everything, 1 is
+// init) and at most maxPID.
+func validPID(n int) bool { return n > 1 && n <= maxPID }
+
+// readPIDRecord reads an attempt's pid.json.
+func readPIDRecord(path string) (pidRecord, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return pidRecord{}, err
+	}
+	return parsePIDRecord(data)
+}
+
+// parsePIDRecord reads pid.json as the supervisor writes it: three process
+// ids, the command leading its own group (PGID is PID). Anything else is an
+// error wrapping gpufleet.ErrInvalid: the runner signals -PGID, and a group
+// of 1 or less would be every process it may signal.
+func parsePIDRecord(data []byte) (pidRecord, error) {
+	var pr pidRecord
+	if err := json.Unmarshal(data, &pr); err != nil {
+		return pidRecord{}, fmt.Errorf("%w: %s: %v", gpufleet.ErrInvalid, pidFileName, err)
+	}
+	if !validPID(pr.SupervisorPID) || !validPID(pr.PID) || pr.PGID != pr.PID {
+		return pidRecord{}, fmt.Errorf("%w: %s: supervisor %d, pid %d, pgid %d: expected process ids from 2 to %d, the pgid the pid",
+			gpufleet.ErrInvalid, pidFileName, pr.SupervisorPID, pr.PID, pr.PGID, maxPID)
+	}
+	return pr, nil
+}
+
+// readExitRecord reads an attempt's status.json.
+func readExitRecord(path string) (exitRecord, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return exitRecord{}, err
+	}
+	return parseExitRecord(data)
+}
+
+// parseExitRecord reads status.json as the supervisor writes it: an exit
+// code from 0 to 255 (128+N for signal N). Anything else is an error
+// wrapping gpufleet.ErrInvalid.
+func parseExitRecord(data []byte) (exitRecord, error) {
+	var ex exitRecord
+	if err := json.Unmarshal(data, &ex); err != nil {
+		return exitRecord{}, fmt.Errorf("%w: %s: %v", gpufleet.ErrInvalid, statusFileName, err)
+	}
+	if ex.ExitCode < 0 || ex.ExitCode > 255 {
+		return exitRecord{}, fmt.Errorf("%w: %s: exit code %d: expected 0 to 255", gpufleet.ErrInvalid, statusFileName, ex.ExitCode)
+	}
+	return ex, nil
+}
+
 // aliveFence reads the fence timeout the agent wrote into its alive file
-// (nanoseconds), 0 when it wrote none.
+// (nanoseconds), 0 when it wrote none or the file is unreadable.
 func aliveFence(path string) time.Duration {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil || n <= 0 {
+	d, err := parseAliveFence(data)
+	if err != nil {
 		return 0
 	}
-	return time.Duration(n)
+	return d
+}
+
+// formatAliveFence is the alive file's content for a fence timeout, as
+// parseAliveFence reads it.
+func formatAliveFence(fence time.Duration) []byte {
+	return []byte(strconv.FormatInt(int64(fence), 10) + "\n")
+}
+
+// parseAliveFence reads the alive file's content as writeAlive writes it:
+// the fence timeout in nanoseconds and a newline; 0 (or nothing: the agent
+// only touched the file) means none. Anything else is an error wrapping
+// gpufleet.ErrInvalid.
+func parseAliveFence(data []byte) (time.Duration, error) {
+	s := strings.TrimSpace(string(data))
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: alive file: %s: expected a fence timeout in nanoseconds", gpufleet.ErrInvalid, gpufleet.Quote(s))
+	}
+	return time.Duration(n), nil
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -253,20 +255,49 @@ func (c *Client) once(ctx context.Context, base string, req request, payload []b
 	return nil, nil, readError(resp)
 }
 
-// readError turns a non-2xx response into an *Error.
+// readError turns a non-2xx response into an *Error. The message is what
+// a terminal can show: at most as long as the server's own (writeErrorBody
+// cuts at maxErrorMessage and adds "..."), valid UTF-8, and without
+// control characters but newlines and tabs (a broken server or a proxy in
+// between must not write escape sequences to the user's terminal).
 func readError(resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &Error{Status: resp.StatusCode}
 	var b ErrorBody
 	if json.Unmarshal(data, &b) == nil && (b.Error != "" || b.Code != "") {
-		e.Code, e.Message = b.Code, b.Error
+		e.Code, e.Message = cleanMessage(b.Code, maxCodeLen), cleanMessage(b.Error, maxErrorMessage+len("..."))
 	} else {
 		e.Message = strings.TrimSpace(string(data))
 		if e.Message == "" || len(e.Message) > 200 {
 			e.Message = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 		}
+		e.Message = cleanMessage(e.Message, maxErrorMessage)
 	}
 	return e
+}
+
+// maxCodeLen bounds the error code an *Error keeps (the API's are short
+// words such as not_found).
+const maxCodeLen = 64
+
+// cleanMessage makes s safe to print: invalid UTF-8 and control characters
+// other than newline and tab become U+FFFD, and a text longer than maxLen
+// bytes is cut (at a character) to end in "..." within maxLen.
+func cleanMessage(s string, maxLen int) string {
+	s = strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, string(utf8.RuneError)))
+	if len(s) <= maxLen {
+		return s
+	}
+	cut := max(maxLen-len("..."), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // SubmitJob submits a job. It is retried only when r carries a request_id

@@ -237,19 +237,24 @@ func openBackend(f agentFlags, cat *catalog.Catalog, log *slog.Logger) (gpu.Back
 }
 
 // parseSimGPUs reads --sim-gpus: MODEL:COUNT[:mig=LAYOUT[@GPUS]] items,
-// comma-separated. LAYOUT is PROFILE*N joined by "+" ("1g.18gb*7",
-// "3g.71gb*2+1g.18gb"); GPUS is N (the first N GPUs) or 0-K (the first K+1).
+// comma-separated, at most gpufleet.MaxNodeGPUs GPUs in all (what the
+// server takes from one node). LAYOUT is PROFILE*N joined by "+"
+// ("1g.18gb*7", "3g.71gb*2+1g.18gb"); a "+" followed by a letter belongs
+// to the profile ("1g.10gb+me*1"); GPUS is N (the first N GPUs) or 0-K
+// (the first K+1).
 func parseSimGPUs(s string) ([]simgpu.Spec, error) {
 	var out []simgpu.Spec
+	total := 0
 	for _, item := range splitComma(s) {
 		parts := strings.SplitN(item, ":", 3)
 		if len(parts) < 2 {
 			return nil, usageErr("--sim-gpus %q: expected MODEL:COUNT[:mig=PROFILE*N[@GPUS]]", item)
 		}
 		n, err := strconv.Atoi(parts[1])
-		if err != nil || n < 1 {
-			return nil, usageErr("--sim-gpus %q: count %q: expected a positive number", item, parts[1])
+		if err != nil || n < 1 || n > gpufleet.MaxNodeGPUs-total {
+			return nil, usageErr("--sim-gpus %q: count %q: expected a positive number, at most %d GPUs in all", item, parts[1], gpufleet.MaxNodeGPUs)
 		}
+		total += n
 		spec := simgpu.Spec{Model: parts[0], Count: n}
 		if len(parts) == 3 {
 			mig, ok := strings.CutPrefix(parts[2], "mig=")
@@ -265,7 +270,7 @@ func parseSimGPUs(s string) ([]simgpu.Spec, error) {
 				spec.MIGCount = k
 			}
 			var items []string
-			for _, p := range strings.Split(layout, "+") {
+			for _, p := range splitMIGLayout(layout) {
 				name, count, ok := strings.Cut(p, "*")
 				if !ok {
 					count = "1"
@@ -282,18 +287,38 @@ func parseSimGPUs(s string) ([]simgpu.Spec, error) {
 	return out, nil
 }
 
-// migGPUs reads "N" or "0-K" as a count of leading GPUs.
+// splitMIGLayout splits a --sim-gpus LAYOUT at each "+" that starts
+// another PROFILE*N (a digit or "mig-" follows, spaces aside); other "+"
+// are part of a profile name such as 1g.10gb+me.
+func splitMIGLayout(layout string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(layout); i++ {
+		if layout[i] != '+' {
+			continue
+		}
+		rest := strings.TrimLeft(layout[i+1:], " ")
+		if rest == "" || (rest[0] >= '0' && rest[0] <= '9') || strings.HasPrefix(strings.ToLower(rest), "mig") {
+			out = append(out, layout[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, layout[start:])
+}
+
+// migGPUs reads "N" or "0-K" as a count of leading GPUs, from 1 to
+// gpufleet.MaxNodeGPUs.
 func migGPUs(s string) (int, error) {
 	if lo, hi, ok := strings.Cut(s, "-"); ok {
 		a, err1 := strconv.Atoi(lo)
 		b, err2 := strconv.Atoi(hi)
-		if err1 != nil || err2 != nil || a != 0 || b < 0 {
+		if err1 != nil || err2 != nil || a != 0 || b < 0 || b >= gpufleet.MaxNodeGPUs {
 			return 0, errors.New("expected 0-K")
 		}
 		return b + 1, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
+	if err != nil || n < 1 || n > gpufleet.MaxNodeGPUs {
 		return 0, errors.New("expected a positive number")
 	}
 	return n, nil

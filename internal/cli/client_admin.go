@@ -566,7 +566,12 @@ func (c *clientEnv) parseWhen(flag, s string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t.UTC(), nil
+		// The query carries it in UTC: an offset must not push it out of
+		// the years RFC 3339 can write (0000-01-01T00:00:00+01:00).
+		if t = t.UTC(); t.Year() < 0 || t.Year() > 9999 {
+			return time.Time{}, usageErr("%s %q: in UTC it falls outside the years 0000 to 9999", flag, s)
+		}
+		return t, nil
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return t, nil

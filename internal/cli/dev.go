@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,8 +141,12 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	}
 	statePath := filepath.Join(dir, "dev.json")
 	var prev devState
-	if err := readJSONFile(statePath, &prev); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s: %w", statePath, err)
+	if data, err := os.ReadFile(statePath); err == nil {
+		if prev, err = parseDevState(data); err != nil {
+			return fmt.Errorf("%s: %w (remove it to start afresh)", statePath, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	admin := f.adminToken
 	if admin == "" {
@@ -351,6 +357,44 @@ func childEnv() []string {
 		}
 	}
 	return out
+}
+
+// parseDevState reads DIR/dev.json as the last run wrote it. The tokens it
+// keeps must be ones the server and the client can use: the admin token
+// at least 16 characters, every token printable ASCII without spaces (it
+// goes into an Authorization header). Anything else is an error wrapping
+// gpufleet.ErrInvalid.
+func parseDevState(data []byte) (devState, error) {
+	var st devState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return devState{}, fmt.Errorf("%w: %v", gpufleet.ErrInvalid, err)
+	}
+	if st.AdminToken != "" && len(st.AdminToken) < 16 {
+		return devState{}, fmt.Errorf("%w: admin_token: expected at least 16 characters", gpufleet.ErrInvalid)
+	}
+	if err := checkToken("admin_token", st.AdminToken); err != nil {
+		return devState{}, err
+	}
+	for _, team := range slices.Sorted(maps.Keys(st.Teams)) {
+		if err := checkToken("teams."+gpufleet.Quote(team), st.Teams[team]); err != nil {
+			return devState{}, err
+		}
+	}
+	return st, nil
+}
+
+// checkToken checks a stored token ("" is none): at most 4096 bytes of
+// printable ASCII without spaces.
+func checkToken(field, tok string) error {
+	if len(tok) > 4096 {
+		return fmt.Errorf("%w: %s: %d bytes, at most 4096", gpufleet.ErrInvalid, field, len(tok))
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] > '~' {
+			return fmt.Errorf("%w: %s: byte %d is %q: expected printable ASCII without spaces", gpufleet.ErrInvalid, field, i, tok[i])
+		}
+	}
+	return nil
 }
 
 // readJSONFile reads a JSON file into v.

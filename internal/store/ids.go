@@ -25,6 +25,9 @@ const (
 	idTimeChars = 10
 	idRandChars = 6
 	idRandBits  = 5 * idRandChars
+	// idMaxMS is the largest time part (year 37648): a clock past it, or
+	// an id stored at it, saturates there instead of wrapping to small ids.
+	idMaxMS = 1<<(5*idTimeChars) - 1
 )
 
 // idGen makes monotonic sortable ids with one prefix.
@@ -35,17 +38,22 @@ type idGen struct {
 	rnd    uint64 // random part of the last id
 }
 
-// next returns a new id, greater than every id it returned before.
+// next returns a new id, greater than every id it returned before, until
+// the id space runs out: past the largest id ("zzzz..."), it returns that
+// one again (and storing it fails as a duplicate) rather than a smaller one.
 func (g *idGen) next(now time.Time) string {
 	var b [8]byte
 	rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	ms := uint64(max(now.UnixMilli(), 0))
+	ms := min(uint64(max(now.UnixMilli(), 0)), idMaxMS)
 	rnd := binary.LittleEndian.Uint64(b[:]) & (1<<idRandBits - 1)
 	g.mu.Lock()
 	if ms < g.ms || (ms == g.ms && rnd <= g.rnd) {
 		ms, rnd = g.ms, g.rnd+1
 		if rnd == 1<<idRandBits {
 			ms, rnd = ms+1, 0
+		}
+		if ms > idMaxMS {
+			ms, rnd = idMaxMS, 1<<idRandBits-1
 		}
 	}
 	g.ms, g.rnd = ms, rnd

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -256,7 +257,8 @@ type migLayout struct {
 	count   int
 }
 
-// parseMIG parses "1g.18gb x7" or "3g.71gb x2; 1g.18gb x1" against g.
+// parseMIG parses "1g.18gb x7" or "3g.71gb x2; 1g.18gb x1" against g: each
+// count follows x, × or *, with or without a space; no count means one.
 func parseMIG(g catalog.GPU, s string) ([]migLayout, error) {
 	var out []migLayout
 	slices := 0
@@ -268,7 +270,8 @@ func parseMIG(g catalog.GPU, s string) ([]migLayout, error) {
 		}
 		name, count := item, 1
 		if i := strings.LastIndexAny(item, " x×*"); i > 0 {
-			n, err := strconv.Atoi(strings.TrimSpace(item[i+1:]))
+			_, w := utf8.DecodeRuneInString(item[i:]) // × is two bytes
+			n, err := strconv.Atoi(strings.TrimSpace(item[i+w:]))
 			if err == nil {
 				name, count = strings.TrimSpace(strings.TrimRight(strings.TrimSpace(item[:i]), "x×*")), n
 			}

@@ -17,9 +17,10 @@ import (
 
 var _ gpu.Backend = (*Backend)(nil)
 
-// Spec asks for Count GPUs of one catalog model. MIG, when set, is a
-// layout ("1g.18gb x7", "3g.71gb x2; 1g.18gb x1") configured on the first
-// MIGCount of them (all of them when MIGCount is 0).
+// Spec asks for Count GPUs of one catalog model (the Specs of a node
+// together at most gpufleet.MaxNodeGPUs, as the server takes). MIG, when
+// set, is a layout ("1g.18gb x7", "3g.71gb x2; 1g.18gb x1") configured on
+// the first MIGCount of them (all of them when MIGCount is 0).
 type Spec struct {
 	Model    string `json:"model"`
 	Count    int    `json:"count"`
@@ -128,8 +129,8 @@ func New(specs []Spec, opts ...Option) (*Backend, error) {
 		if g.Vendor != "NVIDIA" {
 			return nil, fmt.Errorf("%w: spec %d: %s is not an NVIDIA GPU", gpufleet.ErrUnsupported, si, g.ID)
 		}
-		if spec.Count < 1 {
-			return nil, fmt.Errorf("%w: spec %d: count %d", gpufleet.ErrInvalid, si, spec.Count)
+		if spec.Count < 1 || spec.Count > gpufleet.MaxNodeGPUs-len(b.devs) {
+			return nil, fmt.Errorf("%w: spec %d: count %d: a node has 1 to %d GPUs", gpufleet.ErrInvalid, si, spec.Count, gpufleet.MaxNodeGPUs)
 		}
 		var layout []migLayout
 		if spec.MIG != "" {
@@ -356,13 +357,18 @@ func (d *device) state() state {
 	return s
 }
 
+// migSlices is the compute slices of a MIG profile name ("3g.40gb": 3),
+// from 1 to the 7 a GPU has: a profile that names none counts as one, more
+// than seven as the whole GPU (a long digit string never overflows).
 func migSlices(profile string) int {
 	n := 0
 	for _, c := range profile {
 		if c < '0' || c > '9' {
 			break
 		}
-		n = n*10 + int(c-'0')
+		if n = n*10 + int(c-'0'); n > 7 {
+			return 7
+		}
 	}
 	return max(n, 1)
 }
