@@ -128,6 +128,10 @@ type fleet struct {
 	tsRaise    []uint32
 	totalRaise []uint32
 	resvRaise  uint32
+
+	// pidx, during the placement cycle once a job has searched for
+	// victims, is told of every change of a node's free GPUs.
+	pidx *preemptIndex
 }
 
 // buildFleet turns the input's nodes into the capacity model, nodes sorted
@@ -279,6 +283,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 // read-only parts (names, labels, GPU ids, locs) are shared.
 func (f *fleet) clone() *fleet {
 	c := *f
+	c.pidx = nil
 	c.nodes = slices.Clone(f.nodes)
 	ng, nm := 0, 0
 	for i := range f.nodes {
@@ -394,6 +399,9 @@ func (f *fleet) adjFree(ni int32, m int32, delta int32) {
 	f.buckets[m][mf.free].set(ni)
 	f.counts[m][mf.free]++
 	f.totalFree[m] += int64(delta)
+	if f.pidx != nil {
+		f.pidx.update(ni, m)
+	}
 	if delta > 0 {
 		f.epoch++
 		for k := old + 1; k <= mf.free; k++ {

@@ -37,6 +37,62 @@ func (s *sched) mayPreempt(v *rjob, j *pjob, reclaim bool, class int32) bool {
 	return lower || (reclaim && v.g.class == class)
 }
 
+// preemptQuota says whether j's team may take model m by preemption at
+// all (its borrowing limit allows the charge) and whether it would
+// reclaim its own guaranteed quota (then borrowed work of any class may be
+// stopped for it).
+func (s *sched) preemptQuota(j *pjob, m int32) (allowed, reclaim bool) {
+	class := s.f.models[m].class
+	if !s.cfg.Quotas || class < 0 {
+		return true, false
+	}
+	charge := s.charge(j.shape, m)
+	ts := &s.teams[j.team]
+	if ts.limit >= 0 && ts.used[class]+charge > ts.quota[class]+ts.limit {
+		return false, false
+	}
+	return true, ts.used[class]+charge <= ts.quota[class]
+}
+
+// preemptKey is what decides a preemption search's answer in a cycle,
+// the key of the cache of failed searches. Within a cycle the possible
+// victims only leave (chosen, or claimed when stopping), free GPUs only
+// shrink and quota use only grows, so a search that failed keeps failing:
+// its entry holds for the rest of the cycle and no change of the victims'
+// set can invalidate it. The shape, the preemptor's class rank and, with
+// quotas, the models the team's borrowing limit allows and those on which
+// it reclaims decide the answer; the team only when it has work that only
+// it may stop, or must not reclaim (preemptIndex.teamMatters). Then the
+// entry is the team's, and the two model masks, which only ever move
+// toward failure, are left out. The number of entries is bounded by
+// shapes x classes (x teams), not by the length of the queue.
+type preemptKey struct {
+	shape, rank, team int32 // team -1: any team
+	allowed, reclaim  uint64
+}
+
+// preemptKeyOf is j's preemptKey.
+func (s *sched) preemptKeyOf(x *preemptIndex, j *pjob) preemptKey {
+	sh := j.shape
+	k := preemptKey{shape: sh.id, rank: int32(j.rank), team: -1}
+	if !s.cfg.Quotas {
+		return k
+	}
+	for i, m := range sh.models {
+		allowed, reclaim := s.preemptQuota(j, m)
+		if i >= 64 || x.teamMatters(j.team, m, int32(j.rank), reclaim) {
+			return preemptKey{shape: sh.id, rank: int32(j.rank), team: j.team}
+		}
+		if allowed {
+			k.allowed |= 1 << i
+		}
+		if reclaim {
+			k.reclaim |= 1 << i
+		}
+	}
+	return k
+}
+
 // victimSet is one node's way to make room by preemption.
 type victimSet struct {
 	ok      bool
@@ -54,54 +110,55 @@ type victimSet struct {
 // stop, then GPU-seconds lost, then victim count. On success the victims
 // are reported, the free GPUs of the chosen node are claimed for j, and j
 // waits for the victims to stop (it is placed in a later cycle).
+//
+// Candidate nodes come from the preemption index (preemptidx.go), in node
+// order; a failed search is cached (preemptKeyOf) for the rest of the
+// cycle; at most Config.MaxPreemptionSearches searches run per cycle, in
+// cluster order.
 func (s *sched) preempt(j *pjob) bool {
 	sh := j.shape
 	if sh.kind != gpufleet.Exclusive || sh.multi || len(s.victimAt) == 0 {
 		return false
 	}
-	key := failKey{shape: sh.id, mask: uint64(j.rank)<<32 | uint64(j.team), mode: modePreempt}
-	if _, ok := s.fails[key]; ok {
+	x := s.preemptIdx()
+	key := s.preemptKeyOf(x, j)
+	if s.preemptFails[key] {
 		return false
 	}
+	if limit := s.cfg.MaxPreemptionSearches; limit > 0 && s.out.Stats.PreemptionSearches >= limit {
+		s.out.Stats.PreemptionSearchesSkipped++
+		return false
+	}
+	s.out.Stats.PreemptionSearches++
 	var best victimSet
 	for _, m := range sh.models {
 		if sh.gpus > s.f.maxK[m] {
 			continue
 		}
 		class := s.f.models[m].class
-		charge := s.charge(sh, m)
-		reclaim := false
-		if s.cfg.Quotas && class >= 0 {
-			ts := &s.teams[j.team]
-			if ts.limit >= 0 && ts.used[class]+charge > ts.quota[class]+ts.limit {
-				continue
-			}
-			reclaim = ts.used[class]+charge <= ts.quota[class]
+		allowed, reclaim := s.preemptQuota(j, m)
+		if !allowed {
+			continue
 		}
 		found := 0
-		for _, ni := range s.victimAt {
-			if s.nodeLow[ni] <= j.rank && !(reclaim && s.nodeBorrowed[ni]) {
-				continue // nothing here j may stop
-			}
+		x.nodes(j, m, reclaim, sh.gpus, func(ni int32) bool {
 			vs := s.victimsOn(j, ni, m, reclaim, class)
 			if !vs.ok {
-				continue
+				return true
 			}
 			vs.reclaim = reclaim
 			found++
 			if !best.ok || slices.Compare(vs.cost[:], best.cost[:]) < 0 {
 				best = vs
 			}
-			if found >= maxPreemptNodes {
-				break
-			}
-		}
+			return found < maxPreemptNodes
+		})
 		if best.ok && sh.prefer {
 			break
 		}
 	}
 	if !best.ok {
-		s.fails[key] = failEntry{}
+		s.preemptFails[key] = true
 		return false
 	}
 	var allocs []alloc
@@ -136,6 +193,11 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	defer func() { s.f.epoch = ep }()
 	var grace time.Duration
 	already := 0
+	if x := s.f.pidx; x != nil {
+		for _, v := range victims {
+			x.removeVictim(v)
+		}
+	}
 	for _, v := range victims {
 		v.victim, v.claimed = true, true
 		s.releaseGrant(v.g)

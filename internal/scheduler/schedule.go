@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -130,22 +129,19 @@ type sched struct {
 	teamIdx map[string]int32
 	classes []string
 
-	shapes   []*shape
-	shapeIdx map[string]*shape
-	pending  []*pjob // cluster order
-	running  []*rjob // by id
-	nodeRuns [][]*rjob
-	victimAt []int32 // nodes with preemptible running work, by index
-	// nodeLow is the lowest class (highest rank) of preemptible work per
-	// node; nodeBorrowed whether any of it runs on borrowed quota.
-	nodeLow      []int
-	nodeBorrowed []bool
+	shapes       []*shape
+	shapeIdx     map[string]*shape
+	pending      []*pjob // cluster order
+	running      []*rjob // by id
+	nodeRuns     [][]*rjob
+	victimAt     []int32 // nodes with preemptible running work, by index
 	events       eventHeap
 	resv         *reservation
 	fails        map[failKey]failEntry
-	explain      bool      // build reason texts (off in the ETA simulation)
-	claims       []claimAt // GPUs held for preemptors until their victims stop
-	state        runState  // nodes and GPUs by name, when any drains or is silent
+	preemptFails map[preemptKey]bool // failed preemption searches this cycle
+	explain      bool                // build reason texts (off in the ETA simulation)
+	claims       []claimAt           // GPUs held for preemptors until their victims stop
+	state        runState            // nodes and GPUs by name, when any drains or is silent
 	out          Output
 
 	// ETA simulation
@@ -176,7 +172,7 @@ type sched struct {
 }
 
 func newSched(in *Input) *sched {
-	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
+	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}, preemptFails: map[preemptKey]bool{}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -297,19 +293,9 @@ func (s *sched) buildRunning() {
 		}
 	}
 	s.markBorrowed()
-	s.nodeLow = make([]int, len(s.f.nodes))
-	s.nodeBorrowed = make([]bool, len(s.f.nodes))
 	for ni, rs := range s.nodeRuns {
 		if len(rs) > 0 {
 			s.victimAt = append(s.victimAt, int32(ni))
-		}
-		for _, r := range rs {
-			if r.stopping {
-				s.nodeLow[ni] = math.MaxInt32 // any job may claim what a stopping job leaves
-				continue
-			}
-			s.nodeLow[ni] = max(s.nodeLow[ni], r.rank)
-			s.nodeBorrowed[ni] = s.nodeBorrowed[ni] || r.borrowed
 		}
 	}
 }

@@ -200,6 +200,16 @@ type Config struct {
 	RestartCost time.Duration `json:",omitempty"`
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
+	// MaxPreemptionSearches bounds the searches for victims (priority
+	// preemption and reclaim) in one cycle; 0 = no bound. A search is one
+	// queued job that does not fit looking for running jobs to stop;
+	// answers from the cache of failed searches do not count. Jobs search
+	// in cluster order, so the highest-ranked waiting jobs search first;
+	// once the bound is reached, later jobs go on as if no victim could be
+	// found (they may still reserve, backfill or preempt for starvation)
+	// and search in a later cycle. Stats.PreemptionSearchesSkipped counts
+	// them. PolicyConfig sets DefaultMaxPreemptionSearches.
+	MaxPreemptionSearches int `json:",omitempty"`
 	// ETA computes estimated starts for every pending job by a forward
 	// simulation of running and queued work.
 	ETA bool
@@ -286,4 +296,10 @@ type Stats struct {
 	Placed     int
 	Preempted  int
 	Backfilled int
+	// PreemptionSearches counts the searches for victims of this cycle
+	// (answers from the cache of failed searches excluded);
+	// PreemptionSearchesSkipped the jobs that would have searched once
+	// Config.MaxPreemptionSearches was reached.
+	PreemptionSearches        int
+	PreemptionSearchesSkipped int
 }
