@@ -22,6 +22,8 @@ func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
 func (b bitset) set(i int32)   { b[i>>6] |= 1 << (uint(i) & 63) }
 func (b bitset) unset(i int32) { b[i>>6] &^= 1 << (uint(i) & 63) }
 
+func (b bitset) has(i int32) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
+
 // next returns the first member >= i, or -1.
 func (b bitset) next(i int32) int32 {
 	w := int(i >> 6)
@@ -110,10 +112,17 @@ type fleet struct {
 	counts    [][]int32  // [model][k]: members of buckets[model][k]
 	totalFree []int64    // per model: whole free GPUs
 	migNodes  []bitset   // [profile]: nodes with a free instance
-	tsNodes   []bitset   // [model]: nodes with a partly shared GPU
-	classFree []int64    // per quota class: free capacity in milli-GPUs
-	locs      map[string]loc
-	notReady  bool // some node or GPU is not ready
+	// migBuckets[p][c] holds the nodes with exactly c free instances of
+	// profile p (c >= 1), as buckets does for whole GPUs; migMixed[p]
+	// (read-only) the nodes whose instances of p are on GPUs of more than
+	// one model, where the count of a model's free instances is not
+	// migFree.
+	migBuckets [][]bitset
+	migMixed   []bitset
+	tsNodes    []bitset // [model]: nodes with a partly shared GPU
+	classFree  []int64  // per quota class: free capacity in milli-GPUs
+	locs       map[string]loc
+	notReady   bool // some node or GPU is not ready
 
 	// epoch grows whenever capacity grows; cached "does not fit" answers
 	// are valid only within one epoch.
@@ -242,6 +251,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 	for p := range f.profiles {
 		f.migNodes[p] = newBitset(len(f.nodes))
 	}
+	f.indexMIG()
 	f.classFree = make([]int64, nClasses)
 	for ni := range f.nodes {
 		n := &f.nodes[ni]
@@ -259,8 +269,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 					n.migFree = make([]int32, len(f.profiles))
 				}
 				for _, inst := range g.mig {
-					n.migFree[inst.profile]++
-					f.migNodes[inst.profile].set(int32(ni))
+					f.migCount(int32(ni), inst.profile, +1)
 					f.addClass(g.model, f.migCharge(g.model, inst.profile))
 				}
 				continue
@@ -318,6 +327,9 @@ func (f *fleet) clone() *fleet {
 	}
 	for p := range f.migNodes {
 		words += len(f.migNodes[p])
+		for c := range f.migBuckets[p] {
+			words += len(f.migBuckets[p][c])
+		}
 	}
 	bits := make([]uint64, 0, words)
 	cloneBits := func(b bitset) bitset {
@@ -338,8 +350,13 @@ func (f *fleet) clone() *fleet {
 	}
 	c.totalFree = slices.Clone(f.totalFree)
 	c.migNodes = make([]bitset, len(f.migNodes))
+	c.migBuckets = make([][]bitset, len(f.migBuckets))
 	for p := range f.migNodes {
 		c.migNodes[p] = cloneBits(f.migNodes[p])
+		c.migBuckets[p] = make([]bitset, len(f.migBuckets[p]))
+		for k := range f.migBuckets[p] {
+			c.migBuckets[p][k] = cloneBits(f.migBuckets[p][k])
+		}
 	}
 	c.tsNodes = make([]bitset, len(f.tsNodes))
 	for m := range f.tsNodes {
@@ -354,6 +371,77 @@ func (f *fleet) clone() *fleet {
 	c.tsRaise = slices.Clone(f.tsRaise)
 	c.totalRaise = slices.Clone(f.totalRaise)
 	return &c
+}
+
+// indexMIG sizes the MIG buckets, per profile, to the most instances of
+// the profile on one node, and finds the nodes where the profile's
+// instances are on GPUs of more than one model.
+func (f *fleet) indexMIG() {
+	most := make([]int32, len(f.profiles))
+	f.migMixed = make([]bitset, len(f.profiles))
+	for p := range f.profiles {
+		f.migMixed[p] = newBitset(len(f.nodes))
+	}
+	count := make([]int32, len(f.profiles))
+	model := make([]int32, len(f.profiles))
+	for ni := range f.nodes {
+		n := &f.nodes[ni]
+		clear(count)
+		for gi := range n.gpus {
+			g := &n.gpus[gi]
+			for _, in := range g.mig {
+				if count[in.profile] == 0 {
+					model[in.profile] = g.model
+				} else if model[in.profile] != g.model {
+					f.migMixed[in.profile].set(int32(ni))
+				}
+				count[in.profile]++
+			}
+		}
+		for p, c := range count {
+			most[p] = max(most[p], c)
+		}
+	}
+	f.migBuckets = make([][]bitset, len(f.profiles))
+	for p := range f.profiles {
+		f.migBuckets[p] = make([]bitset, most[p]+1)
+		for c := 1; c <= int(most[p]); c++ {
+			f.migBuckets[p][c] = newBitset(len(f.nodes))
+		}
+	}
+}
+
+// migCount moves a node's count of free instances of profile p by delta,
+// keeping migNodes and migBuckets.
+func (f *fleet) migCount(ni, p, delta int32) {
+	n := &f.nodes[ni]
+	if n.migFree == nil {
+		n.migFree = make([]int32, len(f.profiles))
+	}
+	old := n.migFree[p]
+	n.migFree[p] += delta
+	if old > 0 {
+		f.migBuckets[p][old].unset(ni)
+	}
+	if c := n.migFree[p]; c > 0 {
+		f.migBuckets[p][c].set(ni)
+		f.migNodes[p].set(ni)
+	} else {
+		f.migNodes[p].unset(ni)
+	}
+}
+
+// migModel is the model of the GPUs that hold node n's instances of
+// profile p (one model: n is not in migMixed[p]).
+func migModel(n *nodeSlot, p int32) int32 {
+	for gi := range n.gpus {
+		for _, in := range n.gpus[gi].mig {
+			if in.profile == p {
+				return n.gpus[gi].model
+			}
+		}
+	}
+	return -1
 }
 
 func (f *fleet) mfIndex(n *nodeSlot, m int32) int {
@@ -461,10 +549,7 @@ func (f *fleet) take(a alloc) {
 		}
 		in.used = true
 		if n.ready && g.ready {
-			n.migFree[in.profile]--
-			if n.migFree[in.profile] == 0 {
-				f.migNodes[in.profile].unset(a.node)
-			}
+			f.migCount(a.node, in.profile, -1)
 			f.addClass(g.model, -f.migCharge(g.model, in.profile))
 		}
 		return
@@ -496,10 +581,7 @@ func (f *fleet) release(a alloc) {
 		}
 		in.used = false
 		if n.ready && g.ready {
-			if n.migFree[in.profile] == 0 {
-				f.migNodes[in.profile].set(a.node)
-			}
-			n.migFree[in.profile]++
+			f.migCount(a.node, in.profile, +1)
 			f.addClass(g.model, f.migCharge(g.model, in.profile))
 			f.epoch++
 			f.migRaise[in.profile]++

@@ -65,32 +65,58 @@ func (s *sched) order() {
 		}
 	}
 	useTag := sized || s.cfg.FairShare
-	for _, p := range s.pending {
+	// Sort compact keys, not the jobs: the comparison then reads no job
+	// but for ties of everything up to the id.
+	keys := make([]orderKey, len(s.pending))
+	for i, p := range s.pending {
 		p.starve = s.starving(p)
+		k := orderKey{rank: int32(p.rank), submit: p.submit, i: int32(i)}
+		if !p.starve {
+			k.flags |= 2
+		}
+		if !p.job.Requeued {
+			k.flags |= 1
+		}
+		if useTag {
+			k.tag = p.tag
+		}
+		keys[i] = k
 	}
-	slices.SortFunc(s.pending, func(a, b *pjob) int {
+	slices.SortFunc(keys, func(a, b orderKey) int {
 		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
 		}
-		if a.starve != b.starve {
-			if a.starve {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.flags, b.flags); c != 0 {
+			return c
 		}
-		if a.job.Requeued != b.job.Requeued {
-			if a.job.Requeued {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.tag, b.tag); c != 0 {
+			return c
 		}
-		if useTag {
-			if c := cmp.Compare(a.tag, b.tag); c != 0 {
-				return c
-			}
+		if c := cmp.Compare(a.submit, b.submit); c != 0 {
+			return c
 		}
-		return submitOrder(a, b)
+		if c := strings.Compare(s.pending[a.i].job.ID, s.pending[b.i].job.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
 	})
+	sorted := make([]*pjob, len(keys))
+	for i, k := range keys {
+		sorted[i] = s.pending[k.i]
+	}
+	s.pending = sorted
+}
+
+// orderKey is what the cluster order compares of a queued job: its class
+// rank, whether it is starving (flags bit 1 clear) and requeued (bit 0
+// clear), its tag, its submit time, then its id and, for jobs with the
+// same id, its place in the input.
+type orderKey struct {
+	rank   int32
+	flags  uint8
+	tag    float64
+	submit int64
+	i      int32
 }
 
 // fairFactors scales each team's deadline slack by its use of the fleet

@@ -61,6 +61,11 @@ const DefaultStarvationSlowdown = 20.0
 // 26,000 (docs/SCHEDULER.md#preemption-at-scale).
 const DefaultMaxPreemptionSearches = 2048
 
+// DefaultReasonDepth is every policy's Config.ReasonDepth: the first
+// thousand pending jobs, and the first thousand of each team, have their
+// reasons in full.
+const DefaultReasonDepth = 1000
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -97,6 +102,7 @@ func PolicyConfig(name string) (Config, error) {
 	c.DefaultEstimate = 4 * time.Hour
 	c.DefaultGrace = DefaultGrace
 	c.MaxPreemptionSearches = DefaultMaxPreemptionSearches
+	c.ReasonDepth = DefaultReasonDepth
 	return c, nil
 }
 
@@ -119,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPreemptionSearches < 0 {
 		return fmt.Errorf("max preemption searches %d is negative", c.MaxPreemptionSearches)
+	}
+	if c.ReasonDepth < 0 {
+		return fmt.Errorf("reason depth %d is negative", c.ReasonDepth)
 	}
 	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
 		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)

@@ -19,6 +19,12 @@ const (
 // maxPreemptNodes bounds the nodes one preemption search compares.
 const maxPreemptNodes = 32
 
+// scanAllVictimNodes makes preempt visit every node with preemptible work
+// and cache failed searches per team, as it did before the preemption
+// index and its cache key: tests compare the two (export_test.go). It is
+// never set outside tests.
+var scanAllVictimNodes bool
+
 // mayPreempt says whether running job v may be stopped for queued job j.
 // Only preemptible jobs, and only of a lower class, or (with quotas) jobs
 // running on borrowed capacity: of a lower class, or of any class when j
@@ -93,6 +99,16 @@ func (s *sched) preemptKeyOf(x *preemptIndex, j *pjob) preemptKey {
 	return k
 }
 
+// everyVictimNode visits every node with preemptible or stopping work, in
+// index order: the scan the preemption index replaces (scanAllVictimNodes).
+func (s *sched) everyVictimNode(_ *pjob, _ int32, _ bool, _ int32, visit func(ni int32) bool) {
+	for _, ni := range s.victimAt {
+		if !visit(ni) {
+			return
+		}
+	}
+}
+
 // victimSet is one node's way to make room by preemption.
 type victimSet struct {
 	ok      bool
@@ -121,7 +137,10 @@ func (s *sched) preempt(j *pjob) bool {
 		return false
 	}
 	x := s.preemptIdx()
-	key := s.preemptKeyOf(x, j)
+	key, walk := s.preemptKeyOf(x, j), x.nodes
+	if scanAllVictimNodes {
+		key, walk = preemptKey{shape: sh.id, rank: int32(j.rank), team: j.team}, s.everyVictimNode
+	}
 	if s.preemptFails[key] {
 		return false
 	}
@@ -141,7 +160,7 @@ func (s *sched) preempt(j *pjob) bool {
 			continue
 		}
 		found := 0
-		x.nodes(j, m, reclaim, sh.gpus, func(ni int32) bool {
+		walk(j, m, reclaim, sh.gpus, func(ni int32) bool {
 			vs := s.victimsOn(j, ni, m, reclaim, class)
 			if !vs.ok {
 				return true

@@ -45,7 +45,6 @@ type preemptIndex struct {
 	own    [][]ownRun
 	ownLow []int32
 	borTop []int32
-	cands  []int32 // scratch
 }
 
 // ownRun is a team's running job on one node: the whole GPUs of the
@@ -242,43 +241,50 @@ func (x *preemptIndex) teamMatters(t, m, rank int32, reclaim bool) bool {
 // room for need GPUs of model m by preemption (reclaim: borrowed work of
 // any class counts), until visit returns false. It may visit nodes where
 // no victim set works (victimsOn decides), never skips one where one does.
+// The room index yields the nodes where shared and stopping work make the
+// room; with quotas, the team's own jobs of a lower class are walked
+// alongside, in node order too, for the nodes where they make it.
 func (x *preemptIndex) nodes(j *pjob, m int32, reclaim bool, need int32, visit func(ni int32) bool) {
 	rank := int32(j.rank)
 	if reclaim {
 		rank = -1
 	}
 	ri := x.room(m, rank)
-	// The team's own jobs of a lower class, where they make the room.
-	own := x.cands[:0]
+	var runs []ownRun
 	if x.quotas {
-		runs := x.own[j.team*int32(len(x.f.models))+m]
-		for i := 0; i < len(runs); {
-			ni, c := runs[i].node, int32(0)
-			for ; i < len(runs) && runs[i].node == ni; i++ {
-				if r := runs[i].r; !r.victim && int32(r.rank) > int32(j.rank) {
-					c += runs[i].gpus
+		runs = x.own[j.team*int32(len(x.f.models))+m]
+	}
+	oi := 0
+	// nextOwn returns the next node, from runs[oi] on, where the team's
+	// own jobs make the room and the room index does not list it; -1 when
+	// none.
+	nextOwn := func() int32 {
+		for oi < len(runs) {
+			ni, c := runs[oi].node, int32(0)
+			for ; oi < len(runs) && runs[oi].node == ni; oi++ {
+				if r := runs[oi].r; !r.victim && r.rank > j.rank {
+					c += runs[oi].gpus
 				}
 			}
 			if c == 0 || ri.level[ni] >= need {
-				continue // nothing of its own, or visited anyway
+				continue // nothing of its own, or listed anyway
 			}
 			n := &x.f.nodes[ni]
 			mi := x.f.mfIndex(n, m)
 			if n.mfree[mi].free+x.victimGPUs(x.base[ni]+int32(mi), rank)+c >= need {
-				own = append(own, ni)
+				return ni
 			}
 		}
+		return -1
 	}
-	x.cands = own
 	b := ri.ge[need]
-	ni, oi := b.next(0), 0
-	for ni >= 0 || oi < len(own) {
+	ni, own := b.next(0), nextOwn()
+	for ni >= 0 || own >= 0 {
 		var next int32
-		if ni >= 0 && (oi == len(own) || ni < own[oi]) {
+		if ni >= 0 && (own < 0 || ni < own) {
 			next, ni = ni, b.next(ni+1)
 		} else {
-			next = own[oi]
-			oi++
+			next, own = own, nextOwn()
 		}
 		if !visit(next) {
 			return

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,7 +33,13 @@ func Schedule(in Input) Output {
 	teamPos := map[int32]int{}
 	for i, j := range pending {
 		teamPos[j.team]++
-		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: s.words(j.why)}
+		reason := ""
+		if j.brief && j.why.quota != nil {
+			reason = s.briefQuota(j.why)
+		} else {
+			reason = s.words(j.why)
+		}
+		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason}
 		if j.started && s.cfg.ETA {
 			at := j.startAt
 			p.EstimatedStart = &at
@@ -56,6 +63,7 @@ type pjob struct {
 	tag     float64 // fair-share virtual start
 	submit  int64   // submit time, Unix nanoseconds
 	started bool    // started this cycle, or in the ETA simulation
+	brief   bool    // past Config.ReasonDepth: its reason leaves out its figures
 	starve  bool    // starving (Config.StarvationSlowdown)
 	startAt time.Time
 	why     why
@@ -140,8 +148,10 @@ type sched struct {
 	fails        map[failKey]failEntry
 	preemptFails map[preemptKey]bool // failed preemption searches this cycle
 	explain      bool                // build reason texts (off in the ETA simulation)
-	claims       []claimAt           // GPUs held for preemptors until their victims stop
-	state        runState            // nodes and GPUs by name, when any drains or is silent
+	brief        bool                // the job being placed is past Config.ReasonDepth
+	texts        briefTexts
+	claims       []claimAt // GPUs held for preemptors until their victims stop
+	state        runState  // nodes and GPUs by name, when any drains or is silent
 	out          Output
 
 	// ETA simulation
@@ -220,13 +230,27 @@ func (s *sched) estimateOf(j *Job) time.Duration {
 // ends as release events.
 func (s *sched) buildRunning() {
 	s.nodeRuns = make([][]*rjob, len(s.f.nodes))
-	jobs := make([]*Job, 0)
+	// By id, then input order.
+	type idKey struct {
+		id string
+		i  int
+	}
+	var keys []idKey
 	for i := range s.in.Jobs {
 		if s.in.Jobs[i].Running() {
-			jobs = append(jobs, &s.in.Jobs[i])
+			keys = append(keys, idKey{s.in.Jobs[i].ID, i})
 		}
 	}
-	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(keys, func(a, b idKey) int {
+		if c := strings.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	jobs := make([]*Job, len(keys))
+	for i, k := range keys {
+		jobs[i] = &s.in.Jobs[k.i]
+	}
 	s.state = s.stateIndex()
 	for _, j := range jobs {
 		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
@@ -591,7 +615,18 @@ func (s *sched) output(j *pjob, p placement) []Placement {
 // placeCycle walks the queue in cluster order once and decides.
 func (s *sched) placeCycle() {
 	var blocker *pjob // strict order: the first job that could not start
-	for _, j := range s.pending {
+	// A job's position in the pending list and in its team's, if it does
+	// not start, is known when its turn comes: jobs start only in their
+	// turn. teamPending counts each team's jobs so far that did not start.
+	depth := s.cfg.ReasonDepth
+	teamPending := make([]int, len(s.teams))
+	defer func() { s.brief = false }()
+	for i, j := range s.pending {
+		if depth > 0 {
+			s.brief = i-s.out.Stats.Placed >= depth && teamPending[j.team] >= depth
+			j.brief = s.brief
+			teamPending[j.team]++ // until it starts
+		}
 		s.out.Stats.Considered++
 		if j.static != nil {
 			j.why = *j.static
@@ -613,6 +648,9 @@ func (s *sched) placeCycle() {
 		p, w, ok := s.place(j, mode)
 		if ok {
 			s.start(j, p, s.now)
+			if depth > 0 {
+				teamPending[j.team]--
+			}
 			st := Start{Job: j.job.ID, Placement: s.output(j, p), Backfilled: s.resv != nil}
 			s.out.Starts = append(s.out.Starts, st)
 			s.out.Stats.Placed++
@@ -625,8 +663,14 @@ func (s *sched) placeCycle() {
 		if !w.capacity() {
 			continue
 		}
-		if s.cfg.Preemption && s.preempt(j) {
-			continue
+		if s.cfg.Preemption {
+			skipped := s.out.Stats.PreemptionSearchesSkipped
+			if s.preempt(j) {
+				continue
+			}
+			if s.out.Stats.PreemptionSearchesSkipped > skipped {
+				j.why.text = s.searchLimitText(j.why.text)
+			}
 		}
 		if s.resv != nil && s.starvePreempt(j, mode) {
 			continue

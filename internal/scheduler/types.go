@@ -210,6 +210,16 @@ type Config struct {
 	// and search in a later cycle. Stats.PreemptionSearchesSkipped counts
 	// them. PolicyConfig sets DefaultMaxPreemptionSearches.
 	MaxPreemptionSearches int `json:",omitempty"`
+	// ReasonDepth bounds the pending jobs whose reason is written in
+	// full: those among the first ReasonDepth of the pending list, or of
+	// their team's, the jobs people look at. Every other pending job gets
+	// the same reason code and a shorter sentence without its own figures
+	// (a quota reason leaves out the team's use and quota, a reservation
+	// reason the job's estimate, a slower-model reason the slowdown and
+	// the wait left), shared by all such jobs, so that the cycle does not
+	// format a sentence per job of a long queue. Decisions do not depend
+	// on it. 0 = every job in full. PolicyConfig sets DefaultReasonDepth.
+	ReasonDepth int `json:",omitempty"`
 	// ETA computes estimated starts for every pending job by a forward
 	// simulation of running and queued work.
 	ETA bool
