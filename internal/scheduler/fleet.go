@@ -148,11 +148,15 @@ type fleet struct {
 // and GPU as ready: the fleet a job could ever run on, since a cordoned,
 // draining or down node may return.
 func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anyState bool) *fleet {
-	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: map[string]loc{}}
+	ids := 0
 	nodes := make([]*Node, 0, len(in.Nodes))
 	for i := range in.Nodes {
 		nodes = append(nodes, &in.Nodes[i])
+		for g := range in.Nodes[i].GPUs {
+			ids += 1 + len(in.Nodes[i].GPUs[g].MIG)
+		}
 	}
+	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: make(map[string]loc, ids)}
 	slices.SortStableFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
 
 	// Intern models: every Input.Models entry plus any model a node names.

@@ -169,6 +169,7 @@ func (s *sched) preempt(j *pjob) bool {
 			found++
 			if !best.ok || slices.Compare(vs.cost[:], best.cost[:]) < 0 {
 				best = vs
+				best.victims = slices.Clone(vs.victims) // vs's are scratch
 			}
 			return found < maxPreemptNodes
 		})
@@ -274,7 +275,8 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 	if s.f.mfIndex(n, m) < 0 || !selectorOK(n, j.shape.selector) {
 		return victimSet{}
 	}
-	var cands []*rjob
+	cands := s.victimBuf[:0]
+	defer func() { s.victimBuf = cands[:0] }()
 	for _, v := range s.nodeRuns[ni] {
 		if (v.stopping && !v.claimed || s.mayPreempt(v, j, reclaim, class)) && holdsWhole(v, ni, n, m) {
 			cands = append(cands, v)
@@ -307,7 +309,11 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 		}
 		return strings.Compare(a.job.ID, b.job.ID)
 	})
-	avail := make([]bool, len(n.gpus))
+	avail := s.availBuf[:0]
+	for range n.gpus {
+		avail = append(avail, false)
+	}
+	s.availBuf = avail
 	for gi := range n.gpus {
 		avail[gi] = n.gpus[gi].model == m && wholeFree(n, &n.gpus[gi], false)
 	}
@@ -317,7 +323,7 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 				avail[a.gpu] = true
 			}
 		}
-		gpus, ok := pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
+		gpus, ok := s.pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
 		if !ok {
 			continue
 		}
@@ -349,33 +355,47 @@ func holdsWhole(v *rjob, ni int32, n *nodeSlot, m int32) bool {
 }
 
 // pickFrom chooses need GPUs among the available ones, inside one NVLink
-// domain when one holds them (required when nvlink).
-func pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
-	byDom := map[int32][]int32{}
-	var all []int32
+// domain when one holds them (required when nvlink): the domain with the
+// fewest available GPUs that holds them, the lowest domain first; its
+// GPUs in index order. The slice returned is the caller's.
+func (s *sched) pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
+	count := s.domBuf[:0] // per domain, available GPUs of model m
+	var all int32
 	for gi, ok := range avail {
 		if !ok || n.gpus[gi].model != m {
 			continue
 		}
-		all = append(all, int32(gi))
-		byDom[n.gpus[gi].domain] = append(byDom[n.gpus[gi].domain], int32(gi))
-	}
-	if int32(len(all)) < need {
-		return nil, false
-	}
-	bestDom, bestLen := int32(-2), 1<<30
-	for _, d := range sortedKeys(byDom) {
-		if d >= 0 && int32(len(byDom[d])) >= need && len(byDom[d]) < bestLen {
-			bestDom, bestLen = d, len(byDom[d])
+		all++
+		if d := n.gpus[gi].domain; d >= 0 {
+			for int(d) >= len(count) {
+				count = append(count, 0)
+			}
+			count[d]++
 		}
 	}
-	if bestDom >= 0 {
-		return slices.Clone(byDom[bestDom][:need]), true
-	}
-	if nvlink && need > 1 {
+	s.domBuf = count
+	if all < need {
 		return nil, false
 	}
-	return all[:need], true
+	bestDom, bestLen := int32(-1), int32(1<<30)
+	for d, c := range count {
+		if c >= need && c < bestLen {
+			bestDom, bestLen = int32(d), c
+		}
+	}
+	if bestDom < 0 && nvlink && need > 1 {
+		return nil, false
+	}
+	out := make([]int32, 0, need)
+	for gi, ok := range avail {
+		if ok && n.gpus[gi].model == m && (bestDom < 0 || n.gpus[gi].domain == bestDom) {
+			out = append(out, int32(gi))
+			if int32(len(out)) == need {
+				break
+			}
+		}
+	}
+	return out, true
 }
 
 func (s *sched) className(c int32) string {

@@ -1,5 +1,7 @@
 package scheduler
 
+import "math"
+
 // preemptIndex finds, for a queued job that does not fit, the nodes where
 // stopping running work could make room for it, without scanning every
 // node with preemptible work. It keeps, per node and GPU model, the whole
@@ -255,11 +257,12 @@ func (x *preemptIndex) nodes(j *pjob, m int32, reclaim bool, need int32, visit f
 		runs = x.own[j.team*int32(len(x.f.models))+m]
 	}
 	oi := 0
-	// nextOwn returns the next node, from runs[oi] on, where the team's
-	// own jobs make the room and the room index does not list it; -1 when
-	// none.
-	nextOwn := func() int32 {
-		for oi < len(runs) {
+	// ownBefore returns the next node before limit, from runs[oi] on,
+	// where the team's own jobs make the room and the room index does not
+	// list it; -1 when none. The walk never passes limit, the room
+	// index's next node, so a search that ends early walks little.
+	ownBefore := func(limit int32) int32 {
+		for oi < len(runs) && runs[oi].node < limit {
 			ni, c := runs[oi].node, int32(0)
 			for ; oi < len(runs) && runs[oi].node == ni; oi++ {
 				if r := runs[oi].r; !r.victim && r.rank > j.rank {
@@ -278,13 +281,18 @@ func (x *preemptIndex) nodes(j *pjob, m int32, reclaim bool, need int32, visit f
 		return -1
 	}
 	b := ri.ge[need]
-	ni, own := b.next(0), nextOwn()
-	for ni >= 0 || own >= 0 {
-		var next int32
-		if ni >= 0 && (own < 0 || ni < own) {
+	for ni := b.next(0); ; {
+		limit := ni
+		if ni < 0 {
+			limit = math.MaxInt32
+		}
+		next := ownBefore(limit)
+		switch {
+		case next >= 0:
+		case ni >= 0:
 			next, ni = ni, b.next(ni+1)
-		} else {
-			next, own = own, nextOwn()
+		default:
+			return
 		}
 		if !visit(next) {
 			return

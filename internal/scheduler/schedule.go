@@ -63,6 +63,7 @@ type pjob struct {
 	tag     float64 // fair-share virtual start
 	submit  int64   // submit time, Unix nanoseconds
 	started bool    // started this cycle, or in the ETA simulation
+	prod    bool    // production class: the failover spare is its own
 	brief   bool    // past Config.ReasonDepth: its reason leaves out its figures
 	starve  bool    // starving (Config.StarvationSlowdown)
 	startAt time.Time
@@ -179,6 +180,10 @@ type sched struct {
 	modelBuf []bool
 	allowBuf []int32
 	keyBuf   []byte
+	// preemption search scratch
+	victimBuf []*rjob
+	availBuf  []bool
+	domBuf    []int32
 }
 
 func newSched(in *Input) *sched {
@@ -252,9 +257,21 @@ func (s *sched) buildRunning() {
 		jobs[i] = &s.in.Jobs[k.i]
 	}
 	s.state = s.stateIndex()
+	// One allocation each for the running jobs, their grants and allocs.
+	runs, grants := make([]rjob, len(jobs)), make([]grant, len(jobs))
+	n := 0
 	for _, j := range jobs {
-		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
-		g := &grant{team: r.team, class: -1}
+		for _, p := range j.Placement {
+			n += len(p.GPUs)
+		}
+	}
+	allocs := make([]alloc, 0, n)
+	for i, j := range jobs {
+		r := &runs[i]
+		*r = rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		g := &grants[i]
+		*g = grant{team: r.team, class: -1}
+		start := len(allocs)
 		whole := j.Resources.Sharing.Exclusive()
 		for _, p := range j.Placement {
 			units := int32(unit)
@@ -272,7 +289,7 @@ func (s *sched) buildRunning() {
 				if l.inst >= 0 {
 					a.units = unit
 				}
-				g.allocs = append(g.allocs, a)
+				allocs = append(allocs, a)
 				model := s.f.nodes[l.node].gpus[l.gpu].model
 				if c := s.f.models[model].class; c >= 0 {
 					g.class = c
@@ -283,6 +300,9 @@ func (s *sched) buildRunning() {
 					}
 				}
 			}
+		}
+		if len(allocs) > start {
+			g.allocs = allocs[start:len(allocs):len(allocs)]
 		}
 		r.g = g
 		s.takeGrant(g)
@@ -417,7 +437,17 @@ func withReason(text, reason string) string {
 }
 
 // buildPending puts queued jobs in cluster order.
+// What a job needs and whether it can ever run do not depend on the
+// order: they are found in input order, while the job is at hand.
 func (s *sched) buildPending() {
+	queued := 0
+	for i := range s.in.Jobs {
+		if !s.in.Jobs[i].Running() {
+			queued++
+		}
+	}
+	slab := make([]pjob, 0, queued) // one allocation for every queued job
+	var classes []int32
 	for i := range s.in.Jobs {
 		j := &s.in.Jobs[i]
 		if j.Running() {
@@ -427,30 +457,36 @@ func (s *sched) buildPending() {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + j.Invalid})
 			continue
 		}
-		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
-		p.shape = s.shapeOf(&j.Resources)
-		if p.shape.invalid != "" {
-			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + p.shape.invalid})
+		sh := s.shapeOf(&j.Resources)
+		if sh.invalid != "" {
+			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + sh.invalid})
 			continue
 		}
+		slab = append(slab, pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j),
+			submit: j.Submitted.UnixNano(), shape: sh, prod: j.Priority == gpufleet.Production})
+		p := &slab[len(slab)-1]
 		s.pending = append(s.pending, p)
+		p.static = s.staticWhy(p)
+		if p.static != nil || !s.cfg.Quotas || len(sh.models) == 0 {
+			continue
+		}
+		p.demand = s.charge(sh, sh.models[0])
+		ts := &s.teams[p.team]
+		start := len(classes)
+		for _, m := range sh.models {
+			c := s.f.models[m].class
+			if c >= 0 && ts.quota[c] > 0 && !slices.Contains(classes[start:], c) {
+				classes = append(classes, c)
+				ts.demand[c] += p.demand
+			}
+		}
+		if len(classes) > start {
+			p.classes = classes[start:len(classes):len(classes)]
+		}
 	}
 	s.order()
 	for i, p := range s.pending {
 		p.idx = i
-		p.static = s.staticWhy(p)
-		if p.static != nil || !s.cfg.Quotas || len(p.shape.models) == 0 {
-			continue
-		}
-		p.demand = s.charge(p.shape, p.shape.models[0])
-		ts := &s.teams[p.team]
-		for _, m := range p.shape.models {
-			c := s.f.models[m].class
-			if c >= 0 && ts.quota[c] > 0 && !slices.Contains(p.classes, c) {
-				p.classes = append(p.classes, c)
-				ts.demand[c] += p.demand
-			}
-		}
 	}
 }
 
