@@ -118,6 +118,7 @@ type fleet struct {
 	// one model, where the count of a model's free instances is not
 	// migFree.
 	migBuckets [][]bitset
+	migCounts  [][]int32 // [profile][c]: members of migBuckets[profile][c]
 	migMixed   []bitset
 	tsNodes    []bitset // [model]: nodes with a partly shared GPU
 	classFree  []int64  // per quota class: free capacity in milli-GPUs
@@ -355,7 +356,9 @@ func (f *fleet) clone() *fleet {
 	c.totalFree = slices.Clone(f.totalFree)
 	c.migNodes = make([]bitset, len(f.migNodes))
 	c.migBuckets = make([][]bitset, len(f.migBuckets))
+	c.migCounts = make([][]int32, len(f.migCounts))
 	for p := range f.migNodes {
+		c.migCounts[p] = slices.Clone(f.migCounts[p])
 		c.migNodes[p] = cloneBits(f.migNodes[p])
 		c.migBuckets[p] = make([]bitset, len(f.migBuckets[p]))
 		for k := range f.migBuckets[p] {
@@ -407,7 +410,9 @@ func (f *fleet) indexMIG() {
 		}
 	}
 	f.migBuckets = make([][]bitset, len(f.profiles))
+	f.migCounts = make([][]int32, len(f.profiles))
 	for p := range f.profiles {
+		f.migCounts[p] = make([]int32, most[p]+1)
 		f.migBuckets[p] = make([]bitset, most[p]+1)
 		for c := 1; c <= int(most[p]); c++ {
 			f.migBuckets[p][c] = newBitset(len(f.nodes))
@@ -426,9 +431,11 @@ func (f *fleet) migCount(ni, p, delta int32) {
 	n.migFree[p] += delta
 	if old > 0 {
 		f.migBuckets[p][old].unset(ni)
+		f.migCounts[p][old]--
 	}
 	if c := n.migFree[p]; c > 0 {
 		f.migBuckets[p][c].set(ni)
+		f.migCounts[p][c]++
 		f.migNodes[p].set(ni)
 	} else {
 		f.migNodes[p].unset(ni)

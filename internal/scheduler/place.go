@@ -542,6 +542,9 @@ func (s *sched) searchMIGBuckets(sh *shape, allowed []bool, best *cand) {
 	bestNi, bestFree := int32(-1), int32(0)
 	buckets := f.migBuckets[p]
 	for c := sh.gpus; int(c) < len(buckets) && bestNi < 0; c++ {
+		if f.migCounts[p][c] == 0 {
+			continue
+		}
 		b := buckets[c]
 		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 			n := &f.nodes[ni]

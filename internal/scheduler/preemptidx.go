@@ -35,6 +35,7 @@ type preemptIndex struct {
 	nR     int32 // ranks 0..nR-1
 	quotas bool
 	base   []int32 // per node: its first slot; a slot per entry of nodeSlot.mfree
+	free   []int32 // per slot: the node's free GPUs of the model (modelFree.free)
 	stop   []int32 // per slot
 	shared []int32 // per slot and rank: slot*nR + rank
 	rooms  [][]*roomIndex
@@ -50,10 +51,10 @@ type preemptIndex struct {
 }
 
 // ownRun is a team's running job on one node: the whole GPUs of the
-// list's model it holds there.
+// list's model it holds there, and the node's slot for the model.
 type ownRun struct {
-	node, gpus int32
-	r          *rjob
+	node, slot, gpus int32
+	r                *rjob
 }
 
 // roomIndex is the room for preemption per node for one model and one
@@ -78,6 +79,7 @@ func (s *sched) preemptIdx() *preemptIndex {
 	}
 	slots := x.base[len(f.nodes)]
 	x.stop = make([]int32, slots)
+	x.free = make([]int32, slots)
 	x.shared = make([]int32, slots*x.nR)
 	nm := int32(len(f.models))
 	x.rooms = make([][]*roomIndex, nm)
@@ -93,6 +95,7 @@ func (s *sched) preemptIdx() *preemptIndex {
 		n := &f.nodes[ni]
 		for i, mf := range n.mfree {
 			sl := x.base[ni] + int32(i)
+			x.free[sl] = mf.free
 			for _, v := range rs {
 				g := heldOn(v, int32(ni), n, mf.model)
 				if g == 0 {
@@ -112,7 +115,7 @@ func (s *sched) preemptIdx() *preemptIndex {
 					x.borTop[k] = min(x.borTop[k], int32(v.rank))
 				default:
 					k := v.team*nm + mf.model
-					x.own[k] = append(x.own[k], ownRun{node: int32(ni), gpus: g, r: v})
+					x.own[k] = append(x.own[k], ownRun{node: int32(ni), slot: sl, gpus: g, r: v})
 					x.ownLow[k] = max(x.ownLow[k], int32(v.rank))
 				}
 			}
@@ -174,8 +177,10 @@ func (x *preemptIndex) setLevel(ri *roomIndex, ni int32) {
 	n := &x.f.nodes[ni]
 	lv := int32(0)
 	if i := x.f.mfIndex(n, ri.m); i >= 0 {
-		if c := x.victimGPUs(x.base[ni]+int32(i), ri.rank); c > 0 {
-			lv = min(n.mfree[i].free+c, x.f.maxK[ri.m])
+		sl := x.base[ni] + int32(i)
+		x.free[sl] = n.mfree[i].free
+		if c := x.victimGPUs(sl, ri.rank); c > 0 {
+			lv = min(x.free[sl]+c, x.f.maxK[ri.m])
 		}
 	}
 	old := ri.level[ni]
@@ -190,6 +195,9 @@ func (x *preemptIndex) setLevel(ri *roomIndex, ni int32) {
 
 // update follows a change of node ni's free GPUs of model m.
 func (x *preemptIndex) update(ni, m int32) {
+	n := &x.f.nodes[ni]
+	i := x.f.mfIndex(n, m)
+	x.free[x.base[ni]+int32(i)] = n.mfree[i].free
 	for _, ri := range x.rooms[m] {
 		x.setLevel(ri, ni)
 	}
@@ -263,7 +271,7 @@ func (x *preemptIndex) nodes(j *pjob, m int32, reclaim bool, need int32, visit f
 	// index's next node, so a search that ends early walks little.
 	ownBefore := func(limit int32) int32 {
 		for oi < len(runs) && runs[oi].node < limit {
-			ni, c := runs[oi].node, int32(0)
+			ni, sl, c := runs[oi].node, runs[oi].slot, int32(0)
 			for ; oi < len(runs) && runs[oi].node == ni; oi++ {
 				if r := runs[oi].r; !r.victim && r.rank > j.rank {
 					c += runs[oi].gpus
@@ -272,9 +280,7 @@ func (x *preemptIndex) nodes(j *pjob, m int32, reclaim bool, need int32, visit f
 			if c == 0 || ri.level[ni] >= need {
 				continue // nothing of its own, or listed anyway
 			}
-			n := &x.f.nodes[ni]
-			mi := x.f.mfIndex(n, m)
-			if n.mfree[mi].free+x.victimGPUs(x.base[ni]+int32(mi), rank)+c >= need {
+			if x.free[sl]+x.victimGPUs(sl, rank)+c >= need {
 				return ni
 			}
 		}

@@ -485,8 +485,12 @@ func (s *sched) buildPending() {
 		}
 	}
 	s.order()
+	// Lay the jobs out in cluster order, the order the cycle walks them.
+	sorted := make([]pjob, len(s.pending))
 	for i, p := range s.pending {
-		p.idx = i
+		sorted[i] = *p
+		sorted[i].idx = i
+		s.pending[i] = &sorted[i]
 	}
 }
 
