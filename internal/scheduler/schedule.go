@@ -437,17 +437,10 @@ func withReason(text, reason string) string {
 }
 
 // buildPending puts queued jobs in cluster order.
-// What a job needs and whether it can ever run do not depend on the
-// order: they are found in input order, while the job is at hand.
+// Jobs are read in input order (failures are reported in it), then laid
+// out in cluster order, the order the cycle walks them.
 func (s *sched) buildPending() {
-	queued := 0
-	for i := range s.in.Jobs {
-		if !s.in.Jobs[i].Running() {
-			queued++
-		}
-	}
-	slab := make([]pjob, 0, queued) // one allocation for every queued job
-	var classes []int32
+	var qs []queued
 	for i := range s.in.Jobs {
 		j := &s.in.Jobs[i]
 		if j.Running() {
@@ -462,11 +455,21 @@ func (s *sched) buildPending() {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + sh.invalid})
 			continue
 		}
-		slab = append(slab, pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j),
-			submit: j.Submitted.UnixNano(), shape: sh, prod: j.Priority == gpufleet.Production})
-		p := &slab[len(slab)-1]
-		s.pending = append(s.pending, p)
+		qs = append(qs, queued{job: j, shape: sh, rank: int32(s.rank(j.Priority)), team: s.team(j.Team), est: s.estimateOf(j),
+			submit: j.Submitted.UnixNano()})
+	}
+	perm := s.order(qs)
+	slab := make([]pjob, len(perm)) // one allocation for every queued job
+	s.pending = make([]*pjob, len(perm))
+	var classes []int32
+	for k, i := range perm {
+		q := &qs[i]
+		p := &slab[k]
+		*p = pjob{job: q.job, idx: k, rank: int(q.rank), team: q.team, shape: q.shape, est: q.est, submit: q.submit,
+			tag: q.tag, starve: q.starve, prod: q.job.Priority == gpufleet.Production}
+		s.pending[k] = p
 		p.static = s.staticWhy(p)
+		sh := q.shape
 		if p.static != nil || !s.cfg.Quotas || len(sh.models) == 0 {
 			continue
 		}
@@ -483,14 +486,6 @@ func (s *sched) buildPending() {
 		if len(classes) > start {
 			p.classes = classes[start:len(classes):len(classes)]
 		}
-	}
-	s.order()
-	// Lay the jobs out in cluster order, the order the cycle walks them.
-	sorted := make([]pjob, len(s.pending))
-	for i, p := range s.pending {
-		sorted[i] = *p
-		sorted[i].idx = i
-		s.pending[i] = &sorted[i]
 	}
 }
 
