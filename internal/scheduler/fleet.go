@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 	"strings"
@@ -198,23 +199,36 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		return m[s]
 	}
 	f.maxK = make([]int32, len(f.models))
+	byIndex := func(a, b GPU) int { return a.Index - b.Index }
+	// Per node: its NVLink domains (a domain name and a model make one,
+	// numbered in order of appearance) and its GPUs per model.
+	type domain struct {
+		name  string
+		model int32
+	}
+	var doms []domain
+	var perModel []modelFree // free counts the model's GPUs here
 	for _, n := range nodes {
 		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
-		gs := slices.Clone(n.GPUs)
-		slices.SortStableFunc(gs, func(a, b GPU) int { return a.Index - b.Index })
-		domIdx := map[string]int32{}
-		perModel := map[int32]int32{}
+		gs := n.GPUs
+		if !slices.IsSortedFunc(gs, byIndex) {
+			gs = slices.Clone(gs)
+			slices.SortStableFunc(gs, byIndex)
+		}
+		doms, perModel = doms[:0], perModel[:0]
+		ns.gpus = make([]gpuSlot, 0, len(gs))
 		for _, g := range gs {
 			m := f.modelIdx[g.Model]
 			f.models[m].gpus++
 			slot := gpuSlot{id: g.ID, model: m, domain: -1, ready: anyState || g.State == Ready || g.State == ""}
 			if g.NVLinkDomain != "" {
-				key := g.NVLinkDomain + "\x00" + g.Model
-				if _, ok := domIdx[key]; !ok {
-					domIdx[key] = int32(len(domIdx))
+				d := slices.Index(doms, domain{g.NVLinkDomain, m})
+				if d < 0 {
+					d = len(doms)
+					doms = append(doms, domain{g.NVLinkDomain, m})
 				}
-				slot.domain = domIdx[key]
+				slot.domain = int32(d)
 			}
 			if len(g.MIG) > 0 {
 				slot.mig = make([]migSlot, 0, len(g.MIG))
@@ -222,16 +236,19 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 					p := intern(f.profileIdx, &f.profiles, strings.ToLower(mi.Profile))
 					slot.mig = append(slot.mig, migSlot{id: mi.ID, profile: p})
 				}
+			} else if i := slices.IndexFunc(perModel, func(mf modelFree) bool { return mf.model == m }); i >= 0 {
+				perModel[i].free++
 			} else {
-				perModel[m]++
+				perModel = append(perModel, modelFree{model: m, free: 1})
 			}
 			ns.gpus = append(ns.gpus, slot)
 			f.notReady = f.notReady || !slot.ready
 		}
 		f.notReady = f.notReady || !ns.ready
-		for _, m := range sortedKeys(perModel) {
-			ns.mfree = append(ns.mfree, modelFree{model: m})
-			f.maxK[m] = max(f.maxK[m], perModel[m])
+		slices.SortFunc(perModel, func(a, b modelFree) int { return cmp.Compare(a.model, b.model) })
+		for _, pm := range perModel {
+			ns.mfree = append(ns.mfree, modelFree{model: pm.model})
+			f.maxK[pm.model] = max(f.maxK[pm.model], pm.free)
 		}
 		f.nodes = append(f.nodes, ns)
 	}

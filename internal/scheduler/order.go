@@ -130,6 +130,7 @@ type queued struct {
 	submit int64 // Unix nanoseconds
 	tag    float64
 	starve bool
+	prod   bool // production class
 }
 
 // orderKey is what the cluster order compares of a queued job: its class

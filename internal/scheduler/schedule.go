@@ -440,7 +440,13 @@ func withReason(text, reason string) string {
 // Jobs are read in input order (failures are reported in it), then laid
 // out in cluster order, the order the cycle walks them.
 func (s *sched) buildPending() {
-	var qs []queued
+	n := 0
+	for i := range s.in.Jobs {
+		if !s.in.Jobs[i].Running() {
+			n++
+		}
+	}
+	qs := make([]queued, 0, n)
 	for i := range s.in.Jobs {
 		j := &s.in.Jobs[i]
 		if j.Running() {
@@ -456,7 +462,7 @@ func (s *sched) buildPending() {
 			continue
 		}
 		qs = append(qs, queued{job: j, shape: sh, rank: int32(s.rank(j.Priority)), team: s.team(j.Team), est: s.estimateOf(j),
-			submit: j.Submitted.UnixNano()})
+			submit: j.Submitted.UnixNano(), prod: j.Priority == gpufleet.Production})
 	}
 	perm := s.order(qs)
 	slab := make([]pjob, len(perm)) // one allocation for every queued job
@@ -466,7 +472,7 @@ func (s *sched) buildPending() {
 		q := &qs[i]
 		p := &slab[k]
 		*p = pjob{job: q.job, idx: k, rank: int(q.rank), team: q.team, shape: q.shape, est: q.est, submit: q.submit,
-			tag: q.tag, starve: q.starve, prod: q.job.Priority == gpufleet.Production}
+			tag: q.tag, starve: q.starve, prod: q.prod}
 		s.pending[k] = p
 		p.static = s.staticWhy(p)
 		sh := q.shape
