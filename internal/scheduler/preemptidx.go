@@ -1,6 +1,9 @@
 package scheduler
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // preemptIndex finds, for a queued job that does not fit, the nodes where
 // stopping running work could make room for it, without scanning every
@@ -211,12 +214,12 @@ func (x *preemptIndex) removeVictim(v *rjob) {
 	if !shared && !stop {
 		return // an own job: queries skip victims
 	}
-	last := int32(-1)
+	var done []int32 // nodes taken care of: a placement may list one twice
 	for _, a := range v.g.allocs {
-		if a.inst >= 0 || a.node == last {
+		if a.inst >= 0 || slices.Contains(done, a.node) {
 			continue
 		}
-		last = a.node
+		done = append(done, a.node)
 		n := &x.f.nodes[a.node]
 		for i, mf := range n.mfree {
 			g := heldOn(v, a.node, n, mf.model)
