@@ -138,6 +138,7 @@ func (o *openList) close(i int32) { o.next[i] = i + 1 }
 // estimate runs the simulation and sets startAt on every job it starts.
 func (s *sched) estimate() {
 	s.explain = false
+	s.f.pidx = nil // no preemption in the simulation
 	for _, c := range s.claims {
 		s.events.push(event{at: c.at, g: c.g, gen: c.g.gen})
 	}

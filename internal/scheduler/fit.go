@@ -34,9 +34,10 @@ type shape struct {
 	multi   bool   // spans nodes
 	invalid string // a request no fleet could satisfy, in words
 
-	static    *why // unplaceable on an empty fleet (nil = placeable); set lazily
-	staticSet bool
-	group     *simGroup
+	static     *why // unplaceable on an empty fleet (nil = placeable); set lazily
+	staticSet  bool
+	quotaNever []quotaNeverEntry // per team, set lazily (staticWhy)
+	group      *simGroup
 }
 
 // spreads reports whether a whole-GPU shape with no explicit node count

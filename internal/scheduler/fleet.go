@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 	"strings"
@@ -21,6 +22,8 @@ func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
 
 func (b bitset) set(i int32)   { b[i>>6] |= 1 << (uint(i) & 63) }
 func (b bitset) unset(i int32) { b[i>>6] &^= 1 << (uint(i) & 63) }
+
+func (b bitset) has(i int32) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
 
 // next returns the first member >= i, or -1.
 func (b bitset) next(i int32) int32 {
@@ -110,10 +113,18 @@ type fleet struct {
 	counts    [][]int32  // [model][k]: members of buckets[model][k]
 	totalFree []int64    // per model: whole free GPUs
 	migNodes  []bitset   // [profile]: nodes with a free instance
-	tsNodes   []bitset   // [model]: nodes with a partly shared GPU
-	classFree []int64    // per quota class: free capacity in milli-GPUs
-	locs      map[string]loc
-	notReady  bool // some node or GPU is not ready
+	// migBuckets[p][c] holds the nodes with exactly c free instances of
+	// profile p (c >= 1), as buckets does for whole GPUs; migMixed[p]
+	// (read-only) the nodes whose instances of p are on GPUs of more than
+	// one model, where the count of a model's free instances is not
+	// migFree.
+	migBuckets [][]bitset
+	migCounts  [][]int32 // [profile][c]: members of migBuckets[profile][c]
+	migMixed   []bitset
+	tsNodes    []bitset // [model]: nodes with a partly shared GPU
+	classFree  []int64  // per quota class: free capacity in milli-GPUs
+	locs       map[string]loc
+	notReady   bool // some node or GPU is not ready
 
 	// epoch grows whenever capacity grows; cached "does not fit" answers
 	// are valid only within one epoch.
@@ -128,6 +139,10 @@ type fleet struct {
 	tsRaise    []uint32
 	totalRaise []uint32
 	resvRaise  uint32
+
+	// pidx, during the placement cycle once a job has searched for
+	// victims, is told of every change of a node's free GPUs.
+	pidx *preemptIndex
 }
 
 // buildFleet turns the input's nodes into the capacity model, nodes sorted
@@ -135,11 +150,15 @@ type fleet struct {
 // and GPU as ready: the fleet a job could ever run on, since a cordoned,
 // draining or down node may return.
 func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anyState bool) *fleet {
-	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: map[string]loc{}}
+	ids := 0
 	nodes := make([]*Node, 0, len(in.Nodes))
 	for i := range in.Nodes {
 		nodes = append(nodes, &in.Nodes[i])
+		for g := range in.Nodes[i].GPUs {
+			ids += 1 + len(in.Nodes[i].GPUs[g].MIG)
+		}
 	}
+	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: make(map[string]loc, ids)}
 	slices.SortStableFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
 
 	// Intern models: every Input.Models entry plus any model a node names.
@@ -180,23 +199,36 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		return m[s]
 	}
 	f.maxK = make([]int32, len(f.models))
+	byIndex := func(a, b GPU) int { return a.Index - b.Index }
+	// Per node: its NVLink domains (a domain name and a model make one,
+	// numbered in order of appearance) and its GPUs per model.
+	type domain struct {
+		name  string
+		model int32
+	}
+	var doms []domain
+	var perModel []modelFree // free counts the model's GPUs here
 	for _, n := range nodes {
 		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
-		gs := slices.Clone(n.GPUs)
-		slices.SortStableFunc(gs, func(a, b GPU) int { return a.Index - b.Index })
-		domIdx := map[string]int32{}
-		perModel := map[int32]int32{}
+		gs := n.GPUs
+		if !slices.IsSortedFunc(gs, byIndex) {
+			gs = slices.Clone(gs)
+			slices.SortStableFunc(gs, byIndex)
+		}
+		doms, perModel = doms[:0], perModel[:0]
+		ns.gpus = make([]gpuSlot, 0, len(gs))
 		for _, g := range gs {
 			m := f.modelIdx[g.Model]
 			f.models[m].gpus++
 			slot := gpuSlot{id: g.ID, model: m, domain: -1, ready: anyState || g.State == Ready || g.State == ""}
 			if g.NVLinkDomain != "" {
-				key := g.NVLinkDomain + "\x00" + g.Model
-				if _, ok := domIdx[key]; !ok {
-					domIdx[key] = int32(len(domIdx))
+				d := slices.Index(doms, domain{g.NVLinkDomain, m})
+				if d < 0 {
+					d = len(doms)
+					doms = append(doms, domain{g.NVLinkDomain, m})
 				}
-				slot.domain = domIdx[key]
+				slot.domain = int32(d)
 			}
 			if len(g.MIG) > 0 {
 				slot.mig = make([]migSlot, 0, len(g.MIG))
@@ -204,16 +236,19 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 					p := intern(f.profileIdx, &f.profiles, strings.ToLower(mi.Profile))
 					slot.mig = append(slot.mig, migSlot{id: mi.ID, profile: p})
 				}
+			} else if i := slices.IndexFunc(perModel, func(mf modelFree) bool { return mf.model == m }); i >= 0 {
+				perModel[i].free++
 			} else {
-				perModel[m]++
+				perModel = append(perModel, modelFree{model: m, free: 1})
 			}
 			ns.gpus = append(ns.gpus, slot)
 			f.notReady = f.notReady || !slot.ready
 		}
 		f.notReady = f.notReady || !ns.ready
-		for _, m := range sortedKeys(perModel) {
-			ns.mfree = append(ns.mfree, modelFree{model: m})
-			f.maxK[m] = max(f.maxK[m], perModel[m])
+		slices.SortFunc(perModel, func(a, b modelFree) int { return cmp.Compare(a.model, b.model) })
+		for _, pm := range perModel {
+			ns.mfree = append(ns.mfree, modelFree{model: pm.model})
+			f.maxK[pm.model] = max(f.maxK[pm.model], pm.free)
 		}
 		f.nodes = append(f.nodes, ns)
 	}
@@ -238,6 +273,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 	for p := range f.profiles {
 		f.migNodes[p] = newBitset(len(f.nodes))
 	}
+	f.indexMIG()
 	f.classFree = make([]int64, nClasses)
 	for ni := range f.nodes {
 		n := &f.nodes[ni]
@@ -255,8 +291,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 					n.migFree = make([]int32, len(f.profiles))
 				}
 				for _, inst := range g.mig {
-					n.migFree[inst.profile]++
-					f.migNodes[inst.profile].set(int32(ni))
+					f.migCount(int32(ni), inst.profile, +1)
 					f.addClass(g.model, f.migCharge(g.model, inst.profile))
 				}
 				continue
@@ -279,6 +314,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 // read-only parts (names, labels, GPU ids, locs) are shared.
 func (f *fleet) clone() *fleet {
 	c := *f
+	c.pidx = nil
 	c.nodes = slices.Clone(f.nodes)
 	ng, nm := 0, 0
 	for i := range f.nodes {
@@ -313,6 +349,9 @@ func (f *fleet) clone() *fleet {
 	}
 	for p := range f.migNodes {
 		words += len(f.migNodes[p])
+		for c := range f.migBuckets[p] {
+			words += len(f.migBuckets[p][c])
+		}
 	}
 	bits := make([]uint64, 0, words)
 	cloneBits := func(b bitset) bitset {
@@ -333,8 +372,15 @@ func (f *fleet) clone() *fleet {
 	}
 	c.totalFree = slices.Clone(f.totalFree)
 	c.migNodes = make([]bitset, len(f.migNodes))
+	c.migBuckets = make([][]bitset, len(f.migBuckets))
+	c.migCounts = make([][]int32, len(f.migCounts))
 	for p := range f.migNodes {
+		c.migCounts[p] = slices.Clone(f.migCounts[p])
 		c.migNodes[p] = cloneBits(f.migNodes[p])
+		c.migBuckets[p] = make([]bitset, len(f.migBuckets[p]))
+		for k := range f.migBuckets[p] {
+			c.migBuckets[p][k] = cloneBits(f.migBuckets[p][k])
+		}
 	}
 	c.tsNodes = make([]bitset, len(f.tsNodes))
 	for m := range f.tsNodes {
@@ -349,6 +395,81 @@ func (f *fleet) clone() *fleet {
 	c.tsRaise = slices.Clone(f.tsRaise)
 	c.totalRaise = slices.Clone(f.totalRaise)
 	return &c
+}
+
+// indexMIG sizes the MIG buckets, per profile, to the most instances of
+// the profile on one node, and finds the nodes where the profile's
+// instances are on GPUs of more than one model.
+func (f *fleet) indexMIG() {
+	most := make([]int32, len(f.profiles))
+	f.migMixed = make([]bitset, len(f.profiles))
+	for p := range f.profiles {
+		f.migMixed[p] = newBitset(len(f.nodes))
+	}
+	count := make([]int32, len(f.profiles))
+	model := make([]int32, len(f.profiles))
+	for ni := range f.nodes {
+		n := &f.nodes[ni]
+		clear(count)
+		for gi := range n.gpus {
+			g := &n.gpus[gi]
+			for _, in := range g.mig {
+				if count[in.profile] == 0 {
+					model[in.profile] = g.model
+				} else if model[in.profile] != g.model {
+					f.migMixed[in.profile].set(int32(ni))
+				}
+				count[in.profile]++
+			}
+		}
+		for p, c := range count {
+			most[p] = max(most[p], c)
+		}
+	}
+	f.migBuckets = make([][]bitset, len(f.profiles))
+	f.migCounts = make([][]int32, len(f.profiles))
+	for p := range f.profiles {
+		f.migCounts[p] = make([]int32, most[p]+1)
+		f.migBuckets[p] = make([]bitset, most[p]+1)
+		for c := 1; c <= int(most[p]); c++ {
+			f.migBuckets[p][c] = newBitset(len(f.nodes))
+		}
+	}
+}
+
+// migCount moves a node's count of free instances of profile p by delta,
+// keeping migNodes and migBuckets.
+func (f *fleet) migCount(ni, p, delta int32) {
+	n := &f.nodes[ni]
+	if n.migFree == nil {
+		n.migFree = make([]int32, len(f.profiles))
+	}
+	old := n.migFree[p]
+	n.migFree[p] += delta
+	if old > 0 {
+		f.migBuckets[p][old].unset(ni)
+		f.migCounts[p][old]--
+	}
+	if c := n.migFree[p]; c > 0 {
+		f.migBuckets[p][c].set(ni)
+		f.migCounts[p][c]++
+		f.migNodes[p].set(ni)
+	} else {
+		f.migNodes[p].unset(ni)
+	}
+}
+
+// migModel is the model of the GPUs that hold node n's instances of
+// profile p (one model: n is not in migMixed[p]).
+func migModel(n *nodeSlot, p int32) int32 {
+	for gi := range n.gpus {
+		for _, in := range n.gpus[gi].mig {
+			if in.profile == p {
+				return n.gpus[gi].model
+			}
+		}
+	}
+	return -1
 }
 
 func (f *fleet) mfIndex(n *nodeSlot, m int32) int {
@@ -394,6 +515,9 @@ func (f *fleet) adjFree(ni int32, m int32, delta int32) {
 	f.buckets[m][mf.free].set(ni)
 	f.counts[m][mf.free]++
 	f.totalFree[m] += int64(delta)
+	if f.pidx != nil {
+		f.pidx.update(ni, m)
+	}
 	if delta > 0 {
 		f.epoch++
 		for k := old + 1; k <= mf.free; k++ {
@@ -453,10 +577,7 @@ func (f *fleet) take(a alloc) {
 		}
 		in.used = true
 		if n.ready && g.ready {
-			n.migFree[in.profile]--
-			if n.migFree[in.profile] == 0 {
-				f.migNodes[in.profile].unset(a.node)
-			}
+			f.migCount(a.node, in.profile, -1)
 			f.addClass(g.model, -f.migCharge(g.model, in.profile))
 		}
 		return
@@ -488,10 +609,7 @@ func (f *fleet) release(a alloc) {
 		}
 		in.used = false
 		if n.ready && g.ready {
-			if n.migFree[in.profile] == 0 {
-				f.migNodes[in.profile].set(a.node)
-			}
-			n.migFree[in.profile]++
+			f.migCount(a.node, in.profile, +1)
 			f.addClass(g.model, f.migCharge(g.model, in.profile))
 			f.epoch++
 			f.migRaise[in.profile]++

@@ -5,9 +5,11 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
-// order sorts the queue into cluster order:
+// order puts the queued jobs in cluster order, returning their indices
+// in it:
 //
 //  1. priority class, highest first (when Config.PriorityClasses);
 //  2. starving jobs (Config.StarvationSlowdown) first within their class,
@@ -24,73 +26,123 @@ import (
 //     ahead of heavy ones (start-time fair queueing over Slurm-style
 //     decayed usage);
 //  5. submit time, then job id.
-func (s *sched) order() {
+func (s *sched) order(qs []queued) []int32 {
 	sized := s.cfg.SizeSlack > 0
 	switch {
 	case sized && s.cfg.ResponseRatio:
-		factor := s.fairFactors()
+		factor := s.fairFactors(qs)
 		now := float64(s.now.UnixNano()) / 1e9
-		for _, p := range s.pending {
-			est := max(p.est.Seconds(), 1)
-			ratio := (max(now-float64(p.submit)/1e9, 0) + est) / est
+		for i := range qs {
+			q := &qs[i]
+			est := max(q.est.Seconds(), 1)
+			ratio := (max(now-float64(q.submit)/1e9, 0) + est) / est
 			if factor != nil {
-				ratio /= factor[p.team]
+				ratio /= factor[q.team]
 			}
-			p.tag = -ratio
+			q.tag = -ratio
 		}
 	case sized:
-		factor := s.fairFactors()
-		for _, p := range s.pending {
-			slack := s.cfg.SizeSlack * p.est.Seconds()
+		factor := s.fairFactors(qs)
+		for i := range qs {
+			q := &qs[i]
+			slack := s.cfg.SizeSlack * q.est.Seconds()
 			if factor != nil {
-				slack *= factor[p.team]
+				slack *= factor[q.team]
 			}
-			p.tag = float64(p.submit)/1e9 + slack
+			q.tag = float64(q.submit)/1e9 + slack
 		}
 	case s.cfg.FairShare:
-		byTeam := slices.Clone(s.pending)
-		slices.SortFunc(byTeam, func(a, b *pjob) int {
-			if c := cmp.Compare(a.team, b.team); c != 0 {
+		byTeam := make([]int32, len(qs))
+		for i := range byTeam {
+			byTeam[i] = int32(i)
+		}
+		slices.SortFunc(byTeam, func(a, b int32) int {
+			if c := cmp.Compare(qs[a].team, qs[b].team); c != 0 {
 				return c
 			}
-			return submitOrder(a, b)
+			if c := cmp.Compare(qs[a].submit, qs[b].submit); c != 0 {
+				return c
+			}
+			return strings.Compare(qs[a].job.ID, qs[b].job.ID)
 		})
 		vt := make([]float64, len(s.teams))
 		for i := range s.teams {
 			vt[i] = s.teams[i].usage / s.teams[i].weight
 		}
-		for _, p := range byTeam {
-			p.tag = vt[p.team]
-			vt[p.team] += float64(p.job.Resources.GPUs) * p.est.Seconds() / s.teams[p.team].weight
+		for _, i := range byTeam {
+			q := &qs[i]
+			q.tag = vt[q.team]
+			vt[q.team] += float64(q.job.Resources.GPUs) * q.est.Seconds() / s.teams[q.team].weight
 		}
 	}
 	useTag := sized || s.cfg.FairShare
-	for _, p := range s.pending {
-		p.starve = s.starving(p)
+	// Sort compact keys: the comparison then reads no job but for ties of
+	// everything up to the id.
+	keys := make([]orderKey, len(qs))
+	for i := range qs {
+		q := &qs[i]
+		q.starve = s.starvingAt(q.est, q.job.Submitted)
+		k := orderKey{rank: q.rank, submit: q.submit, i: int32(i)}
+		if !q.starve {
+			k.flags |= 2
+		}
+		if !q.job.Requeued {
+			k.flags |= 1
+		}
+		if useTag {
+			k.tag = q.tag
+		}
+		keys[i] = k
 	}
-	slices.SortFunc(s.pending, func(a, b *pjob) int {
+	slices.SortFunc(keys, func(a, b orderKey) int {
 		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
 		}
-		if a.starve != b.starve {
-			if a.starve {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.flags, b.flags); c != 0 {
+			return c
 		}
-		if a.job.Requeued != b.job.Requeued {
-			if a.job.Requeued {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.tag, b.tag); c != 0 {
+			return c
 		}
-		if useTag {
-			if c := cmp.Compare(a.tag, b.tag); c != 0 {
-				return c
-			}
+		if c := cmp.Compare(a.submit, b.submit); c != 0 {
+			return c
 		}
-		return submitOrder(a, b)
+		if c := strings.Compare(qs[a.i].job.ID, qs[b.i].job.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
 	})
+	perm := make([]int32, len(keys))
+	for i, k := range keys {
+		perm[i] = k.i
+	}
+	return perm
+}
+
+// queued is a queued job as read from the input, before it takes its
+// place in the cluster order (order), with what the order needs.
+type queued struct {
+	job    *Job
+	shape  *shape
+	team   int32
+	rank   int32
+	est    time.Duration
+	submit int64 // Unix nanoseconds
+	tag    float64
+	starve bool
+	prod   bool // production class
+}
+
+// orderKey is what the cluster order compares of a queued job: its class
+// rank, whether it is starving (flags bit 1 clear) and requeued (bit 0
+// clear), its tag, its submit time, then its id and, for jobs with the
+// same id, its place in the input.
+type orderKey struct {
+	rank   int32
+	flags  uint8
+	tag    float64
+	submit int64
+	i      int32
 }
 
 // fairFactors scales each team's deadline slack by its use of the fleet
@@ -99,13 +151,13 @@ func (s *sched) order() {
 // A team that used twice its share ages its jobs about 1.4 times slower, one
 // that used half about 1.4 times faster; the clamp keeps every job's wait
 // bounded. nil without fair share.
-func (s *sched) fairFactors() []float64 {
+func (s *sched) fairFactors(qs []queued) []float64 {
 	if !s.cfg.FairShare {
 		return nil
 	}
 	active := make([]bool, len(s.teams))
-	for _, p := range s.pending {
-		active[p.team] = true
+	for i := range qs {
+		active[qs[i].team] = true
 	}
 	x := make([]float64, len(s.teams))
 	sum, n := 0.0, 0
@@ -124,11 +176,4 @@ func (s *sched) fairFactors() []float64 {
 		}
 	}
 	return f
-}
-
-func submitOrder(a, b *pjob) int {
-	if c := cmp.Compare(a.submit, b.submit); c != 0 {
-		return c
-	}
-	return strings.Compare(a.job.ID, b.job.ID)
 }

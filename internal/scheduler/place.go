@@ -491,6 +491,10 @@ func (s *sched) searchMIG(sh *shape, models []int32, best *cand) {
 	}
 	f := s.f
 	allowed := s.modelSet(models)
+	if s.cfg.Packing != PackFirstFit {
+		s.searchMIGBuckets(sh, allowed, best)
+		return
+	}
 	b := f.migNodes[sh.profile]
 	for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 		n := &f.nodes[ni]
@@ -525,6 +529,61 @@ func (s *sched) searchMIG(sh *shape, models []int32, best *cand) {
 			return
 		}
 	}
+}
+
+// searchMIGBuckets is searchMIG's best fit: the node with the fewest free
+// instances of the profile on allowed models that still holds the job,
+// then the first by name. On a node whose instances of the profile are
+// all on one model's GPUs that count is migFree (or 0 when the model is
+// not allowed), so the buckets, walked from the job's count up, yield
+// the best such node first; nodes with several models' instances
+// (migMixed) are counted one by one.
+func (s *sched) searchMIGBuckets(sh *shape, allowed []bool, best *cand) {
+	f := s.f
+	p := sh.profile
+	mixed := f.migMixed[p]
+	bestNi, bestFree := int32(-1), int32(0)
+	buckets := f.migBuckets[p]
+	for c := sh.gpus; int(c) < len(buckets) && bestNi < 0; c++ {
+		if f.migCounts[p][c] == 0 {
+			continue
+		}
+		b := buckets[c]
+		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
+			n := &f.nodes[ni]
+			if mixed.has(ni) || !selectorOK(n, sh.selector) || !allowed[migModel(n, p)] {
+				continue
+			}
+			bestNi, bestFree = ni, c
+			break
+		}
+	}
+	for ni := mixed.next(0); ni >= 0; ni = mixed.next(ni + 1) {
+		n := &f.nodes[ni]
+		if n.migFree == nil || n.migFree[p] < sh.gpus || !selectorOK(n, sh.selector) {
+			continue
+		}
+		var free int32
+		for gi := range n.gpus {
+			g := &n.gpus[gi]
+			if g.mig == nil || !g.ready || !allowed[g.model] {
+				continue
+			}
+			for _, in := range g.mig {
+				if in.profile == p && !in.used {
+					free++
+				}
+			}
+		}
+		if free >= sh.gpus && (bestNi < 0 || free < bestFree || free == bestFree && ni < bestNi) {
+			bestNi, bestFree = ni, free
+		}
+	}
+	if bestNi < 0 {
+		return
+	}
+	s.pickMIG(&f.nodes[bestNi], bestNi, sh, allowed, best)
+	best.score = [4]int64{int64(bestFree), int64(bestNi)}
 }
 
 // pickMIG takes instances from the GPUs with the fewest free ones first.

@@ -53,6 +53,19 @@ const DefaultSizeSlack = 1.0
 // DefaultStarvationSlowdown is gpufleet's Config.StarvationSlowdown.
 const DefaultStarvationSlowdown = 20.0
 
+// DefaultMaxPreemptionSearches is every policy's Config.MaxPreemptionSearches.
+// The 5,000-node benchmark (BenchmarkScheduleLargeFleet) runs 599 searches
+// in its cycle, well under it, so its decisions are an unbounded cycle's;
+// at 50,000 nodes and 500,000 queued jobs about 200,000 jobs would search
+// and the bound keeps the cycle's preemptions near 2,000 instead of
+// 26,000 (docs/SCHEDULER.md#preemption-at-scale).
+const DefaultMaxPreemptionSearches = 2048
+
+// DefaultReasonDepth is every policy's Config.ReasonDepth: the first
+// thousand pending jobs, and the first thousand of each team, have their
+// reasons in full.
+const DefaultReasonDepth = 1000
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -88,6 +101,8 @@ func PolicyConfig(name string) (Config, error) {
 	c.ETA = true
 	c.DefaultEstimate = 4 * time.Hour
 	c.DefaultGrace = DefaultGrace
+	c.MaxPreemptionSearches = DefaultMaxPreemptionSearches
+	c.ReasonDepth = DefaultReasonDepth
 	return c, nil
 }
 
@@ -107,6 +122,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPlacementsPerCycle < 0 {
 		return fmt.Errorf("max placements per cycle %d is negative", c.MaxPlacementsPerCycle)
+	}
+	if c.MaxPreemptionSearches < 0 {
+		return fmt.Errorf("max preemption searches %d is negative", c.MaxPreemptionSearches)
+	}
+	if c.ReasonDepth < 0 {
+		return fmt.Errorf("reason depth %d is negative", c.ReasonDepth)
 	}
 	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
 		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)

@@ -43,3 +43,32 @@ func TestPolicyConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigValidateBounds(t *testing.T) {
+	tests := map[string]struct {
+		change  func(*scheduler.Config)
+		wantErr bool
+	}{
+		"the defaults":                                     {change: func(*scheduler.Config) {}},
+		"no bound on preemption searches":                  {change: func(c *scheduler.Config) { c.MaxPreemptionSearches = 0 }},
+		"a negative bound on preemption searches":          {change: func(c *scheduler.Config) { c.MaxPreemptionSearches = -1 }, wantErr: true},
+		"every reason in full":                             {change: func(c *scheduler.Config) { c.ReasonDepth = 0 }},
+		"a negative reason depth":                          {change: func(c *scheduler.Config) { c.ReasonDepth = -5 }, wantErr: true},
+		"a negative bound on placements is still an error": {change: func(c *scheduler.Config) { c.MaxPlacementsPerCycle = -1 }, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := scheduler.PolicyConfig("gpufleet")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MaxPreemptionSearches != scheduler.DefaultMaxPreemptionSearches || c.ReasonDepth != scheduler.DefaultReasonDepth {
+				t.Fatalf("defaults: searches %d, reason depth %d", c.MaxPreemptionSearches, c.ReasonDepth)
+			}
+			tc.change(&c)
+			if err := c.Validate(); (err != nil) != tc.wantErr {
+				t.Errorf("Validate() = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -19,6 +19,12 @@ const (
 // maxPreemptNodes bounds the nodes one preemption search compares.
 const maxPreemptNodes = 32
 
+// scanAllVictimNodes makes preempt visit every node with preemptible work
+// and cache failed searches per team, as it did before the preemption
+// index and its cache key: tests compare the two (export_test.go). It is
+// never set outside tests.
+var scanAllVictimNodes bool
+
 // mayPreempt says whether running job v may be stopped for queued job j.
 // Only preemptible jobs, and only of a lower class, or (with quotas) jobs
 // running on borrowed capacity: of a lower class, or of any class when j
@@ -35,6 +41,72 @@ func (s *sched) mayPreempt(v *rjob, j *pjob, reclaim bool, class int32) bool {
 		return false
 	}
 	return lower || (reclaim && v.g.class == class)
+}
+
+// preemptQuota says whether j's team may take model m by preemption at
+// all (its borrowing limit allows the charge) and whether it would
+// reclaim its own guaranteed quota (then borrowed work of any class may be
+// stopped for it).
+func (s *sched) preemptQuota(j *pjob, m int32) (allowed, reclaim bool) {
+	class := s.f.models[m].class
+	if !s.cfg.Quotas || class < 0 {
+		return true, false
+	}
+	charge := s.charge(j.shape, m)
+	ts := &s.teams[j.team]
+	if ts.limit >= 0 && ts.used[class]+charge > ts.quota[class]+ts.limit {
+		return false, false
+	}
+	return true, ts.used[class]+charge <= ts.quota[class]
+}
+
+// preemptKey is what decides a preemption search's answer in a cycle,
+// the key of the cache of failed searches. Within a cycle the possible
+// victims only leave (chosen, or claimed when stopping), free GPUs only
+// shrink and quota use only grows, so a search that failed keeps failing:
+// its entry holds for the rest of the cycle and no change of the victims'
+// set can invalidate it. The shape, the preemptor's class rank and, with
+// quotas, the models the team's borrowing limit allows and those on which
+// it reclaims decide the answer; the team only when it has work that only
+// it may stop, or must not reclaim (preemptIndex.teamMatters). Then the
+// entry is the team's, and the two model masks, which only ever move
+// toward failure, are left out. The number of entries is bounded by
+// shapes x classes (x teams), not by the length of the queue.
+type preemptKey struct {
+	shape, rank, team int32 // team -1: any team
+	allowed, reclaim  uint64
+}
+
+// preemptKeyOf is j's preemptKey.
+func (s *sched) preemptKeyOf(x *preemptIndex, j *pjob) preemptKey {
+	sh := j.shape
+	k := preemptKey{shape: sh.id, rank: int32(j.rank), team: -1}
+	if !s.cfg.Quotas {
+		return k
+	}
+	for i, m := range sh.models {
+		allowed, reclaim := s.preemptQuota(j, m)
+		if i >= 64 || x.teamMatters(j.team, m, int32(j.rank), reclaim) {
+			return preemptKey{shape: sh.id, rank: int32(j.rank), team: j.team}
+		}
+		if allowed {
+			k.allowed |= 1 << i
+		}
+		if reclaim {
+			k.reclaim |= 1 << i
+		}
+	}
+	return k
+}
+
+// everyVictimNode visits every node with preemptible or stopping work, in
+// index order: the scan the preemption index replaces (scanAllVictimNodes).
+func (s *sched) everyVictimNode(_ *pjob, _ int32, _ bool, _ int32, visit func(ni int32) bool) {
+	for _, ni := range s.victimAt {
+		if !visit(ni) {
+			return
+		}
+	}
 }
 
 // victimSet is one node's way to make room by preemption.
@@ -54,54 +126,59 @@ type victimSet struct {
 // stop, then GPU-seconds lost, then victim count. On success the victims
 // are reported, the free GPUs of the chosen node are claimed for j, and j
 // waits for the victims to stop (it is placed in a later cycle).
+//
+// Candidate nodes come from the preemption index (preemptidx.go), in node
+// order; a failed search is cached (preemptKeyOf) for the rest of the
+// cycle; at most Config.MaxPreemptionSearches searches run per cycle, in
+// cluster order.
 func (s *sched) preempt(j *pjob) bool {
 	sh := j.shape
 	if sh.kind != gpufleet.Exclusive || sh.multi || len(s.victimAt) == 0 {
 		return false
 	}
-	key := failKey{shape: sh.id, mask: uint64(j.rank)<<32 | uint64(j.team), mode: modePreempt}
-	if _, ok := s.fails[key]; ok {
+	x := s.preemptIdx()
+	key, walk := s.preemptKeyOf(x, j), x.nodes
+	if scanAllVictimNodes {
+		key, walk = preemptKey{shape: sh.id, rank: int32(j.rank), team: j.team}, s.everyVictimNode
+	}
+	if s.preemptFails[key] {
 		return false
 	}
+	if limit := s.cfg.MaxPreemptionSearches; limit > 0 && s.out.Stats.PreemptionSearches >= limit {
+		s.out.Stats.PreemptionSearchesSkipped++
+		return false
+	}
+	s.out.Stats.PreemptionSearches++
 	var best victimSet
 	for _, m := range sh.models {
 		if sh.gpus > s.f.maxK[m] {
 			continue
 		}
 		class := s.f.models[m].class
-		charge := s.charge(sh, m)
-		reclaim := false
-		if s.cfg.Quotas && class >= 0 {
-			ts := &s.teams[j.team]
-			if ts.limit >= 0 && ts.used[class]+charge > ts.quota[class]+ts.limit {
-				continue
-			}
-			reclaim = ts.used[class]+charge <= ts.quota[class]
+		allowed, reclaim := s.preemptQuota(j, m)
+		if !allowed {
+			continue
 		}
 		found := 0
-		for _, ni := range s.victimAt {
-			if s.nodeLow[ni] <= j.rank && !(reclaim && s.nodeBorrowed[ni]) {
-				continue // nothing here j may stop
-			}
+		walk(j, m, reclaim, sh.gpus, func(ni int32) bool {
 			vs := s.victimsOn(j, ni, m, reclaim, class)
 			if !vs.ok {
-				continue
+				return true
 			}
 			vs.reclaim = reclaim
 			found++
 			if !best.ok || slices.Compare(vs.cost[:], best.cost[:]) < 0 {
 				best = vs
+				best.victims = slices.Clone(vs.victims) // vs's are scratch
 			}
-			if found >= maxPreemptNodes {
-				break
-			}
-		}
+			return found < maxPreemptNodes
+		})
 		if best.ok && sh.prefer {
 			break
 		}
 	}
 	if !best.ok {
-		s.fails[key] = failEntry{}
+		s.preemptFails[key] = true
 		return false
 	}
 	var allocs []alloc
@@ -136,6 +213,11 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	defer func() { s.f.epoch = ep }()
 	var grace time.Duration
 	already := 0
+	if x := s.f.pidx; x != nil {
+		for _, v := range victims {
+			x.removeVictim(v)
+		}
+	}
 	for _, v := range victims {
 		v.victim, v.claimed = true, true
 		s.releaseGrant(v.g)
@@ -193,7 +275,8 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 	if s.f.mfIndex(n, m) < 0 || !selectorOK(n, j.shape.selector) {
 		return victimSet{}
 	}
-	var cands []*rjob
+	cands := s.victimBuf[:0]
+	defer func() { s.victimBuf = cands[:0] }()
 	for _, v := range s.nodeRuns[ni] {
 		if (v.stopping && !v.claimed || s.mayPreempt(v, j, reclaim, class)) && holdsWhole(v, ni, n, m) {
 			cands = append(cands, v)
@@ -226,7 +309,11 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 		}
 		return strings.Compare(a.job.ID, b.job.ID)
 	})
-	avail := make([]bool, len(n.gpus))
+	avail := s.availBuf[:0]
+	for range n.gpus {
+		avail = append(avail, false)
+	}
+	s.availBuf = avail
 	for gi := range n.gpus {
 		avail[gi] = n.gpus[gi].model == m && wholeFree(n, &n.gpus[gi], false)
 	}
@@ -236,7 +323,7 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 				avail[a.gpu] = true
 			}
 		}
-		gpus, ok := pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
+		gpus, ok := s.pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
 		if !ok {
 			continue
 		}
@@ -268,33 +355,47 @@ func holdsWhole(v *rjob, ni int32, n *nodeSlot, m int32) bool {
 }
 
 // pickFrom chooses need GPUs among the available ones, inside one NVLink
-// domain when one holds them (required when nvlink).
-func pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
-	byDom := map[int32][]int32{}
-	var all []int32
+// domain when one holds them (required when nvlink): the domain with the
+// fewest available GPUs that holds them, the lowest domain first; its
+// GPUs in index order. The slice returned is the caller's.
+func (s *sched) pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
+	count := s.domBuf[:0] // per domain, available GPUs of model m
+	var all int32
 	for gi, ok := range avail {
 		if !ok || n.gpus[gi].model != m {
 			continue
 		}
-		all = append(all, int32(gi))
-		byDom[n.gpus[gi].domain] = append(byDom[n.gpus[gi].domain], int32(gi))
-	}
-	if int32(len(all)) < need {
-		return nil, false
-	}
-	bestDom, bestLen := int32(-2), 1<<30
-	for _, d := range sortedKeys(byDom) {
-		if d >= 0 && int32(len(byDom[d])) >= need && len(byDom[d]) < bestLen {
-			bestDom, bestLen = d, len(byDom[d])
+		all++
+		if d := n.gpus[gi].domain; d >= 0 {
+			for int(d) >= len(count) {
+				count = append(count, 0)
+			}
+			count[d]++
 		}
 	}
-	if bestDom >= 0 {
-		return slices.Clone(byDom[bestDom][:need]), true
-	}
-	if nvlink && need > 1 {
+	s.domBuf = count
+	if all < need {
 		return nil, false
 	}
-	return all[:need], true
+	bestDom, bestLen := int32(-1), int32(1<<30)
+	for d, c := range count {
+		if c >= need && c < bestLen {
+			bestDom, bestLen = int32(d), c
+		}
+	}
+	if bestDom < 0 && nvlink && need > 1 {
+		return nil, false
+	}
+	out := make([]int32, 0, need)
+	for gi, ok := range avail {
+		if ok && n.gpus[gi].model == m && (bestDom < 0 || n.gpus[gi].domain == bestDom) {
+			out = append(out, int32(gi))
+			if int32(len(out)) == need {
+				break
+			}
+		}
+	}
+	return out, true
 }
 
 func (s *sched) className(c int32) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // buildTeams interns teams and the quota classes their quotas name.
@@ -136,13 +137,26 @@ func (s *sched) markBorrowed() {
 	if !s.cfg.Quotas {
 		return
 	}
-	byStart := slices.Clone(s.running)
-	slices.SortStableFunc(byStart, func(a, b *rjob) int {
-		if c := a.job.Started.Compare(b.job.Started); c != 0 {
+	// s.running is in id order: sort by start, then that order, on keys
+	// that need no job read.
+	type startKey struct {
+		t time.Time
+		i int32
+	}
+	keys := make([]startKey, len(s.running))
+	for i, r := range s.running {
+		keys[i] = startKey{r.job.Started, int32(i)}
+	}
+	slices.SortFunc(keys, func(a, b startKey) int {
+		if c := a.t.Compare(b.t); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.job.ID, b.job.ID)
+		return cmp.Compare(a.i, b.i)
 	})
+	byStart := make([]*rjob, len(keys))
+	for i, k := range keys {
+		byStart[i] = s.running[k.i]
+	}
 	cum := make([][]int64, len(s.teams))
 	for i := range cum {
 		cum[i] = make([]int64, len(s.classes))

@@ -75,7 +75,7 @@ type why struct {
 	quota *[5]int64
 }
 
-// words is a reason's sentence.
+// words is a reason's sentence, in full.
 func (s *sched) words(w why) string {
 	if w.text != "" || w.quota == nil {
 		return w.text
@@ -102,7 +102,24 @@ func (s *sched) staticWhy(p *pjob) *why {
 	if sh.static != nil {
 		return sh.static
 	}
-	return s.quotaNever(p)
+	if !s.cfg.Quotas {
+		return nil
+	}
+	// Quota never admits the job or always may: per shape and team.
+	for int(p.team) >= len(sh.quotaNever) {
+		sh.quotaNever = append(sh.quotaNever, quotaNeverEntry{})
+	}
+	e := &sh.quotaNever[p.team]
+	if !e.set {
+		e.why, e.set = s.quotaNever(p), true
+	}
+	return e.why
+}
+
+// quotaNeverEntry caches quotaNever for one shape and team.
+type quotaNeverEntry struct {
+	why *why
+	set bool
 }
 
 func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
@@ -343,8 +360,13 @@ func largestDomain(n *nodeSlot, m int32) int32 {
 	return best
 }
 
+// orderWhy explains a job that fits but waits behind blocker in strict
+// order; the sentence is the same for every job behind it.
 func (s *sched) orderWhy(blocker *pjob) why {
-	return why{code: ReasonOrder, text: fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", blocker.job.ID, blocker.idx+1)}
+	if s.texts.order == "" {
+		s.texts.order = fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", blocker.job.ID, blocker.idx+1)
+	}
+	return why{code: ReasonOrder, text: s.texts.order}
 }
 
 func (s *sched) reservationWhy(j *pjob) why {
@@ -352,13 +374,71 @@ func (s *sched) reservationWhy(j *pjob) why {
 		return why{code: ReasonReservation}
 	}
 	r := s.resv
+	if s.brief {
+		if s.texts.resv != r {
+			s.texts.resv, s.texts.resvText = r, fmt.Sprintf("fits now, but would delay job %s, reserved to start by %s",
+				r.job.job.ID, r.at.UTC().Format(time.RFC3339))
+		}
+		return why{code: ReasonReservation, text: s.texts.resvText}
+	}
 	return why{code: ReasonReservation, text: fmt.Sprintf(
 		"fits now, but would delay job %s, reserved to start by %s; backfill needs it to finish by then (estimate %s)",
 		r.job.job.ID, r.at.UTC().Format(time.RFC3339), j.est)}
 }
 
 func (s *sched) cycleLimitWhy() why {
-	return why{code: ReasonCycleLimit, text: fmt.Sprintf("placement limit of %d jobs per cycle reached", s.cfg.MaxPlacementsPerCycle)}
+	if s.texts.limit == "" {
+		s.texts.limit = fmt.Sprintf("placement limit of %d jobs per cycle reached", s.cfg.MaxPlacementsPerCycle)
+	}
+	return why{code: ReasonCycleLimit, text: s.texts.limit}
+}
+
+// searchLimitText adds to a reason that the job did not look for victims
+// because Config.MaxPreemptionSearches was reached. Many jobs share a
+// reason's text: the sentence is built once per text.
+func (s *sched) searchLimitText(text string) string {
+	if t, ok := s.texts.searchLimit[text]; ok {
+		return t
+	}
+	if s.texts.searchLimit == nil {
+		s.texts.searchLimit = map[string]string{}
+	}
+	t := text + fmt.Sprintf("; preemption not tried this cycle (search limit of %d per cycle reached)", s.cfg.MaxPreemptionSearches)
+	s.texts.searchLimit[text] = t
+	return t
+}
+
+// briefTexts holds the sentences shared by many jobs: those of jobs past
+// Config.ReasonDepth (brief), which leave out the figures of the job, and
+// those that are the same for every job.
+type briefTexts struct {
+	order, limit string
+	resv         *reservation // the reservation resvText is about
+	resvText     string
+	slower       map[int32]string // per model
+	quota        map[[2]int32]string
+	searchLimit  map[string]string // by the text it extends
+}
+
+// briefQuota is a quota reason's sentence without the team's figures.
+func (s *sched) briefQuota(w why) string {
+	limit := int32(0)
+	if w.limit {
+		limit = 1
+	}
+	key := [2]int32{w.class, limit}
+	if t, ok := s.texts.quota[key]; ok {
+		return t
+	}
+	t := fmt.Sprintf("team quota for %s exhausted; the free GPUs are held for teams under their quota", s.classes[w.class])
+	if w.limit {
+		t = fmt.Sprintf("team quota for %s exhausted and borrowing limit reached", s.classes[w.class])
+	}
+	if s.texts.quota == nil {
+		s.texts.quota = map[[2]int32]string{}
+	}
+	s.texts.quota[key] = t
+	return t
 }
 
 // plural writes "1 GPU", "2 GPUs".

@@ -1,8 +1,8 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +37,13 @@ func Schedule(in Input) Output {
 	teamPos := map[int32]int{}
 	for i, j := range pending {
 		teamPos[j.team]++
-		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: s.words(j.why)}
+		reason := ""
+		if j.brief && j.why.quota != nil {
+			reason = s.briefQuota(j.why)
+		} else {
+			reason = s.words(j.why)
+		}
+		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason}
 		if j.started && s.cfg.ETA {
 			s.etaOf(&p, j, cal)
 		}
@@ -131,6 +137,8 @@ type pjob struct {
 	tag     float64 // fair-share virtual start
 	submit  int64   // submit time, Unix nanoseconds
 	started bool    // started this cycle, or in the ETA simulation
+	prod    bool    // production class: the failover spare is its own
+	brief   bool    // past Config.ReasonDepth: its reason leaves out its figures
 	starve  bool    // starving (Config.StarvationSlowdown)
 	startAt time.Time
 	why     why
@@ -204,20 +212,19 @@ type sched struct {
 	teamIdx map[string]int32
 	classes []string
 
-	shapes   []*shape
-	shapeIdx map[string]*shape
-	pending  []*pjob // cluster order
-	running  []*rjob // by id
-	nodeRuns [][]*rjob
-	victimAt []int32 // nodes with preemptible running work, by index
-	// nodeLow is the lowest class (highest rank) of preemptible work per
-	// node; nodeBorrowed whether any of it runs on borrowed quota.
-	nodeLow      []int
-	nodeBorrowed []bool
+	shapes       []*shape
+	shapeIdx     map[string]*shape
+	pending      []*pjob // cluster order
+	running      []*rjob // by id
+	nodeRuns     [][]*rjob
+	victimAt     []int32 // nodes with preemptible running work, by index
 	events       eventHeap
 	resv         *reservation
 	fails        map[failKey]failEntry
-	explain      bool      // build reason texts (off in the ETA simulation)
+	preemptFails map[preemptKey]bool // failed preemption searches this cycle
+	explain      bool                // build reason texts (off in the ETA simulation)
+	brief        bool                // the job being placed is past Config.ReasonDepth
+	texts        briefTexts
 	claims       []claimAt // GPUs held for preemptors until their victims stop
 	state        runState  // nodes and GPUs by name, when any drains or is silent
 	out          Output
@@ -250,10 +257,14 @@ type sched struct {
 	modelBuf []bool
 	allowBuf []int32
 	keyBuf   []byte
+	// preemption search scratch
+	victimBuf []*rjob
+	availBuf  []bool
+	domBuf    []int32
 }
 
 func newSched(in *Input) *sched {
-	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
+	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}, preemptFails: map[preemptKey]bool{}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -301,17 +312,43 @@ func (s *sched) estimateOf(j *Job) time.Duration {
 // ends as release events.
 func (s *sched) buildRunning() {
 	s.nodeRuns = make([][]*rjob, len(s.f.nodes))
-	jobs := make([]*Job, 0)
+	// By id, then input order.
+	type idKey struct {
+		id string
+		i  int
+	}
+	var keys []idKey
 	for i := range s.in.Jobs {
 		if s.in.Jobs[i].Running() {
-			jobs = append(jobs, &s.in.Jobs[i])
+			keys = append(keys, idKey{s.in.Jobs[i].ID, i})
 		}
 	}
-	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(keys, func(a, b idKey) int {
+		if c := strings.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	jobs := make([]*Job, len(keys))
+	for i, k := range keys {
+		jobs[i] = &s.in.Jobs[k.i]
+	}
 	s.state = s.stateIndex()
+	// One allocation each for the running jobs, their grants and allocs.
+	runs, grants := make([]rjob, len(jobs)), make([]grant, len(jobs))
+	n := 0
 	for _, j := range jobs {
-		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
-		g := &grant{team: r.team, class: -1}
+		for _, p := range j.Placement {
+			n += len(p.GPUs)
+		}
+	}
+	allocs := make([]alloc, 0, n)
+	for i, j := range jobs {
+		r := &runs[i]
+		*r = rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		g := &grants[i]
+		*g = grant{team: r.team, class: -1}
+		start := len(allocs)
 		whole := j.Resources.Sharing.Exclusive()
 		for _, p := range j.Placement {
 			units := int32(unit)
@@ -329,7 +366,7 @@ func (s *sched) buildRunning() {
 				if l.inst >= 0 {
 					a.units = unit
 				}
-				g.allocs = append(g.allocs, a)
+				allocs = append(allocs, a)
 				model := s.f.nodes[l.node].gpus[l.gpu].model
 				if c := s.f.models[model].class; c >= 0 {
 					g.class = c
@@ -340,6 +377,9 @@ func (s *sched) buildRunning() {
 					}
 				}
 			}
+		}
+		if len(allocs) > start {
+			g.allocs = allocs[start:len(allocs):len(allocs)]
 		}
 		r.g = g
 		s.takeGrant(g)
@@ -374,19 +414,9 @@ func (s *sched) buildRunning() {
 		}
 	}
 	s.markBorrowed()
-	s.nodeLow = make([]int, len(s.f.nodes))
-	s.nodeBorrowed = make([]bool, len(s.f.nodes))
 	for ni, rs := range s.nodeRuns {
 		if len(rs) > 0 {
 			s.victimAt = append(s.victimAt, int32(ni))
-		}
-		for _, r := range rs {
-			if r.stopping {
-				s.nodeLow[ni] = math.MaxInt32 // any job may claim what a stopping job leaves
-				continue
-			}
-			s.nodeLow[ni] = max(s.nodeLow[ni], r.rank)
-			s.nodeBorrowed[ni] = s.nodeBorrowed[ni] || r.borrowed
 		}
 	}
 }
@@ -484,7 +514,16 @@ func withReason(text, reason string) string {
 }
 
 // buildPending puts queued jobs in cluster order.
+// Jobs are read in input order (failures are reported in it), then laid
+// out in cluster order, the order the cycle walks them.
 func (s *sched) buildPending() {
+	n := 0
+	for i := range s.in.Jobs {
+		if !s.in.Jobs[i].Running() {
+			n++
+		}
+	}
+	qs := make([]queued, 0, n)
 	for i := range s.in.Jobs {
 		j := &s.in.Jobs[i]
 		if j.Running() {
@@ -494,29 +533,41 @@ func (s *sched) buildPending() {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + j.Invalid})
 			continue
 		}
-		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
-		p.shape = s.shapeOf(&j.Resources)
-		if p.shape.invalid != "" {
-			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + p.shape.invalid})
+		sh := s.shapeOf(&j.Resources)
+		if sh.invalid != "" {
+			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + sh.invalid})
 			continue
 		}
-		s.pending = append(s.pending, p)
+		qs = append(qs, queued{job: j, shape: sh, rank: int32(s.rank(j.Priority)), team: s.team(j.Team), est: s.estimateOf(j),
+			submit: j.Submitted.UnixNano(), prod: j.Priority == gpufleet.Production})
 	}
-	s.order()
-	for i, p := range s.pending {
-		p.idx = i
+	perm := s.order(qs)
+	slab := make([]pjob, len(perm)) // one allocation for every queued job
+	s.pending = make([]*pjob, len(perm))
+	var classes []int32
+	for k, i := range perm {
+		q := &qs[i]
+		p := &slab[k]
+		*p = pjob{job: q.job, idx: k, rank: int(q.rank), team: q.team, shape: q.shape, est: q.est, submit: q.submit,
+			tag: q.tag, starve: q.starve, prod: q.prod}
+		s.pending[k] = p
 		p.static = s.staticWhy(p)
-		if p.static != nil || !s.cfg.Quotas || len(p.shape.models) == 0 {
+		sh := q.shape
+		if p.static != nil || !s.cfg.Quotas || len(sh.models) == 0 {
 			continue
 		}
-		p.demand = s.charge(p.shape, p.shape.models[0])
+		p.demand = s.charge(sh, sh.models[0])
 		ts := &s.teams[p.team]
-		for _, m := range p.shape.models {
+		start := len(classes)
+		for _, m := range sh.models {
 			c := s.f.models[m].class
-			if c >= 0 && ts.quota[c] > 0 && !slices.Contains(p.classes, c) {
-				p.classes = append(p.classes, c)
+			if c >= 0 && ts.quota[c] > 0 && !slices.Contains(classes[start:], c) {
+				classes = append(classes, c)
 				ts.demand[c] += p.demand
 			}
+		}
+		if len(classes) > start {
+			p.classes = classes[start:len(classes):len(classes)]
 		}
 	}
 }
@@ -682,7 +733,18 @@ func (s *sched) output(j *pjob, p placement) []Placement {
 // placeCycle walks the queue in cluster order once and decides.
 func (s *sched) placeCycle() {
 	var blocker *pjob // strict order: the first job that could not start
-	for _, j := range s.pending {
+	// A job's position in the pending list and in its team's, if it does
+	// not start, is known when its turn comes: jobs start only in their
+	// turn. teamPending counts each team's jobs so far that did not start.
+	depth := s.cfg.ReasonDepth
+	teamPending := make([]int, len(s.teams))
+	defer func() { s.brief = false }()
+	for i, j := range s.pending {
+		if depth > 0 {
+			s.brief = i-s.out.Stats.Placed >= depth && teamPending[j.team] >= depth
+			j.brief = s.brief
+			teamPending[j.team]++ // until it starts
+		}
 		s.out.Stats.Considered++
 		if j.static != nil {
 			j.why = *j.static
@@ -704,6 +766,9 @@ func (s *sched) placeCycle() {
 		p, w, ok := s.place(j, mode)
 		if ok {
 			s.start(j, p, s.now)
+			if depth > 0 {
+				teamPending[j.team]--
+			}
 			st := Start{Job: j.job.ID, Placement: s.output(j, p), Backfilled: s.resv != nil}
 			s.out.Starts = append(s.out.Starts, st)
 			s.out.Stats.Placed++
@@ -716,8 +781,14 @@ func (s *sched) placeCycle() {
 		if !w.capacity() {
 			continue
 		}
-		if s.cfg.Preemption && s.preempt(j) {
-			continue
+		if s.cfg.Preemption {
+			skipped := s.out.Stats.PreemptionSearchesSkipped
+			if s.preempt(j) {
+				continue
+			}
+			if s.out.Stats.PreemptionSearchesSkipped > skipped {
+				j.why.text = s.searchLimitText(j.why.text)
+			}
 		}
 		if s.resv != nil && s.starvePreempt(j, mode) {
 			continue

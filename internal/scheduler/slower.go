@@ -72,6 +72,17 @@ func (s *sched) slowerWhy(j *pjob, m int32) why {
 	if !s.explain {
 		return why{code: ReasonSlowerModel, model: m}
 	}
+	if s.brief {
+		t, ok := s.texts.slower[m]
+		if !ok {
+			t = fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it slower", s.f.models[m].id)
+			if s.texts.slower == nil {
+				s.texts.slower = map[int32]string{}
+			}
+			s.texts.slower[m] = t
+		}
+		return why{code: ReasonSlowerModel, model: m, text: t}
+	}
 	return why{code: ReasonSlowerModel, model: m, text: fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it about %.1fx slower; takes it in %s if nothing faster frees up",
 		s.f.models[m].id, j.shape.slower[m], s.slowerWait(j, m).Round(time.Second))}
 }

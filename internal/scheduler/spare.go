@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-
-	"github.com/gpufleet/gpufleet"
 )
 
 // spareHold is the capacity held back for production failover (Config.
@@ -102,7 +100,7 @@ func (s *sched) releaseSpare() {
 
 // place is tryPlace with the spare held for every class but production.
 func (s *sched) place(j *pjob, mode fitMode) (placement, why, bool) {
-	if j.job.Priority == gpufleet.Production {
+	if j.prod {
 		s.releaseSpare()
 	} else {
 		s.holdSpare()

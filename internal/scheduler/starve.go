@@ -33,14 +33,19 @@ const (
 
 // starving reports whether a queued job's slowdown so far, (wait +
 // estimate) / estimate, has reached Config.StarvationSlowdown.
-func (s *sched) starving(j *pjob) bool {
-	return s.cfg.StarvationSlowdown > 0 && s.slowdownNow(j) >= s.cfg.StarvationSlowdown
+func (s *sched) starving(j *pjob) bool { return s.starvingAt(j.est, j.job.Submitted) }
+
+// starvingAt is starving for a job of the given estimate and submit time.
+func (s *sched) starvingAt(est time.Duration, submitted time.Time) bool {
+	return s.cfg.StarvationSlowdown > 0 && s.slowdownAt(est, submitted) >= s.cfg.StarvationSlowdown
 }
 
 // slowdownNow is the slowdown j would have if it started now.
-func (s *sched) slowdownNow(j *pjob) float64 {
-	est := max(j.est.Seconds(), 1)
-	return (max(s.now.Sub(j.job.Submitted).Seconds(), 0) + est) / est
+func (s *sched) slowdownNow(j *pjob) float64 { return s.slowdownAt(j.est, j.job.Submitted) }
+
+func (s *sched) slowdownAt(est time.Duration, submitted time.Time) float64 {
+	e := max(est.Seconds(), 1)
+	return (max(s.now.Sub(submitted).Seconds(), 0) + e) / e
 }
 
 // starvePreempt stops running jobs for a starving job j that does not fit:

@@ -205,6 +205,26 @@ type Config struct {
 	RestartCost time.Duration `json:",omitempty"`
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
+	// MaxPreemptionSearches bounds the searches for victims (priority
+	// preemption and reclaim) in one cycle; 0 = no bound. A search is one
+	// queued job that does not fit looking for running jobs to stop;
+	// answers from the cache of failed searches do not count. Jobs search
+	// in cluster order, so the highest-ranked waiting jobs search first;
+	// once the bound is reached, later jobs go on as if no victim could be
+	// found (they may still reserve, backfill or preempt for starvation)
+	// and search in a later cycle. Stats.PreemptionSearchesSkipped counts
+	// them. PolicyConfig sets DefaultMaxPreemptionSearches.
+	MaxPreemptionSearches int `json:",omitempty"`
+	// ReasonDepth bounds the pending jobs whose reason is written in
+	// full: those among the first ReasonDepth of the pending list, or of
+	// their team's, the jobs people look at. Every other pending job gets
+	// the same reason code and a shorter sentence without its own figures
+	// (a quota reason leaves out the team's use and quota, a reservation
+	// reason the job's estimate, a slower-model reason the slowdown and
+	// the wait left), shared by all such jobs, so that the cycle does not
+	// format a sentence per job of a long queue. Decisions do not depend
+	// on it. 0 = every job in full. PolicyConfig sets DefaultReasonDepth.
+	ReasonDepth int `json:",omitempty"`
 	// ETA computes estimated starts for every pending job by a forward
 	// simulation of running and queued work.
 	ETA bool
@@ -302,4 +322,10 @@ type Stats struct {
 	Placed     int
 	Preempted  int
 	Backfilled int
+	// PreemptionSearches counts the searches for victims of this cycle
+	// (answers from the cache of failed searches excluded);
+	// PreemptionSearchesSkipped the jobs that would have searched once
+	// Config.MaxPreemptionSearches was reached.
+	PreemptionSearches        int
+	PreemptionSearchesSkipped int
 }

@@ -235,6 +235,10 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.Packing = op[1]
 		case "limit":
 			c.MaxPlacementsPerCycle, err = strconv.Atoi(op[1])
+		case "preempt-searches":
+			c.MaxPreemptionSearches, err = strconv.Atoi(op[1])
+		case "reason-depth":
+			c.ReasonDepth, err = strconv.Atoi(op[1])
 		case "default-est":
 			c.DefaultEstimate, err = gpufleet.ParseDuration(op[1])
 		case "lost-after":

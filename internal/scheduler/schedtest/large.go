@@ -22,6 +22,12 @@ type LargeSpec struct {
 // 70% of the fleet busy, 20 teams.
 var DefaultLarge = LargeSpec{Nodes: 5000, Pending: 50000, Teams: 20, Seed: 1}
 
+// HugeLarge is ten times DefaultLarge in nodes and queued jobs, with the
+// same mix: 50,000 nodes x 8 GPUs, 500,000 queued jobs, 20 teams (whose
+// quotas scale with the fleet). Building it takes seconds and about a
+// GiB, so only benchmarks that ask for it pay for it.
+var HugeLarge = LargeSpec{Nodes: 50000, Pending: 500000, Teams: 20, Seed: 1}
+
 // Large builds a synthetic fleet and queue for benchmarks:
 //
 //   - nodes: 60% H100, 30% A100, 10% H200, 8 GPUs in one NVLink domain,
