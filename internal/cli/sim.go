@@ -82,7 +82,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
 	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: fifo, bestfit, backfill or gpufleet")
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
-	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw")
+	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
 	fs.BoolVar(&sf.keepInvalid, "keep-invalid", false, "keep rows whose request the validation refuses as jobs the scheduler fails (invalid_request), as the server fails a stored row that no longer validates")
@@ -158,6 +158,7 @@ func runSim(e *env, sf *simFlags) error {
 		off(&policy)
 		policy.Name += "-" + a
 	}
+	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
 		TimeLimitFactor: sf.timeLimitFactor}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {

@@ -94,11 +94,11 @@ func (s *sched) order() {
 }
 
 // fairFactors scales each team's deadline slack by its use of the fleet
-// against its weight: factor = clamp(sqrt(x / mean x), 1/2, 2) with
-// x = (decayed usage + 1 GPU-hour) / weight over the teams with queued jobs.
-// A team that used twice its share ages its jobs about 1.4 times slower, one
-// that used half about 1.4 times faster; the clamp keeps every job's wait
-// bounded. nil without fair share.
+// against its weight: factor = clamp(sqrt(x / mean x), 1/c, c) with
+// x = (decayed usage + 1 GPU-hour) / weight over the teams with queued jobs
+// and c = Config.FairShareClamp (2). A team that used twice its share ages
+// its jobs about 1.4 times slower, one that used half about 1.4 times
+// faster; the clamp keeps every job's wait bounded. nil without fair share.
 func (s *sched) fairFactors() []float64 {
 	if !s.cfg.FairShare {
 		return nil
@@ -120,7 +120,8 @@ func (s *sched) fairFactors() []float64 {
 	for i := range f {
 		f[i] = 1
 		if n > 0 && sum > 0 {
-			f[i] = min(2, max(0.5, math.Sqrt(x[i]/(sum/float64(n)))))
+			c := s.cfg.FairShareClamp
+			f[i] = min(c, max(1/c, math.Sqrt(x[i]/(sum/float64(n)))))
 		}
 	}
 	return f

@@ -13,7 +13,7 @@ import (
 
 // Packing policies for Config.Packing.
 const (
-	PackFirstFit = "first-fit" // the first node (by name) that fits
+	PackFirstFit = "first-fit" // the first node (in the fleet's node order) that fits
 	PackBestFit  = "best-fit"  // the node left with the fewest free GPUs
 	PackTopology = "topology"  // NVLink domain, rack and fragmentation scoring
 )
@@ -53,6 +53,47 @@ const DefaultSizeSlack = 1.0
 // DefaultStarvationSlowdown is gpufleet's Config.StarvationSlowdown.
 const DefaultStarvationSlowdown = 20.0
 
+// Defaults of the tuning knobs of Config; a zero field means its default.
+// Where each comes from, and the sweep that checks them on data they were
+// not tuned on, is in docs/SCHEDULER.md#constants.
+const (
+	DefaultStarvationMinRun      = 6 * time.Hour
+	DefaultStarvationLeftFactor  = 10.0
+	DefaultStarvationGainFactor  = 4.0
+	DefaultStarvationOrderMargin = 4.0
+	DefaultStarvationMaxReleases = 512
+	DefaultStarvationMaxTries    = 8
+	DefaultPreemptSearchNodes    = 32
+	DefaultTopologyScanNodes     = 64
+	DefaultFairShareClamp        = 2.0
+)
+
+// withDefaults fills the tuning knobs left zero.
+func (c Config) withDefaults() Config {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.StarvationLeftFactor, DefaultStarvationLeftFactor)
+	def(&c.StarvationGainFactor, DefaultStarvationGainFactor)
+	def(&c.StarvationOrderMargin, DefaultStarvationOrderMargin)
+	def(&c.FairShareClamp, DefaultFairShareClamp)
+	defInt(&c.StarvationMaxReleases, DefaultStarvationMaxReleases)
+	defInt(&c.StarvationMaxTries, DefaultStarvationMaxTries)
+	defInt(&c.PreemptSearchNodes, DefaultPreemptSearchNodes)
+	defInt(&c.TopologyScanNodes, DefaultTopologyScanNodes)
+	return c
+}
+
+// maxPreemptNodes is Config.PreemptSearchNodes.
+func (s *sched) maxPreemptNodes() int { return s.cfg.PreemptSearchNodes }
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -70,7 +111,7 @@ var policies = map[string]Config{
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
 		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
 		SizeSlack: DefaultSizeSlack, ResponseRatio: true,
-		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: 6 * time.Hour, RestartCost: time.Minute},
+		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: DefaultStarvationMinRun, RestartCost: time.Minute},
 }
 
 // Policies lists the built-in policy names.
@@ -88,7 +129,7 @@ func PolicyConfig(name string) (Config, error) {
 	c.ETA = true
 	c.DefaultEstimate = 4 * time.Hour
 	c.DefaultGrace = DefaultGrace
-	return c, nil
+	return c.withDefaults(), nil
 }
 
 // Validate reports a Config the scheduler cannot run.
@@ -119,6 +160,22 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultEstimate < 0 {
 		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)
+	}
+	for _, k := range []struct {
+		name string
+		v    float64
+	}{{"starvation left factor", c.StarvationLeftFactor}, {"starvation gain factor", c.StarvationGainFactor},
+		{"starvation order margin", c.StarvationOrderMargin}} {
+		if k.v < 0 || math.IsNaN(k.v) || math.IsInf(k.v, 0) {
+			return fmt.Errorf("%s %g: want a finite value >= 0 (0: the default)", k.name, k.v)
+		}
+	}
+	if c.FairShareClamp != 0 && !(c.FairShareClamp >= 1 && !math.IsInf(c.FairShareClamp, 0)) {
+		return fmt.Errorf("fair-share clamp %g: want a finite value >= 1 (0: the default)", c.FairShareClamp)
+	}
+	if c.StarvationMaxReleases < 0 || c.StarvationMaxTries < 0 || c.PreemptSearchNodes < 0 || c.TopologyScanNodes < 0 {
+		return fmt.Errorf("starvation max releases %d, max tries %d, preempt search nodes %d and topology scan nodes %d: want counts >= 0 (0: the default)",
+			c.StarvationMaxReleases, c.StarvationMaxTries, c.PreemptSearchNodes, c.TopologyScanNodes)
 	}
 	return nil
 }

@@ -16,9 +16,6 @@ const (
 	PreemptReclaim  = gpufleet.StopPreemptedReclaim  // borrowed capacity returned to its owner
 )
 
-// maxPreemptNodes bounds the nodes one preemption search compares.
-const maxPreemptNodes = 32
-
 // mayPreempt says whether running job v may be stopped for queued job j.
 // Only preemptible jobs, and only of a lower class, or (with quotas) jobs
 // running on borrowed capacity: of a lower class, or of any class when j
@@ -92,7 +89,7 @@ func (s *sched) preempt(j *pjob) bool {
 			if !best.ok || slices.Compare(vs.cost[:], best.cost[:]) < 0 {
 				best = vs
 			}
-			if found >= maxPreemptNodes {
+			if found >= s.maxPreemptNodes() {
 				break
 			}
 		}

@@ -82,6 +82,7 @@ func genConfig(t *rapid.T) scheduler.Config {
 	c.Preemption = c.Preemption && rapid.Bool().Draw(t, "preemption")
 	c.FairShare = c.FairShare && rapid.Bool().Draw(t, "fairshare")
 	c.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")
+	c.Seed = rapid.Uint64().Draw(t, "seed")
 	if c.StarvationSlowdown > 0 {
 		// Running work here is an hour old: let starvation preemption in.
 		c.StarvationSlowdown = rapid.SampledFrom([]float64{0, 2, 20}).Draw(t, "starvation")

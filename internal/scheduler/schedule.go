@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -173,10 +174,11 @@ type sched struct {
 	modelBuf []bool
 	allowBuf []int32
 	keyBuf   []byte
+	subsets  map[string]uint64 // see subsetID
 }
 
 func newSched(in *Input) *sched {
-	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
+	s := &sched{in: in, cfg: in.Config.withDefaults(), now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -529,9 +531,33 @@ func (s *sched) usable(j *pjob) usableModels {
 	}
 	s.allowBuf = u.models
 	if len(sh.models) > 64 {
-		u.mask = ^uint64(0) - uint64(len(u.models)) - uint64(len(u.slow))<<32 // crude, but a fleet of 64+ models is rare
+		u.mask = s.subsetID(u.models, u.slow) // one bit per model would not fit
 	}
 	return u
+}
+
+// subsetID numbers the distinct (usable, slow) model subsets of shapes with
+// more than 64 models, for the fail-cache key: two different subsets never
+// share a number, as a bit mask would need more than 64 bits to promise.
+func (s *sched) subsetID(models, slow []int32) uint64 {
+	b := s.keyBuf[:0]
+	for _, m := range models {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m))
+	}
+	b = append(b, 0xff, 0xff, 0xff, 0xff) // no model has this index
+	for _, m := range slow {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m))
+	}
+	s.keyBuf = b
+	if id, ok := s.subsets[string(b)]; ok {
+		return id
+	}
+	if s.subsets == nil {
+		s.subsets = map[string]uint64{}
+	}
+	id := uint64(len(s.subsets))
+	s.subsets[string(b)] = id
+	return id
 }
 
 // failed caches and explains a failed fit. When quota kept the job off
@@ -599,6 +625,8 @@ func (s *sched) output(j *pjob, p placement) []Placement {
 		}
 		out[len(out)-1].GPUs = append(out[len(out)-1].GPUs, id)
 	}
+	// Nodes by name: the placement reads the same whatever the node order.
+	slices.SortStableFunc(out, func(a, b Placement) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 

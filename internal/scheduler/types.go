@@ -169,7 +169,14 @@ type Config struct {
 	Preemption  bool // preempt lower classes, reclaim borrowed quota, and (with StarvationSlowdown) for starving jobs
 	// Packing chooses GPUs: "first-fit", "best-fit" (fewest free GPUs left on
 	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
+	// Ties between equally good nodes go by the fleet's node order: the
+	// fastest model first, then an order seeded by Seed (never by name).
 	Packing string
+	// Seed seeds the node order that breaks placement ties (a PCG per node,
+	// seeded with Seed and the node's name): a different seed gives another
+	// order among nodes of the same speed. The zero value is a seed like any
+	// other, so the default is fixed; the simulator passes its --seed.
+	Seed uint64 `json:",omitempty"`
 	// HeterogeneityPreference honours Resources.Prefer (cheapest adequate
 	// or fastest model) instead of taking the first model that fits.
 	HeterogeneityPreference bool
@@ -198,6 +205,45 @@ type Config struct {
 	// RestartCost is what a stopped job is expected to lose to resume
 	// (checkpoint load, warm-up); starvation preemption weighs it.
 	RestartCost time.Duration `json:",omitempty"`
+	// StarvationLeftFactor: a running job is a victim for a starving job
+	// only if it has at least this many times the starving job's estimate
+	// (plus RestartCost) left to run, so the starving job's run is a small
+	// delay to it. Higher spares more jobs and preempts less. 0 means 10.
+	StarvationLeftFactor float64 `json:",omitempty"`
+	// StarvationGainFactor: a starving job preempts only if the GPU-seconds
+	// it saves (its wait so far, or its reservation's distance for the
+	// backfill head) are at least this many times what its victims lose
+	// (RestartCost plus the starving job's run, per victim GPU). Higher
+	// preempts less and later. 0 means 4.
+	StarvationGainFactor float64 `json:",omitempty"`
+	// StarvationOrderMargin: a victim's own response ratio, times this, must
+	// stay below the starving job's, or once requeued it would sort ahead
+	// of it and take its GPUs back; at least FairShareClamp² (the most fair
+	// share moves a ratio). 0 means 4.
+	StarvationOrderMargin float64 `json:",omitempty"`
+	// StarvationMaxReleases bounds the running jobs one starvation search
+	// releases (those with the most left to run first), and
+	// StarvationMaxTries the starving jobs that search in one cycle: cost
+	// bounds of the cycle; fewer may miss a victim set that exists. 0 means
+	// 512 and 8.
+	StarvationMaxReleases int `json:",omitempty"`
+	StarvationMaxTries    int `json:",omitempty"`
+	// PreemptSearchNodes bounds the nodes one priority or reclaim
+	// preemption search compares once it has found candidates (the cheapest
+	// victim set among the first this many nodes wins): a cost bound; more
+	// may find a cheaper set. 0 means 32.
+	PreemptSearchNodes int `json:",omitempty"`
+	// TopologyScanNodes bounds the nodes topology packing scores for one
+	// single-node job before it takes the best so far (it stops at once on
+	// a node that fills an NVLink domain exactly): a cost bound of large
+	// fleets. 0 means 64.
+	TopologyScanNodes int `json:",omitempty"`
+	// FairShareClamp bounds the fair-share factor that scales a job's slack
+	// or divides its response ratio to [1/FairShareClamp, FairShareClamp]:
+	// how much a team's past usage can speed up or slow down the aging of
+	// its jobs. Higher lets fair share move jobs more, and a heavy team's
+	// jobs wait longer; 1 turns the factor off. 0 means 2.
+	FairShareClamp float64 `json:",omitempty"`
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
 	// ETA computes estimated starts for every pending job by a forward
