@@ -298,6 +298,8 @@ func printSimReport(e *env, r *sim.Report) error {
 		secs(r.ETAMedianAbsErrorS), secs(r.ETAP90AbsErrorS), r.ETAJobs)
 	if len(r.Stops) > 0 || len(r.Ended) > 0 {
 		fmt.Fprintf(w, "stops %s; ended unfinished %s\n", counts(r.Stops), counts(r.Ended))
+		fmt.Fprintf(w, "most stops of one job %d (%d preemptions); %d jobs stopped 10 times or more\n",
+			r.MaxJobStops, r.MaxJobPreemptions, r.JobsStopped10)
 	}
 	if len(r.WaitReasons) > 0 {
 		fmt.Fprintf(w, "waited at submission: %s\n", counts(r.WaitReasons))

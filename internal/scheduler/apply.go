@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,7 +16,9 @@ import (
 //     (StopAt = in.Now + Stop.Grace);
 //   - a job whose grace has ended by now leaves its GPUs: a preempted or
 //     drained one goes back to the queue (Requeued, Queued at the grace's
-//     end), a timed-out or cancelled one ends (it leaves the snapshot);
+//     end; a preempted one counts it in Preemptions and RecentPreemptions,
+//     which keeps only the last PreemptionWindow), a timed-out or
+//     cancelled one ends (it leaves the snapshot);
 //   - a failed job ends.
 //
 // The simulator and the schedtest harness drive the scheduler with it;
@@ -57,6 +60,10 @@ func Apply(in Input, out Output, now time.Time) Input {
 			if !Requeues(j.StopCode) {
 				continue // timed out, cancelled or invalid: it ends
 			}
+			if strings.HasPrefix(j.StopCode, "preempted_") {
+				j.Preemptions++
+				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
+			}
 			j.Requeued, j.Queued = true, j.StopAt
 			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
 		}
@@ -65,6 +72,18 @@ func Apply(in Input, out Output, now time.Time) Input {
 	in.Jobs = kept
 	in.Now = now
 	return in
+}
+
+// recentSince returns the times of ts after from, then t: a job's recent
+// preemptions, the ones out of the window dropped (in a new slice).
+func recentSince(ts []time.Time, from, t time.Time) []time.Time {
+	out := make([]time.Time, 0, len(ts)+1)
+	for _, x := range ts {
+		if x.After(from) {
+			out = append(out, x)
+		}
+	}
+	return append(out, t)
 }
 
 // NextStopEnd is the earliest moment a stopping job's grace ends, for a

@@ -21,7 +21,7 @@ const (
 // running on borrowed capacity: of a lower class, or of any class when j
 // claims its own guaranteed quota back (reclaim).
 func (s *sched) mayPreempt(v *rjob, j *pjob, reclaim bool, class int32) bool {
-	if !v.job.Preemptible || v.victim {
+	if !v.job.Preemptible || v.victim || v.protected {
 		return false
 	}
 	lower := v.rank > j.rank
@@ -156,7 +156,11 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 		s.events.push(event{at: s.now.Add(g), g: rest, gen: rest.gen})
 		grace = max(grace, g)
 		code, text := reason(v)
-		s.out.Stops = append(s.out.Stops, Stop{Job: v.job.ID, For: j.job.ID, Reason: fmt.Sprintf("%s; grace %s to checkpoint", text, g), Code: code, Grace: g})
+		st := Stop{Job: v.job.ID, For: j.job.ID, Reason: fmt.Sprintf("%s; grace %s to checkpoint", text, g), Code: code, Grace: g, Bound: s.boundReached(v.job)}
+		if st.Bound != "" {
+			st.Reason += "; " + st.Bound
+		}
+		s.out.Stops = append(s.out.Stops, st)
 		s.out.Stats.Preempted++
 	}
 	claim := &grant{team: j.team, class: -1, allocs: allocs}

@@ -75,6 +75,11 @@ type rjob struct {
 	g        *grant
 	victim   bool
 	borrowed bool
+	// protected: it has reached a preemption bound (Config.
+	// MaxPreemptionsPerJob, PerDay) and is no victim; until when, or zero
+	// for good.
+	protected      bool
+	protectedUntil time.Time
 	// stopping jobs leave their GPUs at stopEnd (a stop of an earlier
 	// cycle, or of this one's mustStop): a queued job may claim those GPUs
 	// instead of stopping more jobs (claimed: one has).
@@ -236,6 +241,9 @@ func (s *sched) buildRunning() {
 	s.state = s.stateIndex()
 	for _, j := range jobs {
 		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		if j.Preemptible && s.cfg.Preemption {
+			r.protected, r.protectedUntil = s.protection(j)
+		}
 		g := &grant{team: r.team, class: -1}
 		whole := j.Resources.Sharing.Exclusive()
 		for _, p := range j.Placement {
@@ -288,7 +296,7 @@ func (s *sched) buildRunning() {
 		r.victim = r.stopping // not a victim for anyone: it is stopping already
 		s.events.push(event{at: end, g: g, gen: g.gen})
 		s.running = append(s.running, r)
-		if (j.Preemptible && !r.victim) || r.stopping {
+		if (j.Preemptible && !r.victim && !r.protected) || r.stopping {
 			last := int32(-1)
 			for _, a := range g.allocs {
 				if a.inst < 0 && a.node != last {

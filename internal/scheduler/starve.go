@@ -79,7 +79,7 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 			leaving = append(leaving, cand{v, v.stopEnd.Sub(s.now)}) // leaving anyway: costs nothing
 			continue
 		}
-		if !v.job.Preemptible || v.victim || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
+		if !v.job.Preemptible || v.victim || v.protected || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
 			continue
 		}
 		if s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {

@@ -122,6 +122,22 @@ type Job struct {
 	// Queued is when a queued job last entered the queue: its submit time,
 	// or when it was last stopped; zero means Submitted.
 	Queued time.Time `json:"queued,omitzero"`
+	// Attained is the GPU-time the job received in its earlier runs (GPUs,
+	// or time-slice shares, times run time), not counting a running job's
+	// current run, which the scheduler adds (GPUs x (Now - Started)). Only
+	// the LAS order reads it (Config.LASThresholds); the simulator keeps it
+	// from its replay, the server sums its ended attempts' gpu_seconds.
+	Attained time.Duration `json:"attained,omitempty"`
+	// Preemptions counts the times the job was stopped by a preemption (a
+	// preempted_* code) in its whole life, and RecentPreemptions holds when
+	// (the ends of those stops' graces), at least those within
+	// PreemptionWindow before Now; older ones are ignored. A job that has
+	// reached Config.MaxPreemptionsPerJob or MaxPreemptionsPerDay is no
+	// victim of any preemption. The caller keeps both (Apply does it: the
+	// simulator from its own replay, the server from the job's attempts'
+	// reason codes).
+	Preemptions       int         `json:"preemptions,omitempty"`
+	RecentPreemptions []time.Time `json:"recent_preemptions,omitempty"`
 }
 
 // Running reports whether the job holds GPUs.
@@ -260,6 +276,16 @@ type Config struct {
 	// server's heartbeat grace + fence + margin); 0 loses them as soon as
 	// the node is silent, as the simulator's failures are.
 	LostAfter time.Duration `json:",omitempty"`
+	// MaxPreemptionsPerJob and MaxPreemptionsPerDay bound how often one job
+	// is stopped by preemption (priority, reclaim, starvation, LAS), in its
+	// whole life and within any PreemptionWindow (24 h): a running job
+	// that has reached either is no victim (Job.Preemptions,
+	// Job.RecentPreemptions). Lower protects long jobs from being everyone's
+	// victim, at the cost of the jobs that would have preempted them. 0
+	// means the default (DefaultMaxPreemptionsPerJob, PerDay: 10 and 2);
+	// negative means no bound.
+	MaxPreemptionsPerJob int `json:",omitempty"`
+	MaxPreemptionsPerDay int `json:",omitempty"`
 	// UsageHalfLife is the decay of team usage, applied by the caller.
 	UsageHalfLife time.Duration
 	// Spare keeps, per GPU class (an Input.Classes name) or model (catalog
@@ -279,6 +305,11 @@ type Stop struct {
 	For    string `json:"for,omitempty"` // preemptions: the job that needs the GPUs
 	// Grace is the job's own, or Config.DefaultGrace: never 0 by omission.
 	Grace time.Duration `json:"grace"`
+	// Bound, on a preemption, says in words that this stop brings the job
+	// to a preemption bound (Config.MaxPreemptionsPerJob or PerDay): it
+	// will be no victim again (for good, or for the rest of the day). The
+	// server records it as a job.preemption_bound event. Empty otherwise.
+	Bound string `json:"bound,omitempty"`
 }
 
 // Fail ends a queued job the scheduler cannot take (reason code

@@ -165,6 +165,12 @@ type jobState struct {
 	eta        float64 // estimated start at submission, -1 unknown
 	etaOK      bool
 	started    bool
+
+	// preemptions and recentPreemptions are scheduler.Job's, as Apply
+	// keeps them; attained is the GPU-seconds of its ended runs (LAS).
+	preemptions       int
+	recentPreemptions []time.Time
+	attained          float64
 }
 
 type gpuRef struct{ node, gpu int }
@@ -648,6 +654,7 @@ func (js *jobState) on(node int) bool {
 // it had left at from: when it was told to stop (preemption, drain), or
 // now (node failure).
 func (e *engine) stop(js *jobState, from float64) {
+	js.attained += (e.now - js.start) * js.demand
 	e.release(js)
 	js.runTime += e.now - js.start
 	// The run first paid its restart overhead; the rest was work.
@@ -843,6 +850,7 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 			if js.stopAt >= 0 {
 				from = js.stopFrom
 			}
+			js.preemptions, js.recentPreemptions = nj.Preemptions, nj.RecentPreemptions
 			e.stop(js, from)
 			freed = true
 		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
@@ -912,6 +920,10 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		CancelRequested: js.cancel,
 		Requeued:        js.requeued,
 		Invalid:         j.Invalid,
+
+		Preemptions:       js.preemptions,
+		RecentPreemptions: js.recentPreemptions,
+		Attained:          seconds(js.attained),
 	}
 	if js.stops > 0 {
 		sj.Queued = e.vtime(js.queued)
