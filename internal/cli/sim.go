@@ -80,7 +80,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.format, "format", "", "trace format: "+strings.Join(sim.Formats, ", "))
 	fs.StringVar(&sf.nodes, "nodes", "", "openb node list (openb_node_list_all_node.csv)")
 	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
-	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: fifo, bestfit, backfill or gpufleet")
+	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
@@ -100,7 +100,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.halfLife, "usage-half-life", "", "override the policy's usage half-life, e.g. 24h")
 	fs.Float64Var(&sf.scalingEff, "scaling-efficiency", sim.DefaultScalingEfficiency, "philly-gavel: parallel efficiency where the trace has only single-GPU times")
 	_ = cmd.RegisterFlagCompletionFunc("format", fixedCompletion(sim.Formats...))
-	_ = cmd.RegisterFlagCompletionFunc("policy", fixedCompletion("fifo", "bestfit", "backfill", "gpufleet"))
+	_ = cmd.RegisterFlagCompletionFunc("policy", fixedCompletion(scheduler.Policies()...))
 	_ = cmd.RegisterFlagCompletionFunc("ablate", fixedCompletion(ablationNames()...))
 	return cmd
 }

@@ -16,8 +16,9 @@ import (
 //     (StopAt = in.Now + Stop.Grace);
 //   - a job whose grace has ended by now leaves its GPUs: a preempted or
 //     drained one goes back to the queue (Requeued, Queued at the grace's
-//     end; a preempted one counts it in Preemptions and RecentPreemptions,
-//     which keeps only the last PreemptionWindow), a timed-out or
+//     end; the run's GPU-time adds to Attained; a preempted one counts it
+//     in Preemptions and RecentPreemptions, which keeps only the last
+//     PreemptionWindow), a timed-out or
 //     cancelled one ends (it leaves the snapshot);
 //   - a failed job ends.
 //
@@ -60,6 +61,7 @@ func Apply(in Input, out Output, now time.Time) Input {
 			if !Requeues(j.StopCode) {
 				continue // timed out, cancelled or invalid: it ends
 			}
+			j.Attained += runGPUTime(j.Placement, j.StopAt.Sub(j.Started))
 			if strings.HasPrefix(j.StopCode, "preempted_") {
 				j.Preemptions++
 				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
@@ -72,6 +74,20 @@ func Apply(in Input, out Output, now time.Time) Input {
 	in.Jobs = kept
 	in.Now = now
 	return in
+}
+
+// runGPUTime is the GPU-time of a run of length d on placement ps: GPUs
+// (time-slice shares count their fraction) times d.
+func runGPUTime(ps []Placement, d time.Duration) time.Duration {
+	gpus := 0.0
+	for _, p := range ps {
+		f := p.Fraction
+		if f <= 0 || f > 1 {
+			f = 1
+		}
+		gpus += float64(len(p.GPUs)) * f
+	}
+	return time.Duration(gpus * float64(max(d, 0)))
 }
 
 // recentSince returns the times of ts after from, then t: a job's recent

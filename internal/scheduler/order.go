@@ -24,9 +24,21 @@ import (
 //     ahead of heavy ones (start-time fair queueing over Slurm-style
 //     decayed usage);
 //  5. submit time, then job id.
+//
+// Other policies replace 3 and 4: Config.ShortestFirst (estimated
+// remaining time, shortest first), Config.Multifactor (Slurm's priority,
+// highest first) and Config.LASThresholds (the LAS queue is part of the
+// rank, see rankOf; first come first served within a queue).
 func (s *sched) order() {
 	sized := s.cfg.SizeSlack > 0
+	useTag := sized || s.cfg.FairShare || s.cfg.ShortestFirst || s.cfg.Multifactor != nil
 	switch {
+	case s.cfg.ShortestFirst:
+		for _, p := range s.pending {
+			p.tag = p.est.Seconds()
+		}
+	case s.cfg.Multifactor != nil:
+		s.multifactor()
 	case sized && s.cfg.ResponseRatio:
 		factor := s.fairFactors()
 		now := float64(s.now.UnixNano()) / 1e9
@@ -64,7 +76,6 @@ func (s *sched) order() {
 			vt[p.team] += float64(p.job.Resources.GPUs) * p.est.Seconds() / s.teams[p.team].weight
 		}
 	}
-	useTag := sized || s.cfg.FairShare
 	for _, p := range s.pending {
 		p.starve = s.starving(p)
 	}
@@ -125,6 +136,44 @@ func (s *sched) fairFactors() []float64 {
 		}
 	}
 	return f
+}
+
+// multifactor tags each queued job with minus its Slurm multifactor
+// priority (see Multifactor), so that the highest goes first.
+func (s *sched) multifactor() {
+	mf := s.cfg.Multifactor
+	var usage, weight float64
+	for i := range s.teams {
+		usage += s.teams[i].usage
+		weight += s.teams[i].weight
+	}
+	var fleetGPUs int
+	for m := range s.f.models {
+		fleetGPUs += s.f.models[m].gpus
+	}
+	now := s.now.UnixNano()
+	for _, p := range s.pending {
+		eligible := p.submit
+		if !p.job.Queued.IsZero() {
+			eligible = p.job.Queued.UnixNano()
+		}
+		age := 1.0
+		if mf.MaxAge > 0 {
+			age = min(1, max(0, float64(now-eligible)/float64(mf.MaxAge)))
+		}
+		fs := 1.0
+		if t := &s.teams[p.team]; usage > 0 && weight > 0 && t.weight > 0 {
+			fs = math.Exp2(-(t.usage / usage) / (t.weight / weight))
+		}
+		size := 0.0
+		if fleetGPUs > 0 {
+			size = min(1, float64(p.job.Resources.GPUs)/float64(fleetGPUs))
+		}
+		if mf.FavorSmall {
+			size = 1 - size
+		}
+		p.tag = -(mf.AgeWeight*age + mf.FairShareWeight*fs + mf.JobSizeWeight*size)
+	}
 }
 
 func submitOrder(a, b *pjob) int {

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -109,7 +110,7 @@ func (s *sched) preempt(j *pjob) bool {
 		if best.reclaim && v.team != j.team {
 			return PreemptReclaim, fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
 		}
-		return PreemptPriority, fmt.Sprintf("preempted for job %s (%s outranks %s)", j.job.ID, j.job.Priority, v.job.Priority)
+		return PreemptPriority, fmt.Sprintf("preempted for job %s (%s)", j.job.ID, s.outranks(j, v))
 	})
 	return true
 }
@@ -242,7 +243,7 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 			continue
 		}
 		vs := victimSet{ok: true, node: ni, model: m, gpus: gpus, victims: cands[:i+1]}
-		top := len(s.prio) + 1
+		top := math.MaxInt32 // above every rank
 		var lost, stopped int64
 		for _, v := range vs.victims {
 			if v.stopping {

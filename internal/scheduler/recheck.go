@@ -62,6 +62,9 @@ func (s *sched) recheck(pending []*pjob) time.Time {
 			at(j.Started.UnixNano() + int64(s.cfg.StarvationMinRun)) // it may become a starving job's victim
 		}
 	}
+	if t := s.lasRecheck(pending); !t.IsZero() {
+		at(t.UnixNano()) // a running job's service reaches a LAS threshold
+	}
 	if next == math.MaxInt64 {
 		return time.Time{}
 	}

@@ -240,7 +240,7 @@ func (s *sched) buildRunning() {
 	slices.SortStableFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
 	s.state = s.stateIndex()
 	for _, j := range jobs {
-		r := &rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		r := &rjob{job: j, rank: s.rankOf(j), team: s.team(j.Team)}
 		if j.Preemptible && s.cfg.Preemption {
 			r.protected, r.protectedUntil = s.protection(j)
 		}
@@ -427,7 +427,7 @@ func (s *sched) buildPending() {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + j.Invalid})
 			continue
 		}
-		p := &pjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
+		p := &pjob{job: j, rank: s.rankOf(j), team: s.team(j.Team), est: s.estimateOf(j), submit: j.Submitted.UnixNano()}
 		p.shape = s.shapeOf(&j.Resources)
 		if p.shape.invalid != "" {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + p.shape.invalid})

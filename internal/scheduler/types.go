@@ -170,7 +170,7 @@ type Input struct {
 
 // Config is the policy. Policies are configurations of the same code.
 type Config struct {
-	Name string // fifo, bestfit, backfill, gpufleet
+	Name string // fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm, las, gpufleet
 	// Priorities orders the classes, highest first; empty = gpufleet.Priorities().
 	Priorities []gpufleet.Priority
 	// PriorityClasses orders the queue by class before anything else;
@@ -207,6 +207,21 @@ type Config struct {
 	// slowdown the job would have if it started now, highest first
 	// (Brinch Hansen's highest-response-ratio-next). See docs/SCHEDULER.md.
 	ResponseRatio bool
+	// ShortestFirst orders the queue within a class (after requeued jobs)
+	// by estimated remaining run time, shortest first (SRTF without
+	// preemption; a queued job's Estimate is what it has left).
+	ShortestFirst bool `json:",omitempty"`
+	// LASThresholds, when set, orders the queue by discretized 2D-LAS
+	// (Tiresias): a job's attained service, GPU-time so far (Job.Attained
+	// plus its current run), is cut at these thresholds, ascending, into
+	// queues, the least served first; first come first served within a
+	// queue. With Preemption a queued job preempts running jobs of its
+	// class in later queues. No run-time estimate is read. See las.go.
+	LASThresholds []time.Duration `json:",omitempty"`
+	// Multifactor, when set, orders the queue within a class by Slurm's
+	// multifactor priority: a weighted sum of age, fair-share and job-size
+	// factors, highest first (see Multifactor).
+	Multifactor *Multifactor `json:",omitempty"`
 	// StarvationSlowdown, when positive, marks a queued job starving once
 	// its slowdown so far, (wait + estimate) / estimate, reaches it:
 	// starving jobs go ahead of requeued ones in their class, and a starving
@@ -293,6 +308,24 @@ type Config struct {
 	// capacity): jobs of lower classes are placed, and their ETAs
 	// simulated, as if they were taken.
 	Spare map[string]int `json:",omitempty"`
+}
+
+// Multifactor is Slurm's multifactor job priority
+// (https://slurm.schedmd.com/priority_multifactor.html): priority =
+// AgeWeight x age + FairShareWeight x fair share + JobSizeWeight x size,
+// each factor in [0, 1]:
+//
+//   - age: the time since the job became eligible (entered the queue),
+//     over MaxAge, at most 1 (PriorityMaxAge);
+//   - fair share: the classic formula 2^(-U/S), U the team's share of all
+//     teams' decayed usage (Team.Usage, halved every UsageHalfLife:
+//     PriorityDecayHalfLife), S its share of all teams' weights;
+//   - size: the job's GPUs over the fleet's, or one minus that with
+//     FavorSmall (PriorityFavorSmall).
+type Multifactor struct {
+	AgeWeight, FairShareWeight, JobSizeWeight float64
+	MaxAge                                    time.Duration
+	FavorSmall                                bool
 }
 
 // Stop asks the caller to stop a running job: the checkpoint signal now,

@@ -166,11 +166,11 @@ type jobState struct {
 	etaOK      bool
 	started    bool
 
-	// preemptions and recentPreemptions are scheduler.Job's, as Apply
-	// keeps them; attained is the GPU-seconds of its ended runs (LAS).
+	// preemptions, recentPreemptions and attained (GPU-time of its ended
+	// runs, for LAS) are scheduler.Job's, as Apply keeps them.
 	preemptions       int
 	recentPreemptions []time.Time
-	attained          float64
+	attained          time.Duration
 }
 
 type gpuRef struct{ node, gpu int }
@@ -654,7 +654,6 @@ func (js *jobState) on(node int) bool {
 // it had left at from: when it was told to stop (preemption, drain), or
 // now (node failure).
 func (e *engine) stop(js *jobState, from float64) {
-	js.attained += (e.now - js.start) * js.demand
 	e.release(js)
 	js.runTime += e.now - js.start
 	// The run first paid its restart overhead; the rest was work.
@@ -850,7 +849,7 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 			if js.stopAt >= 0 {
 				from = js.stopFrom
 			}
-			js.preemptions, js.recentPreemptions = nj.Preemptions, nj.RecentPreemptions
+			js.preemptions, js.recentPreemptions, js.attained = nj.Preemptions, nj.RecentPreemptions, nj.Attained
 			e.stop(js, from)
 			freed = true
 		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
@@ -923,7 +922,7 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 
 		Preemptions:       js.preemptions,
 		RecentPreemptions: js.recentPreemptions,
-		Attained:          seconds(js.attained),
+		Attained:          js.attained,
 	}
 	if js.stops > 0 {
 		sj.Queued = e.vtime(js.queued)
