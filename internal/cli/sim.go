@@ -29,7 +29,48 @@ type simFlags struct {
 	mtbf, repair, loadPeriod, halfLife          string
 	restartOverhead, drainMTBF, grace           string
 	timeLimitFactor                             float64
+	window                                      string
+	set                                         []string
 }
+
+// knobs are the policy's tuning knobs `sim --set` changes (a sweep).
+var knobs = map[string]func(c *scheduler.Config, v string) error{
+	"starvation-slowdown":     floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationSlowdown }),
+	"starvation-left-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationLeftFactor }),
+	"starvation-gain-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationGainFactor }),
+	"starvation-order-margin": floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationOrderMargin }),
+	"fair-share-clamp":        floatKnob(func(c *scheduler.Config) *float64 { return &c.FairShareClamp }),
+	"starvation-min-run":      durationKnob(func(c *scheduler.Config) *time.Duration { return &c.StarvationMinRun }),
+	"starvation-max-releases": intKnob(func(c *scheduler.Config) *int { return &c.StarvationMaxReleases }),
+	"starvation-max-tries":    intKnob(func(c *scheduler.Config) *int { return &c.StarvationMaxTries }),
+	"preempt-search-nodes":    intKnob(func(c *scheduler.Config) *int { return &c.PreemptSearchNodes }),
+	"topology-scan-nodes":     intKnob(func(c *scheduler.Config) *int { return &c.TopologyScanNodes }),
+	"max-preemptions":         intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerJob }),
+	"max-preemptions-per-day": intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerDay }),
+}
+
+func floatKnob(field func(*scheduler.Config) *float64) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = strconv.ParseFloat(v, 64)
+		return err
+	}
+}
+
+func intKnob(field func(*scheduler.Config) *int) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = strconv.Atoi(v)
+		return err
+	}
+}
+
+func durationKnob(field func(*scheduler.Config) *time.Duration) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = gpufleet.ParseDuration(v)
+		return err
+	}
+}
+
+func knobNames() []string { return sortedKeys(knobs) }
 
 // ablations turn one gpufleet feature off.
 var ablations = map[string]func(*scheduler.Config){
@@ -92,7 +133,10 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
-	fs.StringVar(&sf.restartOverhead, "restart-overhead", "0", "time a preempted, drained or failed job needs to resume from its checkpoint (60s)")
+	fs.StringVar(&sf.restartOverhead, "restart-overhead", strconv.FormatFloat(sim.DefaultRestartOverhead, 'f', -1, 64)+"s",
+		"time a preempted, drained or failed job needs to resume from its checkpoint, besides its grace (0 = free restarts)")
+	fs.StringVar(&sf.window, "window", "", "replay only the jobs arriving in START,END from the trace's first arrival, e.g. 0,30d (a time split)")
+	fs.StringSliceVar(&sf.set, "set", nil, "set a policy knob, KNOB=VALUE (repeatable): "+strings.Join(knobNames(), ", "))
 	fs.StringVar(&sf.drainMTBF, "drain-mtbf", "", "node mean time between health drains, e.g. 14d: the scheduler stops the node's jobs with their grace, then the node is down for --repair (default: no drains)")
 	fs.Float64Var(&sf.timeLimitFactor, "time-limit-factor", 0, "give jobs without a time limit one of X times their user's estimate; runs that outlast it are stopped and end (0 = none)")
 	fs.StringVar(&sf.grace, "grace", "", "grace of a stop for jobs that give none (default: the policy's, 30s)")
@@ -150,6 +194,20 @@ func runSim(e *env, sf *simFlags) error {
 	if err != nil {
 		return usageErr("--policy: %v", err)
 	}
+	for _, kv := range sf.set {
+		k, v, _ := strings.Cut(kv, "=")
+		set, ok := knobs[k]
+		if !ok {
+			return usageErr("--set %q: expected KNOB=VALUE with KNOB one of %s", kv, strings.Join(knobNames(), ", "))
+		}
+		if err := set(&policy, v); err != nil {
+			return usageErr("--set %s: %v", kv, err)
+		}
+		policy.Name += "+" + kv
+	}
+	if err := policy.Validate(); err != nil {
+		return usageErr("--set: %v", err)
+	}
 	for _, a := range sf.ablate {
 		off, ok := ablations[a]
 		if !ok {
@@ -179,6 +237,21 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	if cfg.RestartOverhead, err = parseSimDuration("restart-overhead", sf.restartOverhead); err != nil {
 		return err
+	}
+	if sf.window != "" {
+		a, b, ok := strings.Cut(sf.window, ",")
+		if !ok {
+			return usageErr("--window %q: expected START,END, e.g. 0,30d", sf.window)
+		}
+		if cfg.WindowStart, err = parseSimDuration("window", a); err != nil {
+			return err
+		}
+		if cfg.WindowEnd, err = parseSimDuration("window", b); err != nil {
+			return err
+		}
+		if cfg.WindowEnd <= cfg.WindowStart {
+			return usageErr("--window %q: END must come after START", sf.window)
+		}
 	}
 	if cfg.RestartOverhead > 0 {
 		// The scheduler weighs the restart cost the replay charges.
