@@ -17,6 +17,11 @@ mode=${1:-run}
 OUT=${2:-/tmp/baselines}
 GF=${GF:-/tmp/gf-base}
 POLICIES=${POLICIES:-"fifo bestfit backfill hetero-easy las hrrn srtf slurm gpufleet"}
+# What `run` replays (set one empty to skip it): estimate errors, restart overheads, and the
+# offered loads (--time-scale) replayed with noisy estimates and a 90 s restart overhead.
+ESTS=${ESTS-"0.5 0"}
+RESTARTS=${RESTARTS-"90s 0"}
+LOADS=${LOADS-"0.5 0.8 1.5"}
 PHILLY="--trace traces/philly-gavel/philly_gavel.csv.gz --format philly-gavel --cluster traces/clusters/philly.yaml"
 OPENB="--trace traces/alibaba-openb-2023/openb_pod_list_default.csv --format openb --nodes traces/alibaba-openb-2023/openb_node_list_all_node.csv"
 # The sweep's time split of Philly: the first and second half of its 15,264 jobs by arrival
@@ -46,12 +51,11 @@ row() {
 		echo "| $2 | (not run) |"
 		return
 	fi
-	jq -r --arg label "$2" '
-		def e: if . == null then "-" else (. * 1000 | round / 1000) as $x |
-			if $x >= 1e4 then ($x | tostring | .[0:1]) as $d | ($x | log10 | floor) as $p |
-				(($x / pow(10; $p)) * 100 | round / 100 | tostring) + "e" + ($p | tostring)
-			else ($x | tostring) end end;
-		"| \($label) | \(.avg_jct_s | e) | \(.p50_jct_s | e) | \(.p99_jct_s | e) | \(.jain_fairness * 1000 | round / 1000) | \(.makespan_s | e) | \(.gpu_allocation_ratio * 1000 | round / 1000) | \(.preemptions) | \(.max_job_stops) | \(.completed)/\(.jobs) | \(.sim_wall_s | round) |"' "$f"
+	jq -r --arg name "$2" '
+		def e: if . == null then "-" elif . < 10000 then (. * 100 | round / 100 | tostring)
+			else . as $x | ($x | log10 | floor) as $p | (($x / pow(10; $p)) * 100 | round / 100 | tostring) + "e" + ($p | tostring) end;
+		def r3: if . == null then "-" else (. * 1000 | round / 1000 | tostring) end;
+		"| \($name) | \(.avg_jct_s | e) | \(.p50_jct_s | e) | \(.p99_jct_s | e) | \(.jain_fairness | r3) | \(.makespan_s | e) | \(.gpu_allocation_ratio | r3) | \(.preemptions) | \(.max_job_stops) | \(.completed)/\(.jobs) | \(.sim_wall_s | round) |"' "$f"
 }
 
 header() {
@@ -59,16 +63,17 @@ header() {
 	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 }
 
+main() {
 case $mode in
 run)
-	for est in 0.5 0; do
-		for rs in 90s 0; do
+	for est in $ESTS; do
+		for rs in $RESTARTS; do
 			for p in $POLICIES; do
 				run "philly-$p-e$est-r$rs" $PHILLY --policy "$p" --estimate-error "$est" --restart-overhead "$rs"
 			done
 		done
 	done
-	for load in 0.5 0.8 1.5; do
+	for load in $LOADS; do
 		for p in $POLICIES; do
 			run "philly-$p-load$load" $PHILLY --policy "$p" --estimate-error 0.5 --restart-overhead 90s --time-scale "$load"
 		done
@@ -128,3 +133,9 @@ sweep-table)
 	exit 2
 	;;
 esac
+}
+
+# All in one function, read whole before it runs: editing this file while a
+# long run goes on does not change what that run does.
+main "$@"
+exit
