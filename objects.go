@@ -194,13 +194,13 @@ type Attempt struct {
 
 // QueueEntry is a pending job's place in the queue.
 type QueueEntry struct {
-	ID             string     `json:"id"`
-	Team           string     `json:"team"`
-	Priority       Priority   `json:"priority"`
-	Position       int        `json:"position"`
-	TeamPosition   int        `json:"team_position"`
-	Reason         string     `json:"reason"`
-	ReasonCode     string     `json:"reason_code"`
+	ID           string   `json:"id"`
+	Team         string   `json:"team"`
+	Priority     Priority `json:"priority"`
+	Position     int      `json:"position"`
+	TeamPosition int      `json:"team_position"`
+	Reason       string   `json:"reason"`
+	ReasonCode   string   `json:"reason_code"`
 	// EstimatedStart is the median estimated start; EstimatedStartP90 the
 	// start it should begin by nine times in ten; ETAConfidence (0-1) the
 	// share of similar recent jobs that started within max(1 h, 25 %) of

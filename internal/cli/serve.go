@@ -22,6 +22,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/web"
@@ -51,7 +52,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics without a token on this separate address")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
-	fs.StringVar(&f.policy, "policy", d.Policy, "scheduling policy: fifo, bestfit, backfill or gpufleet")
+	fs.StringVar(&f.policy, "policy", d.Policy, "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	durationFlag(fs, &f.tick, "tick", d.Tick, "scheduling interval")
 	durationFlag(fs, &f.heartbeat, "heartbeat", d.Heartbeat, "agent heartbeat interval")

@@ -30,7 +30,48 @@ type simFlags struct {
 	mtbf, repair, loadPeriod, halfLife          string
 	restartOverhead, drainMTBF, grace           string
 	timeLimitFactor                             float64
+	window                                      string
+	set                                         []string
 }
+
+// knobs are the policy's tuning knobs `sim --set` changes (a sweep).
+var knobs = map[string]func(c *scheduler.Config, v string) error{
+	"starvation-slowdown":     floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationSlowdown }),
+	"starvation-left-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationLeftFactor }),
+	"starvation-gain-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationGainFactor }),
+	"starvation-order-margin": floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationOrderMargin }),
+	"fair-share-clamp":        floatKnob(func(c *scheduler.Config) *float64 { return &c.FairShareClamp }),
+	"starvation-min-run":      durationKnob(func(c *scheduler.Config) *time.Duration { return &c.StarvationMinRun }),
+	"starvation-max-releases": intKnob(func(c *scheduler.Config) *int { return &c.StarvationMaxReleases }),
+	"starvation-max-tries":    intKnob(func(c *scheduler.Config) *int { return &c.StarvationMaxTries }),
+	"preempt-search-nodes":    intKnob(func(c *scheduler.Config) *int { return &c.PreemptSearchNodes }),
+	"topology-scan-nodes":     intKnob(func(c *scheduler.Config) *int { return &c.TopologyScanNodes }),
+	"max-preemptions":         intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerJob }),
+	"max-preemptions-per-day": intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerDay }),
+}
+
+func floatKnob(field func(*scheduler.Config) *float64) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = strconv.ParseFloat(v, 64)
+		return err
+	}
+}
+
+func intKnob(field func(*scheduler.Config) *int) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = strconv.Atoi(v)
+		return err
+	}
+}
+
+func durationKnob(field func(*scheduler.Config) *time.Duration) func(*scheduler.Config, string) error {
+	return func(c *scheduler.Config, v string) (err error) {
+		*field(c), err = gpufleet.ParseDuration(v)
+		return err
+	}
+}
+
+func knobNames() []string { return sortedKeys(knobs) }
 
 // ablations turn one gpufleet feature off.
 var ablations = map[string]func(*scheduler.Config){
@@ -81,9 +122,9 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.format, "format", "", "trace format: "+strings.Join(sim.Formats, ", "))
 	fs.StringVar(&sf.nodes, "nodes", "", "openb node list (openb_node_list_all_node.csv)")
 	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
-	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: fifo, bestfit, backfill or gpufleet")
+	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
-	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw")
+	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
 	fs.BoolVar(&sf.keepInvalid, "keep-invalid", false, "keep rows whose request the validation refuses as jobs the scheduler fails (invalid_request), as the server fails a stored row that no longer validates")
@@ -93,7 +134,10 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
-	fs.StringVar(&sf.restartOverhead, "restart-overhead", "0", "time a preempted, drained or failed job needs to resume from its checkpoint (60s)")
+	fs.StringVar(&sf.restartOverhead, "restart-overhead", strconv.FormatFloat(sim.DefaultRestartOverhead, 'f', -1, 64)+"s",
+		"time a preempted, drained or failed job needs to resume from its checkpoint, besides its grace (0 = free restarts)")
+	fs.StringVar(&sf.window, "window", "", "replay only the jobs arriving in START,END from the trace's first arrival, e.g. 0,30d (a time split)")
+	fs.StringSliceVar(&sf.set, "set", nil, "set a policy knob, KNOB=VALUE (repeatable): "+strings.Join(knobNames(), ", "))
 	fs.StringVar(&sf.drainMTBF, "drain-mtbf", "", "node mean time between health drains, e.g. 14d: the scheduler stops the node's jobs with their grace, then the node is down for --repair (default: no drains)")
 	fs.Float64Var(&sf.timeLimitFactor, "time-limit-factor", 0, "give jobs without a time limit one of X times their user's estimate; runs that outlast it are stopped and end (0 = none)")
 	fs.StringVar(&sf.grace, "grace", "", "grace of a stop for jobs that give none (default: the policy's, 30s)")
@@ -101,7 +145,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.halfLife, "usage-half-life", "", "override the policy's usage half-life, e.g. 24h")
 	fs.Float64Var(&sf.scalingEff, "scaling-efficiency", sim.DefaultScalingEfficiency, "philly-gavel: parallel efficiency where the trace has only single-GPU times")
 	_ = cmd.RegisterFlagCompletionFunc("format", fixedCompletion(sim.Formats...))
-	_ = cmd.RegisterFlagCompletionFunc("policy", fixedCompletion("fifo", "bestfit", "backfill", "gpufleet"))
+	_ = cmd.RegisterFlagCompletionFunc("policy", fixedCompletion(scheduler.Policies()...))
 	_ = cmd.RegisterFlagCompletionFunc("ablate", fixedCompletion(ablationNames()...))
 	return cmd
 }
@@ -151,6 +195,20 @@ func runSim(e *env, sf *simFlags) error {
 	if err != nil {
 		return usageErr("--policy: %v", err)
 	}
+	for _, kv := range sf.set {
+		k, v, _ := strings.Cut(kv, "=")
+		set, ok := knobs[k]
+		if !ok {
+			return usageErr("--set %q: expected KNOB=VALUE with KNOB one of %s", kv, strings.Join(knobNames(), ", "))
+		}
+		if err := set(&policy, v); err != nil {
+			return usageErr("--set %s: %v", kv, err)
+		}
+		policy.Name += "+" + kv
+	}
+	if err := policy.Validate(); err != nil {
+		return usageErr("--set: %v", err)
+	}
 	for _, a := range sf.ablate {
 		off, ok := ablations[a]
 		if !ok {
@@ -159,6 +217,7 @@ func runSim(e *env, sf *simFlags) error {
 		off(&policy)
 		policy.Name += "-" + a
 	}
+	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
 		TimeLimitFactor: sf.timeLimitFactor}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
@@ -179,6 +238,21 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	if cfg.RestartOverhead, err = parseSimDuration("restart-overhead", sf.restartOverhead); err != nil {
 		return err
+	}
+	if sf.window != "" {
+		a, b, ok := strings.Cut(sf.window, ",")
+		if !ok {
+			return usageErr("--window %q: expected START,END, e.g. 0,30d", sf.window)
+		}
+		if cfg.WindowStart, err = parseSimDuration("window", a); err != nil {
+			return err
+		}
+		if cfg.WindowEnd, err = parseSimDuration("window", b); err != nil {
+			return err
+		}
+		if cfg.WindowEnd <= cfg.WindowStart {
+			return usageErr("--window %q: END must come after START", sf.window)
+		}
 	}
 	if cfg.RestartOverhead > 0 {
 		// The scheduler weighs the restart cost the replay charges.
@@ -298,6 +372,8 @@ func printSimReport(e *env, r *sim.Report) error {
 		secs(r.ETAMedianAbsErrorS), secs(r.ETAP90AbsErrorS), r.ETAJobs)
 	if len(r.Stops) > 0 || len(r.Ended) > 0 {
 		fmt.Fprintf(w, "stops %s; ended unfinished %s\n", counts(r.Stops), counts(r.Ended))
+		fmt.Fprintf(w, "most stops of one job %d (%d preemptions); %d jobs stopped 10 times or more\n",
+			r.MaxJobStops, r.MaxJobPreemptions, r.JobsStopped10)
 	}
 	if len(r.WaitReasons) > 0 {
 		fmt.Fprintf(w, "waited at submission: %s\n", counts(r.WaitReasons))

@@ -66,6 +66,9 @@ func TestSimErrors(t *testing.T) {
 		"grace beyond the API's":       {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--grace", "2d"}, want: "--grace"},
 		"bad drain MTBF":               {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--drain-mtbf", "-1h"}, want: "--drain-mtbf"},
 		"negative time-limit factor":   {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--time-limit-factor", "-1"}, want: "--time-limit-factor"},
+		"unknown knob":                 {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--set", "magic=1"}, want: "--set"},
+		"knob out of range":            {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--set", "fair-share-clamp=0.5"}, want: "--set"},
+		"window the wrong way round":   {args: []string{"--trace", bad, "--format", "csv", "--cluster", "x", "--window", "2d,1d"}, want: "--window"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -94,5 +97,43 @@ func TestSimStopsByCode(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestSimWindowAndKnobs: --window replays only the arrivals in a time
+// window, --set changes a policy knob (and names it in the policy), and
+// the restart overhead is not zero unless asked.
+func TestSimWindowAndKnobs(t *testing.T) {
+	tests := map[string]struct {
+		args       []string
+		wantJobs   float64
+		wantPolicy string
+	}{
+		"the whole trace":                  {wantJobs: 10, wantPolicy: "gpufleet"},
+		"arrivals in the first 10 minutes": {args: []string{"--window", "0,10m"}, wantJobs: 6, wantPolicy: "gpufleet"},
+		"a knob":                           {args: []string{"--set", "starvation-slowdown=10"}, wantJobs: 10, wantPolicy: "gpufleet+starvation-slowdown=10"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"sim", "--trace", "../sim/testdata/tiny.csv", "--format", "csv",
+				"--cluster", "../sim/testdata/tiny-cluster.yaml", "--policy", "gpufleet", "-o", "json"}, tc.args...)
+			out, errOut, code := runCLI(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var rep struct {
+				Jobs   float64 `json:"jobs"`
+				Policy string  `json:"policy"`
+			}
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Jobs != tc.wantJobs || rep.Policy != tc.wantPolicy {
+				t.Errorf("jobs %v policy %q, want %v %q", rep.Jobs, rep.Policy, tc.wantJobs, tc.wantPolicy)
+			}
+		})
+	}
+	if f := newSimCmd(&env{}).Flags().Lookup("restart-overhead"); f == nil || f.DefValue != "90s" {
+		t.Errorf("--restart-overhead default %v, want 90s", f)
 	}
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,7 +16,10 @@ import (
 //     (StopAt = in.Now + Stop.Grace);
 //   - a job whose grace has ended by now leaves its GPUs: a preempted or
 //     drained one goes back to the queue (Requeued, Queued at the grace's
-//     end), a timed-out or cancelled one ends (it leaves the snapshot);
+//     end; the run's GPU-time adds to Attained; a preempted one counts it
+//     in Preemptions and RecentPreemptions, which keeps only the last
+//     PreemptionWindow), a timed-out or
+//     cancelled one ends (it leaves the snapshot);
 //   - a failed job ends.
 //
 // The simulator and the schedtest harness drive the scheduler with it;
@@ -57,6 +61,11 @@ func Apply(in Input, out Output, now time.Time) Input {
 			if !Requeues(j.StopCode) {
 				continue // timed out, cancelled or invalid: it ends
 			}
+			j.Attained += runGPUTime(j.Placement, j.StopAt.Sub(j.Started))
+			if strings.HasPrefix(j.StopCode, "preempted_") {
+				j.Preemptions++
+				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
+			}
 			j.Requeued, j.Queued = true, j.StopAt
 			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
 		}
@@ -65,6 +74,32 @@ func Apply(in Input, out Output, now time.Time) Input {
 	in.Jobs = kept
 	in.Now = now
 	return in
+}
+
+// runGPUTime is the GPU-time of a run of length d on placement ps: GPUs
+// (time-slice shares count their fraction) times d.
+func runGPUTime(ps []Placement, d time.Duration) time.Duration {
+	gpus := 0.0
+	for _, p := range ps {
+		f := p.Fraction
+		if f <= 0 || f > 1 {
+			f = 1
+		}
+		gpus += float64(len(p.GPUs)) * f
+	}
+	return time.Duration(gpus * float64(max(d, 0)))
+}
+
+// recentSince returns the times of ts after from, then t: a job's recent
+// preemptions, the ones out of the window dropped (in a new slice).
+func recentSince(ts []time.Time, from, t time.Time) []time.Time {
+	out := make([]time.Time, 0, len(ts)+1)
+	for _, x := range ts {
+		if x.After(from) {
+			out = append(out, x)
+		}
+	}
+	return append(out, t)
 }
 
 // NextStopEnd is the earliest moment a stopping job's grace ends, for a

@@ -2,7 +2,7 @@ package scheduler
 
 import "sync"
 
-// FleetCache holds the fleet index (nodes sorted by name, models, GPU ids,
+// FleetCache holds the fleet index (nodes in their order, models, GPU ids,
 // NVLink domains, the empty-fleet buckets) between Schedule calls of one
 // caller; see Input.FleetVersion. The zero value is ready to use and safe
 // for concurrent calls; a caller with several fleets keeps one per fleet.
@@ -12,6 +12,7 @@ type FleetCache struct {
 	first   *Node // &Input.Nodes[0]
 	n       int
 	models  int
+	seed    uint64 // Config.Seed: it orders the nodes
 	tmpl    *fleet // nothing running; never changed after it is built
 	ever    *fleet // tmpl with every node ready
 }
@@ -29,9 +30,10 @@ func (s *sched) fleetFor(in *Input) (f, ever *fleet) {
 	c.mu.Lock()
 	t, ever := c.tmpl, c.ever
 	if t == nil || c.version != in.FleetVersion || c.first != &in.Nodes[0] || c.n != len(in.Nodes) ||
-		c.models != len(in.Models) || !s.sameClasses(t) {
+		c.models != len(in.Models) || c.seed != in.Config.Seed || !s.sameClasses(t) {
 		t, ever = s.buildFleets(in)
 		c.tmpl, c.ever, c.version, c.first, c.n, c.models = t, ever, in.FleetVersion, &in.Nodes[0], len(in.Nodes), len(in.Models)
+		c.seed = in.Config.Seed
 	}
 	c.mu.Unlock()
 	return t.clone(), ever

@@ -17,7 +17,8 @@
 // starving jobs, preemption of long jobs with a bounded cost, EASY
 // backfill, and ETAs from a forward simulation of the queue through the
 // same placement code. Policies are Configs of the same code: see
-// PolicyConfig for fifo, bestfit, backfill and gpufleet.
+// PolicyConfig for fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm,
+// las and gpufleet.
 //
 // The package does no I/O, reads no clock and keeps no state between
 // calls: time comes in as Input.Now, and the same Input gives the same

@@ -2,7 +2,9 @@ package scheduler
 
 import (
 	"cmp"
+	"hash/fnv"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -15,7 +17,7 @@ import (
 const unit = 1000
 
 // bitset is a set of node indices; iteration runs in index order, which is
-// node-name order, so every scan is deterministic.
+// the fleet's node order (see nodeOrder), so every scan is deterministic.
 type bitset []uint64
 
 func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
@@ -145,10 +147,10 @@ type fleet struct {
 	pidx *preemptIndex
 }
 
-// buildFleet turns the input's nodes into the capacity model, nodes sorted
-// by name so that input order does not matter. anyState counts every node
-// and GPU as ready: the fleet a job could ever run on, since a cordoned,
-// draining or down node may return.
+// buildFleet turns the input's nodes into the capacity model, nodes in
+// nodeOrder so that input order does not matter. anyState counts every
+// node and GPU as ready: the fleet a job could ever run on, since a
+// cordoned, draining or down node may return.
 func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anyState bool) *fleet {
 	ids := 0
 	nodes := make([]*Node, 0, len(in.Nodes))
@@ -159,7 +161,6 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		}
 	}
 	f := &fleet{modelIdx: map[string]int32{}, profileIdx: map[string]int32{}, locs: make(map[string]loc, ids)}
-	slices.SortStableFunc(nodes, func(a, b *Node) int { return strings.Compare(a.Name, b.Name) })
 
 	// Intern models: every Input.Models entry plus any model a node names.
 	modelIDs := map[string]bool{}
@@ -186,6 +187,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		f.modelIdx[id] = int32(len(f.models))
 		f.models = append(f.models, mi)
 	}
+	nodeOrder(nodes, f, in.Config.Seed)
 	rackIdx, blockIdx := map[string]int32{}, map[string]int32{}
 	intern := func(m map[string]int32, list *[]string, s string) int32 {
 		if s == "" {
@@ -306,6 +308,64 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		}
 	}
 	return f
+}
+
+// nodeOrder sorts the nodes into the fleet's node order, the tie-break of
+// every packing policy among equally good nodes (first-fit takes the first
+// node in it that fits; best-fit and topology break their ties by it; node
+// scans, preemption searches and spreads go in it): nodes whose fastest
+// model is faster first (bf16, else fp16 peak from the catalog; opaque
+// models, with no figures, after every model that has them, by name), then
+// a seeded order, a PCG seeded from Config.Seed and the node's name, so
+// that no node wins ties for its name (k80-000 before v100-000), then the
+// name. The order depends on the nodes' names, models and the seed, never
+// on the input's order.
+func nodeOrder(nodes []*Node, f *fleet, seed uint64) {
+	// Model ranks: fastest first; equal speeds (opaque models: 0) by id.
+	rank := make([]int, len(f.models))
+	byRank := make([]int, len(f.models))
+	for i := range byRank {
+		byRank[i] = i
+	}
+	slices.SortStableFunc(byRank, func(a, b int) int {
+		if c := cmp.Compare(f.models[b].speed, f.models[a].speed); c != 0 {
+			return c
+		}
+		return strings.Compare(f.models[a].id, f.models[b].id)
+	})
+	for r, m := range byRank {
+		rank[m] = r
+	}
+	type key struct {
+		n    *Node
+		best int
+		hash uint64
+	}
+	keys := make([]key, len(nodes))
+	for i, n := range nodes {
+		k := key{n: n, best: len(f.models)}
+		for _, g := range n.GPUs {
+			if m, ok := f.modelIdx[g.Model]; ok {
+				k.best = min(k.best, rank[m])
+			}
+		}
+		h := fnv.New64a()
+		h.Write([]byte(n.Name))
+		k.hash = rand.New(rand.NewPCG(seed, h.Sum64())).Uint64()
+		keys[i] = k
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.best, b.best); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.hash, b.hash); c != 0 {
+			return c
+		}
+		return strings.Compare(a.n.Name, b.n.Name)
+	})
+	for i := range keys {
+		nodes[i] = keys[i].n
+	}
 }
 
 // clone copies the mutable state so that the copy can be changed freely.

@@ -89,7 +89,14 @@ func genPreemptInput(t *rapid.T) scheduler.Input {
 		j.Priority = rapid.SampledFrom(high).Draw(t, "highprio")
 		in.Jobs = append(in.Jobs, j)
 	}
-	in.Config, _ = scheduler.PolicyConfig("gpufleet")
+	// LAS ranks jobs by class and queue (more ranks than classes): the
+	// index must hold them too.
+	in.Config, _ = scheduler.PolicyConfig(rapid.SampledFrom([]string{"gpufleet", "las"}).Draw(t, "policy"))
+	if len(in.Config.LASThresholds) > 0 {
+		for i := range in.Jobs {
+			in.Jobs[i].Attained = time.Duration(rapid.IntRange(0, 4).Draw(t, "attained")) * 3000 * time.Second
+		}
+	}
 	in.Config.Quotas = rapid.Bool().Draw(t, "quotas")
 	in.Config.Backfill = rapid.Bool().Draw(t, "backfill")
 	in.Config.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")

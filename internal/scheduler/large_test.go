@@ -98,9 +98,12 @@ func largeDigest(t *testing.T, spec schedtest.LargeSpec, cfg func(*scheduler.Con
 // by the commit before the preemption index, its failure cache and the
 // depth bound of reasons (a0d4899): the starts, stops, fails, pending codes
 // and estimated starts are identical, and so are the reasons of the first
-// explained pending jobs. The pending digests were rewritten once since,
-// for the ETA's starvation bound (etaOf): with the bound off they equal
-// a0d4899's.
+// explained pending jobs. It was rewritten since for changes meant to
+// move decisions: the ETA's starvation bound (etaOf; with it off the
+// pending digests equal a0d4899's), then placement ties broken by the
+// fastest model and a seeded node order instead of node names, and the
+// preemption bounds per job. The index and the scan it replaced still
+// agree on these inputs (TestPreemptionIndexLarge).
 func TestLargeDecisions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large generated input")

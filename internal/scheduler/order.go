@@ -26,9 +26,20 @@ import (
 //     ahead of heavy ones (start-time fair queueing over Slurm-style
 //     decayed usage);
 //  5. submit time, then job id.
+//
+// Other policies replace 3 and 4: Config.ShortestFirst (estimated
+// remaining time, shortest first), Config.Multifactor (Slurm's priority,
+// highest first) and Config.LASThresholds (the LAS queue is part of the
+// rank, see rankOf; first come first served within a queue).
 func (s *sched) order(qs []queued) []int32 {
 	sized := s.cfg.SizeSlack > 0
 	switch {
+	case s.cfg.ShortestFirst:
+		for i := range qs {
+			qs[i].tag = qs[i].est.Seconds()
+		}
+	case s.cfg.Multifactor != nil:
+		s.multifactor(qs)
 	case sized && s.cfg.ResponseRatio:
 		factor := s.fairFactors(qs)
 		now := float64(s.now.UnixNano()) / 1e9
@@ -75,7 +86,7 @@ func (s *sched) order(qs []queued) []int32 {
 			vt[q.team] += float64(q.job.Resources.GPUs) * q.est.Seconds() / s.teams[q.team].weight
 		}
 	}
-	useTag := sized || s.cfg.FairShare
+	useTag := sized || s.cfg.FairShare || s.cfg.ShortestFirst || s.cfg.Multifactor != nil
 	// Sort compact keys: the comparison then reads no job but for ties of
 	// everything up to the id.
 	keys := make([]orderKey, len(qs))
@@ -146,11 +157,11 @@ type orderKey struct {
 }
 
 // fairFactors scales each team's deadline slack by its use of the fleet
-// against its weight: factor = clamp(sqrt(x / mean x), 1/2, 2) with
-// x = (decayed usage + 1 GPU-hour) / weight over the teams with queued jobs.
-// A team that used twice its share ages its jobs about 1.4 times slower, one
-// that used half about 1.4 times faster; the clamp keeps every job's wait
-// bounded. nil without fair share.
+// against its weight: factor = clamp(sqrt(x / mean x), 1/c, c) with
+// x = (decayed usage + 1 GPU-hour) / weight over the teams with queued jobs
+// and c = Config.FairShareClamp (2). A team that used twice its share ages
+// its jobs about 1.4 times slower, one that used half about 1.4 times
+// faster; the clamp keeps every job's wait bounded. nil without fair share.
 func (s *sched) fairFactors(qs []queued) []float64 {
 	if !s.cfg.FairShare {
 		return nil
@@ -172,8 +183,48 @@ func (s *sched) fairFactors(qs []queued) []float64 {
 	for i := range f {
 		f[i] = 1
 		if n > 0 && sum > 0 {
-			f[i] = min(2, max(0.5, math.Sqrt(x[i]/(sum/float64(n)))))
+			c := s.cfg.FairShareClamp
+			f[i] = min(c, max(1/c, math.Sqrt(x[i]/(sum/float64(n)))))
 		}
 	}
 	return f
+}
+
+// multifactor tags each queued job with minus its Slurm multifactor
+// priority (see Multifactor), so that the highest goes first.
+func (s *sched) multifactor(qs []queued) {
+	mf := s.cfg.Multifactor
+	var usage, weight float64
+	for i := range s.teams {
+		usage += s.teams[i].usage
+		weight += s.teams[i].weight
+	}
+	var fleetGPUs int
+	for m := range s.f.models {
+		fleetGPUs += s.f.models[m].gpus
+	}
+	now := s.now.UnixNano()
+	for i := range qs {
+		q := &qs[i]
+		eligible := q.submit
+		if !q.job.Queued.IsZero() {
+			eligible = q.job.Queued.UnixNano()
+		}
+		age := 1.0
+		if mf.MaxAge > 0 {
+			age = min(1, max(0, float64(now-eligible)/float64(mf.MaxAge)))
+		}
+		fs := 1.0
+		if t := &s.teams[q.team]; usage > 0 && weight > 0 && t.weight > 0 {
+			fs = math.Exp2(-(t.usage / usage) / (t.weight / weight))
+		}
+		size := 0.0
+		if fleetGPUs > 0 {
+			size = min(1, float64(q.job.Resources.GPUs)/float64(fleetGPUs))
+		}
+		if mf.FavorSmall {
+			size = 1 - size
+		}
+		q.tag = -(mf.AgeWeight*age + mf.FairShareWeight*fs + mf.JobSizeWeight*size)
+	}
 }

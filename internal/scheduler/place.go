@@ -115,8 +115,10 @@ func (s *sched) mayFit(sh *shape, models []int32) bool {
 }
 
 // nodeScore orders single-node candidates by the packing policy: first-fit
-// takes the first node by name, best-fit the node left with the fewest free
-// GPUs, topology first keeps the job inside the NVLink domain it fills best.
+// takes the first node in the fleet's node order (fastest model first, then
+// seeded; see nodeOrder), best-fit the node left with the fewest free GPUs,
+// topology first keeps the job inside the NVLink domain it fills best; ties
+// go by node order.
 func (s *sched) nodeScore(k, domLeft, ni int32) [4]int64 {
 	switch s.cfg.Packing {
 	case PackBestFit:
@@ -156,14 +158,14 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 			if !topo || domLeft == 0 {
 				break // later nodes of this bucket score worse
 			}
-			if seen >= 64 {
+			if seen >= s.cfg.TopologyScanNodes {
 				return
 			}
 		}
 		if best.ok && s.cfg.Packing == PackBestFit {
 			return
 		}
-		if best.ok && topo && (best.score[0] == 0 || seen >= 64) {
+		if best.ok && topo && (best.score[0] == 0 || seen >= s.cfg.TopologyScanNodes) {
 			return
 		}
 	}
@@ -314,7 +316,7 @@ func groupOf(c nodeCand, level int) int32 {
 }
 
 // spreadCands lists nodes with at least min whole free GPUs of model m,
-// by free count ascending, then by name.
+// by free count ascending, then in node order.
 func (s *sched) spreadCands(sh *shape, m, min int32) []nodeCand {
 	f := s.f
 	cands := s.cands[:0]

@@ -13,7 +13,7 @@ import (
 
 // Packing policies for Config.Packing.
 const (
-	PackFirstFit = "first-fit" // the first node (by name) that fits
+	PackFirstFit = "first-fit" // the first node (in the fleet's node order) that fits
 	PackBestFit  = "best-fit"  // the node left with the fewest free GPUs
 	PackTopology = "topology"  // NVLink domain, rack and fragmentation scoring
 )
@@ -66,6 +66,59 @@ const DefaultMaxPreemptionSearches = 2048
 // reasons in full.
 const DefaultReasonDepth = 1000
 
+// Defaults of the tuning knobs of Config; a zero field means its default.
+// Where each comes from, and the sweep that checks them on data they were
+// not tuned on, is in docs/SCHEDULER.md#constants.
+const (
+	DefaultStarvationMinRun      = 6 * time.Hour
+	DefaultStarvationLeftFactor  = 10.0
+	DefaultStarvationGainFactor  = 4.0
+	DefaultStarvationOrderMargin = 4.0
+	DefaultStarvationMaxReleases = 512
+	DefaultStarvationMaxTries    = 8
+	DefaultPreemptSearchNodes    = 32
+	DefaultTopologyScanNodes     = 64
+	DefaultFairShareClamp        = 2.0
+)
+
+// withDefaults fills the tuning knobs left zero.
+func (c Config) withDefaults() Config {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.StarvationLeftFactor, DefaultStarvationLeftFactor)
+	def(&c.StarvationGainFactor, DefaultStarvationGainFactor)
+	def(&c.StarvationOrderMargin, DefaultStarvationOrderMargin)
+	def(&c.FairShareClamp, DefaultFairShareClamp)
+	defInt(&c.StarvationMaxReleases, DefaultStarvationMaxReleases)
+	defInt(&c.StarvationMaxTries, DefaultStarvationMaxTries)
+	defInt(&c.PreemptSearchNodes, DefaultPreemptSearchNodes)
+	defInt(&c.TopologyScanNodes, DefaultTopologyScanNodes)
+	return c
+}
+
+// maxPreemptNodes is Config.PreemptSearchNodes.
+func (s *sched) maxPreemptNodes() int { return s.cfg.PreemptSearchNodes }
+
+// SlurmMultifactor is the slurm policy's priority: the weights of the
+// configuration example in Slurm's multifactor documentation
+// (PriorityWeightAge=1000, PriorityWeightFairshare=10000,
+// PriorityWeightJobSize=1000, PriorityMaxAge=14-0, PriorityFavorSmall=NO;
+// its PriorityDecayHalfLife=14-0 is the policy's UsageHalfLife).
+var SlurmMultifactor = Multifactor{AgeWeight: 1000, FairShareWeight: 10000, JobSizeWeight: 1000, MaxAge: 14 * 24 * time.Hour}
+
+// DefaultLASThresholds are the las policy's queue thresholds in GPU-time:
+// the defaults of Tiresias' simulator (3,250 and 7,200 GPU-seconds, three
+// queues; SymbioticLab/Tiresias simulator/jobs.py).
+var DefaultLASThresholds = []time.Duration{3250 * time.Second, 7200 * time.Second}
+
 // ErrUnknownPolicy is returned by PolicyConfig for a name it does not know.
 var ErrUnknownPolicy = errors.New("unknown scheduling policy")
 
@@ -79,31 +132,59 @@ var policies = map[string]Config{
 	"bestfit": {Name: "bestfit", StrictOrder: true, Packing: PackBestFit},
 	// backfill: Slurm-like priority classes with EASY backfill.
 	"backfill": {Name: "backfill", PriorityClasses: true, Backfill: true, Packing: PackBestFit},
+	// hetero-easy: backfill plus the heterogeneity preference (prefer:
+	// fastest honoured, with the slower-model wait): Gavel-style
+	// heterogeneity awareness (Narayanan et al., OSDI 2020) on FCFS with
+	// EASY backfill.
+	"hetero-easy": {Name: "hetero-easy", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true},
+	// hrrn: hetero-easy ordered by highest response ratio next (Brinch
+	// Hansen 1971), on the same estimates gpufleet gets; no fair share, no
+	// quotas, no preemption.
+	"hrrn": {Name: "hrrn", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true,
+		SizeSlack: DefaultSizeSlack, ResponseRatio: true},
+	// srtf: hetero-easy ordered by shortest estimated remaining time (SRTF
+	// as a queue order, without preemption).
+	"srtf": {Name: "srtf", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true,
+		ShortestFirst: true},
+	// slurm: Slurm's multifactor priority (age, fair share, job size) with
+	// EASY backfill, weights and half-life as the configuration example of
+	// https://slurm.schedmd.com/priority_multifactor.html.
+	"slurm": {Name: "slurm", PriorityClasses: true, Backfill: true, Packing: PackBestFit,
+		Multifactor: &SlurmMultifactor, UsageHalfLife: 14 * 24 * time.Hour},
+	// las: Tiresias' discretized 2D-LAS (Gu et al., NSDI 2019) with
+	// preemption of jobs in later queues; no run-time estimate is read
+	// (no backfill reservation), jobs that fit start in queue order.
+	"las": {Name: "las", PriorityClasses: true, Preemption: true, Packing: PackBestFit, LASThresholds: DefaultLASThresholds},
 	// gpufleet: everything.
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
 		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
 		SizeSlack: DefaultSizeSlack, ResponseRatio: true,
-		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: 6 * time.Hour, RestartCost: time.Minute},
+		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: DefaultStarvationMinRun, RestartCost: time.Minute},
 }
 
 // Policies lists the built-in policy names.
 func Policies() []string { return sortedKeys(policies) }
 
-// PolicyConfig returns the Config of a built-in policy: "fifo", "bestfit",
-// "backfill" or "gpufleet". Every feature of gpufleet can be switched off
-// in the returned Config for an ablation.
+// PolicyConfig returns the Config of a built-in policy (Policies). Every
+// feature of gpufleet can be switched off in the returned Config for an
+// ablation; the Config is the caller's to change (nothing is shared).
 func PolicyConfig(name string) (Config, error) {
 	c, ok := policies[strings.ToLower(strings.TrimSpace(name))]
 	if !ok {
 		return Config{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownPolicy, name, strings.Join(Policies(), ", "))
 	}
 	c.Priorities = slices.Clone(gpufleet.Priorities())
+	c.LASThresholds = slices.Clone(c.LASThresholds)
+	if c.Multifactor != nil {
+		mf := *c.Multifactor
+		c.Multifactor = &mf
+	}
 	c.ETA = true
 	c.DefaultEstimate = 4 * time.Hour
 	c.DefaultGrace = DefaultGrace
 	c.MaxPreemptionSearches = DefaultMaxPreemptionSearches
 	c.ReasonDepth = DefaultReasonDepth
-	return c, nil
+	return c.withDefaults(), nil
 }
 
 // Validate reports a Config the scheduler cannot run.
@@ -135,11 +216,51 @@ func (c Config) Validate() error {
 	if c.StarvationSlowdown < 0 || math.IsNaN(c.StarvationSlowdown) || math.IsInf(c.StarvationSlowdown, 0) {
 		return fmt.Errorf("starvation slowdown %g: want a finite value >= 0", c.StarvationSlowdown)
 	}
+	orders := 0
+	for _, on := range []bool{c.SizeSlack > 0, c.ShortestFirst, len(c.LASThresholds) > 0, c.Multifactor != nil} {
+		if on {
+			orders++
+		}
+	}
+	if orders > 1 {
+		return errors.New("size slack, shortest first, LAS thresholds and multifactor are queue orders: choose one")
+	}
+	for i, t := range c.LASThresholds {
+		if t <= 0 || i > 0 && t <= c.LASThresholds[i-1] {
+			return fmt.Errorf("LAS thresholds %v: want positive and ascending", c.LASThresholds)
+		}
+	}
+	if mf := c.Multifactor; mf != nil {
+		for _, w := range []float64{mf.AgeWeight, mf.FairShareWeight, mf.JobSizeWeight} {
+			if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+				return fmt.Errorf("multifactor weight %g: want a finite value >= 0", w)
+			}
+		}
+		if mf.MaxAge < 0 {
+			return fmt.Errorf("multifactor max age %s is negative", mf.MaxAge)
+		}
+	}
 	if c.StarvationMinRun < 0 || c.RestartCost < 0 {
 		return fmt.Errorf("starvation min run %s and restart cost %s: want durations >= 0", c.StarvationMinRun, c.RestartCost)
 	}
 	if c.DefaultEstimate < 0 {
 		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)
+	}
+	for _, k := range []struct {
+		name string
+		v    float64
+	}{{"starvation left factor", c.StarvationLeftFactor}, {"starvation gain factor", c.StarvationGainFactor},
+		{"starvation order margin", c.StarvationOrderMargin}} {
+		if k.v < 0 || math.IsNaN(k.v) || math.IsInf(k.v, 0) {
+			return fmt.Errorf("%s %g: want a finite value >= 0 (0: the default)", k.name, k.v)
+		}
+	}
+	if c.FairShareClamp != 0 && !(c.FairShareClamp >= 1 && !math.IsInf(c.FairShareClamp, 0)) {
+		return fmt.Errorf("fair-share clamp %g: want a finite value >= 1 (0: the default)", c.FairShareClamp)
+	}
+	if c.StarvationMaxReleases < 0 || c.StarvationMaxTries < 0 || c.PreemptSearchNodes < 0 || c.TopologyScanNodes < 0 {
+		return fmt.Errorf("starvation max releases %d, max tries %d, preempt search nodes %d and topology scan nodes %d: want counts >= 0 (0: the default)",
+			c.StarvationMaxReleases, c.StarvationMaxTries, c.PreemptSearchNodes, c.TopologyScanNodes)
 	}
 	return nil
 }

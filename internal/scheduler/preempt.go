@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -16,9 +17,6 @@ const (
 	PreemptReclaim  = gpufleet.StopPreemptedReclaim  // borrowed capacity returned to its owner
 )
 
-// maxPreemptNodes bounds the nodes one preemption search compares.
-const maxPreemptNodes = 32
-
 // scanAllVictimNodes makes preempt visit every node with preemptible work
 // and cache failed searches per team, as it did before the preemption
 // index and its cache key: tests compare the two (export_test.go). It is
@@ -30,7 +28,7 @@ var scanAllVictimNodes bool
 // running on borrowed capacity: of a lower class, or of any class when j
 // claims its own guaranteed quota back (reclaim).
 func (s *sched) mayPreempt(v *rjob, j *pjob, reclaim bool, class int32) bool {
-	if !v.job.Preemptible || v.victim {
+	if !v.job.Preemptible || v.victim || v.protected {
 		return false
 	}
 	lower := v.rank > j.rank
@@ -171,7 +169,7 @@ func (s *sched) preempt(j *pjob) bool {
 				best = vs
 				best.victims = slices.Clone(vs.victims) // vs's are scratch
 			}
-			return found < maxPreemptNodes
+			return found < s.maxPreemptNodes()
 		})
 		if best.ok && sh.prefer {
 			break
@@ -189,7 +187,7 @@ func (s *sched) preempt(j *pjob) bool {
 		if best.reclaim && v.team != j.team {
 			return PreemptReclaim, fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
 		}
-		return PreemptPriority, fmt.Sprintf("preempted for job %s (%s outranks %s)", j.job.ID, j.job.Priority, v.job.Priority)
+		return PreemptPriority, fmt.Sprintf("preempted for job %s (%s)", j.job.ID, s.outranks(j, v))
 	})
 	return true
 }
@@ -241,7 +239,11 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 		s.events.push(event{at: s.now.Add(g), g: rest, gen: rest.gen})
 		grace = max(grace, g)
 		code, text := reason(v)
-		s.out.Stops = append(s.out.Stops, Stop{Job: v.job.ID, For: j.job.ID, Reason: fmt.Sprintf("%s; grace %s to checkpoint", text, g), Code: code, Grace: g})
+		st := Stop{Job: v.job.ID, For: j.job.ID, Reason: fmt.Sprintf("%s; grace %s to checkpoint", text, g), Code: code, Grace: g, Bound: s.boundReached(v.job)}
+		if st.Bound != "" {
+			st.Reason += "; " + st.Bound
+		}
+		s.out.Stops = append(s.out.Stops, st)
 		s.out.Stats.Preempted++
 	}
 	claim := &grant{team: j.team, class: -1, allocs: allocs}
@@ -328,7 +330,7 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 			continue
 		}
 		vs := victimSet{ok: true, node: ni, model: m, gpus: gpus, victims: cands[:i+1]}
-		top := len(s.prio) + 1
+		top := math.MaxInt32 // above every rank
 		var lost, stopped int64
 		for _, v := range vs.victims {
 			if v.stopping {

@@ -75,7 +75,7 @@ func (s *sched) preemptIdx() *preemptIndex {
 		return s.f.pidx
 	}
 	f := s.f
-	x := &preemptIndex{f: f, nR: int32(len(s.prio)) + 1, quotas: s.cfg.Quotas}
+	x := &preemptIndex{f: f, nR: int32(s.ranks()), quotas: s.cfg.Quotas}
 	x.base = make([]int32, len(f.nodes)+1)
 	for ni := range f.nodes {
 		x.base[ni+1] = x.base[ni] + int32(len(f.nodes[ni].mfree))

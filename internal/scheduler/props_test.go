@@ -69,7 +69,14 @@ func genJob(t *rapid.T, id string) scheduler.Job {
 	if rapid.Bool().Draw(t, "preemptible") {
 		b.Preemptible(time.Duration(rapid.IntRange(0, 60).Draw(t, "grace")) * time.Second)
 	}
-	return b.Obj()
+	out := b.Obj()
+	// History: GPU-time of earlier runs (LAS) and preemptions (the bounds).
+	out.Attained = time.Duration(rapid.IntRange(0, 20000).Draw(t, "attained")) * time.Second
+	out.Preemptions = rapid.IntRange(0, 12).Draw(t, "preemptions")
+	for range rapid.IntRange(0, out.Preemptions).Draw(t, "recent") {
+		out.RecentPreemptions = append(out.RecentPreemptions, schedtest.T0.Add(time.Duration(rapid.IntRange(0, 7200).Draw(t, "recentAt"))*time.Second))
+	}
+	return out
 }
 
 // genConfig draws a policy with features switched on and off.
@@ -82,6 +89,7 @@ func genConfig(t *rapid.T) scheduler.Config {
 	c.Preemption = c.Preemption && rapid.Bool().Draw(t, "preemption")
 	c.FairShare = c.FairShare && rapid.Bool().Draw(t, "fairshare")
 	c.Packing = rapid.SampledFrom([]string{scheduler.PackFirstFit, scheduler.PackBestFit, scheduler.PackTopology}).Draw(t, "packing")
+	c.Seed = rapid.Uint64().Draw(t, "seed")
 	if c.StarvationSlowdown > 0 {
 		// Running work here is an hour old: let starvation preemption in.
 		c.StarvationSlowdown = rapid.SampledFrom([]float64{0, 2, 20}).Draw(t, "starvation")

@@ -55,9 +55,15 @@ func (s *sched) recheck(pending []*pjob) time.Time {
 				}
 			}
 		}
+		if !r.protectedUntil.IsZero() && j.StopAt.IsZero() {
+			at(r.protectedUntil.UnixNano()) // its day bound ends: a victim again
+		}
 		if anyStarving && j.Preemptible && j.StopAt.IsZero() {
 			at(j.Started.UnixNano() + int64(s.cfg.StarvationMinRun)) // it may become a starving job's victim
 		}
+	}
+	if t := s.lasRecheck(pending); !t.IsZero() {
+		at(t.UnixNano()) // a running job's service reaches a LAS threshold
 	}
 	if next == math.MaxInt64 {
 		return time.Time{}

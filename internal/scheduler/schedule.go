@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,7 +73,8 @@ func (s *sched) etaOf(p *Pending, j *pjob, cal *etaCal) {
 // starveBound is the policy's own "no later than" for a queued job: with
 // starvation preemption, once its slowdown reaches StarvationSlowdown it
 // may stop a preemptible job of its class or lower that has run
-// StarvationMinRun and has starveLeftFactor times its estimate left, and
+// StarvationMinRun and has StarvationLeftFactor times its estimate left
+// (and is not protected by its preemption bound), and
 // starts about a grace later. The bound is the first moment such a victim
 // exists, among the boundVictims running jobs that become eligible first;
 // none, no bound. Whole GPUs only (shares and MIG instances do not preempt
@@ -101,12 +103,12 @@ func (s *sched) starveBound(j *pjob) (time.Time, bool) {
 			return strings.Compare(a.job.ID, b.job.ID)
 		})
 	}
-	need := starveLeftFactor*j.est + s.cfg.RestartCost
+	need := time.Duration(s.cfg.StarvationLeftFactor*float64(j.est)) + s.cfg.RestartCost
 	for i, v := range s.boundVictims {
 		if i == maxBoundVictims {
 			break
 		}
-		if v.rank < j.rank || s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {
+		if v.rank < j.rank || v.protected || s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {
 			continue
 		}
 		t := at
@@ -156,6 +158,11 @@ type rjob struct {
 	g        *grant
 	victim   bool
 	borrowed bool
+	// protected: it has reached a preemption bound (Config.
+	// MaxPreemptionsPerJob, PerDay) and is no victim; until when, or zero
+	// for good.
+	protected      bool
+	protectedUntil time.Time
 	// stopping jobs leave their GPUs at stopEnd (a stop of an earlier
 	// cycle, or of this one's mustStop): a queued job may claim those GPUs
 	// instead of stopping more jobs (claimed: one has).
@@ -257,6 +264,7 @@ type sched struct {
 	modelBuf []bool
 	allowBuf []int32
 	keyBuf   []byte
+	subsets  map[string]uint64 // see subsetID
 	// preemption search scratch
 	victimBuf []*rjob
 	availBuf  []bool
@@ -264,7 +272,8 @@ type sched struct {
 }
 
 func newSched(in *Input) *sched {
-	s := &sched{in: in, cfg: in.Config, now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{}, preemptFails: map[preemptKey]bool{}}
+	s := &sched{in: in, cfg: in.Config.withDefaults(), now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{},
+		preemptFails: map[preemptKey]bool{}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -345,7 +354,10 @@ func (s *sched) buildRunning() {
 	allocs := make([]alloc, 0, n)
 	for i, j := range jobs {
 		r := &runs[i]
-		*r = rjob{job: j, rank: s.rank(j.Priority), team: s.team(j.Team)}
+		*r = rjob{job: j, rank: s.rankOf(j), team: s.team(j.Team)}
+		if j.Preemptible && s.cfg.Preemption {
+			r.protected, r.protectedUntil = s.protection(j)
+		}
 		g := &grants[i]
 		*g = grant{team: r.team, class: -1}
 		start := len(allocs)
@@ -403,7 +415,7 @@ func (s *sched) buildRunning() {
 		r.victim = r.stopping // not a victim for anyone: it is stopping already
 		s.events.push(event{at: end, g: g, gen: g.gen})
 		s.running = append(s.running, r)
-		if (j.Preemptible && !r.victim) || r.stopping {
+		if (j.Preemptible && !r.victim && !r.protected) || r.stopping {
 			last := int32(-1)
 			for _, a := range g.allocs {
 				if a.inst < 0 && a.node != last {
@@ -538,7 +550,7 @@ func (s *sched) buildPending() {
 			s.out.Fails = append(s.out.Fails, Fail{Job: j.ID, Code: FailInvalid, Reason: "invalid request: " + sh.invalid})
 			continue
 		}
-		qs = append(qs, queued{job: j, shape: sh, rank: int32(s.rank(j.Priority)), team: s.team(j.Team), est: s.estimateOf(j),
+		qs = append(qs, queued{job: j, shape: sh, rank: int32(s.rankOf(j)), team: s.team(j.Team), est: s.estimateOf(j),
 			submit: j.Submitted.UnixNano(), prod: j.Priority == gpufleet.Production})
 	}
 	perm := s.order(qs)
@@ -657,9 +669,33 @@ func (s *sched) usable(j *pjob) usableModels {
 	}
 	s.allowBuf = u.models
 	if len(sh.models) > 64 {
-		u.mask = ^uint64(0) - uint64(len(u.models)) - uint64(len(u.slow))<<32 // crude, but a fleet of 64+ models is rare
+		u.mask = s.subsetID(u.models, u.slow) // one bit per model would not fit
 	}
 	return u
+}
+
+// subsetID numbers the distinct (usable, slow) model subsets of shapes with
+// more than 64 models, for the fail-cache key: two different subsets never
+// share a number, as a bit mask would need more than 64 bits to promise.
+func (s *sched) subsetID(models, slow []int32) uint64 {
+	b := s.keyBuf[:0]
+	for _, m := range models {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m))
+	}
+	b = append(b, 0xff, 0xff, 0xff, 0xff) // no model has this index
+	for _, m := range slow {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m))
+	}
+	s.keyBuf = b
+	if id, ok := s.subsets[string(b)]; ok {
+		return id
+	}
+	if s.subsets == nil {
+		s.subsets = map[string]uint64{}
+	}
+	id := uint64(len(s.subsets))
+	s.subsets[string(b)] = id
+	return id
 }
 
 // failed caches and explains a failed fit. When quota kept the job off
@@ -727,6 +763,8 @@ func (s *sched) output(j *pjob, p placement) []Placement {
 		}
 		out[len(out)-1].GPUs = append(out[len(out)-1].GPUs, id)
 	}
+	// Nodes by name: the placement reads the same whatever the node order.
+	slices.SortStableFunc(out, func(a, b Placement) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 

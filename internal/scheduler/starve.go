@@ -14,22 +14,9 @@ import (
 // same or a higher class (Config.StarvationSlowdown).
 const PreemptStarvation = gpufleet.StopPreemptedStarvation
 
-// Starvation preemption tuning. A victim must have at least
-// starveLeftFactor times the starving job's estimate left to run, and the
-// GPU-seconds the starving job would save must be at least
-// starveGainFactor times what the victims lose (their restart cost and the
-// starving job's run time, per GPU).
-const (
-	starveLeftFactor = 10
-	starveGainFactor = 4
-	// starveOrderMargin: a victim's response ratio, times this, must stay
-	// below the starving job's.
-	starveOrderMargin = 4
-	// starveMaxReleases bounds the running jobs one search releases, and
-	// starveMaxTries the starving jobs that search in one cycle.
-	starveMaxReleases = 512
-	starveMaxTries    = 8
-)
+// Starvation preemption's tuning is in Config: StarvationLeftFactor,
+// StarvationGainFactor, StarvationOrderMargin, StarvationMaxReleases and
+// StarvationMaxTries (see their docs and docs/SCHEDULER.md#starvation).
 
 // starving reports whether a queued job's slowdown so far, (wait +
 // estimate) / estimate, has reached Config.StarvationSlowdown.
@@ -54,19 +41,19 @@ func (s *sched) slowdownAt(est time.Duration, submitted time.Time) float64 {
 // without bound (the worst teams of the Philly trace,
 // docs/SCHEDULER.md#starvation). Victims are preemptible jobs of j's class
 // or lower, on j's team or on borrowed capacity, that have far longer left
-// to run than j (starveLeftFactor), have run for Config.StarvationMinRun
+// to run than j (Config.StarvationLeftFactor), have run for Config.StarvationMinRun
 // since their last start, and would sort well after j once requeued (with
 // Config.ResponseRatio order only); the ones with the most left to run go
 // first. j is placed in its backfill mode, so the head's reservation holds;
 // for the head itself the reservation is lifted. It preempts only when j
-// saves starveGainFactor times the GPU-seconds the victims lose, counting
+// saves StarvationGainFactor times the GPU-seconds the victims lose, counting
 // as j's saving its reserved wait (the head) or the time it has waited so
 // far (any other job). On success j claims the GPUs, like a priority
 // preemption, and starts in a later cycle: starving jobs go ahead of
-// requeued ones (see order). At most starveMaxTries jobs try per cycle.
+// requeued ones (see order). At most StarvationMaxTries jobs try per cycle.
 func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	sh := j.shape
-	if sh.kind != gpufleet.Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= starveMaxTries || !s.starving(j) {
+	if sh.kind != gpufleet.Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= s.cfg.StarvationMaxTries || !s.starving(j) {
 		return false
 	}
 	s.starveTries++
@@ -81,9 +68,10 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	}
 	ratio := s.slowdownNow(j)
 	restart := s.cfg.RestartCost
-	minLeft := starveLeftFactor*j.est + restart
+	gain := s.cfg.StarvationGainFactor
+	minLeft := time.Duration(s.cfg.StarvationLeftFactor*float64(j.est)) + restart
 	// Without a gain on the wait alone, no victim set can pay.
-	if wait < starveGainFactor*(restart+j.est) {
+	if float64(wait) < gain*float64(restart+j.est) {
 		return false
 	}
 	type cand struct {
@@ -96,7 +84,7 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 			leaving = append(leaving, cand{v, v.stopEnd.Sub(s.now)}) // leaving anyway: costs nothing
 			continue
 		}
-		if !v.job.Preemptible || v.victim || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
+		if !v.job.Preemptible || v.victim || v.protected || v.rank < j.rank || s.now.Sub(v.job.Started) < s.cfg.StarvationMinRun {
 			continue
 		}
 		if s.cfg.Quotas && v.team != j.team && v.g.class >= 0 && !v.borrowed {
@@ -107,9 +95,10 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 			continue
 		}
 		// Requeued, the victim must sort well after j (fair-share factors
-		// move a ratio by at most 4x), or it would take j's GPUs back.
+		// move a ratio by at most FairShareClamp², 4x), or it would take
+		// j's GPUs back.
 		vest := max(left.Seconds(), 1)
-		if (max(s.now.Sub(v.job.Submitted).Seconds(), 0)+vest)/vest*starveOrderMargin >= ratio {
+		if (max(s.now.Sub(v.job.Submitted).Seconds(), 0)+vest)/vest*s.cfg.StarvationOrderMargin >= ratio {
 			continue
 		}
 		cands = append(cands, cand{v, left})
@@ -120,8 +109,8 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 		}
 		return strings.Compare(a.v.job.ID, b.v.job.ID)
 	})
-	if len(cands) > starveMaxReleases {
-		cands = cands[:starveMaxReleases]
+	if len(cands) > s.cfg.StarvationMaxReleases {
+		cands = cands[:s.cfg.StarvationMaxReleases]
 	}
 	// Jobs stopping already are released first, soonest gone first: a
 	// starving job counts on them before it stops anyone else.
@@ -185,7 +174,7 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 			}
 		}
 	}
-	if int64(sh.gpus)*int64(wait) < starveGainFactor*lost {
+	if float64(sh.gpus)*float64(wait) < gain*float64(lost) {
 		return fail()
 	}
 	text := fmt.Sprintf("preempted for starving job %s (slowdown %.0f so far)", j.job.ID, ratio)

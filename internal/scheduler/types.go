@@ -122,6 +122,22 @@ type Job struct {
 	// Queued is when a queued job last entered the queue: its submit time,
 	// or when it was last stopped; zero means Submitted.
 	Queued time.Time `json:"queued,omitzero"`
+	// Attained is the GPU-time the job received in its earlier runs (GPUs,
+	// or time-slice shares, times run time), not counting a running job's
+	// current run, which the scheduler adds (GPUs x (Now - Started)). Only
+	// the LAS order reads it (Config.LASThresholds); the simulator keeps it
+	// from its replay, the server sums its ended attempts' gpu_seconds.
+	Attained time.Duration `json:"attained,omitempty"`
+	// Preemptions counts the times the job was stopped by a preemption (a
+	// preempted_* code) in its whole life, and RecentPreemptions holds when
+	// (the ends of those stops' graces), at least those within
+	// PreemptionWindow before Now; older ones are ignored. A job that has
+	// reached Config.MaxPreemptionsPerJob or MaxPreemptionsPerDay is no
+	// victim of any preemption. The caller keeps both (Apply does it: the
+	// simulator from its own replay, the server from the job's attempts'
+	// reason codes).
+	Preemptions       int         `json:"preemptions,omitempty"`
+	RecentPreemptions []time.Time `json:"recent_preemptions,omitempty"`
 }
 
 // Running reports whether the job holds GPUs.
@@ -159,7 +175,7 @@ type Input struct {
 
 // Config is the policy. Policies are configurations of the same code.
 type Config struct {
-	Name string // fifo, bestfit, backfill, gpufleet
+	Name string // fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm, las, gpufleet
 	// Priorities orders the classes, highest first; empty = gpufleet.Priorities().
 	Priorities []gpufleet.Priority
 	// PriorityClasses orders the queue by class before anything else;
@@ -174,7 +190,14 @@ type Config struct {
 	Preemption  bool // preempt lower classes, reclaim borrowed quota, and (with StarvationSlowdown) for starving jobs
 	// Packing chooses GPUs: "first-fit", "best-fit" (fewest free GPUs left on
 	// the node) or "topology" (NVLink domain, rack, fragmentation scoring).
+	// Ties between equally good nodes go by the fleet's node order: the
+	// fastest model first, then an order seeded by Seed (never by name).
 	Packing string
+	// Seed seeds the node order that breaks placement ties (a PCG per node,
+	// seeded with Seed and the node's name): a different seed gives another
+	// order among nodes of the same speed. The zero value is a seed like any
+	// other, so the default is fixed; the simulator passes its --seed.
+	Seed uint64 `json:",omitempty"`
 	// HeterogeneityPreference honours Resources.Prefer (cheapest adequate
 	// or fastest model) instead of taking the first model that fits.
 	HeterogeneityPreference bool
@@ -189,6 +212,21 @@ type Config struct {
 	// slowdown the job would have if it started now, highest first
 	// (Brinch Hansen's highest-response-ratio-next). See docs/SCHEDULER.md.
 	ResponseRatio bool
+	// ShortestFirst orders the queue within a class (after requeued jobs)
+	// by estimated remaining run time, shortest first (SRTF without
+	// preemption; a queued job's Estimate is what it has left).
+	ShortestFirst bool `json:",omitempty"`
+	// LASThresholds, when set, orders the queue by discretized 2D-LAS
+	// (Tiresias): a job's attained service, GPU-time so far (Job.Attained
+	// plus its current run), is cut at these thresholds, ascending, into
+	// queues, the least served first; first come first served within a
+	// queue. With Preemption a queued job preempts running jobs of its
+	// class in later queues. No run-time estimate is read. See las.go.
+	LASThresholds []time.Duration `json:",omitempty"`
+	// Multifactor, when set, orders the queue within a class by Slurm's
+	// multifactor priority: a weighted sum of age, fair-share and job-size
+	// factors, highest first (see Multifactor).
+	Multifactor *Multifactor `json:",omitempty"`
 	// StarvationSlowdown, when positive, marks a queued job starving once
 	// its slowdown so far, (wait + estimate) / estimate, reaches it:
 	// starving jobs go ahead of requeued ones in their class, and a starving
@@ -203,6 +241,45 @@ type Config struct {
 	// RestartCost is what a stopped job is expected to lose to resume
 	// (checkpoint load, warm-up); starvation preemption weighs it.
 	RestartCost time.Duration `json:",omitempty"`
+	// StarvationLeftFactor: a running job is a victim for a starving job
+	// only if it has at least this many times the starving job's estimate
+	// (plus RestartCost) left to run, so the starving job's run is a small
+	// delay to it. Higher spares more jobs and preempts less. 0 means 10.
+	StarvationLeftFactor float64 `json:",omitempty"`
+	// StarvationGainFactor: a starving job preempts only if the GPU-seconds
+	// it saves (its wait so far, or its reservation's distance for the
+	// backfill head) are at least this many times what its victims lose
+	// (RestartCost plus the starving job's run, per victim GPU). Higher
+	// preempts less and later. 0 means 4.
+	StarvationGainFactor float64 `json:",omitempty"`
+	// StarvationOrderMargin: a victim's own response ratio, times this, must
+	// stay below the starving job's, or once requeued it would sort ahead
+	// of it and take its GPUs back; at least FairShareClamp² (the most fair
+	// share moves a ratio). 0 means 4.
+	StarvationOrderMargin float64 `json:",omitempty"`
+	// StarvationMaxReleases bounds the running jobs one starvation search
+	// releases (those with the most left to run first), and
+	// StarvationMaxTries the starving jobs that search in one cycle: cost
+	// bounds of the cycle; fewer may miss a victim set that exists. 0 means
+	// 512 and 8.
+	StarvationMaxReleases int `json:",omitempty"`
+	StarvationMaxTries    int `json:",omitempty"`
+	// PreemptSearchNodes bounds the nodes one priority or reclaim
+	// preemption search compares once it has found candidates (the cheapest
+	// victim set among the first this many nodes wins): a cost bound; more
+	// may find a cheaper set. 0 means 32.
+	PreemptSearchNodes int `json:",omitempty"`
+	// TopologyScanNodes bounds the nodes topology packing scores for one
+	// single-node job before it takes the best so far (it stops at once on
+	// a node that fills an NVLink domain exactly): a cost bound of large
+	// fleets. 0 means 64.
+	TopologyScanNodes int `json:",omitempty"`
+	// FairShareClamp bounds the fair-share factor that scales a job's slack
+	// or divides its response ratio to [1/FairShareClamp, FairShareClamp]:
+	// how much a team's past usage can speed up or slow down the aging of
+	// its jobs. Higher lets fair share move jobs more, and a heavy team's
+	// jobs wait longer; 1 turns the factor off. 0 means 2.
+	FairShareClamp float64 `json:",omitempty"`
 	// MaxPlacementsPerCycle bounds the work of one cycle; 0 = no bound.
 	MaxPlacementsPerCycle int
 	// MaxPreemptionSearches bounds the searches for victims (priority
@@ -239,6 +316,16 @@ type Config struct {
 	// server's heartbeat grace + fence + margin); 0 loses them as soon as
 	// the node is silent, as the simulator's failures are.
 	LostAfter time.Duration `json:",omitempty"`
+	// MaxPreemptionsPerJob and MaxPreemptionsPerDay bound how often one job
+	// is stopped by preemption (priority, reclaim, starvation, LAS), in its
+	// whole life and within any PreemptionWindow (24 h): a running job
+	// that has reached either is no victim (Job.Preemptions,
+	// Job.RecentPreemptions). Lower protects long jobs from being everyone's
+	// victim, at the cost of the jobs that would have preempted them. 0
+	// means the default (DefaultMaxPreemptionsPerJob, PerDay: 10 and 2);
+	// negative means no bound.
+	MaxPreemptionsPerJob int `json:",omitempty"`
+	MaxPreemptionsPerDay int `json:",omitempty"`
 	// UsageHalfLife is the decay of team usage, applied by the caller.
 	UsageHalfLife time.Duration
 	// Spare keeps, per GPU class (an Input.Classes name) or model (catalog
@@ -246,6 +333,24 @@ type Config struct {
 	// capacity): jobs of lower classes are placed, and their ETAs
 	// simulated, as if they were taken.
 	Spare map[string]int `json:",omitempty"`
+}
+
+// Multifactor is Slurm's multifactor job priority
+// (https://slurm.schedmd.com/priority_multifactor.html): priority =
+// AgeWeight x age + FairShareWeight x fair share + JobSizeWeight x size,
+// each factor in [0, 1]:
+//
+//   - age: the time since the job became eligible (entered the queue),
+//     over MaxAge, at most 1 (PriorityMaxAge);
+//   - fair share: the classic formula 2^(-U/S), U the team's share of all
+//     teams' decayed usage (Team.Usage, halved every UsageHalfLife:
+//     PriorityDecayHalfLife), S its share of all teams' weights;
+//   - size: the job's GPUs over the fleet's, or one minus that with
+//     FavorSmall (PriorityFavorSmall).
+type Multifactor struct {
+	AgeWeight, FairShareWeight, JobSizeWeight float64
+	MaxAge                                    time.Duration
+	FavorSmall                                bool
 }
 
 // Stop asks the caller to stop a running job: the checkpoint signal now,
@@ -258,6 +363,11 @@ type Stop struct {
 	For    string `json:"for,omitempty"` // preemptions: the job that needs the GPUs
 	// Grace is the job's own, or Config.DefaultGrace: never 0 by omission.
 	Grace time.Duration `json:"grace"`
+	// Bound, on a preemption, says in words that this stop brings the job
+	// to a preemption bound (Config.MaxPreemptionsPerJob or PerDay): it
+	// will be no victim again (for good, or for the rest of the day). The
+	// server records it as a job.preemption_bound event. Empty otherwise.
+	Bound string `json:"bound,omitempty"`
 }
 
 // Fail ends a queued job the scheduler cannot take (reason code

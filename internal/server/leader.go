@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -314,6 +315,12 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		if a := activeAttempt(byID[st.Job]); a != nil {
 			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace,
 				Lost: st.Code == scheduler.StopNodeLost})
+			if st.Bound != "" {
+				// The job's owner sees in its events why it is no longer
+				// preempted (Config.MaxPreemptionsPerJob, PerDay).
+				d.Events = append(d.Events, gpufleet.Event{Actor: "scheduler", Kind: "job.preemption_bound", Object: st.Job,
+					Team: byID[st.Job].Team, Detail: st.Bound})
+			}
 		}
 	}
 	for _, f := range out.Fails {
@@ -591,6 +598,24 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 	}
 	if j.GraceS != nil {
 		sj.Grace = seconds(*j.GraceS)
+	}
+	for _, a := range j.Attempts {
+		if !a.State.Terminal() {
+			continue
+		}
+		// LAS reads the GPU-time of the ended runs; the preemption bounds
+		// the ended runs a preemption stopped (the agent reports the
+		// stop's code as the attempt's).
+		sj.Attained += seconds(a.GPUSeconds)
+		if strings.HasPrefix(a.ReasonCode, "preempted_") {
+			sj.Preemptions++
+			switch {
+			case a.FinishedAt != nil:
+				sj.RecentPreemptions = append(sj.RecentPreemptions, *a.FinishedAt)
+			case a.StopRequestedAt != nil:
+				sj.RecentPreemptions = append(sj.RecentPreemptions, *a.StopRequestedAt)
+			}
+		}
 	}
 	if a := activeAttempt(j); a != nil {
 		if a.StartedAt != nil {

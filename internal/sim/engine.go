@@ -52,8 +52,14 @@ type Config struct {
 	TimeLimitFactor float64
 	// RestartOverhead is the seconds a stopped job (preempted, drained, or
 	// on a failed node) needs to resume from its checkpoint: added to its
-	// remaining work. 0 means none.
+	// remaining work. 0 means none; the CLI's default is
+	// DefaultRestartOverhead.
 	RestartOverhead float64
+	// WindowStart and WindowEnd, when WindowEnd is positive, replay only
+	// the jobs that arrive in [WindowStart, WindowEnd), in seconds from the
+	// trace's first arrival before TimeScale: a time split of a trace (tune
+	// on one window, score on another). The cluster starts empty.
+	WindowStart, WindowEnd float64
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
 	// second, sampled with replacement from the trace, until the GPUs they
 	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.
@@ -172,7 +178,13 @@ type jobState struct {
 	// recent jobs of its size class (etaRecent).
 	eta, etaP90, etaSim, etaRecent float64
 	etaOK                          bool
-	started    bool
+	started                        bool
+
+	// preemptions, recentPreemptions and attained (GPU-time of its ended
+	// runs, for LAS) are scheduler.Job's, as Apply keeps them.
+	preemptions       int
+	recentPreemptions []time.Time
+	attained          time.Duration
 }
 
 type gpuRef struct{ node, gpu int }
@@ -294,6 +306,9 @@ func Run(tr *Trace, cl *Cluster, cfg Config) (*Result, error) {
 	if cfg.TimeScale < 0 || cfg.EstimateError < 0 || cfg.NodeMTBF < 0 || cfg.DrainMTBF < 0 || cfg.RepairTime < 0 || cfg.Fill < 0 || cfg.TimeLimitFactor < 0 {
 		return nil, fmt.Errorf("%w: time scale, estimate error, MTBFs, repair time, fill and time-limit factor must not be negative", gpufleet.ErrInvalid)
 	}
+	if cfg.WindowEnd > 0 && (cfg.WindowStart < 0 || cfg.WindowStart >= cfg.WindowEnd) {
+		return nil, fmt.Errorf("%w: window [%g, %g): want 0 <= start < end", gpufleet.ErrInvalid, cfg.WindowStart, cfg.WindowEnd)
+	}
 	if len(cl.Nodes) == 0 {
 		return nil, fmt.Errorf("%w: cluster has no nodes", gpufleet.ErrInvalid)
 	}
@@ -364,6 +379,8 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 	jobs := tr.Jobs
 	if cfg.Fill > 0 {
 		jobs = e.fillJobs()
+	} else if cfg.WindowEnd > 0 {
+		jobs = window(jobs, cfg.WindowStart, cfg.WindowEnd)
 	}
 	for i := range jobs {
 		j := &jobs[i]
@@ -412,6 +429,25 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		e.pushNodeEvents(i)
 	}
 	return e
+}
+
+// window returns the jobs that arrive in [start, end) seconds from the
+// first arrival, in trace order.
+func window(jobs []Job, start, end float64) []Job {
+	if len(jobs) == 0 {
+		return nil
+	}
+	first := math.Inf(1)
+	for i := range jobs {
+		first = min(first, jobs[i].Submit)
+	}
+	var out []Job
+	for _, j := range jobs {
+		if t := j.Submit - first; t >= start && t < end {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // fillJobs samples the trace's jobs with replacement, one arrival per
@@ -859,6 +895,7 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 			if js.stopAt >= 0 {
 				from = js.stopFrom
 			}
+			js.preemptions, js.recentPreemptions, js.attained = nj.Preemptions, nj.RecentPreemptions, nj.Attained
 			e.stop(js, from)
 			freed = true
 		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
@@ -966,7 +1003,6 @@ func (e *engine) input() scheduler.Input {
 		Models: e.models,
 		Config: e.cfg.Policy,
 
-
 		FleetVersion: e.fleetVersion,
 		Cache:        &e.cache,
 	}
@@ -984,6 +1020,10 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		CancelRequested: js.cancel,
 		Requeued:        js.requeued,
 		Invalid:         j.Invalid,
+
+		Preemptions:       js.preemptions,
+		RecentPreemptions: js.recentPreemptions,
+		Attained:          js.attained,
 	}
 	if js.stops > 0 {
 		sj.Queued = e.vtime(js.queued)

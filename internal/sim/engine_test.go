@@ -378,3 +378,37 @@ func TestEngineDrains(t *testing.T) {
 		t.Errorf("same seed, different report:\n%s", diff)
 	}
 }
+
+// TestEnginePreemptionBounds replays one batch job that four production
+// jobs in a row would preempt: the replay keeps the job's preemption
+// history (through scheduler.Apply) so the per-day bound holds, and the
+// report says how often one job was stopped.
+func TestEnginePreemptionBounds(t *testing.T) {
+	trace := "id,submit_s,duration_s,gpus,priority,team,preemptible\nb,0,10000,8,batch,x,true\n" +
+		"p1,100,10,8,production,x,false\np2,1000,10,8,production,x,false\np3,2000,10,8,production,x,false\np4,3000,10,8,production,x,false\n"
+	tests := map[string]struct {
+		perDay, want int
+	}{
+		"default bound, two a day": {perDay: 0, want: 2},
+		"one a day":                {perDay: 1, want: 1},
+		"no bound":                 {perDay: -1, want: 4},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pc, err := scheduler.PolicyConfig("gpufleet")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.MaxPreemptionsPerDay = tc.perDay
+			res, err := Run(mustTrace(t, trace), mustCluster(t, oneNode), Config{Policy: pc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res.Report
+			if r.Preemptions != tc.want || r.MaxJobPreemptions != tc.want || r.MaxJobStops != tc.want || r.Completed != 5 {
+				t.Errorf("preemptions %d, most of one job %d, most stops %d, completed %d; want %d, %d, %d, 5",
+					r.Preemptions, r.MaxJobPreemptions, r.MaxJobStops, r.Completed, tc.want, tc.want, tc.want)
+			}
+		})
+	}
+}

@@ -94,9 +94,9 @@ func etaWithin(predicted, actual float64) bool {
 func (e *engine) etaScore() *ETAScore {
 	type obs struct {
 		size, run, half string
-		actual    float64
-		pred      [4]float64 // per ETAPredictors; -1 none
-		p90       float64
+		actual          float64
+		pred            [4]float64 // per ETAPredictors; -1 none
+		p90             float64
 	}
 	var all []obs
 	mid := e.t0

@@ -81,9 +81,17 @@ type Report struct {
 	// Drains counts health drains.
 	Preemptions int            `json:"preemptions"`
 	Stops       map[string]int `json:"stops"`
-	Failures    int            `json:"failures"`
-	Lost        int            `json:"lost"`
-	Drains      int            `json:"drains"`
+	// MaxJobStops is the most stops one job went through (preemptions,
+	// drains, lost runs), MaxJobPreemptions the most preemptions of one
+	// job, and JobsStopped10 the jobs stopped ten times or more: what the
+	// preemption bounds (scheduler.Config.MaxPreemptionsPerJob, PerDay)
+	// limit.
+	MaxJobStops       int `json:"max_job_stops"`
+	MaxJobPreemptions int `json:"max_job_preemptions"`
+	JobsStopped10     int `json:"jobs_stopped_10_plus"`
+	Failures          int `json:"failures"`
+	Lost              int `json:"lost"`
+	Drains            int `json:"drains"`
 	// WaitReasons counts, by reason code, why jobs that queued at their
 	// submission waited then, as the scheduler told them.
 	WaitReasons   map[string]int `json:"wait_reasons"`
@@ -141,6 +149,11 @@ func (e *engine) result() *Result {
 		all = append(all, js)
 		byClass[string(js.j.Class)] = append(byClass[string(js.j.Class)], js)
 		byTeam[js.j.Team] = append(byTeam[js.j.Team], js)
+		rep.MaxJobStops = max(rep.MaxJobStops, js.stops)
+		rep.MaxJobPreemptions = max(rep.MaxJobPreemptions, js.preemptions)
+		if js.stops >= 10 {
+			rep.JobsStopped10++
+		}
 		if js.phase == phaseDone {
 			rep.Completed++
 			end = max(end, js.finish)

@@ -198,6 +198,14 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 		if err := s.writeQueue(ctx, tx, d.Queue, at); err != nil {
 			return err
 		}
+		for _, e := range d.Events {
+			if e.At.IsZero() {
+				e.At = at
+			}
+			if err := s.insertEvent(ctx, tx, e); err != nil {
+				return err
+			}
+		}
 		s.failpoint("schedule.before-commit")
 		return nil
 	})

@@ -132,6 +132,9 @@ type Decision struct {
 	Fails  []Fail
 	// Queue replaces the stored queue information of every queued job.
 	Queue []gpufleet.QueueEntry
+	// Events are audit events the decision records besides its starts,
+	// stops and fails (job.preemption_bound), at At unless they say.
+	Events []gpufleet.Event
 }
 
 // AttemptUpdate is a state change of an attempt reported by an agent or

@@ -27,6 +27,9 @@ import (
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [select=k:v] [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
+//	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
+//	                                     the recent ones ended (from T0)
+//	     [attained=2h]                   GPU-time of its earlier runs (LAS)
 //	     [invalid=WORDS]                 the caller's validation refused the stored request
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	finish j0                            a running job ends
@@ -245,6 +248,10 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.LostAfter, err = gpufleet.ParseDuration(op[1])
 		case "ratio":
 			c.ResponseRatio = on
+		case "max-preemptions":
+			c.MaxPreemptionsPerJob, err = strconv.Atoi(op[1])
+		case "max-preemptions-day":
+			c.MaxPreemptionsPerDay, err = strconv.Atoi(op[1])
 		case "spare": // MODEL:N
 			model, n, ok := strings.Cut(op[1], ":")
 			if !ok {
@@ -367,6 +374,7 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	dur("since", &since)
 	dur("grace", &j.Grace)
 	dur("limit", &j.TimeLimit)
+	dur("attained", &j.Attained)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", id, err)
 	}
@@ -409,6 +417,20 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	if v := a["sharing"]; v != "" {
 		if j.Resources.Sharing, err = gpufleet.ParseSharing(v); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
+		}
+	}
+	if v := a["preempted"]; v != "" {
+		if j.Preemptions, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("job %s: preempted: %w", id, err)
+		}
+	}
+	if v := a["preempted-at"]; v != "" {
+		for _, x := range strings.Split(v, ",") {
+			d, err := gpufleet.ParseDuration(x)
+			if err != nil {
+				return fmt.Errorf("job %s: preempted-at: %w", id, err)
+			}
+			j.RecentPreemptions = append(j.RecentPreemptions, T0.Add(d))
 		}
 	}
 	j.Preemptible = flags["preemptible"]
