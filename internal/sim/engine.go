@@ -684,15 +684,6 @@ func (e *engine) repairDrained() {
 	}
 }
 
-func (js *jobState) on(node int) bool {
-	for _, g := range js.gpus {
-		if g.node == node {
-			return true
-		}
-	}
-	return false
-}
-
 // stop takes a running job off its GPUs and queues it again with the work
 // it had left at from: when it was told to stop (preemption, drain), or
 // now (node failure).
