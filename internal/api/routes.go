@@ -424,18 +424,24 @@ func timeParam(r *http.Request, name string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339, s)
+	if y := t.UTC().Year(); err == nil && (y < 1 || y > 9999) {
+		err = fmt.Errorf("year %d in UTC", y) // beyond what RFC 3339 can write back
+	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: %s %s: expected an RFC 3339 time such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, gpufleet.Quote(s))
+		return time.Time{}, fmt.Errorf("%w: %s %s: expected an RFC 3339 time from year 1 to 9999, such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, gpufleet.Quote(s))
 	}
 	return t.UTC(), nil
 }
 
-// splitList flattens repeated and comma-separated query values.
+// splitList flattens repeated and comma-separated query values, each
+// once, in the order given.
 func splitList(vals []string) []string {
 	var out []string
+	seen := map[string]bool{}
 	for _, v := range vals {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" && !seen[s] {
+				seen[s] = true
 				out = append(out, s)
 			}
 		}

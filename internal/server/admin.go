@@ -169,14 +169,14 @@ func (s *Server) CreateToken(ctx context.Context, p api.Principal, r api.TokenRe
 	switch r.Role {
 	case gpufleet.RoleMember:
 		if _, err := s.st.Team(ctx, r.Team); err != nil {
-			return gpufleet.Token{}, fmt.Errorf("team %q: %w", r.Team, err)
+			return gpufleet.Token{}, fmt.Errorf("team %s: %w", gpufleet.Quote(r.Team), err)
 		}
 	case gpufleet.RoleAdmin:
 		if r.Team != "" {
 			return gpufleet.Token{}, fmt.Errorf("%w: team: an admin token is fleet-wide and names no team", gpufleet.ErrInvalid)
 		}
 	default:
-		return gpufleet.Token{}, fmt.Errorf("%w: role %q: expected member or admin", gpufleet.ErrInvalid, r.Role)
+		return gpufleet.Token{}, fmt.Errorf("%w: role %s: expected member or admin", gpufleet.ErrInvalid, gpufleet.Quote(string(r.Role)))
 	}
 	id, token, hash := newSecret(userPrefix)
 	now := s.now()
@@ -238,7 +238,7 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	team := q.Team
 	if !p.IsAdmin() {
 		if team != "" && team != p.Team {
-			return api.UsageReport{}, fmt.Errorf("%w: team %q", gpufleet.ErrNotFound, team)
+			return api.UsageReport{}, fmt.Errorf("%w: team %s", gpufleet.ErrNotFound, gpufleet.Quote(team))
 		}
 		team = p.Team
 	}

@@ -154,7 +154,7 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 		return admission{}, err
 	}
 	if len(gpus) == 0 {
-		return admission{}, fmt.Errorf("%w: admission: the fleet has no GPU model team %q may use", gpufleet.ErrInvalid, team)
+		return admission{}, fmt.Errorf("%w: admission: the fleet has no GPU model team %s may use", gpufleet.ErrInvalid, gpufleet.Quote(team))
 	}
 	req.GPUs, req.Available = gpus, avail
 	plan, err := planner.Run(req, nil)

@@ -192,7 +192,7 @@ func teamOf(p api.Principal, named string) (string, error) {
 		return named, nil
 	}
 	if named != "" && named != p.Team {
-		return "", fmt.Errorf("%w: team %q", gpufleet.ErrNotFound, named)
+		return "", fmt.Errorf("%w: team %s", gpufleet.ErrNotFound, gpufleet.Quote(named))
 	}
 	return p.Team, nil
 }

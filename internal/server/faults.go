@@ -40,7 +40,7 @@ func (s *Server) InjectFault(ctx context.Context, p api.Principal, node string, 
 	case r.XID < 0:
 		return api.FaultOrder{}, fmt.Errorf("%w: xid %d: expected a positive number", gpufleet.ErrInvalid, r.XID)
 	case r.Kind != "" && !slices.Contains(api.FaultKinds, r.Kind):
-		return api.FaultOrder{}, fmt.Errorf("%w: kind %q: expected one of %v", gpufleet.ErrInvalid, r.Kind, api.FaultKinds)
+		return api.FaultOrder{}, fmt.Errorf("%w: kind %s: expected one of %v", gpufleet.ErrInvalid, gpufleet.Quote(string(r.Kind)), api.FaultKinds)
 	}
 	if err := s.faultTarget(ctx, node, *r.GPU); err != nil {
 		return api.FaultOrder{}, err

@@ -569,7 +569,7 @@ func (s *Server) markRepaired(ctx context.Context, p api.Principal, name string)
 	case len(gpus) > 0:
 		return s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now())
 	}
-	return fmt.Errorf("%w: node %q is %s and has no GPU in repair: only a node or GPU in repairing can be marked repaired", gpufleet.ErrInvalid, name, n.State)
+	return fmt.Errorf("%w: node %s is %s and has no GPU in repair: only a node or GPU in repairing can be marked repaired", gpufleet.ErrInvalid, gpufleet.Quote(name), n.State)
 }
 
 // errInRepair refuses uncordon of a node on the repair path.

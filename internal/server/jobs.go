@@ -52,7 +52,7 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 		return api.SubmitResponse{}, err
 	}
 	if _, err := s.st.Team(ctx, team); err != nil {
-		return api.SubmitResponse{}, fmt.Errorf("team %q: %w", team, err)
+		return api.SubmitResponse{}, fmt.Errorf("team %s: %w", gpufleet.Quote(team), err)
 	}
 	if err := r.Validate(); err != nil {
 		return api.SubmitResponse{}, err
@@ -133,7 +133,7 @@ func (s *Server) Job(ctx context.Context, p api.Principal, id string) (gpufleet.
 		return gpufleet.Job{}, err
 	}
 	if !visible(p, j.Team) {
-		return gpufleet.Job{}, fmt.Errorf("%w: job %q", gpufleet.ErrNotFound, id)
+		return gpufleet.Job{}, fmt.Errorf("%w: job %s", gpufleet.ErrNotFound, gpufleet.Quote(id))
 	}
 	return j, nil
 }

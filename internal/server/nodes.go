@@ -142,7 +142,7 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 		state = gpufleet.NodeCordoned
 	case api.Uncordon:
 		if n.State == gpufleet.NodeRepairing || n.State == gpufleet.NodeValidating {
-			return gpufleet.Node{}, fmt.Errorf("%w: node %q %v", gpufleet.ErrInvalid, name, errInRepair)
+			return gpufleet.Node{}, fmt.Errorf("%w: node %s %v", gpufleet.ErrInvalid, gpufleet.Quote(name), errInRepair)
 		}
 		state = gpufleet.NodeReady
 	case api.Drain:
@@ -154,7 +154,7 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 		s.nudge()
 		return s.Node(ctx, p, name)
 	default:
-		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, a)
+		return gpufleet.Node{}, fmt.Errorf("%w: node action %s: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, gpufleet.Quote(string(a)))
 	}
 	if err := s.st.SetNodeState(ctx, name, state, "by "+actor(p), actor(p), s.now()); err != nil {
 		return gpufleet.Node{}, err

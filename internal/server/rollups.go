@@ -287,7 +287,7 @@ func (s *Server) Rollups(ctx context.Context, p api.Principal, q api.RollupQuery
 		f := store.RollupFilter{Node: n.Name, From: q.From, To: q.To}
 		if q.GPU != "" {
 			if !slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.UUID == q.GPU }) {
-				return nil, fmt.Errorf("%w: gpu %q on node %q", gpufleet.ErrNotFound, q.GPU, q.Node)
+				return nil, fmt.Errorf("%w: gpu %s on node %s", gpufleet.ErrNotFound, gpufleet.Quote(q.GPU), gpufleet.Quote(q.Node))
 			}
 			f.GPUs = []string{q.GPU}
 		}
