@@ -480,7 +480,10 @@ func TestWebDashboard(t *testing.T) {
 			}
 		}
 		for u, err := range captured.failed {
-			if strings.HasPrefix(u, d.APIURL) && !errors.Is(err, context.Canceled) {
+			// Chromium may drop a body before it is read (seen for the
+			// favicon on a loaded machine); the embedded files under
+			// /static/ are the same for every viewer and hold no job.
+			if strings.HasPrefix(u, d.APIURL) && !strings.HasPrefix(u, d.APIURL+"/static/") && !errors.Is(err, context.Canceled) {
 				t.Errorf("could not read the response body of %s: %v", u, err)
 			}
 		}
