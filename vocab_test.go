@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,7 @@ func TestQuoteClips(t *testing.T) {
 // error quotes more than about QuoteLimit bytes of the input.
 func FuzzVocabulary(f *testing.F) {
 	for _, s := range []string{"", "exclusive", "mig:1g.18gb", "timeslice:0.25", "timeslice:1e-3", "9.0", "12.1", "90s", "2d",
-		"1.5", "80GiB", "141GB", "production", "bf16", "half", "-1", "NaN", "+Inf", "mig:", "1e309", "1g.24gb+me", "7G.80GB", strings.Repeat("9", 400)} {
+		"1.5", "80GiB", "141GB", "production", "bf16", "half", "-1", "NaN", "+Inf", "mig:", "1e309", "1g.24gb+me", "7G.80GB", "17.3kW", "700w", "1.2MW", "2GW", strings.Repeat("9", 400)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -225,6 +226,14 @@ func FuzzVocabulary(f *testing.F) {
 			again, err := gpufleet.ParseSharing(sh.String())
 			if err != nil || again != sh || sh.Validate() != nil {
 				return fmt.Errorf("%v through %q gave %v, %v", sh, sh.String(), again, err)
+			}
+			return nil
+		})
+		w, err := gpufleet.ParsePower(s)
+		check("ParsePower", err, func() error {
+			again, err := gpufleet.ParsePower(w.String())
+			if err != nil || math.Abs(float64(again-w)) > 1e-9*max(1, float64(w)) || w < 0 || w > gpufleet.MaxWatts {
+				return fmt.Errorf("%v through %q gave %v, %v", w, w.String(), again, err)
 			}
 			return nil
 		})
@@ -282,4 +291,32 @@ func FuzzVocabulary(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+func TestParsePower(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    gpufleet.Watts
+		wantErr bool
+	}{
+		"kilowatts":         {in: "17.3kW", want: 17300},
+		"watts, lower case": {in: "700w", want: 700},
+		"megawatts":         {in: "1.2MW", want: 1.2e6},
+		"a plain number":    {in: "10200", want: 10200},
+		"negative":          {in: "-5W", wantErr: true},
+		"not a number":      {in: "lots", wantErr: true},
+		"beyond a gigawatt": {in: "2GW", wantErr: true},
+		"infinity":          {in: "+Inf", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := gpufleet.ParsePower(tc.in)
+			if (err != nil) != tc.wantErr || (!tc.wantErr && math.Abs(float64(got-tc.want)) > 1e-6) {
+				t.Fatalf("ParsePower(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+	if s := gpufleet.Watts(17300).String(); s != "17.3kW" {
+		t.Errorf("String() = %q", s)
+	}
 }

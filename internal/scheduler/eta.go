@@ -277,7 +277,7 @@ func (s *sched) groupPhase(t time.Time) {
 		if g.left == 0 {
 			continue
 		}
-		st := s.f.stamp(g.sh) + uint64(s.resvGen)
+		st := s.f.stamp(g.sh) + uint64(s.resvGen) + s.pw.freed
 		if g.checked && st == g.stamp && !s.quotaMoved(g) {
 			continue
 		}
@@ -356,7 +356,7 @@ func (s *sched) nextScan(sub *simSub, t time.Time) int32 {
 
 // shapeFits checks capacity for a shape on all its models, cached.
 func (s *sched) shapeFits(sh *shape, mode fitMode) bool {
-	key := failKey{sh.id, ^uint64(0), mode}
+	key := failKey{sh.id, ^uint64(0), mode, 0}
 	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
 		return false
 	}
@@ -364,7 +364,13 @@ func (s *sched) shapeFits(sh *shape, mode fitMode) bool {
 		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
 		return false
 	}
-	if _, ok := s.search(sh, sh.models, mode); !ok {
+	// A pre-check for every job of the shape: capacity only (each job's
+	// own search judges its rack's power).
+	off := s.pw.off
+	s.pw.off = true
+	_, ok := s.search(sh, sh.models, mode)
+	s.pw.off = off
+	if !ok {
 		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
 		return false
 	}

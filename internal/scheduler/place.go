@@ -77,7 +77,7 @@ func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool
 			}
 		}
 	}
-	if !best.ok {
+	if !best.ok || !s.powerFits(best.allocs, best.model) {
 		return placement{}, false
 	}
 	return placement{model: best.model, allocs: slices.Clone(best.allocs)}, true
@@ -142,7 +142,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 		b := f.buckets[m][k]
 		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, sh.gpus*unit) {
 				continue
 			}
 			gpus, domLeft, ok := s.pickOnNode(n, m, sh.gpus, sh.nvlink, false)
@@ -176,7 +176,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 func (s *sched) searchReservedNodes(sh *shape, m int32, best *cand) {
 	for _, ni := range s.resv.nodes {
 		n := &s.f.nodes[ni]
-		if !selectorOK(n, sh.selector) {
+		if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, sh.gpus*unit) {
 			continue
 		}
 		gpus, domLeft, ok := s.pickOnNode(n, m, sh.gpus, sh.nvlink, true)
@@ -327,7 +327,7 @@ func (s *sched) spreadCands(sh *shape, m, min int32) []nodeCand {
 		b := f.buckets[m][k]
 		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, max(min, 1)*unit) {
 				continue
 			}
 			if sh.nvlink && sh.perNode > 1 {

@@ -227,6 +227,7 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 				rest.allocs = append(rest.allocs, a)
 			}
 		}
+		s.grantWatts(rest, v.job.Priority) // its GPUs that are not claimed draw until its grace ends
 		s.takeGrant(rest)
 		if v.stopping {
 			// Stopping already: no new stop, it leaves when its grace ends.
@@ -247,6 +248,7 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 		s.out.Stats.Preempted++
 	}
 	claim := &grant{team: j.team, class: -1, allocs: allocs}
+	s.grantWatts(claim, j.job.Priority) // the preemptor's draw, counted from now
 	s.takeGrant(claim)
 	s.claims = append(s.claims, claimAt{g: claim, at: s.now.Add(grace)})
 	preempted := true // every victim stopped for a preemptor, this cycle or before

@@ -46,7 +46,7 @@ const (
 // of them (TestScenariosCoverEveryCode, the simulator's TestReplayCodes).
 func WaitCodes() []string {
 	return []string{ReasonUnplaceable, ReasonQuotaExceeded, ReasonQuota, ReasonCapacity, ReasonTopology,
-		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel}
+		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower}
 }
 
 // StopCodes lists every Stop.Code (see WaitCodes).
@@ -90,7 +90,9 @@ func (s *sched) words(w why) string {
 }
 
 // capacity reports a reason that more free GPUs would cure.
-func (w why) capacity() bool { return w.code == ReasonCapacity || w.code == ReasonTopology }
+func (w why) capacity() bool {
+	return w.code == ReasonCapacity || w.code == ReasonTopology || w.code == ReasonRackPower
+}
 
 // staticWhy explains a job no state of the fleet can ever run, or nil.
 func (s *sched) staticWhy(p *pjob) *why {
@@ -138,9 +140,11 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
 	}
-	f, resv := s.f, s.resv
-	s.f, s.resv = s.ever, nil
-	defer func() { s.f, s.resv = f, resv }()
+	// Never fits: on the fleet with nothing running, whatever the racks'
+	// power now (it frees as work ends).
+	f, resv, off := s.f, s.resv, s.pw.off
+	s.f, s.resv, s.pw.off = s.ever, nil, true
+	defer func() { s.f, s.resv, s.pw.off = f, resv, off }()
 	if s.mayFit(sh, sh.models) {
 		if _, ok := s.search(sh, sh.models, modeNormal); ok {
 			return nil

@@ -178,6 +178,10 @@ type grant struct {
 	class  int32 // quota class, -1 for none
 	charge int64 // milli-GPUs
 	gen    uint32
+	// watts is what the grant adds to its racks' draw (Input.Racks); a
+	// running job's is counted in the racks' measured draw already, so it
+	// is set only after the grant was taken.
+	watts []rackWatts
 }
 
 // teamState is a team's quota accounting, in milli-GPUs per quota class.
@@ -197,6 +201,7 @@ type failKey struct {
 	shape int32
 	mask  uint64
 	mode  fitMode
+	power int32 // with racks: the job's class rank + 1, and its reserve (powerKey)
 }
 
 type failEntry struct {
@@ -234,6 +239,7 @@ type sched struct {
 	texts        briefTexts
 	claims       []claimAt // GPUs held for preemptors until their victims stop
 	state        runState  // nodes and GPUs by name, when any drains or is silent
+	pw           powerState // racks' budgets and draws (Input.Racks)
 	out          Output
 
 	// ETA simulation
@@ -293,6 +299,7 @@ func newSched(in *Input) *sched {
 	s.buildTeams()
 	s.f, s.ever = s.fleetFor(in)
 	s.classGen = make([]uint32, len(s.classes))
+	s.buildPower()
 	s.buildRunning()
 	s.buildPending()
 	return s
@@ -395,6 +402,7 @@ func (s *sched) buildRunning() {
 		}
 		r.g = g
 		s.takeGrant(g)
+		s.grantWatts(g, j.Priority) // its draw is measured already: only its end takes it off
 		end := j.Started.Add(s.estimateOf(j))
 		if !j.StopAt.IsZero() {
 			end = j.StopAt // stopping: its GPUs come free when its grace ends
@@ -589,6 +597,7 @@ func (s *sched) takeGrant(g *grant) {
 	for _, a := range g.allocs {
 		s.f.take(a)
 	}
+	s.powerTake(g)
 	if g.class >= 0 {
 		s.teams[g.team].used[g.class] += g.charge
 	}
@@ -598,6 +607,7 @@ func (s *sched) releaseGrant(g *grant) {
 	for _, a := range g.allocs {
 		s.f.release(a)
 	}
+	s.powerRelease(g)
 	if g.class >= 0 {
 		s.teams[g.team].used[g.class] -= g.charge
 		s.teams[g.team].gen++
@@ -612,6 +622,7 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 	if j.static != nil {
 		return placement{}, *j.static, false
 	}
+	s.setPowerJob(j.job)
 	u := s.usable(j)
 	if len(u.models) == 0 && len(u.slow) == 0 && u.quotaWhy.code != "" {
 		return placement{}, u.quotaWhy, false
@@ -619,7 +630,7 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 	if mode == modeLong && s.resv != nil && s.resv.shared && (s.resv.mig == (sh.kind == gpufleet.MIG)) {
 		return placement{}, s.reservationWhy(j), false
 	}
-	key := failKey{sh.id, u.mask, mode}
+	key := failKey{sh.id, u.mask, mode, s.powerKey()}
 	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
 		if e.why.code == ReasonSlowerModel {
 			return placement{}, s.slowerWhy(j, e.why.model), false // its own wait
@@ -720,8 +731,12 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 			w = u.quotaWhy
 		}
 	}
-	if w.code == ReasonCapacity && s.explain {
-		w = s.diagnose(sh, u.models, false)
+	if w.code == ReasonCapacity {
+		if pw, ok := s.powerWhy(sh, u.models, mode); ok {
+			w = pw
+		} else if s.explain {
+			w = s.diagnose(sh, u.models, false)
+		}
 	}
 	s.fails[key] = failEntry{epoch: s.f.epoch, why: w}
 	return w
@@ -735,6 +750,7 @@ func (s *sched) fitsSome(sh *shape, models []int32, mode fitMode) bool {
 // start commits a placement at time t and queues the job's end.
 func (s *sched) start(j *pjob, p placement, t time.Time) {
 	g := &grant{allocs: p.allocs, team: j.team, class: s.f.models[p.model].class, charge: s.charge(j.shape, p.model)}
+	s.grantWatts(g, j.job.Priority)
 	s.takeGrant(g)
 	j.started, j.startAt = true, t
 	ts := &s.teams[j.team]
@@ -819,7 +835,9 @@ func (s *sched) placeCycle() {
 		if !w.capacity() {
 			continue
 		}
-		if s.cfg.Preemption {
+		// A job its rack's power holds back does not preempt: stopping
+		// others for GPUs that are free would not give it power.
+		if s.cfg.Preemption && w.code != ReasonRackPower {
 			skipped := s.out.Stats.PreemptionSearchesSkipped
 			if s.preempt(j) {
 				continue
@@ -828,7 +846,7 @@ func (s *sched) placeCycle() {
 				j.why.text = s.searchLimitText(j.why.text)
 			}
 		}
-		if s.resv != nil && s.starvePreempt(j, mode) {
+		if s.resv != nil && w.code != ReasonRackPower && s.starvePreempt(j, mode) {
 			continue
 		}
 		if mode == modeLong {

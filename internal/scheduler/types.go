@@ -156,6 +156,11 @@ type Input struct {
 	// Classes maps admin-defined GPU class names to catalog ids.
 	Classes map[string][]string
 	Config  Config
+	// Racks are the power domains with a budget; nodes name theirs in
+	// Node.Rack. Placements keep every rack's projected draw under its
+	// budget (reason code rack_power). GPUDraw is what a placed GPU adds.
+	Racks   []Rack  `json:",omitempty"`
+	GPUDraw GPUDraw `json:",omitempty"`
 	// WaitHistory is the recent waits the ETAs are calibrated on: one
 	// WaitSample per job that queued at submission and then started
 	// (kept with KeepWait: at most ETAHistory per size class), and the

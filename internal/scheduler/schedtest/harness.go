@@ -38,6 +38,9 @@ import (
 //	                                     recent waits the ETAs are calibrated on
 //	                                     (Input.WaitHistory); pending lines then read
 //	                                     eta=P50..P90@CONFIDENCE
+//	rack r1 budget=10kW [reserve=1kW] [draw=6kW]
+//	                                     a power budget for the nodes of rack r1 (Input.Racks)
+//	gpudraw MODEL CLASS=WATTS ...        what a GPU of MODEL adds to its rack's draw per class
 //	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
 //	                                     its runs are lost after config lost-after=
 //	cancel j0                            the job's cancel is requested
@@ -184,6 +187,36 @@ func (h *Harness) command(f []string) error {
 		for range count {
 			h.in.WaitHistory = append(h.in.WaitHistory, w)
 		}
+	case "rack":
+		r := scheduler.Rack{Name: f[1]}
+		for k, dst := range map[string]*float64{"budget": &r.BudgetWatts, "reserve": &r.ProductionReserveWatts, "draw": &r.DrawWatts} {
+			if v, ok := args[k]; ok {
+				w, err := gpufleet.ParsePower(v)
+				if err != nil {
+					return fmt.Errorf("rack %s %s: %w", f[1], k, err)
+				}
+				*dst = float64(w)
+			}
+		}
+		h.in.Racks = slices.DeleteFunc(h.in.Racks, func(x scheduler.Rack) bool { return x.Name == r.Name })
+		h.in.Racks = append(h.in.Racks, r)
+	case "gpudraw":
+		if h.in.GPUDraw == nil {
+			h.in.GPUDraw = scheduler.GPUDraw{}
+		}
+		m := map[gpufleet.Priority]float64{}
+		for _, k := range sortedArgKeys(args) {
+			p, err := gpufleet.ParsePriority(k)
+			if err != nil {
+				return fmt.Errorf("gpudraw: %w", err)
+			}
+			w, err := gpufleet.ParsePower(args[k])
+			if err != nil {
+				return fmt.Errorf("gpudraw %s: %w", k, err)
+			}
+			m[p] = float64(w)
+		}
+		h.in.GPUDraw[f[1]] = m
 	case "silent":
 		since, err := gpufleet.ParseDuration(args["since"])
 		if err != nil {

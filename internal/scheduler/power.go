@@ -1,0 +1,299 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// ReasonRackPower: GPUs are free, but placing the job there would take
+// its rack's projected draw over the rack's power budget (Input.Racks).
+const ReasonRackPower = "rack_power"
+
+// Rack is a power domain (a rack, a PDU, a row) whose nodes name it in
+// Node.Rack, with a budget placements keep under.
+type Rack struct {
+	Name string `json:"name"`
+	// BudgetWatts is the most the rack may draw; 0 means no budget.
+	BudgetWatts float64 `json:"budget_watts"`
+	// ProductionReserveWatts is the part of the budget only production
+	// work may use: other classes are placed as if the budget were
+	// BudgetWatts - ProductionReserveWatts.
+	ProductionReserveWatts float64 `json:"production_reserve_watts,omitempty"`
+	// DrawWatts is the rack's projected draw now, as the caller projects
+	// it: the measured draw of what runs there, the idle draw of the rest
+	// of its GPUs and a host overhead per node (internal/power). Work the
+	// scheduler places adds GPUDraw on top; work that ends, in the ETA's
+	// simulation, takes it off again.
+	DrawWatts float64 `json:"draw_watts"`
+}
+
+// GPUDraw is what one GPU adds to its rack's draw when a job runs on it,
+// above the idle draw Rack.DrawWatts already counts: per catalog id, then
+// per priority class, in watts. A model or class missing falls back to the
+// model's TDP less its idle draw (the catalog's figures; a tenth of the
+// TDP when the idle draw is unpublished), the prior the caller's learned
+// figures replace. Shares of a GPU add their fraction (a MIG instance its
+// slices of 7).
+type GPUDraw map[string]map[gpufleet.Priority]float64
+
+// powerState is the racks of this call: budgets, draws as placements
+// are made and undone, and the rack of each node of the fleet.
+type powerState struct {
+	on      bool
+	names   []string
+	budget  []float64 // per rack, less the production reserve for other classes
+	reserve []float64
+	draw    []float64
+	rackOf  []int32 // per fleet node; -1: no budget
+	// add is per model index the draw one GPU adds, per priority class
+	// (classIdx); a class missing takes addAny.
+	add    [][]float64
+	addAny []float64
+	// cur is the job whose placement is being searched: its class and
+	// whether it may use the production reserve.
+	curClass int
+	curProd  bool
+	off     bool   // searches ignore power (to tell a power refusal apart)
+	freed   uint64 // grows whenever a grant's draw leaves a rack
+}
+
+// buildPower indexes the racks of the input over the fleet's nodes.
+func (s *sched) buildPower() {
+	p := &s.pw
+	if len(s.in.Racks) == 0 {
+		return
+	}
+	byName := map[string]int32{}
+	for _, r := range s.in.Racks {
+		if r.BudgetWatts <= 0 || r.Name == "" {
+			continue
+		}
+		if _, dup := byName[r.Name]; dup {
+			continue
+		}
+		byName[r.Name] = int32(len(p.names))
+		p.names = append(p.names, r.Name)
+		p.budget = append(p.budget, r.BudgetWatts)
+		p.reserve = append(p.reserve, min(max(r.ProductionReserveWatts, 0), r.BudgetWatts))
+		p.draw = append(p.draw, max(r.DrawWatts, 0))
+	}
+	if len(p.names) == 0 {
+		return
+	}
+	p.on = true
+	p.rackOf = make([]int32, len(s.f.nodes))
+	for ni := range s.f.nodes {
+		p.rackOf[ni] = -1
+		if r := s.f.nodes[ni].rack; r >= 0 {
+			if i, ok := byName[s.f.racks[r]]; ok {
+				p.rackOf[ni] = i
+			}
+		}
+	}
+	classes := len(s.prio) + 1
+	p.add = make([][]float64, len(s.f.models))
+	p.addAny = make([]float64, len(s.f.models))
+	for m := range s.f.models {
+		g := &s.f.models[m].gpu
+		prior := 0.0
+		if g.TDPWatts != nil {
+			idle := *g.TDPWatts / 10
+			if g.IdleWatts != nil {
+				idle = *g.IdleWatts
+			}
+			prior = max(*g.TDPWatts-idle, 0)
+		}
+		p.addAny[m] = prior
+		p.add[m] = make([]float64, classes)
+		for c := range p.add[m] {
+			p.add[m][c] = prior
+		}
+		for prio, w := range s.in.GPUDraw[s.f.models[m].id] {
+			if c, ok := s.prio[prio]; ok && w >= 0 && !math.IsInf(w, 0) {
+				p.add[m][c] = w
+			}
+		}
+	}
+}
+
+// classIdx is a priority class's index in GPUDraw's table: its place in
+// Config.Priorities, whether or not the policy orders by class.
+func (s *sched) classIdx(p gpufleet.Priority) int {
+	if c, ok := s.prio[p]; ok {
+		return c
+	}
+	return len(s.prio)
+}
+
+// setPowerJob makes the searches that follow judge power for job j.
+func (s *sched) setPowerJob(j *Job) {
+	s.pw.curClass, s.pw.curProd = s.classIdx(j.Priority), j.Priority == gpufleet.Production
+}
+
+// perUnit is the draw one unit (a thousandth of a GPU) of model m adds
+// for the current job.
+func (p *powerState) perUnit(m int32) float64 {
+	if p.curClass < len(p.add[m]) {
+		return p.add[m][p.curClass] / unit
+	}
+	return p.addAny[m] / unit
+}
+
+// powerOK reports whether node ni's rack can take units of model m more
+// for the current job.
+func (s *sched) powerOK(ni, m, units int32) bool {
+	p := &s.pw
+	if !p.on || p.off {
+		return true
+	}
+	r := p.rackOf[ni]
+	if r < 0 {
+		return true
+	}
+	return p.draw[r]+float64(units)*p.perUnit(m) <= p.limit(r)+1e-6
+}
+
+// limit is rack r's budget for the current job.
+func (p *powerState) limit(r int32) float64 {
+	if p.curProd {
+		return p.budget[r]
+	}
+	return p.budget[r] - p.reserve[r]
+}
+
+// allocUnits is what an alloc takes of its GPU, in units, for power: a
+// MIG instance its profile's slices of 7.
+func (s *sched) allocUnits(a alloc) int32 {
+	if a.inst >= 0 {
+		n := &s.f.nodes[a.node]
+		name := s.f.profiles[n.gpus[a.gpu].mig[a.inst].profile]
+		if p, err := gpufleet.ParseMIGProfile(name); err == nil {
+			return int32(p.Share() * unit)
+		}
+		return unit / 7
+	}
+	return a.units
+}
+
+// placementPower sums, per rack, what allocs of model m add.
+func (s *sched) placementPower(allocs []alloc, m int32) map[int32]float64 {
+	p := &s.pw
+	out := map[int32]float64{}
+	for _, a := range allocs {
+		if r := p.rackOf[a.node]; r >= 0 {
+			out[r] += float64(s.allocUnits(a)) * p.perUnit(m)
+		}
+	}
+	return out
+}
+
+// powerFits reports whether a whole placement keeps every rack under its
+// budget (a job over several nodes of one rack adds them up).
+func (s *sched) powerFits(allocs []alloc, m int32) bool {
+	p := &s.pw
+	if !p.on || p.off {
+		return true
+	}
+	for r, w := range s.placementPower(allocs, m) {
+		if p.draw[r]+w > p.limit(r)+1e-6 {
+			return false
+		}
+	}
+	return true
+}
+
+// grantWatts sets what a grant adds to its racks' draw, by its job's
+// priority class.
+func (s *sched) grantWatts(g *grant, prio gpufleet.Priority) {
+	p := &s.pw
+	if !p.on {
+		return
+	}
+	save := p.curClass
+	p.curClass = s.classIdx(prio)
+	g.watts = g.watts[:0]
+	for _, a := range g.allocs {
+		r := p.rackOf[a.node]
+		if r < 0 {
+			continue
+		}
+		m := s.f.nodes[a.node].gpus[a.gpu].model
+		g.watts = append(g.watts, rackWatts{r, float64(s.allocUnits(a)) * p.perUnit(m)})
+	}
+	p.curClass = save
+}
+
+// rackWatts is a grant's draw on one rack.
+type rackWatts struct {
+	rack int32
+	w    float64
+}
+
+// powerTake and powerRelease apply a grant's draw to its racks.
+func (s *sched) powerTake(g *grant) {
+	for _, rw := range g.watts {
+		s.pw.draw[rw.rack] += rw.w
+	}
+}
+
+func (s *sched) powerRelease(g *grant) {
+	for _, rw := range g.watts {
+		s.pw.draw[rw.rack] = max(0, s.pw.draw[rw.rack]-rw.w)
+	}
+	if len(g.watts) > 0 {
+		s.pw.freed++ // a rack has more room: the ETA looks at every shape again
+	}
+}
+
+// powerKey is the part of a "does not fit" cache key that power decides:
+// the job's class rank (what its GPUs draw) and its reserve; 0 without
+// racks.
+func (s *sched) powerKey() int32 {
+	if !s.pw.on {
+		return 0
+	}
+	k := int32(s.pw.curClass+1) << 1
+	if s.pw.curProd {
+		k |= 1
+	}
+	return k
+}
+
+// powerWhy explains a job that fits the free GPUs only if power is
+// ignored: the rack with the most headroom that its placement would take
+// over its budget. ok is false when power is not the reason.
+func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
+	p := &s.pw
+	if !p.on {
+		return why{}, false
+	}
+	p.off = true
+	pl, ok := s.search(sh, models, mode)
+	p.off = false
+	if !ok {
+		return why{}, false
+	}
+	per := s.placementPower(pl.allocs, pl.model)
+	racks := make([]int32, 0, len(per))
+	for r := range per {
+		racks = append(racks, r)
+	}
+	slices.Sort(racks)
+	for _, r := range racks {
+		if w := per[r]; p.draw[r]+w > p.limit(r)+1e-6 {
+			budget := fmt.Sprintf("its %s budget", gpufleet.Watts(p.budget[r]))
+			if !p.curProd && p.reserve[r] > 0 {
+				budget = fmt.Sprintf("the %s of its %s budget not reserved for production", gpufleet.Watts(p.limit(r)), gpufleet.Watts(p.budget[r]))
+			}
+			return why{code: ReasonRackPower, text: fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
+				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)}, true
+		}
+	}
+	return why{}, false
+}
+
+// toTen rounds a power to 10 W, for words.
+func toTen(w float64) float64 { return float64(int64(w/10+0.5)) * 10 }
