@@ -56,8 +56,8 @@ type powerState struct {
 	// whether it may use the production reserve.
 	curClass int
 	curProd  bool
-	off     bool   // searches ignore power (to tell a power refusal apart)
-	freed   uint64 // grows whenever a grant's draw leaves a rack
+	off      bool   // searches ignore power (to tell a power refusal apart)
+	freed    uint64 // grows whenever a grant's draw leaves a rack
 }
 
 // buildPower indexes the racks of the input over the fleet's nodes.

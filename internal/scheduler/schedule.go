@@ -237,8 +237,8 @@ type sched struct {
 	explain      bool                // build reason texts (off in the ETA simulation)
 	brief        bool                // the job being placed is past Config.ReasonDepth
 	texts        briefTexts
-	claims       []claimAt // GPUs held for preemptors until their victims stop
-	state        runState  // nodes and GPUs by name, when any drains or is silent
+	claims       []claimAt  // GPUs held for preemptors until their victims stop
+	state        runState   // nodes and GPUs by name, when any drains or is silent
 	pw           powerState // racks' budgets and draws (Input.Racks)
 	out          Output
 
