@@ -393,6 +393,9 @@ func (s *sched) searchSpread(sh *shape, m int32, best *cand) {
 					chosen = append(chosen, c)
 				}
 			}
+			if !s.chosenPowerOK(chosen, m, func(nodeCand) int32 { return sh.perNode }) {
+				chosen = nil // that rack or block lacks the power: the next level
+			}
 		}
 	}
 	if chosen == nil {
@@ -454,6 +457,14 @@ func (s *sched) searchFewestNodes(sh *shape, m int32, best *cand) {
 				chosen = append(chosen, c)
 				got += int64(c.free)
 			}
+		}
+		left := sh.gpus
+		if !s.chosenPowerOK(chosen, m, func(c nodeCand) int32 {
+			take := min(c.free, left)
+			left -= take
+			return take
+		}) {
+			chosen = nil // that rack or block lacks the power: the next level
 		}
 	}
 	if chosen == nil || !best.better(score) {

@@ -226,6 +226,28 @@ func (s *sched) grantWatts(g *grant, prio gpufleet.Priority) {
 	p.curClass = save
 }
 
+// chosenPowerOK reports whether the nodes chosen for a job spread over
+// several, each taking take(c) GPUs of model m, keep their racks under
+// budget, adding up the nodes of one rack.
+func (s *sched) chosenPowerOK(chosen []nodeCand, m int32, take func(nodeCand) int32) bool {
+	p := &s.pw
+	if !p.on || p.off || len(chosen) == 0 {
+		return true
+	}
+	add := map[int32]float64{}
+	for _, c := range chosen {
+		if r := p.rackOf[c.ni]; r >= 0 {
+			add[r] += float64(take(c)*unit) * p.perUnit(m)
+		}
+	}
+	for r, w := range add {
+		if p.draw[r]+w > p.limit(r)+1e-6 {
+			return false
+		}
+	}
+	return true
+}
+
 // rackWatts is a grant's draw on one rack.
 type rackWatts struct {
 	rack int32

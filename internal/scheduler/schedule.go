@@ -836,7 +836,12 @@ func (s *sched) placeCycle() {
 			continue
 		}
 		// A job its rack's power holds back does not preempt: stopping
-		// others for GPUs that are free would not give it power.
+		// others for GPUs that are free would not give it power. Letting
+		// starvation preemption free power too was measured on the Philly
+		// replay at 80% of rated power (docs/POWER.md): allocation fell
+		// from 43% to 24% and fairness did not improve, as each stop of a
+		// large job wasted its restart and freed power the next small job
+		// took.
 		if s.cfg.Preemption && w.code != ReasonRackPower {
 			skipped := s.out.Stats.PreemptionSearchesSkipped
 			if s.preempt(j) {
