@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ type simFlags struct {
 	trace, format, nodes, cluster, policy, plot string
 	jobsOut                                     string
 	estimateError, timeScale, fill, scalingEff  float64
+	rackBudget, drawNoise                       float64
 	seed                                        uint64
 	skipBad, keepInvalid                        bool
 	ablate                                      []string
@@ -124,6 +126,8 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
 	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
+	fs.Float64Var(&sf.rackBudget, "rack-budget", 0, "give every rack a power budget of this fraction of its rated draw (0 = none; racks from the cluster's nodes_per_rack)")
+	fs.Float64Var(&sf.drawNoise, "draw-noise", 0, "sigma of the lognormal factor on each job's draw around 0.75 of the TDP (0 = every busy GPU draws its TDP)")
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
@@ -182,6 +186,9 @@ func runSim(e *env, sf *simFlags) error {
 	if (sf.nodes == "") == (sf.cluster == "") {
 		return usageErr("give exactly one of --nodes (openb node list) and --cluster (spec file)")
 	}
+	if !(sf.rackBudget >= 0 && sf.rackBudget <= 10) || !(sf.drawNoise >= 0 && sf.drawNoise <= 5) {
+		return usageErr("--rack-budget %v, --draw-noise %v: expected 0 to 10 and 0 to 5", sf.rackBudget, sf.drawNoise)
+	}
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
 	}
@@ -219,6 +226,7 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
+		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise,
 		TimeLimitFactor: sf.timeLimitFactor}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
 		return err
@@ -377,6 +385,10 @@ func printSimReport(e *env, r *sim.Report) error {
 	}
 	if len(r.WaitReasons) > 0 {
 		fmt.Fprintf(w, "waited at submission: %s\n", counts(r.WaitReasons))
+	}
+	if p := r.RackPower; p != nil {
+		fmt.Fprintf(w, "racks %d: budget %.0f%% of rated (%s of %s), %.1f rack-minutes over budget (most %s)\n", p.Racks, p.BudgetFraction*100,
+			gpufleet.Watts(p.BudgetWatts), gpufleet.Watts(p.RatedWatts), p.MinutesOverBudget, gpufleet.Watts(math.Round(p.MaxOverWatts)))
 	}
 	fmt.Fprintf(w, "%d cycles, %d decisions in %.2f s wall (%.0f decisions/s)\n", r.Cycles, r.Decisions, r.SimWallS, r.DecisionsPerS)
 	if l := r.OfferedLoad; l != nil {

@@ -18,6 +18,7 @@ func TestReplayCodes(t *testing.T) {
 	const quota = `{"node_groups": [{"name": "n", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8}],
 		"teams": [{"name": "a", "quota": {"v100-sxm2-16gb": 4}, "borrowing_limit": 0}, {"name": "b"}]}`
 	const domains = `{"node_groups": [{"name": "n", "count": 1, "gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nvlink_domain_gpus": 4}]}`
+	const racked = `{"node_groups": [{"name": "n", "count": 2, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8, "nodes_per_rack": 1}]}`
 	const mixed = `{"node_groups": [{"name": "v", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8},
 		{"name": "k", "count": 1, "gpu": "k80", "gpus_per_node": 8}]}`
 	tests := []struct {
@@ -46,6 +47,8 @@ func TestReplayCodes(t *testing.T) {
 			cfg: func(c *Config) { c.DrainMTBF, c.RepairTime = 3600, 600 }},
 		{code: scheduler.StopTimeLimit, cluster: v100, trace: "id,submit_s,duration_s,gpus,time_limit_s\nj,0,1000,1,100\n"},
 		{code: scheduler.StopCancel, cluster: v100, trace: "id,submit_s,duration_s,gpus,cancel_s\nj,0,1000,1,100\n"},
+		{code: scheduler.ReasonRackPower, cluster: racked, trace: "id,submit_s,duration_s,gpus\nj,0,100,8\n",
+			cfg: func(c *Config) { c.RackBudget = 0.5 }},
 		{code: scheduler.StopNodeLost, cluster: v100, trace: "id,submit_s,duration_s,gpus\nj,0,100000,8\n",
 			cfg: func(c *Config) { c.NodeMTBF, c.RepairTime = 3600, 600 }},
 		{code: scheduler.FailInvalid, cluster: v100, trace: "id,submit_s,duration_s,gpus,nodes\nok,0,10,1,\nbad,0,10,6,4\n",

@@ -60,6 +60,14 @@ type Config struct {
 	// trace's first arrival before TimeScale: a time split of a trace (tune
 	// on one window, score on another). The cluster starts empty.
 	WindowStart, WindowEnd float64
+	// RackBudget, when positive, gives every rack (Node.Rack) a power
+	// budget of this fraction of its rated draw, which placements keep
+	// under (scheduler.Input.Racks; see power.go). 0 means no budgets.
+	RackBudget float64
+	// DrawNoise is the sigma of the lognormal factor on each job's draw
+	// per GPU around 0.75 of the TDP (capped at the TDP); 0 means every
+	// running GPU draws its TDP, the prior the scheduler starts from.
+	DrawNoise float64
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
 	// second, sampled with replacement from the trace, until the GPUs they
 	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.
@@ -178,6 +186,7 @@ type jobState struct {
 	// recent jobs of its size class (etaRecent).
 	eta, etaP90, etaSim, etaRecent float64
 	etaOK                          bool
+	drawFactor                     float64 // its GPUs' draw, as a share of their TDP (Config.DrawNoise)
 	started                        bool
 
 	// preemptions, recentPreemptions and attained (GPU-time of its ended
@@ -286,6 +295,11 @@ type engine struct {
 	// repairs), so the scheduler may reuse its fleet index in between.
 	fleetVersion uint64
 	cache        scheduler.FleetCache
+	// power is the racks' budgets and draws (Config.RackBudget); nil
+	// without budgets. drawRNG draws the jobs' draw factors, apart from
+	// rng so that other draws do not move with it.
+	power   *rackPower
+	drawRNG *rand.Rand
 	// history is the recent waits the scheduler calibrates its ETAs on
 	// (scheduler.Input.WaitHistory), oldest first, kept with
 	// scheduler.KeepWait.
@@ -343,6 +357,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		waitCodes: map[string]int{},
 		models:    maps.Clone(cl.Models),
 		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
+		drawRNG:   rand.New(rand.NewPCG(cfg.Seed, 0x51ed270b27a39c7d)),
 
 		fleetVersion: 1,
 		wakeAt:       math.Inf(1),
@@ -401,6 +416,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		if js.timeLimit == 0 && cfg.TimeLimitFactor > 0 && !math.IsInf(js.baseEstimate, 1) {
 			js.timeLimit = cfg.TimeLimitFactor * js.baseEstimate
 		}
+		js.drawFactor = e.drawFactor()
 		if j.Cancel > 0 {
 			e.push(event{t: js.submit + j.Cancel, kind: evCancel, job: js})
 		}
@@ -428,6 +444,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 	for i := range e.nodes {
 		e.pushNodeEvents(i)
 	}
+	e.power = e.newRackPower()
 	return e
 }
 
@@ -532,6 +549,7 @@ func (e *engine) loop() error {
 		if e.draining > 0 {
 			e.repairDrained()
 		}
+		e.powerAfter()
 		e.timeline = append(e.timeline, Sample{T: e.now, Allocated: e.allocated, Pending: len(e.pending), Running: len(e.running)})
 		if e.cfg.Progress != nil && len(e.jobs) > 0 {
 			if p := ai * 50 / len(e.jobs); p != lastProgress || e.cycles%256 == 0 {
@@ -559,6 +577,7 @@ func (e *engine) advance(t float64) {
 	if dt <= 0 {
 		return
 	}
+	e.powerAdvance(dt)
 	e.allocInt += e.allocated * dt
 	e.fragInt += e.frag * dt
 	h := e.cfg.Policy.UsageHalfLife.Seconds()
@@ -751,6 +770,7 @@ func (e *engine) cycle(arrived []*jobState) error {
 	if in.Config.ETA {
 		in.WaitHistory = e.waitHistory()
 	}
+	e.powerInput(&in)
 	out := e.cfg.Schedule(in)
 	e.cycles++
 	e.recordArrivals(arrived, out.Pending)

@@ -412,3 +412,37 @@ func TestEnginePreemptionBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestRackBudgetHolds: with every rack's budget below its rated draw and
+// every running GPU drawing its TDP (the prior the scheduler starts
+// from), the replay never runs a rack over its budget, and jobs wait for
+// power (rack_power) where, without budgets, they would have run.
+func TestRackBudgetHolds(t *testing.T) {
+	cluster := `{"node_groups": [{"name": "n", "count": 4, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8, "nodes_per_rack": 2}]}`
+	var trace strings.Builder
+	trace.WriteString("id,submit_s,duration_s,gpus\n")
+	for i := range 40 {
+		fmt.Fprintf(&trace, "j%d,%d,%d,%d\n", i, i*60, 3000+i*97%2000, 1+i%8)
+	}
+	run := func(budget float64) Report {
+		pc, _ := scheduler.PolicyConfig("gpufleet")
+		res, err := Run(mustTrace(t, trace.String()), mustCluster(t, cluster), Config{Policy: pc, RackBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report
+	}
+	free, tight := run(0), run(0.7)
+	if tight.RackPower == nil || tight.RackPower.Racks != 2 {
+		t.Fatalf("rack power report %+v, want 2 racks", tight.RackPower)
+	}
+	if tight.RackPower.MinutesOverBudget != 0 {
+		t.Errorf("%.1f rack-minutes over budget with the prior holding, want 0", tight.RackPower.MinutesOverBudget)
+	}
+	if tight.WaitReasons[scheduler.ReasonRackPower] == 0 || tight.Completed != 40 {
+		t.Errorf("waits %v, completed %d: want jobs held for power, all completed", tight.WaitReasons, tight.Completed)
+	}
+	if *tight.AvgJCTS <= *free.AvgJCTS {
+		t.Errorf("avg JCT %v with a 70%% budget, %v without: the budget should cost time", *tight.AvgJCTS, *free.AvgJCTS)
+	}
+}

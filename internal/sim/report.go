@@ -104,6 +104,9 @@ type Report struct {
 	ByTeam  map[string]Latency `json:"by_team"`
 
 	OfferedLoad *Load `json:"offered_load,omitempty"`
+	// RackPower is the racks' power budgets and how often they were
+	// exceeded; null without budgets (Config.RackBudget).
+	RackPower *RackPower `json:"rack_power,omitempty"`
 }
 
 // Load is the offered load of a trace on a cluster: work asked for over
@@ -201,6 +204,7 @@ func (e *engine) result() *Result {
 		rep.OfferedLoad = e.offeredLoad()
 	}
 	rep.ETAScore = e.etaScore()
+	rep.RackPower = e.powerReport()
 	slices.Sort(waits)
 	return &Result{Report: rep, Timeline: e.timeline, Waits: waits, Jobs: e.jobResults()}
 }

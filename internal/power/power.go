@@ -1,0 +1,185 @@
+// Package power holds gpufleet's power and energy arithmetic: what a node
+// draws beyond its GPUs, a rack's projected draw, the draw work of a model
+// and class is expected to add (learned from telemetry, with the TDP as
+// the prior), the facility energy and CO2e of GPU energy, and the
+// facility check of a plan (how many nodes a rack's power, cooling and
+// space hold).
+//
+// The package is pure: figures in, figures out, no I/O and no clock. The
+// server feeds it telemetry and passes its projections to the scheduler
+// (scheduler.Rack, scheduler.GPUDraw); the simulator and the planner use
+// the same functions. docs/POWER.md gives every default with its source.
+package power
+
+import (
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// IdleFraction is a GPU's idle draw as a share of its TDP where the
+// catalog has no idle figure. The catalog's own idle figures run from
+// 10 % (H100 SXM: 70 W of 700 W; L40S: 35 W of 350 W) to 22 % (L4: 16 W
+// of 72 W); a tenth is the data-centre boards' share.
+const IdleFraction = 0.10
+
+// DefaultHostOverhead is the draw of a node beyond its GPUs (CPUs,
+// memory, NICs, disks, fans, power-supply losses) for servers without a
+// published system figure: a two-socket 2U server at load. An assumption,
+// stated as such in docs/POWER.md; override it per rack.
+const DefaultHostOverhead gpufleet.Watts = 500
+
+// hostOverhead is, for 8-GPU HGX/DGX boards, the system's published
+// maximum draw less its GPUs' TDPs: NVSwitches, CPUs, NICs and fans.
+var hostOverhead = map[string]struct {
+	system gpufleet.Watts // the published system maximum
+	source string
+}{
+	"a100-sxm-80gb":  {6500, "NVIDIA DGX A100 datasheet: 6.5 kW max (8 x 400 W GPUs)"},
+	"a100-sxm-40gb":  {6500, "NVIDIA DGX A100 datasheet: 6.5 kW max (8 x 400 W GPUs)"},
+	"h100-sxm-80gb":  {10200, "NVIDIA DGX H100 datasheet: ~10.2 kW max (8 x 700 W GPUs)"},
+	"h200-sxm-141gb": {10200, "NVIDIA DGX H200 datasheet: ~10.2 kW max (8 x 700 W GPUs)"},
+	"b200-hgx":       {14300, "NVIDIA DGX B200 datasheet: ~14.3 kW max (8 x 1000 W GPUs)"},
+}
+
+// HostOverhead is what a node of gpus GPUs of model g draws beyond them
+// at load: the published system maximum less the GPUs' TDPs for the
+// 8-GPU boards hostOverhead lists, DefaultHostOverhead otherwise.
+func HostOverhead(g catalog.GPU, gpus int) gpufleet.Watts {
+	if h, ok := hostOverhead[g.ID]; ok && gpus == 8 && g.TDPWatts != nil {
+		return max(h.system-gpufleet.Watts(8**g.TDPWatts), 0)
+	}
+	return DefaultHostOverhead
+}
+
+// HostOverheadSource says where HostOverhead's figure for a model comes
+// from.
+func HostOverheadSource(g catalog.GPU, gpus int) string {
+	if h, ok := hostOverhead[g.ID]; ok && gpus == 8 {
+		return h.source
+	}
+	return "assumption: a two-socket server at load, 500 W"
+}
+
+// TDP is a model's board power; 0 when unpublished.
+func TDP(g catalog.GPU) float64 {
+	if g.TDPWatts == nil {
+		return 0
+	}
+	return *g.TDPWatts
+}
+
+// Idle is a model's idle draw: the catalog's, else IdleFraction of its
+// TDP.
+func Idle(g catalog.GPU) float64 {
+	if g.IdleWatts != nil {
+		return *g.IdleWatts
+	}
+	return IdleFraction * TDP(g)
+}
+
+// RatedNode is what a node of gpus GPUs of model g draws at its rating:
+// the GPUs' TDPs and the host overhead.
+func RatedNode(g catalog.GPU, gpus int) gpufleet.Watts {
+	return gpufleet.Watts(float64(gpus)*TDP(g)) + HostOverhead(g, gpus)
+}
+
+// PriorWeight is how many telemetry samples the TDP prior counts for in a
+// learned expectation: with fewer samples than this the prior dominates.
+const PriorWeight = 30
+
+// Learner learns the draw of allocated GPUs per model and priority class
+// from telemetry, with the TDP as the prior: expected = (n·mean + k·TDP) /
+// (n + k), k = PriorWeight. It is a plain value the caller owns and feeds.
+type Learner struct {
+	sum map[learnKey]float64
+	n   map[learnKey]int
+}
+
+type learnKey struct {
+	model string
+	class gpufleet.Priority
+}
+
+// Observe records one reading of a GPU of model held by a job of class.
+func (l *Learner) Observe(model string, class gpufleet.Priority, watts float64) {
+	if math.IsNaN(watts) || math.IsInf(watts, 0) || watts < 0 || watts > float64(gpufleet.MaxWatts) {
+		return
+	}
+	if l.sum == nil {
+		l.sum, l.n = map[learnKey]float64{}, map[learnKey]int{}
+	}
+	k := learnKey{model, class}
+	l.sum[k] += watts
+	l.n[k]++
+}
+
+// Expected is the draw one GPU of model g is expected to have while a
+// job of class runs on it.
+func (l *Learner) Expected(g catalog.GPU, class gpufleet.Priority) float64 {
+	k := learnKey{g.ID, class}
+	n := float64(l.n[k])
+	return (l.sum[k] + PriorWeight*TDP(g)) / (n + PriorWeight)
+}
+
+// Add is, per model and class, what a placed GPU adds to its rack's
+// draw above idle: the learned expectation less the idle draw, for the
+// scheduler (scheduler.GPUDraw). Models without a TDP are left out (the
+// scheduler then counts nothing for them).
+func (l *Learner) Add(models map[string]catalog.GPU, classes []gpufleet.Priority) map[string]map[gpufleet.Priority]float64 {
+	out := map[string]map[gpufleet.Priority]float64{}
+	for _, id := range slices.Sorted(maps.Keys(models)) {
+		g := models[id]
+		if TDP(g) <= 0 {
+			continue
+		}
+		m := map[gpufleet.Priority]float64{}
+		for _, c := range classes {
+			m[c] = max(l.Expected(g, c)-Idle(g), 0)
+		}
+		out[id] = m
+	}
+	return out
+}
+
+// GPUReading is one GPU as a rack projection sees it.
+type GPUReading struct {
+	Model catalog.GPU
+	// Watts is the latest measured draw; nil when none is known.
+	Watts *float64
+	// Held says a job holds the GPU; Class is that job's.
+	Held  bool
+	Class gpufleet.Priority
+}
+
+// NodeReading is one node of a rack as a projection sees it.
+type NodeReading struct {
+	GPUs []GPUReading
+	// HostWatts is the node's draw beyond its GPUs (HostOverhead).
+	HostWatts float64
+}
+
+// ProjectRack is a rack's projected draw now: per node the host
+// overhead, and per GPU its measured draw, at least the expected draw of
+// its job's class while a job holds it (a job that has just started has
+// not ramped up yet), and the idle draw where nothing was measured.
+func ProjectRack(nodes []NodeReading, l *Learner) float64 {
+	w := 0.0
+	for _, n := range nodes {
+		w += n.HostWatts
+		for _, g := range n.GPUs {
+			measured := Idle(g.Model)
+			if g.Watts != nil {
+				measured = *g.Watts
+			}
+			if g.Held {
+				measured = max(measured, l.Expected(g.Model, g.Class))
+			}
+			w += measured
+		}
+	}
+	return w
+}
