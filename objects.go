@@ -289,6 +289,71 @@ type Class struct {
 	Models []string `json:"models"`
 }
 
+// Rack is a power domain (a rack, a PDU, a row) whose nodes' placements
+// keep its projected draw under its budget (docs/POWER.md). Its nodes are
+// those named in Nodes and those whose rack label is its name.
+type Rack struct {
+	Name             string  `json:"name"`
+	PowerBudgetWatts float64 `json:"power_budget_watts"`
+	// ProductionReserveWatts is the part of the budget only production
+	// work may use.
+	ProductionReserveWatts float64 `json:"production_reserve_watts"`
+	// CoolingWatts is the heat the rack's cooling removes; null when not
+	// given. PUE is the facility's power usage effectiveness for the
+	// rack's energy; null means the server's default.
+	CoolingWatts *float64 `json:"cooling_watts"`
+	PUE          *float64 `json:"pue"`
+	Nodes        []string `json:"nodes"`
+	// Members, RatedWatts and DrawWatts are read-only: every node of the
+	// rack (listed or labelled), its GPUs and hosts at their rating, and
+	// the projected draw now (null when the server does not lead).
+	Members    []string `json:"members"`
+	RatedWatts float64  `json:"rated_watts"`
+	DrawWatts  *float64 `json:"draw_watts"`
+}
+
+// MaxPUE bounds a PUE: no facility spends twice its IT power again on
+// overhead and stays in use.
+const MaxPUE = 3.0
+
+// Validate checks a rack as a request gives it.
+func (r *Rack) Validate() error {
+	if err := ValidateName("name", r.Name); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"power_budget_watts", r.PowerBudgetWatts}, {"production_reserve_watts", r.ProductionReserveWatts}} {
+		if !(f.v >= 0 && Watts(f.v) <= MaxWatts) {
+			return fmt.Errorf("%w: %s %g: expected 0 to %g", ErrInvalid, f.name, f.v, float64(MaxWatts))
+		}
+	}
+	if r.ProductionReserveWatts > r.PowerBudgetWatts {
+		return fmt.Errorf("%w: production_reserve_watts %g: expected at most the budget, %g", ErrInvalid, r.ProductionReserveWatts, r.PowerBudgetWatts)
+	}
+	if c := r.CoolingWatts; c != nil && !(*c >= 0 && Watts(*c) <= MaxWatts) {
+		return fmt.Errorf("%w: cooling_watts %g: expected 0 to %g", ErrInvalid, *c, float64(MaxWatts))
+	}
+	if p := r.PUE; p != nil && !(*p >= 1 && *p <= MaxPUE) {
+		return fmt.Errorf("%w: pue %g: expected 1 to %g", ErrInvalid, *p, MaxPUE)
+	}
+	if len(r.Nodes) > MaxListLen*64 {
+		return fmt.Errorf("%w: nodes: %d, at most %d", ErrInvalid, len(r.Nodes), MaxListLen*64)
+	}
+	seen := map[string]bool{}
+	for i, n := range r.Nodes {
+		if err := ValidateName(fmt.Sprintf("nodes[%d]", i), n); err != nil {
+			return err
+		}
+		if seen[n] {
+			return fmt.Errorf("%w: nodes[%d] %s: listed twice", ErrInvalid, i, Quote(n))
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
 // Token is an API credential. The secret appears once, at creation.
 type Token struct {
 	ID        string     `json:"id"`

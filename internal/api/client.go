@@ -426,6 +426,23 @@ func (c *Client) Classes(ctx context.Context) ([]gpufleet.Class, error) {
 	return allPages(ctx, c, "/api/v1/classes", func(l *ClassList) ([]gpufleet.Class, string) { return l.Classes, l.NextToken })
 }
 
+// Racks lists the racks with their budgets, members and draw.
+func (c *Client) Racks(ctx context.Context) ([]gpufleet.Rack, error) {
+	return allPages(ctx, c, "/api/v1/racks", func(l *RackList) ([]gpufleet.Rack, string) { return l.Racks, l.NextToken })
+}
+
+// PutRack creates or replaces a rack (admin).
+func (c *Client) PutRack(ctx context.Context, r gpufleet.Rack) (gpufleet.Rack, error) {
+	var out gpufleet.Rack
+	err := c.do(ctx, request{method: http.MethodPut, path: "/api/v1/racks/" + url.PathEscape(r.Name), body: r, idempotent: true}, &out)
+	return out, err
+}
+
+// DeleteRack deletes a rack (admin).
+func (c *Client) DeleteRack(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/racks/" + url.PathEscape(name), idempotent: true}, nil)
+}
+
 // PutClass creates or updates a GPU class (admin).
 func (c *Client) PutClass(ctx context.Context, cl gpufleet.Class) (gpufleet.Class, error) {
 	var out gpufleet.Class

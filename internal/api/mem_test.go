@@ -23,6 +23,7 @@ type memService struct {
 	nodes   []gpufleet.Node
 	teams   []gpufleet.Team
 	classes []gpufleet.Class
+	racks   []gpufleet.Rack
 	events  []gpufleet.Event
 	logs    map[string]string
 	// eventCh feeds Watch streams.
@@ -255,6 +256,33 @@ func (s *memService) PutClass(_ context.Context, _ Principal, c gpufleet.Class) 
 	defer s.mu.Unlock()
 	s.classes = append(s.classes, c)
 	return c, nil
+}
+
+func (s *memService) Racks(context.Context, Principal) ([]gpufleet.Rack, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.racks), nil
+}
+
+func (s *memService) PutRack(_ context.Context, _ Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+	if err := r.Validate(); err != nil {
+		return gpufleet.Rack{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.racks = append(s.racks, r)
+	return r, nil
+}
+
+func (s *memService) DeleteRack(_ context.Context, _ Principal, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.racks)
+	s.racks = slices.DeleteFunc(s.racks, func(r gpufleet.Rack) bool { return r.Name == name })
+	if len(s.racks) == n {
+		return gpufleet.ErrNotFound
+	}
+	return nil
 }
 
 func (s *memService) Tokens(context.Context, Principal) ([]gpufleet.Token, error) {

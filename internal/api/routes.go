@@ -207,6 +207,47 @@ func (h *handler) putClass(w http.ResponseWriter, r *http.Request, p Principal) 
 	return writeJSON(w, http.StatusOK, out)
 }
 
+func (h *handler) listRacks(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	racks, err := h.svc.Racks(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(racks, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, RackList{Racks: page, NextToken: next})
+}
+
+func (h *handler) putRack(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var k gpufleet.Rack
+	if err := decodeStrict(r, &k); err != nil {
+		return err
+	}
+	if name := r.PathValue("name"); k.Name == "" {
+		k.Name = name
+	} else if k.Name != name {
+		return fmt.Errorf("%w: name %s: the path names rack %s", gpufleet.ErrInvalid, gpufleet.Quote(k.Name), gpufleet.Quote(name))
+	}
+	out, err := h.svc.PutRack(r.Context(), p, k)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) deleteRack(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := h.svc.DeleteRack(r.Context(), p, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 func (h *handler) listTokens(w http.ResponseWriter, r *http.Request, p Principal) error {
 	limit, token, err := pageParams(r)
 	if err != nil {

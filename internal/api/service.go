@@ -151,6 +151,9 @@ type Service interface {
 	PutTeam(ctx context.Context, p Principal, r TeamRequest) (gpufleet.Team, error)
 	Classes(ctx context.Context, p Principal) ([]gpufleet.Class, error)
 	PutClass(ctx context.Context, p Principal, c gpufleet.Class) (gpufleet.Class, error)
+	Racks(ctx context.Context, p Principal) ([]gpufleet.Rack, error)
+	PutRack(ctx context.Context, p Principal, r gpufleet.Rack) (gpufleet.Rack, error)
+	DeleteRack(ctx context.Context, p Principal, name string) error
 	Tokens(ctx context.Context, p Principal) ([]gpufleet.Token, error)
 	CreateToken(ctx context.Context, p Principal, r TokenRequest) (gpufleet.Token, error)
 	RevokeToken(ctx context.Context, p Principal, id string) error

@@ -30,6 +30,12 @@ type ClassList struct {
 	NextToken string           `json:"next_token"`
 }
 
+// RackList is a page of racks.
+type RackList struct {
+	Racks     []gpufleet.Rack `json:"racks"`
+	NextToken string          `json:"next_token"`
+}
+
 // TokenList is a page of GET /api/v1/tokens. Secrets are never listed.
 type TokenList struct {
 	Tokens    []gpufleet.Token `json:"tokens"`

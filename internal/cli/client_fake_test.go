@@ -25,6 +25,7 @@ type fakeService struct {
 	lastRollup api.RollupQuery
 	lastTeam   api.TeamRequest
 	lastClass  gpufleet.Class
+	racks      []gpufleet.Rack
 	lastToken  api.TokenRequest
 	lastJoin   api.JoinTokenRequest
 	lastAction string
@@ -176,6 +177,24 @@ func (f *fakeService) PutTeam(_ context.Context, _ api.Principal, r api.TeamRequ
 func (f *fakeService) Classes(context.Context, api.Principal) ([]gpufleet.Class, error) {
 	return []gpufleet.Class{{Name: "hopper", Models: []string{"h100-sxm-80gb", "h200-sxm-141gb"}}}, nil
 }
+
+func (f *fakeService) Racks(context.Context, api.Principal) ([]gpufleet.Rack, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.racks, nil
+}
+
+func (f *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+	if err := r.Validate(); err != nil {
+		return gpufleet.Rack{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.racks = append(f.racks, r)
+	return r, nil
+}
+
+func (f *fakeService) DeleteRack(context.Context, api.Principal, string) error { return nil }
 
 func (f *fakeService) PutClass(_ context.Context, _ api.Principal, c gpufleet.Class) (gpufleet.Class, error) {
 	f.mu.Lock()

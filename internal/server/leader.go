@@ -499,6 +499,9 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 	if err != nil {
 		return in, nil, err
 	}
+	if err := s.powerInput(ctx, &in, nodes, heldBy(jobs)); err != nil {
+		return in, nil, err
+	}
 	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)
 	for i := range in.Teams {
 		in.Teams[i].Usage = usage[in.Teams[i].Name]

@@ -24,6 +24,7 @@ type rollupKey struct {
 // is, what it is and who holds it.
 type gpuInfo struct {
 	node, model, team string
+	class             gpufleet.Priority // the holder's priority class
 }
 
 // xidAt is an XID a GPU raised, and when the server heard of it.
@@ -84,6 +85,11 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 		r.TensorActivity.Add(g.TensorActivity)
 		r.Effective.Add(effective(g.SMActivity, g.Utilization))
 		r.PowerWatts.Add(g.PowerWatts)
+		if info := s.gpus[g.UUID]; info.team != "" && g.PowerWatts != nil {
+			// What a job of this class draws on this model: the racks'
+			// expected draw of new work (power.Learner).
+			s.drawLearner.Observe(info.model, info.class, *g.PowerWatts)
+		}
 		if g.MemoryUsedBytes != nil && (r.MemoryUsedBytesMax == nil || *g.MemoryUsedBytes > *r.MemoryUsedBytesMax) {
 			v := *g.MemoryUsedBytes
 			r.MemoryUsedBytesMax = &v
@@ -206,7 +212,7 @@ func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 					u = p
 				}
 				if info, ok := gpus[u]; ok && info.team == "" {
-					info.team = j.Team
+					info.team, info.class = j.Team, j.Priority
 					gpus[u] = info
 				}
 			}

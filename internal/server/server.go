@@ -20,6 +20,7 @@ import (
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/health"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -163,6 +164,9 @@ type Server struct {
 	gpus           map[string]gpuInfo
 	pendingRollups map[rollupKey]*store.RollupRow
 	lastPrune      time.Time
+	// drawLearner learns what allocated GPUs draw per model and class
+	// from the heartbeats, with the TDP as the prior (internal/power).
+	drawLearner power.Learner
 
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth

@@ -208,6 +208,11 @@ type Store interface {
 	PutTeam(ctx context.Context, t gpufleet.Team, actor string) error
 	Team(ctx context.Context, name string) (gpufleet.Team, error)
 	Teams(ctx context.Context) ([]gpufleet.Team, error)
+	// PutRack creates or replaces a rack; Racks lists them by name;
+	// DeleteRack removes one (ErrNotFound when there is none).
+	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
+	Racks(ctx context.Context) ([]gpufleet.Rack, error)
+	DeleteRack(ctx context.Context, name, actor string) error
 	PutClass(ctx context.Context, c gpufleet.Class, actor string) error
 	Classes(ctx context.Context) ([]gpufleet.Class, error)
 

@@ -226,6 +226,16 @@ func (s *fakeService) Classes(_ context.Context, p api.Principal) ([]gpufleet.Cl
 	return []gpufleet.Class{{Name: "big", Models: []string{"h100-sxm-80gb", "l4"}}}, s.record(p)
 }
 
+func (s *fakeService) Racks(context.Context, api.Principal) ([]gpufleet.Rack, error) {
+	return nil, nil
+}
+
+func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+	return r, nil
+}
+
+func (s *fakeService) DeleteRack(context.Context, api.Principal, string) error { return nil }
+
 func (s *fakeService) PutClass(_ context.Context, p api.Principal, c gpufleet.Class) (gpufleet.Class, error) {
 	return c, s.record(p)
 }

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := map[string]func(t *testing.T, s store.Store){
 		"teams":                            testTeams,
 		"classes":                          testClasses,
+		"racks":                            testRacks,
 		"tokens":                           testTokens,
 		"join tokens":                      testJoinTokens,
 		"node credentials":                 testNodeCredentials,
@@ -1424,5 +1425,33 @@ func testConcurrent(t *testing.T, s store.Store) {
 	}
 	if total != keys {
 		t.Errorf("%d jobs stored, want %d", total, keys)
+	}
+}
+
+func testRacks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	cooling, pue := 20000.0, 1.3
+	r1 := gpufleet.Rack{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 2000, CoolingWatts: &cooling, PUE: &pue, Nodes: []string{"n1", "n2"}}
+	wantErr(t, "put r1", s.PutRack(ctx, r1, "admin"), nil)
+	wantErr(t, "put r0", s.PutRack(ctx, gpufleet.Rack{Name: "r0", PowerBudgetWatts: 10000}, "admin"), nil)
+	wantErr(t, "reserve over the budget", s.PutRack(ctx, gpufleet.Rack{Name: "r2", PowerBudgetWatts: 1000, ProductionReserveWatts: 2000}, "admin"), gpufleet.ErrInvalid)
+	wantErr(t, "a PUE below 1", s.PutRack(ctx, gpufleet.Rack{Name: "r2", PowerBudgetWatts: 1000, PUE: new(float64)}, "admin"), gpufleet.ErrInvalid)
+	got, err := s.Racks(ctx)
+	wantErr(t, "racks", err, nil)
+	want := []gpufleet.Rack{{Name: "r0", PowerBudgetWatts: 10000, Nodes: []string{}}, r1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("racks (-want +got):\n%s", diff)
+	}
+	r1.PowerBudgetWatts, r1.Nodes = 15000, nil
+	wantErr(t, "replace r1", s.PutRack(ctx, r1, "admin"), nil)
+	got, _ = s.Racks(ctx)
+	if len(got) != 2 || got[1].PowerBudgetWatts != 15000 || len(got[1].Nodes) != 0 {
+		t.Errorf("replaced r1: %+v", got)
+	}
+	wantErr(t, "delete r0", s.DeleteRack(ctx, "r0", "admin"), nil)
+	wantErr(t, "delete r0 again", s.DeleteRack(ctx, "r0", "admin"), gpufleet.ErrNotFound)
+	evs, _ := s.Events(ctx, store.EventFilter{Object: "r1"})
+	if len(evs) != 2 || evs[0].Kind != "rack.put" {
+		t.Errorf("rack events %+v, want two rack.put", evs)
 	}
 }

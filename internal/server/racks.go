@@ -1,0 +1,239 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/power"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// PutRack creates or replaces a rack (admin).
+func (s *Server) PutRack(ctx context.Context, p api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Rack{}, err
+	}
+	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
+	if err := s.st.PutRack(ctx, r, actor(p)); err != nil {
+		return gpufleet.Rack{}, err
+	}
+	s.nudge()
+	return s.rack(ctx, r.Name)
+}
+
+// DeleteRack removes a rack (admin): its nodes have no budget any more.
+func (s *Server) DeleteRack(ctx context.Context, p api.Principal, name string) error {
+	if err := requireAdmin(p); err != nil {
+		return err
+	}
+	if err := s.st.DeleteRack(ctx, name, actor(p)); err != nil {
+		return err
+	}
+	s.nudge()
+	return nil
+}
+
+// Racks lists the racks with their members, rated draw and projected
+// draw now.
+func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	racks, err := s.st.Racks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members := rackMembers(racks, nodes)
+	byName := map[string]gpufleet.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for i := range racks {
+		r := &racks[i]
+		r.Members = members[r.Name]
+		var ns []gpufleet.Node
+		for _, m := range r.Members {
+			ns = append(ns, byName[m])
+		}
+		r.RatedWatts = s.ratedDraw(ns)
+		if d, ok := s.projectedDraw(ns, nil); ok {
+			r.DrawWatts = &d
+		}
+	}
+	return racks, nil
+}
+
+// rack is one rack as Racks gives it.
+func (s *Server) rack(ctx context.Context, name string) (gpufleet.Rack, error) {
+	all, err := s.Racks(ctx, api.Principal{Role: gpufleet.RoleAdmin})
+	if err != nil {
+		return gpufleet.Rack{}, err
+	}
+	i := slices.IndexFunc(all, func(r gpufleet.Rack) bool { return r.Name == name })
+	if i < 0 {
+		return gpufleet.Rack{}, fmt.Errorf("%w: rack %s", gpufleet.ErrNotFound, gpufleet.Quote(name))
+	}
+	return all[i], nil
+}
+
+// rackMembers is each rack's nodes: those it lists, then those whose rack
+// label names it and that no rack lists.
+func rackMembers(racks []gpufleet.Rack, nodes []gpufleet.Node) map[string][]string {
+	listed := map[string]string{}
+	out := map[string][]string{}
+	for _, r := range racks {
+		for _, n := range r.Nodes {
+			if _, ok := listed[n]; !ok {
+				listed[n] = r.Name
+			}
+		}
+	}
+	known := map[string]bool{}
+	for _, r := range racks {
+		known[r.Name] = true
+	}
+	for _, n := range nodes {
+		rack, ok := listed[n.Name]
+		if !ok {
+			rack = n.Labels["rack"]
+		}
+		if known[rack] {
+			out[rack] = append(out[rack], n.Name)
+		}
+	}
+	return out
+}
+
+// nodeModel is the catalog entry of a node's GPUs (its first GPU's).
+func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
+	if len(n.GPUs) == 0 {
+		return catalog.GPU{}
+	}
+	g, err := s.cat.Lookup(n.GPUs[0].Model)
+	if err != nil {
+		return catalog.GPU{ID: n.GPUs[0].Model, Name: n.GPUs[0].Model}
+	}
+	return g
+}
+
+// ratedDraw is what nodes draw at their rating (GPUs at TDP and host
+// overheads).
+func (s *Server) ratedDraw(nodes []gpufleet.Node) float64 {
+	w := 0.0
+	for _, n := range nodes {
+		w += float64(power.RatedNode(s.nodeModel(n), len(n.GPUs)))
+	}
+	return w
+}
+
+// heldBy maps each GPU (physical UUID or MIG instance) an active attempt
+// holds to its job's priority class.
+func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
+	out := map[string]gpufleet.Priority{}
+	for _, j := range jobs {
+		if a := activeAttempt(j); a != nil {
+			for _, n := range a.Nodes {
+				for _, u := range n.GPUs {
+					out[u] = j.Priority
+				}
+			}
+		}
+	}
+	return out
+}
+
+// projectedDraw is nodes' projected draw now (power.ProjectRack): the
+// measured draw of every GPU the leader has a reading of, at least the
+// expected draw of its job's class while one holds it (held; nil: the
+// holders the leader last recorded), idle draws where there is no
+// reading, and host overheads. ok is false on a replica that does not
+// lead: it has no live readings.
+func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.Priority) (float64, bool) {
+	leads := s.Leader()
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	s.teleMu.Lock()
+	defer s.teleMu.Unlock()
+	readings := make([]power.NodeReading, 0, len(nodes))
+	for _, n := range nodes {
+		model := s.nodeModel(n)
+		nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
+		var samples []api.GPUSample
+		if ln := s.nodes[n.Name]; ln != nil {
+			samples = ln.samples
+		}
+		for _, g := range n.GPUs {
+			gm := model
+			if g.Model != model.ID {
+				gm, _ = s.cat.Lookup(g.Model)
+			}
+			r := power.GPUReading{Model: gm}
+			if i := slices.IndexFunc(samples, func(x api.GPUSample) bool { return x.UUID == g.UUID }); i >= 0 {
+				r.Watts = samples[i].PowerWatts
+			}
+			switch {
+			case held != nil:
+				r.Class, r.Held = held[g.UUID]
+				for _, m := range g.MIGInstances {
+					if c, ok := held[m.UUID]; ok && !r.Held {
+						r.Class, r.Held = c, true
+					}
+				}
+			case s.gpus[g.UUID].team != "":
+				r.Held, r.Class = true, s.gpus[g.UUID].class
+			}
+			nr.GPUs = append(nr.GPUs, r)
+		}
+		readings = append(readings, nr)
+	}
+	return power.ProjectRack(readings, &s.drawLearner), leads
+}
+
+// powerInput gives the scheduler the racks with a budget, their members'
+// Node.Rack, their projected draw and what placed GPUs add.
+func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]gpufleet.Priority) error {
+	racks, err := s.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return err
+	}
+	members := rackMembers(racks, nodes)
+	rackOf := map[string]string{}
+	for r, ns := range members {
+		for _, n := range ns {
+			rackOf[n] = r
+		}
+	}
+	for i := range in.Nodes {
+		if r, ok := rackOf[in.Nodes[i].Name]; ok {
+			in.Nodes[i].Rack = r
+		}
+	}
+	byName := map[string]gpufleet.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for _, r := range racks {
+		if r.PowerBudgetWatts <= 0 {
+			continue
+		}
+		var ns []gpufleet.Node
+		for _, m := range members[r.Name] {
+			ns = append(ns, byName[m])
+		}
+		draw, _ := s.projectedDraw(ns, held)
+		in.Racks = append(in.Racks, scheduler.Rack{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
+			ProductionReserveWatts: r.ProductionReserveWatts, DrawWatts: draw})
+	}
+	s.teleMu.Lock()
+	in.GPUDraw = scheduler.GPUDraw(s.drawLearner.Add(in.Models, gpufleet.Priorities()))
+	s.teleMu.Unlock()
+	return nil
+}
