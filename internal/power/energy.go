@@ -24,9 +24,9 @@ const DefaultPUE = 1.58
 // Electricity Review 2024, 480 g/kWh.
 const DefaultIntensity = 480.0
 
-// Facility is the facility energy behind an IT energy at a PUE (at least
+// FacilityJoules is the facility energy behind an IT energy at a PUE (at least
 // 1; below it the PUE is taken as 1).
-func Facility(itJoules, pue float64) float64 { return itJoules * max(pue, 1) }
+func FacilityJoules(itJoules, pue float64) float64 { return itJoules * max(pue, 1) }
 
 // KWh converts joules to kilowatt-hours.
 func KWh(joules float64) float64 { return joules / 3.6e6 }

@@ -183,3 +183,98 @@ func ProjectRack(nodes []NodeReading, l *Learner) float64 {
 	}
 	return w
 }
+
+// rackUnits is the height of the 8-GPU systems of hostOverhead, from the
+// same datasheets.
+var rackUnits = map[string]int{
+	"a100-sxm-80gb":  6,  // DGX A100: 6U
+	"a100-sxm-40gb":  6,  // DGX A100: 6U
+	"h100-sxm-80gb":  8,  // DGX H100: 8U
+	"h200-sxm-141gb": 8,  // DGX H200: 8U
+	"b200-hgx":       10, // DGX B200: 10U
+}
+
+// NodeUnits is a node's height in rack units: the DGX system's for the
+// 8-GPU boards it knows, else 4U for up to 8 GPUs and 2U for up to 2 (an
+// assumption, stated in docs/POWER.md), 8U beyond 8.
+func NodeUnits(g catalog.GPU, gpus int) int {
+	if u, ok := rackUnits[g.ID]; ok && gpus == 8 {
+		return u
+	}
+	switch {
+	case gpus <= 2:
+		return 2
+	case gpus <= 8:
+		return 4
+	}
+	return 8
+}
+
+// Facility is a rack's limits for the planner's facility check; a zero
+// field is no limit.
+type Facility struct {
+	Power   gpufleet.Watts // the rack's power budget
+	Cooling gpufleet.Watts // the heat the rack's cooling removes
+	Units   int            // rack units available for nodes
+}
+
+// Fit is how many nodes of one kind a rack holds, and what a plan of
+// several of them needs from the facility.
+type Fit struct {
+	// RatedNodeWatts is a node at its rating; ExpectedNodeWatts with its
+	// GPUs at the expected draw of the planned work.
+	RatedNodeWatts, ExpectedNodeWatts gpufleet.Watts
+	NodeUnits                         int
+	// PerRackRated and PerRackExpected are the nodes a rack holds at rated
+	// and at expected draw (-1: no limit set); LimitedBy names the limit
+	// that binds at rated draw ("power", "cooling", "space", "").
+	PerRackRated, PerRackExpected int
+	LimitedBy                     string
+	// Racks is how many racks the nodes need at rated draw (0 when no
+	// limit is set); TotalRated and TotalExpected the power of all nodes,
+	// which the cooling must also remove.
+	Racks                     int
+	TotalRated, TotalExpected gpufleet.Watts
+	// Throttles says a single node's rated draw exceeds the rack's power or
+	// cooling: the hardware cannot run at rated performance there.
+	Throttles bool
+}
+
+// FitRack is the facility check of nodes nodes of gpus GPUs of model g,
+// each GPU expected to draw expectedGPU watts (the TDP when 0 or more).
+func FitRack(f Facility, g catalog.GPU, gpus, nodes int, expectedGPU float64) Fit {
+	host := HostOverhead(g, gpus)
+	exp := TDP(g)
+	if expectedGPU > 0 && expectedGPU < exp {
+		exp = expectedGPU
+	}
+	fit := Fit{
+		RatedNodeWatts:    RatedNode(g, gpus),
+		ExpectedNodeWatts: gpufleet.Watts(float64(gpus)*exp) + host,
+		NodeUnits:         NodeUnits(g, gpus),
+	}
+	fit.TotalRated = fit.RatedNodeWatts * gpufleet.Watts(nodes)
+	fit.TotalExpected = fit.ExpectedNodeWatts * gpufleet.Watts(nodes)
+	per := func(node gpufleet.Watts) (int, string) {
+		n, by := -1, ""
+		limit := func(cap, each float64, name string) {
+			if cap <= 0 || each <= 0 {
+				return
+			}
+			if k := int(math.Floor(cap / each)); n < 0 || k < n {
+				n, by = k, name
+			}
+		}
+		limit(float64(f.Power), float64(node), "power")
+		limit(float64(f.Cooling), float64(node), "cooling")
+		limit(float64(f.Units), float64(fit.NodeUnits), "space")
+		return n, by
+	}
+	fit.PerRackRated, fit.LimitedBy = per(fit.RatedNodeWatts)
+	fit.PerRackExpected, _ = per(fit.ExpectedNodeWatts)
+	fit.Throttles = (f.Power > 0 && fit.RatedNodeWatts > f.Power) || (f.Cooling > 0 && fit.RatedNodeWatts > f.Cooling)
+	if fit.PerRackRated > 0 && nodes > 0 {
+		fit.Racks = (nodes + fit.PerRackRated - 1) / fit.PerRackRated
+	}
+	return fit
+}

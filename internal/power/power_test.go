@@ -1,0 +1,227 @@
+package power
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+func gpu(t *testing.T, id string) catalog.GPU {
+	t.Helper()
+	g, err := catalog.Default().Lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestRatedNode(t *testing.T) {
+	for _, tc := range []struct {
+		id    string
+		gpus  int
+		want  gpufleet.Watts
+		units int
+	}{
+		// DGX H100: 10.2 kW for the system, whatever the GPUs' share.
+		{"h100-sxm-80gb", 8, 10200, 8},
+		{"a100-sxm-80gb", 8, 6500, 6},
+		// Not an 8-GPU board: the GPUs' TDPs and the assumed 500 W.
+		{"h100-sxm-80gb", 4, 4*700 + 500, 4},
+		{"l4", 2, 2*72 + 500, 2},
+	} {
+		g := gpu(t, tc.id)
+		if got := RatedNode(g, tc.gpus); got != tc.want {
+			t.Errorf("RatedNode(%s, %d) = %v, want %v", tc.id, tc.gpus, got, tc.want)
+		}
+		if got := NodeUnits(g, tc.gpus); got != tc.units {
+			t.Errorf("NodeUnits(%s, %d) = %d, want %d", tc.id, tc.gpus, got, tc.units)
+		}
+		if s := HostOverheadSource(g, tc.gpus); s == "" {
+			t.Errorf("HostOverheadSource(%s, %d) is empty", tc.id, tc.gpus)
+		}
+	}
+}
+
+func TestIdle(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	if h.IdleWatts != nil && Idle(h) != *h.IdleWatts {
+		t.Errorf("Idle = %v, want the catalog's %v", Idle(h), *h.IdleWatts)
+	}
+	noIdle := h
+	noIdle.IdleWatts = nil
+	if got := Idle(noIdle); math.Abs(got-70) > 1e-9 {
+		t.Errorf("Idle without a figure = %v, want a tenth of 700 W", got)
+	}
+	noTDP := catalog.GPU{ID: "x"}
+	if TDP(noTDP) != 0 || Idle(noTDP) != 0 {
+		t.Errorf("a GPU without a TDP draws %v/%v, want 0", TDP(noTDP), Idle(noTDP))
+	}
+}
+
+func TestLearnerMovesFromPriorToMeasurement(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	var l Learner
+	if got := l.Expected(h, gpufleet.Batch); got != 700 {
+		t.Fatalf("prior = %v, want the TDP", got)
+	}
+	for range PriorWeight {
+		l.Observe(h.ID, gpufleet.Batch, 400)
+	}
+	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-550) > 1e-9 {
+		t.Errorf("after PriorWeight readings of 400 W = %v, want half way, 550", got)
+	}
+	// Other classes keep the prior; bad readings are dropped.
+	if got := l.Expected(h, gpufleet.Production); got != 700 {
+		t.Errorf("production = %v, want the prior", got)
+	}
+	for _, w := range []float64{math.NaN(), math.Inf(1), -1, 2e9} {
+		l.Observe(h.ID, gpufleet.Batch, w)
+	}
+	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-550) > 1e-9 {
+		t.Errorf("bad readings moved the expectation to %v", got)
+	}
+	add := l.Add(map[string]catalog.GPU{h.ID: h, "none": {ID: "none"}}, []gpufleet.Priority{gpufleet.Batch})
+	if _, ok := add["none"]; ok {
+		t.Error("a model without a TDP has an expected draw")
+	}
+	if got := add[h.ID][gpufleet.Batch]; math.Abs(got-(550-Idle(h))) > 1e-9 {
+		t.Errorf("Add = %v, want the expectation less idle", got)
+	}
+}
+
+func TestProjectRack(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	w := func(v float64) *float64 { return &v }
+	nodes := []NodeReading{{HostWatts: 4600, GPUs: []GPUReading{
+		{Model: h, Watts: w(690), Held: true, Class: gpufleet.Batch},      // below the expected 700
+		{Model: h, Watts: w(100), Held: true, Class: gpufleet.Production}, // just started
+		{Model: h, Watts: w(80)}, // idle, measured
+		{Model: h},               // idle, not measured
+	}}}
+	var l Learner
+	for range 1000 {
+		l.Observe(h.ID, gpufleet.Batch, 600) // batch learned near 600 W
+	}
+	want := 4600 + 690 + 700 + 80 + Idle(h)
+	if got := ProjectRack(nodes, &l); math.Abs(got-want) > 1e-9 {
+		t.Errorf("ProjectRack = %v, want %v", got, want)
+	}
+}
+
+func TestFitRack(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	for _, tc := range []struct {
+		name      string
+		f         Facility
+		nodes     int
+		expected  float64
+		rated     int
+		exp       int
+		by        string
+		racks     int
+		throttles bool
+	}{
+		// 17.3 kW holds one 10.2 kW DGX H100; at 450 W per GPU (8.2 kW) two.
+		{"power", Facility{Power: 17300}, 4, 450, 1, 2, "power", 4, false},
+		{"cooling binds", Facility{Power: 40000, Cooling: 20000}, 3, 0, 1, 1, "cooling", 3, false},
+		{"space binds", Facility{Power: 100000, Units: 42}, 10, 0, 5, 5, "space", 2, false},
+		{"too little", Facility{Power: 8000}, 2, 0, 0, 0, "power", 0, true},
+		{"no limits", Facility{}, 2, 0, -1, -1, "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fit := FitRack(tc.f, h, 8, tc.nodes, tc.expected)
+			if fit.PerRackRated != tc.rated || fit.PerRackExpected != tc.exp || fit.LimitedBy != tc.by || fit.Racks != tc.racks || fit.Throttles != tc.throttles {
+				t.Errorf("FitRack = %+v", fit)
+			}
+			if fit.TotalRated != gpufleet.Watts(tc.nodes)*10200 {
+				t.Errorf("TotalRated = %v", fit.TotalRated)
+			}
+		})
+	}
+	// The expected draw never goes above the rating.
+	if fit := FitRack(Facility{}, h, 8, 1, 5000); fit.ExpectedNodeWatts != fit.RatedNodeWatts {
+		t.Errorf("expected %v above rated %v", fit.ExpectedNodeWatts, fit.RatedNodeWatts)
+	}
+}
+
+func TestEnergy(t *testing.T) {
+	if got := KWh(3.6e6); got != 1 {
+		t.Errorf("KWh = %v", got)
+	}
+	if got := FacilityJoules(100, 1.5); got != 150 {
+		t.Errorf("FacilityJoules = %v", got)
+	}
+	if got := FacilityJoules(100, 0.5); got != 100 {
+		t.Errorf("a PUE under 1 gave %v", got)
+	}
+}
+
+func TestIntensity(t *testing.T) {
+	in, err := ParseIntensity(strings.NewReader("hour,g_co2e_per_kwh,source\n2026-01-01T01:00:00Z,100,x\n2026-01-01T00:30:00Z,300,y\n"), 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time { t, _ := time.Parse(time.RFC3339, s); return t }
+	for _, tc := range []struct {
+		t    string
+		want float64
+	}{
+		{"2026-01-01T00:59:00Z", 300}, {"2026-01-01T01:10:00Z", 100}, {"2026-01-01T02:00:00Z", 500},
+	} {
+		if got := in.At(at(tc.t)); got != tc.want {
+			t.Errorf("At(%s) = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+	// 2 kWh over 00:30-01:30: half at 300, half at 100.
+	if got := in.CO2e(7.2e6, at("2026-01-01T00:30:00Z"), at("2026-01-01T01:30:00Z")); math.Abs(got-400) > 1e-9 {
+		t.Errorf("CO2e = %v, want 400 g", got)
+	}
+	if got := (Intensity{Constant: 480}).CO2e(3.6e6, at("2026-01-01T00:00:00Z"), at("2026-01-02T00:00:00Z")); got != 480 {
+		t.Errorf("constant CO2e = %v", got)
+	}
+}
+
+func TestParseIntensityRefuses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "no header"},
+		{"time,g\n", "expected columns hour and g_co2e_per_kwh"},
+		{"hour,g_co2e_per_kwh\nyesterday,10\n", "line 2: hour"},
+		{"hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,-1\n", "line 2: g_co2e_per_kwh"},
+		{"hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,NaN\n", "g_co2e_per_kwh"},
+		{"hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,1e9\n", "g_co2e_per_kwh"},
+		{"hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,1\n2026-01-01T00:10:00Z,2\n", "line 3: hour 2026-01-01T00:00:00Z given twice"},
+		{"hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z\n", "line 2"},
+	} {
+		_, err := ParseIntensity(strings.NewReader(tc.in), 480)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseIntensity(%q) = %v, want an error with %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseIntensity(f *testing.F) {
+	f.Add("hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,120\n2026-01-01T01:00:00+02:00,80\n")
+	f.Add("g_co2e_per_kwh,hour\n1,2026-01-01T00:00:00Z\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		in, err := ParseIntensity(strings.NewReader(s), DefaultIntensity)
+		if err != nil {
+			return
+		}
+		for _, h := range in.hours {
+			if h.g < 0 || h.g > MaxIntensity || math.IsNaN(h.g) {
+				t.Fatalf("accepted intensity %v", h.g)
+			}
+			if got := in.At(h.at.Add(30 * time.Minute)); got != h.g {
+				t.Fatalf("At(%v) = %v, want %v", h.at, got, h.g)
+			}
+		}
+		g := in.CO2e(3.6e6, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC))
+		if math.IsNaN(g) || g < 0 || g > MaxIntensity {
+			t.Fatalf("CO2e of a kWh = %v", g)
+		}
+	})
+}
