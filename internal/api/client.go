@@ -488,6 +488,8 @@ func (c *Client) ReplaceNode(ctx context.Context, name string) (JoinTokenRespons
 func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	v := url.Values{}
 	setNonEmpty(v, "team", q.Team)
+	setNonEmpty(v, "by", q.By)
+	setNonEmpty(v, "period", q.Period)
 	if !q.From.IsZero() {
 		v.Set("from", q.From.UTC().Format(time.RFC3339))
 	}

@@ -345,13 +345,17 @@ func TestListQueryParameters(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	wantU := UsageQuery{Team: "team-a", From: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 1, 31, 23, 0, 0, 0, time.UTC)}
+	wantU := UsageQuery{Team: "team-a", From: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 1, 31, 23, 0, 0, 0, time.UTC), By: "team", Period: "all"}
 	if diff := cmp.Diff(wantU, svc.lastUsage); diff != "" {
 		t.Errorf("usage query (-want +got):\n%s", diff)
 	}
-	for _, q := range []string{"from=yesterday", "from=2025-02-01T00:00:00Z&to=2025-01-01T00:00:00Z"} {
-		if r := call(t, srv, "GET", "/api/v1/usage?"+q, memberA, ""); r.status != 400 {
-			t.Errorf("usage?%s: %d, want 400", q, r.status)
+	if r := call(t, srv, "GET", "/api/v1/usage?by=gpu-model&period=week", memberA, ""); r.status != 200 || svc.lastUsage.By != "gpu-model" || svc.lastUsage.Period != "week" {
+		t.Errorf("usage by model per week: %d %s, query %+v", r.status, r.body, svc.lastUsage)
+	}
+	for q, field := range map[string]string{"from=yesterday": "from", "from=2025-02-01T00:00:00Z&to=2025-01-01T00:00:00Z": "to",
+		"by=rack": "by", "period=fortnight": "period"} {
+		if r := call(t, srv, "GET", "/api/v1/usage?"+q, memberA, ""); r.status != 400 || !strings.Contains(r.body, field) {
+			t.Errorf("usage?%s: %d %s, want 400 naming %s", q, r.status, r.body, field)
 		}
 	}
 }

@@ -116,7 +116,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{}, "Rack": gpufleet.Rack{}, "RackList": RackList{},
 		"TokenList": TokenList{}, "EventList": EventList{}, "TeamRequest": TeamRequest{}, "TokenRequest": TokenRequest{},
 		"JoinTokenRequest": JoinTokenRequest{}, "JoinTokenResponse": JoinTokenResponse{}, "UsageReport": UsageReport{},
-		"TeamUsage": TeamUsage{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
+		"TeamUsage": TeamUsage{}, "EnergyRow": EnergyRow{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
 		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
 		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/power"
 )
 
 // Page sizes for list endpoints: ?limit= defaults to DefaultPageLimit and
@@ -301,8 +303,17 @@ func (h *handler) createJoinToken(w http.ResponseWriter, r *http.Request, p Prin
 
 func (h *handler) usage(w http.ResponseWriter, r *http.Request, p Principal) error {
 	q := r.URL.Query()
-	uq := UsageQuery{Team: q.Get("team")}
-	var err error
+	uq := UsageQuery{Team: q.Get("team"), By: cmp.Or(q.Get("by"), EnergyByTeam)}
+	switch uq.By {
+	case EnergyByTeam, EnergyByJob, EnergyByModel:
+	default:
+		return fmt.Errorf("%w: by %s: expected team, job or gpu-model", gpufleet.ErrInvalid, gpufleet.Quote(uq.By))
+	}
+	period, err := power.ParsePeriod(q.Get("period"))
+	if err != nil {
+		return err
+	}
+	uq.Period = string(period)
 	if uq.From, err = timeParam(r, "from"); err != nil {
 		return err
 	}
@@ -318,6 +329,9 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, p Principal) err
 	}
 	if rep.Teams == nil {
 		rep.Teams = []TeamUsage{}
+	}
+	if rep.Energy == nil {
+		rep.Energy = []EnergyRow{}
 	}
 	return writeJSON(w, http.StatusOK, rep)
 }

@@ -80,13 +80,52 @@ type JoinTokenResponse struct {
 type UsageQuery struct {
 	Team     string
 	From, To time.Time
+	// By groups the energy rows: EnergyByTeam (the default), EnergyByJob
+	// or EnergyByModel; Period buckets them (power.ParsePeriod: day,
+	// week, month, all).
+	By     string
+	Period string
 }
 
-// UsageReport is GPU-hours, effective GPU-hours and energy by team.
+// What energy rows group by.
+const (
+	EnergyByTeam  = "team"
+	EnergyByJob   = "job"
+	EnergyByModel = "gpu-model"
+)
+
+// UsageReport is GPU-hours, effective GPU-hours and energy by team, and
+// energy rows with facility energy and CO2e grouped as the query asks.
 type UsageReport struct {
 	From  time.Time   `json:"from"`
 	To    time.Time   `json:"to"`
 	Teams []TeamUsage `json:"teams"`
+	// PUE and GridIntensity are what the facility energy and CO2e use
+	// (GridIntensity is the constant; GridIntensityHourly says an hourly
+	// file gives the hours it holds).
+	PUE                 float64     `json:"pue"`
+	GridIntensity       float64     `json:"grid_intensity_g_per_kwh"`
+	GridIntensityHourly bool        `json:"grid_intensity_hourly"`
+	By                  string      `json:"by"`
+	Period              string      `json:"period"`
+	Energy              []EnergyRow `json:"energy"`
+}
+
+// EnergyRow is the energy of one team, job or GPU model in one period.
+type EnergyRow struct {
+	Team  string `json:"team,omitempty"`
+	Job   string `json:"job,omitempty"`
+	Model string `json:"gpu_model,omitempty"`
+	// PeriodStart is the bucket's start; null for the whole report.
+	PeriodStart *time.Time `json:"period_start"`
+	GPUHours    float64    `json:"gpu_hours"`
+	// GPUEnergyKWh is what the GPUs drew; FacilityEnergyKWh that times
+	// the PUE; CO2eKg the facility energy at the grid's intensity.
+	GPUEnergyKWh      float64 `json:"gpu_energy_kwh"`
+	FacilityEnergyKWh float64 `json:"facility_energy_kwh"`
+	CO2eKg            float64 `json:"co2e_kg"`
+	// AvgGPUWatts is one GPU's mean draw over the GPU-hours.
+	AvgGPUWatts float64 `json:"avg_gpu_watts"`
 }
 
 // TeamUsage is one team's accounting over the period, in total and per

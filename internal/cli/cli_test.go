@@ -320,3 +320,24 @@ func FuzzClientConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestServerEnergyFlagsNameTheField(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "intensity.csv")
+	if err := os.WriteFile(bad, []byte("hour,g_co2e_per_kwh\n2026-01-01T00:00:00Z,-3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pue", "0.9"}, "--pue 0.9"},
+		{[]string{"--grid-intensity", "-1"}, "--grid-intensity -1"},
+		{[]string{"--grid-intensity-file", bad}, "line 2: g_co2e_per_kwh"},
+		{[]string{"--grid-intensity-file", bad + ".missing"}, "--grid-intensity-file"},
+	} {
+		args := append([]string{"server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)
+		if _, errOut, code := run(t, args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -495,19 +496,33 @@ func newJoinTokensCmd(c *clientEnv) *cobra.Command {
 }
 
 func newUsageCmd(c *clientEnv) *cobra.Command {
-	var team, from, to string
+	var team, from, to, by, period string
+	var energy bool
 	cmd := &cobra.Command{
-		Use:   "usage [--team T] [--from TIME] [--to TIME]",
-		Short: "GPU-hours, effective GPU-hours, idle allocated GPU-hours and energy by team",
+		Use:   "usage [--team T] [--from TIME] [--to TIME] [--energy [--by team|job|gpu-model] [--period day|week|month]]",
+		Short: "GPU-hours, effective GPU-hours, idle allocated GPU-hours and energy by team; --energy for facility energy and CO2e",
 		Long: `Accounting by team and GPU model over a period. Idle allocated counts the
 GPU-minutes a team held at under 5% effective utilization (SM activity where
 the GPU reports it, else utilization), priced at the catalog's hourly price.
 --from and --to take RFC 3339 times
 (2025-01-31T00:00:00Z), dates (2025-01-31), or durations meaning that long ago
-(7d, 24h). Without them the server picks its default period.`,
+(7d, 24h). Without them the server picks its default period.
+
+--energy reports energy instead: GPU energy as the GPUs measured it, facility
+energy (GPU energy times the PUE) and CO2e at the server's grid intensity
+(gpufleet server --pue, --grid-intensity, --grid-intensity-file), by team,
+job or GPU model (--by), per day, week or month (--period) or over the whole
+period. Energies are in kWh, the average draw in W per GPU; docs/POWER.md
+gives the model and the defaults' sources.`,
+		Example: `  gpufleet usage --team team-a --from 7d
+  gpufleet usage --energy --by gpu-model --period week --from 30d
+  gpufleet usage --energy --by job -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := api.UsageQuery{Team: team}
+			q := api.UsageQuery{Team: team, By: by, Period: period}
+			if !energy && (cmd.Flags().Changed("by") || cmd.Flags().Changed("period")) {
+				return usageErr("--by and --period go with --energy")
+			}
 			var err error
 			if q.From, q.To, err = c.parsePeriod(from, to); err != nil {
 				return err
@@ -524,6 +539,9 @@ the GPU reports it, else utilization), priced at the catalog's hourly price.
 				return writeJSON(c.stdout, rep)
 			}
 			fmt.Fprintf(c.stdout, "from %s to %s\n", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
+			if energy {
+				return writeEnergy(c.stdout, rep)
+			}
 			t := newTable(c.stdout, "TEAM", "GPU MODEL", "GPU-HOURS", "EFFECTIVE", "EFFICIENCY", "IDLE ALLOCATED", "IDLE COST", "ENERGY")
 			row := func(team, model string, gpuH, effH, idleH, idleUSD, joules float64) {
 				eff := "-"
@@ -547,7 +565,70 @@ the GPU reports it, else utilization), priced at the catalog's hourly price.
 	cmd.Flags().StringVar(&team, "team", "", "only this team")
 	cmd.Flags().StringVar(&from, "from", "", "start of the period")
 	cmd.Flags().StringVar(&to, "to", "", "end of the period")
+	cmd.Flags().BoolVar(&energy, "energy", false, "report GPU energy, facility energy and CO2e")
+	cmd.Flags().StringVar(&by, "by", api.EnergyByTeam, "with --energy: group by team, job or gpu-model")
+	cmd.Flags().StringVar(&period, "period", "", "with --energy: one row per day, week or month (default: the whole period)")
 	return cmd
+}
+
+// writeEnergy prints a usage report's energy rows, with a total.
+func writeEnergy(w io.Writer, rep api.UsageReport) error {
+	intensity := fmt.Sprintf("%g g CO2e/kWh", rep.GridIntensity)
+	if rep.GridIntensityHourly {
+		intensity = "hourly file, else " + intensity
+	}
+	fmt.Fprintf(w, "PUE %.2f, grid %s\n", rep.PUE, intensity)
+	var head []string
+	switch rep.By {
+	case api.EnergyByJob:
+		head = []string{"TEAM", "JOB"}
+	case api.EnergyByModel:
+		head = []string{"GPU MODEL"}
+	default:
+		head = []string{"TEAM"}
+	}
+	if rep.Period != "" && rep.Period != "all" {
+		head = append(head, strings.ToUpper(rep.Period))
+	}
+	t := newTable(w, append(head, "GPU-HOURS", "GPU ENERGY", "FACILITY ENERGY", "CO2E", "AVG DRAW")...)
+	var total api.EnergyRow
+	for _, r := range rep.Energy {
+		var cells []string
+		switch rep.By {
+		case api.EnergyByJob:
+			cells = []string{r.Team, r.Job}
+		case api.EnergyByModel:
+			cells = []string{r.Model}
+		default:
+			cells = []string{r.Team}
+		}
+		if len(head) > len(cells) {
+			at := "-"
+			if r.PeriodStart != nil {
+				at = r.PeriodStart.UTC().Format(time.DateOnly)
+			}
+			cells = append(cells, at)
+		}
+		t.row(append(cells, energyCells(r)...)...)
+		total.GPUHours += r.GPUHours
+		total.GPUEnergyKWh += r.GPUEnergyKWh
+		total.FacilityEnergyKWh += r.FacilityEnergyKWh
+		total.CO2eKg += r.CO2eKg
+	}
+	if len(rep.Energy) > 1 {
+		if total.GPUHours > 0 {
+			total.AvgGPUWatts = total.GPUEnergyKWh * 1000 / total.GPUHours
+		}
+		cells := make([]string, len(head))
+		cells[0] = "(total)"
+		t.row(append(cells, energyCells(total)...)...)
+	}
+	return t.flush()
+}
+
+func energyCells(r api.EnergyRow) []string {
+	return []string{fmt.Sprintf("%.1f", r.GPUHours), fmt.Sprintf("%.2f kWh", r.GPUEnergyKWh),
+		fmt.Sprintf("%.2f kWh", r.FacilityEnergyKWh), fmt.Sprintf("%.2f kg", r.CO2eKg), fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
 }
 
 // parsePeriod reads --from and --to with parseWhen.

@@ -241,7 +241,26 @@ func (f *fakeService) Usage(_ context.Context, _ api.Principal, q api.UsageQuery
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastUsage = q
-	return api.UsageReport{From: q.From, To: q.To, Teams: []api.TeamUsage{{Team: "team-a", GPUHours: 100, EffectiveGPUHours: 62.5, EnergyJoules: 3.6e9}}}, nil
+	rep := api.UsageReport{From: q.From, To: q.To, Teams: []api.TeamUsage{{Team: "team-a", GPUHours: 100, EffectiveGPUHours: 62.5, EnergyJoules: 3.6e9}},
+		PUE: 1.58, GridIntensity: 480, By: q.By, Period: q.Period}
+	day := time.Date(2025, 1, 6, 0, 0, 0, 0, time.UTC)
+	for i, key := range []string{"h100-sxm-80gb", "l4"} {
+		r := api.EnergyRow{GPUHours: 100, GPUEnergyKWh: 50 / float64(i+1), AvgGPUWatts: 500 / float64(i+1)}
+		r.FacilityEnergyKWh, r.CO2eKg = 1.58*r.GPUEnergyKWh, 1.58*r.GPUEnergyKWh*0.48
+		switch q.By {
+		case api.EnergyByModel:
+			r.Model = key
+		case api.EnergyByJob:
+			r.Team, r.Job = "team-a", fmt.Sprintf("j-%d", i+1)
+		default:
+			r.Team = "team-" + string(rune('a'+i))
+		}
+		if q.Period == "week" {
+			r.PeriodStart = &day
+		}
+		rep.Energy = append(rep.Energy, r)
+	}
+	return rep, nil
 }
 
 func (f *fakeService) Logs(_ context.Context, _ api.Principal, id string, follow bool, w io.Writer) error {

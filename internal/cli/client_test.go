@@ -237,10 +237,13 @@ func TestHumanTables(t *testing.T) {
 		"teams":   {[]string{"teams"}, []string{"team-a", "h100=8", "h100=4", "none"}},
 		"classes": {[]string{"classes", "list"}, []string{"hopper", "h100-sxm-80gb,h200-sxm-141gb"}},
 		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1000.0 kWh"}},
-		"cordon":  {[]string{"drain", "n1"}, []string{"node n1: draining"}},
-		"cancel":  {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
-		"logs":    {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
-		"revoke":  {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
+		"energy": {[]string{"usage", "--energy", "--by", "gpu-model", "--period", "week"},
+			[]string{"PUE 1.58, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.00 kWh", "79.00 kWh", "37.92 kg", "500 W", "(total)", "75.00 kWh", "375 W"}},
+		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.00 kWh"}},
+		"cordon":        {[]string{"drain", "n1"}, []string{"node n1: draining"}},
+		"cancel":        {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
+		"logs":          {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
+		"revoke":        {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -309,6 +312,7 @@ func TestAdminCommandsSendRequests(t *testing.T) {
 		{"tokens", "create", "--role", "owner"},
 		{"classes", "create", "x"},
 		{"usage", "--from", "last tuesday"},
+		{"usage", "--period", "week"},
 	} {
 		if _, _, code := run(t, append(bad, base...)...); code == 0 {
 			t.Errorf("%v succeeded", bad)

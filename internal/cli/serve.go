@@ -22,6 +22,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -39,6 +40,9 @@ type serverFlags struct {
 	throttleSustain    time.Duration
 	eccCorrected       uint64        // correctable ECC errors per eccWindow that degrade a GPU
 	eccWindow          time.Duration // window of eccCorrected
+	// Energy accounting.
+	pue, gridIntensity float64
+	gridIntensityFile  string
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -68,6 +72,32 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
 	durationFlag(fs, &f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
+	fs.Float64Var(&f.pue, "pue", d.PUE, "facility PUE for racks that set none (default: Uptime Institute 2023 global average)")
+	fs.Float64Var(&f.gridIntensity, "grid-intensity", d.Intensity.Constant, "grid carbon intensity, g CO2e per kWh (default: Ember 2024 world average for 2023)")
+	fs.StringVar(&f.gridIntensityFile, "grid-intensity-file", "", "hourly grid intensity, CSV with columns hour (RFC 3339) and g_co2e_per_kwh; --grid-intensity fills the hours it lacks")
+}
+
+// energy reads the PUE and grid intensity flags.
+func (f *serverFlags) energy() (float64, power.Intensity, error) {
+	if !(f.pue >= 1 && f.pue <= gpufleet.MaxPUE) {
+		return 0, power.Intensity{}, usageErr("--pue %g: expected 1 to %g", f.pue, gpufleet.MaxPUE)
+	}
+	if !(f.gridIntensity >= 0 && f.gridIntensity <= power.MaxIntensity) {
+		return 0, power.Intensity{}, usageErr("--grid-intensity %g: expected 0 to %g g CO2e/kWh", f.gridIntensity, power.MaxIntensity)
+	}
+	in := power.Intensity{Constant: f.gridIntensity}
+	if f.gridIntensityFile == "" {
+		return f.pue, in, nil
+	}
+	file, err := os.Open(f.gridIntensityFile)
+	if err != nil {
+		return 0, in, fmt.Errorf("--grid-intensity-file: %w", err)
+	}
+	defer file.Close()
+	if in, err = power.ParseIntensity(file, f.gridIntensity); err != nil {
+		return 0, in, fmt.Errorf("--grid-intensity-file %s: %w", f.gridIntensityFile, err)
+	}
+	return f.pue, in, nil
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -145,6 +175,9 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return usageErr("--ecc-corrected-growth and --ecc-corrected-window must be positive")
 	}
 	cfg.Health.ECCCorrectedGrowth, cfg.Health.ECCCorrectedWindow = f.eccCorrected, f.eccWindow
+	if cfg.PUE, cfg.Intensity, err = f.energy(); err != nil {
+		return err
+	}
 	spare, err := parseKV(f.spare)
 	if err != nil {
 		return fmt.Errorf("%w: --spare %s", gpufleet.ErrInvalid, detail(err))

@@ -43,6 +43,9 @@ type hourValue struct {
 	g  float64
 }
 
+// Hourly says an hourly file gives some hours.
+func (in Intensity) Hourly() bool { return len(in.hours) > 0 }
+
 // At is the intensity in the hour of t.
 func (in Intensity) At(t time.Time) float64 {
 	h := t.UTC().Truncate(time.Hour)

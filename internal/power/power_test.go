@@ -225,3 +225,65 @@ func FuzzParseIntensity(f *testing.F) {
 		}
 	})
 }
+
+func TestAccount(t *testing.T) {
+	day := func(d int) time.Time { return time.Date(2026, 3, d, 0, 0, 0, 0, time.UTC) } // 2026-03-02 is a Monday
+	kwh := 3.6e6
+	uses := []Use{
+		{Key: "a", From: day(2), To: day(3), GPUSeconds: 3600, Joules: kwh},
+		{Key: "a", From: day(9), To: day(10), GPUSeconds: 3600, Joules: kwh, PUE: 1.2},
+		{Key: "b", From: day(3), To: day(4), GPUSeconds: 7200, Joules: 2 * kwh},
+	}
+	in := Intensity{Constant: 500}
+	for _, tc := range []struct {
+		p    Period
+		want []EnergyRow
+	}{
+		{PeriodAll, []EnergyRow{
+			{Key: "a", GPUSeconds: 7200, GPUJoules: 2 * kwh, FacilityJoules: 2.7 * kwh, CO2eGrams: 1350},
+			{Key: "b", GPUSeconds: 7200, GPUJoules: 2 * kwh, FacilityJoules: 3 * kwh, CO2eGrams: 1500},
+		}},
+		{PeriodWeek, []EnergyRow{
+			{Key: "a", PeriodStart: day(2), GPUSeconds: 3600, GPUJoules: kwh, FacilityJoules: 1.5 * kwh, CO2eGrams: 750},
+			{Key: "b", PeriodStart: day(2), GPUSeconds: 7200, GPUJoules: 2 * kwh, FacilityJoules: 3 * kwh, CO2eGrams: 1500},
+			{Key: "a", PeriodStart: day(9), GPUSeconds: 3600, GPUJoules: kwh, FacilityJoules: 1.2 * kwh, CO2eGrams: 600},
+		}},
+	} {
+		got := Account(uses, tc.p, 1.5, in)
+		if len(got) != len(tc.want) {
+			t.Fatalf("%s: %d rows, want %d: %+v", tc.p, len(got), len(tc.want), got)
+		}
+		for i := range got {
+			g, w := got[i], tc.want[i]
+			if g.Key != w.Key || !g.PeriodStart.Equal(w.PeriodStart) || g.GPUSeconds != w.GPUSeconds ||
+				math.Abs(g.FacilityJoules-w.FacilityJoules) > 1e-6 || math.Abs(g.CO2eGrams-w.CO2eGrams) > 1e-6 {
+				t.Errorf("%s row %d = %+v, want %+v", tc.p, i, g, w)
+			}
+		}
+	}
+	if w := (EnergyRow{GPUSeconds: 3600, GPUJoules: kwh}).AvgGPUWatts(); w != 1000 {
+		t.Errorf("AvgGPUWatts = %v", w)
+	}
+}
+
+func TestPeriod(t *testing.T) {
+	at := time.Date(2026, 3, 5, 13, 0, 0, 0, time.FixedZone("x", 3600)) // Thursday
+	for _, tc := range []struct {
+		s    string
+		want time.Time
+	}{
+		{"", time.Time{}}, {"day", time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)},
+		{"week", time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)}, {"month", time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		p, err := ParsePeriod(tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Start(at); !got.Equal(tc.want) {
+			t.Errorf("%q.Start = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+	if _, err := ParsePeriod("fortnight"); err == nil || !strings.Contains(err.Error(), "period") {
+		t.Errorf("ParsePeriod(fortnight) = %v", err)
+	}
+}

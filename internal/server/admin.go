@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -302,5 +304,85 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 		rep.Teams = append(rep.Teams, u)
 	}
 	slices.SortFunc(rep.Teams, func(a, b api.TeamUsage) int { return strings.Compare(a.Team, b.Team) })
+	if rep.Energy, err = s.energy(ctx, team, q, rows); err != nil {
+		return api.UsageReport{}, err
+	}
+	rep.PUE, rep.GridIntensity, rep.GridIntensityHourly = s.cfg.PUE, s.cfg.Intensity.Constant, s.cfg.Intensity.Hourly()
+	rep.By, rep.Period = cmp.Or(q.By, api.EnergyByTeam), cmp.Or(q.Period, string(power.PeriodAll))
 	return rep, nil
+}
+
+// energy is the usage's energy rows: from the daily usage rows by team or
+// GPU model, from the attempts that started in the period by job. The
+// facility energy uses the server's PUE (usage is not kept per rack).
+func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows []store.UsageRow) ([]api.EnergyRow, error) {
+	period, err := power.ParsePeriod(q.Period)
+	if err != nil {
+		return nil, err
+	}
+	const sep = "\x00"
+	var uses []power.Use
+	switch q.By {
+	case api.EnergyByJob:
+		err = s.eachJob(ctx, team, func(j gpufleet.Job) {
+			for _, a := range j.Attempts {
+				if a.StartedAt == nil || a.StartedAt.Before(q.From) || !a.StartedAt.Before(q.To) {
+					continue
+				}
+				end := q.To
+				if a.FinishedAt != nil {
+					end = *a.FinishedAt
+				}
+				uses = append(uses, power.Use{Key: j.Team + sep + j.ID, From: *a.StartedAt, To: end, GPUSeconds: a.GPUSeconds, Joules: a.EnergyJoules})
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	default:
+		for _, r := range rows {
+			key := r.Team
+			if q.By == api.EnergyByModel {
+				key = sep + r.Model
+			}
+			uses = append(uses, power.Use{Key: key, From: r.Day, To: r.Day.Add(24 * time.Hour), GPUSeconds: r.GPUSeconds, Joules: r.EnergyJoules})
+		}
+	}
+	out := []api.EnergyRow{}
+	for _, r := range power.Account(uses, period, s.cfg.PUE, s.cfg.Intensity) {
+		e := api.EnergyRow{GPUHours: r.GPUSeconds / 3600, GPUEnergyKWh: power.KWh(r.GPUJoules),
+			FacilityEnergyKWh: power.KWh(r.FacilityJoules), CO2eKg: r.CO2eGrams / 1000, AvgGPUWatts: r.AvgGPUWatts()}
+		if !r.PeriodStart.IsZero() {
+			e.PeriodStart = &r.PeriodStart
+		}
+		first, second, _ := strings.Cut(r.Key, sep)
+		switch q.By {
+		case api.EnergyByJob:
+			e.Team, e.Job = first, second
+		case api.EnergyByModel:
+			e.Model = second
+		default:
+			e.Team = first
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// eachJob calls fn for every job of team (every team when empty).
+func (s *Server) eachJob(ctx context.Context, team string, fn func(gpufleet.Job)) error {
+	f := store.JobFilter{Team: team, Limit: 500}
+	for {
+		jobs, next, err := s.st.ListJobs(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			fn(j)
+		}
+		if next == "" {
+			return nil
+		}
+		f.After = next
+	}
 }

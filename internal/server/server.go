@@ -68,6 +68,11 @@ type Config struct {
 	Spare map[string]int
 	// RollupRetention is how long per-GPU one-minute rollups are kept.
 	RollupRetention time.Duration
+	// PUE is the facility's power usage effectiveness where a rack gives
+	// none (power.DefaultPUE); Intensity the grid's carbon intensity
+	// (power.DefaultIntensity, or an hourly file).
+	PUE       float64
+	Intensity power.Intensity
 	// Now is the clock; tests set it.
 	Now func() time.Time
 }
@@ -84,6 +89,8 @@ func Default() Config {
 		LostMargin:      10 * time.Second,
 		IdleCycle:       5 * time.Second,
 		RollupRetention: 7 * 24 * time.Hour,
+		PUE:             power.DefaultPUE,
+		Intensity:       power.Intensity{Constant: power.DefaultIntensity},
 		Health:          health.DefaultConfig(),
 		CredentialTTL:   24 * time.Hour,
 		Policy:          "gpufleet",
@@ -114,6 +121,12 @@ func (c Config) Validate() error {
 		if n < 0 {
 			return fmt.Errorf("%w: spare %s=%d: expected a count >= 0", gpufleet.ErrInvalid, m, n)
 		}
+	}
+	if !(c.PUE >= 1 && c.PUE <= gpufleet.MaxPUE) {
+		return fmt.Errorf("%w: pue %g: expected 1 to %g", gpufleet.ErrInvalid, c.PUE, gpufleet.MaxPUE)
+	}
+	if !(c.Intensity.Constant >= 0 && c.Intensity.Constant <= power.MaxIntensity) {
+		return fmt.Errorf("%w: grid-intensity %g: expected 0 to %g g/kWh", gpufleet.ErrInvalid, c.Intensity.Constant, power.MaxIntensity)
 	}
 	if _, err := scheduler.PolicyConfig(c.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %v", gpufleet.ErrInvalid, err)

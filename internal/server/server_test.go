@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -189,6 +191,28 @@ func TestJobRunsThroughItsLifecycle(t *testing.T) {
 	}
 	if len(rep.Teams) != 1 || rep.Teams[0].EnergyJoules != 20000 || rep.Teams[0].GPUHours <= 0 {
 		t.Fatalf("usage: %+v", rep)
+	}
+	// Energy: the GPUs' 20 kJ, times the default PUE, at the default grid
+	// intensity; the same by team, by job and by GPU model.
+	gpuKWh := 20000 / 3.6e6
+	for by, want := range map[string]api.EnergyRow{
+		api.EnergyByTeam:  {Team: "team-a"},
+		api.EnergyByJob:   {Team: "team-a", Job: j.ID},
+		api.EnergyByModel: {Model: "h100-sxm-80gb"},
+	} {
+		rep, err := f.srv.Usage(ctx, a, api.UsageQuery{By: by, Period: "day"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Energy) != 1 || rep.PUE != power.DefaultPUE || rep.GridIntensity != power.DefaultIntensity {
+			t.Fatalf("by %s: %+v", by, rep)
+		}
+		e := rep.Energy[0]
+		if e.Team != want.Team || e.Job != want.Job || e.Model != want.Model || e.PeriodStart == nil ||
+			math.Abs(e.GPUEnergyKWh-gpuKWh) > 1e-12 || math.Abs(e.FacilityEnergyKWh-gpuKWh*power.DefaultPUE) > 1e-12 ||
+			math.Abs(e.CO2eKg-gpuKWh*power.DefaultPUE*power.DefaultIntensity/1000) > 1e-12 || e.AvgGPUWatts != 500 {
+			t.Errorf("by %s: %+v", by, e)
+		}
 	}
 }
 
