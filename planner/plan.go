@@ -111,6 +111,9 @@ type Candidate struct {
 	PricePerHourUSD         *float64 `json:"price_per_hour_usd"`
 	MeetsLatencyTarget      *bool    `json:"meets_latency_target"`
 	Notes                   []string `json:"notes"`
+	// Facility is the candidate's power, cooling and rack-space needs
+	// (Request.Rack); null without a published TDP.
+	Facility *Facility `json:"facility"`
 
 	supported bool
 	score     float64 // lower is better among fitting layouts of one GPU
@@ -322,6 +325,7 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 		s.evaluateInference(r, h, l, &c)
 	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
+	c.Facility = facility(r, g, &c)
 	return c
 }
 

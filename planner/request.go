@@ -129,6 +129,10 @@ type Request struct {
 
 	// MaxGPUs bounds the search for the smallest count; default 16384.
 	MaxGPUs int
+	// Rack, when set, is the facility each candidate is checked against
+	// (Candidate.Facility).
+	Rack Rack
+
 	// Available, when set, caps the GPUs of each catalog id that a
 	// candidate may use (what a fleet has); ids absent from it are
 	// unlimited.
@@ -139,6 +143,14 @@ type Request struct {
 func (r Request) withDefaults() (Request, error) {
 	if r.Model == nil {
 		return r, fmt.Errorf("%w: model: required", gpufleet.ErrInvalid)
+	}
+	for name, w := range map[string]float64{"rack-power": r.Rack.PowerWatts, "rack-cooling": r.Rack.CoolingWatts} {
+		if !(w >= 0 && w <= float64(gpufleet.MaxWatts)) {
+			return r, fmt.Errorf("%w: %s %g W: expected 0 to %s", gpufleet.ErrInvalid, name, w, gpufleet.MaxWatts)
+		}
+	}
+	if r.Rack.Units < 0 || r.Rack.Units > 1000 {
+		return r, fmt.Errorf("%w: rack-units %d: expected 0 to 1000", gpufleet.ErrInvalid, r.Rack.Units)
 	}
 	switch r.Mode {
 	case "":

@@ -224,6 +224,9 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		"tp not dividing gpus":    {args: []string{"plan", "--model", "llama-3.1-8b", "--gpus", "6", "--tp", "4"}, wantErr: "tp 4 does not divide gpus 6"},
 		"zero stage out of range": {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--zero", "4"}, wantErr: "zero 4"},
 		"bad tokens":              {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--tokens", "many"}, wantErr: "--tokens \"many\""},
+		"bad rack power":          {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-power", "lots"}, wantErr: "--rack-power"},
+		"negative rack cooling":   {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-cooling", "-2kW"}, wantErr: "--rack-cooling"},
+		"rack units":              {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-units", "-1"}, wantErr: "--rack-units -1"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -339,5 +342,21 @@ func TestServerEnergyFlagsNameTheField(t *testing.T) {
 		if _, errOut, code := run(t, args...); code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+func TestPlanFacilityCheck(t *testing.T) {
+	out, errOut, code := run(t, "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "16", "--rack-power", "17.3kW", "--rack-units", "42")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"Facility check", "2 x 8 GPUs", "10.2kW", "1/1", "power", "20.4kW"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, _ = run(t, "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb")
+	if strings.Contains(out, "Facility check") {
+		t.Errorf("a plan without a rack prints the facility check:\n%s", out)
 	}
 }

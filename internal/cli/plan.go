@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,6 +27,9 @@ type planFlags struct {
 	microBatch, globalBatch, zero, tp, pp, dp       int
 	latencyTargetMS                                 float64
 	fp32GradAccum                                   bool
+	// Facility check (plan only).
+	rackPower, rackCooling string
+	rackUnits              int
 }
 
 func (p *planFlags) bind(fs *pflag.FlagSet) {
@@ -142,6 +146,23 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 		return r, usageErr("--latency-target-ms %v: expected a positive number", p.latencyTargetMS)
 	}
 	r.LatencyTargetS = p.latencyTargetMS / 1e3
+	for _, f := range []struct {
+		flag, v string
+		dst     *float64
+	}{{"--rack-power", p.rackPower, &r.Rack.PowerWatts}, {"--rack-cooling", p.rackCooling, &r.Rack.CoolingWatts}} {
+		if f.v == "" {
+			continue
+		}
+		w, err := gpufleet.ParsePower(f.v)
+		if err != nil {
+			return r, gpufleet.InField(f.flag, err)
+		}
+		*f.dst = float64(w)
+	}
+	if p.rackUnits < 0 || p.rackUnits > 1000 {
+		return r, usageErr("--rack-units %d: expected 0 to 1000", p.rackUnits)
+	}
+	r.Rack.Units = p.rackUnits
 	return r, nil
 }
 
@@ -160,12 +181,19 @@ overhead), whether the precision is native, what bounds decode and prefill
 (compute, memory or interconnect), throughput, latency, cost and energy, and
 ranks candidates by cost per output token (or the cheapest that meets
 --latency-target-ms). See docs/PLANNER.md for the model and docs/ACCURACY.md
-for how well it predicts published measurements.`,
+for how well it predicts published measurements.
+
+With --rack-power, --rack-cooling or --rack-units it also checks the facility:
+how many nodes of each candidate a rack holds at rated draw and at the planned
+work's expected draw, how many racks the plan needs, and the power and cooling
+in total; a note warns when a rack cannot run the hardware at rated
+performance. docs/POWER.md has the model and its sources.`,
 		Example: `  gpufleet plan --model llama-3.1-70b
   gpufleet plan --model llama-3.1-8b --gpu l4,a10g,h100-sxm-80gb --batch max
   gpufleet plan --model mixtral-8x7b-v0.1 --precision fp8 --latency-target-ms 30
   gpufleet plan --model llama-3.1-70b --mode training --gpus 64 --zero 1 --tokens 2T
-  gpufleet plan --model ./config.json --gpu h100-sxm-80gb -o json`,
+  gpufleet plan --model ./config.json --gpu h100-sxm-80gb -o json
+  gpufleet plan --model llama-3.1-405b --precision fp8 --rack-power 17.3kW --rack-cooling 20kW --rack-units 42`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			cat, err := e.loadCatalog()
@@ -187,6 +215,9 @@ for how well it predicts published measurements.`,
 		},
 	}
 	pf.bind(cmd.Flags())
+	cmd.Flags().StringVar(&pf.rackPower, "rack-power", "", "facility check: a rack's power budget (17.3kW): nodes per rack, racks needed, power in total")
+	cmd.Flags().StringVar(&pf.rackCooling, "rack-cooling", "", "facility check: the heat a rack's cooling removes (20kW)")
+	cmd.Flags().IntVar(&pf.rackUnits, "rack-units", 0, "facility check: rack units for nodes (42)")
 	_ = cmd.RegisterFlagCompletionFunc("model", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return model.BuiltinNames(), cobra.ShellCompDirectiveDefault
 	})
@@ -248,6 +279,9 @@ func printPlan(e *env, p *planner.Plan) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if err := printFacility(w, p); err != nil {
+		return err
+	}
 	if r := p.Recommendation; r != nil {
 		fmt.Fprintf(w, "\nRecommendation: %d x %s, scale %s.\n  %s.\n", r.GPUs, r.GPU, r.Scaling, r.Reason)
 		for _, c := range p.Candidates {
@@ -263,6 +297,33 @@ func printPlan(e *env, p *planner.Plan) error {
 	}
 	fmt.Fprintln(w, "\nMEM/GPU is the most loaded GPU; TTFT and TPOT are time to first token and per output token; -o json has every field and note.")
 	return nil
+}
+
+// printFacility prints the facility check of the candidates that fit,
+// when the plan was given a rack.
+func printFacility(w io.Writer, p *planner.Plan) error {
+	var t *table
+	for _, c := range p.Candidates {
+		f := c.Facility
+		if !c.Fits || f == nil || f.NodesPerRackRated == nil {
+			continue
+		}
+		if t == nil {
+			fmt.Fprintln(w, "\nFacility check (a rack at rated draw, and at the expected draw of this work):")
+			t = newTable(w, "GPU", "NODES", "NODE RATED", "NODE EXPECTED", "NODE U", "PER RACK", "LIMITED BY", "RACKS", "POWER RATED", "POWER EXPECTED")
+		}
+		racks := "-"
+		if f.Racks != nil {
+			racks = strconv.Itoa(*f.Racks)
+		}
+		t.row(c.GPU, fmt.Sprintf("%d x %d GPUs", f.Nodes, f.GPUsPerNode), gpufleet.Watts(f.RatedNodeWatts).String(), gpufleet.Watts(f.ExpectedNodeWatts).String(),
+			strconv.Itoa(f.NodeRackUnits), fmt.Sprintf("%d/%d", *f.NodesPerRackRated, *f.NodesPerRackExpected), f.LimitedBy, racks,
+			gpufleet.Watts(f.TotalRatedWatts).String(), gpufleet.Watts(f.TotalExpectedWatts).String())
+	}
+	if t == nil {
+		return nil
+	}
+	return t.flush()
 }
 
 func humanCount(n int64) string {

@@ -194,6 +194,16 @@ var rackUnits = map[string]int{
 	"b200-hgx":       10, // DGX B200: 10U
 }
 
+// BoardGPUs is the GPUs of the one server a model comes in (8 for the
+// SXM boards of the DGX/HGX systems hostOverhead lists), 0 when it comes
+// in servers of any size (PCIe cards).
+func BoardGPUs(g catalog.GPU) int {
+	if _, ok := hostOverhead[g.ID]; ok {
+		return 8
+	}
+	return 0
+}
+
 // NodeUnits is a node's height in rack units: the DGX system's for the
 // 8-GPU boards it knows, else 4U for up to 8 GPUs and 2U for up to 2 (an
 // assumption, stated in docs/POWER.md), 8U beyond 8.
