@@ -41,16 +41,30 @@ type devNode struct {
 // devFleet is the simulated fleet: NVLink H100 and A100 boxes, PCIe L4s,
 // and an H200 box with MIG on GPUs 0-1.
 var devFleet = []devNode{
-	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "power_budget_watts=10200"}},
-	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "power_budget_watts=10200"}},
-	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "power_budget_watts=6500"}},
-	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "power_budget_watts=6500"}},
+	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1"}},
+	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1"}},
+	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1"}},
+	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1"}},
 	{"dev-l4-0", "l4:4", []string{"rack=r3", "block=b2"}},
 	{"dev-l4-1", "l4:4", []string{"rack=r3", "block=b2"}},
 	{"dev-l4-2", "l4:4", []string{"rack=r3", "block=b2"}},
 	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2"}},
-	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "power_budget_watts=10200"}},
+	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2"}},
 }
+
+// devRacks are the dev fleet's racks, found by the nodes' rack labels:
+// 17.3 kW each, a common facility provision (docs/POWER.md). The two
+// H100 boxes of r1 are rated 20.4 kW, so r1 holds back work once its
+// projected draw nears 17.3 kW, and keeps 1.4 kW (two H100s) for
+// production; the others are rated under their budget.
+var devRacks = []gpufleet.Rack{
+	{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 1400, CoolingWatts: ptrTo(20000.0)},
+	{Name: "r2", PowerBudgetWatts: 17300},
+	{Name: "r3", PowerBudgetWatts: 17300},
+	{Name: "r4", PowerBudgetWatts: 17300},
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // devState is DIR/dev.json.
 type devState struct {
@@ -69,8 +83,9 @@ func newDevCmd(e *env) *cobra.Command {
 		Long: `Run a complete gpufleet on one machine: the server (with short timeouts:
 heartbeat 1s, grace 3s, fence 5s) and simulated nodes, each a real
 ` + "`gpufleet agent --backend sim`" + ` process: 2x8 H100 SXM, 2x8 A100 80GB, 4x4 L4
-and 1x8 H200 with MIG (GPUs 0-1 as 7x1g.18gb). It seeds teams team-a and
-team-b with member tokens, prints the URLs and tokens, and writes
+and 1x8 H200 with MIG (GPUs 0-1 as 7x1g.18gb), in racks r1-r4 of 17.3 kW
+each (r1, the H100s, is rated 20.4 kW: it holds work back for power). It seeds
+teams team-a and team-b with member tokens, prints the URLs and tokens, and writes
 DIR/dev.json. Run it again on the same directory and it carries on: same
 tokens, nodes and credentials, and attempts still running are re-adopted.
 Ctrl-C stops it.`,
@@ -162,7 +177,8 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: d.LeaseTTL,
 		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL,
 		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
-		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow}
+		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow,
+		pue: d.PUE, gridIntensity: d.Intensity.Constant}
 	srvEnv := &env{stdin: e.stdin, stdout: io.Discard, stderr: srvLog, catalog: e.catalog}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -198,6 +214,11 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 			tok = t.Token
 		}
 		st.Teams[team] = tok
+	}
+	for _, r := range devRacks {
+		if _, err := client.PutRack(ctx, r); err != nil {
+			return fmt.Errorf("seed rack %s: %w", r.Name, err)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {

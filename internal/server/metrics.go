@@ -16,6 +16,9 @@ type metrics struct {
 	cycle     prometheus.Histogram
 	decisions prometheus.Counter
 	submitted prometheus.Counter
+	// rack is each rack's power: budget, production reserve, rated and
+	// projected draw (the leader's, as the scheduler saw it), by kind.
+	rack *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -34,8 +37,12 @@ func newMetrics() *metrics {
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpufleet_jobs_submitted_total", Help: "Jobs accepted.",
 		}),
+		rack: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_rack_power_watts",
+			Help: "Racks' power by kind: budget, production_reserve, rated (GPUs at TDP and host overheads) and projected (measured draw, expected draw of running work, idle and hosts), as the leader's last cycle saw it.",
+		}, []string{"rack", "kind"}),
 	}
-	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted,
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -45,6 +52,22 @@ func (m *metrics) setQueue(depth map[[2]string]float64) {
 	m.queue.Reset()
 	for k, v := range depth {
 		m.queue.WithLabelValues(k[0], k[1]).Set(v)
+	}
+}
+
+// rackPower is one rack's figures for setRacks.
+type rackPower struct {
+	name                              string
+	budget, reserve, rated, projected float64
+}
+
+// setRacks replaces the rack power series.
+func (m *metrics) setRacks(racks []rackPower) {
+	m.rack.Reset()
+	for _, r := range racks {
+		for kind, v := range map[string]float64{"budget": r.budget, "production_reserve": r.reserve, "rated": r.rated, "projected": r.projected} {
+			m.rack.WithLabelValues(r.name, kind).Set(v)
+		}
 	}
 }
 

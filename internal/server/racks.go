@@ -201,8 +201,12 @@ func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.P
 // Node.Rack, their projected draw and what placed GPUs add.
 func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]gpufleet.Priority) error {
 	racks, err := s.st.Racks(ctx)
-	if err != nil || len(racks) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(racks) == 0 {
+		s.metrics.setRacks(nil)
+		return nil
 	}
 	members := rackMembers(racks, nodes)
 	rackOf := map[string]string{}
@@ -220,18 +224,21 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	gauges := make([]rackPower, 0, len(racks))
 	for _, r := range racks {
-		if r.PowerBudgetWatts <= 0 {
-			continue
-		}
 		var ns []gpufleet.Node
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
 		draw, _ := s.projectedDraw(ns, held)
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: draw})
+		if r.PowerBudgetWatts <= 0 {
+			continue
+		}
 		in.Racks = append(in.Racks, scheduler.Rack{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
 			ProductionReserveWatts: r.ProductionReserveWatts, DrawWatts: draw})
 	}
+	s.metrics.setRacks(gauges)
 	s.teleMu.Lock()
 	in.GPUDraw = scheduler.GPUDraw(s.drawLearner.Add(in.Models, gpufleet.Priorities()))
 	s.teleMu.Unlock()

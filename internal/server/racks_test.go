@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,14 @@ func TestRackAtItsBudgetWaitsForPower(t *testing.T) {
 	racks, err := f.srv.Racks(ctx, a)
 	if err != nil || len(racks) != 1 || racks[0].DrawWatts == nil || *racks[0].DrawWatts < 7000 || racks[0].RatedWatts != 10200 {
 		t.Fatalf("racks %+v, %v: want r1 drawing about 7.7 kW of 10.2 kW rated", racks, err)
+	}
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`gpufleet_rack_power_watts{kind="budget",rack="r1"} 8000`, `gpufleet_rack_power_watts{kind="rated",rack="r1"} 10200`,
+		`gpufleet_rack_power_watts{kind="projected",rack="r1"} 7`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	beat(api.AttemptReport{AttemptID: run.AttemptID, JobID: first.ID, State: gpufleet.AttemptSucceeded})
 	f.clk.Advance(time.Second)
