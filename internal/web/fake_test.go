@@ -62,6 +62,7 @@ func newFakeService(now time.Time) *fakeService {
 		GPUs: []gpufleet.NodeGPU{gpu(0, 0.9, false, ""), gpu(1, 0.5, true, "team-a"), gpu(2, 0.01, true, "team-a"), gpu(3, 0, false, "")}}
 	n1.GPUs[3].Health, n1.GPUs[3].Reason = gpufleet.Unhealthy, "XID 79"
 	n1.GPUs[3].Live.RecentXIDs = []int{79}
+	n1.GPUs[1].Live.ThrottleReasons = []string{"sw_power_cap", "sync_boost"}
 	n2 := gpufleet.Node{Name: "n2", State: gpufleet.NodeCordoned, Health: gpufleet.Healthy,
 		GPUs: []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-L4", Model: "l4", State: gpufleet.NodeReady, Health: gpufleet.Healthy,
 			MIGInstances: []gpufleet.MIGInstance{{UUID: "MIG-1", Profile: "1g.10gb"}}}}}
@@ -226,8 +227,9 @@ func (s *fakeService) Classes(_ context.Context, p api.Principal) ([]gpufleet.Cl
 	return []gpufleet.Class{{Name: "big", Models: []string{"h100-sxm-80gb", "l4"}}}, s.record(p)
 }
 
-func (s *fakeService) Racks(context.Context, api.Principal) ([]gpufleet.Rack, error) {
-	return nil, nil
+func (s *fakeService) Racks(_ context.Context, p api.Principal) ([]gpufleet.Rack, error) {
+	draw := 9800.0
+	return []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, RatedWatts: 10200, DrawWatts: &draw, Members: []string{"n1"}}}, s.record(p)
 }
 
 func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
@@ -268,6 +270,15 @@ func (s *fakeService) Usage(_ context.Context, p api.Principal, q api.UsageQuery
 	} {
 		if visibleTo(p, t.Team) {
 			rep.Teams = append(rep.Teams, t)
+		}
+	}
+	rep.PUE, rep.GridIntensity = 1.5, 400
+	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for i, kwh := range []float64{4, 6} {
+		d := day.AddDate(0, 0, i)
+		e := api.EnergyRow{Team: "team-a", PeriodStart: &d, GPUHours: kwh * 2, GPUEnergyKWh: kwh, FacilityEnergyKWh: 1.5 * kwh, CO2eKg: 1.5 * kwh * 0.4, AvgGPUWatts: 500}
+		if q.By == api.EnergyByTeam && q.Period == "day" && visibleTo(p, e.Team) {
+			rep.Energy = append(rep.Energy, e)
 		}
 	}
 	return rep, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -81,10 +82,75 @@ type fleetTotals struct {
 	EnergyToday                      string
 }
 
+// rackRow is one rack of the fleet page: its projected draw against its
+// budget, and its GPUs throttling for power or heat.
+type rackRow struct {
+	Name                string
+	Budget, Draw, Rated string
+	UsedPct             int // projected draw over budget, percent (0 without a budget)
+	Near, Over          bool
+	Nodes, GPUs         int
+	Throttling          int
+	ThrottlingExplained string
+}
+
+// powerThrottle are the clock-event reasons (the agent's names) that
+// mean a GPU runs slower for power or heat.
+var powerThrottle = []string{"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake"}
+
+// nearBudget is the share of its budget from which a rack shows as near.
+const nearBudget = 0.9
+
+// rackRows is the fleet page's racks.
+func rackRows(racks []gpufleet.Rack, nodes []gpufleet.Node) []rackRow {
+	byName := map[string]gpufleet.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	var out []rackRow
+	for _, r := range racks {
+		row := rackRow{Name: r.Name, Budget: gpufleet.Watts(r.PowerBudgetWatts).String(), Rated: gpufleet.Watts(r.RatedWatts).String(), Draw: dash, Nodes: len(r.Members)}
+		if r.DrawWatts != nil {
+			row.Draw = gpufleet.Watts(*r.DrawWatts).String()
+			if r.PowerBudgetWatts > 0 {
+				f := *r.DrawWatts / r.PowerBudgetWatts
+				row.UsedPct, row.Near, row.Over = int(math.Round(100*f)), f >= nearBudget, f > 1
+			}
+		}
+		reasons := map[string]int{}
+		for _, m := range r.Members {
+			for _, g := range byName[m].GPUs {
+				row.GPUs++
+				if g.Live == nil {
+					continue
+				}
+				hit := false
+				for _, t := range g.Live.ThrottleReasons {
+					if slices.Contains(powerThrottle, t) {
+						reasons[t]++
+						hit = true
+					}
+				}
+				if hit {
+					row.Throttling++
+				}
+			}
+		}
+		var parts []string
+		for _, t := range slices.Sorted(maps.Keys(reasons)) {
+			parts = append(parts, fmt.Sprintf("%s on %d", t, reasons[t]))
+		}
+		row.ThrottlingExplained = strings.Join(parts, ", ")
+		out = append(out, row)
+	}
+	return out
+}
+
 // fleetView is the fleet page.
 type fleetView struct {
 	Models, Teams []string
 	Model, Team   string
+	Racks         []rackRow
 	Nodes         []fleetNode
 	Totals        fleetTotals
 	Buckets       any
@@ -177,6 +243,11 @@ func (u *UI) fleetPage(r *http.Request, v *viewer) (view, error) {
 		fv.Totals.EffUtil = &e
 	}
 	fv.Totals.EnergyToday = u.energyToday(r, v, nodes)
+	racks, err := u.svc.Racks(ctx, v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("racks: %w", err)
+	}
+	fv.Racks = rackRows(racks, nodes)
 	live := "/ui/fleet"
 	if qs := filterQuery(fv.Model, fv.Team); qs != "" {
 		live += "?" + qs

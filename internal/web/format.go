@@ -110,16 +110,17 @@ func fmtCelsius(v *float64) string {
 	return strconv.FormatFloat(*v, 'f', 0, 64) + " °C"
 }
 
+// fmtEnergy writes an energy in kWh, the one unit of energy in tables.
 func fmtEnergy(j float64) string {
+	kwh := j / 3.6e6
+	prec := 1
 	switch {
-	case j >= 3.6e9:
-		return strconv.FormatFloat(j/3.6e9, 'f', 2, 64) + " MWh"
-	case j >= 3.6e6:
-		return strconv.FormatFloat(j/3.6e6, 'f', 1, 64) + " kWh"
-	case j >= 3.6e3:
-		return strconv.FormatFloat(j/3.6e3, 'f', 1, 64) + " Wh"
+	case kwh < 0.1:
+		prec = 3
+	case kwh < 10:
+		prec = 2
 	}
-	return strconv.FormatFloat(j, 'f', 0, 64) + " J"
+	return strconv.FormatFloat(kwh, 'f', prec, 64) + " kWh"
 }
 
 func fmtHours(h float64) string {

@@ -53,6 +53,13 @@ type teamCard struct {
 	Total          classRow
 }
 
+// energyRow is one team's energy over the period.
+type energyRow struct {
+	Team                    string
+	GPUJ, FacilityJ, CO2eKg float64
+	AvgW                    float64
+}
+
 // teamsView is the teams page.
 type teamsView struct {
 	Periods  []period
@@ -60,6 +67,12 @@ type teamsView struct {
 	From, To string
 	Teams    []teamCard
 	Chart    barChart
+	// Energy is each team's energy and CO2e; EnergyChart the facility
+	// energy per day by team; PUE and Intensity what they use.
+	Energy      []energyRow
+	EnergyChart barChart
+	PUE         float64
+	Intensity   string
 }
 
 func (u *UI) teamsPage(r *http.Request, v *viewer) (view, error) {
@@ -74,7 +87,7 @@ func (u *UI) teamsPage(r *http.Request, v *viewer) (view, error) {
 	if err != nil {
 		return view{}, fmt.Errorf("classes: %w", err)
 	}
-	rep, err := u.svc.Usage(ctx, v.P, api.UsageQuery{From: from, To: now})
+	rep, err := u.svc.Usage(ctx, v.P, api.UsageQuery{From: from, To: now, By: api.EnergyByTeam, Period: "day"})
 	if err != nil {
 		return view{}, fmt.Errorf("usage: %w", err)
 	}
@@ -97,7 +110,66 @@ func (u *UI) teamsPage(r *http.Request, v *viewer) (view, error) {
 		"Each team's GPU-hours, split into effective GPU-hours, idle-allocated GPU-hours and the rest.",
 		[]barPart{{"effective", "#0072b2"}, {"idle allocated", "#e69f00"}, {"other allocated", "#b8c4d0"}},
 		bars, "", func(x float64) string { return fmtHours(x) + " h" })
+	tv.energy(rep, per)
 	return view{page: "teams", title: "Teams", nav: "teams", live: "/ui/teams?period=" + per.Key, data: tv}, nil
+}
+
+// teamColors are the energy chart's team colours (Okabe-Ito), reused
+// past eight teams.
+var teamColors = []string{"#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000"}
+
+// energy fills the energy table and the chart of facility energy per day
+// from the report's daily energy rows by team.
+func (tv *teamsView) energy(rep api.UsageReport, per period) {
+	tv.PUE = rep.PUE
+	tv.Intensity = fmt.Sprintf("%g g CO2e/kWh", rep.GridIntensity)
+	if rep.GridIntensityHourly {
+		tv.Intensity = "the hourly grid intensity file (else " + tv.Intensity + ")"
+	}
+	byTeam := map[string]*energyRow{}
+	byDay := map[time.Time]map[string]float64{}
+	gpuS := map[string]float64{}
+	for _, e := range rep.Energy {
+		r := byTeam[e.Team]
+		if r == nil {
+			r = &energyRow{Team: e.Team}
+			byTeam[e.Team] = r
+		}
+		r.GPUJ += e.GPUEnergyKWh * 3.6e6
+		r.FacilityJ += e.FacilityEnergyKWh * 3.6e6
+		r.CO2eKg += e.CO2eKg
+		gpuS[e.Team] += e.GPUHours * 3600
+		if e.PeriodStart != nil {
+			if byDay[*e.PeriodStart] == nil {
+				byDay[*e.PeriodStart] = map[string]float64{}
+			}
+			byDay[*e.PeriodStart][e.Team] += e.FacilityEnergyKWh
+		}
+	}
+	teams := slices.Sorted(maps.Keys(byTeam))
+	var parts []barPart
+	for i, t := range teams {
+		r := byTeam[t]
+		if gpuS[t] > 0 {
+			r.AvgW = r.GPUJ / gpuS[t]
+		}
+		tv.Energy = append(tv.Energy, *r)
+		parts = append(parts, barPart{t, teamColors[i%len(teamColors)]})
+	}
+	var bars []barInput
+	for _, d := range slices.SortedFunc(maps.Keys(byDay), func(a, b time.Time) int { return a.Compare(b) }) {
+		b := barInput{Label: d.UTC().Format("Mon 2 Jan")}
+		total := 0.0
+		for _, t := range teams {
+			b.Values = append(b.Values, byDay[d][t])
+			total += byDay[d][t]
+		}
+		b.Note = fmtEnergy(total * 3.6e6)
+		bars = append(bars, b)
+	}
+	tv.EnergyChart = buildBarChart("Facility energy per day by team, "+strings.ToLower(per.Label),
+		"Each day's facility energy (the GPUs' energy times the PUE), split by team.",
+		parts, bars, "", func(x float64) string { return fmtEnergy(x * 3.6e6) })
 }
 
 // classOf maps a model to its quota class the way the scheduler does: a
