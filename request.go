@@ -43,11 +43,12 @@ type Preference string
 
 // Preferences; empty takes the first model that fits.
 const (
-	Cheapest Preference = "cheapest" // lowest catalog price; unknown price last
-	Fastest  Preference = "fastest"  // highest bf16 (else fp16) peak
+	Cheapest  Preference = "cheapest"  // lowest catalog price; unknown price last
+	Fastest   Preference = "fastest"   // highest bf16 (else fp16) peak
+	Efficient Preference = "efficient" // fewest joules per unit of work: highest peak per watt of TDP; unknown last
 )
 
-// UnmarshalText accepts cheapest, fastest or empty.
+// UnmarshalText accepts cheapest, fastest, efficient or empty.
 func (p *Preference) UnmarshalText(b []byte) error {
 	v := Preference(b)
 	if err := v.Validate(); err != nil {
@@ -60,10 +61,10 @@ func (p *Preference) UnmarshalText(b []byte) error {
 // Validate checks the value.
 func (p Preference) Validate() error {
 	switch p {
-	case "", Cheapest, Fastest:
+	case "", Cheapest, Fastest, Efficient:
 		return nil
 	}
-	return badValue("prefer", string(p), "expected cheapest or fastest")
+	return badValue("prefer", string(p), "expected cheapest, fastest or efficient")
 }
 
 // SimLoad is the load a job puts on simulated GPUs (it has no effect on

@@ -52,7 +52,7 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.precision, "precision", "", "precision the GPUs must support natively: fp32, bf16, fp16, fp8, int8, int4, fp4")
 	fs.StringVar(&f.interconnect, "interconnect", "", "nvlink or any")
 	fs.StringVar(&f.sharing, "sharing", "", "exclusive, mig:PROFILE (mig:1g.18gb) or timeslice:FRACTION (timeslice:0.25)")
-	fs.StringVar(&f.prefer, "prefer", "", "cheapest or fastest among fitting GPUs")
+	fs.StringVar(&f.prefer, "prefer", "", "cheapest, fastest or efficient (highest peak per watt: fewest joules for compute-bound work) among fitting GPUs")
 	fs.StringArrayVar(&f.nodeSelector, "node-selector", nil, "node label KEY=VALUE the nodes must carry (repeatable)")
 	fs.StringVar(&f.priority, "priority", "", "production, interactive, training or batch")
 	fs.StringVar(&f.team, "team", "", "team to run as (admins; members run as their own team)")

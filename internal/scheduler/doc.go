@@ -11,7 +11,7 @@
 // borrowing of idle capacity and reclaim, gang placement on one node or
 // spread over nodes in one rack or block, NVLink-domain and fragmentation
 // aware packing, heterogeneity (model allowlists, memory, compute
-// capability, native precision, node labels, cheapest or fastest model,
+// capability, native precision, node labels, cheapest, fastest or most energy-efficient model,
 // waiting for a faster model as long as a slower one would cost), MIG and
 // time-slice sharing, preemption that loses the least work and, for
 // starving jobs, preemption of long jobs with a bounded cost, EASY

@@ -220,7 +220,8 @@ func (s *sched) modelNamed(mi *modelInfo, name string) bool {
 }
 
 // rankModels orders models by preference: cheapest adequate (lowest price,
-// unknown price last) or fastest (highest bf16 or fp16 peak).
+// unknown price last), fastest (highest bf16 or fp16 peak) or most
+// efficient (highest peak per watt of TDP, unknown last).
 func (s *sched) rankModels(models []int32, prefer gpufleet.Preference) {
 	ms := s.f.models
 	slices.SortStableFunc(models, func(a, b int32) int {
@@ -238,6 +239,10 @@ func (s *sched) rankModels(models []int32, prefer gpufleet.Preference) {
 		case gpufleet.Fastest:
 			if ms[a].speed != ms[b].speed {
 				return cmp.Compare(ms[b].speed, ms[a].speed)
+			}
+		case gpufleet.Efficient:
+			if ms[a].perWatt != ms[b].perWatt {
+				return cmp.Compare(ms[b].perWatt, ms[a].perWatt)
 			}
 		}
 		return cmp.Compare(a, b)

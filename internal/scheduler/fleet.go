@@ -54,6 +54,10 @@ type modelInfo struct {
 	gpus   int   // GPUs of the model in the fleet, whatever their state
 	speed  float64
 	price  *float64
+	// perWatt is the bf16 (else fp16) peak per watt of TDP, 0 when either
+	// is unpublished: the energy a unit of compute-bound work takes on it
+	// is proportional to its inverse.
+	perWatt float64
 }
 
 // migSlot is one MIG instance of a GPU.
@@ -183,6 +187,9 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 			mi.speed = v
 		} else if v, ok := g.Peak(gpufleet.FP16); ok {
 			mi.speed = v
+		}
+		if g.TDPWatts != nil && *g.TDPWatts > 0 {
+			mi.perWatt = mi.speed / *g.TDPWatts
 		}
 		f.modelIdx[id] = int32(len(f.models))
 		f.models = append(f.models, mi)
