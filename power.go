@@ -39,12 +39,22 @@ func ParsePower(s string) (Watts, error) {
 	return Watts(v * mult), nil
 }
 
-// String writes a power in kW from a kilowatt up ("17.3kW"), else in W.
+// String writes a power in kW from a kilowatt up ("17.3kW"), else in W,
+// exactly: ParsePower reads it back to the same value.
 func (w Watts) String() string {
 	if w >= 1000 {
 		return strconv.FormatFloat(float64(w)/1000, 'f', -1, 64) + "kW"
 	}
 	return strconv.FormatFloat(float64(w), 'f', -1, 64) + "W"
+}
+
+// Human writes a power for people: in kW to 10 W from a kilowatt up
+// ("10.32kW"), else in whole watts ("700W").
+func (w Watts) Human() string {
+	if w >= 999.5 {
+		return strconv.FormatFloat(math.Round(float64(w)/10)/100, 'f', -1, 64) + "kW"
+	}
+	return strconv.FormatFloat(math.Round(float64(w)), 'f', -1, 64) + "W"
 }
 
 // UnmarshalJSON takes a number of watts or a ParsePower string.

@@ -316,6 +316,11 @@ func TestParsePower(t *testing.T) {
 			}
 		})
 	}
+	for w, want := range map[gpufleet.Watts]string{10320.776: "10.32kW", 999.6: "1kW", 70.4: "70W", 1e9: "1000000kW"} {
+		if s := w.Human(); s != want {
+			t.Errorf("Watts(%v) = %q, want %q", float64(w), s, want)
+		}
+	}
 	if s := gpufleet.Watts(17300).String(); s != "17.3kW" {
 		t.Errorf("String() = %q", s)
 	}

@@ -73,10 +73,10 @@ func facility(r Request, g catalog.GPU, c *Candidate) *Facility {
 			what, limit = "cooling", r.Rack.CoolingWatts
 		}
 		c.Notes = append(c.Notes, fmt.Sprintf("one %d-GPU node draws %s at its rating, more than the rack's %s of %s: it cannot run at rated performance there (power capping or thermal throttling)",
-			perNode, fit.RatedNodeWatts, what, gpufleet.Watts(limit)))
+			perNode, fit.RatedNodeWatts.Human(), what, gpufleet.Watts(limit).Human()))
 	} else if f.NodesPerRackExpected != nil && *f.NodesPerRackExpected > *f.NodesPerRackRated {
 		c.Notes = append(c.Notes, fmt.Sprintf("a rack holds %d nodes at rated draw and %d at the expected %s per node: packing beyond the rating relies on power capping",
-			*f.NodesPerRackRated, *f.NodesPerRackExpected, fit.ExpectedNodeWatts))
+			*f.NodesPerRackRated, *f.NodesPerRackExpected, fit.ExpectedNodeWatts.Human()))
 	}
 	return f
 }

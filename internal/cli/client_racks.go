@@ -153,10 +153,8 @@ func watts(v *float64) string {
 	if v == nil {
 		return "-"
 	}
-	return gpufleet.Watts(roundTo(*v, 10)).String()
+	return gpufleet.Watts(*v).Human()
 }
-
-func roundTo(v, step float64) float64 { return float64(int64(v/step+0.5)) * step }
 
 func (c *clientEnv) printRacks(racks []gpufleet.Rack) error {
 	t := newTable(c.stdout, "NAME", "BUDGET", "DRAW", "USED", "RESERVE", "RATED", "PUE", "NODES")

@@ -316,9 +316,9 @@ func printFacility(w io.Writer, p *planner.Plan) error {
 		if f.Racks != nil {
 			racks = strconv.Itoa(*f.Racks)
 		}
-		t.row(c.GPU, fmt.Sprintf("%d x %d GPUs", f.Nodes, f.GPUsPerNode), gpufleet.Watts(f.RatedNodeWatts).String(), gpufleet.Watts(f.ExpectedNodeWatts).String(),
+		t.row(c.GPU, fmt.Sprintf("%d x %d GPUs", f.Nodes, f.GPUsPerNode), gpufleet.Watts(f.RatedNodeWatts).Human(), gpufleet.Watts(f.ExpectedNodeWatts).Human(),
 			strconv.Itoa(f.NodeRackUnits), fmt.Sprintf("%d/%d", *f.NodesPerRackRated, *f.NodesPerRackExpected), f.LimitedBy, racks,
-			gpufleet.Watts(f.TotalRatedWatts).String(), gpufleet.Watts(f.TotalExpectedWatts).String())
+			gpufleet.Watts(f.TotalRatedWatts).Human(), gpufleet.Watts(f.TotalExpectedWatts).Human())
 	}
 	if t == nil {
 		return nil

@@ -109,9 +109,9 @@ func rackRows(racks []gpufleet.Rack, nodes []gpufleet.Node) []rackRow {
 	}
 	var out []rackRow
 	for _, r := range racks {
-		row := rackRow{Name: r.Name, Budget: gpufleet.Watts(r.PowerBudgetWatts).String(), Rated: gpufleet.Watts(r.RatedWatts).String(), Draw: dash, Nodes: len(r.Members)}
+		row := rackRow{Name: r.Name, Budget: gpufleet.Watts(r.PowerBudgetWatts).Human(), Rated: gpufleet.Watts(r.RatedWatts).Human(), Draw: dash, Nodes: len(r.Members)}
 		if r.DrawWatts != nil {
-			row.Draw = gpufleet.Watts(*r.DrawWatts).String()
+			row.Draw = gpufleet.Watts(*r.DrawWatts).Human()
 			if r.PowerBudgetWatts > 0 {
 				f := *r.DrawWatts / r.PowerBudgetWatts
 				row.UsedPct, row.Near, row.Over = int(math.Round(100*f)), f >= nearBudget, f > 1
