@@ -21,6 +21,10 @@ type reservation struct {
 	nodes  []int32
 	shared bool
 	mig    bool
+	// watts is what the head's placement adds to its racks: jobs that
+	// would run past at (modeLong) leave it free, so power the head needs
+	// cannot go to them.
+	watts []rackWatts
 }
 
 // reserveFor computes the head job's shadow time, the earliest moment
@@ -82,6 +86,11 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 	} else {
 		r.shared, r.mig = true, sh.kind == gpufleet.MIG
 	}
+	if s.pw.on {
+		for rack, w := range s.placementPower(found.allocs, found.model) {
+			r.watts = append(r.watts, rackWatts{rack, w})
+		}
+	}
 	s.applyReservation(r)
 	s.resvGen++
 	return true
@@ -91,6 +100,9 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 func (s *sched) applyReservation(r *reservation) {
 	for _, a := range r.locs {
 		s.f.reserve(a.node, a.gpu)
+	}
+	for _, rw := range r.watts {
+		s.pw.resv[rw.rack] += rw.w
 	}
 	s.resv = r
 }
@@ -102,6 +114,9 @@ func (s *sched) dropReservation() *reservation {
 	}
 	for _, a := range r.locs {
 		s.f.unreserve(a.node, a.gpu)
+	}
+	for _, rw := range r.watts {
+		s.pw.resv[rw.rack] = max(0, s.pw.resv[rw.rack]-rw.w)
 	}
 	s.resv = nil
 	return r

@@ -37,6 +37,8 @@ func (c *cand) better(sc [4]int64) bool { return !c.ok || slices.Compare(sc[:], 
 // none fit now. All packing policies go through here, the placement cycle,
 // the reservation and the ETA simulation alike.
 func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool) {
+	s.pw.long = mode == modeLong
+	defer func() { s.pw.long = false }()
 	best := &s.best
 	best.ok = false
 	best.allocs = best.allocs[:0]

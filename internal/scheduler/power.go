@@ -58,6 +58,11 @@ type powerState struct {
 	curProd  bool
 	off      bool   // searches ignore power (to tell a power refusal apart)
 	freed    uint64 // grows whenever a grant's draw leaves a rack
+	// resv is per rack the draw the backfill reservation's head will add;
+	// long is set while a search places a job that would run past the
+	// reservation, which must leave resv free.
+	resv []float64
+	long bool
 }
 
 // buildPower indexes the racks of the input over the fleet's nodes.
@@ -79,6 +84,7 @@ func (s *sched) buildPower() {
 		p.budget = append(p.budget, r.BudgetWatts)
 		p.reserve = append(p.reserve, min(max(r.ProductionReserveWatts, 0), r.BudgetWatts))
 		p.draw = append(p.draw, max(r.DrawWatts, 0))
+		p.resv = append(p.resv, 0)
 	}
 	if len(p.names) == 0 {
 		return
@@ -156,12 +162,18 @@ func (s *sched) powerOK(ni, m, units int32) bool {
 	return p.draw[r]+float64(units)*p.perUnit(m) <= p.limit(r)+1e-6
 }
 
-// limit is rack r's budget for the current job.
+// limit is rack r's budget for the current job: less the production
+// reserve for other classes, and less the reservation's draw for a job
+// that would run past it.
 func (p *powerState) limit(r int32) float64 {
-	if p.curProd {
-		return p.budget[r]
+	l := p.budget[r]
+	if !p.curProd {
+		l -= p.reserve[r]
 	}
-	return p.budget[r] - p.reserve[r]
+	if p.long {
+		l -= p.resv[r]
+	}
+	return l
 }
 
 // allocUnits is what an alloc takes of its GPU, in units, for power: a
