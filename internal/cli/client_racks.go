@@ -94,11 +94,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 		Short:   "List racks: budget, projected draw, rated draw and nodes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := c.client(cmd)
-			if err != nil {
-				return err
-			}
-			racks, err := cl.Racks(cmd.Context())
+			racks, err := c.racks(cmd)
 			if err != nil {
 				return err
 			}
@@ -113,11 +109,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 		Short: "Show one rack",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client(cmd)
-			if err != nil {
-				return err
-			}
-			racks, err := cl.Racks(cmd.Context())
+			racks, err := c.racks(cmd)
 			if err != nil {
 				return err
 			}
@@ -189,4 +181,13 @@ func (c *clientEnv) printRack(r gpufleet.Rack) error {
 	kv.row("nodes listed", orDash(strings.Join(r.Nodes, ",")))
 	kv.row("members", orDash(strings.Join(r.Members, ",")))
 	return kv.flush()
+}
+
+// racks fetches every rack.
+func (c *clientEnv) racks(cmd *cobra.Command) ([]gpufleet.Rack, error) {
+	cl, err := c.client(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return cl.Racks(cmd.Context())
 }
