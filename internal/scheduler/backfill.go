@@ -21,9 +21,9 @@ type reservation struct {
 	nodes  []int32
 	shared bool
 	mig    bool
-	// watts is, per rack, what the head's placement will add beyond the
-	// draw of the jobs expected to end by at: jobs that would run past at
-	// (modeLong) leave it free, so power the head needs cannot go to them.
+	// watts is what the head's placement adds to its racks: jobs that
+	// would run past at (modeLong) leave it free, so power the head needs
+	// cannot go to them.
 	watts []rackWatts
 }
 
@@ -87,18 +87,8 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 		r.shared, r.mig = true, sh.kind == gpufleet.MIG
 	}
 	if s.pw.on {
-		// What the head needs of each rack beyond what the jobs expected
-		// to end by then free: a long job may take the rest.
-		freed := map[int32]float64{}
-		for _, g := range undo {
-			for _, rw := range g.watts {
-				freed[rw.rack] += rw.w
-			}
-		}
 		for rack, w := range s.placementPower(found.allocs, found.model) {
-			if need := w - freed[rack]; need > 0 {
-				r.watts = append(r.watts, rackWatts{rack, need})
-			}
+			r.watts = append(r.watts, rackWatts{rack, w})
 		}
 	}
 	s.applyReservation(r)
