@@ -120,7 +120,15 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b := do("POST", "/api/v1/classes", `{"name":"x","models":["l4"]}`, tokA)
 			want(t, c, 403, b)
 		},
-		"GET /api/v1/tokens": func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
+		// Racks are fleet inventory, like nodes: members read them, only
+		// admins change them.
+		"GET /api/v1/racks": func(t *testing.T) { c, b := do("GET", "/api/v1/racks", "", tokA); want(t, c, 200, b) },
+		"PUT /api/v1/racks/{name}": func(t *testing.T) {
+			c, b := do("PUT", "/api/v1/racks/r9", `{"power_budget_watts":1}`, tokA)
+			want(t, c, 403, b)
+		},
+		"DELETE /api/v1/racks/{name}": func(t *testing.T) { c, b := do("DELETE", "/api/v1/racks/r1", "", tokA); want(t, c, 403, b) },
+		"GET /api/v1/tokens":          func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/tokens": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/tokens", `{"team":"team-b","role":"member"}`, tokA)
 			want(t, c, 403, b)
