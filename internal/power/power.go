@@ -91,12 +91,19 @@ func RatedNode(g catalog.GPU, gpus int) gpufleet.Watts {
 // learned expectation: with fewer samples than this the prior dominates.
 const PriorWeight = 30
 
+// SafetySigmas is how far above the mean of the readings the learned draw
+// sits: placements budget for the mean plus this many standard deviations
+// (about the 98th percentile of a normal spread), never more than the TDP,
+// so that work drawing more than the average does not take a rack over.
+const SafetySigmas = 2.0
+
 // Learner learns the draw of allocated GPUs per model and priority class
-// from telemetry, with the TDP as the prior: expected = (n·mean + k·TDP) /
-// (n + k), k = PriorWeight. It is a plain value the caller owns and feeds.
+// from telemetry, with the TDP as the prior: expected = (n·(mean +
+// SafetySigmas·sd) + k·TDP) / (n + k), k = PriorWeight, at most the TDP.
+// It is a plain value the caller owns and feeds.
 type Learner struct {
-	sum map[learnKey]float64
-	n   map[learnKey]int
+	sum, sq map[learnKey]float64
+	n       map[learnKey]int
 }
 
 type learnKey struct {
@@ -110,19 +117,30 @@ func (l *Learner) Observe(model string, class gpufleet.Priority, watts float64) 
 		return
 	}
 	if l.sum == nil {
-		l.sum, l.n = map[learnKey]float64{}, map[learnKey]int{}
+		l.sum, l.sq, l.n = map[learnKey]float64{}, map[learnKey]float64{}, map[learnKey]int{}
 	}
 	k := learnKey{model, class}
 	l.sum[k] += watts
+	l.sq[k] += watts * watts
 	l.n[k]++
 }
 
-// Expected is the draw one GPU of model g is expected to have while a
-// job of class runs on it.
+// Expected is the draw one GPU of model g is budgeted at while a job of
+// class runs on it.
 func (l *Learner) Expected(g catalog.GPU, class gpufleet.Priority) float64 {
 	k := learnKey{g.ID, class}
+	tdp := TDP(g)
 	n := float64(l.n[k])
-	return (l.sum[k] + PriorWeight*TDP(g)) / (n + PriorWeight)
+	if n == 0 {
+		return tdp
+	}
+	mean := l.sum[k] / n
+	sd := math.Sqrt(max(l.sq[k]/n-mean*mean, 0))
+	high := mean + SafetySigmas*sd
+	if tdp > 0 {
+		high = min(high, tdp)
+	}
+	return (n*high + PriorWeight*tdp) / (n + PriorWeight)
 }
 
 // Add is, per model and class, what a placed GPU adds to its rack's

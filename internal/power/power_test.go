@@ -93,6 +93,25 @@ func TestLearnerMovesFromPriorToMeasurement(t *testing.T) {
 	}
 }
 
+func TestLearnerBudgetsForTheSpread(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	var l Learner
+	for i := range 1000 {
+		l.Observe(h.ID, gpufleet.Batch, float64(300+200*(i%2))) // mean 400 W, sd 100 W
+	}
+	want := (1000*(400+SafetySigmas*100) + PriorWeight*700) / (1000 + PriorWeight)
+	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-want) > 1e-6 {
+		t.Errorf("Expected = %v, want the mean plus %v sd shrunk to the prior, %v", got, SafetySigmas, want)
+	}
+	var wide Learner
+	for i := range 1000 {
+		wide.Observe(h.ID, gpufleet.Batch, float64(100+600*(i%2))) // mean 400 W, sd 300 W: capped at the TDP
+	}
+	if got := wide.Expected(h, gpufleet.Batch); math.Abs(got-700) > 1e-6 {
+		t.Errorf("a wide spread gives %v, want the TDP", got)
+	}
+}
+
 func TestProjectRack(t *testing.T) {
 	h := gpu(t, "h100-sxm-80gb")
 	w := func(v float64) *float64 { return &v }
