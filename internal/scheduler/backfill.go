@@ -104,6 +104,7 @@ func (s *sched) applyReservation(r *reservation) {
 	for _, rw := range r.watts {
 		s.pw.resv[rw.rack] += rw.w
 	}
+	s.pw.ver++
 	s.resv = r
 }
 
@@ -118,6 +119,7 @@ func (s *sched) dropReservation() *reservation {
 	for _, rw := range r.watts {
 		s.pw.resv[rw.rack] = max(0, s.pw.resv[rw.rack]-rw.w)
 	}
+	s.pw.ver++
 	s.resv = nil
 	return r
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
 )
@@ -14,7 +15,14 @@ import (
 // ms/cycle; "eta" adds the forward simulation for every queued job and
 // reports the ETA pass alone (eta_ms, the difference of the two).
 func BenchmarkScheduleLargeFleet(b *testing.B) {
-	benchSchedule(b, schedtest.DefaultLarge)
+	benchSchedule(b, schedtest.Large(schedtest.DefaultLarge))
+}
+
+// BenchmarkScheduleLargeFleetRacks is BenchmarkScheduleLargeFleet with a
+// power budget on each rack (32 nodes): what the rack checks of placement
+// and of the ETA simulation cost (withRacks).
+func BenchmarkScheduleLargeFleetRacks(b *testing.B) {
+	benchSchedule(b, withRacks(schedtest.Large(schedtest.DefaultLarge), benchRackBudget))
 }
 
 // BenchmarkScheduleHugeFleet is BenchmarkScheduleLargeFleet at ten times
@@ -23,15 +31,59 @@ func BenchmarkScheduleLargeFleet(b *testing.B) {
 // ETA pass under 5 s on one core (-cpu 1). The fixture is built only when
 // the benchmark runs (go test -bench), never in a plain go test.
 func BenchmarkScheduleHugeFleet(b *testing.B) {
-	benchSchedule(b, schedtest.HugeLarge)
+	benchSchedule(b, schedtest.Large(schedtest.HugeLarge))
+}
+
+// BenchmarkScheduleHugeFleetRacks is BenchmarkScheduleHugeFleet with rack
+// power budgets, as BenchmarkScheduleLargeFleetRacks.
+func BenchmarkScheduleHugeFleetRacks(b *testing.B) {
+	benchSchedule(b, withRacks(schedtest.Large(schedtest.HugeLarge), benchRackBudget))
+}
+
+// benchRackBudget is the racks' budget in the benchmarks, a fraction of
+// their rated draw: with 70 % of the GPUs busy at their TDP a rack draws
+// about 86 % of its rating (the host overhead is a large part of it), so
+// some racks have room and some do not.
+const benchRackBudget = 0.9
+
+// withRacks gives every rack of in a budget of frac times its rated draw
+// (power.RatedNode per node) and its projected draw now: the host
+// overhead of its nodes, busy GPUs (and shares of them) at their TDP, idle
+// GPUs at their idle draw.
+func withRacks(in scheduler.Input, frac float64) scheduler.Input {
+	busy := map[string]float64{} // node -> GPUs busy
+	for _, j := range in.Jobs {
+		for _, p := range j.Placement {
+			f := p.Fraction
+			if f <= 0 || f > 1 {
+				f = 1
+			}
+			busy[p.Node] += f * float64(len(p.GPUs))
+		}
+	}
+	rated, draw := map[string]float64{}, map[string]float64{}
+	var racks []string
+	for _, n := range in.Nodes {
+		g := in.Models[n.GPUs[0].Model]
+		if _, ok := rated[n.Rack]; !ok {
+			racks = append(racks, n.Rack)
+		}
+		k := len(n.GPUs)
+		b := min(busy[n.Name], float64(k))
+		rated[n.Rack] += float64(power.RatedNode(g, k))
+		draw[n.Rack] += float64(power.HostOverhead(g, k)) + b*power.TDP(g) + (float64(k)-b)*power.Idle(g)
+	}
+	for _, r := range racks {
+		in.Racks = append(in.Racks, scheduler.Rack{Name: r, BudgetWatts: frac * rated[r], DrawWatts: draw[r]})
+	}
+	return in
 }
 
 // benchSchedule measures the placement cycle alone ("cycle") and the cycle
 // with the ETA pass ("eta") on a generated fleet and queue. Besides wall
 // time it reports the process's CPU time (cpu_ms, eta_cpu_ms), which
 // other work on a shared machine disturbs less; run it with -cpu 1.
-func benchSchedule(b *testing.B, spec schedtest.LargeSpec) {
-	in := schedtest.Large(spec)
+func benchSchedule(b *testing.B, in scheduler.Input) {
 	cfg, err := scheduler.PolicyConfig("gpufleet")
 	if err != nil {
 		b.Fatal(err)

@@ -21,6 +21,7 @@ type simGroup struct {
 	subs []*simSub
 	left int
 	dead [4]bool // per fitMode, within one simulated moment
+	prod bool    // some job of it is production (may use racks' reserves)
 
 	// A group is looked at again only when capacity it could use was
 	// freed (stamp) or a quota that held one of its teams moved (waits).
@@ -144,11 +145,66 @@ func (s *sched) estimate() {
 	}
 	var queue []*pjob
 	for _, j := range s.pending {
-		if j.started || j.static != nil {
-			continue
+		if !j.started && j.static == nil {
+			queue = append(queue, j)
 		}
-		j.simIdx = int32(len(queue))
-		queue = append(queue, j)
+	}
+	s.simIndex(queue)
+	s.use = simUse{at: s.now, usage: make([]float64, len(s.teams)), rate: make([]float64, len(s.teams))}
+	for i := range s.teams {
+		s.use.usage[i] = s.teams[i].usage
+	}
+	for _, e := range s.events.ev {
+		if e.gen == e.g.gen {
+			s.use.rate[e.g.team] += allocGPUs(e.g.allocs)
+		}
+	}
+	t := s.now
+	next := s.now.Add(ETAReorderFirst) // the next re-ordering
+	for {
+		if s.orderMoves() && !t.Before(next) {
+			s.reorder(t)
+			for !t.Before(next) {
+				next = s.now.Add(2 * next.Sub(s.now))
+			}
+		}
+		s.simCycle(t)
+		if s.left == 0 {
+			return
+		}
+		for s.events.len() > 0 && s.events.peek().gen != s.events.peek().g.gen {
+			s.events.pop()
+		}
+		if s.events.len() == 0 {
+			return // the rest can never start (quota)
+		}
+		t = s.events.peek().at
+		s.accrue(t)
+		for s.events.len() > 0 && !s.events.peek().at.After(t) {
+			e := s.events.pop()
+			if e.gen == e.g.gen {
+				s.releaseGrant(e.g)
+				s.use.rate[e.g.team] -= allocGPUs(e.g.allocs)
+			}
+		}
+	}
+}
+
+// ETAReorderFirst is when the simulation first puts its queue back in
+// the order the policy would give it then; it does so again at twice that
+// time from now, four times, and so on, so a simulation of a year sorts the
+// queue about fourteen times.
+const ETAReorderFirst = time.Hour
+
+// simIndex makes queue, in cluster order, the simulation's queue: its
+// shapes' groups and their team sub-queues, the open lists and the trees
+// of estimates.
+func (s *sched) simIndex(queue []*pjob) {
+	for _, g := range s.groups {
+		g.subs, g.left, g.checked, g.prod = g.subs[:0], 0, false, false
+	}
+	for i, j := range queue {
+		j.simIdx = int32(i)
 		g := j.shape.group
 		if g == nil {
 			g = &simGroup{sh: j.shape}
@@ -156,6 +212,7 @@ func (s *sched) estimate() {
 			s.groups = append(s.groups, g)
 		}
 		g.left++
+		g.prod = g.prod || j.prod
 		var sub *simSub
 		for _, x := range g.subs {
 			if x.jobs[0].team == j.team {
@@ -181,31 +238,98 @@ func (s *sched) estimate() {
 		}
 	}
 	s.queue, s.open, s.left = queue, newOpenList(len(queue)), len(queue)
-	t := s.now
-	for {
-		s.simCycle(t)
-		if s.left == 0 {
-			return
-		}
-		for s.events.len() > 0 && s.events.peek().gen != s.events.peek().g.gen {
-			s.events.pop()
-		}
-		if s.events.len() == 0 {
-			return // the rest can never start (quota)
-		}
-		t = s.events.peek().at
-		for s.events.len() > 0 && !s.events.peek().at.After(t) {
-			e := s.events.pop()
-			if e.gen == e.g.gen {
-				s.releaseGrant(e.g)
-			}
+}
+
+// orderMoves reports whether the cluster order changes as time passes:
+// response ratios and Slurm's age grow at rates that differ by job, and
+// jobs reach the starvation threshold.
+func (s *sched) orderMoves() bool {
+	return s.cfg.SizeSlack > 0 && s.cfg.ResponseRatio || s.cfg.Multifactor != nil || s.cfg.StarvationSlowdown > 0
+}
+
+// reorder puts the jobs the simulation has not started in the order the
+// policy gives them at t (the same order function, as if the cycle ran
+// then), so that a short job submitted late passes long ones as its
+// response ratio grows, as it will in the cycles to come, and teams'
+// usage is what the simulated runs have added to it (simUse). The head's
+// reservation is dropped: the next simulated moment reserves for the new
+// head.
+func (s *sched) reorder(t time.Time) {
+	left := make([]*pjob, 0, s.left)
+	for i := s.open.find(0); int(i) < len(s.queue); i = s.open.find(i + 1) {
+		left = append(left, s.queue[i])
+	}
+	qs := make([]queued, len(left))
+	for i, j := range left {
+		qs[i] = queued{job: j.job, shape: j.shape, rank: int32(j.rank), team: j.team, est: j.est, submit: j.submit, prod: j.prod}
+	}
+	now := s.now
+	s.now = t
+	for i := range s.teams {
+		s.teams[i].usage, s.use.usage[i] = s.use.usage[i], s.teams[i].usage
+	}
+	perm := s.order(qs)
+	for i := range s.teams {
+		s.teams[i].usage, s.use.usage[i] = s.use.usage[i], s.teams[i].usage
+	}
+	s.now = now
+	queue := make([]*pjob, len(perm))
+	for k, i := range perm {
+		queue[k] = left[i]
+	}
+	if s.resv != nil {
+		s.dropReservation()
+		s.resvGen++
+	}
+	s.simIndex(queue)
+}
+
+// simUse is the teams' decayed usage as the simulation runs: what they had
+// at the cycle plus, from then, the GPUs their running and simulated jobs
+// hold (rate) over time, halved every Config.UsageHalfLife as the caller
+// does between cycles.
+type simUse struct {
+	at          time.Time
+	usage, rate []float64
+}
+
+// accrue brings the simulated usage forward to t.
+func (s *sched) accrue(t time.Time) {
+	dt := t.Sub(s.use.at).Seconds()
+	if dt <= 0 {
+		return
+	}
+	h := s.cfg.UsageHalfLife.Seconds()
+	for i, r := range s.use.rate {
+		if h > 0 {
+			d := math.Exp2(-dt / h)
+			s.use.usage[i] = s.use.usage[i]*d + r*h/math.Ln2*(1-d)
+		} else {
+			s.use.usage[i] += r * dt
 		}
 	}
+	s.use.at = t
+}
+
+// allocGPUs is what a placement adds to its team's usage rate, in GPUs:
+// whole GPUs and time-slice units at their fraction, a MIG instance at a
+// seventh.
+func allocGPUs(allocs []alloc) float64 {
+	n := 0.0
+	for _, a := range allocs {
+		if a.inst >= 0 {
+			n += 1.0 / 7
+		} else {
+			n += float64(a.units) / unit
+		}
+	}
+	return n
 }
 
 // simStart starts a job in the simulation.
 func (s *sched) simStart(j *pjob, p placement, t time.Time) {
 	s.start(j, p, t)
+	s.use.rate[j.team] += allocGPUs(p.allocs)
 	s.left--
 	j.shape.group.left--
 	s.open.close(j.simIdx)
@@ -282,7 +406,7 @@ func (s *sched) groupPhase(t time.Time) {
 			continue
 		}
 		g.checked, g.stamp, g.waits = true, st, g.waits[:0]
-		if !s.shapeFits(g.sh, loose) {
+		if !s.shapeFits(g, loose) {
 			continue
 		}
 		g.dead = [4]bool{}
@@ -354,9 +478,16 @@ func (s *sched) nextScan(sub *simSub, t time.Time) int32 {
 	return int32(r)
 }
 
-// shapeFits checks capacity for a shape on all its models, cached.
-func (s *sched) shapeFits(sh *shape, mode fitMode) bool {
-	key := failKey{sh.id, ^uint64(0), mode, 0}
+// shapeFits checks, cached, whether any job of a group could fit: capacity
+// on all its models and, with racks, power for the class of its jobs that
+// draws least, with the production reserve if one of them is production
+// (each job's own search then judges its own class).
+func (s *sched) shapeFits(g *simGroup, mode fitMode) bool {
+	sh := g.sh
+	key := failKey{sh.id, ^uint64(0), mode, -1}
+	if g.prod {
+		key.power = -2
+	}
 	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
 		return false
 	}
@@ -364,12 +495,10 @@ func (s *sched) shapeFits(sh *shape, mode fitMode) bool {
 		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
 		return false
 	}
-	// A pre-check for every job of the shape: capacity only (each job's
-	// own search judges its rack's power).
-	off := s.pw.off
-	s.pw.off = true
+	class, prod := s.pw.curClass, s.pw.curProd
+	s.pw.curClass, s.pw.curProd = -1, g.prod
 	_, ok := s.search(sh, sh.models, mode)
-	s.pw.off = off
+	s.pw.curClass, s.pw.curProd = class, prod
 	if !ok {
 		s.fails[key] = failEntry{epoch: s.f.epoch, why: why{code: ReasonCapacity}}
 		return false
@@ -386,7 +515,7 @@ type subEntry struct {
 }
 
 func (h *subHeap) push(x *simSub) {
-	h.subs = append(h.subs, subEntry{x.jobs[x.scan].idx, x})
+	h.subs = append(h.subs, subEntry{int(x.jobs[x.scan].simIdx), x})
 	for i := len(h.subs) - 1; i > 0; {
 		p := (i - 1) / 2
 		if h.subs[i].pos >= h.subs[p].pos {

@@ -6,16 +6,15 @@ import (
 	"time"
 )
 
-// The ETA a user is shown is a range, calibrated on what happened to the
-// jobs before it. The forward simulation (eta.go) gives each queued job a
-// simulated start: it assumes the queue keeps its order, that nothing else
-// arrives and that no starving job preempts, none of which holds for long
-// under a response-ratio order, so on its own it is biased (short jobs are
-// told far too late, long ones too early). Calibration corrects it with
-// the empirical error of the same simulation on recently started jobs, in
-// the manner of QBETS (Nurmi, Brevik and Wolski, "QBETS: queue bounds
-// estimation from time series", JSSPP 2007), which bounds queue waits by
-// quantiles of recent waits, here conditioned on the simulation itself:
+// The ETA a user is shown is a range. Its median is the forward
+// simulation's start (eta.go), which re-orders the queue as simulated time
+// passes and is capped by the policy's own bound. The simulation still
+// assumes that nothing else arrives and that no starving job preempts, so
+// its error is wide; the p90 bounds it with the empirical error of the
+// same simulation on recently started jobs, in the manner of QBETS (Nurmi,
+// Brevik and Wolski, "QBETS: queue bounds estimation from time series",
+// JSSPP 2007), which bounds queue waits by quantiles of recent waits, here
+// conditioned on the simulation itself:
 //
 //   - each started job that waited at submission leaves a WaitSample:
 //     its size, its estimate, the wait the simulation predicted then and
@@ -30,17 +29,22 @@ import (
 //     class, then to the predicted class alone, then to all samples;
 //   - in a cell, the log residual r = ln((actual + c) / (predicted + c))
 //     (c = ETAOffset, one minute, so that "starts now" predictions do not
-//     divide by zero) has quantiles q50 and q90 by the Kaplan-Meier
+//     divide by zero) has its 90th percentile q90 by the Kaplan-Meier
 //     estimator (censored samples leave the risk set without an event); a
 //     queued job whose simulated remaining wait is w is shown
-//     p50 = (w + c)·exp(q50) - c and p90 = (w + c)·exp(q90) - c after now;
+//     p90 = (w + c)·exp(q90) - c after now;
 //   - the policy's own bound caps the simulated wait first: a job that
 //     starves at Config.StarvationSlowdown may preempt, so its start has a
 //     "no later than" near the moment it starts starving;
 //   - the confidence is the share of the cell's samples whose wait fell
-//     within max(1 h, 25 %) of the p50 the cell predicts for them: how
-//     often the median was right for jobs like this one (a still-waiting
-//     sample counts once its wait so far is past that window).
+//     within max(1 h, 25 %) of the simulated wait: how often the median
+//     was right for jobs like this one (a still-waiting sample counts once
+//     its wait so far is past that window).
+//
+// The median was calibrated too, with the cell's q50, while the
+// simulation kept the queue's order frozen and was biased; once it
+// re-ordered, the shifted median was further off than the simulation's
+// own on the Philly replay (docs/PERFORMANCE.md#eta-accuracy).
 //
 // Without enough history (fewer than ETAMinSamples samples) the range is
 // the simulation's start alone, with no p90 and no confidence.
@@ -97,7 +101,7 @@ func KeepWait(history []WaitSample, s WaitSample) []WaitSample {
 // etaCell is the quantiles of one cell of samples.
 type etaCell struct {
 	n         int
-	q50, q90  float64
+	q90       float64
 	confident float64
 }
 
@@ -236,15 +240,12 @@ func cellOf(history []WaitSample, idx []int) *etaCell {
 		}
 		return 0
 	})
-	c := &etaCell{n: len(idx), q50: math.NaN(), q90: math.NaN()}
+	c := &etaCell{n: len(idx), q90: math.NaN()}
 	surv, risk, last := 1.0, len(os), 0.0
 	for _, o := range os {
 		if !o.censored {
 			surv *= float64(risk-1) / float64(risk)
 			last = o.r
-			if math.IsNaN(c.q50) && 1-surv >= 0.5 {
-				c.q50 = o.r
-			}
 			if math.IsNaN(c.q90) && 1-surv >= 0.9 {
 				c.q90 = o.r
 			}
@@ -253,17 +254,13 @@ func cellOf(history []WaitSample, idx []int) *etaCell {
 	}
 	// Censored past the quantile: the largest residual seen bounds it
 	// from below.
-	top := max(last, os[len(os)-1].r)
-	if math.IsNaN(c.q50) {
-		c.q50 = top
-	}
 	if math.IsNaN(c.q90) {
-		c.q90 = top
+		c.q90 = max(last, os[len(os)-1].r)
 	}
 	hits, judged := 0, 0
 	for _, j := range idx {
 		s := history[j]
-		p := applyResidual(s.Predicted, c.q50)
+		p := s.Predicted
 		switch {
 		case !s.Censored:
 			judged++
@@ -308,7 +305,8 @@ type etaRange struct {
 	ok         bool // calibrated (enough history)
 }
 
-// rangeFor calibrates a simulated remaining wait w for a job.
+// rangeFor gives a job whose simulated remaining wait is w its range: w
+// itself and the calibrated p90.
 func (c *etaCal) rangeFor(gpus int, est, w time.Duration) etaRange {
 	if c == nil {
 		return etaRange{p50: w}
@@ -317,5 +315,5 @@ func (c *etaCal) rangeFor(gpus int, est, w time.Duration) etaRange {
 	if x == nil {
 		return etaRange{p50: w}
 	}
-	return etaRange{p50: applyResidual(w, x.q50), p90: applyResidual(w, x.q90), confidence: x.confident, ok: true}
+	return etaRange{p50: w, p90: applyResidual(w, x.q90), confidence: x.confident, ok: true}
 }

@@ -42,7 +42,7 @@ func (s *sched) search(sh *shape, models []int32, mode fitMode) (placement, bool
 	best := &s.best
 	best.ok = false
 	best.allocs = best.allocs[:0]
-	if len(models) == 0 {
+	if len(models) == 0 || !s.powerRoom(sh, models) {
 		return placement{}, false
 	}
 	switch sh.kind {

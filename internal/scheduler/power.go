@@ -52,8 +52,10 @@ type powerState struct {
 	// (classIdx); a class missing takes addAny.
 	add    [][]float64
 	addAny []float64
-	// cur is the job whose placement is being searched: its class and
-	// whether it may use the production reserve.
+	addMin []float64 // the least of a model's add: for checks of a whole group (curClass -1)
+	// cur is the job whose placement is being searched: its class (-1:
+	// the class that draws least) and whether it may use the production
+	// reserve.
 	curClass int
 	curProd  bool
 	off      bool   // searches ignore power (to tell a power refusal apart)
@@ -63,6 +65,15 @@ type powerState struct {
 	// reservation, which must leave resv free.
 	resv []float64
 	long bool
+	// ver grows with every change of a draw or a reservation; head caches
+	// the largest headroom of any rack per (curProd, long) at a version.
+	// open: some node has no budget, so there is always room.
+	ver  uint64
+	head [4]struct {
+		ver uint64
+		w   float64
+	}
+	open bool
 }
 
 // buildPower indexes the racks of the input over the fleet's nodes.
@@ -98,10 +109,12 @@ func (s *sched) buildPower() {
 				p.rackOf[ni] = i
 			}
 		}
+		p.open = p.open || p.rackOf[ni] < 0
 	}
 	classes := len(s.prio) + 1
 	p.add = make([][]float64, len(s.f.models))
 	p.addAny = make([]float64, len(s.f.models))
+	p.addMin = make([]float64, len(s.f.models))
 	for m := range s.f.models {
 		g := &s.f.models[m].gpu
 		prior := 0.0
@@ -122,6 +135,7 @@ func (s *sched) buildPower() {
 				p.add[m][c] = w
 			}
 		}
+		p.addMin[m] = slices.Min(p.add[m])
 	}
 }
 
@@ -142,6 +156,9 @@ func (s *sched) setPowerJob(j *Job) {
 // perUnit is the draw one unit (a thousandth of a GPU) of model m adds
 // for the current job.
 func (p *powerState) perUnit(m int32) float64 {
+	if p.curClass < 0 {
+		return p.addMin[m] / unit
+	}
 	if p.curClass < len(p.add[m]) {
 		return p.add[m][p.curClass] / unit
 	}
@@ -271,6 +288,7 @@ func (s *sched) powerTake(g *grant) {
 	for _, rw := range g.watts {
 		s.pw.draw[rw.rack] += rw.w
 	}
+	s.pw.ver++
 }
 
 func (s *sched) powerRelease(g *grant) {
@@ -280,6 +298,61 @@ func (s *sched) powerRelease(g *grant) {
 	if len(g.watts) > 0 {
 		s.pw.freed++ // a rack has more room: the ETA looks at every shape again
 	}
+	s.pw.ver++
+}
+
+// powerRoom is a quick check before a search: whether some rack has room
+// for the least a job of the shape must add to one rack (one GPU of its
+// thriftiest model, all of its GPUs when they must share a node, one MIG
+// slice, one time-slice share). In a full fleet it saves searching every
+// node for a job no rack can take.
+func (s *sched) powerRoom(sh *shape, models []int32) bool {
+	p := &s.pw
+	if !p.on || p.off || p.open {
+		return true
+	}
+	units := int64(unit)
+	switch {
+	case sh.kind == gpufleet.MIG:
+		units = unit / 7
+	case sh.kind == gpufleet.TimeSlice:
+		units = int64(sh.units)
+	case sh.multi:
+		units = int64(max(sh.perNode, 1)) * unit
+	default:
+		one := true // all its GPUs on one node, whichever model
+		for _, m := range models {
+			one = one && (sh.nodes == 1 || sh.gpus <= s.f.maxK[m])
+		}
+		if one {
+			units = int64(sh.gpus) * unit
+		}
+	}
+	least := math.Inf(1)
+	for _, m := range models {
+		least = min(least, p.perUnit(m))
+	}
+	return float64(units)*least <= p.headroom()+1e-6
+}
+
+// headroom is the most any rack can still take for the current job.
+func (p *powerState) headroom() float64 {
+	i := 0
+	if p.curProd {
+		i |= 1
+	}
+	if p.long {
+		i |= 2
+	}
+	h := &p.head[i]
+	if h.ver != p.ver+1 {
+		h.w = math.Inf(-1)
+		for r := range p.budget {
+			h.w = max(h.w, p.limit(int32(r))-p.draw[r])
+		}
+		h.ver = p.ver + 1
+	}
+	return h.w
 }
 
 // powerKey is the part of a "does not fit" cache key that power decides:

@@ -248,6 +248,7 @@ type sched struct {
 	open   openList
 	left   int
 	sheap  subHeap
+	use    simUse
 	// classGen grows when a class's quota reserve may shrink.
 	classGen []uint32
 	resvGen  uint32
@@ -731,10 +732,12 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 			w = u.quotaWhy
 		}
 	}
-	if w.code == ReasonCapacity {
+	if w.code == ReasonCapacity && s.explain {
+		// The ETA simulation (explain off) needs no words, and rack power
+		// and capacity are the same to it: it waits for the next end.
 		if pw, ok := s.powerWhy(sh, u.models, mode); ok {
 			w = pw
-		} else if s.explain {
+		} else {
 			w = s.diagnose(sh, u.models, false)
 		}
 	}
