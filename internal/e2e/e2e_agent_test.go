@@ -253,7 +253,9 @@ func TestAgentsRunJobsOnTheirGPUs(t *testing.T) {
 			Interconnect: "nvlink"}, SimLoad: "compute", Command: dump("sleep 3")}),
 		"mig":       submit("mig", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Sharing: gpufleet.Sharing{Kind: gpufleet.MIG, Profile: "1g.18gb"}}}),
 		"timeslice": submit("timeslice", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}, Sharing: gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 0.5}}, SimLoad: "memory"}),
-		"gang":      submit("gang", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}}}),
+		// Rank 0 ends 2 s after rank 1: the attempt runs until both have.
+		"gang": submit("gang", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}},
+			Command: dump(`if [ "$GPUFLEET_NODE_RANK" = 0 ]; then sleep 2; fi; touch ` + out + `/$GPUFLEET_JOB_ID.$GPUFLEET_NODE_RANK.done`)}),
 		"model": submit("model", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"h200-sxm-141gb"}},
 			Model: &api.ModelRequest{Name: "llama-2-7b", Precision: "bf16"}}),
 		"fails": submit("fails", api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}}, Command: []string{"sh", "-c", "exit 3"}}),
@@ -353,6 +355,11 @@ func TestAgentsRunJobsOnTheirGPUs(t *testing.T) {
 			env1, _ := readEnv(filepath.Join(out, id+".1.env"))
 			if env1["MASTER_ADDR"] != a.Nodes[0].Name || env1["MASTER_PORT"] == "" || env1["GPUFLEET_NODE_RANK"] != "1" {
 				t.Errorf("gang rank 1 rendezvous: %v", env1)
+			}
+			for rank := range 2 {
+				if _, err := os.Stat(filepath.Join(out, fmt.Sprintf("%s.%d.done", id, rank))); err != nil {
+					t.Errorf("gang rank %d did not finish (the attempt ended with the other rank?): %v", rank, err)
+				}
 			}
 		case "model":
 			if gpuOf[first.GPUs[0]].Model != "h200-sxm-141gb" || j.Plan == nil {

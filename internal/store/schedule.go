@@ -413,6 +413,12 @@ var validAttemptStates = map[gpufleet.AttemptState]bool{
 // change is an error wrapping gpufleet.ErrInvalid, as is running ->
 // starting. An unknown attempt wraps gpufleet.ErrNotFound.
 //
+// A multi-node attempt is one run of all its ranks: a success reported by
+// one node (u.Node set) records that node's rank as done and keeps the
+// attempt running, with an attempt.rank_succeeded event, until every
+// node's rank has succeeded; any other end from any node ends it at once
+// (the other ranks are then stopped).
+//
 // Effect on the job, while it is scheduled or running and this was its
 // last attempt not yet ended:
 //   - running: the job turns running; started_at is set the first time.
@@ -479,6 +485,15 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 	gs := max(cur.GPUSeconds, u.GPUSeconds)
 	egs := max(cur.EffectiveGPUSeconds, u.EffectiveGPUSeconds)
 	ej := max(cur.EnergyJoules, u.EnergyJoules)
+	if u.State == gpufleet.AttemptSucceeded && u.Node != "" && len(cur.Nodes) > 1 {
+		left, err := s.rankSucceeded(ctx, tx, cur, u, at, actor)
+		if err != nil {
+			return "", err
+		}
+		if left > 0 {
+			u.State = cur.State // other ranks still run: accounting only
+		}
+	}
 	if u.State == cur.State {
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET gpu_seconds = ?, effective_gpu_seconds = ?, energy_joules = ?, updated_at = ? WHERE id = ?`),
 			gs, egs, ej, nanos(at), cur.ID); err != nil {
@@ -487,6 +502,27 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 		return cur.JobID, nil
 	}
 	return cur.JobID, s.transition(ctx, tx, cur, u, at, actor, gs, egs, ej)
+}
+
+// rankSucceeded records that u.Node's rank of a multi-node attempt exited
+// 0 and returns how many nodes' ranks have not yet.
+func (s *SQL) rankSucceeded(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u AttemptUpdate, at time.Time, actor string) (int, error) {
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE attempt_nodes SET succeeded_at = ? WHERE attempt_id = ? AND node = ? AND succeeded_at IS NULL`),
+		nanos(at), cur.ID, u.Node)
+	if err != nil {
+		return 0, fmt.Errorf("attempt %s: rank on %s: %w", cur.ID, u.Node, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		if err := s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "attempt.rank_succeeded", Object: cur.ID, Team: cur.Team,
+			Detail: "job " + cur.JobID + ": the rank on " + u.Node + " exited 0"}); err != nil {
+			return 0, err
+		}
+	}
+	var left int
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM attempt_nodes WHERE attempt_id = ? AND succeeded_at IS NULL`), cur.ID).Scan(&left); err != nil {
+		return 0, fmt.Errorf("attempt %s: ranks left: %w", cur.ID, err)
+	}
+	return left, nil
 }
 
 // transition changes an attempt's state and applies the effect on its job.

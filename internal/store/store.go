@@ -140,7 +140,11 @@ type Decision struct {
 // AttemptUpdate is a state change of an attempt reported by an agent or
 // decided by the server (lost, stopped).
 type AttemptUpdate struct {
-	AttemptID  string
+	AttemptID string
+	// Node is the node that reports, for the agents' reports: a node's
+	// success ends a multi-node attempt only once every node's has
+	// (UpdateAttempt). Empty for the server's own updates.
+	Node       string
 	State      gpufleet.AttemptState
 	At         time.Time
 	ExitCode   *int

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"stops end or requeue":             testStopEffects,
 		"active jobs":                      testActiveJobs,
 		"node attempts":                    testNodeAttempts,
+		"multi-node attempts end together": testRanks,
 		"events record every transition":   testEventsFlow,
 		"events filter and page":           testEventsFilter,
 		"usage aggregates by day":          testUsage,
@@ -1122,6 +1124,53 @@ func testNodeAttempts(t *testing.T, s store.Store) {
 		if diff := cmp.Diff(want, ids(node)); diff != "" {
 			t.Errorf("attempts on %q (-want +got):\n%s", node, diff)
 		}
+	}
+}
+
+// testRanks: a multi-node attempt succeeds only once every node's rank
+// has; a failure on any node ends it at once.
+func testRanks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	jobs := submit(t, s, newJob("team-a", "0", ""), newJob("team-a", "1", ""))
+	epoch := lead(t, s)
+	two := []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}, {Name: "n2", GPUs: []string{"g0"}}}
+	d := store.Decision{At: T0, Starts: []store.Start{
+		{JobID: jobs[0].ID, AttemptID: "a-1", Nodes: two},
+		{JobID: jobs[1].ID, AttemptID: "a-2", Nodes: two},
+	}}
+	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, d), nil)
+	code := 0
+	report := func(attempt, node string, st gpufleet.AttemptState, gs float64) gpufleet.Job {
+		t.Helper()
+		j, err := s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: attempt, Node: node, State: st, ExitCode: &code, GPUSeconds: gs,
+			At: T0.Add(time.Hour), Actor: "agent:" + node})
+		wantErr(t, attempt+" from "+node, err, nil)
+		return j
+	}
+	report("a-1", "n1", gpufleet.AttemptRunning, 0)
+	report("a-1", "n2", gpufleet.AttemptRunning, 0)
+	j := report("a-1", "n2", gpufleet.AttemptSucceeded, 50)
+	if a := j.Attempts[0]; a.State != gpufleet.AttemptRunning || j.State != gpufleet.JobRunning || a.GPUSeconds != 50 {
+		t.Fatalf("after rank n2 succeeded: attempt %s, job %s, gpu-seconds %g; want running, running, 50", a.State, j.State, a.GPUSeconds)
+	}
+	report("a-1", "n2", gpufleet.AttemptSucceeded, 50) // a resent report changes nothing
+	if j := getJob(t, s, jobs[0].ID); j.Attempts[0].State != gpufleet.AttemptRunning {
+		t.Fatalf("a resent rank report ended the attempt: %s", j.Attempts[0].State)
+	}
+	j = report("a-1", "n1", gpufleet.AttemptSucceeded, 100)
+	if a := j.Attempts[0]; a.State != gpufleet.AttemptSucceeded || j.State != gpufleet.JobSucceeded {
+		t.Fatalf("after both ranks succeeded: attempt %s, job %s", a.State, j.State)
+	}
+	evs := events(t, s, store.EventFilter{Object: "a-1"})
+	if got := strings.Join(kinds(evs), " "); !strings.HasSuffix(got, "attempt.running attempt.rank_succeeded attempt.rank_succeeded attempt.succeeded") {
+		t.Errorf("events %s: want a rank_succeeded for each node, then the attempt's success", got)
+	}
+
+	report("a-2", "n1", gpufleet.AttemptSucceeded, 10)
+	code = 1
+	j = report("a-2", "n2", gpufleet.AttemptFailed, 10)
+	if a := j.Attempts[0]; a.State != gpufleet.AttemptFailed {
+		t.Fatalf("a rank failed after the other succeeded: attempt %s, want failed", a.State)
 	}
 }
 
