@@ -7,3 +7,11 @@ func ScanAllVictimNodes() (restore func()) {
 	scanAllVictimNodes = true
 	return func() { scanAllVictimNodes = false }
 }
+
+// ScanAllRackNodes makes single-node searches scan every node with free
+// GPUs, judging each rack's power node by node, as before powerNodes,
+// until the returned function is called: tests compare the two.
+func ScanAllRackNodes() (restore func()) {
+	scanAllRackNodes = true
+	return func() { scanAllRackNodes = false }
+}

@@ -137,12 +137,26 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 	f := s.f
 	seen := 0
 	topo := s.cfg.Packing == PackTopology
+	cand, few := s.powerNodes(m, sh.gpus*unit)
 	for k := sh.gpus; k <= f.maxK[m]; k++ {
 		if f.counts[m][k] == 0 {
 			continue
 		}
 		b := f.buckets[m][k]
-		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
+		ci := 0
+		next := func(from int32) int32 {
+			if !few {
+				return b.next(from)
+			}
+			for ; ci < len(cand); ci++ {
+				if ni := cand[ci]; ni >= from && b.has(ni) {
+					ci++
+					return ni
+				}
+			}
+			return -1
+		}
+		for ni := next(0); ni >= 0; ni = next(ni + 1) {
 			n := &f.nodes[ni]
 			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, sh.gpus*unit) {
 				continue

@@ -74,6 +74,10 @@ type powerState struct {
 		w   float64
 	}
 	open bool
+	// rackNodes is per rack its fleet nodes, ascending; cand is scratch
+	// for powerNodes.
+	rackNodes [][]int32
+	cand      []int32
 }
 
 // buildPower indexes the racks of the input over the fleet's nodes.
@@ -102,11 +106,13 @@ func (s *sched) buildPower() {
 	}
 	p.on = true
 	p.rackOf = make([]int32, len(s.f.nodes))
+	p.rackNodes = make([][]int32, len(p.names))
 	for ni := range s.f.nodes {
 		p.rackOf[ni] = -1
 		if r := s.f.nodes[ni].rack; r >= 0 {
 			if i, ok := byName[s.f.racks[r]]; ok {
 				p.rackOf[ni] = i
+				p.rackNodes[i] = append(p.rackNodes[i], int32(ni))
 			}
 		}
 		p.open = p.open || p.rackOf[ni] < 0
@@ -334,6 +340,35 @@ func (s *sched) powerRoom(sh *shape, models []int32) bool {
 	}
 	return float64(units)*least <= p.headroom()+1e-6
 }
+
+// powerNodes returns, when power leaves few racks able to take units of
+// model m on one node for the current job, the nodes of those racks in
+// fleet order (ok true): a search then visits only them, in the order and
+// with the outcome of a full scan that skips the others with powerOK. In
+// a fleet whose racks are near their budgets a job that does not fit
+// otherwise visits every node with free GPUs. ok is false when a quarter
+// of the fleet or more qualifies: the plain scan is as cheap.
+func (s *sched) powerNodes(m, units int32) ([]int32, bool) {
+	p := &s.pw
+	if !p.on || p.off || p.open || scanAllRackNodes {
+		return nil, false
+	}
+	w := float64(units) * p.perUnit(m)
+	p.cand = p.cand[:0]
+	for r := range p.budget {
+		if p.draw[r]+w <= p.limit(int32(r))+1e-6 {
+			if len(p.cand)+len(p.rackNodes[r]) > len(s.f.nodes)/4 {
+				return nil, false
+			}
+			p.cand = append(p.cand, p.rackNodes[r]...)
+		}
+	}
+	slices.Sort(p.cand)
+	return p.cand, true
+}
+
+// scanAllRackNodes turns powerNodes off (ScanAllRackNodes, for tests).
+var scanAllRackNodes bool
 
 // headroom is the most any rack can still take for the current job.
 func (p *powerState) headroom() float64 {

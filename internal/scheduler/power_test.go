@@ -1,8 +1,10 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 
 	"github.com/gpufleet/gpufleet"
@@ -115,4 +117,33 @@ func sortedSet(m map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// TestPropertyPowerNodes: with every node in a rack and budgets that leave
+// few racks room, the searches that visit only the racks with room
+// (powerNodes) decide exactly what the scan of every node decides, ETAs
+// included.
+func TestPropertyPowerNodes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		racks := rapid.IntRange(1, 6).Draw(t, "racks")
+		for i := range in.Nodes {
+			in.Nodes[i].Rack = fmt.Sprintf("r%d", rapid.IntRange(0, racks-1).Draw(t, "rack"))
+		}
+		for r := range racks {
+			in.Racks = append(in.Racks, scheduler.Rack{Name: fmt.Sprintf("r%d", r),
+				BudgetWatts:            float64(rapid.IntRange(1, 12).Draw(t, "budget_kw")) * 1000,
+				ProductionReserveWatts: float64(rapid.IntRange(0, 2).Draw(t, "reserve_kw")) * 1000,
+				DrawWatts:              float64(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
+		}
+		in.Config.ETA = true
+		in.Config.ReasonDepth = 0
+		indexed := scheduler.Schedule(in)
+		restore := scheduler.ScanAllRackNodes()
+		scanned := scheduler.Schedule(in)
+		restore()
+		if diff := cmp.Diff(scanned, indexed); diff != "" {
+			t.Fatalf("rack-driven search and scan differ (-scan +racks):\n%s", diff)
+		}
+	})
 }
