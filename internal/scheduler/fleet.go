@@ -27,6 +27,24 @@ func (b bitset) unset(i int32) { b[i>>6] &^= 1 << (uint(i) & 63) }
 
 func (b bitset) has(i int32) bool { return b[i>>6]&(1<<(uint(i)&63)) != 0 }
 
+// nextAnd returns the first member >= i that is also in c, or -1.
+func (b bitset) nextAnd(c bitset, i int32) int32 {
+	w := int(i >> 6)
+	if w >= len(b) {
+		return -1
+	}
+	word := (b[w] & c[w]) >> (uint(i) & 63)
+	if word != 0 {
+		return i + int32(bits.TrailingZeros64(word))
+	}
+	for w++; w < len(b); w++ {
+		if x := b[w] & c[w]; x != 0 {
+			return int32(w*64 + bits.TrailingZeros64(x))
+		}
+	}
+	return -1
+}
+
 // next returns the first member >= i, or -1.
 func (b bitset) next(i int32) int32 {
 	w := int(i >> 6)

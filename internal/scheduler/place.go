@@ -137,24 +137,15 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 	f := s.f
 	seen := 0
 	topo := s.cfg.Packing == PackTopology
-	cand, few := s.powerNodes(m, sh.gpus*unit)
+	racks, few := s.powerNodes(m, sh.gpus*unit)
 	for k := sh.gpus; k <= f.maxK[m]; k++ {
 		if f.counts[m][k] == 0 {
 			continue
 		}
 		b := f.buckets[m][k]
-		ci := 0
-		next := func(from int32) int32 {
-			if !few {
-				return b.next(from)
-			}
-			for ; ci < len(cand); ci++ {
-				if ni := cand[ci]; ni >= from && b.has(ni) {
-					ci++
-					return ni
-				}
-			}
-			return -1
+		next := b.next
+		if few {
+			next = func(i int32) int32 { return b.nextAnd(racks, i) }
 		}
 		for ni := next(0); ni >= 0; ni = next(ni + 1) {
 			n := &f.nodes[ni]

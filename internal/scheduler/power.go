@@ -74,10 +74,16 @@ type powerState struct {
 		w   float64
 	}
 	open bool
-	// rackNodes is per rack its fleet nodes, ascending; cand is scratch
-	// for powerNodes.
+	// rackNodes is per rack its fleet nodes; nodeSet is powerNodes' last
+	// answer.
 	rackNodes [][]int32
-	cand      []int32
+	nodeSet   struct {
+		bits       bitset
+		ver        uint64
+		w          float64
+		prod, long bool
+		few        bool
+	}
 }
 
 // buildPower indexes the racks of the input over the fleet's nodes.
@@ -342,29 +348,41 @@ func (s *sched) powerRoom(sh *shape, models []int32) bool {
 }
 
 // powerNodes returns, when power leaves few racks able to take units of
-// model m on one node for the current job, the nodes of those racks in
-// fleet order (ok true): a search then visits only them, in the order and
-// with the outcome of a full scan that skips the others with powerOK. In
-// a fleet whose racks are near their budgets a job that does not fit
-// otherwise visits every node with free GPUs. ok is false when a quarter
-// of the fleet or more qualifies: the plain scan is as cheap.
-func (s *sched) powerNodes(m, units int32) ([]int32, bool) {
+// model m on one node for the current job, the nodes of those racks as a
+// set (ok true): a search then visits only them, in the order and with the
+// outcome of a full scan that skips the others with powerOK. In a fleet
+// whose racks are near their budgets a job that does not fit otherwise
+// visits every node with free GPUs. ok is false when a quarter of the
+// fleet or more qualifies: the plain scan is as cheap. The set is kept
+// while the draws and the job's power figures stay the same.
+func (s *sched) powerNodes(m, units int32) (bitset, bool) {
 	p := &s.pw
 	if !p.on || p.off || p.open || scanAllRackNodes {
 		return nil, false
 	}
 	w := float64(units) * p.perUnit(m)
-	p.cand = p.cand[:0]
+	c := &p.nodeSet
+	if c.bits != nil && c.ver == p.ver && c.w == w && c.prod == p.curProd && c.long == p.long {
+		return c.bits, c.few
+	}
+	if c.bits == nil {
+		c.bits = newBitset(len(s.f.nodes))
+	}
+	clear(c.bits)
+	c.ver, c.w, c.prod, c.long, c.few = p.ver, w, p.curProd, p.long, true
+	n := 0
 	for r := range p.budget {
 		if p.draw[r]+w <= p.limit(int32(r))+1e-6 {
-			if len(p.cand)+len(p.rackNodes[r]) > len(s.f.nodes)/4 {
+			if n += len(p.rackNodes[r]); n > len(s.f.nodes)/4 {
+				c.few = false
 				return nil, false
 			}
-			p.cand = append(p.cand, p.rackNodes[r]...)
+			for _, ni := range p.rackNodes[r] {
+				c.bits.set(ni)
+			}
 		}
 	}
-	slices.Sort(p.cand)
-	return p.cand, true
+	return c.bits, true
 }
 
 // scanAllRackNodes turns powerNodes off (ScanAllRackNodes, for tests).
