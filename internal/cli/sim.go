@@ -50,6 +50,7 @@ var knobs = map[string]func(c *scheduler.Config, v string) error{
 	"topology-scan-nodes":     intKnob(func(c *scheduler.Config) *int { return &c.TopologyScanNodes }),
 	"max-preemptions":         intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerJob }),
 	"max-preemptions-per-day": intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerDay }),
+	"eta-arrival-window":      durationKnob(func(c *scheduler.Config) *time.Duration { return &c.ArrivalWindow }),
 }
 
 func floatKnob(field func(*scheduler.Config) *float64) func(*scheduler.Config, string) error {

@@ -40,6 +40,23 @@ func BenchmarkScheduleHugeFleetRacks(b *testing.B) {
 	benchSchedule(b, withRacks(schedtest.Large(schedtest.HugeLarge), benchRackBudget))
 }
 
+// withArrivals gives the ETA pass a day of arrivals to expect again
+// (Input.Arrivals): scheduler.ArrivalHistory of the queued jobs, as if
+// submitted evenly over the last day.
+func withArrivals(in scheduler.Input) scheduler.Input {
+	for i := range in.Jobs {
+		if len(in.Arrivals) == scheduler.ArrivalHistory {
+			break
+		}
+		if j := in.Jobs[i]; !j.Running() {
+			j.ID = "arrived-" + j.ID
+			j.Submitted = in.Now.Add(-scheduler.DefaultArrivalWindow + time.Duration(len(in.Arrivals))*scheduler.DefaultArrivalWindow/scheduler.ArrivalHistory)
+			in.Arrivals = append(in.Arrivals, j)
+		}
+	}
+	return in
+}
+
 // benchRackBudget is the racks' budget in the benchmarks, a fraction of
 // their rated draw: with 70 % of the GPUs busy at their TDP a rack draws
 // about 86 % of its rating (the host overhead is a large part of it), so
@@ -84,6 +101,7 @@ func withRacks(in scheduler.Input, frac float64) scheduler.Input {
 // time it reports the process's CPU time (cpu_ms, eta_cpu_ms), which
 // other work on a shared machine disturbs less; run it with -cpu 1.
 func benchSchedule(b *testing.B, in scheduler.Input) {
+	in = withArrivals(in)
 	cfg, err := scheduler.PolicyConfig("gpufleet")
 	if err != nil {
 		b.Fatal(err)

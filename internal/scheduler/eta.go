@@ -1,16 +1,22 @@
 package scheduler
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // The ETA is a forward simulation through the same placement code: from
 // the state the cycle leaves, running jobs end at Started+Estimate (now if
 // overdue; preempted ones after their grace), and at each end the queue is
 // tried again in cluster order under the same policy (strict order, EASY
-// backfill with the head's reservation, quotas). A job's estimated start
-// is the simulated time it starts. Each job is placed once; jobs with the
+// backfill with the head's reservation, quotas). The order is computed
+// again as simulated time passes (reorder), when the arrivals expected by
+// then (Config.ArrivalWindow) join the queue. A job's estimated start is
+// the simulated time it starts. Each job is placed once; jobs with the
 // same shape are grouped, so a moment at which a shape cannot fit costs
 // one cached check, not one per queued job.
 
@@ -149,6 +155,8 @@ func (s *sched) estimate() {
 			queue = append(queue, j)
 		}
 	}
+	s.real = len(queue)
+	s.future = s.expectedArrivals()
 	s.simIndex(queue)
 	s.use = simUse{at: s.now, usage: make([]float64, len(s.teams)), rate: make([]float64, len(s.teams))}
 	for i := range s.teams {
@@ -162,14 +170,14 @@ func (s *sched) estimate() {
 	t := s.now
 	next := s.now.Add(ETAReorderFirst) // the next re-ordering
 	for {
-		if s.orderMoves() && !t.Before(next) {
+		if (s.orderMoves() || len(s.future) > 0) && !t.Before(next) {
 			s.reorder(t)
 			for !t.Before(next) {
-				next = s.now.Add(2 * next.Sub(s.now))
+				next = s.now.Add(s.nextHorizon(next.Sub(s.now)))
 			}
 		}
 		s.simCycle(t)
-		if s.left == 0 {
+		if s.real == 0 {
 			return
 		}
 		for s.events.len() > 0 && s.events.peek().gen != s.events.peek().g.gen {
@@ -191,10 +199,74 @@ func (s *sched) estimate() {
 }
 
 // ETAReorderFirst is when the simulation first puts its queue back in
-// the order the policy would give it then; it does so again at twice that
-// time from now, four times, and so on, so a simulation of a year sorts the
+// the order the policy would give it then and lets in the arrivals it
+// expects by then; it does so again at twice that time from now, four
+// times, and so on (nextHorizon), so a simulation of a year sorts the
 // queue about fourteen times.
 const ETAReorderFirst = time.Hour
+
+// nextHorizon is the re-ordering after the one at h from now: twice as far,
+// but within Config.ArrivalWindow at most a sixth of the window further,
+// so that expected arrivals come in at most that late (a day: every 4 h).
+func (s *sched) nextHorizon(h time.Duration) time.Duration {
+	if w := s.cfg.ArrivalWindow; h < w {
+		return min(2*h, h+max(w/6, time.Minute), w)
+	}
+	return 2 * h
+}
+
+// expectedArrivals is the jobs the simulation expects to arrive, by
+// arrival time: each job of Input.Arrivals submitted within
+// Config.ArrivalWindow before now, submitted again a window later (the
+// last window's stream repeats once). They are never shown; they take
+// their turn in the order from the first re-ordering after they arrive.
+func (s *sched) expectedArrivals() []*pjob {
+	w := s.cfg.ArrivalWindow
+	if w <= 0 {
+		return nil
+	}
+	from := s.now.Add(-w)
+	var out []*pjob
+	for i := range s.in.Arrivals {
+		a := &s.in.Arrivals[i]
+		if a.Invalid != "" || a.Submitted.Before(from) || a.Submitted.After(s.now) {
+			continue
+		}
+		sh := s.shapeOf(&a.Resources)
+		if sh.invalid != "" {
+			continue
+		}
+		j := *a
+		j.ID = "expected/" + a.ID
+		j.Submitted = a.Submitted.Add(w)
+		j.Placement, j.Started, j.Requeued = nil, time.Time{}, false
+		p := &pjob{job: &j, rank: s.rankOf(&j), team: s.team(j.Team), shape: sh, est: s.estimateOf(&j),
+			submit: j.Submitted.UnixNano(), prod: j.Priority == gpufleet.Production, expected: true}
+		if p.static = s.staticWhy(p); p.static != nil {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b *pjob) int { return cmp.Compare(a.submit, b.submit) })
+	return out
+}
+
+// KeepArrivals is how callers keep Input.Arrivals: j appended (a job just
+// submitted), then the jobs submitted more than window before now dropped,
+// and the oldest beyond ArrivalHistory.
+func KeepArrivals(arrivals []Job, j Job, now time.Time, window time.Duration) []Job {
+	arrivals = append(arrivals, j)
+	from := now.Add(-window)
+	i := 0
+	for i < len(arrivals) && (arrivals[i].Submitted.Before(from) || len(arrivals)-i > ArrivalHistory) {
+		i++
+	}
+	return slices.Delete(arrivals, 0, i)
+}
+
+// ArrivalHistory bounds Input.Arrivals: at most this many of the newest
+// arrivals are expected again.
+const ArrivalHistory = 4096
 
 // simIndex makes queue, in cluster order, the simulation's queue: its
 // shapes' groups and their team sub-queues, the open lists and the trees
@@ -258,6 +330,10 @@ func (s *sched) reorder(t time.Time) {
 	left := make([]*pjob, 0, s.left)
 	for i := s.open.find(0); int(i) < len(s.queue); i = s.open.find(i + 1) {
 		left = append(left, s.queue[i])
+	}
+	for len(s.future) > 0 && s.future[0].submit <= t.UnixNano() {
+		left = append(left, s.future[0])
+		s.future = s.future[1:]
 	}
 	qs := make([]queued, len(left))
 	for i, j := range left {
@@ -330,6 +406,9 @@ func allocGPUs(allocs []alloc) float64 {
 func (s *sched) simStart(j *pjob, p placement, t time.Time) {
 	s.start(j, p, t)
 	s.use.rate[j.team] += allocGPUs(p.allocs)
+	if !j.expected {
+		s.real--
+	}
 	s.left--
 	j.shape.group.left--
 	s.open.close(j.simIdx)

@@ -8,9 +8,10 @@ import (
 
 // The ETA a user is shown is a range. Its median is the forward
 // simulation's start (eta.go), which re-orders the queue as simulated time
-// passes and is capped by the policy's own bound. The simulation still
-// assumes that nothing else arrives and that no starving job preempts, so
-// its error is wide; the p90 bounds it with the empirical error of the
+// passes, expects the last day's arrivals again, and is capped by the
+// policy's own bound. The simulation still assumes that no starving job
+// preempts and that arrivals repeat, so its error is wide; the p90 bounds
+// it with the empirical error of the
 // same simulation on recently started jobs, in the manner of QBETS (Nurmi,
 // Brevik and Wolski, "QBETS: queue bounds estimation from time series",
 // JSSPP 2007), which bounds queue waits by quantiles of recent waits, here

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -55,5 +56,23 @@ func TestCellKaplanMeier(t *testing.T) {
 	// 10 later waits: 3.9 h.
 	if got := applyResidual(time.Hour, waiting.q90); math.Abs(got.Hours()-3.9) > 0.11 {
 		t.Errorf("p90 with jobs still waiting %s, want about 3.9h", got)
+	}
+}
+
+// TestKeepArrivals: the arrivals kept are those within the window, at
+// most ArrivalHistory of them, the newest.
+func TestKeepArrivals(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var a []Job
+	for i := range ArrivalHistory + 10 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		a = KeepArrivals(a, Job{ID: fmt.Sprint(i), Submitted: now}, now, 24*time.Hour)
+	}
+	if len(a) != ArrivalHistory || a[0].ID != "10" {
+		t.Fatalf("%d arrivals, first %s; want %d, first 10", len(a), a[0].ID, ArrivalHistory)
+	}
+	a = KeepArrivals(a, Job{ID: "late", Submitted: t0.Add(48 * time.Hour)}, t0.Add(48*time.Hour), 24*time.Hour)
+	if len(a) != 1 || a[0].ID != "late" {
+		t.Errorf("a day later: %d arrivals, want the new one alone", len(a))
 	}
 }

@@ -162,6 +162,10 @@ var policies = map[string]Config{
 		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: DefaultStarvationMinRun, RestartCost: time.Minute},
 }
 
+// DefaultArrivalWindow is every policy's Config.ArrivalWindow: a day, so
+// the ETA expects a day's rhythm of arrivals.
+const DefaultArrivalWindow = 24 * time.Hour
+
 // Policies lists the built-in policy names.
 func Policies() []string { return sortedKeys(policies) }
 
@@ -180,6 +184,7 @@ func PolicyConfig(name string) (Config, error) {
 		c.Multifactor = &mf
 	}
 	c.ETA = true
+	c.ArrivalWindow = DefaultArrivalWindow
 	c.DefaultEstimate = 4 * time.Hour
 	c.DefaultGrace = DefaultGrace
 	c.MaxPreemptionSearches = DefaultMaxPreemptionSearches
@@ -209,6 +214,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReasonDepth < 0 {
 		return fmt.Errorf("reason depth %d is negative", c.ReasonDepth)
+	}
+	if c.ArrivalWindow < 0 {
+		return fmt.Errorf("arrival window %s is negative", c.ArrivalWindow)
 	}
 	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
 		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)

@@ -148,6 +148,9 @@ type pjob struct {
 	simIdx int32 // place in the simulation queue
 	sub    *simSub
 	subIdx int32
+	// expected: not a queued job but one the ETA simulation expects to
+	// arrive (Config.ArrivalWindow).
+	expected bool
 }
 
 // rjob is a running job.
@@ -249,6 +252,8 @@ type sched struct {
 	left   int
 	sheap  subHeap
 	use    simUse
+	real   int     // queued jobs not yet started in the simulation, not counting expected ones
+	future []*pjob // expected arrivals not yet in the queue, by arrival
 	// classGen grows when a class's quota reserve may shrink.
 	classGen []uint32
 	resvGen  uint32

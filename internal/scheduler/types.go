@@ -166,6 +166,10 @@ type Input struct {
 	// (kept with KeepWait: at most ETAHistory per size class), and the
 	// jobs still waiting as censored samples.
 	WaitHistory []WaitSample
+	// Arrivals is the jobs submitted in the last Config.ArrivalWindow,
+	// whatever became of them, oldest first, kept by the caller with
+	// KeepArrivals: the ETA simulation expects them again.
+	Arrivals []Job `json:",omitempty"`
 	// FleetVersion and Cache let a caller that schedules the same fleet
 	// cycle after cycle skip rebuilding the fleet index: with both set, a
 	// call whose FleetVersion (non-zero), Nodes slice and Models equal the
@@ -310,6 +314,12 @@ type Config struct {
 	// ETA computes estimated starts for every pending job by a forward
 	// simulation of running and queued work.
 	ETA bool
+	// ArrivalWindow is how far back the ETA simulation looks at arrivals
+	// (Input.Arrivals) and how far ahead it expects the same stream again:
+	// a job submitted d before now is expected again at now + window - d,
+	// shape, class, team and estimate alike, and takes its turn in the
+	// order like any queued job. 0: no expected arrivals.
+	ArrivalWindow time.Duration `json:",omitempty"`
 	// DefaultEstimate stands in for jobs without an estimate.
 	DefaultEstimate time.Duration
 	// DefaultGrace is the grace of a stop for a job that gives none

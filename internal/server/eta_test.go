@@ -48,3 +48,42 @@ func TestETAHistoryObserve(t *testing.T) {
 		t.Errorf("history %+v, want the two waits and c censored at 5h", got)
 	}
 }
+
+// TestETAHistoryArrived: the leader keeps each job it sees once, by submit
+// time, while it was submitted within the arrival window, running or not.
+func TestETAHistoryArrived(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	job := func(id string, submitted time.Duration, running bool) scheduler.Job {
+		j := scheduler.Job{ID: id, Resources: gpufleet.Resources{GPUs: 1}, Submitted: t0.Add(submitted)}
+		if running {
+			j.Placement = []scheduler.Placement{{Node: "n1", GPUs: []string{"g0"}}}
+		}
+		return j
+	}
+	cfg := scheduler.Config{ArrivalWindow: 24 * time.Hour}
+	ids := func(js []scheduler.Job) []string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	var h etaHistory
+	got := h.arrived(scheduler.Input{Now: t0.Add(30 * time.Hour), Config: cfg,
+		Jobs: []scheduler.Job{job("b", 20*time.Hour, true), job("old", time.Hour, false), job("a", 10*time.Hour, false)}})
+	if diff := cmp.Diff([]string{"a", "b"}, ids(got)); diff != "" {
+		t.Errorf("first cycle (-want +got):\n%s", diff)
+	}
+	if got[1].Placement != nil {
+		t.Errorf("an arrival keeps its placement: %v", got[1].Placement)
+	}
+	// Seen again: not twice; a day later a has left the window.
+	got = h.arrived(scheduler.Input{Now: t0.Add(35 * time.Hour), Config: cfg,
+		Jobs: []scheduler.Job{job("a", 10*time.Hour, false), job("c", 34*time.Hour, false)}})
+	if diff := cmp.Diff([]string{"b", "c"}, ids(got)); diff != "" {
+		t.Errorf("second cycle (-want +got):\n%s", diff)
+	}
+	if _, ok := h.seen["a"]; ok {
+		t.Errorf("a job out of the window is still remembered")
+	}
+}

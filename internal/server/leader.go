@@ -54,6 +54,35 @@ type leaderState struct {
 type etaHistory struct {
 	predicted map[string]time.Duration // queued job: the simulated wait when first seen, from submission
 	waits     []scheduler.WaitSample
+	// arrivals is the jobs submitted in the policy's arrival window that
+	// the leader has seen (scheduler.Input.Arrivals); seen their ids.
+	arrivals []scheduler.Job
+	seen     map[string]time.Time
+}
+
+// arrived records the jobs of a cycle's input the leader sees for the
+// first time and returns the arrivals the ETAs expect again.
+func (h *etaHistory) arrived(in scheduler.Input) []scheduler.Job {
+	w := in.Config.ArrivalWindow
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
+	var fresh []*scheduler.Job
+	for i := range in.Jobs {
+		j := &in.Jobs[i]
+		if _, ok := h.seen[j.ID]; !ok && !j.Submitted.Before(in.Now.Add(-w)) {
+			h.seen[j.ID] = j.Submitted
+			fresh = append(fresh, j)
+		}
+	}
+	slices.SortFunc(fresh, func(a, b *scheduler.Job) int { return a.Submitted.Compare(b.Submitted) })
+	for _, j := range fresh {
+		a := *j
+		a.Placement = nil
+		h.arrivals = scheduler.KeepArrivals(h.arrivals, a, in.Now, w)
+	}
+	maps.DeleteFunc(h.seen, func(_ string, at time.Time) bool { return at.Before(in.Now.Add(-w)) })
+	return h.arrivals
 }
 
 // history is what the scheduler calibrates on (Input.WaitHistory), as the
@@ -278,6 +307,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	}
 	s.leaderMu.Lock()
 	in.WaitHistory = s.leader.eta.history(in)
+	in.Arrivals = s.leader.eta.arrived(in)
 	s.leaderMu.Unlock()
 	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {

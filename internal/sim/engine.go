@@ -304,6 +304,9 @@ type engine struct {
 	// (scheduler.Input.WaitHistory), oldest first, kept with
 	// scheduler.KeepWait.
 	history []scheduler.WaitSample
+	// arrivals is the jobs submitted in the policy's arrival window
+	// (scheduler.Input.Arrivals), kept with scheduler.KeepArrivals.
+	arrivals []scheduler.Job
 }
 
 // Run replays the trace on the cluster under cfg.
@@ -767,8 +770,12 @@ func (e *engine) cycle(arrived []*jobState) error {
 	// accuracy is judged at submission), so the forward simulation runs
 	// only in cycles that have arrivals.
 	in.Config.ETA = in.Config.ETA && len(arrived) > 0
+	for _, js := range arrived {
+		e.arrivals = scheduler.KeepArrivals(e.arrivals, e.schedJob(js), in.Now, in.Config.ArrivalWindow)
+	}
 	if in.Config.ETA {
 		in.WaitHistory = e.waitHistory()
+		in.Arrivals = e.arrivals
 	}
 	e.powerInput(&in)
 	out := e.cfg.Schedule(in)

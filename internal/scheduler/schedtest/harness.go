@@ -32,6 +32,8 @@ import (
 //	     [attained=2h]                   GPU-time of its earlier runs (LAS)
 //	     [invalid=WORDS]                 the caller's validation refused the stored request
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
+//	arrived j9 team=a gpus=1 ... at=2h   a job submitted then (Input.Arrivals): the ETAs
+//	                                     expect it again a window later
 //	finish j0                            a running job ends
 //	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
 //	waited gpus=1 est=1h predicted=10h actual=2h [count=30]
@@ -157,8 +159,8 @@ func (h *Harness) command(f []string) error {
 		}
 	case "team":
 		return h.team(f[1], args)
-	case "submit", "run":
-		return h.job(f[0] == "run", f[1], args, flags)
+	case "submit", "run", "arrived":
+		return h.job(f[0], f[1], args, flags)
 	case "finish":
 		h.in.Jobs = slices.DeleteFunc(h.in.Jobs, func(j scheduler.Job) bool { return j.ID == f[1] })
 	case "drain":
@@ -279,6 +281,8 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.DefaultEstimate, err = gpufleet.ParseDuration(op[1])
 		case "lost-after":
 			c.LostAfter, err = gpufleet.ParseDuration(op[1])
+		case "arrival-window":
+			c.ArrivalWindow, err = gpufleet.ParseDuration(op[1])
 		case "ratio":
 			c.ResponseRatio = on
 		case "max-preemptions":
@@ -384,7 +388,7 @@ func (h *Harness) team(name string, a map[string]string) error {
 	return nil
 }
 
-func (h *Harness) job(running bool, id string, a map[string]string, flags map[string]bool) error {
+func (h *Harness) job(kind, id string, a map[string]string, flags map[string]bool) error {
 	gpus, err := strconv.Atoi(a["gpus"])
 	if err != nil {
 		return fmt.Errorf("job %s: gpus: %w", id, err)
@@ -469,7 +473,11 @@ func (h *Harness) job(running bool, id string, a map[string]string, flags map[st
 	j.Preemptible = flags["preemptible"]
 	j.Requeued = flags["requeued"]
 	j.Invalid = strings.ReplaceAll(a["invalid"], "_", " ")
-	if running {
+	switch kind {
+	case "arrived":
+		h.in.Arrivals = append(h.in.Arrivals, *j)
+		return nil
+	case "run":
 		j.Started = T0.Add(since)
 		if j.Placement, err = h.placeRunning(j, a["on"]); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
