@@ -500,9 +500,12 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 	for id := range s.attempts {
 		if _, ok := infos[id]; !ok {
 			delete(s.attempts, id)
-			delete(s.accounted, id)
 		}
 	}
+	maps.DeleteFunc(s.accounted, func(k acctKey, _ api.AttemptReport) bool {
+		_, ok := infos[k.attempt]
+		return !ok
+	})
 	s.acctMu.Unlock()
 	depth := map[[2]string]float64{}
 	for _, j := range jobs {

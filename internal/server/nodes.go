@@ -378,7 +378,7 @@ func (s *Server) recordBeat(node string, r api.HeartbeatRequest, now time.Time) 
 			changed = append(changed, a)
 		}
 		ln.totals[a.AttemptID] = a
-		s.account(a, now)
+		s.account(node, a, now)
 	}
 	return ln, changed
 }

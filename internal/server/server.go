@@ -167,7 +167,7 @@ type Server struct {
 	// yet flushed (usage.go).
 	acctMu       sync.Mutex
 	attempts     map[string]attemptInfo
-	accounted    map[string]api.AttemptReport
+	accounted    map[acctKey]api.AttemptReport
 	pendingUsage map[usageKey]store.UsageRow
 
 	// teleMu guards telemetry: each GPU's node, model and holder from the
@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		metrics:      newMetrics(),
 		authCache:    map[string]cachedAuth{},
 		attempts:     map[string]attemptInfo{},
-		accounted:    map[string]api.AttemptReport{},
+		accounted:    map[acctKey]api.AttemptReport{},
 		pendingUsage: map[usageKey]store.UsageRow{},
 		gpus:         map[string]gpuInfo{},
 

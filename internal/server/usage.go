@@ -14,19 +14,25 @@ type attemptInfo struct {
 	model string
 }
 
+// acctKey is one node's share of an attempt: each node of a multi-node
+// attempt reports its own totals.
+type acctKey struct{ attempt, node string }
+
 type usageKey struct {
 	team, model string
 	day         time.Time
 }
 
 // account turns an attempt's reported totals into per-team usage
-// increments, kept in memory until the next flush. s.acctMu must be held.
-func (s *Server) account(a api.AttemptReport, now time.Time) {
+// increments, kept in memory until the next flush; node is the node that
+// reports. s.acctMu must be held.
+func (s *Server) account(node string, a api.AttemptReport, now time.Time) {
 	info, ok := s.attempts[a.AttemptID]
 	if !ok {
 		return // not known yet: the next report carries the totals again
 	}
-	prev := s.accounted[a.AttemptID]
+	key := acctKey{a.AttemptID, node}
+	prev := s.accounted[key]
 	d := store.UsageRow{
 		GPUSeconds:          a.GPUSeconds - prev.GPUSeconds,
 		EffectiveGPUSeconds: a.EffectiveGPUSeconds - prev.EffectiveGPUSeconds,
@@ -35,7 +41,7 @@ func (s *Server) account(a api.AttemptReport, now time.Time) {
 	if d.GPUSeconds <= 0 && d.EnergyJoules <= 0 {
 		return
 	}
-	s.accounted[a.AttemptID] = a
+	s.accounted[key] = a
 	k := usageKey{team: info.team, model: info.model, day: now.Truncate(24 * time.Hour)}
 	row := s.pendingUsage[k]
 	row.Team, row.Model, row.Day = k.team, k.model, k.day

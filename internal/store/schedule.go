@@ -417,7 +417,8 @@ var validAttemptStates = map[gpufleet.AttemptState]bool{
 // one node (u.Node set) records that node's rank as done and keeps the
 // attempt running, with an attempt.rank_succeeded event, until every
 // node's rank has succeeded; any other end from any node ends it at once
-// (the other ranks are then stopped).
+// (the other ranks are then stopped). Each node reports its own totals;
+// the attempt's accounting is their sum.
 //
 // Effect on the job, while it is scheduled or running and this was its
 // last attempt not yet ended:
@@ -482,6 +483,12 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 	if u.State == gpufleet.AttemptStarting && cur.State == gpufleet.AttemptRunning {
 		return "", invalid("attempt %s is running and cannot go back to starting", cur.ID)
 	}
+	if u.Node != "" && len(cur.Nodes) > 1 {
+		// Each node reports its own totals: the attempt's are their sum.
+		if u.GPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, err = s.rankTotals(ctx, tx, cur.ID, u); err != nil {
+			return "", err
+		}
+	}
 	gs := max(cur.GPUSeconds, u.GPUSeconds)
 	egs := max(cur.EffectiveGPUSeconds, u.EffectiveGPUSeconds)
 	ej := max(cur.EnergyJoules, u.EnergyJoules)
@@ -502,6 +509,25 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 		return cur.JobID, nil
 	}
 	return cur.JobID, s.transition(ctx, tx, cur, u, at, actor, gs, egs, ej)
+}
+
+// rankTotals records u.Node's totals of a multi-node attempt (never
+// lowering them) and returns the sums over its nodes.
+func (s *SQL) rankTotals(ctx context.Context, tx *sql.Tx, id string, u AttemptUpdate) (gs, egs, ej float64, err error) {
+	if _, err = tx.ExecContext(ctx, s.q(`UPDATE attempt_nodes SET
+	gpu_seconds = CASE WHEN gpu_seconds > ? THEN gpu_seconds ELSE ? END,
+	effective_gpu_seconds = CASE WHEN effective_gpu_seconds > ? THEN effective_gpu_seconds ELSE ? END,
+	energy_joules = CASE WHEN energy_joules > ? THEN energy_joules ELSE ? END
+	WHERE attempt_id = ? AND node = ?`),
+		u.GPUSeconds, u.GPUSeconds, u.EffectiveGPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, u.EnergyJoules, id, u.Node); err != nil {
+		return 0, 0, 0, fmt.Errorf("attempt %s: totals of %s: %w", id, u.Node, err)
+	}
+	err = tx.QueryRowContext(ctx, s.q(`SELECT COALESCE(SUM(gpu_seconds), 0), COALESCE(SUM(effective_gpu_seconds), 0), COALESCE(SUM(energy_joules), 0)
+	FROM attempt_nodes WHERE attempt_id = ?`), id).Scan(&gs, &egs, &ej)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("attempt %s: totals: %w", id, err)
+	}
+	return gs, egs, ej, nil
 }
 
 // rankSucceeded records that u.Node's rank of a multi-node attempt exited

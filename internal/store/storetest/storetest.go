@@ -1161,6 +1161,9 @@ func testRanks(t *testing.T, s store.Store) {
 	if a := j.Attempts[0]; a.State != gpufleet.AttemptSucceeded || j.State != gpufleet.JobSucceeded {
 		t.Fatalf("after both ranks succeeded: attempt %s, job %s", a.State, j.State)
 	}
+	if a := j.Attempts[0]; a.GPUSeconds != 150 {
+		t.Errorf("gpu-seconds %g, want the nodes' totals added up, 100 + 50", a.GPUSeconds)
+	}
 	evs := events(t, s, store.EventFilter{Object: "a-1"})
 	if got := strings.Join(kinds(evs), " "); !strings.HasSuffix(got, "attempt.running attempt.rank_succeeded attempt.rank_succeeded attempt.succeeded") {
 		t.Errorf("events %s: want a rank_succeeded for each node, then the attempt's success", got)
