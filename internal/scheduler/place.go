@@ -327,12 +327,17 @@ func groupOf(c nodeCand, level int) int32 {
 func (s *sched) spreadCands(sh *shape, m, min int32) []nodeCand {
 	f := s.f
 	cands := s.cands[:0]
+	racks, few := s.powerNodes(m, max(min, 1)*unit)
 	for k := max(min, 1); k <= f.maxK[m]; k++ {
 		if f.counts[m][k] == 0 {
 			continue
 		}
 		b := f.buckets[m][k]
-		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
+		next := b.next
+		if few {
+			next = func(i int32) int32 { return b.nextAnd(racks, i) }
+		}
+		for ni := next(0); ni >= 0; ni = next(ni + 1) {
 			n := &f.nodes[ni]
 			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, max(min, 1)*unit) {
 				continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
 )
 
 // TestPropertyRacksStayUnderBudget: whatever the fleet, the queue and the
@@ -146,4 +147,28 @@ func TestPropertyPowerNodes(t *testing.T) {
 			t.Fatalf("rack-driven search and scan differ (-scan +racks):\n%s", diff)
 		}
 	})
+}
+
+// TestPowerNodesLarge is TestPropertyPowerNodes on generated fleets of a
+// few hundred nodes in racks of 32 (schedtest.Large: single-node, spread
+// and shared jobs), with budgets that leave a few racks room: placements,
+// reasons and ETAs are those of the full scan.
+func TestPowerNodesLarge(t *testing.T) {
+	for _, budget := range []float64{0.87, 0.9} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			in := withRacks(schedtest.Large(schedtest.LargeSpec{Nodes: 320, Pending: 3000, Teams: 6, Seed: 5}), budget)
+			in.Config, _ = scheduler.PolicyConfig("gpufleet")
+			in.Config.ReasonDepth = 0
+			indexed := scheduler.Schedule(in)
+			restore := scheduler.ScanAllRackNodes()
+			scanned := scheduler.Schedule(in)
+			restore()
+			if diff := cmp.Diff(scanned, indexed); diff != "" {
+				t.Fatalf("rack-driven search and scan differ (-scan +racks):\n%s", diff)
+			}
+			if len(indexed.Starts) == 0 {
+				t.Fatal("nothing starts: the budgets leave no room, the test compares nothing")
+			}
+		})
+	}
 }
