@@ -172,8 +172,14 @@ func (s *sched) estimate() {
 	for {
 		if (s.orderMoves() || len(s.future) > 0) && !t.Before(next) {
 			s.reorder(t)
-			for !t.Before(next) {
-				next = s.now.Add(s.nextHorizon(next.Sub(s.now)))
+			for h := next.Sub(s.now); !t.Before(next); next = s.now.Add(h) {
+				if h >= maxETA {
+					// ETAs stop at maxETA: re-sorting further is no use, and the
+					// simulated time may pass the longest duration there is.
+					next = time.Unix(math.MaxInt64/4, 0)
+					break
+				}
+				h = s.nextHorizon(h)
 			}
 		}
 		s.simCycle(t)

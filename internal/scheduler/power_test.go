@@ -120,6 +120,17 @@ func sortedSet(m map[string]bool) []string {
 	return out
 }
 
+// scheduleRacksBothWays runs in through the searches that visit only the
+// racks with room (powerNodes) and through the scan of every node they
+// replace, with every reason in full.
+func scheduleRacksBothWays(in scheduler.Input) (indexed, scanned scheduler.Output) {
+	in.Config.ReasonDepth = 0
+	indexed = scheduler.Schedule(in)
+	restore := scheduler.ScanAllRackNodes()
+	defer restore()
+	return indexed, scheduler.Schedule(in)
+}
+
 // TestPropertyPowerNodes: with every node in a rack and budgets that leave
 // few racks room, the searches that visit only the racks with room
 // (powerNodes) decide exactly what the scan of every node decides, ETAs
@@ -138,11 +149,7 @@ func TestPropertyPowerNodes(t *testing.T) {
 				DrawWatts:              float64(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
 		}
 		in.Config.ETA = true
-		in.Config.ReasonDepth = 0
-		indexed := scheduler.Schedule(in)
-		restore := scheduler.ScanAllRackNodes()
-		scanned := scheduler.Schedule(in)
-		restore()
+		indexed, scanned := scheduleRacksBothWays(in)
 		if diff := cmp.Diff(scanned, indexed); diff != "" {
 			t.Fatalf("rack-driven search and scan differ (-scan +racks):\n%s", diff)
 		}
@@ -158,11 +165,7 @@ func TestPowerNodesLarge(t *testing.T) {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
 			in := withRacks(schedtest.Large(schedtest.LargeSpec{Nodes: 320, Pending: 3000, Teams: 6, Seed: 5}), budget)
 			in.Config, _ = scheduler.PolicyConfig("gpufleet")
-			in.Config.ReasonDepth = 0
-			indexed := scheduler.Schedule(in)
-			restore := scheduler.ScanAllRackNodes()
-			scanned := scheduler.Schedule(in)
-			restore()
+			indexed, scanned := scheduleRacksBothWays(in)
 			if diff := cmp.Diff(scanned, indexed); diff != "" {
 				t.Fatalf("rack-driven search and scan differ (-scan +racks):\n%s", diff)
 			}

@@ -96,7 +96,23 @@ func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (out sc
 	}
 	all := in.Jobs
 	in.Jobs = markCulprits(all, known)
+	in.Arrivals = slices.DeleteFunc(slices.Clone(in.Arrivals), func(j scheduler.Job) bool {
+		_, bad := known[j.ID]
+		return bad
+	})
 	out, perr := runSchedule(s.decide, in)
+	if perr != nil && len(in.Arrivals) > 0 {
+		// The ETA's expected arrivals are copies of jobs seen earlier,
+		// information the decisions can do without: try without them
+		// first, and forget them if they were the cause.
+		s.log.Error("the scheduler panicked; trying again without the expected arrivals", "panic", perr.value, "stack", perr.stack)
+		in.Arrivals = nil
+		if out, perr = runSchedule(s.decide, in); perr == nil {
+			s.leaderMu.Lock()
+			s.leader.eta.arrivals = nil
+			s.leaderMu.Unlock()
+		}
+	}
 	last := ""
 	for found := 0; perr != nil; found++ {
 		s.log.Error("the scheduler panicked; looking for the job that causes it", "panic", perr.value, "stack", perr.stack)

@@ -343,3 +343,40 @@ func TestPoisonedRunningJobIsStoppedThenEnds(t *testing.T) {
 		t.Errorf("retries used %d, attempts %d; want no retry", got.Retries.Used, len(got.Attempts))
 	}
 }
+
+// TestSchedulerPanicOnExpectedArrivals: the ETA's expected arrivals are
+// copies of jobs the leader saw earlier; if the scheduler panics on one,
+// the cycle runs again without them, every queued job is placed, the
+// leader forgets the arrivals it kept, and no job is failed for it.
+func TestSchedulerPanicOnExpectedArrivals(t *testing.T) {
+	f := newFixture(t)
+	a := f.team("team-a", nil)
+	f.node("n1", "h100-sxm-80gb", 8)
+	seen := f.submit(a, api.SubmitRequest{Name: "seen", Resources: gpufleet.Resources{GPUs: 1}}).ID
+	f.cycle() // the leader records it as an arrival
+	later := f.submit(a, api.SubmitRequest{Name: "later", Resources: gpufleet.Resources{GPUs: 1}}).ID
+	f.srv.decide = func(in scheduler.Input) scheduler.Output {
+		for _, j := range in.Arrivals {
+			if j.ID == seen {
+				panic("an expected arrival the scheduler cannot read")
+			}
+		}
+		return scheduler.Schedule(in)
+	}
+	f.cycle()
+	for _, id := range []string{seen, later} {
+		if j := f.job(id); j.State != gpufleet.JobScheduled && j.State != gpufleet.JobRunning {
+			t.Errorf("job %s is %s, want scheduled", id, j.State)
+		}
+	}
+	f.srv.leaderMu.Lock()
+	kept := len(f.srv.leader.eta.arrivals)
+	f.srv.leaderMu.Unlock()
+	if kept != 0 {
+		t.Errorf("the leader still keeps %d arrivals after they made the scheduler panic", kept)
+	}
+	f.cycle()
+	if !f.srv.Leader() {
+		t.Error("the server is no longer leader")
+	}
+}
