@@ -17,7 +17,8 @@ import (
 // FuzzSubmitToSchedule follows request bytes the whole way a submission
 // goes: the API's strict decoder, the one validation, the job the server
 // stores, the check at submit and one scheduling cycle with the job among
-// running and queued work. Nothing may panic; a request that passes
+// running and queued work, and among the arrivals the ETA expects again.
+// Nothing may panic; a request that passes
 // validation makes a stored job that passes it too; the cycle places it at
 // most once, never against the check's verdict, and accounts for it.
 func FuzzSubmitToSchedule(f *testing.F) {
@@ -85,6 +86,12 @@ func FuzzSubmitToSchedule(f *testing.F) {
 		code, _ := scheduler.Feasible(fleet, sj)
 		in := fleet
 		in.Jobs = append(append([]scheduler.Job{}, others...), sj)
+		// The leader passes the jobs it saw arrive, this one among them, and
+		// the ETA expects each again (Input.Arrivals); the copies are never
+		// shown, which the counts below check.
+		early := sj
+		early.Submitted = now.Add(-20 * time.Hour)
+		in.Arrivals = []scheduler.Job{early, sj}
 		out := scheduler.Schedule(in)
 		started, pending := 0, 0
 		for _, s := range out.Starts {
