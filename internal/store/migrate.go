@@ -111,8 +111,12 @@ func (s *SQL) migrate(ctx context.Context) error {
 			if s.d.name == "postgres" {
 				// Replicas migrating at once take turns on a table lock held
 				// to the end of the transaction: no session advisory lock,
-				// so this works through a transaction-mode pooler.
-				if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true)`, pgMigrationLockTimeout.Milliseconds())); err != nil {
+				// so this works through a transaction-mode pooler. A
+				// migration runs once, at start, when a busy host may pause
+				// the process for longer than a cycle's idle timeout: it
+				// gets the migration lock's bound for both.
+				if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%[1]dms', true), set_config('idle_in_transaction_session_timeout', '%[1]dms', true)`,
+					pgMigrationLockTimeout.Milliseconds())); err != nil {
 					return err
 				}
 				if _, err := tx.ExecContext(ctx, `LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
