@@ -31,6 +31,9 @@ const (
 	MinHostMemory Bytes = 1 << 20
 	// MaxCPUs bounds resources.cpus per node.
 	MaxCPUs = 4096
+	// MaxJoulesPerUnit bounds resources.joules_per_unit: a GWh per unit,
+	// far above one training run of the largest model.
+	MaxJoulesPerUnit = 3.6e12
 	// MaxDuration bounds time_limit and estimate: a year and a day.
 	MaxDuration = 366 * 24 * time.Hour
 	// MaxGrace bounds grace, the time between stop signal and kill.

@@ -93,6 +93,12 @@ type Resources struct {
 	Sharing      Sharing           `json:"sharing,omitzero"`
 	Prefer       Preference        `json:"prefer,omitempty"`
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// JoulesPerUnit is, per GPU model (catalog id), the GPU energy one
+	// unit of the job's work takes there, for prefer efficient: measured
+	// by the job's earlier runs or the planner's figure, filled in at
+	// submission when not given. Models it leaves out are estimated from
+	// the given ones by peak per watt (docs/POWER.md#prefer-efficient).
+	JoulesPerUnit map[string]float64 `json:"joules_per_unit,omitempty"`
 	// CPUs and MemoryBytes limit each attempt on each node (cgroup v2
 	// cpu.max and memory.max where the node has them); zero: no limit.
 	// The scheduler places by GPUs only.
@@ -143,6 +149,8 @@ type Job struct {
 	SubmittedAt   time.Time  `json:"submitted_at"`
 	StartedAt     *time.Time `json:"started_at"`
 	FinishedAt    *time.Time `json:"finished_at"`
+	// Work is how the job reports the work it does, when it does.
+	Work *WorkCounter `json:"work,omitempty"`
 	// Plan is the planner's answer the job was admitted with, when it
 	// described a model.
 	Plan     any       `json:"plan"`
@@ -190,6 +198,10 @@ type Attempt struct {
 	GPUSeconds          float64 `json:"gpu_seconds"`
 	EffectiveGPUSeconds float64 `json:"effective_gpu_seconds"`
 	EnergyJoules        float64 `json:"energy_joules"`
+	// Work is the units of work the attempt reported (the job's Work
+	// counter, the largest count any node's output showed); null when it
+	// reported none.
+	Work *float64 `json:"work"`
 }
 
 // QueueEntry is a pending job's place in the queue.

@@ -45,7 +45,7 @@ type Preference string
 const (
 	Cheapest  Preference = "cheapest"  // lowest catalog price; unknown price last
 	Fastest   Preference = "fastest"   // highest bf16 (else fp16) peak
-	Efficient Preference = "efficient" // fewest joules per unit of work: highest peak per watt of TDP; unknown last
+	Efficient Preference = "efficient" // fewest joules per unit of work: the job's JoulesPerUnit, else highest peak per watt of TDP; unknown last
 )
 
 // UnmarshalText accepts cheapest, fastest, efficient or empty.
@@ -116,6 +116,9 @@ type JobRequest struct {
 	Grace       Duration          `json:"grace,omitzero"`
 	Retries     int               `json:"retries,omitempty"`
 	SimLoad     SimLoad           `json:"sim_load,omitempty"`
+	// Work, when set, reads the work the job reports from its output, for
+	// energy per unit of work (docs/POWER.md#energy-per-unit-of-work).
+	Work *WorkCounter `json:"work,omitempty"`
 	// Model, when set, is admitted through the planner (memory-fit
 	// admission).
 	Model *ModelRequest `json:"model,omitempty"`
@@ -199,6 +202,11 @@ func (r *JobRequest) Validate() error {
 	}
 	if err := r.SimLoad.Validate(); err != nil {
 		return InField("sim_load", err)
+	}
+	if r.Work != nil {
+		if err := r.Work.Validate(); err != nil {
+			return err
+		}
 	}
 	if r.Model != nil {
 		if err := r.Model.validate(); err != nil {
@@ -330,6 +338,17 @@ func (r Resources) Validate() error {
 	if err := r.Prefer.Validate(); err != nil {
 		return InField("resources.prefer", err)
 	}
+	if len(r.JoulesPerUnit) > MaxListLen {
+		return fmt.Errorf("%w: resources.joules_per_unit: %d models, at most %d", ErrInvalid, len(r.JoulesPerUnit), MaxListLen)
+	}
+	for _, m := range slices.Sorted(maps.Keys(r.JoulesPerUnit)) {
+		if err := CheckText("resources.joules_per_unit key", m, MaxWordLen, false); err != nil {
+			return err
+		}
+		if v := r.JoulesPerUnit[m]; strings.TrimSpace(m) == "" || !(v > 0 && v <= MaxJoulesPerUnit) {
+			return fmt.Errorf("%w: resources.joules_per_unit[%s] %g: expected a GPU model and joules above 0, at most %g", ErrInvalid, Quote(m), v, MaxJoulesPerUnit)
+		}
+	}
 	if len(r.NodeSelector) > MaxListLen {
 		return fmt.Errorf("%w: resources.node_selector: %d labels, at most %d", ErrInvalid, len(r.NodeSelector), MaxListLen)
 	}
@@ -373,6 +392,11 @@ func (j *Job) Validate() error {
 	}
 	if err := validateEnv(j.Env); err != nil {
 		return err
+	}
+	if j.Work != nil {
+		if err := j.Work.Validate(); err != nil {
+			return err
+		}
 	}
 	for _, d := range []struct {
 		field string

@@ -42,7 +42,18 @@ func TestJobRequestValidate(t *testing.T) {
 		"bad fraction built in code": {edit: func(r *gpufleet.JobRequest) {
 			r.Resources.Sharing = gpufleet.Sharing{Kind: gpufleet.TimeSlice, Fraction: 3}
 		}, wantErr: "resources.sharing"},
-		"bad preference":            {edit: func(r *gpufleet.JobRequest) { r.Resources.Prefer = "greenest" }, wantErr: `resources.prefer "greenest"`},
+		"bad preference":             {edit: func(r *gpufleet.JobRequest) { r.Resources.Prefer = "greenest" }, wantErr: `resources.prefer "greenest"`},
+		"work counter":               {edit: func(r *gpufleet.JobRequest) { r.Work = &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: "tokens"} }},
+		"work without a group":       {edit: func(r *gpufleet.JobRequest) { r.Work = &gpufleet.WorkCounter{Metric: `tokens=\d+`} }, wantErr: "work.metric"},
+		"work that does not compile": {edit: func(r *gpufleet.JobRequest) { r.Work = &gpufleet.WorkCounter{Metric: `tokens=(\d+`} }, wantErr: "work.metric"},
+		"work unit with spaces":      {edit: func(r *gpufleet.JobRequest) { r.Work = &gpufleet.WorkCounter{Metric: `(\d+)`, Unit: "my tokens"} }, wantErr: `work.unit "my tokens"`},
+		"huge work metric":           {edit: func(r *gpufleet.JobRequest) { r.Work = &gpufleet.WorkCounter{Metric: "(" + big + ")"} }, wantErr: "work.metric"},
+		"joules per unit": {edit: func(r *gpufleet.JobRequest) {
+			r.Resources.JoulesPerUnit = map[string]float64{"l4": 0.9, "h100-sxm-80gb": 0.3}
+		}},
+		"NaN joules":                {edit: func(r *gpufleet.JobRequest) { r.Resources.JoulesPerUnit = map[string]float64{"l4": math.NaN()} }, wantErr: `resources.joules_per_unit["l4"] NaN`},
+		"zero joules":               {edit: func(r *gpufleet.JobRequest) { r.Resources.JoulesPerUnit = map[string]float64{"l4": 0} }, wantErr: `resources.joules_per_unit["l4"] 0`},
+		"joules for no model":       {edit: func(r *gpufleet.JobRequest) { r.Resources.JoulesPerUnit = map[string]float64{" ": 1} }, wantErr: "resources.joules_per_unit"},
 		"too many models":           {edit: func(r *gpufleet.JobRequest) { r.Resources.GPUModels = make([]string, 65) }, wantErr: "resources.gpu_models: 65 entries"},
 		"empty model name":          {edit: func(r *gpufleet.JobRequest) { r.Resources.GPUModels = []string{" "} }, wantErr: "resources.gpu_models[0]: empty"},
 		"selector with NUL":         {edit: func(r *gpufleet.JobRequest) { r.Resources.NodeSelector = map[string]string{"rack": "r1\x00"} }, wantErr: "NUL"},
@@ -140,4 +151,17 @@ func manyQuotas(n int) map[string]int {
 		m[strings.Repeat("c", i+1)] = 1
 	}
 	return m
+}
+
+func TestParseWorkCount(t *testing.T) {
+	for in, want := range map[string]float64{"12": 12, "1,200": 1200, "1_000_000": 1e6, "2.5e3": 2500, " 7 ": 7, "0": 0} {
+		if got, err := gpufleet.ParseWorkCount(in); err != nil || got != want {
+			t.Errorf("ParseWorkCount(%q) = %g, %v; want %g", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "NaN", "Inf", "1e400", "12abc", ",", "0x1p3"} {
+		if v, err := gpufleet.ParseWorkCount(in); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseWorkCount(%q) = %g, %v; want ErrInvalid", in, v, err)
+		}
+	}
 }

@@ -694,6 +694,10 @@ func (a *Agent) shipLogs(ctx context.Context) {
 	cred := a.cred.Credential
 	a.mu.Unlock()
 	for _, j := range a.runner.LogJobs() {
+		if j.WorkOnly {
+			a.readWork(j)
+			continue
+		}
 		off := j.Offset
 		for ctx.Err() == nil {
 			data, err := readChunk(j.Path, off, logChunk)
@@ -703,16 +707,20 @@ func (a *Agent) shipLogs(ctx context.Context) {
 			}
 			if len(data) == 0 {
 				if j.Ended {
+					a.runner.EndWork(j.Attempt)
 					a.runner.Shipped(j.Attempt, off, true)
 				}
 				break
 			}
+			a.runner.ReadWork(j.Attempt, off, data)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			size, err := a.cp.ShipLog(cctx, cred, j.Attempt, off, data)
 			cancel()
 			if errors.Is(err, api.ErrForbidden) || errors.Is(err, gpufleet.ErrNotFound) || errors.Is(err, gpufleet.ErrUnsupported) {
 				a.log.Warn("server refuses the attempt's log; not shipping it", "attempt", j.Attempt, "err", err)
 				a.runner.Shipped(j.Attempt, off, true)
+				j.Offset += int64(len(data))
+				a.readWork(j)
 				break
 			}
 			if err != nil {
@@ -721,6 +729,24 @@ func (a *Agent) shipLogs(ctx context.Context) {
 			off = size
 			a.runner.Shipped(j.Attempt, off, false)
 		}
+	}
+}
+
+// readWork feeds the log of an attempt whose log the server refused, from
+// j.Offset, to its work counter, and ends the count once the attempt has
+// ended.
+func (a *Agent) readWork(j logJob) {
+	off := j.Offset
+	for {
+		data, err := readChunk(j.Path, off, logChunk)
+		if err != nil || len(data) == 0 {
+			break
+		}
+		a.runner.ReadWork(j.Attempt, off, data)
+		off += int64(len(data))
+	}
+	if j.Ended {
+		a.runner.EndWork(j.Attempt)
 	}
 }
 

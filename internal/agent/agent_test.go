@@ -388,6 +388,7 @@ type fakePlane struct {
 	expires   time.Time // of the credentials it hands out; zero: far away
 	registers int
 	renewed   []string // the credentials renewed
+	refuseLog error    // ShipLog's answer when set
 }
 
 func (f *fakePlane) credential(c string) api.RegisterResponse {
@@ -433,6 +434,9 @@ func (f *fakePlane) ShipLog(_ context.Context, _, _ string, off int64, data []by
 	defer f.mu.Unlock()
 	if f.down {
 		return 0, fmt.Errorf("%w: server away", api.ErrUnavailable)
+	}
+	if f.refuseLog != nil {
+		return 0, f.refuseLog
 	}
 	return off + int64(len(data)), nil
 }

@@ -82,7 +82,9 @@ type attempt struct {
 
 	LogShipped int64 `json:"log_shipped"`
 	LogDone    bool  `json:"log_done,omitempty"`
-	Delivered  bool  `json:"delivered,omitempty"`
+	// Work is the job's work counter as read from the log so far.
+	Work      workScan `json:"work,omitzero"`
+	Delivered bool     `json:"delivered,omitempty"`
 
 	cmd *exec.Cmd // set when this process started the supervisor
 	// reaped is closed once cmd's supervisor has exited and been reaped.
@@ -356,6 +358,9 @@ func (r *Runner) validate(as api.Assignment) error {
 		if _, err := simgpu.ParseLoad(as.SimLoad); err != nil {
 			return err
 		}
+	}
+	if as.Work != nil {
+		return as.Work.Validate()
 	}
 	return nil
 }
@@ -755,7 +760,8 @@ func (r *Runner) setLoad(a *attempt, on bool) {
 
 // Reports returns what the next heartbeat says about the attempts. A
 // terminal attempt is reported once its log is shipped, so that a
-// follower of its log sees the end before the attempt ends.
+// follower of its log sees the end before the attempt ends, and its work
+// counter has read all of it.
 func (r *Runner) Reports() []api.AttemptReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -766,9 +772,9 @@ func (r *Runner) Reports() []api.AttemptReport {
 			continue
 		}
 		rep := api.AttemptReport{AttemptID: id, JobID: a.As.JobID, State: a.State,
-			GPUSeconds: a.Usage.GPUSeconds, EffectiveGPUSeconds: a.Usage.EffectiveGPUSeconds, EnergyJoules: a.Usage.EnergyJoules}
+			GPUSeconds: a.Usage.GPUSeconds, EffectiveGPUSeconds: a.Usage.EffectiveGPUSeconds, EnergyJoules: a.Usage.EnergyJoules, Work: a.Work.Count}
 		if a.State.Terminal() {
-			if !a.LogDone {
+			if !a.LogDone || a.reading() {
 				rep.State = gpufleet.AttemptRunning
 			} else {
 				rep.ExitCode, rep.Reason, rep.ReasonCode = a.ExitCode, a.Reason, a.ReasonCode
@@ -871,6 +877,9 @@ type logJob struct {
 	Path    string
 	Offset  int64
 	Ended   bool
+	// WorkOnly: the server refused the log; only the work counter reads
+	// it, from Offset.
+	WorkOnly bool
 }
 
 // LogJobs lists the logs that may have bytes to ship.
@@ -880,10 +889,14 @@ func (r *Runner) LogJobs() []logJob {
 	var out []logJob
 	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
 		a := r.attempts[id]
-		if !a.Launched || a.LogDone {
+		if !a.Launched || (a.LogDone && !a.reading()) {
 			continue
 		}
-		out = append(out, logJob{Attempt: id, Path: filepath.Join(r.attemptDir(id), logFileName), Offset: a.LogShipped, Ended: a.State.Terminal()})
+		j := logJob{Attempt: id, Path: filepath.Join(r.attemptDir(id), logFileName), Offset: a.LogShipped, Ended: a.State.Terminal()}
+		if a.LogDone {
+			j.Offset, j.WorkOnly = a.Work.Scanned, true
+		}
+		out = append(out, j)
 	}
 	return out
 }
@@ -901,6 +914,32 @@ func (r *Runner) Shipped(id string, size int64, done bool) {
 		}
 	}
 }
+
+// ReadWork feeds the attempt's output from offset off to its work
+// counter, when the job has one.
+func (r *Runner) ReadWork(id string, off int64, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.attempts[id]; a != nil && a.As.Work != nil {
+		a.Work.feed(a.As.Work, off, data)
+		r.dirty = true
+	}
+}
+
+// EndWork marks the attempt's output read to its end: the terminal report
+// carries its work count from now on.
+func (r *Runner) EndWork(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.attempts[id]; a != nil && a.As.Work != nil && !a.Work.Done {
+		a.Work.end(a.As.Work)
+		r.dirty = true
+	}
+}
+
+// reading reports whether the attempt's work counter has output left to
+// read; r.mu must be held.
+func (a *attempt) reading() bool { return a.As.Work != nil && !a.Work.Done }
 
 // readChunk reads up to max bytes of path from off.
 func readChunk(path string, off int64, maxBytes int) ([]byte, error) {

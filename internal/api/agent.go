@@ -102,6 +102,9 @@ type AttemptReport struct {
 	GPUSeconds          float64               `json:"gpu_seconds"`
 	EffectiveGPUSeconds float64               `json:"effective_gpu_seconds"`
 	EnergyJoules        float64               `json:"energy_joules"`
+	// Work is the last count of the job's work counter the attempt's
+	// output showed on this node; absent until one did.
+	Work *float64 `json:"work,omitempty"`
 }
 
 // HeartbeatRequest is the agent's periodic report.
@@ -146,6 +149,8 @@ type Assignment struct {
 	GPUsPerNode int    `json:"gpus_per_node"`
 	MasterAddr  string `json:"master_addr,omitempty"`
 	MasterPort  int    `json:"master_port,omitempty"`
+	// Work is the job's work counter, read from the attempt's output.
+	Work *gpufleet.WorkCounter `json:"work,omitempty"`
 }
 
 // StopOrder tells the agent to stop an attempt.
@@ -225,6 +230,7 @@ const (
 	maxCounter       = 1 << 62   // no counter of a heartbeat is near this
 	maxGPUSeconds    = 1e15      // per attempt, far beyond any real run
 	maxEnergyJoules  = 1e18      // per attempt or GPU counter
+	maxWork          = 1e21      // units of work of one attempt: a trillion tokens a second for 30 years
 	maxMemoryBytes   = 1<<50 - 1 // one GPU's memory
 )
 
@@ -380,6 +386,9 @@ func checkReports(reports []AttemptReport) error {
 			if !(f.v >= 0 && f.v <= f.max) {
 				return fmt.Errorf("%w: %s.%s %g: expected 0 to %g", gpufleet.ErrInvalid, field, f.name, f.v, f.max)
 			}
+		}
+		if a.Work != nil && !(*a.Work >= 0 && *a.Work <= maxWork) {
+			return fmt.Errorf("%w: %s.work %g: expected 0 to %g", gpufleet.ErrInvalid, field, *a.Work, maxWork)
 		}
 	}
 	return nil

@@ -100,7 +100,8 @@ type UsageReport struct {
 	From  time.Time   `json:"from"`
 	To    time.Time   `json:"to"`
 	Teams []TeamUsage `json:"teams"`
-	// PUE and GridIntensity are what the facility energy and CO2e use
+	// PUE (where a rack gives none of its own) and GridIntensity are what
+	// the facility energy and CO2e use
 	// (GridIntensity is the constant; GridIntensityHourly says an hourly
 	// file gives the hours it holds).
 	PUE                 float64     `json:"pue"`
@@ -120,12 +121,20 @@ type EnergyRow struct {
 	PeriodStart *time.Time `json:"period_start"`
 	GPUHours    float64    `json:"gpu_hours"`
 	// GPUEnergyKWh is what the GPUs drew; FacilityEnergyKWh that times
-	// the PUE; CO2eKg the facility energy at the grid's intensity.
+	// the PUE of the racks they were in (the report's PUE outside racks);
+	// CO2eKg the facility energy at the grid's intensity.
 	GPUEnergyKWh      float64 `json:"gpu_energy_kwh"`
 	FacilityEnergyKWh float64 `json:"facility_energy_kwh"`
 	CO2eKg            float64 `json:"co2e_kg"`
 	// AvgGPUWatts is one GPU's mean draw over the GPU-hours.
 	AvgGPUWatts float64 `json:"avg_gpu_watts"`
+	// Work, by job, is the units of work the job's attempts reported (its
+	// work counter), WorkUnit what they count and JoulesPerUnit the GPU
+	// energy of all its attempts over that work; absent when the job
+	// reports none.
+	Work          *float64 `json:"work,omitempty"`
+	WorkUnit      string   `json:"work_unit,omitempty"`
+	JoulesPerUnit *float64 `json:"joules_per_unit,omitempty"`
 }
 
 // TeamUsage is one team's accounting over the period, in total and per

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -577,7 +578,7 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 	if rep.GridIntensityHourly {
 		intensity = "hourly file, else " + intensity
 	}
-	fmt.Fprintf(w, "PUE %.2f, grid %s\n", rep.PUE, intensity)
+	fmt.Fprintf(w, "PUE %.2f where a rack gives none, grid %s\n", rep.PUE, intensity)
 	var head []string
 	switch rep.By {
 	case api.EnergyByJob:
@@ -590,7 +591,11 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 	if rep.Period != "" && rep.Period != "all" {
 		head = append(head, strings.ToUpper(rep.Period))
 	}
-	t := newTable(w, append(head, "GPU-HOURS", "GPU ENERGY", "FACILITY ENERGY", "CO2E", "AVG DRAW")...)
+	cols := append(head, "GPU-HOURS", "GPU ENERGY", "FACILITY ENERGY", "CO2E", "AVG DRAW")
+	if rep.By == api.EnergyByJob {
+		cols = append(cols, "WORK", "ENERGY/UNIT")
+	}
+	t := newTable(w, cols...)
 	var total api.EnergyRow
 	for _, r := range rep.Energy {
 		var cells []string
@@ -609,7 +614,11 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 			}
 			cells = append(cells, at)
 		}
-		t.row(append(cells, energyCells(r)...)...)
+		cells = append(cells, energyCells(r)...)
+		if rep.By == api.EnergyByJob {
+			cells = append(cells, workCells(r)...)
+		}
+		t.row(cells...)
 		total.GPUHours += r.GPUHours
 		total.GPUEnergyKWh += r.GPUEnergyKWh
 		total.FacilityEnergyKWh += r.FacilityEnergyKWh
@@ -621,7 +630,11 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 		}
 		cells := make([]string, len(head))
 		cells[0] = "(total)"
-		t.row(append(cells, energyCells(total)...)...)
+		cells = append(cells, energyCells(total)...)
+		if rep.By == api.EnergyByJob {
+			cells = append(cells, "", "") // units differ between jobs
+		}
+		t.row(cells...)
 	}
 	return t.flush()
 }
@@ -629,6 +642,27 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 func energyCells(r api.EnergyRow) []string {
 	return []string{fmt.Sprintf("%.1f", r.GPUHours), fmt.Sprintf("%.2f kWh", r.GPUEnergyKWh),
 		fmt.Sprintf("%.2f kWh", r.FacilityEnergyKWh), fmt.Sprintf("%.2f kg", r.CO2eKg), fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
+}
+
+// workCells are a job's work and GPU energy per unit of it, "-" when it
+// reports none.
+func workCells(r api.EnergyRow) []string {
+	if r.Work == nil {
+		return []string{"-", "-"}
+	}
+	per := "-"
+	if r.JoulesPerUnit != nil {
+		per = fmt.Sprintf("%s J/%s", sig3(*r.JoulesPerUnit), singular(r.WorkUnit))
+	}
+	return []string{fmt.Sprintf("%s %s", sig3(*r.Work), r.WorkUnit), per}
+}
+
+// singular names one unit: "tokens" -> "token".
+func singular(unit string) string {
+	if len(unit) > 1 && strings.HasSuffix(unit, "s") {
+		return unit[:len(unit)-1]
+	}
+	return unit
 }
 
 // parsePeriod reads --from and --to with parseWhen.
@@ -661,4 +695,18 @@ func (c *clientEnv) parseWhen(flag, s string) (time.Time, error) {
 		return c.now().Add(-d).UTC().Truncate(time.Second), nil
 	}
 	return time.Time{}, usageErr("%s %q: expected an RFC 3339 time, a date (2025-01-31) or a duration ago (7d)", flag, s)
+}
+
+// sig3 writes a count or rate with three significant digits, in
+// thousands (k), millions (M), billions (G) or trillions (T) from 10,000.
+func sig3(v float64) string {
+	for _, s := range []struct {
+		min, div float64
+		suffix   string
+	}{{1e12, 1e12, "T"}, {1e9, 1e9, "G"}, {1e6, 1e6, "M"}, {1e4, 1e3, "k"}} {
+		if math.Abs(v) >= s.min {
+			return strconv.FormatFloat(v/s.div, 'g', 3, 64) + s.suffix
+		}
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }

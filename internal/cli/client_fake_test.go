@@ -252,6 +252,10 @@ func (f *fakeService) Usage(_ context.Context, _ api.Principal, q api.UsageQuery
 			r.Model = key
 		case api.EnergyByJob:
 			r.Team, r.Job = "team-a", fmt.Sprintf("j-%d", i+1)
+			if i == 0 { // 50 kWh over 4.5e8 tokens: 0.4 J/token
+				w, per := 4.5e8, 50*3.6e6/4.5e8
+				r.Work, r.WorkUnit, r.JoulesPerUnit = &w, "tokens", &per
+			}
 		default:
 			r.Team = "team-" + string(rune('a'+i))
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"io/fs"
 	"os"
@@ -31,6 +33,7 @@ type submitFlags struct {
 	nodeSelector, env                                                     []string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
+	workMetric, workUnit                                                  string
 	preemptible, strict, queueAnyway                                      bool
 	plan                                                                  planFlags
 }
@@ -66,6 +69,8 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.requestID, "request-id", "", "idempotency key: resubmitting with the same id returns the same job")
 	fs.StringVar(&f.simLoad, "sim-load", "", "load on simulated GPUs: compute, memory or idle")
 	fs.StringVar(&f.name, "name", "", "job name")
+	fs.StringVar(&f.workMetric, "work-metric", "", "regular expression for the work the job prints, its first group the running count ('tokens=([0-9]+)'): energy per unit of work")
+	fs.StringVar(&f.workUnit, "work-unit", "", "what --work-metric counts: tokens, samples, images (default units)")
 	fs.BoolVar(&f.strict, "strict", false, "reject the job when its request is smaller than the planner's plan (default: warn)")
 	fs.BoolVar(&f.queueAnyway, "queue-anyway", false, "queue the job even if no node of the fleet can hold it now (its nodes have not joined yet)")
 	tmp := pflag.NewFlagSet("plan", pflag.ContinueOnError)
@@ -77,6 +82,14 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 		}
 		fs.AddFlag(fl)
 	}
+}
+
+// workCounter is w, or a new counter to fill.
+func workCounter(w *gpufleet.WorkCounter) *gpufleet.WorkCounter {
+	if w == nil {
+		return &gpufleet.WorkCounter{}
+	}
+	return w
 }
 
 // request builds the submit request: the job file (if any), then the flags
@@ -136,6 +149,8 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		{"request-id", func() error { req.RequestID = f.requestID; return nil }},
 		{"sim-load", text(&req.SimLoad, f.simLoad)},
 		{"name", func() error { req.Name = f.name; return nil }},
+		{"work-metric", func() error { req.Work = workCounter(req.Work); req.Work.Metric = f.workMetric; return nil }},
+		{"work-unit", func() error { req.Work = workCounter(req.Work); req.Work.Unit = f.workUnit; return nil }},
 		{"strict", func() error { req.Strict = f.strict; return nil }},
 		{"queue-anyway", func() error { req.AllowUnsatisfiable = f.queueAnyway; return nil }},
 	}
@@ -475,6 +490,9 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	if len(r.NodeSelector) > 0 {
 		res = append(res, kvList(r.NodeSelector))
 	}
+	if r.Prefer != "" {
+		res = append(res, "prefer "+string(r.Prefer))
+	}
 	rows := [][2]string{
 		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"state", jobState(j)}, {"priority", orDash(string(j.Priority))},
 		{"resources", strings.Join(res, ", ")}, {"command", orDash(strings.Join(j.Command, " "))},
@@ -483,6 +501,16 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		{"retries", j.Retries.String()},
 		{"interruptions", fmt.Sprintf("%d (preemption, drain, node loss: not counted against retries)", j.Interruptions)},
 		{"preemptible", strconv.FormatBool(j.Preemptible)},
+	}
+	if j.Work != nil {
+		rows = append(rows, [2]string{"work counter", fmt.Sprintf("%s, in %s", j.Work.Metric, j.Work.UnitName())})
+	}
+	if len(r.JoulesPerUnit) > 0 {
+		var per []string
+		for _, m := range slices.Sorted(maps.Keys(r.JoulesPerUnit)) {
+			per = append(per, fmt.Sprintf("%s %s J", m, sig3(r.JoulesPerUnit[m])))
+		}
+		rows = append(rows, [2]string{"energy per unit", strings.Join(per, ", ")})
 	}
 	if j.Queue != nil {
 		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s (confidence %s): %s",
@@ -498,7 +526,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	t := newTable(w, "ATTEMPT", "STATE", "NODES", "GPUS", "STARTED", "EXIT", "REASON")
+	t := newTable(w, "ATTEMPT", "STATE", "NODES", "GPUS", "STARTED", "EXIT", "ENERGY", "WORK", "REASON")
 	for _, a := range j.Attempts {
 		exit := "-"
 		if a.ExitCode != nil {
@@ -510,8 +538,12 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 				gpus += len(n.GPUs)
 			}
 		}
+		work := "-"
+		if a.Work != nil {
+			work = sig3(*a.Work) + " " + j.Work.UnitName()
+		}
 		t.row(a.ID, string(a.State), attemptNodes(gpufleet.Job{Attempts: []gpufleet.Attempt{a}}), strconv.Itoa(gpus),
-			c.ago(a.StartedAt), exit, orDash(a.Reason))
+			c.ago(a.StartedAt), exit, fmt.Sprintf("%.3f kWh", a.EnergyJoules/3.6e6), work, orDash(a.Reason))
 	}
 	return t.flush()
 }

@@ -42,6 +42,11 @@ func TestSubmitFlagsMapToTheRequest(t *testing.T) {
 				Env: map[string]string{"A": "1", "B": "x=y"}, Workdir: "/w", TimeLimit: gpufleet.Duration(4 * time.Hour), Estimate: gpufleet.Duration(time.Hour + 30*time.Minute),
 				Preemptible: true, Grace: gpufleet.Duration(30 * time.Second), Retries: 3, SimLoad: "memory"},
 		},
+		"work counter": {
+			args: []string{"--gpus", "1", "--prefer", "efficient", "--work-metric", `tokens=(\d+)`, "--work-unit", "tokens", "--", "python", "serve.py"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Prefer: gpufleet.Efficient}, Command: []string{"python", "serve.py"},
+				Work: &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: "tokens"}},
+		},
 		"planner flags build the model": {
 			args: []string{"--gpus", "2", "--precision", "fp8", "--model", "llama-3.1-70b", "--batch", "32", "--input-tokens", "2048",
 				"--tp", "2", "--kv-precision", "fp8", "--strict", "--", "vllm", "serve"},
@@ -238,12 +243,13 @@ func TestHumanTables(t *testing.T) {
 		"classes": {[]string{"classes", "list"}, []string{"hopper", "h100-sxm-80gb,h200-sxm-141gb"}},
 		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1000.0 kWh"}},
 		"energy": {[]string{"usage", "--energy", "--by", "gpu-model", "--period", "week"},
-			[]string{"PUE 1.58, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.00 kWh", "79.00 kWh", "37.92 kg", "500 W", "(total)", "75.00 kWh", "375 W"}},
-		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.00 kWh"}},
-		"cordon":        {[]string{"drain", "n1"}, []string{"node n1: draining"}},
-		"cancel":        {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
-		"logs":          {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
-		"revoke":        {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
+			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.00 kWh", "79.00 kWh", "37.92 kg", "500 W", "(total)", "75.00 kWh", "375 W"}},
+		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.00 kWh", "WORK", "ENERGY/UNIT",
+			"450M tokens  0.4 J/token", "250 W     -            -"}},
+		"cordon": {[]string{"drain", "n1"}, []string{"node n1: draining"}},
+		"cancel": {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
+		"logs":   {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
+		"revoke": {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -74,6 +74,21 @@ model:
 				Config: map[string]any{"model_type": "llama", "hidden_size": float64(4096), "rope_scaling": map[string]any{"factor": float64(8), "type": "llama3"},
 					"tie_word_embeddings": false, "eos_token_id": []any{float64(1), float64(2)}}}},
 		},
+		"work counter and energy figures": {
+			name: "job.yaml",
+			in: `name: decode
+resources:
+  gpus: 1
+  prefer: efficient
+  joules_per_unit: {l4: 0.9, h100-sxm-80gb: 0.3}
+work:
+  metric: 'tokens=(\d+)'
+  unit: tokens
+`,
+			want: api.SubmitRequest{Name: "decode", Resources: gpufleet.Resources{GPUs: 1, Prefer: gpufleet.Efficient,
+				JoulesPerUnit: map[string]float64{"l4": 0.9, "h100-sxm-80gb": 0.3}},
+				Work: &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: "tokens"}},
+		},
 		"anchors resolve": {
 			name: "job.yaml",
 			in:   "x-env: &e {A: b}\n",

@@ -57,6 +57,8 @@ type Use struct {
 	Joules     float64
 	// PUE is the facility's where the use ran; 0 takes Account's default.
 	PUE float64
+	// Work is the units of work the use reported, nil when none.
+	Work *float64
 }
 
 // EnergyRow is one key's energy in one period.
@@ -68,6 +70,19 @@ type EnergyRow struct {
 	// GPUJoules is what the GPUs drew; FacilityJoules that times the PUE;
 	// CO2eGrams the facility energy at the grid's intensity.
 	GPUJoules, FacilityJoules, CO2eGrams float64
+	// Work sums the uses' work; nil when none reported any.
+	Work *float64
+}
+
+// JoulesPerUnit is the GPU energy per unit of work: every use's energy
+// (attempts that reported no work, a preempted one say, included) over
+// the work reported; nil without work.
+func (r EnergyRow) JoulesPerUnit() *float64 {
+	if r.Work == nil || *r.Work <= 0 {
+		return nil
+	}
+	v := r.GPUJoules / *r.Work
+	return &v
 }
 
 // AvgGPUWatts is the mean draw of one GPU over the row's GPU time.
@@ -100,6 +115,13 @@ func Account(uses []Use, p Period, pue float64, in Intensity) []EnergyRow {
 		r.GPUJoules += u.Joules
 		r.FacilityJoules += f
 		r.CO2eGrams += in.CO2e(f, u.From, u.To)
+		if u.Work != nil {
+			w := *u.Work
+			if r.Work != nil {
+				w += *r.Work
+			}
+			r.Work = &w
+		}
 	}
 	out := make([]EnergyRow, 0, len(rows))
 	for _, r := range rows {

@@ -74,6 +74,16 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 	if prefer {
 		b = append(b, '|')
 		b = append(b, want...)
+		if want == gpufleet.Efficient {
+			for _, m := range sortedKeys(r.JoulesPerUnit) {
+				b = append(b, '|')
+				b = strconv.AppendInt(b, int64(len(m)), 10)
+				b = append(b, ':')
+				b = append(b, m...)
+				b = append(b, '=')
+				b = strconv.AppendFloat(b, r.JoulesPerUnit[m], 'g', -1, 64)
+			}
+		}
 	}
 	for _, k := range sortedKeys(r.NodeSelector) {
 		for _, x := range []string{k, r.NodeSelector[k]} {
@@ -134,7 +144,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	}
 	sh.models = s.eligibleModels(r, sh)
 	if prefer {
-		s.rankModels(sh.models, want)
+		s.rankModels(sh.models, want, r.JoulesPerUnit)
 		if want == gpufleet.Fastest && len(sh.models) > 1 {
 			sh.slower = make([]float64, len(s.f.models))
 			for _, m := range sh.models {
@@ -221,9 +231,14 @@ func (s *sched) modelNamed(mi *modelInfo, name string) bool {
 
 // rankModels orders models by preference: cheapest adequate (lowest price,
 // unknown price last), fastest (highest bf16 or fp16 peak) or most
-// efficient (highest peak per watt of TDP, unknown last).
-func (s *sched) rankModels(models []int32, prefer gpufleet.Preference) {
+// efficient (fewest joules per unit of the job's work, see joulesPerUnit;
+// unknown last).
+func (s *sched) rankModels(models []int32, prefer gpufleet.Preference, perUnit map[string]float64) {
 	ms := s.f.models
+	var joules []float64
+	if prefer == gpufleet.Efficient {
+		joules = s.joulesPerUnit(models, perUnit)
+	}
 	slices.SortStableFunc(models, func(a, b int32) int {
 		switch prefer {
 		case gpufleet.Cheapest:
@@ -241,12 +256,55 @@ func (s *sched) rankModels(models []int32, prefer gpufleet.Preference) {
 				return cmp.Compare(ms[b].speed, ms[a].speed)
 			}
 		case gpufleet.Efficient:
-			if ms[a].perWatt != ms[b].perWatt {
-				return cmp.Compare(ms[b].perWatt, ms[a].perWatt)
+			ja, jb := joules[a], joules[b]
+			switch {
+			case ja > 0 && jb > 0 && ja != jb:
+				return cmp.Compare(ja, jb)
+			case ja > 0 && jb == 0:
+				return -1
+			case ja == 0 && jb > 0:
+				return 1
 			}
 		}
 		return cmp.Compare(a, b)
 	})
+}
+
+// joulesPerUnit is, per model index, the energy a unit of the job's work
+// takes (0: unknown). A model perUnit names (by catalog id) takes its
+// figure. One it leaves out is estimated from the named models of the
+// fleet by peak per watt: energy per unit of compute-bound work scales as
+// its inverse, so the estimate is the mean of figure x (their peak per
+// watt / its own); unknown when no named model has a peak per watt.
+// Without figures it is 1 / peak per watt, in the same order.
+func (s *sched) joulesPerUnit(models []int32, perUnit map[string]float64) []float64 {
+	ms := s.f.models
+	out := make([]float64, len(ms))
+	var refs []float64 // figure x peak per watt of the named models
+	named := false
+	for _, m := range models {
+		if v, ok := perUnit[ms[m].id]; ok && v > 0 {
+			out[m], named = v, true
+			if ms[m].perWatt > 0 {
+				refs = append(refs, v*ms[m].perWatt)
+			}
+		}
+	}
+	for _, m := range models {
+		if out[m] > 0 || ms[m].perWatt <= 0 || (named && len(refs) == 0) {
+			continue
+		}
+		if !named {
+			out[m] = 1 / ms[m].perWatt
+			continue
+		}
+		sum := 0.0
+		for _, r := range refs {
+			sum += r / ms[m].perWatt
+		}
+		out[m] = sum / float64(len(refs))
+	}
+	return out
 }
 
 // selectorOK reports whether a node carries every label a shape selects.

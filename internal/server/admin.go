@@ -34,15 +34,7 @@ func (s *Server) Teams(ctx context.Context, p api.Principal) ([]gpufleet.Team, e
 	if err != nil {
 		return nil, err
 	}
-	model := map[string]string{} // GPU or MIG UUID -> catalog id
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			model[g.UUID] = g.Model
-			for _, m := range g.MIGInstances {
-				model[m.UUID] = g.Model
-			}
-		}
-	}
+	model := modelsByUUID(nodes) // GPU or MIG UUID -> catalog id
 	used := map[string]map[string]int{}
 	for _, j := range jobs {
 		if a := activeAttempt(j); a != nil {
@@ -313,8 +305,10 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 }
 
 // energy is the usage's energy rows: from the daily usage rows by team or
-// GPU model, from the attempts that started in the period by job. The
-// facility energy uses the server's PUE (usage is not kept per rack).
+// GPU model (facility energy at the PUE of the racks the GPUs were in
+// when counted), from the attempts that started in the period by job
+// (at the PUE of the racks their nodes are in now), with the work the
+// jobs reported.
 func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows []store.UsageRow) ([]api.EnergyRow, error) {
 	period, err := power.ParsePeriod(q.Period)
 	if err != nil {
@@ -322,8 +316,13 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 	}
 	const sep = "\x00"
 	var uses []power.Use
+	units := map[string]string{}
 	switch q.By {
 	case api.EnergyByJob:
+		pue, err := s.nodesPUE(ctx)
+		if err != nil {
+			return nil, err
+		}
 		err = s.eachJob(ctx, team, func(j gpufleet.Job) {
 			for _, a := range j.Attempts {
 				if a.StartedAt == nil || a.StartedAt.Before(q.From) || !a.StartedAt.Before(q.To) {
@@ -333,7 +332,12 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 				if a.FinishedAt != nil {
 					end = *a.FinishedAt
 				}
-				uses = append(uses, power.Use{Key: j.Team + sep + j.ID, From: *a.StartedAt, To: end, GPUSeconds: a.GPUSeconds, Joules: a.EnergyJoules})
+				key := j.Team + sep + j.ID
+				if j.Work != nil {
+					units[key] = j.Work.UnitName()
+				}
+				uses = append(uses, power.Use{Key: key, From: *a.StartedAt, To: end, GPUSeconds: a.GPUSeconds, Joules: a.EnergyJoules,
+					PUE: attemptPUE(a, pue, s.cfg.PUE), Work: a.Work})
 			}
 		})
 		if err != nil {
@@ -345,13 +349,18 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 			if q.By == api.EnergyByModel {
 				key = sep + r.Model
 			}
-			uses = append(uses, power.Use{Key: key, From: r.Day, To: r.Day.Add(24 * time.Hour), GPUSeconds: r.GPUSeconds, Joules: r.EnergyJoules})
+			u := power.Use{Key: key, From: r.Day, To: r.Day.Add(24 * time.Hour), GPUSeconds: r.GPUSeconds, Joules: r.EnergyJoules}
+			if r.FacilityJoules != nil && r.EnergyJoules > 0 {
+				u.PUE = *r.FacilityJoules / r.EnergyJoules
+			}
+			uses = append(uses, u)
 		}
 	}
 	out := []api.EnergyRow{}
 	for _, r := range power.Account(uses, period, s.cfg.PUE, s.cfg.Intensity) {
 		e := api.EnergyRow{GPUHours: r.GPUSeconds / 3600, GPUEnergyKWh: power.KWh(r.GPUJoules),
-			FacilityEnergyKWh: power.KWh(r.FacilityJoules), CO2eKg: r.CO2eGrams / 1000, AvgGPUWatts: r.AvgGPUWatts()}
+			FacilityEnergyKWh: power.KWh(r.FacilityJoules), CO2eKg: r.CO2eGrams / 1000, AvgGPUWatts: r.AvgGPUWatts(),
+			Work: r.Work, WorkUnit: units[r.Key], JoulesPerUnit: r.JoulesPerUnit()}
 		if !r.PeriodStart.IsZero() {
 			e.PeriodStart = &r.PeriodStart
 		}
@@ -367,6 +376,36 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// nodesPUE is the PUE of each node in a rack that gives one, from the
+// stored racks (a follower answers usage too).
+func (s *Server) nodesPUE(ctx context.Context) (map[string]float64, error) {
+	racks, err := s.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return racksPUE(racks, rackMembers(racks, nodes)), nil
+}
+
+// attemptPUE is the mean PUE of an attempt's nodes (def outside racks).
+func attemptPUE(a gpufleet.Attempt, pue map[string]float64, def float64) float64 {
+	if len(a.Nodes) == 0 {
+		return def
+	}
+	sum := 0.0
+	for _, n := range a.Nodes {
+		p, ok := pue[n.Name]
+		if !ok {
+			p = def
+		}
+		sum += p
+	}
+	return sum / float64(len(a.Nodes))
 }
 
 // eachJob calls fn for every job of team (every team when empty).

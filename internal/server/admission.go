@@ -19,6 +19,9 @@ type admission struct {
 	resources gpufleet.Resources
 	warnings  []string
 	plan      *AdmissionPlan
+	// joulesPerToken is the planner's energy per token on each GPU model
+	// that fits.
+	joulesPerToken map[string]float64
 }
 
 // AdmissionPlan is the plan a job was admitted with, stored on the job.
@@ -166,12 +169,16 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 	}
 	var pick planner.Candidate
 	var fitting []string
+	joules := map[string]float64{}
 	for _, c := range plan.Candidates {
 		if c.GPU == plan.Recommendation.GPU {
 			pick = c
 		}
 		if c.Fits && c.PrecisionFallback == nil || (c.Fits && *c.PrecisionFallback != planner.FallbackUnsupported) {
 			fitting = append(fitting, c.GPU)
+			if c.JoulesPerToken != nil && *c.JoulesPerToken > 0 {
+				joules[c.GPU] = *c.JoulesPerToken
+			}
 		}
 	}
 	replica := pick.TP * pick.PP
@@ -183,7 +190,7 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 		GPUs: replica, TP: pick.TP, PP: pick.PP, DP: pick.DP, MemoryPerGPU: pick.MemoryPerGPU.TotalBytes,
 		CapacityPerGPU: pick.MemoryPerGPU.CapacityBytes, PrecisionNative: pick.PrecisionNative, Candidates: fitting,
 		Reason: plan.Recommendation.Reason,
-	}}
+	}, joulesPerToken: joules}
 	res := &a.resources
 	var smaller []string
 	if res.GPUs == 0 {

@@ -30,6 +30,8 @@ func FuzzSubmitToSchedule(f *testing.F) {
 		`{"resources":{"gpus":1,"gpu_memory_min_bytes":"40GiB","min_compute_capability":"9.0","precision":"fp8"},"command":["x"]}`,
 		`{"resources":{"gpus":2147483648},"command":["x"]}`, `{"resources":{"gpus":4294967297},"command":["x"]}`,
 		`{"resources":{"gpus":1,"node_selector":{"rack":"r12"}},"command":["x"]}`,
+		`{"resources":{"gpus":1,"prefer":"efficient","joules_per_unit":{"l4":0.9,"h100-sxm-80gb":1e-300}},"command":["x"],"work":{"metric":"tokens=(\\d+)","unit":"tokens"}}`,
+		`{"resources":{"gpus":2,"prefer":"efficient","joules_per_unit":{"":1,"x":-1}},"command":["x"],"work":{"metric":"("}}`,
 		`{"resources":{"gpus":524288,"nodes":65536},"command":["x"],"priority":"production"}`,
 		`{"resources":{"gpus":1},"resources":{"gpus":2},"command":["x"]}`, `{"Resources":{"gpus":1}}`,
 	} {

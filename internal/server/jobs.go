@@ -17,7 +17,7 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 	j := gpufleet.Job{
 		Team: team, Name: r.Name, State: gpufleet.JobQueued, Priority: r.Priority,
 		RequestID: r.RequestID, Resources: r.Resources, Command: r.Command, Env: r.Env, Workdir: r.Workdir,
-		Preemptible: r.Preemptible, Retries: gpufleet.Retries{Max: r.Retries}, SimLoad: r.SimLoad, SubmittedAt: now,
+		Preemptible: r.Preemptible, Retries: gpufleet.Retries{Max: r.Retries}, SimLoad: r.SimLoad, Work: r.Work, SubmittedAt: now,
 	}
 	if j.Priority == "" {
 		j.Priority = gpufleet.Batch
@@ -59,14 +59,20 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 	}
 	var warnings []string
 	var plan any
+	var planned map[string]float64
 	if r.Model != nil {
 		adm, err := s.admit(ctx, team, r)
 		if err != nil {
 			return api.SubmitResponse{}, err
 		}
-		r.Resources, warnings, plan = adm.resources, adm.warnings, adm.plan
+		r.Resources, warnings, plan, planned = adm.resources, adm.warnings, adm.plan, adm.joulesPerToken
 		if err := r.Resources.Validate(); err != nil {
 			return api.SubmitResponse{}, fmt.Errorf("admission: %w", err)
+		}
+	}
+	if r.Resources.Prefer == gpufleet.Efficient && len(r.Resources.JoulesPerUnit) == 0 {
+		if r.Resources.JoulesPerUnit, err = s.joulesPerUnit(ctx, team, r.Name, r.Work, planned); err != nil {
+			return api.SubmitResponse{}, err
 		}
 	}
 	j := s.jobFromRequest(team, r, s.now())

@@ -426,15 +426,7 @@ func activeAttempt(j gpufleet.Job) *gpufleet.Attempt {
 // setOrders rebuilds what each node's heartbeat answers with; a start
 // carries the grace its stops will give (the job's, else defaultGrace).
 func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGrace time.Duration) {
-	modelOf := map[string]string{}
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			modelOf[g.UUID] = g.Model
-			for _, m := range g.MIGInstances {
-				modelOf[m.UUID] = g.Model
-			}
-		}
-	}
+	modelOf := modelsByUUID(nodes)
 	infos := map[string]attemptInfo{}
 	orders := map[string]nodeOrders{}
 	get := func(n string) nodeOrders {
@@ -471,7 +463,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
 					Workdir: j.Workdir, Team: j.Team, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
 					GraceS: grace, SimLoad: string(j.SimLoad), CPUs: j.Resources.CPUs, MemoryBytes: int64(j.Resources.MemoryBytes), NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
-					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID)})
+					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID), Work: j.Work})
 			}
 			orders[n.Name] = o
 		}

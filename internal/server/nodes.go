@@ -411,7 +411,7 @@ func (s *Server) storeReports(ctx context.Context, p api.Principal, ln *liveNode
 		}
 		_, err = s.st.UpdateAttempt(ctx, store.AttemptUpdate{
 			AttemptID: a.AttemptID, Node: p.Node, State: a.State, At: now, ExitCode: a.ExitCode, Reason: a.Reason, ReasonCode: a.ReasonCode,
-			GPUSeconds: a.GPUSeconds, EffectiveGPUSeconds: a.EffectiveGPUSeconds, EnergyJoules: a.EnergyJoules, Actor: actor(p),
+			GPUSeconds: a.GPUSeconds, EffectiveGPUSeconds: a.EffectiveGPUSeconds, EnergyJoules: a.EnergyJoules, Work: a.Work, Actor: actor(p),
 		})
 		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) && !errors.Is(err, gpufleet.ErrInvalid) {
 			return err

@@ -197,6 +197,27 @@ func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.P
 	return power.ProjectRack(readings, &s.drawLearner), leads
 }
 
+// racksPUE is the PUE of each node in a rack that gives one.
+func racksPUE(racks []gpufleet.Rack, members map[string][]string) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range racks {
+		if r.PUE == nil {
+			continue
+		}
+		for _, n := range members[r.Name] {
+			out[n] = *r.PUE
+		}
+	}
+	return out
+}
+
+// setNodePUE keeps the nodes' PUE for accounting.
+func (s *Server) setNodePUE(m map[string]float64) {
+	s.acctMu.Lock()
+	s.nodePUE = m
+	s.acctMu.Unlock()
+}
+
 // powerInput gives the scheduler the racks with a budget, their members'
 // Node.Rack, their projected draw and what placed GPUs add.
 func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]gpufleet.Priority) error {
@@ -206,6 +227,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 	}
 	if len(racks) == 0 {
 		s.metrics.setRacks(nil)
+		s.setNodePUE(nil)
 		return nil
 	}
 	members := rackMembers(racks, nodes)
@@ -215,6 +237,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 			rackOf[n] = r
 		}
 	}
+	s.setNodePUE(racksPUE(racks, members))
 	for i := range in.Nodes {
 		if r, ok := rackOf[in.Nodes[i].Name]; ok {
 			in.Nodes[i].Rack = r

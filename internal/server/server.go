@@ -163,9 +163,11 @@ type Server struct {
 	leader   leaderState
 
 	// acctMu guards accounting: what each running attempt is (team,
-	// model), what of its reported totals has been counted, and usage not
-	// yet flushed (usage.go).
+	// model), what of its reported totals has been counted, usage not yet
+	// flushed, and the PUE of each node in a rack that gives one
+	// (usage.go).
 	acctMu       sync.Mutex
+	nodePUE      map[string]float64
 	attempts     map[string]attemptInfo
 	accounted    map[acctKey]api.AttemptReport
 	pendingUsage map[usageKey]store.UsageRow

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -42,13 +43,26 @@ func (s *Server) account(node string, a api.AttemptReport, now time.Time) {
 		return
 	}
 	s.accounted[key] = a
+	pue, ok := s.nodePUE[node]
+	if !ok {
+		pue = s.cfg.PUE
+	}
 	k := usageKey{team: info.team, model: info.model, day: now.Truncate(24 * time.Hour)}
 	row := s.pendingUsage[k]
 	row.Team, row.Model, row.Day = k.team, k.model, k.day
 	row.GPUSeconds += max(0, d.GPUSeconds)
 	row.EffectiveGPUSeconds += max(0, d.EffectiveGPUSeconds)
 	row.EnergyJoules += max(0, d.EnergyJoules)
+	row.FacilityJoules = addFloat(row.FacilityJoules, power.FacilityJoules(max(0, d.EnergyJoules), pue))
 	s.pendingUsage[k] = row
+}
+
+// addFloat adds v to *p, a nil p counting as 0.
+func addFloat(p *float64, v float64) *float64 {
+	if p != nil {
+		v += *p
+	}
+	return &v
 }
 
 // flushUsage writes the usage accumulated since the last flush.
@@ -73,6 +87,9 @@ func (s *Server) flushUsage(ctx context.Context) error {
 			p.GPUSeconds += r.GPUSeconds
 			p.EffectiveGPUSeconds += r.EffectiveGPUSeconds
 			p.EnergyJoules += r.EnergyJoules
+			if r.FacilityJoules != nil {
+				p.FacilityJoules = addFloat(p.FacilityJoules, *r.FacilityJoules)
+			}
 			s.pendingUsage[k] = p
 		}
 		s.acctMu.Unlock()

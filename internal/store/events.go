@@ -66,18 +66,25 @@ func (s *SQL) AddUsage(ctx context.Context, rows []UsageRow) error {
 		return nil
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules)
-	VALUES (?, ?, ?, ?, ?, ?)
+		// A day counted before facility energy was kept stays NULL: the
+		// sum would cover only part of its energy.
+		stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules, facility_joules)
+	VALUES (?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (team, model, day) DO UPDATE SET
 	gpu_seconds = usage_daily.gpu_seconds + excluded.gpu_seconds,
 	effective_gpu_seconds = usage_daily.effective_gpu_seconds + excluded.effective_gpu_seconds,
-	energy_joules = usage_daily.energy_joules + excluded.energy_joules`))
+	energy_joules = usage_daily.energy_joules + excluded.energy_joules,
+	facility_joules = usage_daily.facility_joules + excluded.facility_joules`))
 		if err != nil {
 			return fmt.Errorf("add usage: %w", err)
 		}
 		defer stmt.Close()
 		for _, r := range rows {
-			if _, err := stmt.ExecContext(ctx, r.Team, r.Model, nanos(day(r.Day)), r.GPUSeconds, r.EffectiveGPUSeconds, r.EnergyJoules); err != nil {
+			facility := r.EnergyJoules // at a PUE of 1 when the caller gives none
+			if r.FacilityJoules != nil {
+				facility = *r.FacilityJoules
+			}
+			if _, err := stmt.ExecContext(ctx, r.Team, r.Model, nanos(day(r.Day)), r.GPUSeconds, r.EffectiveGPUSeconds, r.EnergyJoules, facility); err != nil {
 				return fmt.Errorf("add usage: %w", err)
 			}
 		}
@@ -102,7 +109,7 @@ func (s *SQL) Usage(ctx context.Context, team string, from, to time.Time) ([]Usa
 	if !to.IsZero() {
 		where, args = append(where, "day < ?"), append(args, nanos(to))
 	}
-	query := `SELECT team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules FROM usage_daily`
+	query := `SELECT team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules, facility_joules FROM usage_daily`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -111,9 +118,10 @@ func (s *SQL) Usage(ctx context.Context, team string, from, to time.Time) ([]Usa
 		var (
 			u UsageRow
 			d int64
+			f sql.NullFloat64
 		)
-		err := r.Scan(&u.Team, &u.Model, &d, &u.GPUSeconds, &u.EffectiveGPUSeconds, &u.EnergyJoules)
-		u.Day = fromNanos(d)
+		err := r.Scan(&u.Team, &u.Model, &d, &u.GPUSeconds, &u.EffectiveGPUSeconds, &u.EnergyJoules, &f)
+		u.Day, u.FacilityJoules = fromNanos(d), ptrFloat(f)
 		return u, err
 	})
 	if err != nil {

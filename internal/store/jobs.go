@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,16 +17,17 @@ import (
 // document in jobs.spec. What changes (state, retries, times, queue
 // information) has columns of its own.
 type jobSpec struct {
-	Resources   gpufleet.Resources `json:"resources"`
-	Command     []string           `json:"command"`
-	Env         map[string]string  `json:"env,omitempty"`
-	Workdir     string             `json:"workdir,omitempty"`
-	TimeLimitS  *float64           `json:"time_limit_s,omitempty"`
-	EstimateS   *float64           `json:"estimate_s,omitempty"`
-	Preemptible bool               `json:"preemptible,omitempty"`
-	GraceS      *float64           `json:"grace_s,omitempty"`
-	SimLoad     gpufleet.SimLoad   `json:"sim_load,omitempty"`
-	Plan        json.RawMessage    `json:"plan,omitempty"`
+	Resources   gpufleet.Resources    `json:"resources"`
+	Command     []string              `json:"command"`
+	Env         map[string]string     `json:"env,omitempty"`
+	Workdir     string                `json:"workdir,omitempty"`
+	TimeLimitS  *float64              `json:"time_limit_s,omitempty"`
+	EstimateS   *float64              `json:"estimate_s,omitempty"`
+	Preemptible bool                  `json:"preemptible,omitempty"`
+	GraceS      *float64              `json:"grace_s,omitempty"`
+	SimLoad     gpufleet.SimLoad      `json:"sim_load,omitempty"`
+	Work        *gpufleet.WorkCounter `json:"work,omitempty"`
+	Plan        json.RawMessage       `json:"plan,omitempty"`
 }
 
 // jobCols is the column list scanJob reads, in order.
@@ -68,7 +70,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 	}
 	j.State = gpufleet.JobState(state)
 	j.Resources, j.Command, j.Env, j.Workdir = sp.Resources, sp.Command, sp.Env, sp.Workdir
-	j.TimeLimitS, j.EstimateS, j.Preemptible, j.GraceS, j.SimLoad = sp.TimeLimitS, sp.EstimateS, sp.Preemptible, sp.GraceS, sp.SimLoad
+	j.TimeLimitS, j.EstimateS, j.Preemptible, j.GraceS, j.SimLoad, j.Work = sp.TimeLimitS, sp.EstimateS, sp.Preemptible, sp.GraceS, sp.SimLoad, sp.Work
 	if len(sp.Plan) > 0 {
 		j.Plan = sp.Plan
 	}
@@ -91,7 +93,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 // attemptCols is the column list scanAttempt reads, in order; queries
 // select it FROM attempts a JOIN jobs j ON j.id = a.job_id.
 const attemptCols = `a.id, a.job_id, a.state, a.nodes, a.fraction, a.started_at, a.finished_at, a.exit_code,
-	a.reason, a.reason_code, a.gpu_seconds, a.effective_gpu_seconds, a.energy_joules,
+	a.reason, a.reason_code, a.gpu_seconds, a.effective_gpu_seconds, a.energy_joules, a.work,
 	a.stop_requested, a.stop_reason, a.stop_reason_code, a.stop_requested_at, a.stop_grace_s, j.team`
 
 // scanAttempt reads one row of attemptCols.
@@ -101,14 +103,15 @@ func scanAttempt(r scanner) (AttemptRecord, error) {
 		state, nodes      string
 		started, finished sql.NullInt64
 		exit, stopAt      sql.NullInt64
-		stopGrace         sql.NullFloat64
+		stopGrace, work   sql.NullFloat64
 	)
 	if err := r.Scan(&a.ID, &a.JobID, &state, &nodes, &a.Fraction, &started, &finished, &exit,
-		&a.Reason, &a.ReasonCode, &a.GPUSeconds, &a.EffectiveGPUSeconds, &a.EnergyJoules,
+		&a.Reason, &a.ReasonCode, &a.GPUSeconds, &a.EffectiveGPUSeconds, &a.EnergyJoules, &work,
 		&a.StopRequested, &a.StopReason, &a.StopReasonCode, &stopAt, &stopGrace, &a.Team); err != nil {
 		return a, err
 	}
 	a.StopRequestedAt = ptrTime(stopAt)
+	a.Work = ptrFloat(work)
 	if stopGrace.Valid {
 		a.StopGraceS = &stopGrace.Float64
 	}
@@ -327,7 +330,7 @@ func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev stmt, j gpuflee
 	sp := jobSpec{
 		Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir,
 		TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible,
-		GraceS: j.GraceS, SimLoad: j.SimLoad,
+		GraceS: j.GraceS, SimLoad: j.SimLoad, Work: j.Work,
 	}
 	if j.Plan != nil {
 		raw, err := json.Marshal(j.Plan)
@@ -428,6 +431,49 @@ func (s *SQL) attempts(ctx context.Context, q queryer, where string, args ...any
 	}
 	return out, nil
 }
+
+// WorkHistory implements Store. The unit is in the job's spec: the
+// newest attempts with work are read and those of another unit skipped.
+func (s *SQL) WorkHistory(ctx context.Context, team, name, unit string, limit int) ([]gpufleet.Attempt, error) {
+	limit = pageLimit(limit)
+	var out []gpufleet.Attempt
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT `+attemptCols+`, j.spec FROM attempts a JOIN jobs j ON j.id = a.job_id
+	WHERE j.team = ? AND j.name = ? AND a.work > 0 AND a.finished_at IS NOT NULL
+	ORDER BY a.finished_at DESC, a.id LIMIT `+strconv.Itoa(4*limit)), team, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() && len(out) < limit {
+			var (
+				spec string
+				sp   jobSpec
+			)
+			a, err := scanAttempt(extraScan{rows, []any{&spec}})
+			if err != nil {
+				return err
+			}
+			if json.Unmarshal([]byte(spec), &sp) == nil && sp.Work != nil && sp.Work.UnitName() == unit {
+				out = append(out, a.Attempt)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read work history: %w", err)
+	}
+	return out, nil
+}
+
+// extraScan scans a row of attemptCols (or jobCols) followed by more
+// columns into extra.
+type extraScan struct {
+	r     scanner
+	extra []any
+}
+
+func (e extraScan) Scan(dest ...any) error { return e.r.Scan(append(dest, e.extra...)...) }
 
 // Job reads one job with its attempts (in order) and queue information.
 func (s *SQL) Job(ctx context.Context, id string) (gpufleet.Job, error) {

@@ -484,9 +484,15 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 		return "", invalid("attempt %s is running and cannot go back to starting", cur.ID)
 	}
 	if u.Node != "" && len(cur.Nodes) > 1 {
-		// Each node reports its own totals: the attempt's are their sum.
-		if u.GPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, err = s.rankTotals(ctx, tx, cur.ID, u); err != nil {
+		// Each node reports its own totals: the attempt's are their sum,
+		// and its work the largest count any node's output showed.
+		if u.GPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, u.Work, err = s.rankTotals(ctx, tx, cur.ID, u); err != nil {
 			return "", err
+		}
+	}
+	if u.Work != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE attempts SET work = ? WHERE id = ?`), *u.Work, cur.ID); err != nil {
+			return "", fmt.Errorf("update attempt %s: work: %w", cur.ID, err)
 		}
 	}
 	gs := max(cur.GPUSeconds, u.GPUSeconds)
@@ -512,22 +518,29 @@ func (s *SQL) updateAttempt(ctx context.Context, tx *sql.Tx, u AttemptUpdate, at
 }
 
 // rankTotals records u.Node's totals of a multi-node attempt (never
-// lowering them) and returns the sums over its nodes.
-func (s *SQL) rankTotals(ctx context.Context, tx *sql.Tx, id string, u AttemptUpdate) (gs, egs, ej float64, err error) {
+// lowering them) and its work count, and returns the sums over its nodes
+// and the largest work count.
+func (s *SQL) rankTotals(ctx context.Context, tx *sql.Tx, id string, u AttemptUpdate) (gs, egs, ej float64, work *float64, err error) {
+	var w any
+	if u.Work != nil {
+		w = *u.Work
+	}
 	if _, err = tx.ExecContext(ctx, s.q(`UPDATE attempt_nodes SET
 	gpu_seconds = CASE WHEN gpu_seconds > ? THEN gpu_seconds ELSE ? END,
 	effective_gpu_seconds = CASE WHEN effective_gpu_seconds > ? THEN effective_gpu_seconds ELSE ? END,
-	energy_joules = CASE WHEN energy_joules > ? THEN energy_joules ELSE ? END
+	energy_joules = CASE WHEN energy_joules > ? THEN energy_joules ELSE ? END,
+	work = COALESCE(?, work)
 	WHERE attempt_id = ? AND node = ?`),
-		u.GPUSeconds, u.GPUSeconds, u.EffectiveGPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, u.EnergyJoules, id, u.Node); err != nil {
-		return 0, 0, 0, fmt.Errorf("attempt %s: totals of %s: %w", id, u.Node, err)
+		u.GPUSeconds, u.GPUSeconds, u.EffectiveGPUSeconds, u.EffectiveGPUSeconds, u.EnergyJoules, u.EnergyJoules, w, id, u.Node); err != nil {
+		return 0, 0, 0, nil, fmt.Errorf("attempt %s: totals of %s: %w", id, u.Node, err)
 	}
-	err = tx.QueryRowContext(ctx, s.q(`SELECT COALESCE(SUM(gpu_seconds), 0), COALESCE(SUM(effective_gpu_seconds), 0), COALESCE(SUM(energy_joules), 0)
-	FROM attempt_nodes WHERE attempt_id = ?`), id).Scan(&gs, &egs, &ej)
+	var mw sql.NullFloat64
+	err = tx.QueryRowContext(ctx, s.q(`SELECT COALESCE(SUM(gpu_seconds), 0), COALESCE(SUM(effective_gpu_seconds), 0), COALESCE(SUM(energy_joules), 0), MAX(work)
+	FROM attempt_nodes WHERE attempt_id = ?`), id).Scan(&gs, &egs, &ej, &mw)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("attempt %s: totals: %w", id, err)
+		return 0, 0, 0, nil, fmt.Errorf("attempt %s: totals: %w", id, err)
 	}
-	return gs, egs, ej, nil
+	return gs, egs, ej, ptrFloat(mw), nil
 }
 
 // rankSucceeded records that u.Node's rank of a multi-node attempt exited

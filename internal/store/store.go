@@ -154,7 +154,11 @@ type AttemptUpdate struct {
 	GPUSeconds          float64
 	EffectiveGPUSeconds float64
 	EnergyJoules        float64
-	Actor               string
+	// Work is the units the attempt's work counter last showed on Node
+	// (nil: none yet); a multi-node attempt's is the largest of its
+	// nodes'.
+	Work  *float64
+	Actor string
 }
 
 // UsageRow is accounting aggregated per team, GPU model and day.
@@ -165,6 +169,9 @@ type UsageRow struct {
 	GPUSeconds          float64   `json:"gpu_seconds"`
 	EffectiveGPUSeconds float64   `json:"effective_gpu_seconds"`
 	EnergyJoules        float64   `json:"energy_joules"`
+	// FacilityJoules is the energy at the PUE of the racks the GPUs were
+	// in; nil for a day counted before it was kept.
+	FacilityJoules *float64 `json:"facility_joules"`
 }
 
 // AttemptRecord is an attempt with what the store keeps beside the API's
@@ -268,6 +275,10 @@ type Store interface {
 	Queue(ctx context.Context) ([]gpufleet.QueueEntry, error)
 	// Attempt reads one attempt; unknown ids wrap gpufleet.ErrNotFound.
 	Attempt(ctx context.Context, id string) (AttemptRecord, error)
+	// WorkHistory returns the newest ended attempts, at most limit, of
+	// team's jobs named name that reported work in unit: what they
+	// measured of energy per unit of work.
+	WorkHistory(ctx context.Context, team, name, unit string, limit int) ([]gpufleet.Attempt, error)
 	// NodeAttempts returns the attempts that are not terminal and use
 	// node (every node when node is empty), in id order: what the agent on
 	// the node should be running, and which of those to stop.

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
 )
 
 func TestLineChartGapsAndScale(t *testing.T) {
@@ -107,5 +109,35 @@ func TestUtilClassAndEta(t *testing.T) {
 	}
 	if got := shellJoin([]string{"sh", "-c", "echo 'hi'; sleep 1"}); got != `sh -c 'echo '\''hi'\''; sleep 1'` {
 		t.Errorf("shellJoin: %s", got)
+	}
+}
+
+// TestRackDraw: a rack's draw per minute is its GPUs' power plus the host
+// overhead of each node that reported in the minute, over its budget;
+// racks without a budget are not charted.
+func TestRackDraw(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	w := func(v float64) *float64 { return &v }
+	racks := []gpufleet.Rack{
+		{Name: "r1", PowerBudgetWatts: 4000, Members: []string{"n1", "n2"}},
+		{Name: "unbudgeted", Members: []string{"n1"}},
+	}
+	nodes := []gpufleet.Node{{Name: "n1"}, {Name: "n2"}}
+	byNode := map[string][]api.GPURollup{
+		"n1": {{Minute: t0, PowerWatts: w(700)}, {Minute: t0, PowerWatts: w(300)}, {Minute: t0.Add(time.Minute), PowerWatts: w(700)},
+			{Minute: t0.Add(time.Minute), PowerWatts: nil}}, // a GPU without a power reading adds nothing
+		"n2": {{Minute: t0, PowerWatts: w(500)}}, // silent in the second minute
+	}
+	host := func(n gpufleet.Node) float64 { return map[string]float64{"n1": 1000, "n2": 500}[n.Name] }
+	got, top := rackDraw(racks, nodes, byNode, host)
+	want := []seriesData{{Name: "r1", Points: []point{
+		{T: t0, V: (700 + 300 + 1000 + 500 + 500) / 4000.0},
+		{T: t0.Add(time.Minute), V: (700 + 1000) / 4000.0},
+	}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rack draw (-want +got):\n%s", diff)
+	}
+	if top != 0.75 {
+		t.Errorf("top %g, want 0.75", top)
 	}
 }

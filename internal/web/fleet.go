@@ -151,6 +151,7 @@ type fleetView struct {
 	Models, Teams []string
 	Model, Team   string
 	Racks         []rackRow
+	RackChart     *lineChart
 	Nodes         []fleetNode
 	Totals        fleetTotals
 	Buckets       any
@@ -248,6 +249,10 @@ func (u *UI) fleetPage(r *http.Request, v *viewer) (view, error) {
 		return view{}, fmt.Errorf("racks: %w", err)
 	}
 	fv.Racks = rackRows(racks, nodes)
+	if slices.ContainsFunc(racks, func(r gpufleet.Rack) bool { return r.PowerBudgetWatts > 0 }) {
+		c := u.rackChart(r, v, racks, nodes)
+		fv.RackChart = &c
+	}
 	live := "/ui/fleet"
 	if qs := filterQuery(fv.Model, fv.Team); qs != "" {
 		live += "?" + qs

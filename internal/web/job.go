@@ -27,6 +27,7 @@ type attemptRow struct {
 	ID, State, Node, GPUs, GPUsTitle string
 	Started, Finished, Took          string
 	Exit, Reason, ReasonCode         string
+	Energy, Work, PerUnit            string
 }
 
 // jobView is the job page.
@@ -87,7 +88,7 @@ func (u *UI) job(r *http.Request, v *viewer, charts bool) (view, error) {
 		jv.Queue = &pendingRow{ID: j.ID, Reason: "waiting for the scheduler", ETA: "no estimate yet"}
 	}
 	for _, a := range j.Attempts {
-		jv.Attempts = append(jv.Attempts, newAttemptRow(a, now))
+		jv.Attempts = append(jv.Attempts, newAttemptRow(a, j.Work.UnitName(), now))
 	}
 	if charts && len(j.Attempts) > 0 {
 		u.jobCharts(r, v, j, &jv, now)
@@ -150,13 +151,23 @@ func jobSpec(j gpufleet.Job) []specRow {
 	opt("Node selector", strings.Join(sel, ", "))
 	opt("Workdir", j.Workdir)
 	opt("Simulated load", string(j.SimLoad))
+	if j.Work != nil {
+		opt("Work counter", fmt.Sprintf("%s, in %s", j.Work.Metric, j.Work.UnitName()))
+	}
 	opt("Request id", j.RequestID)
 	return rows
 }
 
-func newAttemptRow(a gpufleet.Attempt, now time.Time) attemptRow {
+func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 	row := attemptRow{ID: a.ID, State: string(a.State), Node: a.Node, Started: fmtClockPtr(a.StartedAt),
-		Finished: fmtClockPtr(a.FinishedAt), Took: dash, Exit: dash, Reason: a.Reason, ReasonCode: a.ReasonCode}
+		Finished: fmtClockPtr(a.FinishedAt), Took: dash, Exit: dash, Reason: a.Reason, ReasonCode: a.ReasonCode,
+		Energy: fmtEnergy(a.EnergyJoules), Work: dash, PerUnit: dash}
+	if a.Work != nil {
+		row.Work = strconv.FormatFloat(*a.Work, 'g', 4, 64) + " " + unit
+		if *a.Work > 0 {
+			row.PerUnit = strconv.FormatFloat(a.EnergyJoules / *a.Work, 'g', 3, 64) + " J"
+		}
+	}
 	var gpus, short []string
 	nodes := a.Nodes
 	if len(nodes) == 0 && a.Node != "" {

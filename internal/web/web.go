@@ -64,6 +64,8 @@ type UI struct {
 
 	energyMu sync.Mutex
 	energy   map[string]energyEntry // principal token id -> cached energy today
+	// rackCharts caches the fleet page's rack chart per principal.
+	rackCharts map[string]rackChartEntry
 }
 
 // New returns the dashboard over opts.Service.
@@ -90,7 +92,7 @@ func New(opts Options) (*UI, error) {
 		svc: opts.Service, logs: opts.Logs, cat: opts.Catalog,
 		log: opts.Logger.With("component", "web"), now: opts.Now, poll: opts.PollInterval,
 		secure: opts.SecureCookies, sessions: newSessionStore(opts.SessionTTL, opts.Now), pending: newSessionStore(pendingTTL, opts.Now),
-		origin: http.NewCrossOriginProtection(), energy: map[string]energyEntry{},
+		origin: http.NewCrossOriginProtection(), energy: map[string]energyEntry{}, rackCharts: map[string]rackChartEntry{},
 	}
 	var err error
 	if u.pages, err = parseTemplates(); err != nil {

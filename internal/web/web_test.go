@@ -323,7 +323,7 @@ func TestAdminPagesRender(t *testing.T) {
 	c, csrf := f.login(t, adminTok)
 	want := map[string][]string{
 		"/": {`data-gpu-uuid="GPU-0"`, `data-gpu-uuid="GPU-L4"`, "allocated but idle", "NVLink domain n1-nvl", "PCIe", ">MIG<", "h-unhealthy", "2 / 5 GPUs",
-			"Rack power", "9.8kW", "98% near budget", "1 of 4 (sw_power_cap on 1)"},
+			"Rack power", "9.8kW", "98% near budget", "1 of 4 (sw_power_cap on 1)", "Rack draw against budget", ">budget<"},
 		"/ui/fleet?model=l4": {`data-gpu-uuid="GPU-L4"`},
 		"/queue":             {"j-b1", "secret-b", "no estimate yet", `data-live="/ui/queue"`},
 		"/jobs":              {"alpha-train", "secret-b"},

@@ -25,7 +25,8 @@ import (
 //	team a quota=h100-sxm-80gb:8 borrow=8 weight=1 usage=0
 //	submit j1 team=a gpus=4 prio=training est=1h at=0s [nodes=2] [models=a,b]
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
-//	     [nvlink] [prefer=cheapest] [select=k:v] [preemptible] [grace=30s] [requeued]
+//	     [nvlink] [prefer=cheapest] [joules=l4:0.9,h100-sxm-80gb:0.3] [select=k:v]
+//	     [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
 //	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
 //	                                     the recent ones ended (from T0)
@@ -440,6 +441,15 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 	j.Resources.Prefer = gpufleet.Preference(a["prefer"])
 	if err := j.Resources.Prefer.Validate(); err != nil {
 		return fmt.Errorf("job %s: %w", id, err)
+	}
+	if v := a["joules"]; v != "" {
+		j.Resources.JoulesPerUnit = map[string]float64{}
+		for _, kv := range strings.Split(v, ",") {
+			m, x, _ := strings.Cut(kv, ":")
+			if j.Resources.JoulesPerUnit[m], err = strconv.ParseFloat(x, 64); err != nil {
+				return fmt.Errorf("job %s: joules: %w", id, err)
+			}
+		}
 	}
 	if flags["nvlink"] {
 		j.Resources.Interconnect = gpufleet.NVLink

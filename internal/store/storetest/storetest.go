@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"active jobs":                      testActiveJobs,
 		"node attempts":                    testNodeAttempts,
 		"multi-node attempts end together": testRanks,
+		"work per attempt and history":     testWork,
 		"events record every transition":   testEventsFlow,
 		"events filter and page":           testEventsFilter,
 		"usage aggregates by day":          testUsage,
@@ -1177,6 +1178,74 @@ func testRanks(t *testing.T, s store.Store) {
 	}
 }
 
+// testWork: an attempt keeps the last work count its node reported; a
+// multi-node attempt the largest of its nodes'; WorkHistory returns the
+// newest ended attempts of the team's namesake jobs in the same unit.
+func testWork(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	counted := func(name, unit string) gpufleet.Job {
+		j := newJob("team-a", name, "")
+		j.Work = &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: unit}
+		return j
+	}
+	other := newJob("team-b", "train", "")
+	other.Work = &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: "tokens"}
+	jobs := submit(t, s, counted("train", "tokens"), counted("train", "tokens"), counted("train", "samples"), counted("gang", "tokens"), other)
+	if w := getJob(t, s, jobs[0].ID).Work; w == nil || w.Unit != "tokens" {
+		t.Fatalf("stored work counter %+v, want the submitted one", w)
+	}
+	epoch := lead(t, s)
+	f := func(v float64) *float64 { return &v }
+	code := 0
+	report := func(attempt, node string, st gpufleet.AttemptState, energy float64, work *float64, at time.Duration) gpufleet.Job {
+		t.Helper()
+		j, err := s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: attempt, Node: node, State: st, ExitCode: &code,
+			EnergyJoules: energy, Work: work, At: T0.Add(at)})
+		wantErr(t, attempt+" from "+node, err, nil)
+		return j
+	}
+	var single []string
+	for i, j := range []gpufleet.Job{jobs[0], jobs[1], jobs[2], jobs[4]} {
+		single = append(single, place(t, s, epoch, j.ID, "n1"))
+		report(single[i], "n1", gpufleet.AttemptRunning, 10, f(5), time.Hour)
+	}
+	if j := report(single[0], "n1", gpufleet.AttemptRunning, 20, nil, time.Hour); *j.Attempts[0].Work != 5 {
+		t.Errorf("a report without work lost the count: %g", *j.Attempts[0].Work)
+	}
+	for i, a := range single {
+		j := report(a, "n1", gpufleet.AttemptSucceeded, 100, f(float64(1000*(i+1))), time.Duration(i+2)*time.Hour)
+		if w := j.Attempts[0].Work; w == nil || *w != float64(1000*(i+1)) {
+			t.Errorf("attempt %d work %v, want the last count %d", i, w, 1000*(i+1))
+		}
+	}
+	two := []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"g0"}}, {Name: "n2", GPUs: []string{"g0"}}}
+	wantErr(t, "apply gang", s.ApplySchedule(ctx, epoch, store.Decision{At: T0, Starts: []store.Start{{JobID: jobs[3].ID, AttemptID: "a-gang", Nodes: two}}}), nil)
+	report("a-gang", "n1", gpufleet.AttemptRunning, 10, f(700), time.Hour)
+	j := report("a-gang", "n2", gpufleet.AttemptRunning, 10, f(300), time.Hour)
+	if w := j.Attempts[0].Work; w == nil || *w != 700 {
+		t.Errorf("gang work %v, want the largest node's count, 700", w)
+	}
+	if j := getJob(t, s, jobs[3].ID); j.Attempts[0].EnergyJoules != 20 {
+		t.Errorf("gang energy %g, want the nodes' summed, 20", j.Attempts[0].EnergyJoules)
+	}
+
+	hist, err := s.WorkHistory(ctx, "team-a", "train", "tokens", 10)
+	wantErr(t, "history", err, nil)
+	var ids []string
+	for _, a := range hist {
+		ids = append(ids, a.ID)
+	}
+	if want := []string{single[1], single[0]}; !cmp.Equal(ids, want) {
+		t.Errorf("history %v, want team-a's train attempts in tokens, newest first %v", ids, want)
+	}
+	if hist, _ := s.WorkHistory(ctx, "team-a", "train", "tokens", 1); len(hist) != 1 || hist[0].ID != single[1] {
+		t.Errorf("history limited to 1: %v", hist)
+	}
+	if hist, _ := s.WorkHistory(ctx, "team-a", "gang", "tokens", 10); len(hist) != 0 {
+		t.Errorf("history of a running attempt: %v, want none (only ended attempts measure)", hist)
+	}
+}
+
 func testEventsFlow(t *testing.T, s store.Store) {
 	id := submit(t, s, newJob("team-a", "a", ""))[0].ID
 	epoch := lead(t, s)
@@ -1251,8 +1320,9 @@ func testUsage(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	d1 := time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)
 	d2 := d1.AddDate(0, 0, 1)
+	f := func(v float64) *float64 { return &v }
 	rows := []store.UsageRow{
-		{Team: "team-a", Model: "h100", Day: d1.Add(3 * time.Hour), GPUSeconds: 10, EffectiveGPUSeconds: 5, EnergyJoules: 100},
+		{Team: "team-a", Model: "h100", Day: d1.Add(3 * time.Hour), GPUSeconds: 10, EffectiveGPUSeconds: 5, EnergyJoules: 100, FacilityJoules: f(130)},
 		{Team: "team-a", Model: "h100", Day: d1.Add(20 * time.Hour), GPUSeconds: 1, EffectiveGPUSeconds: 1, EnergyJoules: 10},
 		{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
 		{Team: "team-b", Model: "h100", Day: d2.Add(time.Hour), GPUSeconds: 7},
@@ -1266,16 +1336,17 @@ func testUsage(t *testing.T, s store.Store) {
 		want     []store.UsageRow
 	}{
 		"everything": {want: []store.UsageRow{
-			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
-			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210},
-			{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7},
+			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2, FacilityJoules: f(0)},
+			// Facility energy as given, else at a PUE of 1: 130 + 10 + 130.
+			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210, FacilityJoules: f(270)},
+			{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7, FacilityJoules: f(0)},
 		}},
-		"one team": {team: "team-b", want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7}}},
+		"one team": {team: "team-b", want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7, FacilityJoules: f(0)}}},
 		"first day only": {to: d2, want: []store.UsageRow{
-			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2},
-			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210},
+			{Team: "team-a", Model: "a100", Day: d1, GPUSeconds: 2, FacilityJoules: f(0)},
+			{Team: "team-a", Model: "h100", Day: d1, GPUSeconds: 21, EffectiveGPUSeconds: 11, EnergyJoules: 210, FacilityJoules: f(270)},
 		}},
-		"from mid second day": {from: d2.Add(12 * time.Hour), want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7}}},
+		"from mid second day": {from: d2.Add(12 * time.Hour), want: []store.UsageRow{{Team: "team-b", Model: "h100", Day: d2, GPUSeconds: 7, FacilityJoules: f(0)}}},
 		"nothing":             {team: "team-a", from: d2, want: []store.UsageRow{}},
 	} {
 		t.Run(name, func(t *testing.T) {
