@@ -148,6 +148,11 @@ type ModelRequest struct {
 	Recompute    string         `json:"recompute,omitempty"`
 	TP           int            `json:"tp,omitempty"`
 	PP           int            `json:"pp,omitempty"`
+	// Engine is the serving engine (vllm, trtllm, sglang; default vllm)
+	// and MemoryHeadroom the share of each GPU's memory it must leave free
+	// (default: the engine's own cap).
+	Engine         string  `json:"engine,omitempty"`
+	MemoryHeadroom float64 `json:"memory_headroom,omitempty"`
 }
 
 // reservedEnv are the variables gpufleet sets for every attempt.
@@ -272,7 +277,7 @@ func (m *ModelRequest) validate() error {
 	for _, f := range []struct {
 		field string
 		v     string
-	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}} {
+	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}, {"model.engine", m.Engine}} {
 		if err := CheckText(f.field, f.v, 32, false); err != nil {
 			return err
 		}
@@ -289,6 +294,9 @@ func (m *ModelRequest) validate() error {
 		if err := ValidateCount(n.field, n.v, 0, n.max); err != nil {
 			return err
 		}
+	}
+	if !(m.MemoryHeadroom >= 0 && m.MemoryHeadroom <= 0.9) {
+		return fmt.Errorf("%w: model.memory_headroom %g: expected 0 (the engine's own) to 0.9", ErrInvalid, m.MemoryHeadroom)
 	}
 	return nil
 }

@@ -200,21 +200,14 @@ func accuracyCases() map[string]accCase {
 				r.TP, r.Batch, r.InputTokens, r.OutputTokens = 8, 1, 128, 128
 				return r
 			}, metric: tokensPerS},
-		"GT025": {class: "kv-capacity", assumptions: "vLLM's rule: 0.9 of the GPU's memory minus weights, the activation workspace of one 8192-token chunk and the runtime overhead, over 16-token blocks of 512 KiB per token",
+		"GT025": {class: "kv-capacity", assumptions: "vLLM's rule, as the planner sizes it (docs/PLANNER.md#engine-memory): 0.9 of the GPU's memory less the weights, the profile run's activations and non-torch memory, over 16-token blocks of 512 KiB per token; an A100 runs vLLM's small batch defaults",
 			req: func(t *testing.T) Request {
 				r := inference(t, "llama-2-7b", "a100-sxm-80gb", 1, FormatFP16, FormatFP16)
-				r.Batch = 256
+				r.Batch = 1 // the cache the engine allocates does not depend on the batch
 				return r
 			},
 			metric: func(t *testing.T, r Request, p *Plan) float64 {
-				r, _ = r.withDefaults()
-				s := newShape(r.Model)
-				g := r.GPUs[0]
-				l := layout{tp: 1, pp: 1, dp: 1, ep: 1}
-				m := s.inferenceMemory(r, r.Batch, l, g.MemoryBytes)
-				free := 0.9*float64(g.MemoryBytes) - float64(m.WeightsBytes+m.ActivationsBytes+m.OverheadBytes)
-				block := float64(r.Model.KVCacheBytesPerToken(r.KVPrecision.BytesPerElement())) * pagedBlockTokens
-				return math.Floor(free / block)
+				return math.Floor(float64(*only(t, p).KVCacheTokens) / pagedBlockTokens)
 			}},
 		"GT029": {class: "memory", assumptions: "seq 4096, distributed optimizer (ZeRO-1), fp32 gradient accumulation, flash attention (selective recompute), as in the Megatron Llama-2 recipe of the same period (Megatron-LM#597); compared without the CUDA context and allocator slack, which PyTorch's peak-allocated figure leaves out; GB = 1e9 bytes",
 			req: func(t *testing.T) Request {

@@ -28,7 +28,7 @@ func Example() {
 	}
 	fmt.Println("recommended:", plan.Recommendation.GPU, plan.Recommendation.Scaling)
 	// Output:
-	// h100-sxm-80gb: 1 GPU(s), fits true, native fp8 true, decode memory-bound
+	// h100-sxm-80gb: 2 GPU(s), fits true, native fp8 true, decode memory-bound
 	// a100-sxm-80gb: 1 GPU(s), fits true, native fp8 false, decode memory-bound
-	// recommended: h100-sxm-80gb horizontal
+	// recommended: h100-sxm-80gb vertical
 }

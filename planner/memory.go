@@ -30,6 +30,19 @@ type Memory struct {
 	OverheadBytes    int64 `json:"overhead_bytes"`
 	TotalBytes       int64 `json:"total_bytes"`
 	CapacityBytes    int64 `json:"capacity_bytes"`
+	// Reserve breaks down an inference engine's overhead and the headroom
+	// its memory cap leaves; nil in training.
+	Reserve *Reserve `json:"reserve,omitempty"`
+}
+
+// fits reports whether the memory fits the GPU: the total and, for an
+// inference engine, the headroom its cap keeps free.
+func (m Memory) fits() bool {
+	h := int64(0)
+	if m.Reserve != nil {
+		h = m.Reserve.HeadroomBytes
+	}
+	return m.TotalBytes+h <= m.CapacityBytes
 }
 
 func (m *Memory) sum() {
@@ -130,11 +143,18 @@ func (s shape) inferenceWeights(w Format, l layout) float64 {
 }
 
 // inferenceActivations is the workspace of one forward pass over a prefill
-// chunk: the residual stream, the widest of the attention and MLP
-// intermediates of one layer, and fp32 logits for the sampled tokens.
-func (s shape) inferenceActivations(batch, input int, l layout) float64 {
+// chunk of the engine's: the residual stream and the widest of the
+// attention and MLP intermediates of one layer; and the sampler's: fp32
+// logits for the sampled tokens or, where the engine warms the sampler up
+// over its largest batch (vLLM), vllmSamplerTensors tensors of that batch
+// by the whole vocabulary, which it returns apart too.
+func (s shape) inferenceActivations(batch, input int, l layout, e engineGPU) (total, sampler float64) {
 	c := s.cfg
-	tokens := float64(min(batch*input, prefillChunkTokens))
+	chunk := e.chunkTokens
+	if chunk == 0 {
+		chunk = prefillChunkTokens
+	}
+	tokens := float64(min(batch*input, chunk))
 	h := float64(c.HiddenSize)
 	tp := float64(l.tp)
 	qkv := float64((c.NumHeads + 2*c.NumKVHeads) * c.HeadDim)
@@ -143,11 +163,16 @@ func (s shape) inferenceActivations(batch, input int, l layout) float64 {
 		mlpMats = 3
 	}
 	inter := math.Max(qkv, mlpMats*s.ffnWidth()) / tp
-	logits := float64(min(batch, int(tokens))) * float64(c.VocabSize) * 4 / tp
-	return tokens*(2*h+inter)*2 + logits
+	forward := tokens * (2*h + inter) * 2
+	if e.samplerWarmup > 0 {
+		sampler = float64(e.samplerWarmup) * float64(c.VocabSize) * 4 * vllmSamplerTensors
+		return forward + sampler, sampler
+	}
+	return forward + float64(min(batch, int(tokens)))*float64(c.VocabSize)*4/tp, 0
 }
 
-// overhead is the runtime's fixed cost per GPU plus allocator slack.
+// overhead is the training runtime's fixed cost per GPU plus allocator
+// slack.
 func overhead(live float64, l layout) float64 {
 	o := float64(cudaContextBytes) + allocatorFragmentation*live
 	if l.tp*l.pp > 1 {
@@ -156,20 +181,36 @@ func overhead(live float64, l layout) float64 {
 	return o
 }
 
-// inferenceMemory sizes one GPU serving batch sequences of ctx tokens.
-func (s shape) inferenceMemory(r Request, batch int, l layout, capacity int64) Memory {
+// inferenceMemory sizes one GPU serving batch sequences of ctx tokens on
+// the engine e: weights, KV cache, activations and the engine's reserve
+// (its profile run measures the peak of what it allocates, so no
+// allocator slack is added).
+func (s shape) inferenceMemory(r Request, batch int, l layout, e engineGPU) Memory {
 	ctx := r.InputTokens + r.OutputTokens
+	act, sampler := s.inferenceActivations(batch, r.InputTokens, l, e)
 	m := Memory{
 		WeightsBytes:     int64(s.inferenceWeights(r.Precision, l)),
 		KVCacheBytes:     int64(float64(batch) * s.kvBytesPerSeq(ctx, r.KVPrecision, l)),
-		ActivationsBytes: int64(s.inferenceActivations(batch, r.InputTokens, l)),
-		CapacityBytes:    capacity,
+		ActivationsBytes: int64(act),
+		CapacityBytes:    e.capacity,
 	}
-	// Paged engines preallocate the KV cache as one pool of blocks, so the
-	// allocator's slack applies to weights and activations only.
-	m.OverheadBytes = int64(overhead(float64(m.WeightsBytes+m.ActivationsBytes), l))
+	e.reserve(&m, l, sampler)
 	m.sum()
 	return m
+}
+
+// kvCacheTokens is the KV cache the engine allocates per replica, in
+// tokens: the memory under its cap that weights, activations and its
+// reserve leave, in whole paged blocks of a GPU of the layout (what vLLM
+// logs as "GPU KV cache size"). 0 when nothing is left.
+func (s shape) kvCacheTokens(r Request, l layout, e engineGPU) int64 {
+	m := s.inferenceMemory(r, 1, l, e)
+	free := m.CapacityBytes - (m.TotalBytes - m.KVCacheBytes) - m.Reserve.HeadroomBytes
+	block := s.kvBytesPerSeq(pagedBlockTokens, r.KVPrecision, l) // one paged block
+	if free <= 0 || block <= 0 {
+		return 0
+	}
+	return int64(float64(free)/block) * pagedBlockTokens
 }
 
 // largest returns the largest n in [1, limit] for which ok holds, 0 when
@@ -197,18 +238,18 @@ func largest(limit int, ok func(int) bool) int {
 
 // maxBatch is the largest batch whose memory fits capacity, 0 when even one
 // sequence does not. Memory grows monotonically with batch.
-func (s shape) maxBatch(r Request, l layout, capacity int64) int {
-	return largest(1<<22, func(b int) bool { return s.inferenceMemory(r, b, l, capacity).TotalBytes <= capacity })
+func (s shape) maxBatch(r Request, l layout, e engineGPU) int {
+	return largest(1<<22, func(b int) bool { return s.inferenceMemory(r, b, l, e).fits() })
 }
 
 // maxContext is the longest context (prompt plus output) that batch
 // sequences can hold on the layout, 0 when even a two-token context does
 // not fit. Memory grows with the context.
-func (s shape) maxContext(r Request, batch int, l layout, capacity int64) int {
+func (s shape) maxContext(r Request, batch int, l layout, e engineGPU) int {
 	n := largest(1<<24, func(ctx int) bool {
 		rr := r
 		rr.InputTokens, rr.OutputTokens = max(1, ctx-1), 1
-		return s.inferenceMemory(rr, batch, l, capacity).TotalBytes <= capacity
+		return s.inferenceMemory(rr, batch, l, e).fits()
 	})
 	if n < 2 {
 		return 0

@@ -23,8 +23,19 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	out := []string{}
 	m := c.MemoryPerGPU
 	if !c.Fits {
-		out = append(out, fmt.Sprintf("does not fit: needs %s per GPU with %d GPUs (tp %d, pp %d), the card holds %s",
-			gb(float64(m.TotalBytes)), c.GPUs, l.tp, l.pp, gb(float64(m.CapacityBytes))))
+		held := "the card holds " + gb(float64(m.CapacityBytes))
+		if m.Reserve != nil {
+			held += fmt.Sprintf(", of which %s keeps %s free", r.Engine, gb((1-m.Reserve.Cap)*float64(m.CapacityBytes)))
+		}
+		out = append(out, fmt.Sprintf("does not fit: needs %s per GPU with %d GPUs (tp %d, pp %d), %s",
+			gb(float64(m.TotalBytes)), c.GPUs, l.tp, l.pp, held))
+	}
+	if m.Reserve != nil && c.Fits && c.KVCacheTokens != nil {
+		ctx := r.InputTokens + r.OutputTokens
+		kv := float64(*c.KVCacheTokens) * s.kvBytesPerSeq(pagedBlockTokens, r.KVPrecision, l) / pagedBlockTokens
+		free := float64(m.CapacityBytes-(m.TotalBytes-*m.KVCacheBytes)) - kv
+		out = append(out, fmt.Sprintf("%s (%s %.2f) allocates %s of KV cache per GPU: %d tokens per replica, %d sequences of %d; it leaves %s of each GPU free",
+			r.Engine, engineCapName(r.Engine), m.Reserve.Cap, gb(kv), *c.KVCacheTokens, *c.KVCacheTokens/int64(ctx), ctx, gb(free)))
 	}
 	switch {
 	case c.PrecisionFallback == nil:

@@ -65,6 +65,10 @@ type MemoryBreakdown struct {
 	OverheadBytes    int64  `json:"overhead_bytes"`
 	TotalBytes       int64  `json:"total_bytes"`
 	CapacityBytes    int64  `json:"capacity_bytes"`
+	// Reserve is the serving engine's overhead and the headroom its
+	// memory cap keeps free (inference; null in training). A plan fits
+	// when the total and the headroom fit the capacity.
+	Reserve *Reserve `json:"reserve"`
 }
 
 // Candidate is one GPU model with its best layout and estimates. Fields that
@@ -88,7 +92,11 @@ type Candidate struct {
 	MaxBatch *int `json:"max_batch"`
 	// MaxContextTokens is the longest context (prompt plus output) that
 	// the batch used can hold per sequence.
-	MaxContextTokens    *int     `json:"max_context_tokens"`
+	MaxContextTokens *int `json:"max_context_tokens"`
+	// KVCacheTokens is the KV cache the engine allocates per replica, in
+	// tokens: all the memory under its cap that the weights, activations
+	// and its reserve leave (vLLM's "GPU KV cache size").
+	KVCacheTokens       *int64   `json:"kv_cache_tokens"`
 	Batch               *int     `json:"batch"`
 	OutputTokensPerS    *float64 `json:"output_tokens_per_s"`
 	TimeToFirstTokenS   *float64 `json:"time_to_first_token_s"`
@@ -331,8 +339,10 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 
 func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	g := h.gpu
-	mb := s.maxBatch(r, l, g.MemoryBytes)
+	e := newEngineGPU(r.Engine, r.MemoryHeadroom, g, l.tp)
+	mb := s.maxBatch(r, l, e)
 	c.MaxBatch = ptr(mb)
+	c.KVCacheTokens = ptr(s.kvCacheTokens(r, l, e))
 	batch := r.Batch
 	switch {
 	case r.BatchMax:
@@ -343,13 +353,13 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 		batch = max(1, min(mb, defaultMaxSeqs))
 	}
 	c.Batch = ptr(batch)
-	m := s.inferenceMemory(r, batch, l, g.MemoryBytes)
+	m := s.inferenceMemory(r, batch, l, e)
 	c.MemoryPerGPU = MemoryBreakdown{
 		WeightsBytes: m.WeightsBytes, KVCacheBytes: ptr(m.KVCacheBytes), ActivationsBytes: m.ActivationsBytes,
-		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes,
+		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes, Reserve: m.Reserve,
 	}
-	c.Fits = m.TotalBytes <= g.MemoryBytes
-	c.MaxContextTokens = ptr(s.maxContext(r, batch, l, g.MemoryBytes))
+	c.Fits = m.fits()
+	c.MaxContextTokens = ptr(s.maxContext(r, batch, l, e))
 	if !c.supported || h.peak == 0 {
 		c.score = math.Inf(1)
 		return

@@ -54,7 +54,7 @@ func perGPU(s shape, r Request, l layout, batch int) int64 {
 	if r.Mode == Training {
 		return s.trainingMemory(r, l, 0).TotalBytes
 	}
-	return s.inferenceMemory(r, batch, l, 0).TotalBytes
+	return s.inferenceMemory(r, batch, l, engineGPU{engine: EngineVLLM, samplerWarmup: vllmLargeMaxSeqs, chunkTokens: vllmLargeMaxTokens}).TotalBytes
 }
 
 // TestMoreGPUsNeverNeedMoreMemoryPerGPU doubles tensor, pipeline or data
@@ -113,12 +113,12 @@ func TestWiderPrecisionNeverNeedsLessMemory(t *testing.T) {
 		}
 		rn, rw := r, r
 		rn.Precision, rw.Precision = narrow, wide
-		if a, b := s.inferenceMemory(rn, batch, l, 0).TotalBytes, s.inferenceMemory(rw, batch, l, 0).TotalBytes; b < a {
+		if a, b := s.inferenceMemory(rn, batch, l, engineGPU{}).TotalBytes, s.inferenceMemory(rw, batch, l, engineGPU{}).TotalBytes; b < a {
 			t.Fatalf("weights %s need %d bytes but wider %s only %d", narrow, a, wide, b)
 		}
 		kvn, kvw := r, r
 		kvn.KVPrecision, kvw.KVPrecision = FormatFP8, FormatBF16
-		if a, b := s.inferenceMemory(kvn, batch, l, 0).KVCacheBytes, s.inferenceMemory(kvw, batch, l, 0).KVCacheBytes; b < a {
+		if a, b := s.inferenceMemory(kvn, batch, l, engineGPU{}).KVCacheBytes, s.inferenceMemory(kvw, batch, l, engineGPU{}).KVCacheBytes; b < a {
 			t.Fatalf("fp8 KV needs %d bytes but bf16 KV only %d", a, b)
 		}
 	})
@@ -139,6 +139,43 @@ func TestLongerContextNeverNeedsLessKVCache(t *testing.T) {
 		bpe := r.KVPrecision.BytesPerElement()
 		if a, b := r.Model.KVCacheBytes(int64(short), bpe), r.Model.KVCacheBytes(int64(long), bpe); b < a {
 			t.Fatalf("model KV for %d tokens %d > for %d tokens %d", short, a, long, b)
+		}
+	})
+}
+
+// TestLargerHeadroomNeverALargerBatch: on every engine and GPU, leaving
+// more of each GPU free never lets more sequences or a larger KV cache in,
+// and no plan that fits reaches into the headroom.
+func TestLargerHeadroomNeverALargerBatch(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genRequest(t, Inference)
+		s := newShape(r.Model)
+		g := genGPU(t)
+		l := layout{tp: rapid.SampledFrom([]int{1, 2, 8}).Draw(t, "tp"), pp: 1, dp: 1, ep: 1}
+		engine := rapid.SampledFrom([]Engine{EngineVLLM, EngineTRTLLM, EngineSGLang}).Draw(t, "engine")
+		small := rapid.Float64Range(0.01, 0.5).Draw(t, "small") // 0 is the engine's own cap
+		large := small + rapid.Float64Range(0, 0.4).Draw(t, "more")
+		es, el := newEngineGPU(engine, small, g, l.tp), newEngineGPU(engine, large, g, l.tp)
+		if a, b := s.maxBatch(r, l, es), s.maxBatch(r, l, el); b > a {
+			t.Fatalf("%s on %s: headroom %.3f fits batch %d, larger headroom %.3f fits %d", engine, g.ID, small, a, large, b)
+		}
+		if a, b := s.kvCacheTokens(r, l, es), s.kvCacheTokens(r, l, el); b > a {
+			t.Fatalf("%s on %s: headroom %.3f holds %d KV tokens, larger headroom %.3f holds %d", engine, g.ID, small, a, large, b)
+		}
+		if b := s.maxBatch(r, l, el); b > 0 {
+			// What each engine puts under its cap, against the cap.
+			m := s.inferenceMemory(r, b, l, el)
+			c := float64(el.capacity)
+			under, limit := float64(m.TotalBytes-m.Reserve.ContextBytes), el.cap*c // vLLM
+			switch engine {
+			case EngineSGLang:
+				under = float64(m.WeightsBytes + m.KVCacheBytes)
+			case EngineTRTLLM:
+				under, limit = float64(m.KVCacheBytes), el.cap*(c-float64(m.TotalBytes-m.KVCacheBytes))
+			}
+			if under > limit+1 {
+				t.Fatalf("%s on %s: batch %d puts %.0f bytes under a cap of %.0f", engine, g.ID, b, under, limit)
+			}
 		}
 	})
 }

@@ -88,6 +88,9 @@ const (
 	maxBatch          = 1 << 20
 	maxTokens         = 1 << 24
 	maxTrainingTokens = int64(1e15)
+	// maxMemoryHeadroom bounds Request.MemoryHeadroom: a plan for less
+	// than a tenth of each GPU is no plan.
+	maxMemoryHeadroom = 0.9
 )
 
 // Request is everything the planner needs. Zero values mean "choose" or
@@ -122,6 +125,13 @@ type Request struct {
 
 	// Parallelism; 0 lets the planner choose.
 	TP, PP, DP int
+
+	// Engine is the serving engine an inference plan sizes memory for
+	// (default vLLM); MemoryHeadroom, when above 0, is the share of each
+	// GPU's memory the engine must leave free, replacing its own cap
+	// (vLLM's gpu_memory_utilization is 1 - headroom).
+	Engine         Engine
+	MemoryHeadroom float64
 
 	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
 	// per output token meets it.
@@ -161,6 +171,14 @@ func (r Request) withDefaults() (Request, error) {
 	}
 	if r.Precision == "" {
 		r.Precision = FormatBF16
+	}
+	e, err := ParseEngine(string(r.Engine))
+	if err != nil {
+		return r, err
+	}
+	r.Engine = e
+	if !(r.MemoryHeadroom >= 0 && r.MemoryHeadroom <= maxMemoryHeadroom) {
+		return r, fmt.Errorf("%w: memory-headroom %g: expected 0 (the engine's own) to %g of each GPU's memory", gpufleet.ErrInvalid, r.MemoryHeadroom, maxMemoryHeadroom)
 	}
 	if r.KVPrecision == "" {
 		r.KVPrecision = FormatBF16

@@ -42,7 +42,7 @@ type submitFlags struct {
 // --gpus, --gpu and --precision mean other things here (the job's GPU
 // count, --gpu-model and the job's precision).
 var submitPlanFlags = []string{"model", "mode", "kv-precision", "batch", "input-tokens", "output-tokens", "seq",
-	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp"}
+	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp", "engine", "memory-headroom"}
 
 func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.gpus, "gpus", 0, "total GPUs (over all nodes)")
@@ -255,6 +255,16 @@ func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) erro
 	}
 	if fs.Changed("recompute") {
 		m.Recompute = p.recompute
+	}
+	if fs.Changed("engine") {
+		m.Engine = p.engine
+	}
+	if fs.Changed("memory-headroom") {
+		v, err := parseShare("--memory-headroom", p.memoryHeadroom)
+		if err != nil {
+			return err
+		}
+		m.MemoryHeadroom = v
 	}
 	if m.Precision == "" && req.Resources.Precision != "" {
 		m.Precision = string(req.Resources.Precision)

@@ -27,6 +27,7 @@ type planFlags struct {
 	microBatch, globalBatch, zero, tp, pp, dp       int
 	latencyTargetMS                                 float64
 	fp32GradAccum                                   bool
+	engine, memoryHeadroom                          string
 	// Facility check (plan only).
 	rackPower, rackCooling string
 	rackUnits              int
@@ -54,6 +55,22 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&p.pp, "pp", 0, "pipeline parallelism (default: chosen)")
 	fs.IntVar(&p.dp, "dp", 0, "data parallelism, replicas (default: chosen)")
 	fs.Float64Var(&p.latencyTargetMS, "latency-target-ms", 0, "rank by the cheapest candidate whose time per output token meets this")
+	fs.StringVar(&p.engine, "engine", "vllm", "serving engine whose memory rules size the plan: vllm, trtllm or sglang")
+	fs.StringVar(&p.memoryHeadroom, "memory-headroom", "", "share of each GPU's memory the engine leaves free, such as 10% or 0.15 (default: the engine's own cap)")
+}
+
+// parseShare reads a share of a whole: "10%" or 0.1.
+func parseShare(flag, s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil {
+		return 0, usageErr("%s %q: expected a share such as 10%% or 0.1", flag, s)
+	}
+	if pct {
+		v /= 100
+	}
+	return v, nil
 }
 
 // loadModel reads --model as a file when one exists at that path, else as a
@@ -146,6 +163,14 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 		return r, usageErr("--latency-target-ms %v: expected a positive number", p.latencyTargetMS)
 	}
 	r.LatencyTargetS = p.latencyTargetMS / 1e3
+	if r.Engine, err = planner.ParseEngine(p.engine); err != nil {
+		return r, fmt.Errorf("--engine: %w", err)
+	}
+	if p.memoryHeadroom != "" {
+		if r.MemoryHeadroom, err = parseShare("--memory-headroom", p.memoryHeadroom); err != nil {
+			return r, err
+		}
+	}
 	for _, f := range []struct {
 		flag, v string
 		dst     *float64

@@ -78,6 +78,10 @@ func planRequest(cfg *model.Config, m *api.ModelRequest) (planner.Request, error
 			return r, fmt.Errorf("model.kv_precision: %w", err)
 		}
 	}
+	if r.Engine, err = planner.ParseEngine(m.Engine); err != nil {
+		return r, fmt.Errorf("model.engine: %w", err)
+	}
+	r.MemoryHeadroom = m.MemoryHeadroom
 	return r, nil
 }
 
@@ -235,6 +239,9 @@ func (s *Server) rejection(cfg *model.Config, req planner.Request, plan *planner
 	var b strings.Builder
 	fmt.Fprintf(&b, "admission: %s (%s, %s) does not fit any GPU this team may use: on %s it needs %s per GPU with %d GPUs (tp %d, pp %d), and the card holds %s",
 		cfg.Name, plan.Mode, plan.Workload.Precision, largest.GPU, gib(need), largest.GPUs, largest.TP, largest.PP, gib(largest.MemoryPerGPU.CapacityBytes))
+	if r := largest.MemoryPerGPU.Reserve; r != nil {
+		fmt.Fprintf(&b, " (%s keeps %s of it free)", req.Engine, gib(int64((1-r.Cap)*float64(largest.MemoryPerGPU.CapacityBytes))))
+	}
 	// What would fit instead: more GPUs, a narrower format, other hardware.
 	var alts []string
 	{

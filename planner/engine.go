@@ -1,0 +1,202 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// Engine is the serving engine an inference plan sizes memory for: each
+// divides a GPU's memory its own way (docs/PLANNER.md#engine-memory).
+type Engine string
+
+// Engines.
+const (
+	EngineVLLM   Engine = "vllm"
+	EngineTRTLLM Engine = "trtllm"
+	EngineSGLang Engine = "sglang"
+)
+
+// ParseEngine reads an engine name; "" is vLLM.
+func ParseEngine(s string) (Engine, error) {
+	switch e := Engine(strings.ToLower(strings.TrimSpace(s))); e {
+	case "":
+		return EngineVLLM, nil
+	case EngineVLLM, EngineTRTLLM, EngineSGLang:
+		return e, nil
+	case "tensorrt-llm", "trt-llm":
+		return EngineTRTLLM, nil
+	}
+	return "", fmt.Errorf("%w: engine %q: expected vllm, trtllm or sglang", gpufleet.ErrInvalid, s)
+}
+
+// Engine memory. Each engine caps what it allocates and keeps the rest of
+// the GPU's memory free; the planner never reports a plan that fits above
+// the cap. Sources are the engines' own defaults.
+const (
+	// vllmMemoryUtilization is vLLM's gpu_memory_utilization default:
+	// weights, the profile run's peak activations, non-torch allocations
+	// and the KV cache share 0.9 of the GPU; the CUDA context and graphs
+	// live in the rest (vllm/config: CacheConfig.gpu_memory_utilization;
+	// the H100 logs of llm-d-benchmark's empirical-vllm-memory-results add
+	// up to 0.9 x 79.18 GiB exactly).
+	vllmMemoryUtilization = 0.90
+	// vllmNonTorchBytes is what vLLM logs as non-torch memory at TP 1
+	// (0.13 GiB for Llama-3.1-8B, Qwen3-0.6B and gpt-oss-20b on H100,
+	// llm-d-benchmark) and vllmCommBytes what tensor parallelism adds:
+	// NCCL and custom all-reduce buffers (0.54-0.55 GiB in all at TP 2).
+	vllmNonTorchBytes = 0.13 * (1 << 30)
+	vllmCommBytes     = 0.42 * (1 << 30)
+	// vllmSamplerTensors is how many fp32 tensors of max_num_seqs x vocab
+	// vLLM's profile run holds at its peak when it warms up the sampler
+	// (logits, probabilities, sorted values and int64 indices of top-k and
+	// top-p). The peak activations logged for Llama-3.1-8B (4.76 GiB),
+	// Qwen3-32B at TP 2 (5.64) and Qwen3-0.6B (5.56) on H100 are 8.1 to
+	// 9.3 such tensors beyond the forward pass's workspace; 8 is the low
+	// end. It is why a small model's "activations" are GiBs.
+	vllmSamplerTensors = 8
+	// vLLM's batch defaults (vllm/engine/arg_utils.py get_batch_defaults,
+	// `vllm serve`): GPUs of 70 GiB or more other than the A100 run
+	// max_num_seqs 1024 and max_num_batched_tokens 8192; others 256 and
+	// 2048.
+	vllmLargeGPUBytes  = 70 << 30
+	vllmLargeMaxSeqs   = 1024
+	vllmLargeMaxTokens = 8192
+	vllmSmallMaxSeqs   = 256
+	vllmSmallMaxTokens = 2048
+
+	// trtllmFreeMemoryFraction is TensorRT-LLM's
+	// KvCacheConfig.free_gpu_memory_fraction default: the KV cache takes
+	// 0.9 of the memory left after the model, its activation buffers and
+	// the runtime.
+	trtllmFreeMemoryFraction = 0.90
+	// trtllmMaxNumTokens is its max_num_tokens default, which sizes the
+	// activation buffers.
+	trtllmMaxNumTokens = 8192
+
+	// sglangChunkTokens is SGLang's chunked_prefill_size on GPUs of 25 GB
+	// or more (2048 below).
+	sglangChunkTokens = 8192
+)
+
+// sglangStaticFraction is SGLang's mem_fraction_static default by tensor
+// parallel size (sglang/srt/server_args.py, v0.4): weights and the KV
+// pool share it; activations, the CUDA context and graphs use the rest.
+func sglangStaticFraction(tp int) float64 {
+	switch {
+	case tp >= 16:
+		return 0.79
+	case tp >= 8:
+		return 0.81
+	case tp >= 4:
+		return 0.85
+	case tp >= 2:
+		return 0.87
+	}
+	return 0.88
+}
+
+// Reserve is what the engine keeps on each GPU beside the weights, KV
+// cache and activations, in bytes.
+type Reserve struct {
+	// ContextBytes covers the CUDA context, library workspaces and CUDA
+	// graphs; CommBytes the buffers of tensor and pipeline parallel
+	// collectives and other non-torch allocations.
+	ContextBytes int64 `json:"context_bytes"`
+	CommBytes    int64 `json:"comm_bytes"`
+	// SamplerBytes is the part of the activations that warms up the
+	// sampler (vLLM), included in the activations.
+	SamplerBytes int64 `json:"sampler_bytes"`
+	// HeadroomBytes is the memory the engine leaves free by its cap
+	// (beyond what the context and graphs take of it).
+	HeadroomBytes int64 `json:"headroom_bytes"`
+	// Cap is the engine's memory fraction in force: vLLM's
+	// gpu_memory_utilization, SGLang's mem_fraction_static, or
+	// TensorRT-LLM's free_gpu_memory_fraction.
+	Cap float64 `json:"cap"`
+}
+
+// engineGPU is an engine on one GPU model: what sizes its memory.
+type engineGPU struct {
+	engine        Engine
+	capacity      int64
+	cap           float64 // the engine's memory fraction (see Reserve.Cap)
+	chunkTokens   int     // tokens of one forward pass at most
+	samplerWarmup int     // sequences the sampler is warmed up with (vLLM)
+}
+
+// newEngineGPU sets the engine up on g; headroom, when above 0, replaces
+// the engine's own cap by 1 - headroom.
+func newEngineGPU(e Engine, headroom float64, g catalog.GPU, tp int) engineGPU {
+	eg := engineGPU{engine: e, capacity: g.MemoryBytes, chunkTokens: prefillChunkTokens}
+	switch e {
+	case EngineTRTLLM:
+		eg.cap, eg.chunkTokens = trtllmFreeMemoryFraction, trtllmMaxNumTokens
+	case EngineSGLang:
+		eg.cap = sglangStaticFraction(tp)
+		if g.MemoryBytes < 25e9 {
+			eg.chunkTokens = 2048
+		} else {
+			eg.chunkTokens = sglangChunkTokens
+		}
+	default:
+		eg.engine, eg.cap = EngineVLLM, vllmMemoryUtilization
+		eg.chunkTokens, eg.samplerWarmup = vllmSmallMaxTokens, vllmSmallMaxSeqs
+		if g.MemoryBytes >= vllmLargeGPUBytes && !strings.HasPrefix(g.ID, "a100") {
+			eg.chunkTokens, eg.samplerWarmup = vllmLargeMaxTokens, vllmLargeMaxSeqs
+		}
+	}
+	if headroom > 0 {
+		eg.cap = 1 - headroom
+	}
+	return eg
+}
+
+// reserve fills m's overhead and reserve for the engine: the CUDA context
+// and collective buffers, and the headroom its cap leaves. m holds the
+// weights, KV cache and activations (the sampler's part in samplerBytes).
+func (e engineGPU) reserve(m *Memory, l layout, samplerBytes float64) {
+	ctx := float64(cudaContextBytes)
+	comm := 0.0
+	if l.tp*l.pp > 1 {
+		comm = ncclBufferBytes
+	}
+	if e.engine == EngineVLLM {
+		comm = vllmNonTorchBytes
+		if l.tp*l.pp > 1 {
+			comm += vllmCommBytes
+		}
+	}
+	c := float64(e.capacity)
+	w, a := float64(m.WeightsBytes), float64(m.ActivationsBytes)
+	var headroom float64
+	switch e.engine {
+	case EngineTRTLLM:
+		// The KV cache takes cap of what is free after the rest.
+		headroom = (1 - e.cap) * math.Max(c-w-a-ctx-comm, 0)
+	case EngineSGLang:
+		// Weights and KV under the cap; the rest holds the others.
+		headroom = math.Max((1-e.cap)*c-a-ctx-comm, 0)
+	default:
+		// Under the cap all but the context and graphs, which use the
+		// memory the cap leaves.
+		headroom = math.Max((1-e.cap)*c-ctx, 0)
+	}
+	m.OverheadBytes = int64(ctx + comm)
+	m.Reserve = &Reserve{ContextBytes: int64(ctx), CommBytes: int64(comm), SamplerBytes: int64(samplerBytes),
+		HeadroomBytes: int64(headroom), Cap: e.cap}
+}
+
+// engineCapName is the engine's own name for its memory fraction.
+func engineCapName(e Engine) string {
+	switch e {
+	case EngineTRTLLM:
+		return "free_gpu_memory_fraction"
+	case EngineSGLang:
+		return "mem_fraction_static"
+	}
+	return "gpu_memory_utilization"
+}
