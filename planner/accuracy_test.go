@@ -350,6 +350,7 @@ func accuracyDoc(t *testing.T) (string, map[string][]float64) {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s on %s | %s |\n", r.row.id, r.row.category, r.row.model, r.row.gpu, reason)
 	}
+	b.WriteString(publishedSection(t))
 	b.WriteString(accuracyDiscussion)
 	return b.String(), abs
 }
