@@ -214,7 +214,7 @@ func (r *JobRequest) Validate() error {
 		}
 	}
 	if r.Model != nil {
-		if err := r.Model.validate(); err != nil {
+		if err := r.Model.Validate(); err != nil {
 			return err
 		}
 		if r.Resources.GPUs == 0 {
@@ -270,7 +270,9 @@ func validateEnv(env map[string]string) error {
 	return nil
 }
 
-func (m *ModelRequest) validate() error {
+// Validate checks the model block's fields: lengths, vocabulary words and
+// counts within their bounds (the planner checks the rest).
+func (m *ModelRequest) Validate() error {
 	if err := CheckText("model.name", m.Name, MaxWordLen, false); err != nil {
 		return err
 	}

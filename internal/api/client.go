@@ -501,6 +501,31 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	return out, err
 }
 
+// Plan asks the server for a plan (GET /api/v1/plan).
+func (c *Client) Plan(ctx context.Context, q PlanQuery) (PlanResponse, error) {
+	v := url.Values{}
+	m := q.Model
+	for k, s := range map[string]string{"model": m.Name, "mode": m.Mode, "precision": m.Precision, "kv_precision": m.KVPrecision,
+		"optimizer": m.Optimizer, "recompute": m.Recompute, "engine": m.Engine, "team": q.Team} {
+		setNonEmpty(v, k, s)
+	}
+	for k, n := range map[string]int{"gpus": q.GPUs, "batch": m.Batch, "input_tokens": m.InputTokens, "output_tokens": m.OutputTokens,
+		"seq": m.Seq, "micro_batch": m.MicroBatch, "global_batch": m.GlobalBatch, "zero": m.ZeRO, "tp": m.TP, "pp": m.PP} {
+		if n != 0 {
+			v.Set(k, strconv.Itoa(n))
+		}
+	}
+	if m.MemoryHeadroom != 0 {
+		v.Set("memory_headroom", strconv.FormatFloat(m.MemoryHeadroom, 'g', -1, 64))
+	}
+	if len(q.GPUModels) > 0 {
+		v.Set("gpu", strings.Join(q.GPUModels, ","))
+	}
+	var out PlanResponse
+	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/plan", query: v, idempotent: true}, &out)
+	return out, err
+}
+
 // Rollups returns per-GPU one-minute rollups of a node (q.Node, q.GPU) or
 // of a job's GPUs (q.JobID).
 func (c *Client) Rollups(ctx context.Context, q RollupQuery) ([]GPURollup, error) {

@@ -360,6 +360,29 @@ func TestListQueryParameters(t *testing.T) {
 	}
 }
 
+func TestPlanQueryParameters(t *testing.T) {
+	srv, svc := newTestServer(t, HandlerOptions{})
+	r := call(t, srv, "GET", "/api/v1/plan?model=llama-3.1-70b&gpu=h100-sxm-80gb,l4&gpu=h200-sxm-141gb&gpus=8&precision=fp8&input_tokens=2048&tp=2&engine=sglang&memory_headroom=0.15", memberA, "")
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	want := PlanQuery{GPUModels: []string{"h100-sxm-80gb", "l4", "h200-sxm-141gb"}, GPUs: 8,
+		Model: ModelRequest{Name: "llama-3.1-70b", Precision: "fp8", InputTokens: 2048, TP: 2, Engine: "sglang", MemoryHeadroom: 0.15}}
+	svc.mu.Lock()
+	got := svc.lastPlan
+	svc.mu.Unlock()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plan query (-want +got):\n%s", diff)
+	}
+	for q, field := range map[string]string{"": "model", "model=x&gpus=many": "gpus", "model=x&gpus=-1": "gpus", "model=x&tp=1e9": "tp",
+		"model=x&memory_headroom=0.95": "memory_headroom", "model=x&memory_headroom=half": "memory_headroom", "model=x&gpu=%00": "gpu",
+		"model=x&batch=99999999999": "batch"} {
+		if r := call(t, srv, "GET", "/api/v1/plan?"+q, memberA, ""); r.status != 400 || !strings.Contains(r.body, field) {
+			t.Errorf("plan?%s: %d %s, want 400 naming %s", q, r.status, r.body, field)
+		}
+	}
+}
+
 func TestTokenSecretsNeverListed(t *testing.T) {
 	srv, _ := newTestServer(t, HandlerOptions{})
 	r := call(t, srv, "GET", "/api/v1/tokens", adminTok, "")

@@ -17,15 +17,16 @@ import (
 // streams). It is not the control plane: end-to-end tests run against the
 // real server and store.
 type memService struct {
-	mu      sync.Mutex
-	tokens  map[string]Principal // secret -> principal
-	jobs    map[string]gpufleet.Job
-	nodes   []gpufleet.Node
-	teams   []gpufleet.Team
-	classes []gpufleet.Class
-	racks   []gpufleet.Rack
-	events  []gpufleet.Event
-	logs    map[string]string
+	lastPlan PlanQuery // the last plan asked
+	mu       sync.Mutex
+	tokens   map[string]Principal // secret -> principal
+	jobs     map[string]gpufleet.Job
+	nodes    []gpufleet.Node
+	teams    []gpufleet.Team
+	classes  []gpufleet.Class
+	racks    []gpufleet.Rack
+	events   []gpufleet.Event
+	logs     map[string]string
 	// eventCh feeds Watch streams.
 	eventCh chan gpufleet.Event
 	// failWith, when set, is returned by every Service method but Authenticate.
@@ -426,4 +427,13 @@ func (s *memService) Events(_ context.Context, p Principal, q EventQuery) (Event
 		}
 	}
 	return out, nil
+}
+
+// Plan echoes what it was asked: the handler's parsing is what the tests
+// check; the server runs the planner.
+func (s *memService) Plan(_ context.Context, _ Principal, q PlanQuery) (PlanResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastPlan = q
+	return PlanResponse{Scope: "given", Compared: q.GPUModels}, nil
 }

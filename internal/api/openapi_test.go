@@ -115,7 +115,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Event": gpufleet.Event{}, "SubmitRequest": SubmitRequest{}, "ModelRequest": ModelRequest{}, "SubmitResponse": SubmitResponse{},
 		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{}, "Rack": gpufleet.Rack{}, "RackList": RackList{}, "WorkCounter": gpufleet.WorkCounter{},
 		"TokenList": TokenList{}, "EventList": EventList{}, "TeamRequest": TeamRequest{}, "TokenRequest": TokenRequest{},
-		"JoinTokenRequest": JoinTokenRequest{}, "JoinTokenResponse": JoinTokenResponse{}, "UsageReport": UsageReport{},
+		"JoinTokenRequest": JoinTokenRequest{}, "JoinTokenResponse": JoinTokenResponse{}, "UsageReport": UsageReport{}, "PlanResponse": PlanResponse{},
 		"TeamUsage": TeamUsage{}, "EnergyRow": EnergyRow{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
 		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},

@@ -459,6 +459,62 @@ func paginate[T any](items []T, limit int, token string) ([]T, string, error) {
 	return page, next, nil
 }
 
+// plan answers GET /api/v1/plan: the model block of a job as parameters
+// (model, mode, precision, kv_precision, batch, input_tokens, ...), the
+// GPU models to compare (gpu, comma-separated or repeated) and the GPU
+// count (gpus).
+func (h *handler) plan(w http.ResponseWriter, r *http.Request, p Principal) error {
+	q := r.URL.Query()
+	pq := PlanQuery{Team: q.Get("team"), GPUModels: splitList(q["gpu"])}
+	m := &pq.Model
+	m.Name, m.Mode, m.Precision, m.KVPrecision = q.Get("model"), q.Get("mode"), q.Get("precision"), q.Get("kv_precision")
+	m.Optimizer, m.Recompute, m.Engine = q.Get("optimizer"), q.Get("recompute"), q.Get("engine")
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"gpus", &pq.GPUs}, {"batch", &m.Batch}, {"input_tokens", &m.InputTokens}, {"output_tokens", &m.OutputTokens},
+		{"seq", &m.Seq}, {"micro_batch", &m.MicroBatch}, {"global_batch", &m.GlobalBatch}, {"zero", &m.ZeRO}, {"tp", &m.TP}, {"pp", &m.PP}} {
+		s := q.Get(f.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%w: %s %s: expected a whole number", gpufleet.ErrInvalid, f.name, gpufleet.Quote(s))
+		}
+		*f.dst = n
+	}
+	if s := q.Get("memory_headroom"); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%w: memory_headroom %s: expected a share such as 0.15", gpufleet.ErrInvalid, gpufleet.Quote(s))
+		}
+		m.MemoryHeadroom = v
+	}
+	if m.Name == "" {
+		return fmt.Errorf("%w: model: required (a built-in model name)", gpufleet.ErrInvalid)
+	}
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if len(pq.GPUModels) > gpufleet.MaxListLen {
+		return fmt.Errorf("%w: gpu: %d models, at most %d", gpufleet.ErrInvalid, len(pq.GPUModels), gpufleet.MaxListLen)
+	}
+	for _, g := range pq.GPUModels {
+		if err := gpufleet.CheckText("gpu", g, gpufleet.MaxWordLen, false); err != nil {
+			return err
+		}
+	}
+	if err := gpufleet.ValidateCount("gpus", pq.GPUs, 0, gpufleet.MaxFleetGPUs); err != nil {
+		return err
+	}
+	resp, err := h.svc.Plan(r.Context(), p, pq)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
 // boolParam reads ?name=1|true|0|false (absent: false).
 func boolParam(r *http.Request, name string) (bool, error) {
 	s := r.URL.Query().Get(name)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/planner"
 )
 
 // Principal is who makes a request: an admin token (fleet-wide), a member
@@ -209,6 +210,9 @@ type Service interface {
 	Usage(ctx context.Context, p Principal, q UsageQuery) (UsageReport, error)
 	// Rollups returns per-GPU one-minute rollups, oldest first.
 	Rollups(ctx context.Context, p Principal, q RollupQuery) ([]GPURollup, error)
+	// Plan runs the planner; without GPU models it compares those of
+	// the fleet the team may use.
+	Plan(ctx context.Context, p Principal, q PlanQuery) (PlanResponse, error)
 
 	// Authenticate resolves a bearer token (user token or node credential).
 	Authenticate(ctx context.Context, bearer string) (Principal, error)
@@ -222,6 +226,27 @@ type RollupQuery struct {
 	GPU      string // GPU UUID
 	JobID    string
 	From, To time.Time
+}
+
+// PlanQuery asks the server for a plan: the model as a job describes it
+// (GET /api/v1/plan takes its fields as parameters), the GPU models to
+// compare (empty: those of the fleet the team may use), and the GPU count
+// (0: the smallest that fits).
+type PlanQuery struct {
+	Model     ModelRequest
+	GPUModels []string
+	GPUs      int
+	Team      string
+}
+
+// PlanResponse is a plan with what it compared: Scope is "fleet" (the GPU
+// models of the fleet the team may use, with how many the fleet has in
+// Available) or "given".
+type PlanResponse struct {
+	Scope     string         `json:"scope"`
+	Compared  []string       `json:"compared"`
+	Available map[string]int `json:"available,omitempty"`
+	Plan      *planner.Plan  `json:"plan"`
 }
 
 // RollupList is the body of the rollup routes.

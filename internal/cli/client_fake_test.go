@@ -287,3 +287,7 @@ func (f *fakeService) Watch(ctx context.Context, _ api.Principal, _ int64) (<-ch
 	}()
 	return ch, nil
 }
+
+func (f *fakeService) Plan(_ context.Context, _ api.Principal, q api.PlanQuery) (api.PlanResponse, error) {
+	return api.PlanResponse{Scope: "given", Compared: q.GPUModels}, nil
+}

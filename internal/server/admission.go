@@ -86,16 +86,18 @@ func planRequest(cfg *model.Config, m *api.ModelRequest) (planner.Request, error
 }
 
 // teamModels lists the GPU models the fleet has and the team may use (its
-// quota classes, or every model when it may borrow or has no quota), with
-// how many GPUs of each the fleet has.
+// quota classes, or every model when it may borrow or has no quota; every
+// model for no team), with how many GPUs of each the fleet has.
 func (s *Server) teamModels(ctx context.Context, team string, allow []string) ([]catalog.GPU, map[string]int, error) {
 	nodes, err := s.st.Nodes(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := s.st.Team(ctx, team)
-	if err != nil {
-		return nil, nil, err
+	var t gpufleet.Team
+	if team != "" {
+		if t, err = s.st.Team(ctx, team); err != nil {
+			return nil, nil, err
+		}
 	}
 	classes, err := s.st.Classes(ctx)
 	if err != nil {
@@ -274,3 +276,56 @@ func (s *Server) rejection(cfg *model.Config, req planner.Request, plan *planner
 }
 
 func gib(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+
+// Plan runs the planner for a user: the model as a job describes it, on
+// the GPU models named or, without them, those of the fleet the team may
+// use (every model of the fleet for an admin who names no team), with the
+// fleet's counts as the limit; on the whole catalog when the fleet has
+// none. The answer says which.
+func (s *Server) Plan(ctx context.Context, p api.Principal, q api.PlanQuery) (api.PlanResponse, error) {
+	if err := requireUser(p); err != nil {
+		return api.PlanResponse{}, err
+	}
+	team := q.Team
+	if !p.IsAdmin() {
+		var err error
+		if team, err = teamOf(p, q.Team); err != nil {
+			return api.PlanResponse{}, err
+		}
+	}
+	cfg, err := modelConfig(&q.Model)
+	if err != nil {
+		return api.PlanResponse{}, err
+	}
+	req, err := planRequest(cfg, &q.Model)
+	if err != nil {
+		return api.PlanResponse{}, err
+	}
+	req.GPUCount = q.GPUs
+	resp := api.PlanResponse{Scope: "given"}
+	if len(q.GPUModels) > 0 {
+		for _, id := range q.GPUModels {
+			g, err := s.cat.Lookup(id)
+			if err != nil {
+				return api.PlanResponse{}, fmt.Errorf("gpu: %w", err)
+			}
+			req.GPUs = append(req.GPUs, g)
+		}
+	} else {
+		gpus, avail, err := s.teamModels(ctx, team, nil)
+		if err != nil {
+			return api.PlanResponse{}, err
+		}
+		resp.Scope = "catalog"
+		if len(gpus) > 0 {
+			resp.Scope, req.GPUs, req.Available, resp.Available = "fleet", gpus, avail, avail
+		}
+	}
+	if resp.Plan, err = planner.Run(req, s.cat.All()); err != nil {
+		return api.PlanResponse{}, err
+	}
+	for _, c := range resp.Plan.Candidates {
+		resp.Compared = append(resp.Compared, c.GPU)
+	}
+	return resp, nil
+}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +126,43 @@ func TestPreferEfficientTakesThePlannersFigures(t *testing.T) {
 	got := j.Resources.JoulesPerUnit
 	if len(got) != 2 || !(got["l4"] > 0) || !(got["h100-sxm-80gb"] > 0) {
 		t.Fatalf("joules per unit %v, want the planner's figure on both models", got)
+	}
+}
+
+// TestPlanComparesTheFleet: without GPU models a plan compares those of
+// the fleet the team may use, with the fleet's counts; named models are
+// taken as given; an empty fleet falls back to the catalog.
+func TestPlanComparesTheFleet(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	q := api.PlanQuery{Model: api.ModelRequest{Name: "llama-3.1-8b"}}
+	if resp, err := f.srv.Plan(ctx, f.admin, q); err != nil || resp.Scope != "catalog" || len(resp.Compared) < 10 {
+		t.Fatalf("empty fleet: %s, %d models, %v; want the catalog", resp.Scope, len(resp.Compared), err)
+	}
+	f.node("n1", "l4", 8)
+	f.node("n2", "h100-sxm-80gb", 8)
+	if _, err := f.srv.PutClass(ctx, f.admin, gpufleet.Class{Name: "small", Models: []string{"l4"}}); err != nil {
+		t.Fatal(err)
+	}
+	a := f.team("team-a", map[string]int{"small": 8})
+	zero := 0
+	if _, err := f.srv.PutTeam(ctx, f.admin, api.TeamRequest{Name: "team-a", Quota: map[string]int{"small": 8}, BorrowingLimit: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.srv.Plan(ctx, f.admin, q)
+	if err != nil || resp.Scope != "fleet" || strings.Join(resp.Compared, ",") != "h100-sxm-80gb,l4" || resp.Available["l4"] != 8 {
+		t.Errorf("admin: %s %v %v (%v); want the fleet's h100-sxm-80gb and l4", resp.Scope, resp.Compared, resp.Available, err)
+	}
+	resp, err = f.srv.Plan(ctx, a, q)
+	if err != nil || resp.Scope != "fleet" || strings.Join(resp.Compared, ",") != "l4" {
+		t.Errorf("team-a (quota on l4 only, no borrowing): %s %v (%v); want l4", resp.Scope, resp.Compared, err)
+	}
+	q.GPUModels = []string{"h200-sxm-141gb"}
+	if resp, err := f.srv.Plan(ctx, a, q); err != nil || resp.Scope != "given" || strings.Join(resp.Compared, ",") != "h200-sxm-141gb" {
+		t.Errorf("named: %s %v (%v)", resp.Scope, resp.Compared, err)
+	}
+	q.Team = "team-b"
+	if _, err := f.srv.Plan(ctx, a, q); !errors.Is(err, gpufleet.ErrNotFound) {
+		t.Errorf("team-a planning as team-b: %v, want not found", err)
 	}
 }

@@ -333,3 +333,7 @@ func (s *fakeService) Logs(ctx context.Context, p api.Principal, jobID string, _
 	_, err = fmt.Fprintf(w, "hello from %s\n<script>alert(1)</script>\n", j.ID)
 	return err
 }
+
+func (s *fakeService) Plan(_ context.Context, p api.Principal, q api.PlanQuery) (api.PlanResponse, error) {
+	return api.PlanResponse{Scope: "given", Compared: q.GPUModels}, s.record(p)
+}

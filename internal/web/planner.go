@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,12 +20,45 @@ type plannerForm struct {
 	Model, Config, Mode, Precision, KVPrecision, GPU string
 	GPUs, Batch, InputTokens, OutputTokens           string
 	Seq, MicroBatch, GlobalBatch, Tokens, Optimizer  string
-	ZeRO, Recompute, LatencyMS                       string
+	ZeRO, Recompute, LatencyMS, Engine, Headroom     string
+}
+
+// fields maps the form's parameter names to its fields.
+func (f *plannerForm) fields() map[string]*string {
+	return map[string]*string{"model": &f.Model, "config": &f.Config, "mode": &f.Mode, "precision": &f.Precision,
+		"kv_precision": &f.KVPrecision, "gpu": &f.GPU, "gpus": &f.GPUs, "batch": &f.Batch, "input_tokens": &f.InputTokens,
+		"output_tokens": &f.OutputTokens, "seq": &f.Seq, "micro_batch": &f.MicroBatch, "global_batch": &f.GlobalBatch,
+		"tokens": &f.Tokens, "optimizer": &f.Optimizer, "zero": &f.ZeRO, "recompute": &f.Recompute, "latency_ms": &f.LatencyMS,
+		"engine": &f.Engine, "headroom": &f.Headroom}
+}
+
+// formFrom reads the form from request parameters over base: a
+// parameter that is absent keeps base's value.
+func formFrom(base plannerForm, has func(string) bool, get func(string) string) plannerForm {
+	f := base
+	for k, p := range f.fields() {
+		if has(k) {
+			*p = strings.TrimSpace(get(k))
+		}
+	}
+	return f
+}
+
+// query is the form as URL parameters, the empty ones left out: the
+// plan's address.
+func (f plannerForm) query() string {
+	q := url.Values{}
+	for k, p := range f.fields() {
+		if *p != "" {
+			q.Set(k, *p)
+		}
+	}
+	return q.Encode()
 }
 
 // defaultPlannerForm is the form as first shown.
 func defaultPlannerForm() plannerForm {
-	return plannerForm{Model: "llama-3.1-8b", Mode: "inference", Precision: "bf16", KVPrecision: "bf16",
+	return plannerForm{Model: "llama-3.1-8b", Mode: "inference", Precision: "bf16", KVPrecision: "bf16", Engine: "vllm",
 		InputTokens: "1024", OutputTokens: "256", Seq: "4096", MicroBatch: "1", GlobalBatch: "1024",
 		Tokens: "1T", Optimizer: "adamw", ZeRO: "0", Recompute: "selective"}
 }
@@ -39,17 +74,19 @@ type candRow struct {
 
 // plannerView is the planner page.
 type plannerView struct {
-	Form       plannerForm
-	Builtins   []string
-	GPUIDs     []string
-	Formats    []string
-	Error      string
-	Ran        bool
-	Training   bool
-	Summary    string
-	Recommend  string
-	Candidates []candRow
-	Memory     barChart
+	Form     plannerForm
+	Builtins []string
+	GPUIDs   []string
+	Formats  []string
+	Error    string
+	// Scope says which GPU models the plan compared; Share is its URL.
+	Scope, Share string
+	Ran          bool
+	Training     bool
+	Summary      string
+	Recommend    string
+	Candidates   []candRow
+	Memory       barChart
 }
 
 func (u *UI) newPlannerView(f plannerForm) plannerView {
@@ -60,21 +97,25 @@ func (u *UI) newPlannerView(f plannerForm) plannerView {
 	return pv
 }
 
-func (u *UI) plannerPage(_ *http.Request, _ *viewer) (view, error) {
-	return view{page: "planner", title: "Planner", nav: "planner", data: u.newPlannerView(defaultPlannerForm())}, nil
+// plannerPage shows the form, and the plan when the URL carries one
+// (GET /planner?model=...): a plan can be shared by its address.
+func (u *UI) plannerPage(r *http.Request, v *viewer) (view, error) {
+	q := r.URL.Query()
+	if !q.Has("model") && !q.Has("config") {
+		return view{page: "planner", title: "Planner", nav: "planner", data: u.newPlannerView(defaultPlannerForm())}, nil
+	}
+	pv := u.newPlannerView(formFrom(defaultPlannerForm(), q.Has, q.Get))
+	if err := u.plan(r, v, &pv); err != nil {
+		pv.Error = err.Error()
+	}
+	return view{page: "planner", title: "Planner", nav: "planner", data: pv}, nil
 }
 
 func (u *UI) plannerRun(w http.ResponseWriter, r *http.Request, v *viewer) (string, error) {
-	f := plannerForm{}
-	for k, p := range map[string]*string{"model": &f.Model, "config": &f.Config, "mode": &f.Mode, "precision": &f.Precision,
-		"kv_precision": &f.KVPrecision, "gpu": &f.GPU, "gpus": &f.GPUs, "batch": &f.Batch, "input_tokens": &f.InputTokens,
-		"output_tokens": &f.OutputTokens, "seq": &f.Seq, "micro_batch": &f.MicroBatch, "global_batch": &f.GlobalBatch,
-		"tokens": &f.Tokens, "optimizer": &f.Optimizer, "zero": &f.ZeRO, "recompute": &f.Recompute, "latency_ms": &f.LatencyMS} {
-		*p = strings.TrimSpace(r.PostFormValue(k))
-	}
-	pv := u.newPlannerView(f)
+	all := func(string) bool { return true }
+	pv := u.newPlannerView(formFrom(plannerForm{}, all, r.PostFormValue))
 	status := http.StatusOK
-	if err := u.plan(&pv); err != nil {
+	if err := u.plan(r, v, &pv); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return "", err
@@ -86,11 +127,47 @@ func (u *UI) plannerRun(w http.ResponseWriter, r *http.Request, v *viewer) (stri
 	return "", nil
 }
 
+// fleetGPUs are the catalog entries of the GPU models on the nodes the
+// viewer sees, sorted by id.
+func (u *UI) fleetGPUs(r *http.Request, v *viewer) []catalog.GPU {
+	nodes, err := u.svc.Nodes(r.Context(), v.P)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []catalog.GPU
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if cg, err := u.cat.Lookup(g.Model); err == nil && !seen[cg.ID] {
+				seen[cg.ID] = true
+				out = append(out, cg)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b catalog.GPU) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
 // plan runs the planner on the form and fills the results.
-func (u *UI) plan(pv *plannerView) error {
+// Without candidate GPUs it compares the GPU models of the fleet (the
+// whole catalog when the fleet has none), and says so.
+func (u *UI) plan(r *http.Request, v *viewer, pv *plannerView) error {
+	pv.Share = "/planner?" + pv.Form.query()
 	req, err := plannerRequest(pv.Form, u.cat)
 	if err != nil {
 		return err
+	}
+	if len(req.GPUs) == 0 {
+		if fleet := u.fleetGPUs(r, v); len(fleet) > 0 {
+			req.GPUs = fleet
+			ids := make([]string, len(fleet))
+			for i, g := range fleet {
+				ids[i] = g.ID
+			}
+			pv.Scope = "Compared: the GPU models of this fleet (" + strings.Join(ids, ", ") + "); name candidate GPUs to compare others."
+		} else {
+			pv.Scope = "Compared: the whole catalog (the fleet has no GPUs yet)."
+		}
 	}
 	p, err := planner.Run(req, u.cat.All())
 	if err != nil {
@@ -263,6 +340,16 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 			return r, fmt.Errorf("%w: latency target %q: expected milliseconds above 0", gpufleet.ErrInvalid, f.LatencyMS)
 		}
 		r.LatencyTargetS = ms / 1e3
+	}
+	if r.Engine, err = planner.ParseEngine(f.Engine); err != nil {
+		return r, err
+	}
+	if h := strings.TrimSuffix(f.Headroom, "%"); h != "" {
+		pct, err := strconv.ParseFloat(h, 64)
+		if err != nil || !(pct > 0 && pct <= 90) {
+			return r, fmt.Errorf("%w: memory headroom %q: expected a percentage above 0, at most 90", gpufleet.ErrInvalid, f.Headroom)
+		}
+		r.MemoryHeadroom = pct / 100
 	}
 	return r, nil
 }

@@ -420,6 +420,27 @@ func TestPlanner(t *testing.T) {
 	if body := readBody(t, resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, "MFU") {
 		t.Errorf("training plan: %d", resp.StatusCode)
 	}
+
+	// A plan has an address; without candidate GPUs it compares the
+	// fleet's models (the fake fleet: H100 and L4), not the catalog.
+	resp = get(t, c, f.srv.URL+"/planner?model=llama-3.1-8b&engine=sglang&headroom=15")
+	body = readBody(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("planner by URL: %d\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"Compared: the GPU models of this fleet (h100-sxm-80gb, l4)", `id="share" href="/planner?`, "engine=sglang&amp;", "headroom=15&amp;", "model=llama-3.1-8b&amp;", "Recommendation:"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("planner by URL lacks %q", want)
+		}
+	}
+	for _, not := range []string{">mi325x<", ">tpu-v5e<", ">rtx-4090<"} {
+		if strings.Contains(body, not) {
+			t.Errorf("planner by URL offers %s, which the fleet does not have", not)
+		}
+	}
+	if resp := get(t, c, f.srv.URL+"/planner?model=llama-3.1-8b&headroom=95"); !strings.Contains(readBody(t, resp), "memory headroom") {
+		t.Error("a headroom of 95% is not refused by name")
+	}
 }
 
 func TestSafeTarget(t *testing.T) {
