@@ -29,23 +29,31 @@ type gtRow struct {
 	value                                                               float64
 }
 
-func readGroundTruth(t *testing.T) []gtRow {
+// readCSV reads testdata/name: its rows after the header, and each
+// column's index by name.
+func readCSV(t *testing.T, name string) (recs [][]string, col map[string]int) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "ground_truth.csv"))
+	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
+	all, err := csv.NewReader(f).ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	col := map[string]int{}
-	for i, h := range recs[0] {
+	col = map[string]int{}
+	for i, h := range all[0] {
 		col[h] = i
 	}
+	return all[1:], col
+}
+
+func readGroundTruth(t *testing.T) []gtRow {
+	t.Helper()
+	recs, col := readCSV(t, "ground_truth.csv")
 	var rows []gtRow
-	for _, r := range recs[1:] {
+	for _, r := range recs {
 		n, _ := strconv.Atoi(r[col["gpu_count"]])
 		v, err := strconv.ParseFloat(r[col["value"]], 64)
 		if err != nil {

@@ -1,11 +1,8 @@
 package planner
 
 import (
-	"encoding/csv"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,26 +25,14 @@ type pubRow struct {
 
 func readPublished(t *testing.T) []pubRow {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "published.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := map[string]int{}
-	for i, h := range recs[0] {
-		col[h] = i
-	}
+	recs, col := readCSV(t, "published.csv")
 	atoi := func(r []string, c string) int { n, _ := strconv.Atoi(strings.TrimSpace(r[col[c]])); return n }
 	atof := func(r []string, c string) float64 {
 		v, _ := strconv.ParseFloat(strings.TrimSpace(r[col[c]]), 64)
 		return v
 	}
 	var rows []pubRow
-	for _, r := range recs[1:] {
+	for _, r := range recs {
 		get := func(c string) string { return strings.TrimSpace(r[col[c]]) }
 		rows = append(rows, pubRow{id: get("id"), kind: get("kind"), model: get("model"), engine: get("engine"), gpu: get("gpu"),
 			precision: get("precision"), kvPrecision: get("kv_precision"), scenario: get("scenario"), metric: get("metric"),

@@ -77,18 +77,27 @@ func testRunner(t *testing.T, dataDir string, now func() time.Time) *Runner {
 	return r
 }
 
-// killAll kills what a test left running.
+// killAll kills what a test left running: the attempts' process groups
+// and their supervisors, which would otherwise still write into the
+// test's directories while they are removed.
 func killAll(r *Runner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var pgids []int
+	var pids []int
 	for _, a := range r.attempts {
-		if a.PGID > 0 && !a.State.Terminal() {
+		if a.State.Terminal() {
+			continue // its processes are gone, and their pids may be another's now
+		}
+		if a.PGID > 0 {
 			syscall.Kill(-a.PGID, syscall.SIGKILL)
-			pgids = append(pgids, a.PGID)
+			pids = append(pids, a.PGID)
+		}
+		if a.Supervisor > 0 {
+			syscall.Kill(a.Supervisor, syscall.SIGKILL)
+			pids = append(pids, a.Supervisor)
 		}
 	}
-	poll(5*time.Second, func() bool { return !slices.ContainsFunc(pgids, func(p int) bool { return !gone(p) }) })
+	poll(5*time.Second, func() bool { return !slices.ContainsFunc(pids, func(p int) bool { return !gone(p) }) })
 }
 
 var testDevices = []gpu.Device{

@@ -730,7 +730,7 @@ func (r *Runner) finish(a *attempt, st gpufleet.AttemptState, code *int, reason,
 	}
 	a.State, a.ExitCode, a.Reason, a.ReasonCode, a.FinishedAt = st, code, reason, reasonCode, &now
 	if !a.Launched {
-		a.LogDone = true // nothing ran, nothing to ship
+		a.LogDone, a.Work.Done = true, true // nothing ran, nothing to ship or count
 	}
 	r.setLoad(a, false)
 	r.dirty = true

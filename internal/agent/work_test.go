@@ -152,3 +152,15 @@ func TestAgentReportsTheWorkItsJobPrints(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkOfAnAttemptThatNeverRan: an attempt refused before it launched
+// has no output to count, and its failure is reported at once, not held
+// for a work count that cannot come.
+func TestWorkOfAnAttemptThatNeverRan(t *testing.T) {
+	r := testRunner(t, t.TempDir(), time.Now)
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-9"}, Command: []string{"true"}, Work: tokens})
+	reps := r.Reports()
+	if len(reps) != 1 || reps[0].State != gpufleet.AttemptFailed || reps[0].Work != nil {
+		t.Fatalf("reports %+v, want a-1 failed without work", reps)
+	}
+}
