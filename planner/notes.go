@@ -41,6 +41,9 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	case c.PrecisionFallback == nil:
 	case *c.PrecisionFallback == FallbackUnsupported:
 		out = append(out, fmt.Sprintf("%s is not supported on %s (%s): no common kernel runs it; pick another precision", r.Precision, g.ID, g.Architecture))
+	case *c.PrecisionFallback == FallbackDequantized && r.Mode == Training:
+		out = append(out, fmt.Sprintf("%s training is not native on %s: it runs in %s, memory and matmuls alike, and the plan's figures are %s's",
+			r.Precision, g.ID, h.sup.computeP, h.sup.computeP))
 	case *c.PrecisionFallback == FallbackDequantized:
 		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
 			r.Precision, g.ID, perParam(r.Precision.BytesPerElement()), h.sup.computeP, r.Precision))

@@ -141,6 +141,12 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b = do("GET", "/api/v1/usage?team=team-b", "", tokA)
 			want(t, c, 404, b)
 		},
+		"GET /api/v1/plan": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/plan?model=llama-3.1-8b", "", tokA)
+			want(t, c, 200, b)
+			c, b = do("GET", "/api/v1/plan?model=llama-3.1-8b&team=team-b", "", tokA)
+			want(t, c, 404, b)
+		},
 		"GET /api/v1/events": func(t *testing.T) {
 			c, b := do("GET", "/api/v1/events?since=0", "", tokA)
 			noLeak(t, c, b)
