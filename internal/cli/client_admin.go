@@ -698,15 +698,22 @@ func (c *clientEnv) parseWhen(flag, s string) (time.Time, error) {
 }
 
 // sig3 writes a count or rate with three significant digits, in
-// thousands (k), millions (M), billions (G) or trillions (T) from 10,000.
+// thousands (k), millions (M), billions (G) or trillions (T) from 10,000:
+// 3000, 0.00134, 12.5k, 450M.
 func sig3(v float64) string {
+	suffix := ""
 	for _, s := range []struct {
 		min, div float64
 		suffix   string
 	}{{1e12, 1e12, "T"}, {1e9, 1e9, "G"}, {1e6, 1e6, "M"}, {1e4, 1e3, "k"}} {
 		if math.Abs(v) >= s.min {
-			return strconv.FormatFloat(v/s.div, 'g', 3, 64) + s.suffix
+			v, suffix = v/s.div, s.suffix
+			break
 		}
 	}
-	return strconv.FormatFloat(v, 'g', 3, 64)
+	if v != 0 {
+		p := math.Pow(10, math.Floor(math.Log10(math.Abs(v)))-2)
+		v = math.Round(v/p) * p
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64) + suffix
 }

@@ -414,3 +414,11 @@ func TestCompletesJobIDsAndNodeNames(t *testing.T) {
 		t.Errorf("job completion: %q", out)
 	}
 }
+
+func TestSig3(t *testing.T) {
+	for v, want := range map[float64]string{3000: "3000", 0.00134: "0.00134", 12500: "12.5k", 4.5e8: "450M", 0: "0", 999.6: "1000", 1.2345e13: "12.3T", 0.4: "0.4"} {
+		if got := sig3(v); got != want {
+			t.Errorf("sig3(%g) = %q, want %q", v, got, want)
+		}
+	}
+}
