@@ -9,6 +9,10 @@ import (
 // layout is one way to split a model over GPUs.
 type layout struct {
 	tp, pp, dp, ep int
+	// cp is the context-parallel degree of a training layout (0 or 1:
+	// none): each sequence split over cp GPUs, which exchange keys and
+	// values ring-wise in attention.
+	cp int
 	// vs is the virtual pipeline stages (model chunks) per GPU of an
 	// interleaved 1F1B schedule; 0 or 1 means the plain 1F1B schedule.
 	vs int
@@ -17,7 +21,10 @@ type layout struct {
 // v is the virtual stage count, at least 1.
 func (l layout) v() int { return max(1, l.vs) }
 
-func (l layout) gpus() int { return l.tp * l.pp * l.dp }
+func (l layout) gpus() int { return l.tp * l.pp * l.c() * l.dp }
+
+// c is the context-parallel degree, at least 1.
+func (l layout) c() int { return max(1, l.cp) }
 
 // Memory is the per-GPU memory breakdown of the most loaded GPU, in bytes.
 // Fields that do not apply to the mode are zero.
@@ -341,8 +348,10 @@ func (s shape) activationsPerLayer(seq, mb, tp int, rc Recompute) float64 {
 func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	wB, gB, oB := trainingBytesPerParam(r)
 	dense, experts := s.trainingParamsPerGPU(l)
-	shardDense := float64(l.dp)
-	shardExp := float64(max(1, l.dp/l.ep))
+	// The distributed optimizer shards over the data- and context-parallel
+	// ranks, which hold the same parameters.
+	shardDense := float64(l.dp * l.c())
+	shardExp := float64(max(1, l.dp*l.c()/l.ep))
 	shard := func(bytes float64, stage int) float64 {
 		if r.ZeRO >= stage {
 			return dense*bytes/shardDense + experts*bytes/shardExp
@@ -353,7 +362,7 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	m.OptimizerBytes = int64(shard(oB, 1))
 	m.GradientsBytes = int64(shard(gB, 2))
 	weights := shard(wB, 3)
-	if r.ZeRO == 3 && l.dp > 1 {
+	if r.ZeRO == 3 && l.dp*l.c() > 1 {
 		// The gathered working set: parameters and gradients of the largest layer.
 		weights += 2 * (wB + gB) * s.largestLayer / float64(l.tp)
 	}
@@ -361,7 +370,8 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
 	inFlight := float64(min(l.pp, microBatches))
-	perLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, r.Recompute)
+	seq := r.Seq / l.c() // each context-parallel rank holds its part of every sequence
+	perLayer := s.activationsPerLayer(seq, r.MicroBatch, l.tp, r.Recompute)
 	act := perLayer * float64(s.layersPerStage(l.pp)) * inFlight
 	if v := l.v(); v > 1 {
 		// Interleaving keeps a little more in flight on the first stage.
@@ -370,18 +380,18 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	// The backward pass of a layer holds gradients shaped like that layer's
 	// activations; with full recompute the layer's activations are rebuilt
 	// first, so one more layer's worth is live.
-	oneLayer := s.activationsPerLayer(r.Seq, r.MicroBatch, l.tp, RecomputeSelective)
+	oneLayer := s.activationsPerLayer(seq, r.MicroBatch, l.tp, RecomputeSelective)
 	act += oneLayer
 	if r.Recompute == RecomputeFull {
 		act += oneLayer
 	}
 	if l.pp == 1 {
 		// fp32 logits and their gradient for the loss.
-		act += 2 * 4 * float64(r.Seq*r.MicroBatch) * float64(s.cfg.VocabSize) / float64(l.tp)
+		act += 2 * 4 * float64(seq*r.MicroBatch) * float64(s.cfg.VocabSize) / float64(l.tp)
 	}
 	m.ActivationsBytes = int64(act)
 	live := float64(m.WeightsBytes + m.GradientsBytes + m.OptimizerBytes + m.ActivationsBytes)
-	m.OverheadBytes = int64(overhead(live, layout{tp: l.tp, pp: l.pp * l.dp}))
+	m.OverheadBytes = int64(overhead(live, layout{tp: l.tp, pp: l.pp * l.c() * l.dp}))
 	m.sum()
 	return m
 }

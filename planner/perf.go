@@ -151,9 +151,9 @@ func (s shape) inferenceTimes(h hw, r Request, l layout, batch int) (prefill, de
 
 // train times one optimizer step.
 type trainStep struct {
-	stepS, computeS, bubbleS, tpS, ppS, dpS, epS float64
-	modelFlopsPerStep                            float64
-	bound                                        Bound
+	stepS, computeS, bubbleS, tpS, ppS, dpS, epS, cpS float64
+	modelFlopsPerStep                                 float64
+	bound                                             Bound
 }
 
 // trainingFlopsPerToken is the model FLOPs per trained token: 6 per active
@@ -183,7 +183,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 	st.bubbleS = st.computeS * float64(l.pp-1) / float64(v*microBatches)
 
 	layers := float64(s.layersPerStage(l.pp))
-	actMsg := float64(r.Seq*r.MicroBatch) * float64(c.HiddenSize) * 2
+	actMsg := float64(r.Seq/l.c()*r.MicroBatch) * float64(c.HiddenSize) * 2
 	collectives := 4.0 // two in forward, two in backward per layer
 	if r.Recompute == RecomputeFull {
 		collectives = 6
@@ -193,14 +193,37 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		pl := ppLink(h.gpu, l)
 		st.ppS = float64(v*microBatches) * 2 * (actMsg/float64(l.tp)/pl.bytesPerS + pl.alpha)
 	}
-	if l.dp > 1 {
+	if l.cp > 1 {
+		// Ring attention: each rank passes its keys and values on cp-1
+		// times in the forward pass, and keys, values and their gradients
+		// in the backward pass; the exchange overlaps the attention it
+		// feeds, so only what exceeds that attention counts.
+		kvd := float64(c.NumKVHeads * c.HeadDim)
+		if c.IsMLA() {
+			kvd = float64(c.KVLoRARank + c.QKRopeHeadDim)
+		}
+		chunk := float64(r.Seq/l.c()*r.MicroBatch) * 2 * kvd * 2 / float64(max(1, min(l.tp, c.NumKVHeads)))
+		cl := groupLink(h.gpu, l.tp*l.cp)
+		if l.tp*l.cp > max(h.gpu.DomainSize, 1) {
+			cl = networkLink()
+		}
+		comm := 3 * float64(l.cp-1) * (chunk/cl.bytesPerS + cl.alpha)
+		// Causal attention of the rank's tokens against the whole sequence:
+		// 2 matmuls of 2 FLOPs per multiply-add, half masked, backward twice
+		// the forward.
+		attnDim := float64(c.NumHeads * c.HeadDim)
+		attn := 3 * 2 * attnDim * float64(r.Seq) * float64(r.Seq/l.c()*r.MicroBatch) / float64(l.tp) / h.peak
+		st.cpS = float64(microBatches) * layers * math.Max(0, comm-attn)
+	}
+	if l.dp*l.c() > 1 {
+		// Gradients are reduced over the data- and context-parallel ranks.
 		dense, experts := s.trainingParamsPerGPU(l)
 		gradBytes := (dense + experts) * 2
 		dl := groupLink(h.gpu, l.gpus())
-		if l.tp*l.pp > 1 && l.gpus() > max(h.gpu.DomainSize, 1) {
+		if l.tp*l.pp*l.c() > 1 && l.gpus() > max(h.gpu.DomainSize, 1) {
 			dl = networkLink()
 		}
-		t := allReduceTime(gradBytes, l.dp, dl)
+		t := allReduceTime(gradBytes, l.dp*l.c(), dl)
 		if r.ZeRO == 3 {
 			t *= 1.5 // parameters gathered again for the backward pass
 		}
@@ -213,7 +236,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		el := groupLink(h.gpu, l.tp*l.ep)
 		st.epS = float64(microBatches) * moeLayers * 4 * allGatherTime(a2a, l.ep, el)
 	}
-	st.stepS = st.computeS + st.bubbleS + st.tpS + st.ppS + st.dpS + st.epS
-	st.bound = classify(st.computeS+st.bubbleS, 0, st.tpS+st.ppS+st.dpS+st.epS)
+	st.stepS = st.computeS + st.bubbleS + st.tpS + st.ppS + st.dpS + st.epS + st.cpS
+	st.bound = classify(st.computeS+st.bubbleS, 0, st.tpS+st.ppS+st.dpS+st.epS+st.cpS)
 	return st
 }

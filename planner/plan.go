@@ -80,6 +80,7 @@ type Candidate struct {
 	PP                int             `json:"pp"`
 	DP                int             `json:"dp"`
 	EP                int             `json:"ep"`
+	CP                int             `json:"cp"`             // context parallelism (training); 1 without
 	VirtualStages     *int            `json:"virtual_stages"` // interleaved pipeline chunks per GPU (training)
 	Fits              bool            `json:"fits"`
 	PrecisionNative   bool            `json:"precision_native"`
@@ -218,28 +219,54 @@ func (s shape) layouts(r Request, g catalog.GPU, n int) []layout {
 			if r.PP > 0 && pp != r.PP {
 				continue
 			}
-			dp := n / (tp * pp)
-			if r.DP > 0 && dp != r.DP {
-				continue
-			}
-			if r.Mode == Inference && r.GPUCount == 0 && dp != 1 {
-				continue
-			}
-			if r.Mode == Training && r.GlobalBatch < r.MicroBatch*dp {
-				continue
-			}
-			l := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)}
-			out = append(out, l)
-			if r.Mode == Training {
-				if v := s.virtualStages(r, l); v > 1 {
-					l.vs = v
-					out = append(out, l)
+			for _, cp := range s.contextDegrees(r, n/(tp*pp)) {
+				dp := n / (tp * pp * cp)
+				if r.DP > 0 && dp != r.DP {
+					continue
+				}
+				if r.Mode == Inference && r.GPUCount == 0 && dp != 1 {
+					continue
+				}
+				if r.Mode == Training && r.GlobalBatch < r.MicroBatch*dp {
+					continue
+				}
+				l := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp), cp: cp}
+				out = append(out, l)
+				if r.Mode == Training {
+					if v := s.virtualStages(r, l); v > 1 {
+						l.vs = v
+						out = append(out, l)
+					}
 				}
 			}
 		}
 	}
 	// Fewer pipeline stages first, then wider tensor parallelism.
 	slices.SortStableFunc(out, func(a, b layout) int { return cmp.Compare(a.pp, b.pp) })
+	return out
+}
+
+// contextDegrees are the context-parallel degrees to try with rest GPUs
+// left after tensor and pipeline parallelism: the one asked for, else 1
+// and, for training sequences of cpMinSeq tokens or more, the powers of
+// two up to 16 that divide rest and split the sequence into 2 x cp
+// chunks.
+func (s shape) contextDegrees(r Request, rest int) []int {
+	if r.CP > 0 {
+		if rest%r.CP != 0 {
+			return nil
+		}
+		return []int{r.CP}
+	}
+	out := []int{1}
+	if r.Mode != Training || r.Seq < cpMinSeq {
+		return out
+	}
+	for cp := 2; cp <= min(16, rest); cp *= 2 {
+		if rest%cp == 0 && r.Seq%(2*cp) == 0 {
+			out = append(out, cp)
+		}
+	}
 	return out
 }
 
@@ -266,7 +293,7 @@ func counts(r Request) []int {
 		base = r.DP
 	}
 	var out []int
-	for n := max(base, max(r.TP, 1)*max(r.PP, 1)*max(r.DP, 1)); n <= r.MaxGPUs; n *= 2 {
+	for n := max(base, max(r.TP, 1)*max(r.PP, 1)*max(r.DP, 1)*max(r.CP, 1)); n <= r.MaxGPUs; n *= 2 {
 		out = append(out, n)
 	}
 	return out
@@ -311,7 +338,7 @@ func ptr[T any](v T) *T { return &v }
 
 // evaluate estimates one layout of one GPU model.
 func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
-	c := Candidate{GPU: g.ID, GPUs: l.gpus(), TP: l.tp, PP: l.pp, DP: l.dp, EP: l.ep, PricePerHourUSD: g.PricePerHourUSD}
+	c := Candidate{GPU: g.ID, GPUs: l.gpus(), TP: l.tp, PP: l.pp, DP: l.dp, EP: l.ep, CP: l.c(), PricePerHourUSD: g.PricePerHourUSD}
 	eff := computeEfficiency
 	if r.Mode == Training {
 		eff = trainEfficiency

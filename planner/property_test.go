@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"math"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -198,4 +199,47 @@ func TestPlanIsDeterministic(t *testing.T) {
 			t.Fatalf("same request, different plans:\n%s\n%s", ja, jb)
 		}
 	})
+}
+
+// TestContextParallelismMakesLongSequencesFit: a 128k-token training
+// sequence does not fit 8 H100s by tensor and pipeline parallelism alone;
+// the planner splits it over context-parallel ranks, and more of them
+// never hold more activations per GPU.
+func TestContextParallelismMakesLongSequencesFit(t *testing.T) {
+	cfg, err := model.Builtin("llama-3.1-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := catalog.Default().Lookup("h100-sxm-80gb")
+	r := Request{Model: cfg, Mode: Training, GPUs: []catalog.GPU{g}, GPUCount: 64, Seq: 131072, GlobalBatch: 64, MicroBatch: 1, ZeRO: 1}
+	noCP := r
+	noCP.CP = 1
+	p, err := Run(noCP, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Candidates[0].Fits {
+		t.Fatalf("128k tokens without context parallelism fit (%d GiB): the test needs a longer sequence", p.Candidates[0].MemoryPerGPU.TotalBytes>>30)
+	}
+	p, err = Run(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Candidates[0]
+	if !c.Fits || c.CP < 2 || c.TP*c.PP*c.CP*c.DP != 64 {
+		t.Fatalf("with context parallelism: fits %v, tp %d pp %d cp %d dp %d; want a fitting layout with cp >= 2", c.Fits, c.TP, c.PP, c.CP, c.DP)
+	}
+	rr, _ := r.withDefaults()
+	s := newShape(cfg)
+	prev := int64(math.MaxInt64)
+	for _, cp := range []int{1, 2, 4, 8} {
+		m := s.trainingMemory(rr, layout{tp: 8, pp: 1, dp: 8 / cp, cp: cp, ep: 1}, g.MemoryBytes)
+		if m.ActivationsBytes > prev {
+			t.Errorf("cp %d holds %d bytes of activations, more than cp %d/2's %d", cp, m.ActivationsBytes, cp, prev)
+		}
+		prev = m.ActivationsBytes
+	}
+	if _, err := Run(Request{Model: cfg, Mode: Inference, GPUs: []catalog.GPU{g}, CP: 2}, nil); err == nil {
+		t.Error("context parallelism for inference accepted; want it refused by name")
+	}
 }

@@ -19,7 +19,7 @@ import (
 // pubRow is one row of published.csv.
 type pubRow struct {
 	id, kind, model, engine, gpu, precision, kvPrecision, scenario, metric, unit, source, split string
-	count, tp, pp, batch, input, output, maxModelLen                                            int
+	count, tp, pp, cp, batch, input, output, maxModelLen                                        int
 	memFraction, value                                                                          float64
 }
 
@@ -37,7 +37,7 @@ func readPublished(t *testing.T) []pubRow {
 		rows = append(rows, pubRow{id: get("id"), kind: get("kind"), model: get("model"), engine: get("engine"), gpu: get("gpu"),
 			precision: get("precision"), kvPrecision: get("kv_precision"), scenario: get("scenario"), metric: get("metric"),
 			unit: get("unit"), source: get("source"), split: get("split"), count: atoi(r, "gpu_count"), tp: atoi(r, "tp"),
-			pp: atoi(r, "pp"), batch: atoi(r, "batch"), input: atoi(r, "input_tokens"), output: atoi(r, "output_tokens"),
+			pp: atoi(r, "pp"), cp: atoi(r, "cp"), batch: atoi(r, "batch"), input: atoi(r, "input_tokens"), output: atoi(r, "output_tokens"),
 			maxModelLen: atoi(r, "max_model_len"), memFraction: atof(r, "memory_fraction"), value: atof(r, "value")})
 	}
 	return rows
@@ -110,10 +110,11 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 	}
 	r := inference(t, m, g, row.count, prec, pubFormat(row.kvPrecision, kvDef))
 	r.TP, r.PP = max(row.tp, 1), max(row.pp, 1)
-	if r.TP*r.PP > row.count || row.count%(r.TP*r.PP) != 0 {
+	cp := max(row.cp, 1)
+	if r.TP*r.PP*cp > row.count || row.count%(r.TP*r.PP*cp) != 0 {
 		return 0, "", "layout does not divide the GPUs"
 	}
-	r.DP = row.count / (r.TP * r.PP)
+	r.DP = row.count / (r.TP * r.PP * cp)
 	if e, err := ParseEngine(row.engine); err == nil && row.engine != "" {
 		r.Engine = e
 	} else if strings.HasPrefix(strings.ToLower(row.engine), "tensorrt") {
@@ -190,7 +191,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 			return 0, "", "sequence length or global batch not in the row"
 		}
 		r.Mode, r.Precision, r.KVPrecision = Training, pubFormat(row.precision, FormatBF16), ""
-		r.Seq, r.GlobalBatch, r.MicroBatch, r.ZeRO = row.maxModelLen, row.batch, 1, 1
+		r.Seq, r.GlobalBatch, r.MicroBatch, r.ZeRO, r.CP = row.maxModelLen, row.batch, 1, 1, cp
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 {
 			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err)
@@ -201,7 +202,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 				gb(float64(m.TotalBytes)), gb(float64(m.CapacityBytes)))
 		}
 		c := p.Candidates[0]
-		notes := fmt.Sprintf("TP%d PP%d DP%d, micro-batch 1, distributed optimizer, selective recompute; a context-parallel degree in the source's layout counts as data parallelism", r.TP, r.PP, r.DP)
+		notes := fmt.Sprintf("TP%d PP%d CP%d DP%d as the source's table gives them, micro-batch 1, distributed optimizer, selective recompute", r.TP, r.PP, cp, r.DP)
 		switch row.metric {
 		case "tokens_per_s_per_gpu":
 			return *c.TrainingTokensPerS / float64(row.count), notes, ""

@@ -91,6 +91,12 @@ const (
 	// maxMemoryHeadroom bounds Request.MemoryHeadroom: a plan for less
 	// than a tenth of each GPU is no plan.
 	maxMemoryHeadroom = 0.9
+	// maxCP bounds the context-parallel degree (Llama 3 405B trained at
+	// 131k tokens with CP 16).
+	maxCP = 64
+	// cpMinSeq is the shortest sequence the planner tries context
+	// parallelism for: below it activations rarely need splitting.
+	cpMinSeq = 8192
 )
 
 // Request is everything the planner needs. Zero values mean "choose" or
@@ -123,8 +129,10 @@ type Request struct {
 	ZeRO          int  // 0-3
 	Recompute     Recompute
 
-	// Parallelism; 0 lets the planner choose.
-	TP, PP, DP int
+	// Parallelism; 0 lets the planner choose. CP is the context-parallel
+	// degree of a training run (each sequence split over CP GPUs); the
+	// planner tries it for sequences of 8192 tokens or more.
+	TP, PP, DP, CP int
 
 	// Engine is the serving engine an inference plan sizes memory for
 	// (default vLLM); MemoryHeadroom, when above 0, is the share of each
@@ -203,7 +211,7 @@ func (r Request) withDefaults() (Request, error) {
 		v    int
 		max  int
 	}{{"gpus", r.GPUCount, gpufleet.MaxFleetGPUs}, {"tp", r.TP, gpufleet.MaxFleetGPUs}, {"pp", r.PP, gpufleet.MaxFleetGPUs},
-		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
+		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"cp", r.CP, maxCP}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
 		{"output-tokens", r.OutputTokens, maxTokens}, {"seq", r.Seq, maxTokens}, {"micro-batch", r.MicroBatch, maxBatch},
 		{"global-batch", r.GlobalBatch, maxBatch}} {
 		if err := gpufleet.ValidateCount(c.name, c.v, 0, c.max); err != nil {
@@ -254,14 +262,20 @@ func (r Request) withDefaults() (Request, error) {
 	if r.MaxGPUs == 0 {
 		r.MaxGPUs = 16384
 	}
+	if r.CP > 1 && r.Mode != Training {
+		return r, fmt.Errorf("%w: cp %d: context parallelism is planned for training only", gpufleet.ErrInvalid, r.CP)
+	}
+	if r.CP > 1 && r.Seq%(2*r.CP) != 0 {
+		return r, fmt.Errorf("%w: cp %d: the sequence length %d must split into 2 x cp chunks (load-balanced causal attention)", gpufleet.ErrInvalid, r.CP, r.Seq)
+	}
 	if r.GPUCount > 0 {
-		for name, v := range map[string]int{"tp": r.TP, "pp": r.PP, "dp": r.DP} {
+		for name, v := range map[string]int{"tp": r.TP, "pp": r.PP, "dp": r.DP, "cp": r.CP} {
 			if v > 0 && r.GPUCount%v != 0 {
 				return r, fmt.Errorf("%w: %s %d does not divide gpus %d", gpufleet.ErrInvalid, name, v, r.GPUCount)
 			}
 		}
-		if r.TP > 0 && r.PP > 0 && r.DP > 0 && r.TP*r.PP*r.DP != r.GPUCount {
-			return r, fmt.Errorf("%w: tp x pp x dp = %d, but gpus is %d", gpufleet.ErrInvalid, r.TP*r.PP*r.DP, r.GPUCount)
+		if r.TP > 0 && r.PP > 0 && r.DP > 0 && r.TP*r.PP*r.DP*max(r.CP, 1) != r.GPUCount {
+			return r, fmt.Errorf("%w: tp x pp x cp x dp = %d, but gpus is %d", gpufleet.ErrInvalid, r.TP*r.PP*r.DP*max(r.CP, 1), r.GPUCount)
 		}
 	}
 	if r.Mode == Training && r.GlobalBatch%r.MicroBatch != 0 {

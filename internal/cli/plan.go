@@ -24,7 +24,7 @@ type planFlags struct {
 	model, mode, gpu, precision, kvPrecision, batch string
 	optimizer, recompute, tokens                    string
 	gpus, inputTokens, outputTokens, seq            int
-	microBatch, globalBatch, zero, tp, pp, dp       int
+	microBatch, globalBatch, zero, tp, pp, dp, cp   int
 	latencyTargetMS                                 float64
 	fp32GradAccum                                   bool
 	engine, memoryHeadroom                          string
@@ -54,6 +54,7 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&p.tp, "tp", 0, "tensor parallelism (default: chosen)")
 	fs.IntVar(&p.pp, "pp", 0, "pipeline parallelism (default: chosen)")
 	fs.IntVar(&p.dp, "dp", 0, "data parallelism, replicas (default: chosen)")
+	fs.IntVar(&p.cp, "cp", 0, "context parallelism of a training run: each sequence split over this many GPUs (default: chosen for sequences of 8192 tokens or more)")
 	fs.Float64Var(&p.latencyTargetMS, "latency-target-ms", 0, "rank by the cheapest candidate whose time per output token meets this")
 	fs.StringVar(&p.engine, "engine", "vllm", "serving engine whose memory rules size the plan: vllm, trtllm or sglang")
 	fs.StringVar(&p.memoryHeadroom, "memory-headroom", "", "share of each GPU's memory the engine leaves free, such as 10% or 0.15 (default: the engine's own cap)")
@@ -152,9 +153,9 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 	r.Seq, r.MicroBatch, r.GlobalBatch = p.seq, p.microBatch, p.globalBatch
 	r.Optimizer, r.Recompute, r.ZeRO = planner.Optimizer(p.optimizer), planner.Recompute(p.recompute), p.zero
 	r.FP32GradAccum = p.fp32GradAccum
-	r.TP, r.PP, r.DP = p.tp, p.pp, p.dp
+	r.TP, r.PP, r.DP, r.CP = p.tp, p.pp, p.dp, p.cp
 	for name, v := range map[string]int{"--gpus": p.gpus, "--input-tokens": p.inputTokens, "--output-tokens": p.outputTokens,
-		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp} {
+		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp, "--cp": p.cp} {
 		if v < 0 {
 			return r, usageErr("%s %d: expected a positive integer", name, v)
 		}
@@ -280,6 +281,9 @@ func printPlan(e *env, p *planner.Plan) error {
 	}
 	for _, c := range p.Candidates {
 		layout := fmt.Sprintf("%dx%dx%d", c.TP, c.PP, c.DP)
+		if c.CP > 1 {
+			layout += fmt.Sprintf(" cp%d", c.CP)
+		}
 		mem := fmt.Sprintf("%s/%s", fmtBytes(float64(c.MemoryPerGPU.TotalBytes)), fmtBytes(float64(c.MemoryPerGPU.CapacityBytes)))
 		prec := "native"
 		if c.PrecisionFallback != nil {

@@ -185,6 +185,9 @@ func (u *UI) plan(r *http.Request, v *viewer, pv *plannerView) error {
 		row := candRow{GPU: c.GPU, GPUs: c.GPUs, Layout: fmt.Sprintf("%d×%d×%d", c.TP, c.PP, c.DP), Fits: c.Fits,
 			Mem:       fmtBytes(c.MemoryPerGPU.TotalBytes) + " / " + fmtBytes(c.MemoryPerGPU.CapacityBytes),
 			Precision: "native", Bound: dash, Batch: dash}
+		if c.CP > 1 {
+			row.Layout += fmt.Sprintf(" cp%d", c.CP)
+		}
 		row.Recommended = p.Recommendation != nil && p.Recommendation.GPU == c.GPU
 		if c.PrecisionFallback != nil {
 			row.Precision = string(*c.PrecisionFallback)
