@@ -376,6 +376,16 @@ const accuracyDiscussion = `
   pass, 15 us per NCCL collective inside an NVLink domain, link efficiency 0.80 of line rate.
 - Where a goal is missed the table still stands; the rows with the largest errors name the
   mechanisms the planner does not model (see the notes in docs/PLANNER.md).
+- On the published measurements the goals (capacity within 10%, throughput and latency median
+  within 15%, none worse than 50%) hold for KV capacity, where the engine memory model was set, and
+  for the one held-out latency row; they do not hold for throughput or training. Why, as far as the
+  rows show: Mixtral's MLPerf rows are predicted with llama2-70b's dataset lengths (the planner
+  knows no others), so their +57% to +88% mixes the length guess with unmodelled expert-parallel
+  costs; vLLM on MI300X and MI325X runs at about half the throughput the planner's single
+  efficiency constant predicts from AMD's performance page (+106%, +126%), while AMD's MLPerf runs
+  of the same engine land within 23%; and FP8 training is planned at the FP8 peak times the training
+  efficiency, which NeMo does not reach (+65% held out). Each is a mechanism to model, not a
+  constant to fit on these rows.
 `
 
 func TestAccuracyDoc(t *testing.T) {
