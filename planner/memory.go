@@ -361,12 +361,16 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 	m := Memory{CapacityBytes: capacity}
 	m.OptimizerBytes = int64(shard(oB, 1))
 	m.GradientsBytes = int64(shard(gB, 2))
-	weights := shard(wB, 3)
+	m.WeightsBytes = int64(shard(wB, 3))
+	var gathered float64
 	if r.ZeRO == 3 && l.dp*l.c() > 1 {
-		// The gathered working set: parameters and gradients of the largest layer.
-		weights += 2 * (wB + gB) * s.largestLayer / float64(l.tp)
+		// The gathered working set, parameters and gradients of the largest
+		// layer twice (the one computing and the one prefetched): buffers,
+		// not model state, so it counts with the overhead and the model
+		// state matches the ZeRO paper's 16 bytes per parameter over the
+		// ranks.
+		gathered = 2 * (wB + gB) * s.largestLayer / float64(l.tp)
 	}
-	m.WeightsBytes = int64(weights)
 
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
 	inFlight := float64(min(l.pp, microBatches))
@@ -390,8 +394,8 @@ func (s shape) trainingMemory(r Request, l layout, capacity int64) Memory {
 		act += 2 * 4 * float64(seq*r.MicroBatch) * float64(s.cfg.VocabSize) / float64(l.tp)
 	}
 	m.ActivationsBytes = int64(act)
-	live := float64(m.WeightsBytes + m.GradientsBytes + m.OptimizerBytes + m.ActivationsBytes)
-	m.OverheadBytes = int64(overhead(live, layout{tp: l.tp, pp: l.pp * l.c() * l.dp}))
+	live := float64(m.WeightsBytes+m.GradientsBytes+m.OptimizerBytes+m.ActivationsBytes) + gathered
+	m.OverheadBytes = int64(overhead(live, layout{tp: l.tp, pp: l.pp * l.c() * l.dp}) + gathered)
 	m.sum()
 	return m
 }

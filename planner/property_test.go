@@ -243,3 +243,28 @@ func TestContextParallelismMakesLongSequencesFit(t *testing.T) {
 		t.Error("context parallelism for inference accepted; want it refused by name")
 	}
 }
+
+// TestZeRO3ModelStateMatchesThePaper: ZeRO-3 with mixed-precision AdamW
+// keeps 16 bytes per parameter over the data-parallel ranks as model
+// state (Rajbhandari et al., arXiv:1910.02054, table 1: a 7.5B model on 64
+// GPUs, 1.88 GB); the gathered working set is overhead, not model state.
+func TestZeRO3ModelStateMatchesThePaper(t *testing.T) {
+	cfg, err := model.Builtin("llama-2-7b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Request{Model: cfg, Mode: Training, ZeRO: 3}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newShape(cfg)
+	m := s.trainingMemory(r, layout{tp: 1, pp: 1, dp: 64, ep: 1}, 80<<30)
+	state := float64(m.WeightsBytes + m.GradientsBytes + m.OptimizerBytes)
+	want := 16 * float64(cfg.Params().Total) / 64
+	if math.Abs(state-want)/want > 0.01 {
+		t.Errorf("model state %.2f GB per GPU, want 16 bytes x %d parameters / 64 = %.2f GB", state/1e9, cfg.Params().Total, want/1e9)
+	}
+	if float64(m.OverheadBytes) < 2*4*s.largestLayer {
+		t.Errorf("overhead %d bytes lacks the gathered working set of the largest layer (%.0f parameters)", m.OverheadBytes, s.largestLayer)
+	}
+}
