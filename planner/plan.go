@@ -52,6 +52,7 @@ type Workload struct {
 	ZeRO           *int     `json:"zero"`
 	Recompute      *string  `json:"recompute"`
 	LatencyTargetS *float64 `json:"latency_target_s"`
+	TTFTTargetS    *float64 `json:"ttft_target_s"`
 }
 
 // MemoryBreakdown is a candidate's per-GPU memory on its most loaded GPU.
@@ -179,6 +180,9 @@ func workload(r Request) Workload {
 		}
 		if r.LatencyTargetS > 0 {
 			w.LatencyTargetS = &r.LatencyTargetS
+		}
+		if r.TTFTTargetS > 0 {
+			w.TTFTTargetS = &r.TTFTTargetS
 		}
 		return w
 	}
@@ -409,8 +413,8 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	if g.TDPWatts != nil {
 		c.JoulesPerToken = ptr(round(*g.TDPWatts*averagePowerFraction*float64(l.gpus())/tps, 4))
 	}
-	meets := r.LatencyTargetS == 0 || decode.timeS <= r.LatencyTargetS
-	if r.LatencyTargetS > 0 {
+	meets := (r.LatencyTargetS == 0 || decode.timeS <= r.LatencyTargetS) && (r.TTFTTargetS == 0 || single.timeS <= r.TTFTTargetS)
+	if r.LatencyTargetS > 0 || r.TTFTTargetS > 0 {
 		c.MeetsLatencyTarget = ptr(meets)
 	}
 	// Within one GPU model: layouts that meet the target first, then the

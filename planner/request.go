@@ -142,8 +142,10 @@ type Request struct {
 	MemoryHeadroom float64
 
 	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
-	// per output token meets it.
-	LatencyTargetS float64
+	// per output token meets it (and sizes the batch to meet it);
+	// TTFTTargetS, when > 0, also asks the time to first token to meet
+	// it: a latency-bounded (server) scenario.
+	LatencyTargetS, TTFTTargetS float64
 
 	// MaxGPUs bounds the search for the smallest count; default 16384.
 	MaxGPUs int
@@ -256,8 +258,8 @@ func (r Request) withDefaults() (Request, error) {
 	default:
 		return r, fmt.Errorf("%w: recompute %q: expected none, selective or full", gpufleet.ErrInvalid, r.Recompute)
 	}
-	if r.LatencyTargetS < 0 {
-		return r, fmt.Errorf("%w: latency-target-ms: expected a positive number", gpufleet.ErrInvalid)
+	if !(r.LatencyTargetS >= 0) || !(r.TTFTTargetS >= 0) {
+		return r, fmt.Errorf("%w: latency targets: expected positive numbers", gpufleet.ErrInvalid)
 	}
 	if r.MaxGPUs == 0 {
 		r.MaxGPUs = 16384

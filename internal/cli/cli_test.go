@@ -227,6 +227,14 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		"bad rack power":          {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-power", "lots"}, wantErr: "--rack-power"},
 		"negative rack cooling":   {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-cooling", "-2kW"}, wantErr: "--rack-cooling"},
 		"rack units":              {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-units", "-1"}, wantErr: "--rack-units -1"},
+		"bad engine":              {args: []string{"plan", "--model", "llama-3.1-8b", "--engine", "ollama"}, wantErr: "--engine"},
+		"headroom too large":      {args: []string{"plan", "--model", "llama-3.1-8b", "--memory-headroom", "95%"}, wantErr: "memory-headroom 0.95"},
+		"headroom not a share":    {args: []string{"plan", "--model", "llama-3.1-8b", "--memory-headroom", "lots"}, wantErr: "--memory-headroom \"lots\""},
+		"server without a bound":  {args: []string{"plan", "--model", "llama-3.1-8b", "--scenario", "server"}, wantErr: "--tpot-target-ms"},
+		"unknown scenario":        {args: []string{"plan", "--model", "llama-3.1-8b", "--scenario", "batch"}, wantErr: "--scenario \"batch\""},
+		"two tpot targets":        {args: []string{"plan", "--model", "llama-3.1-8b", "--latency-target-ms", "20", "--tpot-target-ms", "30"}, wantErr: "give one"},
+		"cp for inference":        {args: []string{"plan", "--model", "llama-3.1-8b", "--cp", "2"}, wantErr: "cp 2"},
+		"server scenario":         {args: []string{"plan", "--model", "llama-3.1-8b", "--scenario", "server", "--tpot-target-ms", "30", "--ttft-target-ms", "500"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -27,7 +27,8 @@ type planFlags struct {
 	microBatch, globalBatch, zero, tp, pp, dp, cp   int
 	latencyTargetMS                                 float64
 	fp32GradAccum                                   bool
-	engine, memoryHeadroom                          string
+	engine, memoryHeadroom, scenario                string
+	tpotTargetMS, ttftTargetMS                      float64
 	// Facility check (plan only).
 	rackPower, rackCooling string
 	rackUnits              int
@@ -56,6 +57,9 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&p.dp, "dp", 0, "data parallelism, replicas (default: chosen)")
 	fs.IntVar(&p.cp, "cp", 0, "context parallelism of a training run: each sequence split over this many GPUs (default: chosen for sequences of 8192 tokens or more)")
 	fs.Float64Var(&p.latencyTargetMS, "latency-target-ms", 0, "rank by the cheapest candidate whose time per output token meets this")
+	fs.StringVar(&p.scenario, "scenario", "", "offline (the largest batch that fits: throughput) or server (the largest batch meeting --tpot-target-ms and --ttft-target-ms)")
+	fs.Float64Var(&p.tpotTargetMS, "tpot-target-ms", 0, "time per output token the plan must meet (server scenario; the same as --latency-target-ms)")
+	fs.Float64Var(&p.ttftTargetMS, "ttft-target-ms", 0, "time to first token the plan must meet (server scenario)")
 	fs.StringVar(&p.engine, "engine", "vllm", "serving engine whose memory rules size the plan: vllm, trtllm or sglang")
 	fs.StringVar(&p.memoryHeadroom, "memory-headroom", "", "share of each GPU's memory the engine leaves free, such as 10% or 0.15 (default: the engine's own cap)")
 }
@@ -160,10 +164,29 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 			return r, usageErr("%s %d: expected a positive integer", name, v)
 		}
 	}
-	if p.latencyTargetMS < 0 {
-		return r, usageErr("--latency-target-ms %v: expected a positive number", p.latencyTargetMS)
+	for name, v := range map[string]float64{"--latency-target-ms": p.latencyTargetMS, "--tpot-target-ms": p.tpotTargetMS, "--ttft-target-ms": p.ttftTargetMS} {
+		if !(v >= 0 && v <= 3.6e6) {
+			return r, usageErr("%s %v: expected milliseconds above 0, at most an hour", name, v)
+		}
 	}
-	r.LatencyTargetS = p.latencyTargetMS / 1e3
+	if p.latencyTargetMS > 0 && p.tpotTargetMS > 0 && p.latencyTargetMS != p.tpotTargetMS {
+		return r, usageErr("--latency-target-ms %v and --tpot-target-ms %v: give one (they are the same target)", p.latencyTargetMS, p.tpotTargetMS)
+	}
+	r.LatencyTargetS = max(p.latencyTargetMS, p.tpotTargetMS) / 1e3
+	r.TTFTTargetS = p.ttftTargetMS / 1e3
+	switch p.scenario {
+	case "":
+	case "offline":
+		if r.Batch == 0 {
+			r.BatchMax = true
+		}
+	case "server":
+		if r.LatencyTargetS == 0 {
+			return r, usageErr("--scenario server: give the latency bound, --tpot-target-ms (and --ttft-target-ms)")
+		}
+	default:
+		return r, usageErr("--scenario %q: expected offline or server", p.scenario)
+	}
 	if r.Engine, err = planner.ParseEngine(p.engine); err != nil {
 		return r, fmt.Errorf("--engine: %w", err)
 	}
