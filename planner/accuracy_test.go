@@ -131,6 +131,13 @@ func mlperf(r Request) Request {
 	return r
 }
 
+// mlperfOutputTokens are the MLPerf Inference datasets' documented mean
+// output tokens per sample: the accuracy targets' tokens_per_sample in
+// mlcommons/inference (language/llama2-70b/README.md: 294.45;
+// language/mixtral-8x7b/README.md at v4.1: 145.9), rounded. Their mean
+// input lengths are not published.
+var mlperfOutputTokens = map[string]int{"llama-2-70b": 294, "mixtral-8x7b-v0.1": 146}
+
 func mlperfServer(r Request) Request {
 	r = mlperf(r)
 	r.BatchMax, r.LatencyTargetS = false, 0.2 // TPOT <= 200 ms
@@ -164,9 +171,11 @@ func accuracyCases() map[string]accCase {
 			req: func(t *testing.T) Request {
 				return mlperf(inference(t, "llama-2-70b", "mi300x", 1, FormatFP8, FormatFP8))
 			}, metric: tokensPerS},
-		"GT010": {class: "throughput", assumptions: "Mixtral's MLPerf dataset lengths are not in the row: the llama2-70b ones (840 in, 290 out) are assumed",
+		"GT010": {class: "throughput", assumptions: "146 output tokens per sample, the mixtral-8x7b benchmark's documented mean (mlcommons/inference language/mixtral-8x7b/README.md, v4.1: tokens_per_sample 145.9); input lengths are not published: llama2-70b's 840 are assumed",
 			req: func(t *testing.T) Request {
-				return mlperf(inference(t, "mixtral-8x7b-v0.1", "h100-sxm-80gb", 8, FormatFP8, FormatFP8))
+				r := mlperf(inference(t, "mixtral-8x7b-v0.1", "h100-sxm-80gb", 8, FormatFP8, FormatFP8))
+				r.OutputTokens = mlperfOutputTokens["mixtral-8x7b-v0.1"]
+				return r
 			}, metric: tokensPerS},
 		"GT013": {class: "throughput", assumptions: "precision not stated: FP4 weights and FP8 KV as in NVIDIA's Blackwell submissions; one NVL72 rack of 72 GPUs; unverified result",
 			req: func(t *testing.T) Request {
@@ -379,13 +388,16 @@ const accuracyDiscussion = `
 - On the published measurements the goals (capacity within 10%, throughput and latency median
   within 15%, none worse than 50%) hold for KV capacity, where the engine memory model was set, and
   for the one held-out latency row; they do not hold for throughput or training. Why, as far as the
-  rows show: Mixtral's MLPerf rows are predicted with llama2-70b's dataset lengths (the planner
-  knows no others), so their +57% to +88% mixes the length guess with unmodelled expert-parallel
-  costs; vLLM on MI300X and MI325X runs at about half the throughput the planner's single
-  efficiency constant predicts from AMD's performance page (+106%, +126%), while AMD's MLPerf runs
-  of the same engine land within 23%; and FP8 training is planned at the FP8 peak times the training
-  efficiency, which NeMo does not reach (+65% held out). Each is a mechanism to model, not a
-  constant to fit on these rows.
+  rows show: vLLM on MI300X runs at about half the throughput the planner's single efficiency
+  constant predicts from AMD's performance page (+106%, +126%), while AMD's MLPerf runs of the same
+  engine land within 22%; NVIDIA's llama2-70b MLPerf runs on H200 are under-predicted by about 40%
+  (input lengths are not published; 840 is assumed); and FP8 training is planned at the FP8 peak
+  times the training efficiency, which NeMo does not reach (+65% held out). Each is a mechanism to
+  model, not a constant to fit on these rows.
+- Mixtral's rows first used llama2-70b's 290 output tokens per sample and came out +37% (GT010) to
+  +88%, the held-out PM003 +56.6%. MLPerf documents Mixtral's mean output as 145.9 tokens; with that
+  input fact (not a constant) they are within 12%, PM003 -4.0%. PM003's prediction thus changed after
+  its error was seen, and is reported with both figures.
 `
 
 func TestAccuracyDoc(t *testing.T) {
