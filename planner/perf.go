@@ -178,6 +178,16 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 	n := float64(l.gpus())
 	st := trainStep{modelFlopsPerStep: modelFlops}
 	st.computeS = hwFlops / n / h.peak
+	if r.Precision == FormatFP8 {
+		// FP8 training runs the linear layers' matmuls in FP8; attention
+		// (softmax(QK^T)V, FlashAttention) stays in BF16 (NVIDIA
+		// Transformer Engine's FP8 recipe), so its FLOPs take BF16 time.
+		attn := s.trainingFlopsPerToken(r.Seq) - s.trainingFlopsPerToken(0)
+		if bf := newHW(h.gpu, FormatBF16, trainEfficiency); bf.peak > 0 && h.peak > bf.peak {
+			share := attn / s.trainingFlopsPerToken(r.Seq)
+			st.computeS += hwFlops * share / n * (1/bf.peak - 1/h.peak)
+		}
+	}
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
 	v := l.v()
 	st.bubbleS = st.computeS * float64(l.pp-1) / float64(v*microBatches)

@@ -268,3 +268,28 @@ func TestZeRO3ModelStateMatchesThePaper(t *testing.T) {
 		t.Errorf("overhead %d bytes lacks the gathered working set of the largest layer (%.0f parameters)", m.OverheadBytes, s.largestLayer)
 	}
 }
+
+// TestFP8TrainingKeepsAttentionInBF16: FP8 training speeds up the linear
+// layers only; attention stays BF16, so an FP8 step is faster than a BF16
+// one but less than the peaks' ratio, the less so the longer the sequence.
+func TestFP8TrainingKeepsAttentionInBF16(t *testing.T) {
+	cfg, err := model.Builtin("llama-3.1-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := catalog.Default().Lookup("h100-sxm-80gb")
+	s := newShape(cfg)
+	l := layout{tp: 1, pp: 1, dp: 8, ep: 1}
+	compute := func(p Format, seq int) float64 {
+		r, err := Request{Model: cfg, Mode: Training, Precision: p, Seq: seq, GlobalBatch: 64}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.trainingStep(newHW(g, p, trainEfficiency), r, l).computeS
+	}
+	peaks := newHW(g, FormatFP8, 1).peak / newHW(g, FormatBF16, 1).peak
+	short, long := compute(FormatBF16, 2048)/compute(FormatFP8, 2048), compute(FormatBF16, 32768)/compute(FormatFP8, 32768)
+	if !(short > 1 && short < peaks && long > 1 && long < short) {
+		t.Errorf("BF16/FP8 compute time %.2f at 2k tokens, %.2f at 32k; want between 1 and %.1f, falling with the sequence", short, long, peaks)
+	}
+}
