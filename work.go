@@ -59,11 +59,14 @@ func (w *WorkCounter) UnitName() string {
 	return w.Unit
 }
 
+// thousands drops the separators a count may have.
+var thousands = strings.NewReplacer(",", "", "_", "")
+
 // ParseWorkCount reads a count a work counter captured: a finite,
 // non-negative decimal number, with ',' or '_' as thousands separators
 // allowed ("1,200,000", "1.2e6").
 func ParseWorkCount(s string) (float64, error) {
-	s = strings.NewReplacer(",", "", "_", "").Replace(strings.TrimSpace(s))
+	s = thousands.Replace(strings.TrimSpace(s))
 	decimal := !strings.ContainsFunc(s, func(r rune) bool { return !strings.ContainsRune("0123456789.eE+-", r) })
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || !decimal || math.IsInf(v, 0) || math.IsNaN(v) || v < 0 {

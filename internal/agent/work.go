@@ -24,7 +24,8 @@ type workScan struct {
 	// Done is set once the attempt ended and its whole output was read.
 	Done bool `json:"done,omitempty"`
 
-	re *regexp.Regexp
+	re     *regexp.Regexp
+	prefix []byte // what every match starts with, to skip lines fast
 }
 
 // feed reads output bytes that start at offset off: the part past what
@@ -79,7 +80,8 @@ func (w *workScan) compile(wc *gpufleet.WorkCounter) bool {
 		if err != nil {
 			return false
 		}
-		w.re = re
+		p, _ := re.LiteralPrefix()
+		w.re, w.prefix = re, []byte(p)
 	}
 	return true
 }
@@ -97,6 +99,9 @@ func (w *workScan) end(wc *gpufleet.WorkCounter) {
 }
 
 func (w *workScan) match(line []byte) bool {
+	if len(w.prefix) > 0 && !bytes.Contains(line, w.prefix) {
+		return false
+	}
 	m := w.re.FindSubmatch(line)
 	if m == nil {
 		return false

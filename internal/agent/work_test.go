@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -162,5 +164,49 @@ func TestWorkOfAnAttemptThatNeverRan(t *testing.T) {
 	reps := r.Reports()
 	if len(reps) != 1 || reps[0].State != gpufleet.AttemptFailed || reps[0].Work != nil {
 		t.Fatalf("reports %+v, want a-1 failed without work", reps)
+	}
+}
+
+// benchLog is 4 MiB of training output, one line in ten a token count.
+func benchLog() []byte {
+	var b strings.Builder
+	for i := 0; b.Len() < 4<<20; i++ {
+		if i%10 == 0 {
+			fmt.Fprintf(&b, "step %d tokens=%d\n", i, i*4096)
+		} else {
+			fmt.Fprintf(&b, "step %d loss %.4f lr 3e-4 grad_norm 0.91 throughput 1234.5 samples/s\n", i, 2.5-float64(i)/1e6)
+		}
+	}
+	return []byte(b.String())
+}
+
+// BenchmarkWorkScan is the work counter's cost on the agent per byte of
+// output, fed in the log shipper's chunks.
+func BenchmarkWorkScan(b *testing.B) {
+	data := benchLog()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		var w workScan
+		for off := 0; off < len(data); off += logChunk {
+			w.feed(tokens, int64(off), data[off:min(off+logChunk, len(data))])
+		}
+	}
+}
+
+// BenchmarkLineSplit is the baseline: only finding the lines.
+func BenchmarkLineSplit(b *testing.B) {
+	data := benchLog()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		n := 0
+		for rest := data; len(rest) > 0; {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			n++
+			rest = rest[i+1:]
+		}
+		_ = n
 	}
 }
