@@ -115,7 +115,7 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"GET", "/api/v1/teams", "member"}, {"GET", "/api/v1/teams", "admin"}, {"GET", "/api/v1/events", "member"},
 		{"GET", "/api/v1/events", "admin"}, {"GET", "/api/v1/queue", "member"}, {"GET", "/api/v1/classes", "member"},
 		{"GET", "/api/v1/tokens", "admin"}, {"GET", "/api/v1/usage", "member"}, {"GET", "/api/v1/nodes/n1/rollups", "member"},
-		{"GET", "/api/v1/jobs/" + jobs[0] + "/rollups", "member"},
+		{"GET", "/api/v1/jobs/" + jobs[0] + "/rollups", "member"}, {"GET", "/api/v1/plan", "member"}, {"GET", "/api/v1/plan", "admin"},
 		{"DELETE", "/api/v1/nodes/n1/faults", "admin"}, {"POST", "/api/v1/agent/logs/" + attempt, "agent"},
 	}
 	return q
@@ -172,6 +172,9 @@ func FuzzListQuery(f *testing.F) {
 		"from=2026-11-30T00:00:00Z&to=2026-11-30T13:00:00Z", "from=2026-11-30T13:00:00Z&to=2026-11-30T00:00:00Z", "from=0000-01-01T00:00:00Z",
 		"from=9999-12-31T23:59:59Z", "to=yesterday", "gpu=GPU-n1-a", "gpu=0", "gpu=-1", "gpu=4", "gpu=99999999999999999999",
 		"offset=0", "offset=-1", "offset=1", "offset=9223372036854775807", "offset=x",
+		"model=llama-3.1-8b", "model=llama-3.1-405b&mode=training&gpus=524288&seq=16777216", "model=mixtral-8x7b-v0.1&engine=sglang&memory_headroom=0.5",
+		"model=llama-3.1-70b&gpu=h100-sxm-80gb,l4&tp=3", "model=x&memory_headroom=NaN", "model=llama-3.1-8b&gpu=" + strings.Repeat("h100,", 100),
+		"model=llama-3.1-8b&team=team-b", "model=../etc/passwd", "model=llama-3.1-8b&batch=1048576&input_tokens=16777216",
 		"limit=" + strings.Repeat("9", 5000), "next_token=" + strings.Repeat("\x00", 3000), "state=" + strings.Repeat("queued,", 5000),
 		"%zz=1&limit=2", "limit=1;all=1", "watch=1&since=1", "a=1&a=2&" + strings.Repeat("b=1&", 2000),
 	} {
