@@ -17,7 +17,7 @@ func ptr(v float64) *float64 { return &v }
 
 var allIDs = []string{
 	"v100-sxm2-32gb", "t4", "a10", "a10g", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb",
-	"l4", "l40s", "h100-sxm-80gb", "h100-pcie-80gb", "h100-nvl-94gb", "h200-sxm-141gb", "gh200-144gb",
+	"l4", "l40s", "h100-sxm-80gb", "h800-sxm-80gb", "h100-pcie-80gb", "h100-nvl-94gb", "h200-sxm-141gb", "gh200-144gb",
 	"b200-hgx", "gb200-per-gpu", "rtx-4090", "rtx-6000-ada", "mi250x", "mi300x", "mi325x",
 	"gaudi2", "gaudi3", "tpu-v5e", "tpu-v5p", "tpu-v6e", "trainium2", "p100-pcie-16gb", "k80",
 	"v100-sxm2-16gb",

@@ -45,7 +45,7 @@ func FuzzWithOverrides(f *testing.F) {
 				t.Errorf("Lookup(%q) after overrides: %v", g.ID, err)
 			}
 		}
-		if len(base.All()) != 30 {
+		if len(base.All()) != 31 {
 			t.Errorf("base catalog changed")
 		}
 	})

@@ -28,23 +28,23 @@ func TestWithOverrides(t *testing.T) {
 	}{
 		"JSON object changes only the price": {
 			input: `{"id":"h100-sxm-80gb","price_per_hour_usd":2.1}`,
-			want:  want{id: "h100-sxm-80gb", price: ptr(2.1), memory: 80 << 30, bf16: ptr(989.5e12), fp8: ptr(1979e12), name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 30},
+			want:  want{id: "h100-sxm-80gb", price: ptr(2.1), memory: 80 << 30, bf16: ptr(989.5e12), fp8: ptr(1979e12), name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 31},
 		},
 		"JSON peak_flops merges one precision": {
 			input: ` [ {"id":"h100-sxm-80gb","peak_flops":{"fp8":null}} ]`,
-			want:  want{id: "h100-sxm-80gb", price: ptr(6.88), memory: 80 << 30, bf16: ptr(989.5e12), fp8: nil, name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 30},
+			want:  want{id: "h100-sxm-80gb", price: ptr(6.88), memory: 80 << 30, bf16: ptr(989.5e12), fp8: nil, name: "H100 SXM5 80GB", aliases: []string{"H100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"}, count: 31},
 		},
 		"JSON adds a new accelerator": {
 			input: `[{"id":"mi355x","name":"Instinct MI355X","memory_bytes":288000000000,"memory_bandwidth_bytes_per_s":8e12,"peak_flops":{"bf16":2.3e15},"aliases":["AMD Instinct MI355X"]}]`,
-			want:  want{id: "mi355x", memory: 288e9, bf16: ptr(2.3e15), name: "Instinct MI355X", aliases: []string{"AMD Instinct MI355X"}, count: 31},
+			want:  want{id: "mi355x", memory: 288e9, bf16: ptr(2.3e15), name: "Instinct MI355X", aliases: []string{"AMD Instinct MI355X"}, count: 32},
 		},
 		"CSV row adds a new id found by alias": {
 			input: csvHeader + "b300-hgx,B300,288,8000,2250,2250,1100,NVLink 5,nvlink,NVIDIA B300,https://example.com\n",
-			want:  want{id: "b300-hgx", memory: 288e9, bf16: ptr(2250e12), name: "B300", aliases: []string{"NVIDIA B300"}, count: 31},
+			want:  want{id: "b300-hgx", memory: 288e9, bf16: ptr(2250e12), name: "B300", aliases: []string{"NVIDIA B300"}, count: 32},
 		},
 		"CSV row replaces a whole entry": {
 			input: csvHeader + "l4,L4 (measured),24,280,100,100,72,PCIe only,pcie,NVIDIA L4,lab\n",
-			want:  want{id: "l4", memory: 24e9, bf16: ptr(100e12), name: "L4 (measured)", aliases: []string{"NVIDIA L4"}, count: 30},
+			want:  want{id: "l4", memory: 24e9, bf16: ptr(100e12), name: "L4 (measured)", aliases: []string{"NVIDIA L4"}, count: 31},
 		},
 	}
 	for name, tc := range cases {
@@ -70,7 +70,7 @@ func TestWithOverrides(t *testing.T) {
 			if diff := cmp.Diff(before, base.All()); diff != "" {
 				t.Errorf("original catalog changed (-before +after):\n%s", diff)
 			}
-			if all := c.All(); len(all) > 30 && all[len(all)-1].ID != tc.want.id {
+			if all := c.All(); len(all) > 31 && all[len(all)-1].ID != tc.want.id {
 				t.Errorf("new id at %s, want appended last", all[len(all)-1].ID)
 			}
 		})
@@ -155,8 +155,8 @@ func TestParseEmbeddedRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 30 {
-		t.Fatalf("Parse returned %d entries, want 30", len(gpus))
+	if len(gpus) != 31 {
+		t.Fatalf("Parse returned %d entries, want 31", len(gpus))
 	}
 	c, err := New(gpus)
 	if err != nil {

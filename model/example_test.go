@@ -43,5 +43,5 @@ func ExampleParse() {
 	fmt.Println(err)
 	// Output:
 	// 64 8 45421056
-	// parse model "bert": unsupported: model_type "bert" (supported: deepseek_v2, deepseek_v3, gemma, gemma2, gpt_neox, gptj, llama, mistral, mixtral, phi3, qwen2, qwen2_moe)
+	// parse model "bert": unsupported: model_type "bert" (supported: deepseek_v2, deepseek_v3, gemma, gemma2, gpt_neox, gptj, kimi_k2, llama, minimax_m2, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)
 }

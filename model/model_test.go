@@ -90,6 +90,10 @@ func TestParamsMatchPublished(t *testing.T) {
 		"gpt-neox 20b is 20.6B":                 {model: "gpt-neox-20b.json", total: "20.6"},
 		"pythia 6.9b is 6.9B":                   {model: "pythia-6.9b.json", total: "6.9"},
 		"deepseek v3 main model is 671B":        {model: "deepseek-v3.json", total: "671", activeInGapTest: true},
+		"qwen3 32b is 32.8B":                    {model: "qwen3-32b.json", total: "32.8"},
+		"qwen3 235b activates 22B":              {model: "qwen3-235b-a22b.json", total: "235", active: "22"},
+		"minimax m2 is 229B, 10B active":        {model: "minimax-m2.json", total: "229", active: "10", activeExcludingEmbeddings: true},
+		"kimi k2 is 1.027T":                     {model: "kimi-k2-instruct.json", total: "1027", activeInGapTest: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -134,6 +138,10 @@ func TestDeepSeekActiveKnownGaps(t *testing.T) {
 		"v3 37B is 37.55B with embedding and head": {
 			model: "deepseek-v3.json", wantActive: 37552297472, wantActiveExclEmb: 35698939392,
 			published: 37, gotPublishedField: "active", gap: 0.016,
+		},
+		"kimi k2 32B is 32.86B with embedding and head, as V3's": {
+			model: "kimi-k2-instruct.json", wantActive: 32861500928, wantActiveExclEmb: 30512690688,
+			published: 32, gotPublishedField: "active", gap: 0.027,
 		},
 	}
 	for name, tc := range tests {
@@ -223,7 +231,8 @@ func TestParamsTotalsExact(t *testing.T) {
 		"qwen2-7b":         7615616512,
 		"deepseek-v3.json": 671026419200, "gemma-7b.json": 8537680896, "gpt-neox-20b.json": 20554567680,
 		"phi-3-mini-4k-instruct.json": 3821079552, "pythia-6.9b.json": 6857302016,
-		"qwen1.5-moe-a2.7b.json": 14315784192,
+		"qwen1.5-moe-a2.7b.json": 14315784192, "qwen3-32b.json": 32762123264, "qwen3-235b-a22b.json": 235093634560,
+		"minimax-m2.json": 228689764864, "kimi-k2-instruct.json": 1026408232448,
 	}
 	got := map[string]int64{}
 	for name := range want {

@@ -124,6 +124,7 @@ func count[T number](c *Config) counts[T] {
 	if c.IsMLA() {
 		layerNorms += T(c.KVLoRARank) + T(c.QLoRARank) // RMSNorms on the latents
 	}
+	layerNorms += T(c.QKNormWeights)
 
 	dense := mlpParams[T](c, c.IntermediateSize)
 	var routed, sharedAndRouter, topK T

@@ -16,6 +16,10 @@ var families = map[string]func(c *Config, f *fields){
 	"mixtral":     parseMixtral,
 	"qwen2":       parseQwen2,
 	"qwen2_moe":   parseQwen2MoE,
+	"qwen3":       parseQwen3,
+	"qwen3_moe":   parseQwen3MoE,
+	"minimax_m2":  parseMiniMaxM2,
+	"kimi_k2":     parseDeepSeek,
 	"gemma":       parseGemma,
 	"gemma2":      parseGemma2,
 	"phi3":        parsePhi3,
@@ -232,14 +236,19 @@ func parseQwen2(c *Config, f *fields) {
 // expert of shared_expert_intermediate_size and the shared expert's gate.
 func parseQwen2MoE(c *Config, f *fields) {
 	parseQwen2(c, f)
-	c.NumExperts = f.positive("num_experts")
-	c.NumExpertsPerToken = f.positive("num_experts_per_tok")
-	c.MoEIntermediateSize = f.positive("moe_intermediate_size")
+	qwenMoE(c, f)
 	c.SharedExpertIntermediateSize = f.optNonNegative("shared_expert_intermediate_size", 0)
 	if c.SharedExpertIntermediateSize > 0 {
 		c.NumSharedExperts = 1
 		c.SharedExpertGate = true
 	}
+}
+
+// qwenMoE reads the routed experts of Qwen2-MoE and Qwen3-MoE.
+func qwenMoE(c *Config, f *fields) {
+	c.NumExperts = f.positive("num_experts")
+	c.NumExpertsPerToken = f.positive("num_experts_per_tok")
+	c.MoEIntermediateSize = f.positive("moe_intermediate_size")
 	step := f.optPositive("decoder_sparse_step", 1)
 	only := f.layerIndexes("mlp_only_layers", c.NumLayers)
 	if f.err != nil {
@@ -249,6 +258,43 @@ func parseQwen2MoE(c *Config, f *fields) {
 	for i := range c.MoELayers {
 		c.MoELayers[i] = (i+1)%step == 0 && !slices.Contains(only, i)
 	}
+}
+
+// parseQwen3 reads Qwen3ForCausalLM: an explicit head_dim (64 heads of 128
+// over a hidden size of 4096 or 5120), biases only with attention_bias, and
+// RMSNorms on each head's queries and keys (head_dim weights each).
+func parseQwen3(c *Config, f *fields) {
+	readStandard(c, f, false)
+	c.AttentionBias = f.boolean("attention_bias", false)
+	c.AttentionOutputBias = c.AttentionBias
+	c.QKNormWeights = 2 * c.HeadDim
+	qwenSliding(c, f)
+}
+
+// parseQwen3MoE reads Qwen3MoeForCausalLM: Qwen3 attention and Qwen2-MoE's
+// routed experts, without a shared expert.
+func parseQwen3MoE(c *Config, f *fields) {
+	parseQwen3(c, f)
+	qwenMoE(c, f)
+}
+
+// parseMiniMaxM2 reads MiniMaxM2ForCausalLM: every layer is MoE with
+// num_local_experts experts of intermediate_size (the per-expert width),
+// no shared expert, a sigmoid router with a bias per expert
+// (use_routing_bias), and RMSNorms over the whole query and key
+// projections (qk_norm_type per_layer). Its multi-token-prediction modules
+// are not counted, as DeepSeek-V3's are not.
+func parseMiniMaxM2(c *Config, f *fields) {
+	readStandard(c, f, false)
+	c.NumExperts = f.positive("num_local_experts")
+	c.NumExpertsPerToken = f.positive("num_experts_per_tok")
+	c.MoEIntermediateSize = c.IntermediateSize
+	c.RouterBias = f.boolean("use_routing_bias", false)
+	c.RotaryDim = f.optPositive("rotary_dim", 0)
+	if f.boolean("use_qk_norm", false) {
+		c.QKNormWeights = (c.NumHeads + c.NumKVHeads) * c.HeadDim
+	}
+	c.MoELayers = allLayers(c.NumLayers, true)
 }
 
 // parseGemma reads GemmaForCausalLM: explicit head_dim, GeGLU MLP, tied
@@ -334,6 +380,7 @@ func parseGPTNeoX(c *Config, f *fields) {
 // multi-head latent attention, and MoE on layer i when n_routed_experts is
 // set, i >= first_k_dense_replace and i%moe_layer_freq == 0. V3 adds the
 // router's e_score_correction_bias; its MTP layers are recorded, not counted.
+// Kimi K2 (model_type kimi_k2) is DeepseekV3ForCausalLM with other sizes.
 func parseDeepSeek(c *Config, f *fields) {
 	c.HiddenSize = f.positive("hidden_size")
 	c.NumLayers = f.positive("num_hidden_layers")
@@ -353,7 +400,7 @@ func parseDeepSeek(c *Config, f *fields) {
 	c.QKNopeHeadDim = f.positive("qk_nope_head_dim")
 	c.VHeadDim = f.positive("v_head_dim")
 	c.HeadDim = c.QKNopeHeadDim + c.QKRopeHeadDim
-	if c.ModelType == "deepseek_v3" {
+	if c.ModelType == "deepseek_v3" || c.ModelType == "kimi_k2" {
 		c.RouterBias = true
 		c.NumNextNPredictLayers = f.optNonNegative("num_nextn_predict_layers", 0)
 	}

@@ -75,6 +75,10 @@ type Config struct {
 	// RouterBias says the router carries one bias per routed expert
 	// (DeepSeek-V3 e_score_correction_bias).
 	RouterBias bool `json:"router_bias,omitempty"`
+	// QKNormWeights is the weights of the RMSNorms on each layer's queries
+	// and keys: 2 x head_dim where they norm each head (Qwen3), the whole
+	// projections' width where they norm those (MiniMax-M2); 0 without.
+	QKNormWeights int `json:"qk_norm_weights,omitempty"`
 	// NumNextNPredictLayers is DeepSeek-V3's multi-token-prediction depth.
 	// The MTP module is not counted by Params: it is a training and
 	// speculative-decoding add-on, and the published 671B excludes it.

@@ -2,7 +2,9 @@ package planner
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -66,13 +68,17 @@ func readGroundTruth(t *testing.T) []gtRow {
 	return rows
 }
 
-// loadModel reads a built-in or one of testdata/models.
+// loadModel reads a built-in, one of testdata/models or one of the model
+// package's test configurations (model/testdata/README.md).
 func loadModel(t *testing.T, name string) *model.Config {
 	t.Helper()
 	if cfg, err := model.Builtin(name); err == nil {
 		return cfg
 	}
 	data, err := os.ReadFile(filepath.Join("testdata", "models", name+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		data, err = os.ReadFile(filepath.Join("..", "model", "testdata", name+".json"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,9 +140,16 @@ func mlperf(r Request) Request {
 // mlperfOutputTokens are the MLPerf Inference datasets' documented mean
 // output tokens per sample: the accuracy targets' tokens_per_sample in
 // mlcommons/inference (language/llama2-70b/README.md: 294.45;
-// language/mixtral-8x7b/README.md at v4.1: 145.9), rounded. Their mean
-// input lengths are not published.
-var mlperfOutputTokens = map[string]int{"llama-2-70b": 294, "mixtral-8x7b-v0.1": 146}
+// language/mixtral-8x7b/README.md at v4.1: 145.9; language/llama3.1-405b:
+// 684.68), rounded. The mean input lengths of the first two are not
+// published; llama3.1-405b's is (mlperfInputTokens).
+var mlperfOutputTokens = map[string]int{"llama-2-70b": 294, "mixtral-8x7b-v0.1": 146, "llama-3.1-405b": 685}
+
+// mlperfInputTokens are the published mean input lengths: llama3.1-405b's
+// "mean input/output context lengths of 9,400 and 680 tokens" (MLCommons,
+// "MLPerf Inference v5.0 Advances Language Model Capabilities for GenAI",
+// 2025-04).
+var mlperfInputTokens = map[string]int{"llama-3.1-405b": 9400}
 
 func mlperfServer(r Request) Request {
 	r = mlperf(r)

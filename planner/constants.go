@@ -92,4 +92,25 @@ const (
 	quantGroupSize = 128
 	// fp4GroupSize is NVFP4's micro-block: 16 values share one FP8 scale.
 	fp4GroupSize = 16
+
+	// moeHalfTokens is the tokens per expert at which the routed experts'
+	// grouped GEMMs run at half a dense GEMM's efficiency: m tokens per
+	// expert run at m/(m+moeHalfTokens) of it. DeepGEMM's grouped FP8 GEMMs
+	// on H800 (deepseek-ai/DeepGEMM README, Feb 2025, masked layout, K 7168,
+	// against its 4096x4096x7168 dense GEMM's 1304 TFLOPS) reach 0.95 at
+	// 1024 tokens per expert, 0.80 at 512 and 0.71 at 256 (m/(m+h) gives h
+	// 54, 128, 105); at 4096 its contiguous layout matches dense (0.99-1.07).
+	// TensorRT-LLM's MoE-as-dense-GEMM blog (blog24) puts the grouped GEMMs
+	// of DeepSeek-V3 near peak only above 10k tokens a layer (~300 per
+	// expert).
+	moeHalfTokens = 100
+
+	// expertImbalance is the routed tokens the busiest expert-parallel rank
+	// receives over the mean. TensorRT-LLM measured DeepSeek-R1 over 32
+	// ranks at 1.11 with DeepSeek's expert-placement load balancer (EPLB)
+	// and 2.56 without (tech blog 4, Table 1); vLLM measured a 16-rank run
+	// at 1.069 without and 1.008 with (PR #50647). Large expert-parallel
+	// deployments run a balancer (DeepSeek, SGLang, TensorRT-LLM), so the
+	// plan takes 1.11; without one the busiest rank can take twice that.
+	expertImbalance = 1.11
 )

@@ -8,7 +8,15 @@ import (
 
 // layout is one way to split a model over GPUs.
 type layout struct {
-	tp, pp, dp, ep int
+	tp, pp, dp int
+	// ep is the expert-parallel degree of a mixture of experts. Training:
+	// the routed experts split over tp x ep GPUs, ep dividing dp.
+	// Inference: 1 slices every expert over tensor parallelism; above 1,
+	// a multiple of tp dividing tp x dp, whole experts over ep GPUs that
+	// serve ep/tp replicas' tokens, exchanged all-to-all (vLLM's
+	// --enable-expert-parallel, with data-parallel attention beyond one
+	// replica).
+	ep int
 	// cp is the context-parallel degree of a training layout (0 or 1:
 	// none): each sequence split over cp GPUs, which exchange keys and
 	// values ring-wise in attention.
@@ -25,6 +33,16 @@ func (l layout) gpus() int { return l.tp * l.pp * l.c() * l.dp }
 
 // c is the context-parallel degree, at least 1.
 func (l layout) c() int { return max(1, l.cp) }
+
+// expertShards is how many ways an inference layout splits the routed
+// experts: whole experts over the expert-parallel group, else slices of
+// every expert over tensor parallelism.
+func (l layout) expertShards() int {
+	if l.ep > 1 {
+		return l.ep
+	}
+	return l.tp
+}
 
 // Memory is the per-GPU memory breakdown of the most loaded GPU, in bytes.
 // Fields that do not apply to the mode are zero.
@@ -65,8 +83,9 @@ type shape struct {
 	// the routed experts among them; embedParams the input embedding and
 	// headParams the output head (the embedding again when tied).
 	blockParams, expertParams, embedParams, headParams float64
-	// activeBlockParams is what one token touches inside the blocks.
-	activeBlockParams float64
+	// activeBlockParams is what one token touches inside the blocks;
+	// routedActiveParams the top-k routed experts among them.
+	activeBlockParams, routedActiveParams float64
 	// largestLayer is the largest transformer layer's parameter count.
 	largestLayer float64
 }
@@ -78,14 +97,19 @@ func newShape(cfg *model.Config) shape {
 		head = float64(p.Embedding) // tied: the same matrix serves as head
 	}
 	block := float64(p.Total - p.Embedding - p.Head)
+	routed := 0.0
+	if cfg.IsMoE() && cfg.NumExperts > 0 {
+		routed = float64(p.Experts) * float64(cfg.NumExpertsPerToken) / float64(cfg.NumExperts)
+	}
 	return shape{
 		cfg: cfg, params: p, layers: cfg.NumLayers,
-		blockParams:       block,
-		expertParams:      float64(p.Experts),
-		embedParams:       float64(p.Embedding),
-		headParams:        head,
-		activeBlockParams: float64(p.ActiveExcludingEmbeddings),
-		largestLayer:      float64(p.LargestLayer),
+		blockParams:        block,
+		expertParams:       float64(p.Experts),
+		embedParams:        float64(p.Embedding),
+		headParams:         head,
+		activeBlockParams:  float64(p.ActiveExcludingEmbeddings),
+		routedActiveParams: routed,
+		largestLayer:       float64(p.LargestLayer),
 	}
 }
 
@@ -145,8 +169,9 @@ func (s shape) inferenceWeights(w Format, l layout) float64 {
 	if w == FormatFP32 {
 		embB = 4
 	}
-	blocks := s.blockParams * w.BytesPerElement() * s.stageFraction(l.pp)
-	return (blocks + s.embedOnStage(l.pp)*embB) / float64(l.tp)
+	stage := w.BytesPerElement() * s.stageFraction(l.pp)
+	dense := (s.blockParams - s.expertParams) * stage
+	return (dense+s.embedOnStage(l.pp)*embB)/float64(l.tp) + s.expertParams*stage/float64(l.expertShards())
 }
 
 // inferenceActivations is the workspace of one forward pass over a prefill
@@ -161,7 +186,10 @@ func (s shape) inferenceActivations(batch, input int, l layout, e engineGPU) (to
 	if chunk == 0 {
 		chunk = prefillChunkTokens
 	}
-	tokens := float64(min(batch*input, chunk))
+	// Engines size this workspace for their largest pass (vLLM profiles
+	// max_num_batched_tokens, TensorRT-LLM max_num_tokens) and keep it,
+	// whatever the batch asks.
+	tokens := float64(chunk)
 	h := float64(c.HiddenSize)
 	tp := float64(l.tp)
 	qkv := float64((c.NumHeads + 2*c.NumKVHeads) * c.HeadDim)
@@ -170,6 +198,12 @@ func (s shape) inferenceActivations(batch, input int, l layout, e engineGPU) (to
 		mlpMats = 3
 	}
 	inter := math.Max(qkv, mlpMats*s.ffnWidth()) / tp
+	if c.IsMoE() {
+		// A fused MoE layer also holds each token's k expert outputs at
+		// full width before it sums them (vLLM's fused_moe
+		// intermediate_cache3: tokens x top-k x hidden).
+		inter += float64(c.NumExpertsPerToken) * h
+	}
 	forward := tokens * (2*h + inter) * 2
 	if e.samplerWarmup > 0 {
 		sampler = float64(e.samplerWarmup) * float64(c.VocabSize) * 4 * vllmSamplerTensors

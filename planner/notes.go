@@ -53,6 +53,13 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	if !kvNative(g, r.KVPrecision) {
 		out = append(out, fmt.Sprintf("an %s KV cache is not native on %s: engines store it but convert on every read", r.KVPrecision, g.ID))
 	}
+	if r.Recompute == RecomputeAuto && c.Recompute != nil && *c.Recompute == RecomputeFull {
+		out = append(out, "selective recompute does not fit this layout: full recompute keeps only each layer's input and runs the forward pass twice (a third more compute)")
+	}
+	if cfg.IsMoE() && l.ep > 1 {
+		out = append(out, fmt.Sprintf("expert parallelism %d: %d of %d experts per GPU; the busiest rank takes %.2fx the mean tokens (with an expert load balancer; without one up to 2.5x) and sets the pace",
+			l.ep, max(1, cfg.NumExperts/l.ep), cfg.NumExperts, expertImbalance))
+	}
 	if r.Mode == Inference {
 		ctx := r.InputTokens + r.OutputTokens
 		if cfg.MaxPositionEmbeddings > 0 && ctx > cfg.MaxPositionEmbeddings {
@@ -73,7 +80,11 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 			}
 		}
 		if cfg.IsMoE() && c.Batch != nil {
-			out = append(out, fmt.Sprintf("mixture of experts: a decode step of %d tokens reads %.0f%% of the routed experts", *c.Batch, 100*s.expertFraction(*c.Batch)))
+			out = append(out, fmt.Sprintf("mixture of experts: a decode step of %d tokens reads %.0f%% of the routed experts", *c.Batch, 100*s.moe(l, float64(*c.Batch)).touched))
+		}
+		if l.ep > l.tp {
+			out = append(out, fmt.Sprintf("expert parallelism %d spans %d replicas: each MoE layer sends the tokens to their experts and back all-to-all over %s",
+				l.ep, l.ep/l.tp, groupLink(g, l.ep).kind))
 		}
 		if c.MaxBatch != nil && c.Batch != nil && *c.MaxBatch > 0 && *c.Batch > *c.MaxBatch {
 			out = append(out, fmt.Sprintf("batch %d does not fit; at most %d sequences of %d tokens fit per replica", *c.Batch, *c.MaxBatch, ctx))

@@ -70,13 +70,56 @@ func ppLink(g catalog.GPU, l layout) link {
 
 // expertFraction is the expected share of a layer's routed experts that a
 // batch of tokens touches: each token picks k of E.
-func (s shape) expertFraction(tokens int) float64 {
+func (s shape) expertFraction(tokens float64) float64 {
 	c := s.cfg
 	if !c.IsMoE() || c.NumExperts == 0 {
 		return 1
 	}
 	miss := 1 - float64(c.NumExpertsPerToken)/float64(c.NumExperts)
-	return 1 - math.Pow(miss, float64(tokens))
+	return 1 - math.Pow(miss, tokens)
+}
+
+// moeLoad is what the routed experts cost the busiest GPU of a forward
+// pass: the share of its experts' weights it reads, its tokens over the
+// mean, and the tokens each of its experts multiplies.
+type moeLoad struct{ touched, imbalance, perExpert float64 }
+
+// moe is the routed experts' load for newTok tokens per replica. Sliced
+// over tensor parallelism every rank does an equal part; as whole experts
+// over an expert-parallel group, the group's tokens (ep/tp replicas') are
+// routed to ep ranks, and the busiest receives expertImbalance times the
+// mean, touching that much more of its experts.
+func (s shape) moe(l layout, newTok float64) moeLoad {
+	c := s.cfg
+	if !c.IsMoE() || c.NumExperts == 0 {
+		return moeLoad{touched: 1, imbalance: 1}
+	}
+	// One pass multiplies at most a prefill chunk's tokens at once.
+	perExpert := func(tok float64) float64 {
+		return math.Min(tok, prefillChunkTokens) * float64(c.NumExpertsPerToken) / float64(c.NumExperts)
+	}
+	if l.ep <= 1 {
+		return moeLoad{touched: s.expertFraction(newTok), imbalance: 1, perExpert: perExpert(newTok)}
+	}
+	group := newTok * float64(l.ep) / float64(l.tp)
+	return moeLoad{touched: math.Min(1, s.expertFraction(group)*expertImbalance), imbalance: expertImbalance,
+		perExpert: perExpert(group) * expertImbalance}
+}
+
+// groupedGEMMEfficiency is the routed experts' grouped GEMMs' throughput
+// relative to a dense GEMM's when each expert multiplies perExpert tokens.
+func groupedGEMMEfficiency(perExpert float64) float64 {
+	return perExpert / (perExpert + moeHalfTokens)
+}
+
+// moeLayersPerStage is the MoE layers of the most loaded pipeline stage.
+func (s shape) moeLayersPerStage(pp int) float64 {
+	c := s.cfg
+	if !c.IsMoE() || c.NumLayers == 0 {
+		return 0
+	}
+	moeLayers := float64(s.expertParams) / float64(max(1, s.params.OneExpert)) / float64(max(1, c.NumExperts))
+	return math.Ceil(moeLayers * s.stageFraction(pp))
 }
 
 // forward times one forward pass of a replica over `tokens` new tokens per
@@ -90,10 +133,11 @@ func (s shape) forward(h hw, r Request, l layout, batch, tokens, ctx int) phase 
 
 	// Weight traffic: dense blocks, the experts the batch touches, the head.
 	wB := r.Precision.BytesPerElement()
-	dense := (s.blockParams - s.expertParams) * wB * stage
-	experts := s.expertParams * wB * stage * s.expertFraction(batch*tokens)
-	head := s.headParams * 2 / float64(l.pp) // on the last stage
-	weightBytes := (dense + experts + head) / tp
+	dense := (s.blockParams - s.expertParams) * wB * stage / tp
+	mo := s.moe(l, newTok)
+	experts := s.expertParams * wB * stage / float64(l.expertShards()) * mo.touched
+	head := s.headParams * 2 / float64(l.pp) / tp // on the last stage
+	weightBytes := dense + experts + head
 	// KV traffic: read the context, write the new tokens.
 	kvBytes := float64(batch) * (s.kvBytesPerSeq(ctx, r.KVPrecision, l) + s.kvBytesPerSeq(tokens, r.KVPrecision, l))
 	actBytes := newTok * float64(c.HiddenSize) * 2 * 4 * float64(s.layersPerStage(l.pp)) / tp
@@ -101,22 +145,35 @@ func (s shape) forward(h hw, r Request, l layout, batch, tokens, ctx int) phase 
 
 	// FLOPs: 2 per active parameter per token, logits for the last token of
 	// each sequence, attention over the context (causal within new tokens).
+	// The routed experts' share runs as grouped GEMMs, on the busiest
+	// expert-parallel rank.
 	attnDim := float64(c.NumHeads * c.HeadDim)
 	if c.IsMLA() {
 		attnDim = float64(c.NumHeads * (c.QKNopeHeadDim + c.QKRopeHeadDim + c.VHeadDim) / 2)
 	}
 	layers := float64(s.layersPerStage(l.pp))
 	attnFlops := 4 * layers * attnDim * float64(batch) * (float64(tokens)*float64(ctx) + float64(tokens)*float64(tokens)/2)
-	flops := (2*s.activeBlockParams*stage*newTok + 2*s.headParams*float64(batch)/float64(l.pp) + attnFlops) / tp
+	denseFlops := 2*(s.activeBlockParams-s.routedActiveParams)*stage*newTok + 2*s.headParams*float64(batch)/float64(l.pp) + attnFlops
+	expertFlops := 2 * s.routedActiveParams * stage * newTok * mo.imbalance
+	flops := (denseFlops + expertFlops) / tp
 
 	ph := phase{flops: flops, bytes: bytes}
-	ph.computeS = flops / h.peak
+	if expertFlops > 0 {
+		expertFlops /= groupedGEMMEfficiency(mo.perExpert)
+	}
+	ph.computeS = (denseFlops + expertFlops) / tp / h.peak
 	ph.memoryS = bytes / h.bw
-	// Tensor parallelism: two all-reduces of the activations per layer.
+	// Tensor parallelism: two all-reduces of the activations per layer;
+	// expert parallelism across replicas: the tokens' dispatch to their
+	// experts and the results' return, all-to-all (the bytes per rank of
+	// an all-gather).
 	tl := tpLink(h.gpu, l.tp)
 	ph.tpLinkKind = tl.kind
 	ph.commS = 2 * layers * allReduceTime(newTok*float64(c.HiddenSize)*2, l.tp, tl)
-	// Expert layers sharded by tensor parallelism need no all-to-all here.
+	if l.ep > l.tp {
+		a2a := newTok / tp * float64(c.NumExpertsPerToken) * float64(c.HiddenSize) * 2
+		ph.commS += 2 * s.moeLayersPerStage(l.pp) * allGatherTime(a2a, l.ep, groupLink(h.gpu, l.ep))
+	}
 	ph.overheadS = layers * layerLaunchOverheadS
 	stageTime := math.Max(ph.computeS, ph.memoryS) + ph.commS + ph.overheadS
 
@@ -188,6 +245,17 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 			st.computeS += hwFlops * share / n * (1/bf.peak - 1/h.peak)
 		}
 	}
+	if s.routedActiveParams > 0 {
+		// The routed experts run as grouped GEMMs over the micro-batches of
+		// the expert-parallel group, and the busiest rank sets the pace.
+		imb := 1.0
+		if l.ep > 1 {
+			imb = expertImbalance
+		}
+		perExpert := float64(r.Seq/l.c()*r.MicroBatch*max(1, l.ep)*c.NumExpertsPerToken) / float64(c.NumExperts) * imb
+		share := 6 * s.routedActiveParams / s.trainingFlopsPerToken(r.Seq)
+		st.computeS += st.computeS * share * (imb/groupedGEMMEfficiency(perExpert) - 1)
+	}
 	microBatches := max(1, r.GlobalBatch/(r.MicroBatch*l.dp))
 	v := l.v()
 	st.bubbleS = st.computeS * float64(l.pp-1) / float64(v*microBatches)
@@ -241,10 +309,18 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		st.dpS = math.Max(0, t-st.computeS*2/3)
 	}
 	if c.IsMoE() && l.ep > 1 {
-		moeLayers := layers
+		moeLayers := s.moeLayersPerStage(l.pp)
 		a2a := float64(r.Seq*r.MicroBatch*c.NumExpertsPerToken) * float64(c.HiddenSize) * 2 / float64(l.tp)
 		el := groupLink(h.gpu, l.tp*l.ep)
 		st.epS = float64(microBatches) * moeLayers * 4 * allGatherTime(a2a, l.ep, el)
+		if l.pp > 1 {
+			// With pipeline stages each rank has another micro-batch's
+			// computation to hide the dispatch and combine behind
+			// (DeepSeek-V3's DualPipe, Megatron-Core's overlapped 1F1B
+			// all-to-all): only what exceeds it counts. DeepSeek put the
+			// ratio unhidden at about 1:1 (arXiv:2412.19437 section 3.2.1).
+			st.epS = math.Max(0, st.epS-st.computeS)
+		}
 	}
 	st.stepS = st.computeS + st.bubbleS + st.tpS + st.ppS + st.dpS + st.epS + st.cpS
 	st.bound = classify(st.computeS+st.bubbleS, 0, st.tpS+st.ppS+st.dpS+st.epS+st.cpS)

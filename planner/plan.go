@@ -75,14 +75,18 @@ type MemoryBreakdown struct {
 // Candidate is one GPU model with its best layout and estimates. Fields that
 // do not apply to the mode, or cannot be known (no price, no TDP), are null.
 type Candidate struct {
-	GPU               string          `json:"gpu"`
-	GPUs              int             `json:"gpus"`
-	TP                int             `json:"tp"`
-	PP                int             `json:"pp"`
-	DP                int             `json:"dp"`
-	EP                int             `json:"ep"`
-	CP                int             `json:"cp"`             // context parallelism (training); 1 without
-	VirtualStages     *int            `json:"virtual_stages"` // interleaved pipeline chunks per GPU (training)
+	GPU           string `json:"gpu"`
+	GPUs          int    `json:"gpus"`
+	TP            int    `json:"tp"`
+	PP            int    `json:"pp"`
+	DP            int    `json:"dp"`
+	EP            int    `json:"ep"`
+	CP            int    `json:"cp"`             // context parallelism (training); 1 without
+	VirtualStages *int   `json:"virtual_stages"` // interleaved pipeline chunks per GPU (training)
+	// Recompute is the activation recomputation the training layout runs
+	// with: the one asked for, or with auto, selective where it fits and
+	// full where it does not.
+	Recompute         *Recompute      `json:"recompute"`
 	Fits              bool            `json:"fits"`
 	PrecisionNative   bool            `json:"precision_native"`
 	PrecisionFallback *Fallback       `json:"precision_fallback"`
@@ -127,6 +131,20 @@ type Candidate struct {
 
 	supported bool
 	score     float64 // lower is better among fitting layouts of one GPU
+}
+
+// Layout writes the candidate's parallelism for people: TP, PP and DP
+// joined by sep, then the context- and expert-parallel degrees where they
+// are above 1 ("4x2x8 cp2 ep8").
+func (c Candidate) Layout(sep string) string {
+	out := fmt.Sprintf("%d%s%d%s%d", c.TP, sep, c.PP, sep, c.DP)
+	if c.CP > 1 {
+		out += fmt.Sprintf(" cp%d", c.CP)
+	}
+	if c.EP > 1 {
+		out += fmt.Sprintf(" ep%d", c.EP)
+	}
+	return out
 }
 
 // Recommendation is the planner's pick and the scaling advice.
@@ -228,18 +246,20 @@ func (s shape) layouts(r Request, g catalog.GPU, n int) []layout {
 				if r.DP > 0 && dp != r.DP {
 					continue
 				}
-				if r.Mode == Inference && r.GPUCount == 0 && dp != 1 {
+				if r.Mode == Inference && r.GPUCount == 0 && r.DP == 0 && dp != max(1, r.EP/tp) {
 					continue
 				}
 				if r.Mode == Training && r.GlobalBatch < r.MicroBatch*dp {
 					continue
 				}
-				l := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp), cp: cp}
-				out = append(out, l)
-				if r.Mode == Training {
-					if v := s.virtualStages(r, l); v > 1 {
-						l.vs = v
-						out = append(out, l)
+				for _, ep := range s.expertDegrees(r, tp, dp) {
+					l := layout{tp: tp, pp: pp, dp: dp, ep: ep, cp: cp}
+					out = append(out, l)
+					if r.Mode == Training {
+						if v := s.virtualStages(r, l); v > 1 {
+							l.vs = v
+							out = append(out, l)
+						}
 					}
 				}
 			}
@@ -274,17 +294,36 @@ func (s shape) contextDegrees(r Request, rest int) []int {
 	return out
 }
 
-// expertParallel is the expert-parallel degree for dp data-parallel ranks:
-// the largest power of two dividing both dp and the expert count.
-func (s shape) expertParallel(dp int) int {
-	if !s.cfg.IsMoE() {
-		return 1
+// expertDegrees are the expert-parallel degrees to try for a layout of
+// tp and dp: the one asked for where it is valid, else 1 and every power
+// of two that divides the expert count and, in training, dp; in inference
+// tp times a power of two dividing dp (whole experts over one replica's
+// GPUs, or over several replicas').
+func (s shape) expertDegrees(r Request, tp, dp int) []int {
+	if !s.cfg.IsMoE() || s.cfg.NumExperts <= 0 {
+		return []int{1}
 	}
-	ep := 1
-	for ep*2 <= dp && dp%(ep*2) == 0 && s.cfg.NumExperts%(ep*2) == 0 {
-		ep *= 2
+	var out []int
+	add := func(ep int) {
+		if s.cfg.NumExperts%ep == 0 && (r.EP == 0 || ep == r.EP) {
+			out = append(out, ep)
+		}
 	}
-	return ep
+	if r.EP <= 1 {
+		out = append(out, 1)
+	}
+	for m := 1; m <= dp; m *= 2 {
+		if dp%m != 0 {
+			continue
+		}
+		if r.Mode == Training && m > 1 {
+			add(m)
+		}
+		if r.Mode == Inference && tp*m > 1 {
+			add(tp * m)
+		}
+	}
+	return out
 }
 
 // counts lists the GPU counts to try: the one asked for, or powers of two.
@@ -297,7 +336,7 @@ func counts(r Request) []int {
 		base = r.DP
 	}
 	var out []int
-	for n := max(base, max(r.TP, 1)*max(r.PP, 1)*max(r.DP, 1)*max(r.CP, 1)); n <= r.MaxGPUs; n *= 2 {
+	for n := max(base, max(r.TP, 1)*max(r.PP, 1)*max(r.DP, 1)*max(r.CP, 1), r.EP); n <= r.MaxGPUs; n *= 2 {
 		out = append(out, n)
 	}
 	return out
@@ -427,6 +466,13 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 
 func (s shape) evaluateTraining(r Request, h hw, l layout, c *Candidate) {
 	g := h.gpu
+	if r.Recompute == RecomputeAuto {
+		r.Recompute = RecomputeSelective
+		if s.trainingMemory(r, l, g.MemoryBytes).TotalBytes > g.MemoryBytes {
+			r.Recompute = RecomputeFull
+		}
+	}
+	c.Recompute = ptr(r.Recompute)
 	m := s.trainingMemory(r, l, g.MemoryBytes)
 	c.MemoryPerGPU = MemoryBreakdown{
 		WeightsBytes: m.WeightsBytes, ActivationsBytes: m.ActivationsBytes,

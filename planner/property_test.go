@@ -74,7 +74,9 @@ func TestMoreGPUsNeverNeedMoreMemoryPerGPU(t *testing.T) {
 			t.Skip("layout not valid for this model")
 		}
 		batch := rapid.IntRange(1, 64).Draw(t, "batch")
-		base := layout{tp: tp, pp: pp, dp: dp, ep: s.expertParallel(dp)}
+		widestEP := func(l layout) int { eps := s.expertDegrees(r, l.tp, l.dp); return eps[len(eps)-1] }
+		base := layout{tp: tp, pp: pp, dp: dp}
+		base.ep = widestEP(base)
 		which := rapid.SampledFrom([]string{"tp", "pp", "dp"}).Draw(t, "double")
 		more := base
 		switch which {
@@ -84,8 +86,8 @@ func TestMoreGPUsNeverNeedMoreMemoryPerGPU(t *testing.T) {
 			more.pp *= 2
 		case "dp":
 			more.dp *= 2
-			more.ep = s.expertParallel(more.dp)
 		}
+		more.ep = widestEP(more)
 		a, b := perGPU(s, r, base, batch), perGPU(s, r, more, batch)
 		if b > a {
 			t.Fatalf("%s x2 %+v -> %+v: memory per GPU grew from %d to %d", which, base, more, a, b)
@@ -211,7 +213,7 @@ func TestContextParallelismMakesLongSequencesFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := catalog.Default().Lookup("h100-sxm-80gb")
-	r := Request{Model: cfg, Mode: Training, GPUs: []catalog.GPU{g}, GPUCount: 64, Seq: 131072, GlobalBatch: 64, MicroBatch: 1, ZeRO: 1}
+	r := Request{Model: cfg, Mode: Training, GPUs: []catalog.GPU{g}, GPUCount: 64, Seq: 131072, GlobalBatch: 64, MicroBatch: 1, ZeRO: 1, Recompute: RecomputeSelective}
 	noCP := r
 	noCP.CP = 1
 	p, err := Run(noCP, nil)

@@ -19,8 +19,8 @@ import (
 // pubRow is one row of published.csv.
 type pubRow struct {
 	id, kind, model, engine, gpu, precision, kvPrecision, scenario, metric, unit, source, split string
-	count, tp, pp, cp, batch, input, output, maxModelLen                                        int
-	memFraction, value                                                                          float64
+	count, tp, pp, cp, ep, batch, input, output, maxModelLen                                    int
+	memFraction, value, trainTokens                                                             float64
 }
 
 func readPublished(t *testing.T) []pubRow {
@@ -37,7 +37,7 @@ func readPublished(t *testing.T) []pubRow {
 		rows = append(rows, pubRow{id: get("id"), kind: get("kind"), model: get("model"), engine: get("engine"), gpu: get("gpu"),
 			precision: get("precision"), kvPrecision: get("kv_precision"), scenario: get("scenario"), metric: get("metric"),
 			unit: get("unit"), source: get("source"), split: get("split"), count: atoi(r, "gpu_count"), tp: atoi(r, "tp"),
-			pp: atoi(r, "pp"), cp: atoi(r, "cp"), batch: atoi(r, "batch"), input: atoi(r, "input_tokens"), output: atoi(r, "output_tokens"),
+			pp: atoi(r, "pp"), cp: atoi(r, "cp"), ep: atoi(r, "ep"), trainTokens: atof(r, "train_tokens"), batch: atoi(r, "batch"), input: atoi(r, "input_tokens"), output: atoi(r, "output_tokens"),
 			maxModelLen: atoi(r, "max_model_len"), memFraction: atof(r, "memory_fraction"), value: atof(r, "value")})
 	}
 	return rows
@@ -48,12 +48,19 @@ func readPublished(t *testing.T) []pubRow {
 var pubModels = []struct{ prefix, model string }{
 	{"llama-2-70b", "llama-2-70b"}, {"mixtral-8x7b", "mixtral-8x7b-v0.1"}, {"llama-3.1-405b", "llama-3.1-405b"},
 	{"llama-3.1-8b", "llama-3.1-8b"}, {"llama-3-8b", "llama-3.1-8b"}, {"llama-3.1-70b", "llama-3.1-70b"},
-	{"llama-3.3-70b", "llama-3.1-70b"}, {"llama-3-70b", "llama-3.1-70b"},
+	{"llama-3.3-70b", "llama-3.1-70b"}, {"llama-3-70b", "llama-3.1-70b"}, {"qwen3-235b-a22b", "qwen3-235b-a22b"},
+	{"qwen3-32b", "qwen3-32b"}, {"kimi-k2", "kimi-k2-instruct"}, {"minimax-m2", "minimax-m2"}, {"gpt3-175b", "gpt3-175b"},
+	{"deepseek-v3", "deepseek-v3"},
 }
+
+// checkpointFormats are the weight formats of released checkpoints that
+// are not 16-bit (their config.json's quantization_config): a row that
+// names no precision runs the checkpoint as released.
+var checkpointFormats = map[string]Format{"deepseek-v3": FormatFP8, "kimi-k2-instruct": FormatFP8, "minimax-m2": FormatFP8}
 
 // pubGPUs maps a source's GPU name to a catalog id.
 var pubGPUs = []struct{ prefix, id string }{
-	{"H200", "h200-sxm-141gb"}, {"H100", "h100-sxm-80gb"}, {"B200", "b200-hgx"}, {"MI325X", "mi325x"}, {"MI300X", "mi300x"},
+	{"H200", "h200-sxm-141gb"}, {"H100", "h100-sxm-80gb"}, {"H800", "h800-sxm-80gb"}, {"B200", "b200-hgx"}, {"MI325X", "mi325x"}, {"MI300X", "mi300x"},
 	{"A100", "a100-sxm-80gb"},
 }
 
@@ -67,16 +74,19 @@ func pubFormat(s string, def Format) Format {
 }
 
 // mlperfTPOTLimitS is the Server scenario's TPOT constraint of the
-// benchmarks whose datasets the planner knows (MLPerf Inference rules:
-// 200 ms for llama2-70b and mixtral-8x7b).
-var mlperfTPOTLimitS = map[string]float64{"llama-2-70b": 0.2, "mixtral-8x7b-v0.1": 0.2}
+// benchmarks whose datasets the planner knows (mlcommons/inference
+// loadgen/mlperf.conf: 200 ms for llama2-70b and mixtral-8x7b, 175 ms for
+// llama3.1-405b, at the 99th percentile).
+var mlperfTPOTLimitS = map[string]float64{"llama-2-70b": 0.2, "mixtral-8x7b-v0.1": 0.2, "llama-3.1-405b": 0.175}
 
 // pubPredict predicts a row, or says why it cannot. The rules, the same
 // for every row of a kind:
 //   - the model and GPU map to a built-in model and a catalog id;
-//   - weights in the row's precision (bf16 when none), KV in the row's,
-//     else fp8 with fp8 or fp4 weights (as the MLPerf submissions), else
-//     bf16; the engine and its memory fraction as the row gives them;
+//   - weights in the row's precision, else the released checkpoint's
+//     (checkpointFormats), else bf16; KV in the row's, else fp8 with fp8
+//     or fp4 weights in MLPerf submissions and TensorRT-LLM, else bf16
+//     (vLLM's and SGLang's "auto"); the engine and its memory fraction as
+//     the row gives them;
 //   - the layout as the row gives it: TP, PP, and replicas over the rest;
 //   - MLPerf rows without lengths take the datasets the planner knows
 //     (llama2-70b's OpenOrca: 840 in, 290 out, also for Mixtral as GT010);
@@ -103,9 +113,17 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 	if !ok || row.count == 0 {
 		return 0, "", "GPU or GPU count not in the catalog or the row"
 	}
-	prec := pubFormat(row.precision, FormatBF16)
+	defFormat := FormatBF16
+	if f, ok := checkpointFormats[m]; ok {
+		defFormat = f
+	}
+	prec := pubFormat(row.precision, defFormat)
+	// KV cache: MLPerf submissions and TensorRT-LLM's FP8 and FP4
+	// checkpoints quantise it with the weights; vLLM's and SGLang's
+	// kv_cache_dtype "auto" keeps the model's 16-bit type.
 	kvDef := FormatBF16
-	if prec == FormatFP8 || prec == FormatFP4 {
+	mlperfRow := strings.HasPrefix(row.source, "mlcommons/")
+	if (prec == FormatFP8 || prec == FormatFP4) && (mlperfRow || strings.HasPrefix(strings.ToLower(row.engine), "tensorrt")) {
 		kvDef = FormatFP8
 	}
 	r := inference(t, m, g, row.count, prec, pubFormat(row.kvPrecision, kvDef))
@@ -145,11 +163,16 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 	case "throughput":
 		r.InputTokens, r.OutputTokens = row.input, row.output
 		if r.InputTokens == 0 || r.OutputTokens == 0 {
-			if m != "llama-2-70b" && m != "mixtral-8x7b-v0.1" {
+			switch in, out := mlperfInputTokens[m], mlperfOutputTokens[m]; {
+			case in > 0 && out > 0:
+				r.InputTokens, r.OutputTokens = in, out
+				notes = append(notes, fmt.Sprintf("%d input and %d output tokens (the benchmark's published means)", in, out))
+			case out > 0:
+				r.InputTokens, r.OutputTokens = 840, out
+				notes = append(notes, fmt.Sprintf("%d output tokens (the benchmark's documented mean), 840 input (llama2-70b's, as GT001: inputs are not published)", r.OutputTokens))
+			default:
 				return 0, "", "input and output lengths not in the row, and the benchmark's dataset lengths are not known to the planner"
 			}
-			r.InputTokens, r.OutputTokens = 840, mlperfOutputTokens[m]
-			notes = append(notes, fmt.Sprintf("%d output tokens (the benchmark's documented mean), 840 input (llama2-70b's, as GT001: inputs are not published)", r.OutputTokens))
 		}
 		r.BatchMax = true
 		if row.scenario == "server" {
@@ -191,7 +214,10 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 			return 0, "", "sequence length or global batch not in the row"
 		}
 		r.Mode, r.Precision, r.KVPrecision = Training, pubFormat(row.precision, FormatBF16), ""
-		r.Seq, r.GlobalBatch, r.MicroBatch, r.ZeRO, r.CP = row.maxModelLen, row.batch, 1, 1, cp
+		r.Seq, r.GlobalBatch, r.MicroBatch, r.ZeRO, r.CP, r.EP = row.maxModelLen, row.batch, 1, 1, cp, row.ep
+		if row.trainTokens > 0 {
+			r.Tokens = int64(row.trainTokens)
+		}
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 {
 			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err)
@@ -202,8 +228,16 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 				gb(float64(m.TotalBytes)), gb(float64(m.CapacityBytes)))
 		}
 		c := p.Candidates[0]
-		notes := fmt.Sprintf("TP%d PP%d CP%d DP%d as the source's table gives them, micro-batch 1, distributed optimizer, selective recompute", r.TP, r.PP, cp, r.DP)
+		notes := fmt.Sprintf("TP%d PP%d CP%d DP%d as the source's table gives them, micro-batch 1, distributed optimizer, %s recompute", r.TP, r.PP, cp, r.DP, *c.Recompute)
+		if r.EP > 1 {
+			notes += fmt.Sprintf(", EP%d", r.EP)
+		}
 		switch row.metric {
+		case "pretraining_gpu_hours":
+			if row.trainTokens == 0 {
+				return 0, "", "tokens trained not in the row"
+			}
+			return *c.TrainTimeS * float64(row.count) / 3600, notes + fmt.Sprintf("; %.3gT tokens at the final batch throughout", row.trainTokens/1e12), ""
 		case "tokens_per_s_per_gpu":
 			return *c.TrainingTokensPerS / float64(row.count), notes, ""
 		case "tflops_per_gpu":
@@ -214,10 +248,11 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 	return 0, "", "kind " + row.kind + " not predicted"
 }
 
-// seenWhileSetting are held-out rows that were read while the engine
-// memory model was set (they share a table with the dev rows it was set
-// on): they count as dev.
-var seenWhileSetting = map[string]bool{"PM018": true}
+// seenWhileSetting are held-out rows that count as dev: PM018 was read
+// while the engine memory model was set (it shares a table with the dev
+// rows it was set on); PM027 is the same DeepSeek-V3 run as the dev row
+// PM041, which the expert-parallel overlap was checked against.
+var seenWhileSetting = map[string]bool{"PM018": true, "PM027": true}
 
 // pubResult is one predicted or excluded row.
 type pubResult struct {
@@ -245,11 +280,13 @@ func publishedSection(t *testing.T) string {
 	b.WriteString("\n## Published measurements\n\n")
 	b.WriteString("Rows of planner/testdata/published.csv: measurements collected from sources no constant was set on\n")
 	b.WriteString("(MLPerf Inference v4.1 and v5.1 results, TensorRT-LLM's and AMD's performance pages, vLLM recipes and\n")
-	b.WriteString("issues, NVIDIA NeMo's performance summary, llm-d-benchmark's vLLM memory logs), each with its source and\n")
+	b.WriteString("issues, NVIDIA NeMo's performance summary, llm-d-benchmark's vLLM memory logs, the Llama 3 and DeepSeek-V3\n")
+	b.WriteString("papers' training runs), each with its source and\n")
 	b.WriteString("a verbatim quote. Every third row (by id, fixed before any prediction) is held out: nothing was\n")
 	b.WriteString("chosen or tuned while looking at it. The engine memory model (docs/PLANNER.md#engine-memory) was set\n")
 	b.WriteString("on llm-d-benchmark's logs, so PM018, PM019 and PM037 (from the same table) count as dev, though PM018's\n")
-	b.WriteString("id put it in the held-out split. One rule per kind predicts every row (planner/published_test.go).\n\n")
+	b.WriteString("id put it in the held-out split; PM027 counts as dev too, as the same DeepSeek-V3 run as the dev row PM041.\n")
+	b.WriteString("One rule per kind predicts every row (planner/published_test.go).\n\n")
 	b.WriteString("| split | kind | rows predicted | median absolute error | largest errors |\n|---|---|---|---|---|\n")
 	for _, split := range []string{"dev", "heldout"} {
 		for _, kind := range []string{"kv-capacity", "throughput", "latency", "training"} {

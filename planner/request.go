@@ -79,6 +79,11 @@ const (
 	RecomputeNone      Recompute = "none"
 	RecomputeSelective Recompute = "selective"
 	RecomputeFull      Recompute = "full"
+	// RecomputeAuto, the default, is selective recompute on each layout
+	// where it fits, else full: what practitioners turn on when memory is
+	// short (Llama 3 405B and DeepSeek-V3's published layouts need more
+	// than selective recompute on 80 GB cards).
+	RecomputeAuto Recompute = "auto"
 )
 
 // Bounds of a Request beyond which no engine or run goes: a million
@@ -131,8 +136,12 @@ type Request struct {
 
 	// Parallelism; 0 lets the planner choose. CP is the context-parallel
 	// degree of a training run (each sequence split over CP GPUs); the
-	// planner tries it for sequences of 8192 tokens or more.
-	TP, PP, DP, CP int
+	// planner tries it for sequences of 8192 tokens or more. EP is the
+	// expert-parallel degree of a mixture of experts: in training it
+	// divides DP (experts split over TP x EP GPUs); in inference it is a
+	// multiple of TP (whole experts over EP GPUs, tokens exchanged
+	// all-to-all when EP spans replicas).
+	TP, PP, DP, CP, EP int
 
 	// Engine is the serving engine an inference plan sizes memory for
 	// (default vLLM); MemoryHeadroom, when above 0, is the share of each
@@ -213,7 +222,7 @@ func (r Request) withDefaults() (Request, error) {
 		v    int
 		max  int
 	}{{"gpus", r.GPUCount, gpufleet.MaxFleetGPUs}, {"tp", r.TP, gpufleet.MaxFleetGPUs}, {"pp", r.PP, gpufleet.MaxFleetGPUs},
-		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"cp", r.CP, maxCP}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
+		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"cp", r.CP, maxCP}, {"ep", r.EP, gpufleet.MaxFleetGPUs}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
 		{"output-tokens", r.OutputTokens, maxTokens}, {"seq", r.Seq, maxTokens}, {"micro-batch", r.MicroBatch, maxBatch},
 		{"global-batch", r.GlobalBatch, maxBatch}} {
 		if err := gpufleet.ValidateCount(c.name, c.v, 0, c.max); err != nil {
@@ -253,10 +262,10 @@ func (r Request) withDefaults() (Request, error) {
 	}
 	switch r.Recompute {
 	case "":
-		r.Recompute = RecomputeSelective
-	case RecomputeNone, RecomputeSelective, RecomputeFull:
+		r.Recompute = RecomputeAuto
+	case RecomputeNone, RecomputeSelective, RecomputeFull, RecomputeAuto:
 	default:
-		return r, fmt.Errorf("%w: recompute %q: expected none, selective or full", gpufleet.ErrInvalid, r.Recompute)
+		return r, fmt.Errorf("%w: recompute %q: expected auto, none, selective or full", gpufleet.ErrInvalid, r.Recompute)
 	}
 	if !(r.LatencyTargetS >= 0) || !(r.TTFTTargetS >= 0) {
 		return r, fmt.Errorf("%w: latency targets: expected positive numbers", gpufleet.ErrInvalid)
@@ -270,8 +279,14 @@ func (r Request) withDefaults() (Request, error) {
 	if r.CP > 1 && r.Seq%(2*r.CP) != 0 {
 		return r, fmt.Errorf("%w: cp %d: the sequence length %d must split into 2 x cp chunks (load-balanced causal attention)", gpufleet.ErrInvalid, r.CP, r.Seq)
 	}
+	if r.EP > 1 && (!r.Model.IsMoE() || r.Model.NumExperts%r.EP != 0) {
+		return r, fmt.Errorf("%w: ep %d: expert parallelism needs a mixture of experts whose expert count (%d) it divides", gpufleet.ErrInvalid, r.EP, r.Model.NumExperts)
+	}
+	if r.EP > 1 && r.Mode == Inference && r.TP > 0 && r.EP%r.TP != 0 {
+		return r, fmt.Errorf("%w: ep %d: in inference a multiple of tp %d (whole experts over one or more replicas' GPUs)", gpufleet.ErrInvalid, r.EP, r.TP)
+	}
 	if r.GPUCount > 0 {
-		for name, v := range map[string]int{"tp": r.TP, "pp": r.PP, "dp": r.DP, "cp": r.CP} {
+		for name, v := range map[string]int{"tp": r.TP, "pp": r.PP, "dp": r.DP, "cp": r.CP, "ep": r.EP} {
 			if v > 0 && r.GPUCount%v != 0 {
 				return r, fmt.Errorf("%w: %s %d does not divide gpus %d", gpufleet.ErrInvalid, name, v, r.GPUCount)
 			}

@@ -21,14 +21,14 @@ import (
 
 // planFlags are the flags of `plan`, shared with `submit --model`.
 type planFlags struct {
-	model, mode, gpu, precision, kvPrecision, batch string
-	optimizer, recompute, tokens                    string
-	gpus, inputTokens, outputTokens, seq            int
-	microBatch, globalBatch, zero, tp, pp, dp, cp   int
-	latencyTargetMS                                 float64
-	fp32GradAccum                                   bool
-	engine, memoryHeadroom, scenario                string
-	tpotTargetMS, ttftTargetMS                      float64
+	model, mode, gpu, precision, kvPrecision, batch   string
+	optimizer, recompute, tokens                      string
+	gpus, inputTokens, outputTokens, seq              int
+	microBatch, globalBatch, zero, tp, pp, dp, cp, ep int
+	latencyTargetMS                                   float64
+	fp32GradAccum                                     bool
+	engine, memoryHeadroom, scenario                  string
+	tpotTargetMS, ttftTargetMS                        float64
 	// Facility check (plan only).
 	rackPower, rackCooling string
 	rackUnits              int
@@ -51,10 +51,11 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&p.optimizer, "optimizer", "adamw", "adamw, adamw-8bit or sgd")
 	fs.BoolVar(&p.fp32GradAccum, "fp32-grad-accum", false, "keep fp32 gradients (Megatron's default): 18 bytes per parameter with adamw")
 	fs.IntVar(&p.zero, "zero", 0, "ZeRO stage 0-3")
-	fs.StringVar(&p.recompute, "recompute", "selective", "activation recompute: none, selective or full")
+	fs.StringVar(&p.recompute, "recompute", "auto", "activation recompute: none, selective, full, or auto (selective where it fits, else full)")
 	fs.IntVar(&p.tp, "tp", 0, "tensor parallelism (default: chosen)")
 	fs.IntVar(&p.pp, "pp", 0, "pipeline parallelism (default: chosen)")
 	fs.IntVar(&p.dp, "dp", 0, "data parallelism, replicas (default: chosen)")
+	fs.IntVar(&p.ep, "ep", 0, "expert parallelism of a mixture of experts: training, experts split over tp x ep GPUs (ep divides dp); inference, whole experts over ep GPUs, a multiple of tp (default: chosen)")
 	fs.IntVar(&p.cp, "cp", 0, "context parallelism of a training run: each sequence split over this many GPUs (default: chosen for sequences of 8192 tokens or more)")
 	fs.Float64Var(&p.latencyTargetMS, "latency-target-ms", 0, "rank by the cheapest candidate whose time per output token meets this")
 	fs.StringVar(&p.scenario, "scenario", "", "offline (the largest batch that fits: throughput) or server (the largest batch meeting --tpot-target-ms and --ttft-target-ms)")
@@ -157,9 +158,9 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 	r.Seq, r.MicroBatch, r.GlobalBatch = p.seq, p.microBatch, p.globalBatch
 	r.Optimizer, r.Recompute, r.ZeRO = planner.Optimizer(p.optimizer), planner.Recompute(p.recompute), p.zero
 	r.FP32GradAccum = p.fp32GradAccum
-	r.TP, r.PP, r.DP, r.CP = p.tp, p.pp, p.dp, p.cp
+	r.TP, r.PP, r.DP, r.CP, r.EP = p.tp, p.pp, p.dp, p.cp, p.ep
 	for name, v := range map[string]int{"--gpus": p.gpus, "--input-tokens": p.inputTokens, "--output-tokens": p.outputTokens,
-		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp, "--cp": p.cp} {
+		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp, "--cp": p.cp, "--ep": p.ep} {
 		if v < 0 {
 			return r, usageErr("%s %d: expected a positive integer", name, v)
 		}
@@ -303,10 +304,7 @@ func printPlan(e *env, p *planner.Plan) error {
 		t = newTable(w, "GPU", "GPUS", "TPxPPxDP", "FITS", "MEM/GPU", "PRECISION", "DECODE", "PREFILL", "BATCH(MAX)", "TOKENS/S", "TTFT", "TPOT", "$/M TOKENS", "J/TOKEN")
 	}
 	for _, c := range p.Candidates {
-		layout := fmt.Sprintf("%dx%dx%d", c.TP, c.PP, c.DP)
-		if c.CP > 1 {
-			layout += fmt.Sprintf(" cp%d", c.CP)
-		}
+		layout := c.Layout("x")
 		mem := fmt.Sprintf("%s/%s", fmtBytes(float64(c.MemoryPerGPU.TotalBytes)), fmtBytes(float64(c.MemoryPerGPU.CapacityBytes)))
 		prec := "native"
 		if c.PrecisionFallback != nil {

@@ -60,7 +60,7 @@ func (f plannerForm) query() string {
 func defaultPlannerForm() plannerForm {
 	return plannerForm{Model: "llama-3.1-8b", Mode: "inference", Precision: "bf16", KVPrecision: "bf16", Engine: "vllm",
 		InputTokens: "1024", OutputTokens: "256", Seq: "4096", MicroBatch: "1", GlobalBatch: "1024",
-		Tokens: "1T", Optimizer: "adamw", ZeRO: "0", Recompute: "selective"}
+		Tokens: "1T", Optimizer: "adamw", ZeRO: "0", Recompute: "auto"}
 }
 
 // candRow is one candidate of a plan, formatted.
@@ -182,12 +182,9 @@ func (u *UI) plan(r *http.Request, v *viewer, pv *plannerView) error {
 	}
 	var bars []barInput
 	for i, c := range p.Candidates {
-		row := candRow{GPU: c.GPU, GPUs: c.GPUs, Layout: fmt.Sprintf("%d×%d×%d", c.TP, c.PP, c.DP), Fits: c.Fits,
+		row := candRow{GPU: c.GPU, GPUs: c.GPUs, Layout: c.Layout("×"), Fits: c.Fits,
 			Mem:       fmtBytes(c.MemoryPerGPU.TotalBytes) + " / " + fmtBytes(c.MemoryPerGPU.CapacityBytes),
 			Precision: "native", Bound: dash, Batch: dash}
-		if c.CP > 1 {
-			row.Layout += fmt.Sprintf(" cp%d", c.CP)
-		}
 		row.Recommended = p.Recommendation != nil && p.Recommendation.GPU == c.GPU
 		if c.PrecisionFallback != nil {
 			row.Precision = string(*c.PrecisionFallback)
@@ -336,7 +333,7 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 		return r, gpufleet.InField("tokens", err)
 	}
 	r.Optimizer = planner.Optimizer(orDefault(f.Optimizer, "adamw"))
-	r.Recompute = planner.Recompute(orDefault(f.Recompute, "selective"))
+	r.Recompute = planner.Recompute(orDefault(f.Recompute, "auto"))
 	if f.LatencyMS != "" {
 		ms, err := strconv.ParseFloat(f.LatencyMS, 64)
 		if err != nil || ms <= 0 {
