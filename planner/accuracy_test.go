@@ -117,6 +117,10 @@ func perGPUTokens(t *testing.T, _ Request, p *Plan) float64 {
 	return *c.OutputTokensPerS / float64(c.GPUs)
 }
 func ttftMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).TimeToFirstTokenS * 1e3 }
+
+// prefillMS is the prefill pass alone, without the engine's first-token
+// overhead: what a kernel-level measurement (FasterTransformer's) times.
+func prefillMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).BatchPrefillS * 1e3 }
 func tpotMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).TimePerOutputTokenS * 1e3 }
 func modelTFLOPsPerGPU(t *testing.T, r Request, p *Plan) float64 {
 	c := only(t, p)
@@ -212,12 +216,12 @@ func accuracyCases() map[string]accCase {
 				r.Batch, r.InputTokens, r.OutputTokens = 1, 128, 1
 				return r
 			}, metric: ttftMS},
-		"GT020": {class: "latency", assumptions: "kipply 13B config (testdata/models/SOURCES.md); prefill of 512 tokens at batch 1",
+		"GT020": {class: "latency", assumptions: "kipply 13B config (testdata/models/SOURCES.md); prefill of 512 tokens at batch 1, the pass alone (a kernel-level measurement)",
 			req: func(t *testing.T) Request {
 				r := inference(t, "kipply-13b", "a100-sxm-40gb", 1, FormatFP16, FormatFP16)
 				r.Batch, r.InputTokens, r.OutputTokens = 1, 512, 10
 				return r
-			}, metric: ttftMS},
+			}, metric: prefillMS},
 		"GT022": {class: "latency", assumptions: "as GT020, one decode step",
 			req: func(t *testing.T) Request {
 				r := inference(t, "kipply-13b", "a100-sxm-40gb", 1, FormatFP16, FormatFP16)
@@ -398,16 +402,39 @@ const accuracyDiscussion = `
   pass, 15 us per NCCL collective inside an NVLink domain, link efficiency 0.80 of line rate.
 - Where a goal is missed the table still stands; the rows with the largest errors name the
   mechanisms the planner does not model (see the notes in docs/PLANNER.md).
-- On the published measurements the goals (capacity within 10%, throughput and latency median
-  within 15%, none worse than 50%) hold for KV capacity, where the engine memory model was set, and
-  for the one held-out latency row; they do not hold for throughput or training. Why, as far as the
-  rows show: vLLM on MI300X runs at about half the throughput the planner's single efficiency
-  constant predicts from AMD's performance page (+106%, +126%), while AMD's MLPerf runs of the same
-  engine land within 22%; NVIDIA's llama2-70b MLPerf runs on H200 are under-predicted by about 40%
-  (input lengths are not published; 840 is assumed); and FP8 training is still faster in the plan
-  than NeMo measures (+35% held out): the planner runs the linear layers at FP8 peak times the
-  training efficiency, and casts, amax and other BF16 work are not modelled. Each is a mechanism to
-  model, not a constant to fit on these rows.
+- On the published measurements the goals (capacity within 10% and never over by more than 15%,
+  throughput and latency median within 15%, none worse than 50%) hold for the held-out latency row
+  and the median of KV capacity; they do not hold for throughput, for training, or for the worst KV
+  rows. Why, as far as the rows show:
+  - KV capacity of MoE checkpoints is over-promised: Qwen3-235B-A22B-FP8 on 4 H100 by 37% under vLLM
+    (PM014, run with an LMCache connector, whose buffers are not modelled) and 18% under SGLang
+    (PM015, held out); Kimi-K2-Thinking by 23% (PM016: its INT4 experts use 32-value groups and keep
+    attention in 16 bits, which the planner's INT4 of 128-value groups does not express). Dense
+    models and MiniMax-M2 land within 3%.
+  - vLLM on MI300X runs at about half the throughput the planner predicts from AMD's performance
+    page (+106%, +126%), while AMD's MLPerf runs of the same engine land within 28%. A vendor GEMM
+    factor from AMD's own max-achievable-FLOPs measurements (FP8 0.49 of peak against H100's
+    0.65-0.70 in Azure's benchmark: 0.73) was tried: it brought those two rows to +72% and +96% but
+    the MLPerf rows to -43% to -47% (and GT007/GT009 from +5%/0% to -23%/-26%), so it was not
+    adopted: the gap is not the GEMM efficiency. No engine-level efficiency figure that was not a
+    benchmark of these rows was found, so the engines differ in memory, not in speed.
+  - NVIDIA's llama2-70b MLPerf runs on H200 are under-predicted by about 40% (input lengths are not
+    published; 840 is assumed).
+  - FP8 training is still faster in the plan than NeMo measures (+35% held out): the planner runs
+    the linear layers at FP8 peak times the training efficiency, and casts, amax and other BF16 work
+    are not modelled. The large published runs (Llama 3 405B, DeepSeek-V3) fit only with full
+    recompute in the plan, which costs a third more compute than their own memory savings did, and
+    come out 14-24% slow.
+  Each is a mechanism to model, not a constant to fit on these rows.
+- Mixture of experts (this round): expert parallelism, grouped-GEMM efficiency (DeepGEMM) and load
+  imbalance (TensorRT-LLM's EPLB measurement) moved the Mixtral rows from -2%..-11% to -5%..-11% and
+  the held-out PM003 from -4.0% to -7.3% (seen before, by constants set on other sources). DeepSeek-V3's
+  pre-training came out +84% GPU-hours until the expert all-to-all was hidden behind another
+  micro-batch's computation as DualPipe does (+20%); that was checked against PM041, the same run, so
+  PM027 counts as dev. Rows that were excluded for want of a model config (Qwen3, Kimi K2, MiniMax-M2,
+  GPT-3, DeepSeek-V3) are predicted now, and the KV cache of rows that name no KV precision follows
+  the engine's default (fp8 only in MLPerf and TensorRT-LLM FP8 checkpoints; vLLM's and SGLang's
+  "auto" keeps 16 bits): PM015 went from +135% to +18% with that rule, after its error was seen.
 - FP8 training first ran attention in FP8 too (+65% held out, PM024; dev +23%, +17%). Transformer
   Engine keeps attention in BF16; modelled so, they are +35%, +11%, +10%. PM024's prediction thus
   changed after its error was seen, by a mechanism (no constant), and is reported with both figures.

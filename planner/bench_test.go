@@ -19,6 +19,7 @@ func BenchmarkPlanWholeCatalog(b *testing.B) {
 		"training-1024-gpus":          {Mode: Training, GPUCount: 1024, ZeRO: 1},
 		"training-smallest-count":     {Mode: Training, ZeRO: 3},
 		"moe-inference-64-gpus":       {Mode: Inference, GPUCount: 64},
+		"moe-inference-640-gpus":      {Mode: Inference, GPUCount: 640},
 		"moe-training-1024-gpus":      {Mode: Training, GPUCount: 1024, ZeRO: 1},
 		"moe-training-smallest-count": {Mode: Training, ZeRO: 3},
 	}

@@ -33,6 +33,15 @@ const (
 	// measured for LLaMA-7B, batch 1, 128 tokens).
 	layerLaunchOverheadS = 50e-6
 
+	// firstTokenOverheadS is what a request's first token costs beyond its
+	// prefill: the engine's host work of one step that nothing overlaps
+	// (scheduling, preparing the step's inputs, copying the sampled token
+	// back and returning it). vLLM measured 5-13 ms of GPU idle per step
+	// from that work before multi-step and async scheduling hid it for
+	// decode (vllm-project/vllm#6854); it still sits between a request's
+	// arrival and its first token. 5 ms, the low end.
+	firstTokenOverheadS = 5e-3
+
 	// collectiveLatencyS is the latency of one small NCCL collective inside
 	// an NVLink domain. llm-analysis uses 8 us as the minimum message
 	// latency; planning.md section 3.2 puts a decode all-reduce at 10-20 us.

@@ -131,6 +131,7 @@ type Candidate struct {
 
 	supported bool
 	score     float64 // lower is better among fitting layouts of one GPU
+	layout    layout  // the layout evaluated, for finish
 }
 
 // Layout writes the candidate's parallelism for people: TP, PP and DP
@@ -366,7 +367,7 @@ func (s shape) best(r Request, g catalog.GPU) Candidate {
 			}
 		}
 		if bestC != nil {
-			return *bestC
+			return s.finish(r, g, *bestC)
 		}
 	}
 	if fallback == nil {
@@ -374,7 +375,7 @@ func (s shape) best(r Request, g catalog.GPU) Candidate {
 		c.MemoryPerGPU.CapacityBytes = g.MemoryBytes
 		return c
 	}
-	return *fallback
+	return s.finish(r, g, *fallback)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -382,11 +383,7 @@ func ptr[T any](v T) *T { return &v }
 // evaluate estimates one layout of one GPU model.
 func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 	c := Candidate{GPU: g.ID, GPUs: l.gpus(), TP: l.tp, PP: l.pp, DP: l.dp, EP: l.ep, CP: l.c(), PricePerHourUSD: g.PricePerHourUSD}
-	eff := computeEfficiency
-	if r.Mode == Training {
-		eff = trainEfficiency
-	}
-	h := newHW(g, r.Precision, eff)
+	h := hwFor(r, g)
 	c.PrecisionNative = h.sup.native
 	c.ComputePrecision = string(h.sup.computeP)
 	c.supported = h.sup.fallback != FallbackUnsupported
@@ -401,6 +398,26 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 		s.evaluateTraining(r, h, l, &c)
 	} else {
 		s.evaluateInference(r, h, l, &c)
+	}
+	c.layout = l
+	return c
+}
+
+// hwFor is g with the mode's efficiency.
+func hwFor(r Request, g catalog.GPU) hw {
+	if r.Mode == Training {
+		return newHW(g, r.Precision, trainEfficiency)
+	}
+	return newHW(g, r.Precision, computeEfficiency)
+}
+
+// finish adds what only the chosen layout of a GPU model needs: the
+// longest context its batch holds, the notes and the facility check.
+func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
+	l := c.layout
+	h := hwFor(r, g)
+	if r.Mode == Inference && c.Batch != nil {
+		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r.Engine, r.MemoryHeadroom, g, l.tp)))
 	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
 	c.Facility = facility(r, g, &c)
@@ -429,7 +446,6 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes, Reserve: m.Reserve,
 	}
 	c.Fits = m.fits()
-	c.MaxContextTokens = ptr(s.maxContext(r, batch, l, e))
 	if !c.supported || h.peak == 0 {
 		c.score = math.Inf(1)
 		return
@@ -440,7 +456,8 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	// Time to first token is one request's prompt on the replica; a burst
 	// of a whole batch waits for all the prompts (BatchPrefillS).
 	single, _, _ := s.inferenceTimes(h, r, l, 1)
-	c.TimeToFirstTokenS = ptr(round(single.timeS, 5))
+	ttft := single.timeS + firstTokenOverheadS
+	c.TimeToFirstTokenS = ptr(round(ttft, 5))
 	c.BatchPrefillS = ptr(round(prefill.timeS, 4))
 	c.TimePerOutputTokenS = ptr(round(decode.timeS, 5))
 	c.Bound, c.PrefillBound = ptr(decode.bound), ptr(single.bound)
@@ -452,7 +469,7 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	if g.TDPWatts != nil {
 		c.JoulesPerToken = ptr(round(*g.TDPWatts*averagePowerFraction*float64(l.gpus())/tps, 4))
 	}
-	meets := (r.LatencyTargetS == 0 || decode.timeS <= r.LatencyTargetS) && (r.TTFTTargetS == 0 || single.timeS <= r.TTFTTargetS)
+	meets := (r.LatencyTargetS == 0 || decode.timeS <= r.LatencyTargetS) && (r.TTFTTargetS == 0 || ttft <= r.TTFTTargetS)
 	if r.LatencyTargetS > 0 || r.TTFTTargetS > 0 {
 		c.MeetsLatencyTarget = ptr(meets)
 	}

@@ -177,8 +177,11 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		r.BatchMax = true
 		if row.scenario == "server" {
 			lim, known := mlperfTPOTLimitS[m]
-			if !known {
+			switch {
+			case !known && mlperfRow:
 				return 0, "", "the Server scenario's latency limit for this benchmark is not known to the planner"
+			case !known:
+				return 0, "", "a serving benchmark at a request rate: the planner does not model queueing"
 			}
 			r.BatchMax, r.LatencyTargetS = false, lim
 			notes = append(notes, fmt.Sprintf("batch limited by TPOT <= %.0f ms", lim*1e3))
