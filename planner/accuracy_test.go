@@ -121,7 +121,7 @@ func ttftMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).TimeT
 // prefillMS is the prefill pass alone, without the engine's first-token
 // overhead: what a kernel-level measurement (FasterTransformer's) times.
 func prefillMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).BatchPrefillS * 1e3 }
-func tpotMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).TimePerOutputTokenS * 1e3 }
+func tpotMS(t *testing.T, _ Request, p *Plan) float64    { return *only(t, p).TimePerOutputTokenS * 1e3 }
 func modelTFLOPsPerGPU(t *testing.T, r Request, p *Plan) float64 {
 	c := only(t, p)
 	h := newHW(r.GPUs[0], r.Precision, trainEfficiency)
