@@ -279,8 +279,11 @@ func (r Request) withDefaults() (Request, error) {
 	if r.CP > 1 && r.Seq%(2*r.CP) != 0 {
 		return r, fmt.Errorf("%w: cp %d: the sequence length %d must split into 2 x cp chunks (load-balanced causal attention)", gpufleet.ErrInvalid, r.CP, r.Seq)
 	}
-	if r.EP > 1 && (!r.Model.IsMoE() || r.Model.NumExperts%r.EP != 0) {
-		return r, fmt.Errorf("%w: ep %d: expert parallelism needs a mixture of experts whose expert count (%d) it divides", gpufleet.ErrInvalid, r.EP, r.Model.NumExperts)
+	if r.EP > 1 && !r.Model.IsMoE() {
+		return r, fmt.Errorf("%w: ep %d: expert parallelism needs a mixture of experts; %s is dense", gpufleet.ErrInvalid, r.EP, r.Model.Name)
+	}
+	if r.EP > 1 && r.Model.NumExperts%r.EP != 0 {
+		return r, fmt.Errorf("%w: ep %d: does not divide the %d experts", gpufleet.ErrInvalid, r.EP, r.Model.NumExperts)
 	}
 	if r.EP > 1 && r.Mode == Inference && r.TP > 0 && r.EP%r.TP != 0 {
 		return r, fmt.Errorf("%w: ep %d: in inference a multiple of tp %d (whole experts over one or more replicas' GPUs)", gpufleet.ErrInvalid, r.EP, r.TP)
