@@ -93,6 +93,12 @@ type Resources struct {
 	Sharing      Sharing           `json:"sharing,omitzero"`
 	Prefer       Preference        `json:"prefer,omitempty"`
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Stack names a stack (gpufleet stacks) whose versions the node must
+	// run; Requires constrains single components' versions, such as
+	// {"cuda": ">=12.4", "driver": ">=550", "torch": "2.5"}
+	// (docs/STACKS.md). A node must meet both.
+	Stack    string            `json:"stack,omitempty"`
+	Requires map[string]string `json:"requires,omitempty"`
 	// JoulesPerUnit is, per GPU model (catalog id), the GPU energy one
 	// unit of the job's work takes there, for prefer efficient: measured
 	// by the job's earlier runs or the planner's figure, filled in at

@@ -373,6 +373,17 @@ func (r Resources) Validate() error {
 			return err
 		}
 	}
+	if r.Stack != "" {
+		if err := ValidateName("resources.stack", r.Stack); err != nil {
+			return err
+		}
+	}
+	if len(r.Requires) > len(StackComponents) {
+		return fmt.Errorf("%w: resources.requires: %d components, at most %d", ErrInvalid, len(r.Requires), len(StackComponents))
+	}
+	if _, err := ParseStackRequirements("resources.requires", r.Requires); err != nil {
+		return err
+	}
 	if math.IsNaN(r.CPUs) || r.CPUs < 0 || r.CPUs > MaxCPUs {
 		return fmt.Errorf("%w: resources.cpus %g: expected a CPU count from 0 (no limit) to %d", ErrInvalid, r.CPUs, MaxCPUs)
 	}

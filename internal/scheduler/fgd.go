@@ -230,7 +230,7 @@ func (s *sched) searchShareFGD(sh *shape, m int32, long bool, best *cand) {
 	d := sh.units
 	for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 		n := &f.nodes[ni]
-		if !selectorOK(n, sh.selector) {
+		if !sh.selects(n) {
 			continue
 		}
 		for gi := range n.gpus {
@@ -257,7 +257,7 @@ func (s *sched) searchShareFGD(sh *shape, m int32, long bool, best *cand) {
 		bk := f.buckets[m][k]
 		for ni := bk.next(0); ni >= 0; ni = bk.next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !sh.selects(n) {
 				continue
 			}
 			gi := int32(-1)

@@ -25,8 +25,12 @@ type shape struct {
 	profile  int32 // MIG profile, -1 when unknown
 	nvlink   bool  // all GPUs in one NVLink domain required
 	selector [][2]string
-	models   []int32 // eligible models: preference order when prefer, else by id
-	prefer   bool    // take the first model that fits
+	// stackNodes, when the job requires a stack or versions, is the set of
+	// nodes (by name) that meet them; stackWhy says, when none does, why.
+	stackNodes map[string]bool
+	stackWhy   string
+	models     []int32 // eligible models: preference order when prefer, else by id
+	prefer     bool    // take the first model that fits
 	// slower, for shapes that prefer the fastest model, is per model id how
 	// many times slower than the shape's fastest model a job would run on
 	// it, conservatively (see slowerWait); nil otherwise.
@@ -93,7 +97,25 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 			b = append(b, x...)
 		}
 	}
+	if r.Stack != "" || len(r.Requires) > 0 {
+		b = append(b, "|stack"...)
+		for _, x := range append([]string{r.Stack}, flatten(r.Requires)...) {
+			b = append(b, '|')
+			b = strconv.AppendInt(b, int64(len(x)), 10)
+			b = append(b, ':')
+			b = append(b, x...)
+		}
+	}
 	return b
+}
+
+// flatten lists a map's keys and values, by key.
+func flatten(m map[string]string) []string {
+	var out []string
+	for _, k := range sortedKeys(m) {
+		out = append(out, k, m[k])
+	}
+	return out
 }
 
 // shapeOf returns the interned shape of a job's resources.
@@ -120,6 +142,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	for _, k := range sortedKeys(r.NodeSelector) {
 		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
 	}
+	s.stackNeeds(sh, r)
 	// The same validation as at every edge, once per shape: a request that
 	// fails it (a stored row no edge saw) is failed, never narrowed.
 	rr := *r
@@ -307,14 +330,66 @@ func (s *sched) joulesPerUnit(models []int32, perUnit map[string]float64) []floa
 	return out
 }
 
-// selectorOK reports whether a node carries every label a shape selects.
-func selectorOK(n *nodeSlot, sel [][2]string) bool {
-	for _, kv := range sel {
+// selects reports whether a node carries every label the shape selects
+// and runs the stack it requires.
+func (sh *shape) selects(n *nodeSlot) bool {
+	for _, kv := range sh.selector {
 		if v, ok := n.labels[kv[0]]; !ok || v != kv[1] {
 			return false
 		}
 	}
-	return true
+	return sh.stackNodes == nil || sh.stackNodes[n.name]
+}
+
+// stackNeeds works out which nodes meet a request's stack and version
+// requirements (nothing to do without any): the named stack's versions
+// pinned, then each constraint. An unknown stack or an unreadable
+// constraint (a row no edge saw) matches no node, with why.
+func (s *sched) stackNeeds(sh *shape, r *gpufleet.Resources) {
+	if r.Stack == "" && len(r.Requires) == 0 {
+		return
+	}
+	sh.stackNodes = map[string]bool{}
+	need, err := gpufleet.ParseStackRequirements("resources.requires", r.Requires)
+	if err != nil {
+		sh.stackWhy = err.Error()
+		return
+	}
+	if r.Stack != "" {
+		versions, ok := s.in.Stacks[r.Stack]
+		if !ok {
+			sh.stackWhy = fmt.Sprintf("no stack named %s", gpufleet.Quote(r.Stack))
+			return
+		}
+		pin, err := gpufleet.PinStack(versions)
+		if err != nil {
+			sh.stackWhy = fmt.Sprintf("stack %s: %v", r.Stack, err)
+			return
+		}
+		if need == nil {
+			need = gpufleet.StackRequirements{}
+		}
+		for c, con := range pin {
+			if _, own := need[c]; !own {
+				need[c] = con
+			}
+		}
+	}
+	first := ""
+	for ni := range s.f.nodes {
+		n := &s.f.nodes[ni]
+		why := need.Unmet(n.stack)
+		if why == "" {
+			sh.stackNodes[n.name] = true
+		} else if first == "" {
+			first = fmt.Sprintf("node %s: %s", n.name, why)
+		}
+	}
+	what := "the versions it requires"
+	if r.Stack != "" {
+		what = "stack " + r.Stack
+	}
+	sh.stackWhy = fmt.Sprintf("no node runs %s (%s)", what, first)
 }
 
 // charge is what one placement of the shape on model m counts against a

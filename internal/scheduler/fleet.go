@@ -110,6 +110,7 @@ type nodeSlot struct {
 	ready       bool
 	rack, block int32 // -1 when unknown
 	labels      map[string]string
+	stack       gpufleet.StackVersions
 	gpus        []gpuSlot
 	mfree       []modelFree // one entry per model on the node, by model
 	migFree     []int32     // free MIG instances per profile; nil without MIG
@@ -236,7 +237,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 	var doms []domain
 	var perModel []modelFree // free counts the model's GPUs here
 	for _, n := range nodes {
-		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
+		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels, stack: n.Stack,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
 		gs := n.GPUs
 		if !slices.IsSortedFunc(gs, byIndex) {

@@ -149,7 +149,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 		}
 		for ni := next(0); ni >= 0; ni = next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, sh.gpus*unit) {
+			if !sh.selects(n) || !s.powerOK(ni, m, sh.gpus*unit) {
 				continue
 			}
 			gpus, domLeft, ok := s.pickOnNode(n, m, sh.gpus, sh.nvlink, false)
@@ -183,7 +183,7 @@ func (s *sched) searchNode(sh *shape, m int32, best *cand) {
 func (s *sched) searchReservedNodes(sh *shape, m int32, best *cand) {
 	for _, ni := range s.resv.nodes {
 		n := &s.f.nodes[ni]
-		if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, sh.gpus*unit) {
+		if !sh.selects(n) || !s.powerOK(ni, m, sh.gpus*unit) {
 			continue
 		}
 		gpus, domLeft, ok := s.pickOnNode(n, m, sh.gpus, sh.nvlink, true)
@@ -339,7 +339,7 @@ func (s *sched) spreadCands(sh *shape, m, min int32) []nodeCand {
 		}
 		for ni := next(0); ni >= 0; ni = next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) || !s.powerOK(ni, m, max(min, 1)*unit) {
+			if !sh.selects(n) || !s.powerOK(ni, m, max(min, 1)*unit) {
 				continue
 			}
 			if sh.nvlink && sh.perNode > 1 {
@@ -523,7 +523,7 @@ func (s *sched) searchMIG(sh *shape, models []int32, best *cand) {
 	b := f.migNodes[sh.profile]
 	for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 		n := &f.nodes[ni]
-		if n.migFree[sh.profile] < sh.gpus || !selectorOK(n, sh.selector) {
+		if n.migFree[sh.profile] < sh.gpus || !sh.selects(n) {
 			continue
 		}
 		var free int32
@@ -576,7 +576,7 @@ func (s *sched) searchMIGBuckets(sh *shape, allowed []bool, best *cand) {
 		b := buckets[c]
 		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 			n := &f.nodes[ni]
-			if mixed.has(ni) || !selectorOK(n, sh.selector) || !allowed[migModel(n, p)] {
+			if mixed.has(ni) || !sh.selects(n) || !allowed[migModel(n, p)] {
 				continue
 			}
 			bestNi, bestFree = ni, c
@@ -585,7 +585,7 @@ func (s *sched) searchMIGBuckets(sh *shape, allowed []bool, best *cand) {
 	}
 	for ni := mixed.next(0); ni >= 0; ni = mixed.next(ni + 1) {
 		n := &f.nodes[ni]
-		if n.migFree == nil || n.migFree[p] < sh.gpus || !selectorOK(n, sh.selector) {
+		if n.migFree == nil || n.migFree[p] < sh.gpus || !sh.selects(n) {
 			continue
 		}
 		var free int32
@@ -660,7 +660,7 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, long bool, best *cand) {
 	b := f.tsNodes[m]
 	for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
 		n := &f.nodes[ni]
-		if !selectorOK(n, sh.selector) {
+		if !sh.selects(n) {
 			continue
 		}
 		var partial, whole int32
@@ -697,7 +697,7 @@ func (s *sched) searchTimeSlice(sh *shape, m int32, long bool, best *cand) {
 		bk := f.buckets[m][k]
 		for ni := bk.next(0); ni >= 0; ni = bk.next(ni + 1) {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !sh.selects(n) {
 				continue
 			}
 			sc := [4]int64{int64(sh.gpus), int64(k), int64(ni)}

@@ -276,7 +276,7 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 // for j on model m.
 func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victimSet {
 	n := &s.f.nodes[ni]
-	if s.f.mfIndex(n, m) < 0 || !selectorOK(n, j.shape.selector) {
+	if s.f.mfIndex(n, m) < 0 || !j.shape.selects(n) {
 		return victimSet{}
 	}
 	cands := s.victimBuf[:0]

@@ -38,6 +38,10 @@ const (
 	ReasonPreempting = "preempting"
 	// ReasonCycleLimit: Config.MaxPlacementsPerCycle was reached.
 	ReasonCycleLimit = "cycle_limit"
+	// ReasonStackMismatch: no node with a matching GPU runs the stack or
+	// the versions the job requires (resources.stack, resources.requires).
+	// EstimatedStart is nil until one does (a rollout, a node joining).
+	ReasonStackMismatch = "stack_mismatch"
 )
 
 // WaitCodes lists every Pending.ReasonCode; StopCodes every Stop.Code;
@@ -46,7 +50,7 @@ const (
 // of them (TestScenariosCoverEveryCode, the simulator's TestReplayCodes).
 func WaitCodes() []string {
 	return []string{ReasonUnplaceable, ReasonQuotaExceeded, ReasonQuota, ReasonCapacity, ReasonTopology,
-		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower}
+		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch}
 }
 
 // StopCodes lists every Stop.Code (see WaitCodes).
@@ -59,8 +63,11 @@ func FailCodes() []string { return []string{FailInvalid} }
 
 // NeverStarts reports whether a pending job with this reason code can
 // never start as submitted (EstimatedStart is nil for them): nothing in
-// the fleet matches it, or its team's quota never allows it.
-func NeverStarts(code string) bool { return code == ReasonUnplaceable || code == ReasonQuotaExceeded }
+// the fleet matches it, no node runs its stack, or its team's quota never
+// allows it.
+func NeverStarts(code string) bool {
+	return code == ReasonUnplaceable || code == ReasonQuotaExceeded || code == ReasonStackMismatch
+}
 
 // why is a decision's reason: a code and, when explaining, words.
 type why struct {
@@ -134,8 +141,17 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		}
 		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
 	}
-	if len(sh.selector) > 0 && !s.anySelected(sh) {
-		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no node with a matching GPU carries node_selector %s", selectorText(sh.selector))}
+	if len(sh.selector) > 0 || sh.stackNodes != nil {
+		stack := sh.stackNodes
+		sh.stackNodes = nil // the labels alone first
+		labelled := len(sh.selector) == 0 || s.anySelected(sh)
+		sh.stackNodes = stack
+		switch {
+		case !labelled:
+			return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no node with a matching GPU carries node_selector %s", selectorText(sh.selector))}
+		case !s.anySelected(sh):
+			return &why{code: ReasonStackMismatch, text: sh.stackWhy}
+		}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
@@ -191,7 +207,7 @@ func (s *sched) anySelected(sh *shape) bool {
 	allowed := s.modelSet(sh.models)
 	for ni := range s.f.nodes {
 		n := &s.f.nodes[ni]
-		if !selectorOK(n, sh.selector) {
+		if !sh.selects(n) {
 			continue
 		}
 		for gi := range n.gpus {
@@ -228,7 +244,7 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 		most := int32(0)
 		for ni := range f.nodes {
 			n := &f.nodes[ni]
-			if !n.ready || !selectorOK(n, sh.selector) {
+			if !n.ready || !sh.selects(n) {
 				continue
 			}
 			var c int32
@@ -250,7 +266,7 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 		most := 0
 		for ni := range f.nodes {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !sh.selects(n) {
 				continue
 			}
 			c := 0
@@ -268,7 +284,7 @@ func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
 		var total int64
 		for ni := range f.nodes {
 			n := &f.nodes[ni]
-			if !selectorOK(n, sh.selector) {
+			if !sh.selects(n) {
 				continue
 			}
 			for _, mf := range n.mfree {
@@ -328,7 +344,7 @@ func (s *sched) notReadyMatching(sh *shape, allowed []bool) int {
 	c := 0
 	for ni := range s.f.nodes {
 		n := &s.f.nodes[ni]
-		if !selectorOK(n, sh.selector) {
+		if !sh.selects(n) {
 			continue
 		}
 		for gi := range n.gpus {

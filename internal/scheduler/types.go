@@ -50,7 +50,10 @@ type Node struct {
 	Rack   string            `json:"rack,omitempty"`  // multi-node jobs prefer one rack
 	Block  string            `json:"block,omitempty"` // then one network block
 	Labels map[string]string `json:"labels,omitempty"`
-	GPUs   []GPU             `json:"gpus"`
+	// Stack is the node's software and firmware versions, which jobs'
+	// resources.stack and resources.requires are matched against.
+	Stack gpufleet.StackVersions `json:"stack,omitempty"`
+	GPUs  []GPU                  `json:"gpus"`
 	// Reason says why the node is not ready, as GPU.Reason does.
 	Reason string `json:"reason,omitempty"`
 	// LastSeen is when the node's agent last reported. Zero means the
@@ -155,7 +158,10 @@ type Input struct {
 	Models map[string]catalog.GPU
 	// Classes maps admin-defined GPU class names to catalog ids.
 	Classes map[string][]string
-	Config  Config
+	// Stacks are the named stacks jobs may require (resources.stack): the
+	// versions a node must run, component by component.
+	Stacks map[string]gpufleet.StackVersions `json:"stacks,omitempty"`
+	Config Config
 	// Racks are the power domains with a budget; nodes name theirs in
 	// Node.Rack. Placements keep every rack's projected draw under its
 	// budget (reason code rack_power). GPUDraw is what a placed GPU adds.

@@ -21,6 +21,9 @@ import (
 type ClusterSpec struct {
 	NodeGroups []NodeGroup `json:"node_groups"`
 	Teams      []TeamSpec  `json:"teams,omitempty"`
+	// Stacks are named stacks jobs may require (trace column stack):
+	// component to version.
+	Stacks map[string]map[string]string `json:"stacks,omitempty"`
 }
 
 // NodeGroup is Count identical nodes.
@@ -37,6 +40,10 @@ type NodeGroup struct {
 	// Opaque marks an undisclosed GPU model that matches only by name.
 	Opaque bool              `json:"opaque,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Stack is the nodes' software versions, component to version
+	// ("driver": "550.54.15", "cuda": "12.4"), that jobs' stack and
+	// requires are matched against.
+	Stack map[string]string `json:"stack,omitempty"`
 	// Names, when set, names the nodes (len(Names) == Count).
 	Names []string `json:"names,omitempty"`
 }
@@ -57,6 +64,7 @@ type Cluster struct {
 	Teams   []scheduler.Team // sorted by name
 	Models  map[string]catalog.GPU
 	Classes map[string][]string
+	Stacks  map[string]gpufleet.StackVersions
 }
 
 // GPUs is the number of physical GPUs in the cluster.
@@ -150,6 +158,13 @@ func BuildCluster(spec ClusterSpec, cat *catalog.Catalog) (*Cluster, error) {
 			if len(g.Labels) > 0 {
 				nd.Labels = maps.Clone(g.Labels)
 			}
+			if len(g.Stack) > 0 {
+				st, err := stackVersions(where+".stack", g.Stack)
+				if err != nil {
+					return nil, err
+				}
+				nd.Stack = st
+			}
 			if g.NodesPerRack > 0 {
 				nd.Rack = fmt.Sprintf("%s-rack%02d", g.Name, i/g.NodesPerRack)
 			}
@@ -166,6 +181,19 @@ func BuildCluster(spec ClusterSpec, cat *catalog.Catalog) (*Cluster, error) {
 			}
 			c.Nodes = append(c.Nodes, nd)
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(spec.Stacks)) {
+		if err := gpufleet.ValidateName("stacks", name); err != nil {
+			return nil, err
+		}
+		v, err := stackVersions("stacks."+name, spec.Stacks[name])
+		if err != nil {
+			return nil, err
+		}
+		if c.Stacks == nil {
+			c.Stacks = map[string]gpufleet.StackVersions{}
+		}
+		c.Stacks[name] = v
 	}
 	seen := map[string]bool{}
 	for ti, t := range spec.Teams {
@@ -241,4 +269,20 @@ func ParseOpenbNodes(r io.Reader, opt ReadOptions) (spec ClusterSpec, cpuOnly in
 		return nil
 	})
 	return spec, cpuOnly, err
+}
+
+// stackVersions reads a spec's component-to-version map, checking each.
+func stackVersions(field string, in map[string]string) (gpufleet.StackVersions, error) {
+	out := gpufleet.StackVersions{}
+	for _, k := range slices.Sorted(maps.Keys(in)) {
+		c, err := gpufleet.ParseStackComponent(k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		if _, err := gpufleet.ParseSoftwareVersion(in[k]); err != nil {
+			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
+		}
+		out[c] = in[k]
+	}
+	return out, nil
 }

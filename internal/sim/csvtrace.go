@@ -86,6 +86,14 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 				return gpufleet.InField("sharing", err)
 			}
 		}
+		j.Stack = rw.get("stack")
+		if s := rw.get("requires"); s != "" {
+			j.Requires = map[string]string{}
+			for _, kv := range strings.Split(s, ";") {
+				k, v, _ := strings.Cut(kv, ":")
+				j.Requires[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
 		if s := rw.get("interconnect"); s != "" {
 			if err := j.Interconnect.UnmarshalText([]byte(s)); err != nil {
 				return gpufleet.InField("interconnect", err)

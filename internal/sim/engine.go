@@ -256,6 +256,7 @@ type engine struct {
 	teamIdx map[string]int
 	rate    []float64 // GPUs each team holds now
 	models  map[string]catalog.GPU
+	stacks  map[string]gpufleet.StackVersions
 
 	jobs    []*jobState
 	byID    map[string]*jobState
@@ -359,6 +360,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		endCodes:  map[string]int{},
 		waitCodes: map[string]int{},
 		models:    maps.Clone(cl.Models),
+		stacks:    cl.Stacks,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
 		drawRNG:   rand.New(rand.NewPCG(cfg.Seed, 0x51ed270b27a39c7d)),
 
@@ -1019,6 +1021,7 @@ func (e *engine) input() scheduler.Input {
 		Teams:  e.teams,
 		Jobs:   e.buf,
 		Models: e.models,
+		Stacks: e.stacks,
 		Config: e.cfg.Policy,
 
 		FleetVersion: e.fleetVersion,

@@ -36,6 +36,10 @@ type Job struct {
 	// GPUModels is the allowlist of catalog ids (or opaque trace model
 	// names); empty means any model.
 	GPUModels []string
+	// Stack and Requires are the software the job needs: a named stack of
+	// the cluster spec, and component constraints ("cuda": ">=12.4").
+	Stack    string
+	Requires map[string]string
 	// Duration is the run time in seconds on a model not in DurationOn.
 	Duration float64
 	// DurationOn maps a model to the job's run time on it, for traces that
@@ -59,7 +63,8 @@ type Job struct {
 
 // Resources is the job's request as the scheduler reads it.
 func (j *Job) Resources() gpufleet.Resources {
-	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing, Interconnect: j.Interconnect}
+	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing, Interconnect: j.Interconnect,
+		Stack: j.Stack, Requires: j.Requires}
 }
 
 // maxTraceSeconds bounds every time of a trace: ten years, beyond any real

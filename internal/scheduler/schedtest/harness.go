@@ -21,11 +21,13 @@ import (
 //	class big=h100-sxm-80gb,h200-sxm-141gb
 //	node n1 model=h100-sxm-80gb gpus=8 [domain=D|domains=SIZE|pcie] [rack=R] [block=B]
 //	     [label=k:v] [state=cordoned] [mig=COUNT:PROFILE:INSTANCES]
+//	     [stack=driver:550.54.15,cuda:12.4,torch:2.5.1+cu124]
 //	gpustate n1 3 down
 //	team a quota=h100-sxm-80gb:8 borrow=8 weight=1 usage=0
 //	submit j1 team=a gpus=4 prio=training est=1h at=0s [nodes=2] [models=a,b]
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [joules=l4:0.9,h100-sxm-80gb:0.3] [select=k:v]
+//	     [stack=NAME] [require=cuda:>=12.4;driver:>=550,<560]
 //	     [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
 //	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
@@ -41,6 +43,8 @@ import (
 //	                                     recent waits the ETAs are calibrated on
 //	                                     (Input.WaitHistory); pending lines then read
 //	                                     eta=P50..P90@CONFIDENCE
+//	stack prod driver:550.54.15,cuda:12.4
+//	                                     a named stack jobs may require (Input.Stacks)
 //	rack r1 budget=10kW [reserve=1kW] [draw=6kW]
 //	                                     a power budget for the nodes of rack r1 (Input.Racks)
 //	gpudraw MODEL CLASS=WATTS ...        what a GPU of MODEL adds to its rack's draw per class
@@ -203,6 +207,14 @@ func (h *Harness) command(f []string) error {
 		}
 		h.in.Racks = slices.DeleteFunc(h.in.Racks, func(x scheduler.Rack) bool { return x.Name == r.Name })
 		h.in.Racks = append(h.in.Racks, r)
+	case "stack":
+		if len(f) < 3 {
+			return fmt.Errorf("stack: want a name and component:version pairs")
+		}
+		if h.in.Stacks == nil {
+			h.in.Stacks = map[string]gpufleet.StackVersions{}
+		}
+		h.in.Stacks[f[1]] = stackVersions(f[2])
 	case "gpudraw":
 		if h.in.GPUDraw == nil {
 			h.in.GPUDraw = scheduler.GPUDraw{}
@@ -343,6 +355,9 @@ func (h *Harness) node(name string, a map[string]string, flags map[string]bool) 
 			b.Label(k, v)
 		}
 	}
+	if v := a["stack"]; v != "" {
+		b.n.Stack = stackVersions(v)
+	}
 	if s := a["state"]; s != "" {
 		b.State(scheduler.GPUState(s))
 	}
@@ -459,6 +474,14 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 		for _, kv := range strings.Split(v, ",") {
 			k, val, _ := strings.Cut(kv, ":")
 			j.Resources.NodeSelector[k] = val
+		}
+	}
+	j.Resources.Stack = a["stack"]
+	if v := a["require"]; v != "" {
+		j.Resources.Requires = map[string]string{}
+		for _, kv := range strings.Split(v, ";") {
+			k, val, _ := strings.Cut(kv, ":")
+			j.Resources.Requires[k] = val
 		}
 	}
 	if v := a["sharing"]; v != "" {
@@ -722,4 +745,14 @@ func sortedArgKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// stackVersions reads component:version pairs joined by commas.
+func stackVersions(s string) gpufleet.StackVersions {
+	v := gpufleet.StackVersions{}
+	for _, kv := range strings.Split(s, ",") {
+		k, ver, _ := strings.Cut(kv, ":")
+		v[gpufleet.StackComponent(k)] = ver
+	}
+	return v
 }
