@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // versionMaxParts and versionMaxPart bound a version: no driver, toolkit or framework
@@ -326,4 +327,92 @@ func PinStack(v StackVersions) (StackRequirements, error) {
 		out[c] = VersionConstraint{clauses: []clause{{op: opPrefix, v: ver}}, raw: ver.String()}
 	}
 	return out, nil
+}
+
+// NodeStack reads a node's reported versions (Node.Versions: "driver",
+// "cuda", "vbios", "gsp_firmware", and the components the agent's stack
+// file adds) as its stack. Keys that are not components are left out.
+// Firmware that differs between a node's GPUs arrives joined by commas
+// and matches no pinned version.
+func NodeStack(versions map[string]string) StackVersions {
+	out := StackVersions{}
+	for k, v := range versions {
+		if k == "gsp_firmware" {
+			k = string(StackGSP)
+		}
+		if c, err := ParseStackComponent(k); err == nil && v != "" {
+			out[c] = v
+		}
+	}
+	return out
+}
+
+// Stack is a named set of versions nodes run (gpufleet stacks): the driver,
+// the firmware, the CUDA the driver supports, and the user-level software
+// the agents read from their stack files. A stack is validated for a GPU
+// model by evidence, never by declaration: nodes of that model ran it and
+// passed the checks (docs/STACKS.md).
+type Stack struct {
+	Name     string            `json:"name"`
+	Versions map[string]string `json:"versions"`
+	Notes    string            `json:"notes"`
+	// State is candidate until validated for some GPU model, then
+	// validated; retired stacks stay for the record and match no job.
+	State     string            `json:"state"`
+	Validated []StackValidation `json:"validated"`
+	CreatedBy string            `json:"created_by"`
+	CreatedAt time.Time         `json:"created_at"`
+	RetiredAt *time.Time        `json:"retired_at"`
+}
+
+// Stack states.
+const (
+	StackCandidate = "candidate"
+	StackValidated = "validated"
+	StackRetired   = "retired"
+)
+
+// StackValidation is the evidence that a stack works on one GPU model:
+// the nodes that ran it, what was checked there, when and who approved.
+type StackValidation struct {
+	GPUModel   string    `json:"gpu_model"`
+	Nodes      []string  `json:"nodes"`
+	Evidence   string    `json:"evidence"`
+	At         time.Time `json:"at"`
+	ApprovedBy string    `json:"approved_by"`
+}
+
+// MaxStackNotes bounds a stack's notes.
+const MaxStackNotes = 1000
+
+// Validate checks a stack as a request gives it: a name, at least one
+// version, each a known component with a version that parses.
+func (s *Stack) Validate() error {
+	if err := ValidateName("name", s.Name); err != nil {
+		return err
+	}
+	if len(s.Versions) == 0 {
+		return fmt.Errorf("%w: versions: a stack names at least one component's version", ErrInvalid)
+	}
+	if len(s.Versions) > len(StackComponents) {
+		return fmt.Errorf("%w: versions: %d components, at most %d", ErrInvalid, len(s.Versions), len(StackComponents))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Versions)) {
+		if _, err := ParseStackComponent(k); err != nil {
+			return fmt.Errorf("versions: %w", err)
+		}
+		if _, err := ParseSoftwareVersion(s.Versions[k]); err != nil {
+			return fmt.Errorf("versions.%s: %w", k, err)
+		}
+	}
+	return CheckText("notes", s.Notes, MaxStackNotes, true)
+}
+
+// StackVersions is the stack's versions by component.
+func (s *Stack) StackVersions() StackVersions {
+	out := StackVersions{}
+	for k, v := range s.Versions {
+		out[StackComponent(k)] = v
+	}
+	return out
 }

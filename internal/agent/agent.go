@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -77,6 +78,9 @@ type Config struct {
 	FenceGrace time.Duration
 	// MetricsURL is reported to the server (the node's metrics_url).
 	MetricsURL string
+	// StackFile is the operator's file of user-level software versions
+	// (docs/STACKS.md), read at each registration; "" or absent: none.
+	StackFile string
 	// SampleInterval is how often the GPUs are read (default 1s).
 	SampleInterval time.Duration
 	// PollInterval is how often attempts are checked (default 200ms).
@@ -350,9 +354,10 @@ func (a *Agent) register(ctx context.Context) error {
 	if a.cfg.JoinToken == "" {
 		return fmt.Errorf("%w: no join token", api.ErrUnauthorized)
 	}
+	software := a.software()
 	a.mu.Lock()
 	req := api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, Labels: a.labels(),
-		Versions: versionMap(a.versions), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL,
+		Versions: versionMap(a.versions, software), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL,
 		Credential: a.cred.Credential}
 	a.mu.Unlock()
 	req.Attempts = a.runner.Reports()
@@ -884,11 +889,64 @@ func hasHypervisorFlag(cpuinfo string) bool {
 	return false
 }
 
-// versionMap flattens versions: driver, cuda, nvml, and the firmware of
-// the GPUs (one value when they agree, else the distinct values joined by
-// ",").
-func versionMap(v gpu.Versions) map[string]string {
+// software reads the node's user-level versions: the kernel, and the
+// operator's stack file. A file that cannot be read or does not parse is
+// logged and left out: the node still joins, without those versions.
+func (a *Agent) software() map[string]string {
+	out := map[string]string{}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		out[string(gpufleet.StackKernel)] = strings.TrimSpace(string(b))
+	}
+	if a.cfg.StackFile == "" {
+		return out
+	}
+	data, err := os.ReadFile(a.cfg.StackFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out
+	}
+	if err == nil {
+		var file map[string]string
+		file, err = parseStackFile(data)
+		maps.Copy(out, file)
+	}
+	if err != nil {
+		a.log.Warn("stack file not used", "path", a.cfg.StackFile, "err", err)
+	}
+	return out
+}
+
+// parseStackFile reads the operator's stack file: a JSON object of stack
+// component to version, each checked. The driver and firmware come from
+// NVML, not from the file.
+func parseStackFile(data []byte) (map[string]string, error) {
+	var raw map[string]string
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("%w: stack file: expected a JSON object of component to version: %v", gpufleet.ErrInvalid, err)
+	}
+	out := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
+		c, err := gpufleet.ParseStackComponent(k)
+		if err != nil {
+			return nil, fmt.Errorf("stack file: %w", err)
+		}
+		switch c {
+		case gpufleet.StackDriver, gpufleet.StackCUDA, gpufleet.StackVBIOS, gpufleet.StackInfoROM, gpufleet.StackGSP:
+			return nil, fmt.Errorf("%w: stack file: %s is read from the GPUs (NVML), not from the file", gpufleet.ErrInvalid, c)
+		}
+		if _, err := gpufleet.ParseSoftwareVersion(raw[k]); err != nil {
+			return nil, fmt.Errorf("stack file: %s: %w", c, err)
+		}
+		out[string(c)] = raw[k]
+	}
+	return out, nil
+}
+
+// versionMap flattens versions: driver, cuda, nvml, the firmware of the
+// GPUs (one value when they agree, else the distinct values joined by
+// ","), and the user-level software.
+func versionMap(v gpu.Versions, software map[string]string) map[string]string {
 	m := map[string]string{"agent": gpufleet.Version}
+	maps.Copy(m, software)
 	set := func(k, s string) {
 		if s != "" {
 			m[k] = s

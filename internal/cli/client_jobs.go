@@ -30,7 +30,8 @@ type submitFlags struct {
 	cpus                                                                  float64
 	gpuModels, gpuMemory, minCC, precision, interconnect, sharing, prefer string
 	memory                                                                string
-	nodeSelector, env                                                     []string
+	nodeSelector, env, requires                                           []string
+	stack                                                                 string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
 	workMetric, workUnit                                                  string
@@ -57,6 +58,8 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.sharing, "sharing", "", "exclusive, mig:PROFILE (mig:1g.18gb) or timeslice:FRACTION (timeslice:0.25)")
 	fs.StringVar(&f.prefer, "prefer", "", "cheapest, fastest or efficient (highest peak per watt: fewest joules for compute-bound work) among fitting GPUs")
 	fs.StringArrayVar(&f.nodeSelector, "node-selector", nil, "node label KEY=VALUE the nodes must carry (repeatable)")
+	fs.StringVar(&f.stack, "stack", "", "a stack (gpufleet stacks) whose versions the nodes must run")
+	fs.StringArrayVar(&f.requires, "require", nil, "a component version the nodes must have: cuda>=12.4, driver>=550, torch=2.5, nccl>=2.21,<2.23 (repeatable; docs/STACKS.md)")
 	fs.StringVar(&f.priority, "priority", "", "production, interactive, training or batch")
 	fs.StringVar(&f.team, "team", "", "team to run as (admins; members run as their own team)")
 	fs.StringVar(&f.timeLimit, "time-limit", "", "stop the job after this long (90s, 4h, 2d)")
@@ -131,6 +134,12 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		{"node-selector", func() error {
 			m, err := parseKV(f.nodeSelector)
 			res.NodeSelector = mergeKV(res.NodeSelector, m)
+			return err
+		}},
+		{"stack", func() error { res.Stack = f.stack; return nil }},
+		{"require", func() error {
+			m, err := parseRequires(f.requires)
+			res.Requires = mergeKV(res.Requires, m)
 			return err
 		}},
 		{"priority", func() error { req.Priority, err = gpufleet.ParsePriority(f.priority); return err }},
@@ -500,6 +509,12 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	if len(r.NodeSelector) > 0 {
 		res = append(res, kvList(r.NodeSelector))
 	}
+	if r.Stack != "" {
+		res = append(res, "stack "+r.Stack)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Requires)) {
+		res = append(res, requireText(k, r.Requires[k]))
+	}
 	if r.Prefer != "" {
 		res = append(res, "prefer "+string(r.Prefer))
 	}
@@ -708,4 +723,31 @@ func sharingText(s gpufleet.Sharing) string {
 		return ""
 	}
 	return s.String()
+}
+
+// parseRequires reads --require values: a component name, then its
+// constraint ("cuda>=12.4", "torch=2.5", "nccl>=2.21,<2.23"). A single
+// "=" reads as the bare version (the same leading numbers).
+func parseRequires(in []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, s := range in {
+		i := strings.IndexAny(s, "<>=!")
+		if i <= 0 {
+			return nil, fmt.Errorf("%w: %s: expected COMPONENT then a constraint, such as cuda>=12.4", gpufleet.ErrInvalid, gpufleet.Quote(s))
+		}
+		name, con := strings.TrimSpace(s[:i]), s[i:]
+		if strings.HasPrefix(con, "=") && !strings.HasPrefix(con, "==") {
+			con = con[1:]
+		}
+		out[name] = con
+	}
+	return out, nil
+}
+
+// requireText writes a requirement as --require takes it.
+func requireText(component, constraint string) string {
+	if strings.IndexAny(constraint, "<>=!") == 0 {
+		return component + constraint
+	}
+	return component + "=" + constraint
 }

@@ -42,6 +42,11 @@ func TestSubmitFlagsMapToTheRequest(t *testing.T) {
 				Env: map[string]string{"A": "1", "B": "x=y"}, Workdir: "/w", TimeLimit: gpufleet.Duration(4 * time.Hour), Estimate: gpufleet.Duration(time.Hour + 30*time.Minute),
 				Preemptible: true, Grace: gpufleet.Duration(30 * time.Second), Retries: 3, SimLoad: "memory"},
 		},
+		"stack and component versions": {
+			args: []string{"--gpus", "8", "--stack", "prod-550", "--require", "cuda>=12.4", "--require", "torch=2.5", "--require", "nccl>=2.21,<2.23", "--", "torchrun", "x.py"},
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8, Stack: "prod-550",
+				Requires: map[string]string{"cuda": ">=12.4", "torch": "2.5", "nccl": ">=2.21,<2.23"}}, Command: []string{"torchrun", "x.py"}},
+		},
 		"work counter": {
 			args: []string{"--gpus", "1", "--prefer", "efficient", "--work-metric", `tokens=(\d+)`, "--work-unit", "tokens", "--", "python", "serve.py"},
 			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Prefer: gpufleet.Efficient}, Command: []string{"python", "serve.py"},
@@ -95,20 +100,23 @@ func TestSubmitRejectsBadFlags(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		"sharing":               {[]string{"--sharing", "half"}, `--sharing "half": expected exclusive, mig:PROFILE or timeslice:F`},
-		"timeslice fraction":    {[]string{"--sharing", "timeslice:2"}, `--sharing "timeslice:2": expected timeslice:F with 0.001 <= F <= 1`},
-		"priority":              {[]string{"--priority", "urgent"}, `--priority "urgent": expected production, interactive, training or batch`},
-		"interconnect":          {[]string{"--interconnect", "pcie"}, `--interconnect "pcie": expected nvlink or any`},
-		"size":                  {[]string{"--gpu-memory", "lots"}, `--gpu-memory "lots": expected a form like 80GiB`},
-		"duration":              {[]string{"--time-limit", "soon"}, `--time-limit "soon": expected a form like 90s`},
-		"env":                   {[]string{"--env", "NOVALUE"}, `--env "NOVALUE": expected KEY=VALUE`},
-		"negative gpus":         {[]string{"--gpus", "-1", "--", "true"}, `--gpus -1: expected 1 to 524288`},
-		"too many gpus":         {[]string{"--gpus", "2147483648", "--", "true"}, `--gpus 2147483648: expected 1 to 524288`},
-		"precision":             {[]string{"--precision", "fp12"}, `--precision "fp12"`},
-		"unknown model":         {[]string{"--model", "gpt-17"}, `neither a file nor a built-in model`},
-		"planner without model": {[]string{"--batch", "4"}, "need --model"},
-		"two files":             {[]string{"a.yaml", "b.yaml"}, "more than one job file"},
-		"missing file":          {[]string{"nope.yaml"}, "nope.yaml"},
+		"sharing":                      {[]string{"--sharing", "half"}, `--sharing "half": expected exclusive, mig:PROFILE or timeslice:F`},
+		"timeslice fraction":           {[]string{"--sharing", "timeslice:2"}, `--sharing "timeslice:2": expected timeslice:F with 0.001 <= F <= 1`},
+		"priority":                     {[]string{"--priority", "urgent"}, `--priority "urgent": expected production, interactive, training or batch`},
+		"interconnect":                 {[]string{"--interconnect", "pcie"}, `--interconnect "pcie": expected nvlink or any`},
+		"size":                         {[]string{"--gpu-memory", "lots"}, `--gpu-memory "lots": expected a form like 80GiB`},
+		"duration":                     {[]string{"--time-limit", "soon"}, `--time-limit "soon": expected a form like 90s`},
+		"env":                          {[]string{"--env", "NOVALUE"}, `--env "NOVALUE": expected KEY=VALUE`},
+		"negative gpus":                {[]string{"--gpus", "-1", "--", "true"}, `--gpus -1: expected 1 to 524288`},
+		"too many gpus":                {[]string{"--gpus", "2147483648", "--", "true"}, `--gpus 2147483648: expected 1 to 524288`},
+		"precision":                    {[]string{"--precision", "fp12"}, `--precision "fp12"`},
+		"unknown model":                {[]string{"--model", "gpt-17"}, `neither a file nor a built-in model`},
+		"planner without model":        {[]string{"--batch", "4"}, "need --model"},
+		"two files":                    {[]string{"a.yaml", "b.yaml"}, "more than one job file"},
+		"require without a component":  {[]string{"--gpus", "1", "--require", ">=12.4", "--", "x"}, `--require: invalid: ">=12.4": expected COMPONENT then a constraint`},
+		"require an unknown component": {[]string{"--gpus", "1", "--require", "pytorch>=2.5", "--", "x"}, `resources.requires: invalid: stack component "pytorch"`},
+		"require a bad constraint":     {[]string{"--gpus", "1", "--require", "cuda>>12", "--", "x"}, `resources.requires.cuda: version constraint`},
+		"missing file":                 {[]string{"nope.yaml"}, "nope.yaml"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

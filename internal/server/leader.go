@@ -556,7 +556,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	for _, n := range nodes {
 		v := s.view(n, now)
 		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
-			Reason: v.StateReason}
+			Reason: v.StateReason, Stack: gpufleet.NodeStack(n.Versions)}
 		if age, _ := s.heartbeatAge(n.Name, now); age > 0 {
 			sn.LastSeen = now.Add(-age)
 		}

@@ -221,6 +221,14 @@ type Store interface {
 	Teams(ctx context.Context) ([]gpufleet.Team, error)
 	// PutRack creates or replaces a rack; Racks lists them by name;
 	// DeleteRack removes one (ErrNotFound when there is none).
+	// CreateStack records a stack (a candidate; the same versions again
+	// return it, other versions under its name are invalid); Stacks lists
+	// them by name; ValidateStack records a GPU model's evidence;
+	// RetireStack retires one (ErrNotFound when there is none).
+	CreateStack(ctx context.Context, st gpufleet.Stack, actor string) (gpufleet.Stack, error)
+	Stacks(ctx context.Context) ([]gpufleet.Stack, error)
+	ValidateStack(ctx context.Context, name string, v gpufleet.StackValidation) (gpufleet.Stack, error)
+	RetireStack(ctx context.Context, name, actor string) error
 	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
 	Racks(ctx context.Context) ([]gpufleet.Rack, error)
 	DeleteRack(ctx context.Context, name, actor string) error

@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"teams":                            testTeams,
 		"classes":                          testClasses,
 		"racks":                            testRacks,
+		"stacks":                           testStacks,
 		"tokens":                           testTokens,
 		"join tokens":                      testJoinTokens,
 		"node credentials":                 testNodeCredentials,
@@ -1576,5 +1577,56 @@ func testRacks(t *testing.T, s store.Store) {
 	evs, _ := s.Events(ctx, store.EventFilter{Object: "r1"})
 	if len(evs) != 2 || evs[0].Kind != "rack.put" {
 		t.Errorf("rack events %+v, want two rack.put", evs)
+	}
+}
+
+func testStacks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	v := map[string]string{"driver": "550.54.15", "cuda": "12.4", "torch": "2.5.1+cu124"}
+	st, err := s.CreateStack(ctx, gpufleet.Stack{Name: "prod-550", Versions: v, Notes: "H100 fleet, Q4"}, "alice")
+	wantErr(t, "create", err, nil)
+	if st.State != gpufleet.StackCandidate || st.CreatedBy != "alice" || len(st.Validated) != 0 {
+		t.Errorf("created %+v, want a candidate by alice", st)
+	}
+	again, err := s.CreateStack(ctx, gpufleet.Stack{Name: "prod-550", Versions: v}, "bob")
+	wantErr(t, "create again, same versions", err, nil)
+	if again.CreatedBy != "alice" || again.Notes != "H100 fleet, Q4" {
+		t.Errorf("created again %+v, want the stack as it was", again)
+	}
+	_, err = s.CreateStack(ctx, gpufleet.Stack{Name: "prod-550", Versions: map[string]string{"driver": "555.42.02"}}, "bob")
+	wantErr(t, "other versions under the name", err, gpufleet.ErrInvalid)
+	_, err = s.CreateStack(ctx, gpufleet.Stack{Name: "bad", Versions: map[string]string{"pytorch": "2.5"}}, "bob")
+	wantErr(t, "unknown component", err, gpufleet.ErrInvalid)
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	val := gpufleet.StackValidation{GPUModel: "h100-sxm-80gb", Nodes: []string{"h1", "h2"}, Evidence: "healthy, no incompatible finding", At: at, ApprovedBy: "alice"}
+	st, err = s.ValidateStack(ctx, "prod-550", val)
+	wantErr(t, "validate", err, nil)
+	if st.State != gpufleet.StackValidated || len(st.Validated) != 1 || st.Validated[0].GPUModel != "h100-sxm-80gb" {
+		t.Errorf("validated %+v", st)
+	}
+	val.Nodes = []string{"h3"}
+	st, _ = s.ValidateStack(ctx, "prod-550", val)
+	if len(st.Validated) != 1 || st.Validated[0].Nodes[0] != "h3" {
+		t.Errorf("validated again for the same model %+v, want the evidence replaced", st.Validated)
+	}
+	_, err = s.ValidateStack(ctx, "nope", val)
+	wantErr(t, "validate an unknown stack", err, gpufleet.ErrNotFound)
+	wantErr(t, "retire", s.RetireStack(ctx, "prod-550", "alice"), nil)
+	wantErr(t, "retire again", s.RetireStack(ctx, "prod-550", "alice"), nil)
+	wantErr(t, "retire an unknown stack", s.RetireStack(ctx, "nope", "alice"), gpufleet.ErrNotFound)
+	_, err = s.ValidateStack(ctx, "prod-550", val)
+	wantErr(t, "validate a retired stack", err, gpufleet.ErrInvalid)
+	all, err := s.Stacks(ctx)
+	wantErr(t, "stacks", err, nil)
+	if len(all) != 1 || all[0].State != gpufleet.StackRetired || all[0].RetiredAt == nil || !cmp.Equal(all[0].Versions, v) {
+		t.Errorf("stacks %+v", all)
+	}
+	evs, _ := s.Events(ctx, store.EventFilter{Object: "prod-550"})
+	kinds := []string{}
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	if len(kinds) != 4 || !slices.Contains(kinds, "stack.created") || !slices.Contains(kinds, "stack.retired") {
+		t.Errorf("stack events %v, want created, validated twice, retired", kinds)
 	}
 }
