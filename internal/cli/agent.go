@@ -31,8 +31,8 @@ import (
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile string
-	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                time.Duration
-	labels, runAs                                                                                                    []string
+	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                           time.Duration
+	labels, runAs                                                                                                               []string
 }
 
 func newAgentCmd(e *env) *cobra.Command {
