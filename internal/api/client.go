@@ -438,6 +438,36 @@ func (c *Client) PutRack(ctx context.Context, r gpufleet.Rack) (gpufleet.Rack, e
 	return out, err
 }
 
+// Stacks lists the named stacks with the nodes running each.
+func (c *Client) Stacks(ctx context.Context) ([]gpufleet.Stack, error) {
+	return allPages(ctx, c, "/api/v1/stacks", func(l *StackList) ([]gpufleet.Stack, string) { return l.Stacks, l.NextToken })
+}
+
+// CreateStack records a stack (admin); the same versions again return it.
+func (c *Client) CreateStack(ctx context.Context, st gpufleet.Stack) (gpufleet.Stack, error) {
+	var out gpufleet.Stack
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks", body: st, idempotent: true}, &out)
+	return out, err
+}
+
+// ValidateStack validates a stack for a GPU model from its nodes (admin).
+func (c *Client) ValidateStack(ctx context.Context, name, gpuModel string) (gpufleet.Stack, error) {
+	var out gpufleet.Stack
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks/" + url.PathEscape(name) + "/validate",
+		body: StackValidateRequest{GPUModel: gpuModel}, idempotent: true}, &out)
+	return out, err
+}
+
+// RetireStack retires a stack (admin).
+func (c *Client) RetireStack(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks/" + url.PathEscape(name) + "/retire", idempotent: true}, nil)
+}
+
+// StackCheck judges every node's stack by the compatibility rules.
+func (c *Client) StackCheck(ctx context.Context) ([]NodeStack, error) {
+	return allPages(ctx, c, "/api/v1/stacks/check", func(l *NodeStackList) ([]NodeStack, string) { return l.Nodes, l.NextToken })
+}
+
 // DeleteRack deletes a rack (admin).
 func (c *Client) DeleteRack(ctx context.Context, name string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/racks/" + url.PathEscape(name), idempotent: true}, nil)

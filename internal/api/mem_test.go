@@ -25,6 +25,7 @@ type memService struct {
 	teams    []gpufleet.Team
 	classes  []gpufleet.Class
 	racks    []gpufleet.Rack
+	stacks   []gpufleet.Stack
 	events   []gpufleet.Event
 	logs     map[string]string
 	// eventCh feeds Watch streams.
@@ -436,4 +437,53 @@ func (s *memService) Plan(_ context.Context, _ Principal, q PlanQuery) (PlanResp
 	defer s.mu.Unlock()
 	s.lastPlan = q
 	return PlanResponse{Scope: "given", Compared: q.GPUModels}, nil
+}
+
+func (s *memService) Stacks(context.Context, Principal) ([]gpufleet.Stack, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.stacks), nil
+}
+
+func (s *memService) CreateStack(_ context.Context, p Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+	if p.Role != gpufleet.RoleAdmin {
+		return st, ErrForbidden
+	}
+	if err := st.Validate(); err != nil {
+		return st, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.State = gpufleet.StackCandidate
+	s.stacks = append(s.stacks, st)
+	return st, nil
+}
+
+func (s *memService) ValidateStack(_ context.Context, _ Principal, name, gpuModel string) (gpufleet.Stack, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.stacks {
+		if s.stacks[i].Name == name {
+			s.stacks[i].State = gpufleet.StackValidated
+			s.stacks[i].Validated = append(s.stacks[i].Validated, gpufleet.StackValidation{GPUModel: gpuModel})
+			return s.stacks[i], nil
+		}
+	}
+	return gpufleet.Stack{}, gpufleet.ErrNotFound
+}
+
+func (s *memService) RetireStack(_ context.Context, _ Principal, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.stacks {
+		if s.stacks[i].Name == name {
+			s.stacks[i].State = gpufleet.StackRetired
+			return nil
+		}
+	}
+	return gpufleet.ErrNotFound
+}
+
+func (s *memService) StackCheck(context.Context, Principal) ([]NodeStack, error) {
+	return []NodeStack{}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
 type openapiDoc struct {
@@ -122,6 +123,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},
 		"GPULive": gpufleet.GPULive{}, "GPURollup": GPURollup{}, "RollupList": RollupList{}, "ModelUsage": ModelUsage{},
 		"GPUEvidence": GPUEvidence{}, "ValidationOrder": ValidationOrder{}, "ValidationResult": ValidationResult{},
+		"Stack": gpufleet.Stack{}, "StackList": StackList{}, "StackValidation": gpufleet.StackValidation{}, "StackValidateRequest": StackValidateRequest{},
+		"StackFinding": stack.Finding{}, "NodeStack": NodeStack{}, "NodeStackList": NodeStackList{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -250,6 +250,70 @@ func (h *handler) deleteRack(w http.ResponseWriter, r *http.Request, p Principal
 	return nil
 }
 
+func (h *handler) listStacks(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	stacks, err := h.svc.Stacks(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(stacks, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, StackList{Stacks: page, NextToken: next})
+}
+
+func (h *handler) createStack(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var st gpufleet.Stack
+	if err := decodeStrict(r, &st); err != nil {
+		return err
+	}
+	out, err := h.svc.CreateStack(r.Context(), p, st)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) validateStack(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req StackValidateRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return err
+	}
+	out, err := h.svc.ValidateStack(r.Context(), p, r.PathValue("name"), req.GPUModel)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) retireStack(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if err := h.svc.RetireStack(r.Context(), p, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *handler) stackCheck(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	nodes, err := h.svc.StackCheck(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(nodes, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, NodeStackList{Nodes: page, NextToken: next})
+}
+
 func (h *handler) listTokens(w http.ResponseWriter, r *http.Request, p Principal) error {
 	limit, token, err := pageParams(r)
 	if err != nil {

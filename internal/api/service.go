@@ -203,6 +203,15 @@ type Service interface {
 	Racks(ctx context.Context, p Principal) ([]gpufleet.Rack, error)
 	PutRack(ctx context.Context, p Principal, r gpufleet.Rack) (gpufleet.Rack, error)
 	DeleteRack(ctx context.Context, p Principal, name string) error
+	// Stacks lists the named stacks with the nodes running each;
+	// CreateStack records one (admin); ValidateStack validates one for a
+	// GPU model from its nodes' evidence (admin); RetireStack retires one
+	// (admin); StackCheck judges every node's stack by the rules.
+	Stacks(ctx context.Context, p Principal) ([]gpufleet.Stack, error)
+	CreateStack(ctx context.Context, p Principal, st gpufleet.Stack) (gpufleet.Stack, error)
+	ValidateStack(ctx context.Context, p Principal, name, gpuModel string) (gpufleet.Stack, error)
+	RetireStack(ctx context.Context, p Principal, name string) error
+	StackCheck(ctx context.Context, p Principal) ([]NodeStack, error)
 	Tokens(ctx context.Context, p Principal) ([]gpufleet.Token, error)
 	CreateToken(ctx context.Context, p Principal, r TokenRequest) (gpufleet.Token, error)
 	RevokeToken(ctx context.Context, p Principal, id string) error

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
 // QueueList is a page of GET /api/v1/queue.
@@ -34,6 +35,35 @@ type ClassList struct {
 type RackList struct {
 	Racks     []gpufleet.Rack `json:"racks"`
 	NextToken string          `json:"next_token"`
+}
+
+// StackList is a page of GET /api/v1/stacks.
+type StackList struct {
+	Stacks    []gpufleet.Stack `json:"stacks"`
+	NextToken string           `json:"next_token"`
+}
+
+// StackValidateRequest is the body of POST /api/v1/stacks/{name}/validate:
+// the GPU model whose nodes' evidence validates the stack.
+type StackValidateRequest struct {
+	GPUModel string `json:"gpu_model"`
+}
+
+// NodeStack is one node's stack as the rules judge it (GET
+// /api/v1/stacks/check): its versions, the GPU models it holds, the named
+// stacks it runs, and the rules' findings (docs/STACKS.md).
+type NodeStack struct {
+	Node      string                 `json:"node"`
+	GPUModels []string               `json:"gpu_models"`
+	Versions  gpufleet.StackVersions `json:"versions"`
+	Stacks    []string               `json:"stacks"`
+	Findings  []stack.Finding        `json:"findings"`
+}
+
+// NodeStackList is a page of GET /api/v1/stacks/check.
+type NodeStackList struct {
+	Nodes     []NodeStack `json:"nodes"`
+	NextToken string      `json:"next_token"`
 }
 
 // TokenList is a page of GET /api/v1/tokens. Secrets are never listed.

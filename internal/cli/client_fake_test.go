@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
 // fakeService is a transitional test double behind the real API handler:
@@ -26,6 +27,7 @@ type fakeService struct {
 	lastTeam   api.TeamRequest
 	lastClass  gpufleet.Class
 	racks      []gpufleet.Rack
+	stacks     []gpufleet.Stack
 	lastToken  api.TokenRequest
 	lastJoin   api.JoinTokenRequest
 	lastAction string
@@ -290,4 +292,41 @@ func (f *fakeService) Watch(ctx context.Context, _ api.Principal, _ int64) (<-ch
 
 func (f *fakeService) Plan(_ context.Context, _ api.Principal, q api.PlanQuery) (api.PlanResponse, error) {
 	return api.PlanResponse{Scope: "given", Compared: q.GPUModels}, nil
+}
+
+func (f *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stacks, nil
+}
+
+func (f *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+	if err := st.Validate(); err != nil {
+		return st, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st.State, st.Validated, st.Nodes = gpufleet.StackCandidate, []gpufleet.StackValidation{}, []string{}
+	f.stacks = append(f.stacks, st)
+	return st, nil
+}
+
+func (f *fakeService) ValidateStack(_ context.Context, _ api.Principal, name, gpuModel string) (gpufleet.Stack, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.stacks {
+		if f.stacks[i].Name == name {
+			f.stacks[i].State = gpufleet.StackValidated
+			f.stacks[i].Validated = append(f.stacks[i].Validated, gpufleet.StackValidation{GPUModel: gpuModel, Nodes: []string{"n1"}, Evidence: "every node ready and healthy"})
+			return f.stacks[i], nil
+		}
+	}
+	return gpufleet.Stack{}, fmt.Errorf("%w: stack %s", gpufleet.ErrNotFound, name)
+}
+
+func (f *fakeService) RetireStack(context.Context, api.Principal, string) error { return nil }
+
+func (f *fakeService) StackCheck(context.Context, api.Principal) ([]api.NodeStack, error) {
+	return []api.NodeStack{{Node: "n1", GPUModels: []string{"h100-sxm-80gb"}, Versions: gpufleet.StackVersions{"driver": "535.104.05", "cuda_toolkit": "12.4"},
+		Stacks: []string{}, Findings: []stack.Finding{{Severity: stack.Risk, Component: "driver", Message: "CUDA toolkit 12.4 runs on driver 535.104.05 only through minor version compatibility", Source: stack.SourceMinorCompat}}}}, nil
 }

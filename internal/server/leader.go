@@ -589,6 +589,11 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	for _, c := range classes {
 		in.Classes[c.Name] = c.Models
 	}
+	stacks, err := s.st.Stacks(ctx)
+	if err != nil {
+		return in, err
+	}
+	in.Stacks = stackInputs(stacks)
 	teams, err := s.st.Teams(ctx)
 	if err != nil {
 		return in, err

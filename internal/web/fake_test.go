@@ -337,3 +337,17 @@ func (s *fakeService) Logs(ctx context.Context, p api.Principal, jobID string, _
 func (s *fakeService) Plan(_ context.Context, p api.Principal, q api.PlanQuery) (api.PlanResponse, error) {
 	return api.PlanResponse{Scope: "given", Compared: q.GPUModels}, s.record(p)
 }
+
+func (s *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, error) {
+	return nil, nil
+}
+func (s *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+	return st, nil
+}
+func (s *fakeService) ValidateStack(context.Context, api.Principal, string, string) (gpufleet.Stack, error) {
+	return gpufleet.Stack{}, gpufleet.ErrNotFound
+}
+func (s *fakeService) RetireStack(context.Context, api.Principal, string) error { return nil }
+func (s *fakeService) StackCheck(context.Context, api.Principal) ([]api.NodeStack, error) {
+	return nil, nil
+}

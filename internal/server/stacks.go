@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/stack"
+)
+
+// Stacks lists the named stacks with the nodes that run each now.
+func (s *Server) Stacks(ctx context.Context, p api.Principal) ([]gpufleet.Stack, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	stacks, err := s.st.Stacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range stacks {
+		stacks[i].Nodes = runningStack(stacks[i], nodes)
+	}
+	return stacks, nil
+}
+
+// CreateStack records a stack (admin), a candidate until validated.
+func (s *Server) CreateStack(ctx context.Context, p api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Stack{}, err
+	}
+	out, err := s.st.CreateStack(ctx, gpufleet.Stack{Name: st.Name, Versions: st.Versions, Notes: st.Notes}, actor(p))
+	if err != nil {
+		return out, err
+	}
+	s.nudge()
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.Nodes = runningStack(out, nodes)
+	return out, nil
+}
+
+// ValidateStack validates a stack for a GPU model (admin) by evidence: the
+// nodes of that model that run the stack's versions now, are ready and
+// healthy, and whose stack the rules find nothing incompatible in. Without
+// such a node, or with any node of the model on the stack that fails, it
+// refuses and says which and why. The record keeps the nodes, what was
+// checked, when and who approved.
+func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuModel string) (gpufleet.Stack, error) {
+	if err := requireAdmin(p); err != nil {
+		return gpufleet.Stack{}, err
+	}
+	g, err := s.cat.Lookup(gpuModel)
+	if err != nil {
+		return gpufleet.Stack{}, fmt.Errorf("gpu_model: %w", err)
+	}
+	st, err := s.stackNamed(ctx, name)
+	if err != nil {
+		return st, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return st, err
+	}
+	now := s.now()
+	var passed, failed []string
+	risks := 0
+	for _, n := range nodes {
+		if !slices.ContainsFunc(n.GPUs, func(x gpufleet.NodeGPU) bool { return x.Model == g.ID }) || !runs(st, n) {
+			continue
+		}
+		v := s.view(n, now)
+		if v.State != gpufleet.NodeReady || v.Health != gpufleet.Healthy {
+			failed = append(failed, fmt.Sprintf("%s is %s and %s (%s)", n.Name, v.State, v.Health, orNone(v.Reason)))
+			continue
+		}
+		bad := ""
+		for _, f := range stack.Check(gpufleet.NodeStack(n.Versions), s.capabilities(n)) {
+			if f.Severity == stack.Incompatible && bad == "" {
+				bad = f.Message
+			}
+			if f.Severity == stack.Risk {
+				risks++
+			}
+		}
+		if bad != "" {
+			failed = append(failed, fmt.Sprintf("%s: %s", n.Name, bad))
+			continue
+		}
+		passed = append(passed, n.Name)
+	}
+	switch {
+	case len(failed) > 0:
+		return st, fmt.Errorf("%w: stack %s does not validate on %s: %s", gpufleet.ErrInvalid, name, g.ID, strings.Join(failed, "; "))
+	case len(passed) == 0:
+		return st, fmt.Errorf("%w: stack %s: no node of %s runs it: update one (a canary) and validate again", gpufleet.ErrInvalid, name, g.ID)
+	}
+	evidence := fmt.Sprintf("every %s node on the stack (%d) ready and healthy; the compatibility rules find nothing incompatible (%d risks noted)",
+		g.ID, len(passed), risks)
+	out, err := s.st.ValidateStack(ctx, name, gpufleet.StackValidation{GPUModel: g.ID, Nodes: passed, Evidence: evidence, At: now, ApprovedBy: actor(p)})
+	if err != nil {
+		return out, err
+	}
+	out.Nodes = runningStack(out, nodes)
+	return out, nil
+}
+
+// RetireStack retires a stack (admin): jobs that require it stop matching.
+func (s *Server) RetireStack(ctx context.Context, p api.Principal, name string) error {
+	if err := requireAdmin(p); err != nil {
+		return err
+	}
+	if err := s.st.RetireStack(ctx, name, actor(p)); err != nil {
+		return err
+	}
+	s.nudge()
+	return nil
+}
+
+// StackCheck judges every node's stack by the rules: its versions, the
+// named stacks it runs, and what the rules find.
+func (s *Server) StackCheck(ctx context.Context, p api.Principal) ([]api.NodeStack, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stacks, err := s.st.Stacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.NodeStack, 0, len(nodes))
+	for _, n := range nodes {
+		ns := api.NodeStack{Node: n.Name, Versions: gpufleet.NodeStack(n.Versions), Stacks: []string{}, Findings: []stack.Finding{}}
+		for _, g := range n.GPUs {
+			if !slices.Contains(ns.GPUModels, g.Model) {
+				ns.GPUModels = append(ns.GPUModels, g.Model)
+			}
+		}
+		for _, st := range stacks {
+			if st.State != gpufleet.StackRetired && runs(st, n) {
+				ns.Stacks = append(ns.Stacks, st.Name)
+			}
+		}
+		if f := stack.Check(ns.Versions, s.capabilities(n)); f != nil {
+			ns.Findings = f
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// stackNamed is one stack from the store, or ErrNotFound.
+func (s *Server) stackNamed(ctx context.Context, name string) (gpufleet.Stack, error) {
+	stacks, err := s.st.Stacks(ctx)
+	if err != nil {
+		return gpufleet.Stack{}, err
+	}
+	i := slices.IndexFunc(stacks, func(x gpufleet.Stack) bool { return x.Name == name })
+	if i < 0 {
+		return gpufleet.Stack{}, fmt.Errorf("%w: stack %s", gpufleet.ErrNotFound, gpufleet.Quote(name))
+	}
+	return stacks[i], nil
+}
+
+// capabilities are the compute capabilities of a node's GPU models, from
+// the catalog.
+func (s *Server) capabilities(n gpufleet.Node) []gpufleet.ComputeCapability {
+	var out []gpufleet.ComputeCapability
+	for _, g := range n.GPUs {
+		if cg, err := s.cat.Lookup(g.Model); err == nil && !cg.ComputeCapability.IsZero() && !slices.Contains(out, cg.ComputeCapability) {
+			out = append(out, cg.ComputeCapability)
+		}
+	}
+	return out
+}
+
+// stackInputs are the stacks jobs may require: every one not retired.
+func stackInputs(stacks []gpufleet.Stack) map[string]gpufleet.StackVersions {
+	out := map[string]gpufleet.StackVersions{}
+	for _, st := range stacks {
+		if st.State != gpufleet.StackRetired {
+			out[st.Name] = st.StackVersions()
+		}
+	}
+	return out
+}
+
+// runs reports whether a node runs a stack's versions.
+func runs(st gpufleet.Stack, n gpufleet.Node) bool {
+	pin, err := gpufleet.PinStack(st.StackVersions())
+	return err == nil && pin.Unmet(gpufleet.NodeStack(n.Versions)) == ""
+}
+
+// runningStack lists the nodes that run a stack, by name.
+func runningStack(st gpufleet.Stack, nodes []gpufleet.Node) []string {
+	out := []string{}
+	for _, n := range nodes {
+		if runs(st, n) {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
