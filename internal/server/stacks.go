@@ -220,4 +220,3 @@ func orNone(s string) string {
 	}
 	return s
 }
-
