@@ -1,11 +1,16 @@
 package server
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
 // metrics are the control plane's own Prometheus metrics, on a registry of
@@ -74,4 +79,49 @@ func (m *metrics) setRacks(racks []rackPower) {
 // MetricsHandler serves the control plane's metrics.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
+
+var (
+	stackDriftDesc = prometheus.NewDesc("gpufleet_node_stack_drift",
+		"1 when the node's stack drifted (incompatible or known-bad versions, no stack validated for its GPU model, or drivers that differ within its NVLink domain or running gang; docs/STACKS.md), else 0.",
+		[]string{"node"}, nil)
+	stackFindingsDesc = prometheus.NewDesc("gpufleet_node_stack_findings",
+		"The compatibility rules' findings on the node's stack, by severity (incompatible, risk).",
+		[]string{"node", "severity"}, nil)
+)
+
+// stackCollector reports each node's stack drift and findings at scrape
+// time, from the store (a scrape is rarer than a scheduling cycle).
+type stackCollector struct{ s *Server }
+
+func (c stackCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stackDriftDesc
+	ch <- stackFindingsDesc
+}
+
+func (c stackCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nodes, err := c.s.st.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	drift, err := c.s.drift(ctx, nodes)
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		v := 0.0
+		if len(drift[n.Name]) > 0 {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stackDriftDesc, prometheus.GaugeValue, v, n.Name)
+		counts := map[stack.Severity]float64{stack.Incompatible: 0, stack.Risk: 0}
+		for _, f := range stack.Check(gpufleet.NodeStack(n.Versions), c.s.capabilities(n)) {
+			counts[f.Severity]++
+		}
+		for sev, k := range counts {
+			ch <- prometheus.MustNewConstMetric(stackFindingsDesc, prometheus.GaugeValue, k, n.Name, string(sev))
+		}
+	}
 }

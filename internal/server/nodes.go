@@ -107,9 +107,13 @@ func (s *Server) Nodes(ctx context.Context, p api.Principal) ([]gpufleet.Node, e
 		return nil, err
 	}
 	now := s.now()
+	drift, err := s.drift(ctx, nodes)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]gpufleet.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, s.withLive(p, s.view(n, now)))
+		out = append(out, s.withLive(p, withDrift(s.view(n, now), drift[n.Name])))
 	}
 	return out, nil
 }
@@ -123,7 +127,15 @@ func (s *Server) Node(ctx context.Context, p api.Principal, name string) (gpufle
 	if err != nil {
 		return gpufleet.Node{}, err
 	}
-	return s.withLive(p, s.view(n, s.now())), nil
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return gpufleet.Node{}, err
+	}
+	drift, err := s.drift(ctx, nodes)
+	if err != nil {
+		return gpufleet.Node{}, err
+	}
+	return s.withLive(p, withDrift(s.view(n, s.now()), drift[name])), nil
 }
 
 // NodeAction cordons (no new work), uncordons (back to ready) or drains

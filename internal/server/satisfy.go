@@ -116,3 +116,12 @@ func (s *Server) checkFleet(ctx context.Context, fresh bool) (scheduler.Input, b
 	c.in, c.at, c.set = in, now, true
 	return in, true, nil
 }
+
+// forgetFleetCheck drops the cached fleet, so the next submission is
+// checked against the store as it is now (after a change of the stacks a
+// job may require).
+func (s *Server) forgetFleetCheck() {
+	s.fleetCheck.mu.Lock()
+	s.fleetCheck.set = false
+	s.fleetCheck.mu.Unlock()
+}

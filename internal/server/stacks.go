@@ -39,6 +39,7 @@ func (s *Server) CreateStack(ctx context.Context, p api.Principal, st gpufleet.S
 	if err != nil {
 		return out, err
 	}
+	s.forgetFleetCheck()
 	s.nudge()
 	nodes, err := s.st.Nodes(ctx)
 	if err != nil {
@@ -121,6 +122,7 @@ func (s *Server) RetireStack(ctx context.Context, p api.Principal, name string) 
 	if err := s.st.RetireStack(ctx, name, actor(p)); err != nil {
 		return err
 	}
+	s.forgetFleetCheck()
 	s.nudge()
 	return nil
 }
@@ -219,4 +221,59 @@ func orNone(s string) string {
 		return "no reason given"
 	}
 	return s
+}
+
+// drift is, per node, why its stack drifted (internal/stack.Drift): the
+// nodes' versions, the stacks validated per GPU model, NVLink domains and
+// the nodes of running multi-node attempts.
+func (s *Server) drift(ctx context.Context, nodes []gpufleet.Node) (map[string][]string, error) {
+	stacks, err := s.st.Stacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := s.st.ActiveJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var gangs [][]string
+	for _, j := range jobs {
+		for _, a := range j.Attempts {
+			if a.State == gpufleet.AttemptRunning && len(a.Nodes) > 1 {
+				var g []string
+				for _, an := range a.Nodes {
+					g = append(g, an.Name)
+				}
+				gangs = append(gangs, g)
+			}
+		}
+	}
+	in := make([]stack.DriftNode, 0, len(nodes))
+	for _, n := range nodes {
+		dn := stack.DriftNode{Name: n.Name, Versions: gpufleet.NodeStack(n.Versions), CCs: s.capabilities(n)}
+		for _, g := range n.GPUs {
+			if !slices.Contains(dn.GPUModels, g.Model) {
+				dn.GPUModels = append(dn.GPUModels, g.Model)
+			}
+			if g.NVLinkDomain != "" && !slices.Contains(dn.Domains, g.NVLinkDomain) {
+				dn.Domains = append(dn.Domains, g.NVLinkDomain)
+			}
+		}
+		in = append(in, dn)
+	}
+	return stack.Drift(in, stacks, gangs), nil
+}
+
+// withDrift marks a node whose stack drifted degraded, with the reasons
+// in words, unless its health is already worse.
+func withDrift(n gpufleet.Node, reasons []string) gpufleet.Node {
+	if len(reasons) == 0 || n.Health == gpufleet.Unhealthy {
+		return n
+	}
+	why := "stack drift: " + strings.Join(reasons, "; ")
+	if n.Health == gpufleet.Degraded && n.HealthReason != "" {
+		why = n.HealthReason + "; " + why
+	}
+	n.Health, n.HealthReason = gpufleet.Degraded, why
+	n.Reason = why
+	return n
 }

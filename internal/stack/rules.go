@@ -86,15 +86,18 @@ var torchBuilds = map[string][]string{
 	"2.7": {"11.8", "12.6", "12.8"}, "2.8": {"12.6", "12.8", "12.9"}, "2.9": {"12.6", "12.8", "13.0"},
 }
 
-// knownBad are published defects of a component version range, on the
+// defect is a published defect of a component version range, on the
 // compute capabilities given (all when empty).
-var knownBad = []struct {
+type defect struct {
 	component gpufleet.StackComponent
 	versions  string // a constraint
 	ccs       []string
 	what      string
 	source    string
-}{
+}
+
+// knownBad are the published defects.
+var knownBad = []defect{
 	{gpufleet.StackNCCL, "2.18.1", []string{"9.0"}, "LL128 can corrupt data where a NIC shares a PCI switch with one GPU (HGX H100), and allreduce with IB SHARP and several GPUs per process can corrupt data; NCCL_PROTO=^LL128 works around the first",
 		"NCCL 2.18.1 release notes, Known Issues (docs.nvidia.com/deeplearning/nccl/release-notes/rel_2-18-1.html)"},
 	{gpufleet.StackNCCL, "2.19", nil, "all-to-all connection setup can deadlock with cuMem on by default; NCCL_CUMEM_ENABLE=0 works around it",

@@ -1,0 +1,104 @@
+package server
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+)
+
+// registerVersions registers an 8-GPU node reporting versions.
+func (f *fixture) registerVersions(name, model string, versions map[string]string) {
+	f.t.Helper()
+	jt, err := f.srv.CreateJoinToken(f.t.Context(), f.admin, api.JoinTokenRequest{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var gpus []gpufleet.NodeGPU
+	for i := range 8 {
+		gpus = append(gpus, gpufleet.NodeGPU{Index: i, UUID: "GPU-" + name + "-" + string(rune('a'+i)), Model: model,
+			MemoryBytes: 80 << 30, NVLinkDomain: name + "-nvl", State: gpufleet.NodeReady, Health: gpufleet.Healthy})
+	}
+	if _, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus, Versions: versions}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestStacks walks a stack through its life on the server: recorded by an
+// admin only, validated for H100 by the H100 nodes that run it, refused
+// for a model none runs; a node off the validated stack drifts (degraded,
+// in nodes and /metrics); jobs that require the stack land on its nodes,
+// one that no node meets is refused as stack_mismatch; a retired stack
+// matches no job.
+func TestStacks(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	on := map[string]string{"driver": "550.54.15", "cuda": "12.4", "vbios": "96.00.89.00.01"}
+	f.registerVersions("h1", "h100-sxm-80gb", on)
+	f.registerVersions("h2", "h100-sxm-80gb", on)
+	f.registerVersions("h3", "h100-sxm-80gb", map[string]string{"driver": "535.104.05", "cuda": "12.2"})
+	st := gpufleet.Stack{Name: "prod-550", Versions: map[string]string{"driver": "550.54.15", "cuda": "12.4"}}
+	if _, err := f.srv.CreateStack(ctx, a, st); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("a member created a stack: %v", err)
+	}
+	got, err := f.srv.CreateStack(ctx, f.admin, st)
+	if err != nil || got.State != gpufleet.StackCandidate || strings.Join(got.Nodes, ",") != "h1,h2" {
+		t.Fatalf("created %+v, %v; want a candidate that h1 and h2 run", got, err)
+	}
+	if _, err := f.srv.ValidateStack(ctx, f.admin, "prod-550", "a100-sxm-80gb"); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "no node of a100-sxm-80gb runs it") {
+		t.Errorf("validated for a model no node runs: %v", err)
+	}
+	got, err = f.srv.ValidateStack(ctx, f.admin, "prod-550", "h100-sxm-80gb")
+	if err != nil || got.State != gpufleet.StackValidated || len(got.Validated) != 1 || strings.Join(got.Validated[0].Nodes, ",") != "h1,h2" ||
+		got.Validated[0].ApprovedBy == "" || !strings.Contains(got.Validated[0].Evidence, "ready and healthy") {
+		t.Fatalf("validated %+v, %v; want evidence from h1 and h2", got, err)
+	}
+
+	nodes, err := f.srv.Nodes(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		drifted := n.Health == gpufleet.Degraded && strings.Contains(n.HealthReason, "runs no stack validated for h100-sxm-80gb (validated: prod-550)")
+		if drifted != (n.Name == "h3") {
+			t.Errorf("node %s: health %s (%s); only h3 drifts", n.Name, n.Health, n.HealthReason)
+		}
+	}
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`gpufleet_node_stack_drift{node="h3"} 1`, `gpufleet_node_stack_drift{node="h1"} 0`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	check, err := f.srv.StackCheck(ctx, a)
+	if err != nil || len(check) != 3 || strings.Join(check[0].Stacks, ",") != "prod-550" {
+		t.Errorf("stack check %+v, %v", check, err)
+	}
+
+	job := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8, Stack: "prod-550"}})
+	other := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8, Stack: "prod-550"}})
+	f.cycle()
+	for _, id := range []string{job.ID, other.ID} {
+		j := f.job(id)
+		if len(j.Attempts) != 1 || (j.Attempts[0].Node != "h1" && j.Attempts[0].Node != "h2") {
+			t.Errorf("job %s on %+v; want h1 or h2", id, j.Attempts)
+		}
+	}
+	_, err = f.srv.SubmitJob(ctx, a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Requires: map[string]string{"cuda": ">=12.8"}}, Command: []string{"x"}})
+	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), scheduler.ReasonStackMismatch) || !strings.Contains(err.Error(), "cuda >=12.8") {
+		t.Errorf("a job no node meets: %v; want a 422 naming stack_mismatch and the constraint", err)
+	}
+	if err := f.srv.RetireStack(ctx, f.admin, "prod-550"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.srv.SubmitJob(ctx, a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Stack: "prod-550"}, Command: []string{"x"}})
+	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), `no stack named "prod-550"`) {
+		t.Errorf("a job on a retired stack: %v", err)
+	}
+}
