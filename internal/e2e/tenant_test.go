@@ -128,7 +128,20 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			want(t, c, 403, b)
 		},
 		"DELETE /api/v1/racks/{name}": func(t *testing.T) { c, b := do("DELETE", "/api/v1/racks/r1", "", tokA); want(t, c, 403, b) },
-		"GET /api/v1/tokens":          func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
+		// Stacks are fleet inventory too: members read them and the nodes'
+		// findings; only admins record, validate or retire one.
+		"GET /api/v1/stacks":       func(t *testing.T) { c, b := do("GET", "/api/v1/stacks", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/stacks/check": func(t *testing.T) { c, b := do("GET", "/api/v1/stacks/check", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/stacks": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/stacks", `{"name":"s9","versions":{"driver":"550.54.15"}}`, tokA)
+			want(t, c, 403, b)
+		},
+		"POST /api/v1/stacks/{name}/validate": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/stacks/s1/validate", `{"gpu_model":"h100-sxm-80gb"}`, tokA)
+			want(t, c, 403, b)
+		},
+		"POST /api/v1/stacks/{name}/retire": func(t *testing.T) { c, b := do("POST", "/api/v1/stacks/s1/retire", "", tokA); want(t, c, 403, b) },
+		"GET /api/v1/tokens":                func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/tokens": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/tokens", `{"team":"team-b","role":"member"}`, tokA)
 			want(t, c, 403, b)

@@ -34,6 +34,10 @@ func FuzzSubmitToSchedule(f *testing.F) {
 		`{"resources":{"gpus":2,"prefer":"efficient","joules_per_unit":{"":1,"x":-1}},"command":["x"],"work":{"metric":"("}}`,
 		`{"resources":{"gpus":524288,"nodes":65536},"command":["x"],"priority":"production"}`,
 		`{"resources":{"gpus":1},"resources":{"gpus":2},"command":["x"]}`, `{"Resources":{"gpus":1}}`,
+		`{"resources":{"gpus":8,"stack":"prod-550","requires":{"cuda":">=12.4","torch":"2.5"}},"command":["x"]}`,
+		`{"resources":{"gpus":1,"requires":{"driver":">=550,<560,!=555.42.02","nccl":"2.21"}},"command":["x"]}`,
+		`{"resources":{"gpus":1,"requires":{"pytorch":"2.5","cuda":">>12"}},"command":["x"]}`,
+		`{"resources":{"gpus":1,"stack":"NOT A NAME","requires":{"cuda":""}},"command":["x"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -42,11 +46,12 @@ func FuzzSubmitToSchedule(f *testing.F) {
 	cfg, _ := scheduler.PolicyConfig("gpufleet")
 	fleet := scheduler.Input{Now: now, Models: schedtest.Models(), Config: cfg, Classes: map[string][]string{"fast": {"h100-sxm-80gb"}},
 		Nodes: []scheduler.Node{
-			schedtest.MakeNode("h1", "h100-sxm-80gb", 8).Label("rack", "r1").Obj(),
-			schedtest.MakeNode("h2", "h100-sxm-80gb", 8).Label("rack", "r1").Obj(),
+			schedtest.MakeNode("h1", "h100-sxm-80gb", 8).Label("rack", "r1").Stack(gpufleet.StackVersions{gpufleet.StackDriver: "550.54.15", gpufleet.StackCUDA: "12.4", gpufleet.StackTorch: "2.5.1+cu124"}).Obj(),
+			schedtest.MakeNode("h2", "h100-sxm-80gb", 8).Label("rack", "r1").Stack(gpufleet.StackVersions{gpufleet.StackDriver: "535.104.05", gpufleet.StackCUDA: "12.2"}).Obj(),
 			schedtest.MakeNode("a1", "a100-sxm-80gb", 8).MIG(2, "1g.10gb", 7).Obj(),
 			schedtest.MakeNode("l1", "l4", 4).Domains(0).Obj(),
 		},
+		Stacks: map[string]gpufleet.StackVersions{"prod-550": {gpufleet.StackDriver: "550.54.15", gpufleet.StackCUDA: "12.4"}},
 		Teams: []scheduler.Team{{Name: "team-a", Weight: 1, BorrowingLimit: -1, Quota: map[string]int{"h100-sxm-80gb": 8}},
 			{Name: "team-b", Weight: 2, BorrowingLimit: 0, Quota: map[string]int{"l4": 2}}},
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
@@ -98,5 +100,39 @@ func TestClusterSpecErrors(t *testing.T) {
 				t.Errorf("err = %v, want one naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestClusterStacks reads node groups' stacks and named stacks from YAML,
+// and refuses an unknown component or a version that does not parse.
+func TestClusterStacks(t *testing.T) {
+	spec, err := ParseClusterSpec(strings.NewReader(`node_groups:
+  - name: h
+    count: 2
+    gpu: h100-sxm-80gb
+    gpus_per_node: 8
+    stack: {driver: "550.54.15", cuda: "12.4"}
+stacks:
+  prod-550: {driver: "550.54.15"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := BuildCluster(spec, catalog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Nodes[1].Stack[gpufleet.StackCUDA] != "12.4" || c.Stacks["prod-550"][gpufleet.StackDriver] != "550.54.15" {
+		t.Fatalf("nodes %+v, stacks %+v", c.Nodes[1].Stack, c.Stacks)
+	}
+	for _, bad := range []string{`{"node_groups": [{"name": "h", "count": 1, "gpu": "l4", "gpus_per_node": 1, "stack": {"pytorch": "2.5"}}]}`,
+		`{"node_groups": [{"name": "h", "count": 1, "gpu": "l4", "gpus_per_node": 1}], "stacks": {"p": {"driver": "five"}}}`} {
+		spec, err := ParseClusterSpec(strings.NewReader(bad))
+		if err == nil {
+			_, err = BuildCluster(spec, catalog.Default())
+		}
+		if !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("%s: %v, want an invalid-input error", bad, err)
+		}
 	}
 }

@@ -72,7 +72,14 @@ func (b *NodeBuilder) Rack(r string) *NodeBuilder { b.n.Rack = r; return b }
 // Block sets the node's network block.
 func (b *NodeBuilder) Block(x string) *NodeBuilder { b.n.Block = x; return b }
 
+// Stack sets the node's software versions.
+func (b *NodeBuilder) Stack(v gpufleet.StackVersions) *NodeBuilder {
+	b.n.Stack = v
+	return b
+}
+
 // Label adds a node label.
+
 func (b *NodeBuilder) Label(k, v string) *NodeBuilder {
 	if b.n.Labels == nil {
 		b.n.Labels = map[string]string{}
