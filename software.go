@@ -363,6 +363,8 @@ type Stack struct {
 	CreatedBy string            `json:"created_by"`
 	CreatedAt time.Time         `json:"created_at"`
 	RetiredAt *time.Time        `json:"retired_at"`
+	// Nodes is read-only: the nodes that run the stack's versions now.
+	Nodes []string `json:"nodes"`
 }
 
 // Stack states.
