@@ -1,6 +1,7 @@
 package gpufleet
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -95,12 +96,8 @@ func (v SoftwareVersion) Part(i int) int {
 // Compare orders v and w by their numbers: -1, 0 or +1.
 func (v SoftwareVersion) Compare(w SoftwareVersion) int {
 	for i := range max(len(v.parts), len(w.parts)) {
-		a, b := v.Part(i), w.Part(i)
-		switch {
-		case a < b:
-			return -1
-		case a > b:
-			return 1
+		if c := cmp.Compare(v.Part(i), w.Part(i)); c != 0 {
+			return c
 		}
 	}
 	return 0
