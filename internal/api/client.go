@@ -450,11 +450,13 @@ func (c *Client) CreateStack(ctx context.Context, st gpufleet.Stack) (gpufleet.S
 	return out, err
 }
 
-// ValidateStack validates a stack for a GPU model from its nodes (admin).
-func (c *Client) ValidateStack(ctx context.Context, name, gpuModel string) (gpufleet.Stack, error) {
+// ValidateStack validates a stack for a GPU model from its nodes that ran
+// it healthy for the bake time (admin).
+func (c *Client) ValidateStack(ctx context.Context, name, gpuModel string, bake time.Duration) (gpufleet.Stack, error) {
 	var out gpufleet.Stack
+	b := bake.Seconds()
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks/" + url.PathEscape(name) + "/validate",
-		body: StackValidateRequest{GPUModel: gpuModel}, idempotent: true}, &out)
+		body: StackValidateRequest{GPUModel: gpuModel, BakeS: &b}, idempotent: true}, &out)
 	return out, err
 }
 

@@ -459,7 +459,7 @@ func (s *memService) CreateStack(_ context.Context, p Principal, st gpufleet.Sta
 	return st, nil
 }
 
-func (s *memService) ValidateStack(_ context.Context, _ Principal, name, gpuModel string) (gpufleet.Stack, error) {
+func (s *memService) ValidateStack(_ context.Context, _ Principal, name, gpuModel string, _ time.Duration) (gpufleet.Stack, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.stacks {

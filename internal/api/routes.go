@@ -283,7 +283,14 @@ func (h *handler) validateStack(w http.ResponseWriter, r *http.Request, p Princi
 	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
-	out, err := h.svc.ValidateStack(r.Context(), p, r.PathValue("name"), req.GPUModel)
+	bake := DefaultStackBake
+	if req.BakeS != nil {
+		if !(*req.BakeS >= 0 && *req.BakeS <= 30*86400) {
+			return fmt.Errorf("%w: bake_s %g: expected 0 to 30 days in seconds", gpufleet.ErrInvalid, *req.BakeS)
+		}
+		bake = time.Duration(*req.BakeS * float64(time.Second))
+	}
+	out, err := h.svc.ValidateStack(r.Context(), p, r.PathValue("name"), req.GPUModel, bake)
 	if err != nil {
 		return err
 	}

@@ -209,7 +209,7 @@ type Service interface {
 	// (admin); StackCheck judges every node's stack by the rules.
 	Stacks(ctx context.Context, p Principal) ([]gpufleet.Stack, error)
 	CreateStack(ctx context.Context, p Principal, st gpufleet.Stack) (gpufleet.Stack, error)
-	ValidateStack(ctx context.Context, p Principal, name, gpuModel string) (gpufleet.Stack, error)
+	ValidateStack(ctx context.Context, p Principal, name, gpuModel string, bake time.Duration) (gpufleet.Stack, error)
 	RetireStack(ctx context.Context, p Principal, name string) error
 	StackCheck(ctx context.Context, p Principal) ([]NodeStack, error)
 	Tokens(ctx context.Context, p Principal) ([]gpufleet.Token, error)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/stack"
@@ -47,7 +48,13 @@ type StackList struct {
 // the GPU model whose nodes' evidence validates the stack.
 type StackValidateRequest struct {
 	GPUModel string `json:"gpu_model"`
+	// BakeS is how long each node must have run the stack and stayed
+	// healthy; null means DefaultStackBake.
+	BakeS *float64 `json:"bake_s"`
 }
+
+// DefaultStackBake is a validation's bake time when none is given.
+const DefaultStackBake = 30 * time.Minute
 
 // NodeStack is one node's stack as the rules judge it (GET
 // /api/v1/stacks/check): its versions, the GPU models it holds, the named

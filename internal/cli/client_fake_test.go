@@ -311,7 +311,7 @@ func (f *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpuflee
 	return st, nil
 }
 
-func (f *fakeService) ValidateStack(_ context.Context, _ api.Principal, name, gpuModel string) (gpufleet.Stack, error) {
+func (f *fakeService) ValidateStack(_ context.Context, _ api.Principal, name, gpuModel string, _ time.Duration) (gpufleet.Stack, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.stacks {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -97,9 +98,10 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 		},
 	}
 	var gpuModel string
+	var bake time.Duration
 	validate := &cobra.Command{
-		Use:   "validate NAME --gpu-model M",
-		Short: "Validate a stack for a GPU model (admin): every node of the model on the stack must be ready, healthy and clean by the rules",
+		Use:   "validate NAME --gpu-model M [--bake 30m]",
+		Short: "Validate a stack for a GPU model (admin): every node of the model on the stack ready, healthy through the bake time and clean by the rules",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if gpuModel == "" {
@@ -109,7 +111,7 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := cl.ValidateStack(cmd.Context(), args[0], gpuModel)
+			out, err := cl.ValidateStack(cmd.Context(), args[0], gpuModel, bake)
 			if err != nil {
 				return err
 			}
@@ -117,6 +119,7 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 		},
 	}
 	validate.Flags().StringVar(&gpuModel, "gpu-model", "", "the GPU model (catalog id) whose nodes give the evidence")
+	validate.Flags().DurationVar(&bake, "bake", api.DefaultStackBake, "how long each node must have run the stack and stayed healthy")
 	retire := &cobra.Command{
 		Use:   "retire NAME",
 		Short: "Retire a stack (admin): it stays on record, and jobs that require it match no node",

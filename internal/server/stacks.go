@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/stack"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // Stacks lists the named stacks with the nodes that run each now.
@@ -51,11 +53,13 @@ func (s *Server) CreateStack(ctx context.Context, p api.Principal, st gpufleet.S
 
 // ValidateStack validates a stack for a GPU model (admin) by evidence: the
 // nodes of that model that run the stack's versions now, are ready and
-// healthy, and whose stack the rules find nothing incompatible in. Without
-// such a node, or with any node of the model on the stack that fails, it
-// refuses and says which and why. The record keeps the nodes, what was
-// checked, when and who approved.
-func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuModel string) (gpufleet.Stack, error) {
+// healthy, have run those versions and stayed healthy for the bake time
+// (since their last version change, health change or first
+// registration), and whose stack the rules find nothing incompatible in.
+// Without such a node, or with any node of the model on the stack that
+// fails, it refuses and says which and why. The record keeps the nodes,
+// what was checked, when and who approved.
+func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuModel string, bake time.Duration) (gpufleet.Stack, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Stack{}, err
 	}
@@ -96,6 +100,14 @@ func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuMo
 			failed = append(failed, fmt.Sprintf("%s: %s", n.Name, bad))
 			continue
 		}
+		since, err := s.settledSince(ctx, n.Name)
+		if err != nil {
+			return st, err
+		}
+		if ran := now.Sub(since); ran < bake {
+			failed = append(failed, fmt.Sprintf("%s has run it healthy for %s of the %s bake", n.Name, ran.Round(time.Second), bake))
+			continue
+		}
 		passed = append(passed, n.Name)
 	}
 	switch {
@@ -104,8 +116,8 @@ func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuMo
 	case len(passed) == 0:
 		return st, fmt.Errorf("%w: stack %s: no node of %s runs it: update one (a canary) and validate again", gpufleet.ErrInvalid, name, g.ID)
 	}
-	evidence := fmt.Sprintf("every %s node on the stack (%d) ready and healthy; the compatibility rules find nothing incompatible (%d risks noted)",
-		g.ID, len(passed), risks)
+	evidence := fmt.Sprintf("every %s node on the stack (%d) ready, and healthy on it for at least %s; the compatibility rules find nothing incompatible (%d risks noted)",
+		g.ID, len(passed), bake, risks)
 	out, err := s.st.ValidateStack(ctx, name, gpufleet.StackValidation{GPUModel: g.ID, Nodes: passed, Evidence: evidence, At: now, ApprovedBy: actor(p)})
 	if err != nil {
 		return out, err
@@ -276,4 +288,28 @@ func withDrift(n gpufleet.Node, reasons []string) gpufleet.Node {
 	n.Health, n.HealthReason = gpufleet.Degraded, why
 	n.Reason = why
 	return n
+}
+
+// settledSince is when a node last changed what a bake times: its
+// versions, its health, or its first registration (node events).
+func (s *Server) settledSince(ctx context.Context, node string) (time.Time, error) {
+	var since time.Time
+	f := store.EventFilter{Object: node, Limit: 1000}
+	for {
+		evs, err := s.st.Events(ctx, f)
+		if err != nil {
+			return since, err
+		}
+		for _, e := range evs {
+			switch {
+			case e.Kind == "node.versions", e.Kind == "node.registered" && strings.HasPrefix(e.Detail, "new"),
+				e.Kind == "node."+string(gpufleet.Healthy), e.Kind == "node."+string(gpufleet.Degraded), e.Kind == "node."+string(gpufleet.Unhealthy):
+				since = e.At
+			}
+		}
+		if len(evs) < f.Limit {
+			return since, nil
+		}
+		f.AfterID = evs[len(evs)-1].ID
+	}
 }

@@ -5,14 +5,17 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// registerVersions registers an 8-GPU node reporting versions.
-func (f *fixture) registerVersions(name, model string, versions map[string]string) {
+// registerVersions registers an 8-GPU node reporting versions and
+// returns its principal.
+func (f *fixture) registerVersions(name, model string, versions map[string]string) api.Principal {
 	f.t.Helper()
 	jt, err := f.srv.CreateJoinToken(f.t.Context(), f.admin, api.JoinTokenRequest{})
 	if err != nil {
@@ -23,9 +26,15 @@ func (f *fixture) registerVersions(name, model string, versions map[string]strin
 		gpus = append(gpus, gpufleet.NodeGPU{Index: i, UUID: "GPU-" + name + "-" + string(rune('a'+i)), Model: model,
 			MemoryBytes: 80 << 30, NVLinkDomain: name + "-nvl", State: gpufleet.NodeReady, Health: gpufleet.Healthy})
 	}
-	if _, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus, Versions: versions}); err != nil {
+	resp, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus, Versions: versions})
+	if err != nil {
 		f.t.Fatal(err)
 	}
+	p, err := f.srv.Authenticate(f.t.Context(), resp.Credential)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
 }
 
 // TestStacks walks a stack through its life on the server: recorded by an
@@ -39,9 +48,17 @@ func TestStacks(t *testing.T) {
 	ctx := t.Context()
 	a := f.team("team-a", nil)
 	on := map[string]string{"driver": "550.54.15", "cuda": "12.4", "vbios": "96.00.89.00.01"}
-	f.registerVersions("h1", "h100-sxm-80gb", on)
-	f.registerVersions("h2", "h100-sxm-80gb", on)
-	f.registerVersions("h3", "h100-sxm-80gb", map[string]string{"driver": "535.104.05", "cuda": "12.2"})
+	h1 := f.registerVersions("h1", "h100-sxm-80gb", on)
+	h2 := f.registerVersions("h2", "h100-sxm-80gb", on)
+	h3 := f.registerVersions("h3", "h100-sxm-80gb", map[string]string{"driver": "535.104.05", "cuda": "12.2"})
+	beat := func() {
+		f.cycle()
+		for _, n := range []api.Principal{h1, h2, h3} {
+			if _, err := f.srv.Heartbeat(ctx, n, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	st := gpufleet.Stack{Name: "prod-550", Versions: map[string]string{"driver": "550.54.15", "cuda": "12.4"}}
 	if _, err := f.srv.CreateStack(ctx, a, st); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("a member created a stack: %v", err)
@@ -50,12 +67,21 @@ func TestStacks(t *testing.T) {
 	if err != nil || got.State != gpufleet.StackCandidate || strings.Join(got.Nodes, ",") != "h1,h2" {
 		t.Fatalf("created %+v, %v; want a candidate that h1 and h2 run", got, err)
 	}
-	if _, err := f.srv.ValidateStack(ctx, f.admin, "prod-550", "a100-sxm-80gb"); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "no node of a100-sxm-80gb runs it") {
+	if _, err := f.srv.ValidateStack(ctx, f.admin, "prod-550", "a100-sxm-80gb", 0); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "no node of a100-sxm-80gb runs it") {
 		t.Errorf("validated for a model no node runs: %v", err)
 	}
-	got, err = f.srv.ValidateStack(ctx, f.admin, "prod-550", "h100-sxm-80gb")
+	beat()
+	if _, err := f.srv.ValidateStack(ctx, f.admin, "prod-550", "h100-sxm-80gb", 30*time.Minute); !errors.Is(err, gpufleet.ErrInvalid) ||
+		!strings.Contains(err.Error(), "h1 has run it healthy for 0s of the 30m0s bake") {
+		t.Errorf("validated before the bake: %v", err)
+	}
+	for range 31 * 30 { // a beat every 2 s, inside the 3 s grace
+		f.clk.Advance(2 * time.Second)
+		beat()
+	}
+	got, err = f.srv.ValidateStack(ctx, f.admin, "prod-550", "h100-sxm-80gb", 30*time.Minute)
 	if err != nil || got.State != gpufleet.StackValidated || len(got.Validated) != 1 || strings.Join(got.Validated[0].Nodes, ",") != "h1,h2" ||
-		got.Validated[0].ApprovedBy == "" || !strings.Contains(got.Validated[0].Evidence, "ready and healthy") {
+		got.Validated[0].ApprovedBy == "" || !strings.Contains(got.Validated[0].Evidence, "healthy on it for at least 30m0s") {
 		t.Fatalf("validated %+v, %v; want evidence from h1 and h2", got, err)
 	}
 
@@ -100,5 +126,35 @@ func TestStacks(t *testing.T) {
 	_, err = f.srv.SubmitJob(ctx, a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Stack: "prod-550"}, Command: []string{"x"}})
 	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), `no stack named "prod-550"`) {
 		t.Errorf("a job on a retired stack: %v", err)
+	}
+}
+
+// TestVersionChangeIsAnEvent: a node that registers again with other
+// versions records which changed, and a stack's bake starts over there.
+func TestVersionChangeIsAnEvent(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	f.registerVersions("h1", "h100-sxm-80gb", map[string]string{"driver": "535.104.05", "cuda": "12.2", "agent": "v1"})
+	f.clk.Advance(time.Hour)
+	f.cycle()
+	f.clk.Advance(time.Minute) // the leader's grace for nodes it never heard from
+	f.cycle()
+	f.registerVersions("h1", "h100-sxm-80gb", map[string]string{"driver": "550.54.15", "cuda": "12.2", "agent": "v2"})
+	evs, err := f.st.Events(ctx, store.EventFilter{Object: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var details []string
+	for _, e := range evs {
+		if e.Kind == "node.versions" {
+			details = append(details, e.Detail)
+		}
+	}
+	if len(details) != 1 || details[0] != "driver 535.104.05 -> 550.54.15" {
+		t.Fatalf("node.versions events %q, want the driver change alone", details)
+	}
+	since, err := f.srv.settledSince(ctx, "h1")
+	if err != nil || !since.Equal(f.clk.Now().UTC()) {
+		t.Errorf("settled since %v, %v; want the re-registration", since, err)
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -161,8 +164,43 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 		if err != nil {
 			return fmt.Errorf("put node %s: %w", n.Name, err)
 		}
-		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: "agent:" + n.Name, Kind: "node.registered", Object: n.Name, Detail: detail})
+		if err := s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: "agent:" + n.Name, Kind: "node.registered", Object: n.Name, Detail: detail}); err != nil {
+			return err
+		}
+		if changed := versionChanges(old.n.Versions, n.Versions); known && changed != "" {
+			// A stack's bake time counts from here (docs/STACKS.md).
+			return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: "agent:" + n.Name, Kind: "node.versions", Object: n.Name, Detail: changed})
+		}
+		return nil
 	})
+}
+
+// versionChanges says which of a node's versions changed, in words
+// ("driver 535.104.05 -> 550.54.15"), the agent's own version aside; ""
+// when none did.
+func versionChanges(old, now map[string]string) string {
+	keys := map[string]bool{}
+	for k := range maps.Keys(old) {
+		keys[k] = true
+	}
+	for k := range maps.Keys(now) {
+		keys[k] = true
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if k == "agent" || old[k] == now[k] {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s -> %s", k, orNone(old[k]), orNone(now[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // Node reads one node.

@@ -344,7 +344,7 @@ func (s *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, 
 func (s *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
 	return st, nil
 }
-func (s *fakeService) ValidateStack(context.Context, api.Principal, string, string) (gpufleet.Stack, error) {
+func (s *fakeService) ValidateStack(context.Context, api.Principal, string, string, time.Duration) (gpufleet.Stack, error) {
 	return gpufleet.Stack{}, gpufleet.ErrNotFound
 }
 func (s *fakeService) RetireStack(context.Context, api.Principal, string) error { return nil }

@@ -402,7 +402,7 @@ func testNodes(t *testing.T, s store.Store) {
 	_, err = s.Node(ctx, "nope")
 	wantErr(t, "unknown node", err, gpufleet.ErrNotFound)
 	wantErr(t, "uncordon", s.SetNodeState(ctx, "n2", gpufleet.NodeReady, "", "admin", T0), nil)
-	if got := kinds(events(t, s, store.EventFilter{Object: "n2"})); !cmp.Equal(got, []string{"node.registered", "node.cordoned", "node.degraded", "node.registered", "node.ready"}) {
+	if got := kinds(events(t, s, store.EventFilter{Object: "n2"})); !cmp.Equal(got, []string{"node.registered", "node.cordoned", "node.degraded", "node.registered", "node.versions", "node.ready"}) {
 		t.Errorf("node events %v", got)
 	}
 }
