@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -80,7 +81,9 @@ type Config struct {
 	MetricsURL string
 	// StackFile is the operator's file of user-level software versions
 	// (docs/STACKS.md), read at each registration; "" or absent: none.
-	StackFile string
+	// StackProbe, when set, is a shell command run at each registration
+	// instead of reading the file, printing the same JSON.
+	StackFile, StackProbe string
 	// SampleInterval is how often the GPUs are read (default 1s).
 	SampleInterval time.Duration
 	// PollInterval is how often attempts are checked (default 200ms).
@@ -897,11 +900,17 @@ func (a *Agent) software() map[string]string {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		out[string(gpufleet.StackKernel)] = strings.TrimSpace(string(b))
 	}
-	if a.cfg.StackFile == "" {
-		return out
-	}
-	data, err := os.ReadFile(a.cfg.StackFile)
-	if errors.Is(err, fs.ErrNotExist) {
+	var data []byte
+	var err error
+	switch {
+	case a.cfg.StackProbe != "":
+		data, err = probeStack(a.cfg.StackProbe)
+	case a.cfg.StackFile != "":
+		data, err = os.ReadFile(a.cfg.StackFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return out
+		}
+	default:
 		return out
 	}
 	if err == nil {
@@ -910,9 +919,27 @@ func (a *Agent) software() map[string]string {
 		maps.Copy(out, file)
 	}
 	if err != nil {
-		a.log.Warn("stack file not used", "path", a.cfg.StackFile, "err", err)
+		a.log.Warn("stack versions not used", "file", a.cfg.StackFile, "probe", a.cfg.StackProbe, "err", err)
 	}
 	return out
+}
+
+// stackProbeTimeout bounds the operator's stack probe.
+const stackProbeTimeout = 10 * time.Second
+
+// probeStack runs the operator's probe command and returns what it
+// printed, at most 64 KiB.
+func probeStack(command string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), stackProbeTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/bin/sh", "-c", command).Output()
+	if err != nil {
+		return nil, fmt.Errorf("stack probe %q: %w", command, err)
+	}
+	if len(out) > 64<<10 {
+		return nil, fmt.Errorf("%w: stack probe %q printed more than 64 KiB", gpufleet.ErrInvalid, command)
+	}
+	return out, nil
 }
 
 // parseStackFile reads the operator's stack file: a JSON object of stack

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,4 +52,31 @@ func FuzzParseStackFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSoftwareVersions reads the stack from the file, or from the probe
+// when one is set; a probe that fails or prints nonsense leaves the
+// software out and the node still registers.
+func TestSoftwareVersions(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "stack.json")
+	if err := os.WriteFile(file, []byte(`{"torch": "2.5.1+cu124"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string // torch's version, "" when none
+	}{
+		"the file":                {Config{StackFile: file}, "2.5.1+cu124"},
+		"an absent file":          {Config{StackFile: file + ".nope"}, ""},
+		"the probe over the file": {Config{StackFile: file, StackProbe: `echo '{"torch": "2.7.0+cu128"}'`}, "2.7.0+cu128"},
+		"a failing probe":         {Config{StackProbe: "exit 3"}, ""},
+		"a probe printing text":   {Config{StackProbe: "echo torch 2.5"}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := &Agent{cfg: tc.cfg, log: slog.New(slog.DiscardHandler)}
+			if got := a.software()["torch"]; got != tc.want {
+				t.Errorf("torch %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
