@@ -311,6 +311,20 @@ func (r StackRequirements) Unmet(v StackVersions) string {
 	return ""
 }
 
+// And is r with the constraints of o added: a component both constrain
+// must meet both.
+func (r StackRequirements) And(o StackRequirements) StackRequirements {
+	out := StackRequirements{}
+	maps.Copy(out, r)
+	for c, con := range o {
+		if mine, ok := out[c]; ok {
+			con = VersionConstraint{clauses: append(slices.Clone(mine.clauses), con.clauses...), raw: mine.raw + "," + con.raw}
+		}
+		out[c] = con
+	}
+	return out
+}
+
 // PinStack is a named stack's versions as requirements: every component the
 // stack names must match exactly (the same numbers, as far as the stack
 // gives them).

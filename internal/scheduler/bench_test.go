@@ -1,9 +1,11 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
@@ -23,6 +25,41 @@ func BenchmarkScheduleLargeFleet(b *testing.B) {
 // and of the ETA simulation cost (withRacks).
 func BenchmarkScheduleLargeFleetRacks(b *testing.B) {
 	benchSchedule(b, withRacks(schedtest.Large(schedtest.DefaultLarge), benchRackBudget))
+}
+
+// BenchmarkScheduleLargeFleetStacks is BenchmarkScheduleLargeFleet with
+// every node on one of three driver stacks and a tenth of the queued jobs
+// requiring versions (20 distinct constraints): what judging jobs' stack
+// needs costs (once per distinct node stack and shape).
+func BenchmarkScheduleLargeFleetStacks(b *testing.B) {
+	in := schedtest.Large(schedtest.DefaultLarge)
+	drivers := []string{"535.104.05", "550.54.15", "570.124.06"}
+	for i := range in.Nodes {
+		in.Nodes[i].Stack = gpufleet.StackVersions{gpufleet.StackDriver: drivers[i%3], gpufleet.StackCUDA: "12.4"}
+	}
+	for i := range in.Jobs {
+		if i%10 == 0 && in.Jobs[i].Placement == nil {
+			in.Jobs[i].Resources.Requires = map[string]string{"driver": fmt.Sprintf(">=%d", 530+i/10%20)}
+		}
+	}
+	benchSchedule(b, in)
+}
+
+// BenchmarkScheduleLargeFleetSelectors is BenchmarkScheduleLargeFleetStacks
+// with node labels and selectors instead of stacks: the same tenth of the
+// jobs restricted to the same nodes, for comparison.
+func BenchmarkScheduleLargeFleetSelectors(b *testing.B) {
+	in := schedtest.Large(schedtest.DefaultLarge)
+	drivers := []string{"535", "550", "570"}
+	for i := range in.Nodes {
+		in.Nodes[i].Labels = map[string]string{"driver": drivers[i%3]}
+	}
+	for i := range in.Jobs {
+		if i%10 == 0 && in.Jobs[i].Placement == nil && 530+i/10%20 > 535 {
+			in.Jobs[i].Resources.NodeSelector = map[string]string{"driver": drivers[1+i/10%2]}
+		}
+	}
+	benchSchedule(b, in)
 }
 
 // BenchmarkScheduleHugeFleet is BenchmarkScheduleLargeFleet at ten times

@@ -25,12 +25,13 @@ type shape struct {
 	profile  int32 // MIG profile, -1 when unknown
 	nvlink   bool  // all GPUs in one NVLink domain required
 	selector [][2]string
-	// stackNodes, when the job requires a stack or versions, is the set of
-	// nodes (by name) that meet them; stackWhy says, when none does, why.
-	stackNodes map[string]bool
-	stackWhy   string
-	models     []int32 // eligible models: preference order when prefer, else by id
-	prefer     bool    // take the first model that fits
+	// stackOK, when the job requires a stack or versions, says per
+	// distinct node stack (fleet.stacks) whether it meets them; stackWhy
+	// says, when none does, why.
+	stackOK  []bool
+	stackWhy string
+	models   []int32 // eligible models: preference order when prefer, else by id
+	prefer   bool    // take the first model that fits
 	// slower, for shapes that prefer the fastest model, is per model id how
 	// many times slower than the shape's fastest model a job would run on
 	// it, conservatively (see slowerWait); nil otherwise.
@@ -97,15 +98,6 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 			b = append(b, x...)
 		}
 	}
-	if r.Stack != "" || len(r.Requires) > 0 {
-		b = append(b, "|stack"...)
-		for _, x := range append([]string{r.Stack}, flatten(r.Requires)...) {
-			b = append(b, '|')
-			b = strconv.AppendInt(b, int64(len(x)), 10)
-			b = append(b, ':')
-			b = append(b, x...)
-		}
-	}
 	return b
 }
 
@@ -118,16 +110,48 @@ func flatten(m map[string]string) []string {
 	return out
 }
 
+// stackNeed is a request's stack needs judged on this call's fleet: per
+// distinct node stack whether it meets them (nil: every node does), and
+// why none does.
+type stackNeed struct {
+	ok  []bool
+	why string
+}
+
+// appendStackKey adds a request's stack needs to its shape key as the
+// node stacks they allow, so that requests allowing the same nodes share a
+// shape (and its caches) whatever their wording; a request no node meets
+// keeps its own words.
+func appendStackKey(b []byte, n stackNeed) []byte {
+	if n.ok == nil {
+		return b
+	}
+	b = append(b, "|stacks:"...)
+	none := true
+	for _, ok := range n.ok {
+		if ok {
+			b, none = append(b, '1'), false
+		} else {
+			b = append(b, '0')
+		}
+	}
+	if none {
+		b = append(b, n.why...)
+	}
+	return b
+}
+
 // shapeOf returns the interned shape of a job's resources.
 func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	prefer := s.cfg.HeterogeneityPreference && r.Prefer != ""
 	want := r.Prefer
-	s.keyBuf = shapeKey(s.keyBuf, r, want, prefer)
+	need := s.stackNeeds(r)
+	s.keyBuf = appendStackKey(shapeKey(s.keyBuf, r, want, prefer), need)
 	if sh, ok := s.shapeIdx[string(s.keyBuf)]; ok {
 		return sh
 	}
 	key := string(s.keyBuf)
-	sh := &shape{id: int32(len(s.shapes)), key: key, profile: -1, prefer: prefer}
+	sh := &shape{id: int32(len(s.shapes)), key: key, profile: -1, prefer: prefer, stackOK: need.ok, stackWhy: need.why}
 	// Counts are held in 32 bits: narrow only what the limits allow. A
 	// request beyond them (a stored row no validation saw) is invalid,
 	// never wrapped around.
@@ -142,7 +166,6 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	for _, k := range sortedKeys(r.NodeSelector) {
 		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
 	}
-	s.stackNeeds(sh, r)
 	// The same validation as at every edge, once per shape: a request that
 	// fails it (a stored row no edge saw) is failed, never narrowed.
 	rr := *r
@@ -338,58 +361,70 @@ func (sh *shape) selects(n *nodeSlot) bool {
 			return false
 		}
 	}
-	return sh.stackNodes == nil || sh.stackNodes[n.name]
+	return sh.stackOK == nil || sh.stackOK[n.stack]
 }
 
-// stackNeeds works out which nodes meet a request's stack and version
-// requirements (nothing to do without any): the named stack's versions
-// pinned, then each constraint. An unknown stack or an unreadable
-// constraint (a row no edge saw) matches no node, with why.
-func (s *sched) stackNeeds(sh *shape, r *gpufleet.Resources) {
+// stackNeeds judges a request's stack and version requirements on the
+// fleet (the zero stackNeed without any): the named stack's versions
+// pinned, and each constraint, once per distinct node stack, remembered
+// per wording for the call. An unknown stack or an unreadable constraint
+// (a row no edge saw) matches no node, with why.
+func (s *sched) stackNeeds(r *gpufleet.Resources) stackNeed {
 	if r.Stack == "" && len(r.Requires) == 0 {
-		return
+		return stackNeed{}
 	}
-	sh.stackNodes = map[string]bool{}
+	key := strings.Join(append([]string{r.Stack}, flatten(r.Requires)...), "\x00")
+	if n, ok := s.stackCache[key]; ok {
+		return n
+	}
+	n := s.judgeStack(r)
+	if s.stackCache == nil {
+		s.stackCache = map[string]stackNeed{}
+	}
+	s.stackCache[key] = n
+	return n
+}
+
+func (s *sched) judgeStack(r *gpufleet.Resources) stackNeed {
+	none := stackNeed{ok: make([]bool, len(s.f.stacks))}
 	need, err := gpufleet.ParseStackRequirements("resources.requires", r.Requires)
 	if err != nil {
-		sh.stackWhy = err.Error()
-		return
+		none.why = err.Error()
+		return none
 	}
 	if r.Stack != "" {
 		versions, ok := s.in.Stacks[r.Stack]
 		if !ok {
-			sh.stackWhy = fmt.Sprintf("no stack named %s", gpufleet.Quote(r.Stack))
-			return
+			none.why = fmt.Sprintf("no stack named %s", gpufleet.Quote(r.Stack))
+			return none
 		}
 		pin, err := gpufleet.PinStack(versions)
 		if err != nil {
-			sh.stackWhy = fmt.Sprintf("stack %s: %v", r.Stack, err)
-			return
+			none.why = fmt.Sprintf("stack %s: %v", r.Stack, err)
+			return none
 		}
-		if need == nil {
-			need = gpufleet.StackRequirements{}
-		}
-		for c, con := range pin {
-			if _, own := need[c]; !own {
-				need[c] = con
-			}
+		need = need.And(pin)
+	}
+	out := stackNeed{ok: make([]bool, len(s.f.stacks))}
+	first := ""
+	for i, v := range s.f.stacks {
+		why := need.Unmet(v)
+		out.ok[i] = why == ""
+		if why != "" && first == "" {
+			first = fmt.Sprintf("node %s: %s", s.f.stackNode[i], why)
 		}
 	}
-	first := ""
-	for ni := range s.f.nodes {
-		n := &s.f.nodes[ni]
-		why := need.Unmet(n.stack)
-		if why == "" {
-			sh.stackNodes[n.name] = true
-		} else if first == "" {
-			first = fmt.Sprintf("node %s: %s", n.name, why)
-		}
+	if first == "" {
+		// Every node meets them: no filter, and the placement searches
+		// keep their fast paths.
+		return stackNeed{}
 	}
 	what := "the versions it requires"
 	if r.Stack != "" {
 		what = "stack " + r.Stack
 	}
-	sh.stackWhy = fmt.Sprintf("no node runs %s (%s)", what, first)
+	out.why = fmt.Sprintf("no node runs %s (%s)", what, first)
+	return out
 }
 
 // charge is what one placement of the shape on model m counts against a

@@ -3,9 +3,11 @@ package scheduler
 import (
 	"cmp"
 	"hash/fnv"
+	"maps"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpufleet/gpufleet"
@@ -110,7 +112,7 @@ type nodeSlot struct {
 	ready       bool
 	rack, block int32 // -1 when unknown
 	labels      map[string]string
-	stack       gpufleet.StackVersions
+	stack       int32 // index into fleet.stacks: the node's distinct versions
 	gpus        []gpuSlot
 	mfree       []modelFree // one entry per model on the node, by model
 	migFree     []int32     // free MIG instances per profile; nil without MIG
@@ -132,6 +134,11 @@ type fleet struct {
 	profileIdx map[string]int32
 	racks      []string
 	blocks     []string
+	// stacks are the nodes' distinct software versions, and stackNode the
+	// first node (by fleet order) that runs each; a job's stack needs are
+	// judged once per distinct stack, not once per node.
+	stacks    []gpufleet.StackVersions
+	stackNode []string
 
 	maxK      []int32    // per model: most GPUs of the model on one node
 	buckets   [][]bitset // [model][k]: nodes with exactly k whole free GPUs
@@ -214,7 +221,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		f.models = append(f.models, mi)
 	}
 	nodeOrder(nodes, f, in.Config.Seed)
-	rackIdx, blockIdx := map[string]int32{}, map[string]int32{}
+	rackIdx, blockIdx, stackIdx := map[string]int32{}, map[string]int32{}, map[string]int32{}
 	intern := func(m map[string]int32, list *[]string, s string) int32 {
 		if s == "" {
 			return -1
@@ -237,8 +244,9 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 	var doms []domain
 	var perModel []modelFree // free counts the model's GPUs here
 	for _, n := range nodes {
-		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels, stack: n.Stack,
+		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
+		ns.stack = f.internStack(stackIdx, n)
 		gs := n.GPUs
 		if !slices.IsSortedFunc(gs, byIndex) {
 			gs = slices.Clone(gs)
@@ -789,4 +797,45 @@ func (f *fleet) stamp(sh *shape) uint64 {
 		}
 	}
 	return st + uint64(f.resvRaise)
+}
+
+// internStack returns the index of a node's versions in f.stacks, adding
+// them when new. Fleets run few distinct stacks: up to 8 are compared
+// directly, more are keyed.
+func (f *fleet) internStack(idx map[string]int32, n *Node) int32 {
+	if len(f.stacks) <= 8 {
+		for i, v := range f.stacks {
+			if maps.Equal(v, n.Stack) {
+				return int32(i)
+			}
+		}
+	} else if i, ok := idx[stackKey(n.Stack)]; ok {
+		return i
+	}
+	id := int32(len(f.stacks))
+	f.stacks, f.stackNode = append(f.stacks, n.Stack), append(f.stackNode, n.Name)
+	if len(f.stacks) == 9 {
+		for i, v := range f.stacks {
+			idx[stackKey(v)] = int32(i)
+		}
+	} else if len(f.stacks) > 9 {
+		idx[stackKey(n.Stack)] = id
+	}
+	return id
+}
+
+// stackKey is the identity of a node's versions: component=version by
+// component, length-prefixed.
+func stackKey(v gpufleet.StackVersions) string {
+	var b []byte
+	for _, c := range gpufleet.StackComponents {
+		if x, ok := v[c]; ok {
+			b = strconv.AppendInt(b, int64(len(c)+len(x)+1), 10)
+			b = append(b, ':')
+			b = append(b, c...)
+			b = append(b, '=')
+			b = append(b, x...)
+		}
+	}
+	return string(b)
 }

@@ -141,11 +141,11 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		}
 		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
 	}
-	if len(sh.selector) > 0 || sh.stackNodes != nil {
-		stack := sh.stackNodes
-		sh.stackNodes = nil // the labels alone first
+	if len(sh.selector) > 0 || sh.stackOK != nil {
+		stack := sh.stackOK
+		sh.stackOK = nil // the labels alone first
 		labelled := len(sh.selector) == 0 || s.anySelected(sh)
-		sh.stackNodes = stack
+		sh.stackOK = stack
 		switch {
 		case !labelled:
 			return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no node with a matching GPU carries node_selector %s", selectorText(sh.selector))}

@@ -229,8 +229,9 @@ type sched struct {
 
 	shapes       []*shape
 	shapeIdx     map[string]*shape
-	pending      []*pjob // cluster order
-	running      []*rjob // by id
+	stackCache   map[string]stackNeed // per stack-requirement wording
+	pending      []*pjob              // cluster order
+	running      []*rjob              // by id
 	nodeRuns     [][]*rjob
 	victimAt     []int32 // nodes with preemptible running work, by index
 	events       eventHeap
