@@ -123,6 +123,24 @@ func TestRequirements(t *testing.T) {
 	if why := pin.Unmet(gpufleet.StackVersions{gpufleet.StackDriver: "550.54.14", gpufleet.StackCUDA: "12.4"}); why != "driver 550.54.15: the node has 550.54.14" {
 		t.Errorf("a pinned stack on another driver: %q", why)
 	}
+	// A job's own constraint and its stack's pin on one component both hold.
+	both := gpufleet.StackRequirements{gpufleet.StackDriver: mustConstraint(t, "<550.54.15")}.And(pin)
+	if why := both.Unmet(gpufleet.StackVersions{gpufleet.StackDriver: "550.54.15", gpufleet.StackCUDA: "12.4"}); why != "driver <550.54.15,550.54.15: the node has 550.54.15" {
+		t.Errorf("a stack and a constraint that exclude each other: %q", why)
+	}
+	other := gpufleet.StackRequirements{gpufleet.StackTorch: mustConstraint(t, "2.5")}.And(pin)
+	if why := other.Unmet(gpufleet.StackVersions{gpufleet.StackDriver: "550.54.15", gpufleet.StackCUDA: "12.4", gpufleet.StackTorch: "2.5.1+cu124"}); why != "" {
+		t.Errorf("a stack and another component's constraint: %q", why)
+	}
+}
+
+func mustConstraint(t *testing.T, s string) gpufleet.VersionConstraint {
+	t.Helper()
+	c, err := gpufleet.ParseVersionConstraint(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // FuzzParseVersion checks that any text either parses to a version whose
