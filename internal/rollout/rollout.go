@@ -1,0 +1,373 @@
+// Package rollout moves nodes to a new software stack in waves, gated by
+// validation and health, and halts on the first failure (docs/STACKS.md).
+// It is pure: Step takes the rollout's state and what the fleet looks like
+// now, and returns the new state and the actions the leader applies. The
+// state is all there is to resume from, so a leader that crashed mid-wave
+// resumes where the store says it was: actions are idempotent (setting a
+// node's state), and an update is ordered from the state, never twice
+// (agents keep which updates they ran).
+package rollout
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// State is a rollout's state.
+type State string
+
+// Rollout states.
+const (
+	Running     State = "running"
+	Paused      State = "paused"
+	Halted      State = "halted" // a gate failed; the failed nodes stay out of service
+	Done        State = "done"
+	Aborted     State = "aborted"
+	RollingBack State = "rolling_back"
+	RolledBack  State = "rolled_back"
+)
+
+// Phase is where one node is in the rollout.
+type Phase string
+
+// Node phases, in order.
+const (
+	Pending  Phase = "pending"
+	Draining Phase = "draining" // cordoned, running work stopping
+	Updating Phase = "updating" // the agent runs the update
+	Baking   Phase = "baking"   // on the new stack, validated; health watched
+	Complete Phase = "complete" // baked and back in service
+	Failed   Phase = "failed"   // a gate failed; kept out of service
+)
+
+// Node is one node of a rollout.
+type Node struct {
+	Name  string    `json:"name"`
+	Wave  int       `json:"wave"` // 0 is the canary
+	Phase Phase     `json:"phase"`
+	Since time.Time `json:"since"` // when the phase began
+	// Previous are the node's versions before the update, for rollback.
+	Previous map[string]string `json:"previous"`
+	Reason   string            `json:"reason"`
+	// Updates counts the update orders given to the node: an order is
+	// (rollout, node, count), and an agent runs each once.
+	Updates int `json:"updates"`
+}
+
+// Rollout is a stack rollout's whole state.
+type Rollout struct {
+	ID     string            `json:"id"`
+	Stack  string            `json:"stack"`
+	Target map[string]string `json:"target"` // the stack's versions
+	// Selection: the nodes with a GPU of GPUModel (when set) carrying every
+	// Selector label.
+	GPUModel string            `json:"gpu_model"`
+	Selector map[string]string `json:"selector"`
+	// Canary nodes go first, alone; Waves are then the cumulative shares
+	// of the rest (0.1, 0.5, 1).
+	Canary         int           `json:"canary"`
+	Waves          []float64     `json:"waves"`
+	MaxUnavailable int           `json:"max_unavailable"`
+	Bake           time.Duration `json:"bake"`
+	// UpdateTimeout bounds how long a node may take to come back on the
+	// target versions after its update was ordered.
+	UpdateTimeout time.Duration `json:"update_timeout"`
+	UpdateCommand string        `json:"update_command"`
+	State         State         `json:"state"`
+	Reason        string        `json:"reason"`
+	Wave          int           `json:"wave"` // the wave in progress
+	Nodes         []Node        `json:"nodes"`
+	CreatedBy     string        `json:"created_by"`
+	CreatedAt     time.Time     `json:"created_at"`
+	UpdatedAt     time.Time     `json:"updated_at"`
+}
+
+// Defaults.
+const (
+	DefaultBake          = 30 * time.Minute
+	DefaultUpdateTimeout = 30 * time.Minute
+)
+
+// Plan assigns the selected nodes (sorted by name) to waves: the first
+// canary nodes to wave 0, then the rest by the cumulative shares.
+func Plan(r *Rollout, nodes []string) error {
+	if len(nodes) == 0 {
+		return fmt.Errorf("%w: rollout: no node matches the selection", gpufleet.ErrInvalid)
+	}
+	if r.Canary < 0 || r.Canary > len(nodes) {
+		return fmt.Errorf("%w: canary %d: expected 0 to the %d selected nodes", gpufleet.ErrInvalid, r.Canary, len(nodes))
+	}
+	if len(r.Waves) == 0 {
+		r.Waves = []float64{1}
+	}
+	prev := 0.0
+	for i, w := range r.Waves {
+		if !(w > prev && w <= 1) {
+			return fmt.Errorf("%w: waves: %v: expected rising shares up to 1", gpufleet.ErrInvalid, r.Waves)
+		}
+		prev = w
+		if i == len(r.Waves)-1 && w != 1 {
+			return fmt.Errorf("%w: waves: the last must be 1 (every node)", gpufleet.ErrInvalid)
+		}
+	}
+	if r.MaxUnavailable <= 0 {
+		r.MaxUnavailable = 1
+	}
+	if r.Bake <= 0 {
+		r.Bake = DefaultBake
+	}
+	if r.UpdateTimeout <= 0 {
+		r.UpdateTimeout = DefaultUpdateTimeout
+	}
+	nodes = slices.Sorted(slices.Values(nodes))
+	rest := len(nodes) - r.Canary
+	r.Nodes = r.Nodes[:0]
+	for i, n := range nodes {
+		wave := 0
+		if i >= r.Canary {
+			k := i - r.Canary // among the rest
+			for w, share := range r.Waves {
+				if k < int(math.Ceil(share*float64(rest))) {
+					wave = w + 1
+					break
+				}
+			}
+		}
+		r.Nodes = append(r.Nodes, Node{Name: n, Wave: wave, Phase: Pending})
+	}
+	if r.Canary == 0 {
+		r.Wave = 1
+	}
+	r.State = Running
+	return nil
+}
+
+// View is one node as the fleet shows it now.
+type View struct {
+	State    gpufleet.NodeState
+	Health   gpufleet.Health
+	Reason   string            // the health or state reason
+	Versions map[string]string // as the agent reported them
+	Running  int               // attempts on the node
+	// Incompatible is the first finding of the compatibility rules that
+	// says the node's stack cannot work, or "".
+	Incompatible string
+	Seen         bool // the agent heartbeats
+}
+
+// Action is what the leader does for a step.
+type Action struct {
+	Kind   ActionKind
+	Node   string
+	Reason string
+}
+
+// ActionKind is an action's kind.
+type ActionKind string
+
+// Actions. Each is idempotent: it sets a node's state.
+const (
+	Drain    ActionKind = "drain"    // stop new work and stop the running work
+	Cordon   ActionKind = "cordon"   // keep out of service (a failed node)
+	Uncordon ActionKind = "uncordon" // back in service
+)
+
+// Step advances a rollout by what the fleet shows at now. Nodes missing
+// from views count as gone (their step fails).
+func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
+	r.Nodes = slices.Clone(r.Nodes)
+	var acts []Action
+	if r.State != Running && r.State != RollingBack {
+		return r, nil
+	}
+	target := r.Target
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		v, ok := views[n.Name]
+		if r.State == RollingBack {
+			target = n.Previous
+		}
+		switch n.Phase {
+		case Draining:
+			switch {
+			case !ok:
+				fail(n, now, "the node left the fleet")
+			case v.Running == 0:
+				n.Phase, n.Since, n.Updates = Updating, now, n.Updates+1
+			}
+		case Updating:
+			switch {
+			case !ok:
+				fail(n, now, "the node left the fleet")
+			case v.Seen && onVersions(v.Versions, target):
+				if v.Incompatible != "" {
+					fail(n, now, "validation: "+v.Incompatible)
+				} else if v.Health == gpufleet.Unhealthy {
+					fail(n, now, "validation: unhealthy: "+v.Reason)
+				} else {
+					n.Phase, n.Since = Baking, now
+				}
+			case now.Sub(n.Since) > r.UpdateTimeout:
+				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), versionsOf(v.Versions)))
+			}
+		case Baking:
+			switch {
+			case !ok:
+				fail(n, now, "the node left the fleet")
+			case v.Health != gpufleet.Healthy:
+				fail(n, now, fmt.Sprintf("health %s during the bake: %s", v.Health, v.Reason))
+			case !onVersions(v.Versions, target):
+				fail(n, now, "its versions changed during the bake: "+versionsOf(v.Versions))
+			case now.Sub(n.Since) >= r.Bake:
+				n.Phase, n.Since = Complete, now
+				acts = append(acts, Action{Kind: Uncordon, Node: n.Name, Reason: "rollout " + r.ID + ": baked on " + r.Stack})
+			}
+		}
+		if n.Phase == Failed && n.Reason != "" && !hasAction(acts, n.Name) {
+			acts = append(acts, Action{Kind: Cordon, Node: n.Name, Reason: "rollout " + r.ID + " failed here: " + n.Reason})
+		}
+	}
+	if i := slices.IndexFunc(r.Nodes, func(n Node) bool { return n.Phase == Failed }); i >= 0 {
+		r.State, r.Reason = Halted, fmt.Sprintf("node %s failed a gate: %s", r.Nodes[i].Name, r.Nodes[i].Reason)
+		return r, acts
+	}
+	// The wave is through when its nodes are complete: start the next.
+	for r.Wave <= len(r.Waves) && waveDone(r, r.Wave) {
+		r.Wave++
+	}
+	if r.Wave > len(r.Waves) {
+		if r.State == RollingBack {
+			r.State = RolledBack
+		} else {
+			r.State = Done
+		}
+		return r, acts
+	}
+	// Start pending nodes of the wave while unavailability allows.
+	busy := 0
+	for _, n := range r.Nodes {
+		if n.Phase == Draining || n.Phase == Updating || n.Phase == Baking {
+			busy++
+		}
+	}
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if busy >= r.MaxUnavailable {
+			break
+		}
+		if n.Wave != r.Wave || n.Phase != Pending {
+			continue
+		}
+		v, ok := views[n.Name]
+		if !ok {
+			fail(n, now, "the node left the fleet")
+			continue
+		}
+		if r.State == Running {
+			n.Previous = v.Versions
+		}
+		n.Phase, n.Since = Draining, now
+		busy++
+		acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: updating to stack %s (wave %d)", r.ID, r.Stack, r.Wave)})
+	}
+	return r, acts
+}
+
+// Rollback turns a halted, aborted or done rollout around: every node it
+// updated (complete or failed after its update) goes back to its previous
+// versions, in one wave, with the same gates.
+func Rollback(r Rollout, now time.Time) (Rollout, error) {
+	switch r.State {
+	case Halted, Aborted, Done, Paused:
+	default:
+		return r, fmt.Errorf("%w: rollout %s is %s: roll back a halted, aborted, paused or done rollout", gpufleet.ErrInvalid, r.ID, r.State)
+	}
+	r.Nodes = slices.Clone(r.Nodes)
+	var back []Node
+	for _, n := range r.Nodes {
+		if n.Previous == nil || n.Phase == Pending {
+			continue
+		}
+		back = append(back, Node{Name: n.Name, Wave: 1, Phase: Pending, Previous: n.Previous, Updates: n.Updates})
+	}
+	if len(back) == 0 {
+		return r, fmt.Errorf("%w: rollout %s updated no node: nothing to roll back", gpufleet.ErrInvalid, r.ID)
+	}
+	r.Nodes, r.Waves, r.Wave, r.State, r.Reason, r.UpdatedAt = back, []float64{1}, 1, RollingBack, "", now
+	return r, nil
+}
+
+// UpdateOrder is what an agent is told to run: a key it runs once, the
+// command and the versions to reach.
+type UpdateOrder struct {
+	Key      string            `json:"key"`
+	Command  string            `json:"command"`
+	Versions map[string]string `json:"versions"`
+}
+
+// Order is the update a node should run now, if any: while it is in the
+// updating phase.
+func (r *Rollout) Order(node string) (UpdateOrder, bool) {
+	if r.State != Running && r.State != RollingBack {
+		return UpdateOrder{}, false
+	}
+	i := slices.IndexFunc(r.Nodes, func(n Node) bool { return n.Name == node })
+	if i < 0 || r.Nodes[i].Phase != Updating {
+		return UpdateOrder{}, false
+	}
+	n := r.Nodes[i]
+	target := r.Target
+	if r.State == RollingBack {
+		target = n.Previous
+	}
+	return UpdateOrder{Key: fmt.Sprintf("%s/%s/%d", r.ID, node, n.Updates), Command: r.UpdateCommand, Versions: target}, true
+}
+
+func fail(n *Node, now time.Time, why string) {
+	n.Phase, n.Since, n.Reason = Failed, now, why
+}
+
+func hasAction(acts []Action, node string) bool {
+	return slices.ContainsFunc(acts, func(a Action) bool { return a.Node == node })
+}
+
+// waveDone reports whether every node of a wave is complete.
+func waveDone(r Rollout, wave int) bool {
+	for _, n := range r.Nodes {
+		if n.Wave == wave && n.Phase != Complete {
+			return false
+		}
+	}
+	return true
+}
+
+// onVersions reports whether reported versions meet every target
+// component (the agent's own version and components the target does not
+// name are ignored).
+func onVersions(have, target map[string]string) bool {
+	pin, err := gpufleet.PinStack(toStack(target))
+	return err == nil && pin.Unmet(gpufleet.NodeStack(have)) == ""
+}
+
+func toStack(v map[string]string) gpufleet.StackVersions {
+	out := gpufleet.StackVersions{}
+	for k, x := range v {
+		out[gpufleet.StackComponent(k)] = x
+	}
+	return out
+}
+
+func versionsOf(v map[string]string) string {
+	var parts []string
+	for _, c := range gpufleet.StackComponents {
+		if x, ok := v[string(c)]; ok {
+			parts = append(parts, string(c)+" "+x)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
