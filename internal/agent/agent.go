@@ -159,6 +159,13 @@ type Agent struct {
 	// the server asked for all of it (fullEvidence).
 	sentEvidence map[string]api.GPUEvidence
 	fullEvidence bool
+	// updates are the stack update orders run, by key (nil while one
+	// runs), kept in updates.json; updateAsked the keys the server last
+	// ordered; simSoftware the user-level versions a simulated update set.
+	updates       map[string]*api.UpdateResult
+	updatesBroken bool
+	updateAsked   []string
+	simSoftware   map[string]string
 	// validations are return-to-service checks by order id: nil while
 	// running, then the result, kept until the server stops asking.
 	validations   map[string]*api.ValidationResult
@@ -207,11 +214,12 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 	}
 	log = log.With("component", "agent", "node", cfg.Name)
 	a := &Agent{cfg: cfg, be: be, cp: cp, log: log, now: time.Now, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
-		validations: map[string]*api.ValidationResult{}, sentEvidence: map[string]api.GPUEvidence{}, fullEvidence: true, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
+		validations: map[string]*api.ValidationResult{}, updates: map[string]*api.UpdateResult{}, sentEvidence: map[string]api.GPUEvidence{}, fullEvidence: true, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
 		xidCount: map[string]map[int]float64{}, lastXID: map[string]int{}, heartbeat: 5 * time.Second}
 	if f, ok := be.(faultInjector); ok {
 		a.faults = f
 	}
+	a.loadUpdates()
 	var ld loader
 	if l, ok := be.(loader); ok {
 		ld = l
@@ -469,6 +477,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	sent := a.trimEvidence(req.Samples)
 	req.MissingGPUs = slices.Clone(a.missing)
 	req.Validations = a.validationResults()
+	req.Updates = a.updateResults(a.updateAsked)
 	inv := a.sendInventory
 	if inv {
 		req.GPUs = slices.Clone(a.inventory)
@@ -609,6 +618,14 @@ func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
 		a.startValidation(ctx, o)
 	}
 	a.forgetValidations(resp.Validate)
+	asked := make([]string, 0, len(resp.Update))
+	for _, o := range resp.Update {
+		asked = append(asked, o.Key)
+		a.startUpdate(ctx, o)
+	}
+	a.mu.Lock()
+	a.updateAsked = asked
+	a.mu.Unlock()
 }
 
 // faultKinds maps the API's fault kinds to the simulator's.
@@ -900,6 +917,15 @@ func (a *Agent) software() map[string]string {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		out[string(gpufleet.StackKernel)] = strings.TrimSpace(string(b))
 	}
+	a.mu.Lock()
+	for k, v := range a.simSoftware {
+		switch gpufleet.StackComponent(k) {
+		case gpufleet.StackDriver, gpufleet.StackCUDA, gpufleet.StackVBIOS, gpufleet.StackInfoROM, gpufleet.StackGSP:
+		default:
+			out[k] = v // what a simulated update installed
+		}
+	}
+	a.mu.Unlock()
 	var data []byte
 	var err error
 	switch {

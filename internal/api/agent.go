@@ -125,6 +125,28 @@ type HeartbeatRequest struct {
 	// MissingGPUs are inventory GPUs (UUIDs) that discovery no longer
 	// finds: fallen off the bus.
 	MissingGPUs []string `json:"missing_gpus,omitempty"`
+	// Updates are the results of stack update orders, with the versions
+	// the node runs afterwards; resent while the server still orders them.
+	Updates []UpdateResult `json:"updates,omitempty"`
+}
+
+// UpdateOrder asks the agent to move its node to a stack (a rollout,
+// docs/STACKS.md): the operator's command, run once per key, with the
+// target versions in its environment (GPUFLEET_STACK_DRIVER=550.54.15,
+// ...); simulated GPUs take the versions directly.
+type UpdateOrder struct {
+	Key      string            `json:"key"`
+	Command  string            `json:"command"`
+	Versions map[string]string `json:"versions"`
+}
+
+// UpdateResult is how an update order went, and the node's versions
+// afterwards.
+type UpdateResult struct {
+	Key      string            `json:"key"`
+	OK       bool              `json:"ok"`
+	Detail   string            `json:"detail"`
+	Versions map[string]string `json:"versions"`
 }
 
 // Assignment is an attempt the agent must start.
@@ -175,6 +197,9 @@ type HeartbeatResponse struct {
 	// Validate asks for return-to-service checks, resent until the agent
 	// reports a result.
 	Validate []ValidationOrder `json:"validate,omitempty"`
+	// Update asks for stack updates, resent until the node reports the
+	// result (its versions then show where it is).
+	Update []UpdateOrder `json:"update,omitempty"`
 	// FullEvidence asks for every GPU's evidence in the next heartbeat:
 	// this replica does not hold it (a restart, a new leader).
 	FullEvidence bool `json:"full_evidence,omitempty"`
@@ -307,6 +332,20 @@ func (r *HeartbeatRequest) Validate() error {
 	}
 	for i, id := range r.MissingGPUs {
 		if err := gpufleet.CheckText(fmt.Sprintf("missing_gpus[%d]", i), id, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	if len(r.Updates) > maxAcks {
+		return fmt.Errorf("%w: updates: too many entries", gpufleet.ErrInvalid)
+	}
+	for i, u := range r.Updates {
+		if err := gpufleet.CheckText(fmt.Sprintf("updates[%d].key", i), u.Key, maxIDLen, false); err != nil {
+			return err
+		}
+		if err := gpufleet.CheckText(fmt.Sprintf("updates[%d].detail", i), u.Detail, maxDetailLen, true); err != nil {
+			return err
+		}
+		if err := checkLabels(fmt.Sprintf("updates[%d].versions", i), u.Versions); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 )
 
 // Client is a typed client for the API. It fails over between several
@@ -468,6 +469,32 @@ func (c *Client) RetireStack(ctx context.Context, name string) error {
 // StackCheck judges every node's stack by the compatibility rules.
 func (c *Client) StackCheck(ctx context.Context) ([]NodeStack, error) {
 	return allPages(ctx, c, "/api/v1/stacks/check", func(l *NodeStackList) ([]NodeStack, string) { return l.Nodes, l.NextToken })
+}
+
+// StartRollout starts moving nodes to a stack (admin).
+func (c *Client) StartRollout(ctx context.Context, r RolloutRequest) (rollout.Rollout, error) {
+	var out rollout.Rollout
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/rollouts", body: r}, &out)
+	return out, err
+}
+
+// Rollouts lists the rollouts, newest first.
+func (c *Client) Rollouts(ctx context.Context) ([]rollout.Rollout, error) {
+	return allPages(ctx, c, "/api/v1/rollouts", func(l *RolloutList) ([]rollout.Rollout, string) { return l.Rollouts, l.NextToken })
+}
+
+// Rollout reads one rollout.
+func (c *Client) Rollout(ctx context.Context, id string) (rollout.Rollout, error) {
+	var out rollout.Rollout
+	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/rollouts/" + url.PathEscape(id), idempotent: true}, &out)
+	return out, err
+}
+
+// RolloutAction pauses, resumes, aborts or rolls back a rollout (admin).
+func (c *Client) RolloutAction(ctx context.Context, id, action string) (rollout.Rollout, error) {
+	var out rollout.Rollout
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/rollouts/" + url.PathEscape(id) + "/" + url.PathEscape(action)}, &out)
+	return out, err
 }
 
 // DeleteRack deletes a rack (admin).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 )
 
 // memService is a transitional in-memory test double for the handler's
@@ -486,4 +487,26 @@ func (s *memService) RetireStack(_ context.Context, _ Principal, name string) er
 
 func (s *memService) StackCheck(context.Context, Principal) ([]NodeStack, error) {
 	return []NodeStack{}, nil
+}
+
+func (s *memService) StartRollout(_ context.Context, p Principal, r RolloutRequest) (rollout.Rollout, error) {
+	if p.Role != gpufleet.RoleAdmin {
+		return rollout.Rollout{}, ErrForbidden
+	}
+	if err := r.Validate(); err != nil {
+		return rollout.Rollout{}, err
+	}
+	return rollout.Rollout{ID: "ro-1", Stack: r.Stack, State: rollout.Running}, nil
+}
+
+func (s *memService) Rollouts(context.Context, Principal) ([]rollout.Rollout, error) {
+	return []rollout.Rollout{}, nil
+}
+
+func (s *memService) Rollout(_ context.Context, _ Principal, id string) (rollout.Rollout, error) {
+	return rollout.Rollout{}, fmt.Errorf("%w: rollout %s", gpufleet.ErrNotFound, id)
+}
+
+func (s *memService) RolloutAction(_ context.Context, _ Principal, id, _ string) (rollout.Rollout, error) {
+	return rollout.Rollout{}, fmt.Errorf("%w: rollout %s", gpufleet.ErrNotFound, id)
 }

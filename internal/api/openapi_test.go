@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
@@ -125,6 +126,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"GPUEvidence": GPUEvidence{}, "ValidationOrder": ValidationOrder{}, "ValidationResult": ValidationResult{},
 		"Stack": gpufleet.Stack{}, "StackList": StackList{}, "StackValidation": gpufleet.StackValidation{}, "StackValidateRequest": StackValidateRequest{},
 		"StackFinding": stack.Finding{}, "NodeStack": NodeStack{}, "NodeStackList": NodeStackList{},
+		"RolloutRequest": RolloutRequest{}, "Rollout": rollout.Rollout{}, "RolloutNode": rollout.Node{}, "RolloutList": RolloutList{},
+		"UpdateOrder": UpdateOrder{}, "UpdateResult": UpdateResult{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -321,6 +321,52 @@ func (h *handler) stackCheck(w http.ResponseWriter, r *http.Request, p Principal
 	return writeJSON(w, http.StatusOK, NodeStackList{Nodes: page, NextToken: next})
 }
 
+func (h *handler) startRollout(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req RolloutRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return err
+	}
+	out, err := h.svc.StartRollout(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) listRollouts(w http.ResponseWriter, r *http.Request, p Principal) error {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	all, err := h.svc.Rollouts(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	page, next, err := paginate(all, limit, token)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, RolloutList{Rollouts: page, NextToken: next})
+}
+
+func (h *handler) getRollout(w http.ResponseWriter, r *http.Request, p Principal) error {
+	out, err := h.svc.Rollout(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) rolloutAction(action string) func(http.ResponseWriter, *http.Request, Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		out, err := h.svc.RolloutAction(r.Context(), p, r.PathValue("id"), action)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, out)
+	}
+}
+
 func (h *handler) listTokens(w http.ResponseWriter, r *http.Request, p Principal) error {
 	limit, token, err := pageParams(r)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/planner"
 )
 
@@ -212,6 +213,13 @@ type Service interface {
 	ValidateStack(ctx context.Context, p Principal, name, gpuModel string, bake time.Duration) (gpufleet.Stack, error)
 	RetireStack(ctx context.Context, p Principal, name string) error
 	StackCheck(ctx context.Context, p Principal) ([]NodeStack, error)
+	// StartRollout moves nodes to a stack in waves (admin); Rollouts lists
+	// them; Rollout reads one; RolloutAction pauses, resumes, aborts or
+	// rolls one back (admin).
+	StartRollout(ctx context.Context, p Principal, r RolloutRequest) (rollout.Rollout, error)
+	Rollouts(ctx context.Context, p Principal) ([]rollout.Rollout, error)
+	Rollout(ctx context.Context, p Principal, id string) (rollout.Rollout, error)
+	RolloutAction(ctx context.Context, p Principal, id, action string) (rollout.Rollout, error)
 	Tokens(ctx context.Context, p Principal) ([]gpufleet.Token, error)
 	CreateToken(ctx context.Context, p Principal, r TokenRequest) (gpufleet.Token, error)
 	RevokeToken(ctx context.Context, p Principal, id string) error

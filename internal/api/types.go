@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
@@ -71,6 +73,64 @@ type NodeStack struct {
 type NodeStackList struct {
 	Nodes     []NodeStack `json:"nodes"`
 	NextToken string      `json:"next_token"`
+}
+
+// RolloutRequest is the body of POST /api/v1/rollouts: the stack, the
+// nodes (a GPU model and labels), the canary and waves, how many nodes may
+// be out at once, the bake and update timeout, and the operator's update
+// command (docs/STACKS.md#rollouts).
+type RolloutRequest struct {
+	Stack          string            `json:"stack"`
+	GPUModel       string            `json:"gpu_model,omitempty"`
+	Selector       map[string]string `json:"selector,omitempty"`
+	Canary         int               `json:"canary"`
+	Waves          []float64         `json:"waves,omitempty"`
+	MaxUnavailable int               `json:"max_unavailable,omitempty"`
+	BakeS          *float64          `json:"bake_s,omitempty"`
+	UpdateTimeoutS *float64          `json:"update_timeout_s,omitempty"`
+	UpdateCommand  string            `json:"update_command,omitempty"`
+}
+
+// Validate checks a rollout request's fields, naming the first bad one.
+func (r RolloutRequest) Validate() error {
+	if err := gpufleet.ValidateName("stack", r.Stack); err != nil {
+		return err
+	}
+	if err := gpufleet.ValidateCount("canary", r.Canary, 0, gpufleet.MaxFleetNodes); err != nil {
+		return err
+	}
+	if err := gpufleet.ValidateCount("max_unavailable", r.MaxUnavailable, 0, gpufleet.MaxFleetNodes); err != nil {
+		return err
+	}
+	if len(r.Waves) > 100 {
+		return fmt.Errorf("%w: waves: %d, at most 100", gpufleet.ErrInvalid, len(r.Waves))
+	}
+	for name, v := range map[string]*float64{"bake_s": r.BakeS, "update_timeout_s": r.UpdateTimeoutS} {
+		if v != nil && !(*v >= 0 && *v <= 30*86400) {
+			return fmt.Errorf("%w: %s %g: expected 0 to 30 days in seconds", gpufleet.ErrInvalid, name, *v)
+		}
+	}
+	if len(r.Selector) > gpufleet.MaxListLen {
+		return fmt.Errorf("%w: selector: %d labels, at most %d", gpufleet.ErrInvalid, len(r.Selector), gpufleet.MaxListLen)
+	}
+	for k, v := range r.Selector {
+		if err := gpufleet.CheckText("selector key", k, gpufleet.MaxWordLen, false); err != nil {
+			return err
+		}
+		if err := gpufleet.CheckText("selector."+k, v, gpufleet.MaxWordLen, false); err != nil {
+			return err
+		}
+	}
+	if err := gpufleet.CheckText("gpu_model", r.GPUModel, gpufleet.MaxWordLen, false); err != nil {
+		return err
+	}
+	return gpufleet.CheckText("update_command", r.UpdateCommand, 4096, false)
+}
+
+// RolloutList is a page of GET /api/v1/rollouts.
+type RolloutList struct {
+	Rollouts  []rollout.Rollout `json:"rollouts"`
+	NextToken string            `json:"next_token"`
 }
 
 // TokenList is a page of GET /api/v1/tokens. Secrets are never listed.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
@@ -19,19 +20,20 @@ import (
 // it records what the CLI sent and answers with canned objects. The CLI's
 // end-to-end tests against the real server live with the server.
 type fakeService struct {
-	mu         sync.Mutex
-	lastSubmit api.SubmitRequest
-	lastJobs   api.JobQuery
-	lastUsage  api.UsageQuery
-	lastRollup api.RollupQuery
-	lastTeam   api.TeamRequest
-	lastClass  gpufleet.Class
-	racks      []gpufleet.Rack
-	stacks     []gpufleet.Stack
-	lastToken  api.TokenRequest
-	lastJoin   api.JoinTokenRequest
-	lastAction string
-	now        time.Time
+	mu          sync.Mutex
+	lastSubmit  api.SubmitRequest
+	lastJobs    api.JobQuery
+	lastUsage   api.UsageQuery
+	lastRollup  api.RollupQuery
+	lastTeam    api.TeamRequest
+	lastClass   gpufleet.Class
+	racks       []gpufleet.Rack
+	stacks      []gpufleet.Stack
+	lastRollout api.RolloutRequest
+	lastToken   api.TokenRequest
+	lastJoin    api.JoinTokenRequest
+	lastAction  string
+	now         time.Time
 }
 
 const (
@@ -329,4 +331,34 @@ func (f *fakeService) RetireStack(context.Context, api.Principal, string) error 
 func (f *fakeService) StackCheck(context.Context, api.Principal) ([]api.NodeStack, error) {
 	return []api.NodeStack{{Node: "n1", GPUModels: []string{"h100-sxm-80gb"}, Versions: gpufleet.StackVersions{"driver": "535.104.05", "cuda_toolkit": "12.4"},
 		Stacks: []string{}, Findings: []stack.Finding{{Severity: stack.Risk, Component: "driver", Message: "CUDA toolkit 12.4 runs on driver 535.104.05 only through minor version compatibility", Source: stack.SourceMinorCompat}}}}, nil
+}
+
+func (f *fakeService) StartRollout(_ context.Context, _ api.Principal, r api.RolloutRequest) (rollout.Rollout, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastRollout = r
+	return rollout.Rollout{ID: "ro-1", Stack: r.Stack, State: rollout.Running, Canary: r.Canary, Waves: r.Waves,
+		Nodes: []rollout.Node{{Name: "n1", Wave: 0, Phase: rollout.Draining}, {Name: "n2", Wave: 1, Phase: rollout.Pending}}}, nil
+}
+
+func (f *fakeService) Rollouts(context.Context, api.Principal) ([]rollout.Rollout, error) {
+	return []rollout.Rollout{{ID: "ro-1", Stack: "prod-550", State: rollout.Halted, Reason: "node n1 failed a gate: validation: unhealthy",
+		Nodes: []rollout.Node{{Name: "n1", Wave: 0, Phase: rollout.Failed, Reason: "validation: unhealthy"}, {Name: "n2", Wave: 1, Phase: rollout.Pending}}}}, nil
+}
+
+func (f *fakeService) Rollout(ctx context.Context, p api.Principal, id string) (rollout.Rollout, error) {
+	all, _ := f.Rollouts(ctx, p)
+	for _, r := range all {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return rollout.Rollout{}, fmt.Errorf("%w: rollout %s", gpufleet.ErrNotFound, id)
+}
+
+func (f *fakeService) RolloutAction(ctx context.Context, p api.Principal, id, action string) (rollout.Rollout, error) {
+	f.mu.Lock()
+	f.lastAction = action
+	f.mu.Unlock()
+	return f.Rollout(ctx, p, id)
 }

@@ -141,7 +141,18 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			want(t, c, 403, b)
 		},
 		"POST /api/v1/stacks/{name}/retire": func(t *testing.T) { c, b := do("POST", "/api/v1/stacks/s1/retire", "", tokA); want(t, c, 403, b) },
-		"GET /api/v1/tokens":                func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
+		// Rollouts: members follow them, only admins start or steer one.
+		"GET /api/v1/rollouts":      func(t *testing.T) { c, b := do("GET", "/api/v1/rollouts", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/rollouts/{id}": func(t *testing.T) { c, b := do("GET", "/api/v1/rollouts/ro-x", "", tokA); want(t, c, 404, b) },
+		"POST /api/v1/rollouts": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/rollouts", `{"stack":"s1","gpu_model":"h100-sxm-80gb"}`, tokA)
+			want(t, c, 403, b)
+		},
+		"POST /api/v1/rollouts/{id}/pause":    func(t *testing.T) { c, b := do("POST", "/api/v1/rollouts/ro-x/pause", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/rollouts/{id}/resume":   func(t *testing.T) { c, b := do("POST", "/api/v1/rollouts/ro-x/resume", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/rollouts/{id}/abort":    func(t *testing.T) { c, b := do("POST", "/api/v1/rollouts/ro-x/abort", "", tokA); want(t, c, 403, b) },
+		"POST /api/v1/rollouts/{id}/rollback": func(t *testing.T) { c, b := do("POST", "/api/v1/rollouts/ro-x/rollback", "", tokA); want(t, c, 403, b) },
+		"GET /api/v1/tokens":                  func(t *testing.T) { c, b := do("GET", "/api/v1/tokens", "", tokA); want(t, c, 403, b) },
 		"POST /api/v1/tokens": func(t *testing.T) {
 			c, b := do("POST", "/api/v1/tokens", `{"team":"team-b","role":"member"}`, tokA)
 			want(t, c, 403, b)

@@ -70,22 +70,28 @@ type Rollout struct {
 	Selector map[string]string `json:"selector"`
 	// Canary nodes go first, alone; Waves are then the cumulative shares
 	// of the rest (0.1, 0.5, 1).
-	Canary         int           `json:"canary"`
-	Waves          []float64     `json:"waves"`
-	MaxUnavailable int           `json:"max_unavailable"`
-	Bake           time.Duration `json:"bake"`
-	// UpdateTimeout bounds how long a node may take to come back on the
-	// target versions after its update was ordered.
-	UpdateTimeout time.Duration `json:"update_timeout"`
-	UpdateCommand string        `json:"update_command"`
-	State         State         `json:"state"`
-	Reason        string        `json:"reason"`
-	Wave          int           `json:"wave"` // the wave in progress
-	Nodes         []Node        `json:"nodes"`
-	CreatedBy     string        `json:"created_by"`
-	CreatedAt     time.Time     `json:"created_at"`
-	UpdatedAt     time.Time     `json:"updated_at"`
+	Canary         int       `json:"canary"`
+	Waves          []float64 `json:"waves"`
+	MaxUnavailable int       `json:"max_unavailable"`
+	// BakeS is how long each updated node must stay healthy on the stack
+	// before it returns to service; UpdateTimeoutS how long it may take
+	// to come back on the target versions after its update was ordered.
+	BakeS          float64   `json:"bake_s"`
+	UpdateTimeoutS float64   `json:"update_timeout_s"`
+	UpdateCommand  string    `json:"update_command"`
+	State          State     `json:"state"`
+	Reason         string    `json:"reason"`
+	Wave           int       `json:"wave"` // the wave in progress
+	Nodes          []Node    `json:"nodes"`
+	CreatedBy      string    `json:"created_by"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
+
+func (r *Rollout) bake() time.Duration          { return seconds(r.BakeS) }
+func (r *Rollout) updateTimeout() time.Duration { return seconds(r.UpdateTimeoutS) }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Defaults.
 const (
@@ -118,11 +124,11 @@ func Plan(r *Rollout, nodes []string) error {
 	if r.MaxUnavailable <= 0 {
 		r.MaxUnavailable = 1
 	}
-	if r.Bake <= 0 {
-		r.Bake = DefaultBake
+	if !(r.BakeS > 0) {
+		r.BakeS = DefaultBake.Seconds()
 	}
-	if r.UpdateTimeout <= 0 {
-		r.UpdateTimeout = DefaultUpdateTimeout
+	if !(r.UpdateTimeoutS > 0) {
+		r.UpdateTimeoutS = DefaultUpdateTimeout.Seconds()
 	}
 	nodes = slices.Sorted(slices.Values(nodes))
 	rest := len(nodes) - r.Canary
@@ -212,7 +218,7 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 				} else {
 					n.Phase, n.Since = Baking, now
 				}
-			case now.Sub(n.Since) > r.UpdateTimeout:
+			case now.Sub(n.Since) > r.updateTimeout():
 				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), versionsOf(v.Versions)))
 			}
 		case Baking:
@@ -223,9 +229,13 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 				fail(n, now, fmt.Sprintf("health %s during the bake: %s", v.Health, v.Reason))
 			case !onVersions(v.Versions, target):
 				fail(n, now, "its versions changed during the bake: "+versionsOf(v.Versions))
-			case now.Sub(n.Since) >= r.Bake:
+			case now.Sub(n.Since) >= r.bake():
 				n.Phase, n.Since = Complete, now
-				acts = append(acts, Action{Kind: Uncordon, Node: n.Name, Reason: "rollout " + r.ID + ": baked on " + r.Stack})
+				why := "rollout " + r.ID + ": baked on " + r.Stack
+				if r.State == RollingBack {
+					why = "rollout " + r.ID + ": rolled back to its previous versions"
+				}
+				acts = append(acts, Action{Kind: Uncordon, Node: n.Name, Reason: why})
 			}
 		}
 		if n.Phase == Failed && n.Reason != "" && !hasAction(acts, n.Name) {

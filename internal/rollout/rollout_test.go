@@ -87,7 +87,7 @@ func run(t *testing.T, r Rollout, f *fleet, from time.Time, steps int) (Rollout,
 func newRollout(t *testing.T, nodes ...string) Rollout {
 	t.Helper()
 	r := Rollout{ID: "r1", Stack: "prod-550", Target: map[string]string{"driver": "550.54.15", "cuda": "12.4"},
-		Canary: 1, Waves: []float64{0.5, 1}, MaxUnavailable: 2, Bake: 10 * time.Minute, CreatedAt: t0}
+		Canary: 1, Waves: []float64{0.5, 1}, MaxUnavailable: 2, BakeS: 600, CreatedAt: t0}
 	if err := Plan(&r, nodes); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +161,8 @@ func TestGoodStack(t *testing.T) {
 			t.Errorf("%s: %s on driver %s; want back in service on the target", name, v.State, v.Versions["driver"])
 		}
 	}
-	if done := now.Sub(t0); done < 3*r.Bake {
-		t.Errorf("done after %s; three waves each bake %s", done, r.Bake)
+	if done := now.Sub(t0); done < 3*r.bake() {
+		t.Errorf("done after %s; three waves each bake %s", done, r.bake())
 	}
 }
 
@@ -208,7 +208,7 @@ func TestBadStackHaltsAtTheCanary(t *testing.T) {
 func TestUpdateTimeout(t *testing.T) {
 	f := newFleet("n1")
 	r := newRollout(t, "n1")
-	r.UpdateTimeout = 5 * time.Minute
+	r.UpdateTimeoutS = 300
 	now := t0
 	for range 20 {
 		var acts []Action

@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -29,6 +30,9 @@ type leaderState struct {
 	ready bool
 	// orders are the per-node starts and stops agents receive.
 	orders map[string]nodeOrders
+	// rollouts are the active rollouts as last stepped, for the update
+	// orders heartbeats carry.
+	rollouts []rollout.Rollout
 	// usage is each team's decayed GPU-seconds, for fair share.
 	usage   map[string]float64
 	usageAt time.Time
@@ -247,6 +251,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stepped, err := s.stepRollouts(ctx, jobs, nodes, now)
+	if err != nil {
+		return err
+	}
+	moved = moved || stepped
 	if moved {
 		if nodes, err = s.st.Nodes(ctx); err != nil {
 			return err

@@ -342,7 +342,11 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	if err := s.storeReports(ctx, p, ln, changed, now); err != nil {
 		return api.HeartbeatResponse{}, err
 	}
+	if err := s.updated(ctx, p.Node, r.Updates, now); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
 	resp := s.ordersFor(p.Node, ln, r.Attempts)
+	resp.Update = s.updateOrders(p.Node)
 	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
 	resp.FullEvidence = s.wantsEvidence(p.Node, r)
 	return resp, nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 )
 
 // ErrFenced means the caller's leadership epoch is stale.
@@ -229,6 +230,14 @@ type Store interface {
 	Stacks(ctx context.Context) ([]gpufleet.Stack, error)
 	ValidateStack(ctx context.Context, name string, v gpufleet.StackValidation) (gpufleet.Stack, error)
 	RetireStack(ctx context.Context, name, actor string) error
+	// PutRollout writes a rollout's state (with an event when detail is
+	// given); Rollouts lists them, newest first; Rollout reads one.
+	PutRollout(ctx context.Context, r rollout.Rollout, actor, detail string) error
+	Rollouts(ctx context.Context) ([]rollout.Rollout, error)
+	Rollout(ctx context.Context, id string) (rollout.Rollout, error)
+	// SetNodeVersions records a node's versions after an update, with a
+	// node.versions event when they changed.
+	SetNodeVersions(ctx context.Context, name string, versions map[string]string, at time.Time) error
 	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
 	Racks(ctx context.Context) ([]gpufleet.Rack, error)
 	DeleteRack(ctx context.Context, name, actor string) error

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 )
 
 // fakeService is a small api.Service with the real one's tenancy rules: a
@@ -350,4 +351,17 @@ func (s *fakeService) ValidateStack(context.Context, api.Principal, string, stri
 func (s *fakeService) RetireStack(context.Context, api.Principal, string) error { return nil }
 func (s *fakeService) StackCheck(context.Context, api.Principal) ([]api.NodeStack, error) {
 	return nil, nil
+}
+
+func (s *fakeService) StartRollout(context.Context, api.Principal, api.RolloutRequest) (rollout.Rollout, error) {
+	return rollout.Rollout{}, nil
+}
+func (s *fakeService) Rollouts(context.Context, api.Principal) ([]rollout.Rollout, error) {
+	return nil, nil
+}
+func (s *fakeService) Rollout(context.Context, api.Principal, string) (rollout.Rollout, error) {
+	return rollout.Rollout{}, gpufleet.ErrNotFound
+}
+func (s *fakeService) RolloutAction(context.Context, api.Principal, string, string) (rollout.Rollout, error) {
+	return rollout.Rollout{}, gpufleet.ErrNotFound
 }

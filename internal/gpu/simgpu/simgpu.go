@@ -484,6 +484,19 @@ func (b *Backend) Versions(ctx context.Context) (gpu.Versions, error) {
 	return v, nil
 }
 
+// SetVersions moves the simulated node to another driver and CUDA
+// version, as a stack update would (the firmware follows the driver).
+func (b *Backend) SetVersions(driver, cuda string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if driver != "" {
+		b.driver = driver
+	}
+	if cuda != "" {
+		b.cuda = cuda
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // round rounds v to the given number of decimals.

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -34,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"classes":                          testClasses,
 		"racks":                            testRacks,
 		"stacks":                           testStacks,
+		"rollouts":                         testRollouts,
 		"tokens":                           testTokens,
 		"join tokens":                      testJoinTokens,
 		"node credentials":                 testNodeCredentials,
@@ -1629,4 +1631,30 @@ func testStacks(t *testing.T, s store.Store) {
 	if len(kinds) != 4 || !slices.Contains(kinds, "stack.created") || !slices.Contains(kinds, "stack.retired") {
 		t.Errorf("stack events %v, want created, validated twice, retired", kinds)
 	}
+}
+
+func testRollouts(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	r := rollout.Rollout{ID: "ro-1", Stack: "prod-550", Target: map[string]string{"driver": "550.54.15"}, Canary: 1, Waves: []float64{1},
+		CreatedAt: T0, CreatedBy: "alice"}
+	wantErr(t, "plan", rollout.Plan(&r, []string{"n1", "n2"}), nil)
+	wantErr(t, "put", s.PutRollout(ctx, r, "alice", "started"), nil)
+	r.State, r.Reason = rollout.Halted, "node n1 failed a gate"
+	wantErr(t, "put again", s.PutRollout(ctx, r, "leader", r.Reason), nil)
+	got, err := s.Rollout(ctx, "ro-1")
+	wantErr(t, "get", err, nil)
+	if got.State != rollout.Halted || len(got.Nodes) != 2 || got.Nodes[0].Name != "n1" || !got.CreatedAt.Equal(T0) {
+		t.Errorf("rollout %+v", got)
+	}
+	_, err = s.Rollout(ctx, "nope")
+	wantErr(t, "unknown", err, gpufleet.ErrNotFound)
+	all, err := s.Rollouts(ctx)
+	if err != nil || len(all) != 1 {
+		t.Errorf("rollouts %+v, %v", all, err)
+	}
+	evs, _ := s.Events(ctx, store.EventFilter{Object: "ro-1"})
+	if kinds := kinds(evs); !cmp.Equal(kinds, []string{"rollout.running", "rollout.halted"}) {
+		t.Errorf("rollout events %v", kinds)
+	}
+	wantErr(t, "versions of an unknown node", s.SetNodeVersions(ctx, "nope", map[string]string{"driver": "1"}, T0), gpufleet.ErrNotFound)
 }

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
+	"github.com/gpufleet/gpufleet/internal/stack"
+)
+
+// StartRollout starts moving the selected nodes to a stack (admin): it
+// plans the waves and records the rollout; the leader steps it.
+func (s *Server) StartRollout(ctx context.Context, p api.Principal, req api.RolloutRequest) (rollout.Rollout, error) {
+	if err := requireAdmin(p); err != nil {
+		return rollout.Rollout{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return rollout.Rollout{}, err
+	}
+	st, err := s.stackNamed(ctx, req.Stack)
+	if err != nil {
+		return rollout.Rollout{}, fmt.Errorf("stack: %w", err)
+	}
+	if st.State == gpufleet.StackRetired {
+		return rollout.Rollout{}, fmt.Errorf("%w: stack %s is retired", gpufleet.ErrInvalid, st.Name)
+	}
+	model := ""
+	if req.GPUModel != "" {
+		g, err := s.cat.Lookup(req.GPUModel)
+		if err != nil {
+			return rollout.Rollout{}, fmt.Errorf("gpu_model: %w", err)
+		}
+		model = g.ID
+	}
+	all, err := s.Rollouts(ctx, p)
+	if err != nil {
+		return rollout.Rollout{}, err
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return rollout.Rollout{}, err
+	}
+	busy := map[string]string{}
+	for _, r := range all {
+		if r.State == rollout.Running || r.State == rollout.Paused || r.State == rollout.RollingBack {
+			for _, n := range r.Nodes {
+				busy[n.Name] = r.ID
+			}
+		}
+	}
+	var selected []string
+	for _, n := range nodes {
+		if model != "" && !slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.Model == model }) {
+			continue
+		}
+		if !labelsMatch(n.Labels, req.Selector) {
+			continue
+		}
+		if id, ok := busy[n.Name]; ok {
+			return rollout.Rollout{}, fmt.Errorf("%w: node %s is in rollout %s: finish or abort it first", gpufleet.ErrInvalid, n.Name, id)
+		}
+		selected = append(selected, n.Name)
+	}
+	now := s.now()
+	r := rollout.Rollout{ID: "ro-" + randomString(8), Stack: st.Name, Target: st.Versions, GPUModel: model, Selector: req.Selector,
+		Canary: req.Canary, Waves: req.Waves, MaxUnavailable: req.MaxUnavailable, UpdateCommand: req.UpdateCommand,
+		CreatedBy: actor(p), CreatedAt: now, UpdatedAt: now}
+	if req.BakeS != nil {
+		r.BakeS = *req.BakeS
+	}
+	if req.UpdateTimeoutS != nil {
+		r.UpdateTimeoutS = *req.UpdateTimeoutS
+	}
+	if err := rollout.Plan(&r, selected); err != nil {
+		return r, err
+	}
+	detail := fmt.Sprintf("stack %s on %d nodes (canary %d, waves %v, max unavailable %d, bake %s)", r.Stack, len(r.Nodes), r.Canary, r.Waves,
+		r.MaxUnavailable, time.Duration(r.BakeS*float64(time.Second)))
+	if err := s.st.PutRollout(ctx, r, actor(p), detail); err != nil {
+		return r, err
+	}
+	s.nudge()
+	return r, nil
+}
+
+// Rollouts lists the rollouts, newest first.
+func (s *Server) Rollouts(ctx context.Context, p api.Principal) ([]rollout.Rollout, error) {
+	if err := requireUser(p); err != nil {
+		return nil, err
+	}
+	return s.st.Rollouts(ctx)
+}
+
+// Rollout returns one rollout.
+func (s *Server) Rollout(ctx context.Context, p api.Principal, id string) (rollout.Rollout, error) {
+	if err := requireUser(p); err != nil {
+		return rollout.Rollout{}, err
+	}
+	return s.st.Rollout(ctx, id)
+}
+
+// RolloutAction pauses (no new node starts; those in flight finish),
+// resumes, aborts (stops for good; nodes in flight stay as they are) or
+// rolls back (every updated node to its previous versions) a rollout
+// (admin).
+func (s *Server) RolloutAction(ctx context.Context, p api.Principal, id, action string) (rollout.Rollout, error) {
+	if err := requireAdmin(p); err != nil {
+		return rollout.Rollout{}, err
+	}
+	r, err := s.st.Rollout(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	now := s.now()
+	switch action {
+	case "pause":
+		if r.State != rollout.Running {
+			return r, fmt.Errorf("%w: rollout %s is %s, not running", gpufleet.ErrInvalid, id, r.State)
+		}
+		r.State = rollout.Paused
+	case "resume":
+		if r.State != rollout.Paused {
+			return r, fmt.Errorf("%w: rollout %s is %s, not paused", gpufleet.ErrInvalid, id, r.State)
+		}
+		r.State = rollout.Running
+	case "abort":
+		if r.State != rollout.Running && r.State != rollout.Paused && r.State != rollout.Halted {
+			return r, fmt.Errorf("%w: rollout %s is %s: nothing to abort", gpufleet.ErrInvalid, id, r.State)
+		}
+		r.State, r.Reason = rollout.Aborted, "aborted by "+actor(p)
+	case "rollback":
+		if r, err = rollout.Rollback(r, now); err != nil {
+			return r, err
+		}
+	default:
+		return r, fmt.Errorf("%w: rollout action %s: expected pause, resume, abort or rollback", gpufleet.ErrInvalid, gpufleet.Quote(action))
+	}
+	r.UpdatedAt = now
+	if err := s.st.PutRollout(ctx, r, actor(p), action+" by "+actor(p)); err != nil {
+		return r, err
+	}
+	s.nudge()
+	return r, nil
+}
+
+// stepRollouts advances the active rollouts by what the fleet shows now,
+// applies their actions (drain, cordon, back to ready) and records each
+// rollout that changed. It reports whether a node's state changed, and
+// keeps the rollouts for the update orders heartbeats carry.
+func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (bool, error) {
+	all, err := s.st.Rollouts(ctx)
+	if err != nil {
+		return false, err
+	}
+	var active []rollout.Rollout
+	for _, r := range all {
+		if r.State == rollout.Running || r.State == rollout.RollingBack || r.State == rollout.Paused {
+			active = append(active, r)
+		}
+	}
+	if len(active) == 0 {
+		s.setRollouts(nil)
+		return false, nil
+	}
+	running := map[string]int{}
+	for _, j := range jobs {
+		if a := activeAttempt(j); a != nil {
+			for _, n := range a.Nodes {
+				running[n.Name]++
+			}
+		}
+	}
+	views := map[string]rollout.View{}
+	for _, n := range nodes {
+		v := s.view(n, now)
+		age, known := s.heartbeatAge(n.Name, now)
+		rv := rollout.View{State: v.State, Health: v.Health, Reason: v.Reason, Versions: n.Versions, Running: running[n.Name],
+			Seen: known && age <= s.cfg.HeartbeatGrace}
+		for _, f := range stack.Check(gpufleet.NodeStack(n.Versions), s.capabilities(n)) {
+			if f.Severity == stack.Incompatible {
+				rv.Incompatible = f.Message
+				break
+			}
+		}
+		views[n.Name] = rv
+	}
+	moved := false
+	for i, r := range active {
+		next, acts := rollout.Step(r, views, now)
+		for _, a := range acts {
+			state := map[rollout.ActionKind]gpufleet.NodeState{rollout.Drain: gpufleet.NodeDraining, rollout.Cordon: gpufleet.NodeCordoned,
+				rollout.Uncordon: gpufleet.NodeReady}[a.Kind]
+			if err := s.st.SetNodeState(ctx, a.Node, state, a.Reason, "rollout:"+r.ID, now); err != nil {
+				return moved, fmt.Errorf("rollout %s: %s %s: %w", r.ID, a.Kind, a.Node, err)
+			}
+			moved = true
+		}
+		if !rolloutChanged(r, next) {
+			continue
+		}
+		next.UpdatedAt = now
+		detail := ""
+		if next.State != r.State {
+			detail = next.Reason
+			if detail == "" {
+				detail = string(r.State) + " -> " + string(next.State)
+			}
+		}
+		if err := s.st.PutRollout(ctx, next, "rollout:"+r.ID, detail); err != nil {
+			return moved, err
+		}
+		active[i] = next
+	}
+	s.setRollouts(active)
+	return moved, nil
+}
+
+// rolloutChanged reports whether a step changed a rollout's state.
+func rolloutChanged(a, b rollout.Rollout) bool {
+	if a.State != b.State || a.Wave != b.Wave || a.Reason != b.Reason || len(a.Nodes) != len(b.Nodes) {
+		return true
+	}
+	for i := range a.Nodes {
+		x, y := a.Nodes[i], b.Nodes[i]
+		if x.Phase != y.Phase || !x.Since.Equal(y.Since) || x.Reason != y.Reason || x.Updates != y.Updates || !maps.Equal(x.Previous, y.Previous) {
+			return true
+		}
+	}
+	return false
+}
+
+// setRollouts keeps the active rollouts for update orders.
+func (s *Server) setRollouts(rs []rollout.Rollout) {
+	s.leaderMu.Lock()
+	s.leader.rollouts = rs
+	s.leaderMu.Unlock()
+}
+
+// updateOrders are the stack updates a node must run now.
+func (s *Server) updateOrders(node string) []api.UpdateOrder {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	var out []api.UpdateOrder
+	for i := range s.leader.rollouts {
+		if o, ok := s.leader.rollouts[i].Order(node); ok {
+			out = append(out, api.UpdateOrder{Key: o.Key, Command: o.Command, Versions: o.Versions})
+		}
+	}
+	return out
+}
+
+// updated records what a node's updates left it running.
+func (s *Server) updated(ctx context.Context, node string, res []api.UpdateResult, now time.Time) error {
+	for _, r := range res {
+		if r.Versions == nil {
+			continue
+		}
+		if err := s.st.SetNodeVersions(ctx, node, r.Versions, now); err != nil {
+			return err
+		}
+		if !r.OK {
+			s.log.Warn("stack update failed on the node", "node", node, "order", r.Key, "detail", r.Detail)
+		}
+		s.nudge()
+	}
+	return nil
+}
+
+// labelsMatch reports whether labels carry every selector pair.
+func labelsMatch(labels, sel map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

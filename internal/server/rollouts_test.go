@@ -1,0 +1,163 @@
+package server
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
+)
+
+// fakeAgents heartbeat for their nodes and carry out update orders as a
+// simulated agent does: once per key, taking the order's versions.
+type fakeAgents struct {
+	t        *testing.T
+	f        *fixture
+	nodes    map[string]api.Principal
+	versions map[string]map[string]string
+	ran      map[string]int // update keys carried out
+	results  map[string][]api.UpdateResult
+}
+
+func (a *fakeAgents) beat() {
+	a.t.Helper()
+	for name, p := range a.nodes {
+		req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Updates: a.results[name]}
+		resp, err := a.f.srv.Heartbeat(a.t.Context(), p, req)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		a.results[name] = nil
+		for _, o := range resp.Update {
+			a.ran[o.Key]++
+			if a.ran[o.Key] > 1 {
+				continue // an agent runs an order once
+			}
+			// As a simulated agent: the order's versions, and of the
+			// rest only what NVML and the host report (user-level
+			// software is what the order installs).
+			v := maps.Clone(o.Versions)
+			for k, x := range a.versions[name] {
+				if _, named := v[k]; !named && !slices.Contains([]string{"cuda_toolkit", "cudnn", "nccl", "torch", "fabric_manager"}, k) {
+					v[k] = x
+				}
+			}
+			a.versions[name] = v
+			a.results[name] = append(a.results[name], api.UpdateResult{Key: o.Key, OK: true, Detail: "updated", Versions: v})
+		}
+	}
+}
+
+// TestRolloutThroughTheServer: a rollout of a good stack goes through the
+// canary and a wave with every node updated once, even across a server
+// restart mid-wave (a new Server on the same store resumes it); a bad
+// stack (a toolkit the L4s cannot run) halts at the canary with the other
+// nodes untouched; rollback returns the canary.
+func TestRolloutThroughTheServer(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	old := map[string]string{"driver": "550.54.15", "cuda": "12.4"}
+	agents := &fakeAgents{t: t, f: f, nodes: map[string]api.Principal{}, versions: map[string]map[string]string{},
+		ran: map[string]int{}, results: map[string][]api.UpdateResult{}}
+	for _, n := range []string{"l1", "l2", "l3"} {
+		agents.nodes[n] = f.registerVersions(n, "l4", old)
+		agents.versions[n] = maps.Clone(old)
+	}
+	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+		t.Fatal(err)
+	}
+	a := f.team("team-a", nil)
+	if _, err := f.srv.StartRollout(ctx, a, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1}); err == nil {
+		t.Fatal("a member started a rollout")
+	}
+	bake := 20.0
+	r, err := f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1, Waves: []float64{1}, MaxUnavailable: 1, BakeS: &bake})
+	if err != nil || len(r.Nodes) != 3 || r.Nodes[0].Name != "l1" || r.Nodes[0].Wave != 0 {
+		t.Fatalf("started %+v, %v", r, err)
+	}
+	step := func() {
+		f.clk.Advance(2 * time.Second)
+		f.cycle()
+		agents.beat()
+	}
+	for i := range 200 {
+		step()
+		if i == 20 {
+			// kill -9 of the server: a new one over the same store.
+			srv, err := New(ctx, f.srv.cfg, f.st, catalog.Default(), testAdmin, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.srv = srv
+			f.clk.Advance(10 * time.Second) // the old lease runs out
+		}
+		if r, _ = f.srv.Rollout(ctx, f.admin, r.ID); r.State != rollout.Running {
+			break
+		}
+	}
+	if r.State != rollout.Done {
+		t.Fatalf("rollout %s (%s): %+v", r.State, r.Reason, r.Nodes)
+	}
+	for k, n := range agents.ran {
+		if n > 1 {
+			// An order may be repeated (the agent keeps the key); the
+			// node was updated once.
+			t.Logf("order %s repeated %d times, carried out once", k, n)
+		}
+	}
+	if len(agents.ran) != 3 {
+		t.Errorf("update orders %v, want one per node", agents.ran)
+	}
+	nodes, _ := f.srv.Nodes(ctx, f.admin)
+	for _, n := range nodes {
+		if n.Versions["driver"] != "555.42.02" || n.State != gpufleet.NodeReady {
+			t.Errorf("%s: %s on %s; want back in service on the stack", n.Name, n.State, n.Versions["driver"])
+		}
+	}
+
+	// A stack the L4s cannot run halts at the canary.
+	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		step()
+		if r, _ = f.srv.Rollout(ctx, f.admin, r.ID); r.State != rollout.Running {
+			break
+		}
+	}
+	if r.State != rollout.Halted || !strings.Contains(r.Reason, "node l1 failed a gate: validation: CUDA toolkit 11.7 cannot run on Ada") {
+		t.Fatalf("rollout %s (%s)", r.State, r.Reason)
+	}
+	nodes, _ = f.srv.Nodes(ctx, f.admin)
+	for _, n := range nodes {
+		switch {
+		case n.Name == "l1" && n.State != gpufleet.NodeCordoned:
+			t.Errorf("the failed canary is %s, want kept out of service", n.State)
+		case n.Name != "l1" && (n.State != gpufleet.NodeReady || n.Versions["driver"] != "555.42.02"):
+			t.Errorf("%s touched: %s on %s", n.Name, n.State, n.Versions["driver"])
+		}
+	}
+	if r, err = f.srv.RolloutAction(ctx, f.admin, r.ID, "rollback"); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		step()
+		if r, _ = f.srv.Rollout(ctx, f.admin, r.ID); r.State != rollout.RollingBack {
+			break
+		}
+	}
+	n, _ := f.srv.Node(ctx, f.admin, "l1")
+	if r.State != rollout.RolledBack || n.Versions["driver"] != "555.42.02" || n.Versions["cuda_toolkit"] != "" || n.State != gpufleet.NodeReady {
+		t.Errorf("rolled back %s; l1 %s on %v", r.State, n.State, n.Versions)
+	}
+}
