@@ -93,7 +93,7 @@ func (a *Agent) runUpdate(ctx context.Context, o api.UpdateOrder) api.UpdateResu
 		cctx, cancel := context.WithTimeout(ctx, updateTimeout)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, "/bin/sh", "-c", o.Command)
-		cmd.Env = os.Environ()
+		cmd.Env = slices.Clone(a.cfg.Runner.Environ)
 		for _, k := range slices.Sorted(maps.Keys(o.Versions)) {
 			cmd.Env = append(cmd.Env, "GPUFLEET_STACK_"+strings.ToUpper(k)+"="+o.Versions[k])
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
@@ -88,15 +89,20 @@ var (
 	stackFindingsDesc = prometheus.NewDesc("gpufleet_node_stack_findings",
 		"The compatibility rules' findings on the node's stack, by severity (incompatible, risk).",
 		[]string{"node", "severity"}, nil)
+	rolloutNodesDesc = prometheus.NewDesc("gpufleet_rollout_nodes",
+		"Nodes of each rollout not yet finished (running, paused, halted, rolling back) by phase: pending, draining, updating, baking, complete, failed.",
+		[]string{"rollout", "stack", "state", "phase"}, nil)
 )
 
-// stackCollector reports each node's stack drift and findings at scrape
-// time, from the store (a scrape is rarer than a scheduling cycle).
+// stackCollector reports each node's stack drift and findings, and the
+// unfinished rollouts' progress, at scrape time, from the store (a scrape
+// is rarer than a scheduling cycle).
 type stackCollector struct{ s *Server }
 
 func (c stackCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- stackDriftDesc
 	ch <- stackFindingsDesc
+	ch <- rolloutNodesDesc
 }
 
 func (c stackCollector) Collect(ch chan<- prometheus.Metric) {
@@ -109,6 +115,20 @@ func (c stackCollector) Collect(ch chan<- prometheus.Metric) {
 	drift, err := c.s.drift(ctx, nodes)
 	if err != nil {
 		return
+	}
+	if rs, err := c.s.st.Rollouts(ctx); err == nil {
+		for _, r := range rs {
+			if r.State == rollout.Done || r.State == rollout.Aborted || r.State == rollout.RolledBack {
+				continue
+			}
+			counts := map[rollout.Phase]float64{rollout.Pending: 0, rollout.Draining: 0, rollout.Updating: 0, rollout.Baking: 0, rollout.Complete: 0, rollout.Failed: 0}
+			for _, n := range r.Nodes {
+				counts[n.Phase]++
+			}
+			for ph, k := range counts {
+				ch <- prometheus.MustNewConstMetric(rolloutNodesDesc, prometheus.GaugeValue, k, r.ID, r.Stack, string(r.State), string(ph))
+			}
+		}
 	}
 	for _, n := range nodes {
 		v := 0.0

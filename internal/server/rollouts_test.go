@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"maps"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -137,6 +138,14 @@ func TestRolloutThroughTheServer(t *testing.T) {
 	}
 	if r.State != rollout.Halted || !strings.Contains(r.Reason, "node l1 failed a gate: validation: CUDA toolkit 11.7 cannot run on Ada") {
 		t.Fatalf("rollout %s (%s)", r.State, r.Reason)
+	}
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`gpufleet_rollout_nodes{phase="failed",rollout="` + r.ID + `",stack="bad",state="halted"} 1`,
+		`gpufleet_rollout_nodes{phase="pending",rollout="` + r.ID + `",stack="bad",state="halted"} 2`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	nodes, _ = f.srv.Nodes(ctx, f.admin)
 	for _, n := range nodes {
