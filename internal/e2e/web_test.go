@@ -439,6 +439,7 @@ func TestWebDashboard(t *testing.T) {
 			{"/jobs/" + busy.ID, "#job-state", ""},
 			{"/teams", "svg.barchart", "teams-team-a"},
 			{"/nodes", "#nodes", ""},
+			{"/stacks", "#stacks", ""},
 			{"/jobs/" + secret.ID, ".errorpage", "not-found"}, // another team's job: 404
 		}
 		for _, p := range pages {

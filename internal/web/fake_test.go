@@ -11,6 +11,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/rollout"
+	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
 // fakeService is a small api.Service with the real one's tenancy rules: a
@@ -340,7 +341,8 @@ func (s *fakeService) Plan(_ context.Context, p api.Principal, q api.PlanQuery) 
 }
 
 func (s *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, error) {
-	return nil, nil
+	return []gpufleet.Stack{{Name: "prod-550", State: gpufleet.StackValidated, Versions: map[string]string{"driver": "550.54.15", "cuda": "12.4"},
+		Validated: []gpufleet.StackValidation{{GPUModel: "h100-sxm-80gb", Nodes: []string{"n1"}}}, Nodes: []string{"n1"}}}, nil
 }
 func (s *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
 	return st, nil
@@ -350,14 +352,17 @@ func (s *fakeService) ValidateStack(context.Context, api.Principal, string, stri
 }
 func (s *fakeService) RetireStack(context.Context, api.Principal, string) error { return nil }
 func (s *fakeService) StackCheck(context.Context, api.Principal) ([]api.NodeStack, error) {
-	return nil, nil
+	return []api.NodeStack{{Node: "n2", Findings: []stack.Finding{{Severity: stack.Risk, Component: gpufleet.StackDriver,
+		Message: "CUDA toolkit 12.4 runs on driver 535.104.05 only through minor version compatibility", Source: stack.SourceMinorCompat}}}}, nil
 }
 
 func (s *fakeService) StartRollout(context.Context, api.Principal, api.RolloutRequest) (rollout.Rollout, error) {
 	return rollout.Rollout{}, nil
 }
 func (s *fakeService) Rollouts(context.Context, api.Principal) ([]rollout.Rollout, error) {
-	return nil, nil
+	return []rollout.Rollout{{ID: "ro-1", Stack: "bad-117", State: rollout.Halted, Reason: "node n1 failed a gate: validation: CUDA toolkit 11.7 cannot run on Ada",
+		Waves: []float64{1}, BakeS: 600, Nodes: []rollout.Node{{Name: "n1", Phase: rollout.Failed, Reason: "validation: CUDA toolkit 11.7 cannot run on Ada"},
+			{Name: "n2", Wave: 1, Phase: rollout.Pending}}}}, nil
 }
 func (s *fakeService) Rollout(context.Context, api.Principal, string) (rollout.Rollout, error) {
 	return rollout.Rollout{}, gpufleet.ErrNotFound

@@ -136,6 +136,8 @@ func (u *UI) routes() {
 	m.Handle("GET /ui/nodes/{name}/charts", u.fragment(u.nodeChartsFragment))
 	m.Handle("GET /nodes/{name}/{action}", u.page(u.nodeActionConfirm))
 	m.Handle("POST /nodes/{name}/{action}", u.unsafe(u.nodeAction))
+	m.Handle("GET /stacks", u.page(u.stacksPage))
+	m.Handle("GET /ui/stacks", u.fragment(u.stacksPage))
 	m.Handle("GET /planner", u.page(u.plannerPage))
 	m.Handle("POST /planner", u.unsafe(u.plannerRun))
 	m.HandleFunc("/", u.notFound)

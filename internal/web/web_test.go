@@ -167,13 +167,13 @@ func TestBadTokensDoNotLogIn(t *testing.T) {
 func TestAnonymousPagesRedirectFragmentsAre401(t *testing.T) {
 	f := newFixture(t)
 	c := f.client(t)
-	for _, p := range []string{"/", "/queue", "/jobs/j-a1", "/teams", "/nodes", "/planner"} {
+	for _, p := range []string{"/", "/queue", "/jobs/j-a1", "/teams", "/nodes", "/stacks", "/planner"} {
 		resp := get(t, c, f.srv.URL+p)
 		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login?next="+url.QueryEscape(p) {
 			t.Errorf("GET %s: %d -> %q, want 303 to /login?next=", p, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
-	for _, p := range []string{"/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a1", "/ui/jobs/j-a1/log", "/ui/teams", "/ui/nodes", "/ui/nodes/n1"} {
+	for _, p := range []string{"/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a1", "/ui/jobs/j-a1/log", "/ui/teams", "/ui/nodes", "/ui/nodes/n1", "/ui/stacks"} {
 		if resp := get(t, c, f.srv.URL+p); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("GET %s: %d, want 401", p, resp.StatusCode)
 		}
@@ -284,7 +284,7 @@ func TestMemberSeesOnlyOwnTeam(t *testing.T) {
 	f := newFixture(t)
 	c, _ := f.login(t, aTok)
 	pages := []string{"/", "/?team=team-b", "/queue", "/jobs", "/jobs?all=0", "/jobs/j-a1", "/jobs/j-a2", "/teams", "/teams?period=7d",
-		"/nodes", "/nodes/n1", "/nodes/n2", "/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a2", "/ui/jobs/j-a2/log", "/ui/teams",
+		"/nodes", "/nodes/n1", "/nodes/n2", "/stacks", "/ui/stacks", "/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a2", "/ui/jobs/j-a2/log", "/ui/teams",
 		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel"}
 	for _, p := range pages {
 		resp := get(t, c, f.srv.URL+p)
@@ -339,6 +339,8 @@ func TestAdminPagesRender(t *testing.T) {
 		"/ui/jobs/j-a2/charts": {"Memory used per GPU", "<polyline"},
 		"/nodes/n1/drain":      {"Drain node n1?", `name="csrf"`},
 		"/planner":             {"llama-3.1-8b", `<label for="p-config">`},
+		"/stacks": {`data-rollout="ro-1"`, "bad-117", "halted", "node n1 failed a gate", "canary", `data-stack="prod-550"`, "driver 550.54.15, cuda 12.4",
+			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`},
 	}
 	for p, needles := range want {
 		resp := get(t, c, f.srv.URL+p)

@@ -1,0 +1,111 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/rollout"
+)
+
+// stacksView is the stacks page: the rollouts, the named stacks and the
+// nodes the compatibility rules find something on (docs/STACKS.md).
+type stacksView struct {
+	Rollouts []rolloutCard
+	Stacks   []stackRow
+	Findings []findingRow
+}
+
+// rolloutCard is one rollout with its nodes.
+type rolloutCard struct {
+	ID, Stack, State, Reason, Wave, Bake string
+	Nodes                                []rolloutNodeRow
+}
+
+type rolloutNodeRow struct {
+	Name, Wave, Phase, Since, Reason string
+}
+
+type stackRow struct {
+	Name, State, Versions, Validated, Nodes string
+}
+
+type findingRow struct {
+	Node, Severity, Component, Message, Source string
+}
+
+// maxRollouts bounds the rollouts the page shows: every unfinished one
+// and the newest others up to this many.
+const maxRollouts = 5
+
+func (u *UI) stacksPage(r *http.Request, v *viewer) (view, error) {
+	ctx := r.Context()
+	rollouts, err := u.svc.Rollouts(ctx, v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("rollouts: %w", err)
+	}
+	stacks, err := u.svc.Stacks(ctx, v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("stacks: %w", err)
+	}
+	check, err := u.svc.StackCheck(ctx, v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("stack check: %w", err)
+	}
+	var sv stacksView
+	for i, ro := range rollouts {
+		unfinished := ro.State == rollout.Running || ro.State == rollout.Paused || ro.State == rollout.Halted || ro.State == rollout.RollingBack
+		if i >= maxRollouts && !unfinished {
+			continue
+		}
+		card := rolloutCard{ID: ro.ID, Stack: ro.Stack, State: string(ro.State), Reason: ro.Reason,
+			Wave: fmt.Sprintf("wave %d of %d", ro.Wave, len(ro.Waves)), Bake: time.Duration(ro.BakeS * float64(time.Second)).String()}
+		switch {
+		case ro.Wave == 0:
+			card.Wave = "the canary"
+		case ro.Wave > len(ro.Waves):
+			card.Wave = "every wave through"
+		}
+		for _, n := range ro.Nodes {
+			row := rolloutNodeRow{Name: n.Name, Wave: fmt.Sprint(n.Wave), Phase: string(n.Phase), Since: dash, Reason: n.Reason}
+			if n.Wave == 0 {
+				row.Wave = "canary"
+			}
+			if !n.Since.IsZero() {
+				row.Since = fmtClock(n.Since)
+			}
+			card.Nodes = append(card.Nodes, row)
+		}
+		sv.Rollouts = append(sv.Rollouts, card)
+	}
+	for _, st := range stacks {
+		var models []string
+		for _, x := range st.Validated {
+			models = append(models, x.GPUModel)
+		}
+		sv.Stacks = append(sv.Stacks, stackRow{Name: st.Name, State: st.State, Versions: stackVersionsText(st.Versions),
+			Validated: strings.Join(models, ", "), Nodes: strings.Join(st.Nodes, ", ")})
+	}
+	for _, n := range check {
+		for _, f := range n.Findings {
+			sv.Findings = append(sv.Findings, findingRow{Node: n.Node, Severity: string(f.Severity), Component: string(f.Component),
+				Message: f.Message, Source: f.Source})
+		}
+	}
+	slices.SortStableFunc(sv.Findings, func(a, b findingRow) int { return strings.Compare(a.Severity, b.Severity) })
+	return view{page: "stacks", title: "Stacks", nav: "stacks", live: "/ui/stacks", data: sv}, nil
+}
+
+// stackVersionsText writes versions in the components' order.
+func stackVersionsText(v map[string]string) string {
+	var parts []string
+	for _, c := range gpufleet.StackComponents {
+		if x, ok := v[string(c)]; ok {
+			parts = append(parts, string(c)+" "+x)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
