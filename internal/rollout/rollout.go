@@ -37,12 +37,13 @@ type Phase string
 
 // Node phases, in order.
 const (
-	Pending  Phase = "pending"
-	Draining Phase = "draining" // cordoned, running work stopping
-	Updating Phase = "updating" // the agent runs the update
-	Baking   Phase = "baking"   // on the new stack, validated; health watched
-	Complete Phase = "complete" // baked and back in service
-	Failed   Phase = "failed"   // a gate failed; kept out of service
+	Pending    Phase = "pending"
+	Draining   Phase = "draining"   // cordoned, running work stopping
+	Updating   Phase = "updating"   // the agent runs the update
+	Validating Phase = "validating" // on the new stack: the return-to-service check runs
+	Baking     Phase = "baking"     // validated, back in service; health watched
+	Complete   Phase = "complete"   // baked
+	Failed     Phase = "failed"     // a gate failed; kept out of service
 )
 
 // Node is one node of a rollout.
@@ -180,7 +181,7 @@ type ActionKind string
 const (
 	Drain    ActionKind = "drain"    // stop new work and stop the running work
 	Cordon   ActionKind = "cordon"   // keep out of service (a failed node)
-	Uncordon ActionKind = "uncordon" // back in service
+	Validate ActionKind = "validate" // run the return-to-service check (ready when it passes)
 )
 
 // Step advances a rollout by what the fleet shows at now. Nodes missing
@@ -213,13 +214,23 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			case v.Seen && onVersions(v.Versions, target):
 				if v.Incompatible != "" {
 					fail(n, now, "validation: "+v.Incompatible)
-				} else if v.Health == gpufleet.Unhealthy {
-					fail(n, now, "validation: unhealthy: "+v.Reason)
 				} else {
-					n.Phase, n.Since = Baking, now
+					n.Phase, n.Since = Validating, now
+					acts = append(acts, Action{Kind: Validate, Node: n.Name, Reason: fmt.Sprintf("rollout %s: validating on %s", r.ID, versionsOf(target))})
 				}
 			case now.Sub(n.Since) > r.updateTimeout():
 				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), versionsOf(v.Versions)))
+			}
+		case Validating:
+			switch {
+			case !ok:
+				fail(n, now, "the node left the fleet")
+			case v.State == gpufleet.NodeReady:
+				n.Phase, n.Since = Baking, now // back in service: the bake watches it under work
+			case v.State == gpufleet.NodeRepairing:
+				fail(n, now, "validation: "+v.Reason)
+			case now.Sub(n.Since) > r.updateTimeout():
+				fail(n, now, fmt.Sprintf("no validation result after %s", now.Sub(n.Since).Round(time.Second)))
 			}
 		case Baking:
 			switch {
@@ -231,11 +242,6 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 				fail(n, now, "its versions changed during the bake: "+versionsOf(v.Versions))
 			case now.Sub(n.Since) >= r.bake():
 				n.Phase, n.Since = Complete, now
-				why := "rollout " + r.ID + ": baked on " + r.Stack
-				if r.State == RollingBack {
-					why = "rollout " + r.ID + ": rolled back to its previous versions"
-				}
-				acts = append(acts, Action{Kind: Uncordon, Node: n.Name, Reason: why})
 			}
 		}
 		if n.Phase == Failed && n.Reason != "" && !hasAction(acts, n.Name) {
@@ -261,8 +267,8 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 	// Start pending nodes of the wave while unavailability allows.
 	busy := 0
 	for _, n := range r.Nodes {
-		if n.Phase == Draining || n.Phase == Updating || n.Phase == Baking {
-			busy++
+		if n.Phase == Draining || n.Phase == Updating || n.Phase == Validating {
+			busy++ // out of service (a baking node is back in it)
 		}
 	}
 	for i := range r.Nodes {

@@ -42,10 +42,22 @@ func (f *fleet) apply(r Rollout, acts []Action) {
 			v.State, v.Running = gpufleet.NodeDraining, 0
 		case Cordon:
 			v.State = gpufleet.NodeCordoned
-		case Uncordon:
-			v.State = gpufleet.NodeReady
+		case Validate:
+			v.State = gpufleet.NodeValidating
 		}
 		f.views[a.Node] = v
+	}
+	// The agents' return-to-service checks: a node on the bad driver
+	// fails it, the others return to service.
+	for name, v := range f.views {
+		if v.State != gpufleet.NodeValidating {
+			continue
+		}
+		v.State = gpufleet.NodeReady
+		if f.bad != "" && v.Versions["driver"] == f.bad {
+			v.State, v.Reason = gpufleet.NodeRepairing, "validation failed: xid 79 while the check ran"
+		}
+		f.views[name] = v
 	}
 	for name := range f.views {
 		o, ok := r.Order(name)
@@ -60,9 +72,6 @@ func (f *fleet) apply(r Rollout, acts []Action) {
 		v := f.views[name]
 		v.Versions = maps.Clone(o.Versions)
 		v.Versions["agent"] = "v1"
-		if o.Versions["driver"] == f.bad {
-			v.Health, v.Reason = gpufleet.Unhealthy, "xid 79 after the update"
-		}
 		f.views[name] = v
 	}
 }
@@ -174,7 +183,7 @@ func TestBadStackHaltsAtTheCanary(t *testing.T) {
 	f.bad = "550.54.15"
 	r := newRollout(t, "n1", "n2", "n3")
 	r, now := run(t, r, f, t0, 100)
-	if r.State != Halted || !strings.Contains(r.Reason, "node n1 failed a gate: validation: unhealthy: xid 79") {
+	if r.State != Halted || !strings.Contains(r.Reason, "node n1 failed a gate: validation: validation failed: xid 79") {
 		t.Fatalf("state %s (%s), want halted at the canary", r.State, r.Reason)
 	}
 	if f.views["n1"].State != gpufleet.NodeCordoned {
@@ -188,15 +197,10 @@ func TestBadStackHaltsAtTheCanary(t *testing.T) {
 	if r2, _ := Step(r, f.views, now.Add(time.Hour)); r2.State != Halted {
 		t.Errorf("a halted rollout moved on: %s", r2.State)
 	}
-	f.bad = ""
 	back, err := Rollback(r, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The node's health recovers once it is back on the old driver.
-	v := f.views["n1"]
-	v.Health, v.Reason = gpufleet.Healthy, ""
-	f.views["n1"] = v
 	back, _ = run(t, back, f, now, 100)
 	if back.State != RolledBack || f.views["n1"].Versions["driver"] != "535.104.05" || f.views["n1"].State != gpufleet.NodeReady {
 		t.Errorf("rolled back %s; n1 %+v", back.State, f.views["n1"])

@@ -193,8 +193,10 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 	for i, r := range active {
 		next, acts := rollout.Step(r, views, now)
 		for _, a := range acts {
+			// Validating runs the return-to-service check the repair flow
+			// runs (the node returns to ready when it passes).
 			state := map[rollout.ActionKind]gpufleet.NodeState{rollout.Drain: gpufleet.NodeDraining, rollout.Cordon: gpufleet.NodeCordoned,
-				rollout.Uncordon: gpufleet.NodeReady}[a.Kind]
+				rollout.Validate: gpufleet.NodeValidating}[a.Kind]
 			if err := s.st.SetNodeState(ctx, a.Node, state, a.Reason, "rollout:"+r.ID, now); err != nil {
 				return moved, fmt.Errorf("rollout %s: %s %s: %w", r.ID, a.Kind, a.Node, err)
 			}

@@ -24,17 +24,21 @@ type fakeAgents struct {
 	versions map[string]map[string]string
 	ran      map[string]int // update keys carried out
 	results  map[string][]api.UpdateResult
+	checks   map[string][]api.ValidationResult
 }
 
 func (a *fakeAgents) beat() {
 	a.t.Helper()
 	for name, p := range a.nodes {
-		req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Updates: a.results[name]}
+		req := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Updates: a.results[name], Validations: a.checks[name]}
 		resp, err := a.f.srv.Heartbeat(a.t.Context(), p, req)
 		if err != nil {
 			a.t.Fatal(err)
 		}
-		a.results[name] = nil
+		a.results[name], a.checks[name] = nil, nil
+		for _, o := range resp.Validate { // the return-to-service check passes
+			a.checks[name] = append(a.checks[name], api.ValidationResult{ID: o.ID, Passed: true, Detail: "all checks passed"})
+		}
 		for _, o := range resp.Update {
 			a.ran[o.Key]++
 			if a.ran[o.Key] > 1 {
@@ -65,7 +69,7 @@ func TestRolloutThroughTheServer(t *testing.T) {
 	ctx := t.Context()
 	old := map[string]string{"driver": "550.54.15", "cuda": "12.4"}
 	agents := &fakeAgents{t: t, f: f, nodes: map[string]api.Principal{}, versions: map[string]map[string]string{},
-		ran: map[string]int{}, results: map[string][]api.UpdateResult{}}
+		ran: map[string]int{}, results: map[string][]api.UpdateResult{}, checks: map[string][]api.ValidationResult{}}
 	for _, n := range []string{"l1", "l2", "l3"} {
 		agents.nodes[n] = f.registerVersions(n, "l4", old)
 		agents.versions[n] = maps.Clone(old)
