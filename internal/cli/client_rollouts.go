@@ -214,7 +214,11 @@ func (c *clientEnv) showRollout(r rollout.Rollout) error {
 		if !n.Since.IsZero() {
 			since = n.Since.Format("15:04:05")
 		}
-		t.row(n.Name, strconv.Itoa(n.Wave), string(n.Phase), since, orDash(n.Reason))
+		why := n.Reason
+		if why == "" && n.Waiting != "" {
+			why = "waiting: " + n.Waiting
+		}
+		t.row(n.Name, strconv.Itoa(n.Wave), string(n.Phase), since, orDash(why))
 	}
 	return t.flush()
 }

@@ -55,6 +55,9 @@ type Node struct {
 	// Previous are the node's versions before the update, for rollback.
 	Previous map[string]string `json:"previous"`
 	Reason   string            `json:"reason"`
+	// Waiting says why the node, due in its wave, has not started (the
+	// production spare would be gone); "" otherwise.
+	Waiting string `json:"waiting,omitempty"`
 	// Updates counts the update orders given to the node: an order is
 	// (rollout, node, count), and an agent runs each once.
 	Updates int `json:"updates"`
@@ -165,6 +168,11 @@ type View struct {
 	// says the node's stack cannot work, or "".
 	Incompatible string
 	Seen         bool // the agent heartbeats
+	// Production says production work runs there: such nodes of a wave
+	// go last. SpareShort, when set, says why taking the node out now
+	// would leave less than the production class's spare: it waits.
+	Production bool
+	SpareShort string
 }
 
 // Action is what the leader does for a step.
@@ -271,23 +279,41 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			busy++ // out of service (a baking node is back in it)
 		}
 	}
-	for i := range r.Nodes {
+	// Nodes without production work first, then by name.
+	order := make([]int, 0, len(r.Nodes))
+	for i, n := range r.Nodes {
+		if n.Wave == r.Wave && n.Phase == Pending {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		pa, pb := views[r.Nodes[a].Name].Production, views[r.Nodes[b].Name].Production
+		switch {
+		case pa == pb:
+			return 0
+		case pb:
+			return -1
+		}
+		return 1
+	})
+	for _, i := range order {
 		n := &r.Nodes[i]
-		if busy >= r.MaxUnavailable {
-			break
-		}
-		if n.Wave != r.Wave || n.Phase != Pending {
-			continue
-		}
 		v, ok := views[n.Name]
-		if !ok {
+		switch {
+		case !ok:
 			fail(n, now, "the node left the fleet")
+			continue
+		case busy >= r.MaxUnavailable:
+			n.Waiting = ""
+			continue
+		case v.SpareShort != "":
+			n.Waiting = v.SpareShort
 			continue
 		}
 		if r.State == Running {
 			n.Previous = v.Versions
 		}
-		n.Phase, n.Since = Draining, now
+		n.Phase, n.Since, n.Waiting = Draining, now, ""
 		busy++
 		acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: updating to stack %s (wave %d)", r.ID, r.Stack, r.Wave)})
 	}

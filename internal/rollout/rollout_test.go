@@ -258,3 +258,39 @@ func TestResumeFromTheStoredState(t *testing.T) {
 		t.Errorf("updates %v, want each node once", f.updates)
 	}
 }
+
+// TestProductionLastAndTheSpare: within a wave the nodes without
+// production work drain first, and a node whose drain would take the
+// production spare away waits, saying why, until it would not.
+func TestProductionLastAndTheSpare(t *testing.T) {
+	f := newFleet("a", "b", "c")
+	r := Rollout{ID: "r1", Stack: "s", Target: map[string]string{"driver": "550.54.15"}, Waves: []float64{1}, MaxUnavailable: 1, BakeS: 60}
+	if err := Plan(&r, []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	va, vb := f.views["a"], f.views["b"]
+	va.Production, vb.SpareShort = true, "the production spare of l4 (2 GPUs) would be gone"
+	f.views["a"], f.views["b"] = va, vb
+	r, acts := Step(r, f.views, t0)
+	if len(acts) != 1 || acts[0].Node != "c" {
+		t.Fatalf("first drain %+v, want c (a runs production, b holds the spare)", acts)
+	}
+	if r.Nodes[1].Waiting == "" {
+		t.Errorf("b waits without saying why: %+v", r.Nodes[1])
+	}
+	vb.SpareShort = ""
+	f.views["b"] = vb
+	f.apply(r, acts)
+	now := t0
+	for range 50 {
+		now = now.Add(time.Minute)
+		r, acts = Step(r, f.views, now)
+		f.apply(r, acts)
+		if r.State != Running {
+			break
+		}
+	}
+	if r.State != Done || f.updates[len(f.updates)-1] != "a" {
+		t.Errorf("state %s, updated %v; want done with a, the production node, last", r.State, f.updates)
+	}
+}

@@ -167,20 +167,28 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 		s.setRollouts(nil)
 		return false, nil
 	}
-	running := map[string]int{}
+	running, production, busy := map[string]int{}, map[string]bool{}, map[string]bool{}
 	for _, j := range jobs {
 		if a := activeAttempt(j); a != nil {
 			for _, n := range a.Nodes {
 				running[n.Name]++
+				production[n.Name] = production[n.Name] || j.Priority == gpufleet.Production
+				for _, g := range n.GPUs {
+					busy[g] = true
+				}
 			}
 		}
+	}
+	spare, err := s.spareShort(ctx, nodes, busy, now)
+	if err != nil {
+		return false, err
 	}
 	views := map[string]rollout.View{}
 	for _, n := range nodes {
 		v := s.view(n, now)
 		age, known := s.heartbeatAge(n.Name, now)
 		rv := rollout.View{State: v.State, Health: v.Health, Reason: v.Reason, Versions: n.Versions, Running: running[n.Name],
-			Seen: known && age <= s.cfg.HeartbeatGrace}
+			Seen: known && age <= s.cfg.HeartbeatGrace, Production: production[n.Name], SpareShort: spare[n.Name]}
 		for _, f := range stack.Check(gpufleet.NodeStack(n.Versions), s.capabilities(n)) {
 			if f.Severity == stack.Incompatible {
 				rv.Incompatible = f.Message
@@ -229,7 +237,7 @@ func rolloutChanged(a, b rollout.Rollout) bool {
 	}
 	for i := range a.Nodes {
 		x, y := a.Nodes[i], b.Nodes[i]
-		if x.Phase != y.Phase || !x.Since.Equal(y.Since) || x.Reason != y.Reason || x.Updates != y.Updates || !maps.Equal(x.Previous, y.Previous) {
+		if x.Phase != y.Phase || !x.Since.Equal(y.Since) || x.Reason != y.Reason || x.Waiting != y.Waiting || x.Updates != y.Updates || !maps.Equal(x.Previous, y.Previous) {
 			return true
 		}
 	}
@@ -281,4 +289,52 @@ func labelsMatch(labels, sel map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// spareShort says, per node, why taking it out of service now would leave
+// fewer free GPUs than the production spare (Config.Spare) of a GPU class
+// or model it holds; nodes absent are free to go.
+func (s *Server) spareShort(ctx context.Context, nodes []gpufleet.Node, busy map[string]bool, now time.Time) (map[string]string, error) {
+	out := map[string]string{}
+	if len(s.cfg.Spare) == 0 {
+		return out, nil
+	}
+	classes, err := s.st.Classes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members := map[string][]string{}
+	for _, c := range classes {
+		members[c.Name] = c.Models
+	}
+	free := func(n gpufleet.Node, models []string) int {
+		v := s.view(n, now)
+		if v.State != gpufleet.NodeReady {
+			return 0
+		}
+		k := 0
+		for _, g := range n.GPUs {
+			if slices.Contains(models, g.Model) && !busy[g.UUID] && (g.State == "" || g.State == gpufleet.NodeReady) && g.Health != gpufleet.Unhealthy {
+				k++
+			}
+		}
+		return k
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.cfg.Spare)) {
+		want := s.cfg.Spare[key]
+		models, ok := members[key]
+		if !ok {
+			models = []string{key}
+		}
+		total := 0
+		for _, n := range nodes {
+			total += free(n, models)
+		}
+		for _, n := range nodes {
+			if mine := free(n, models); mine > 0 && total-mine < want && out[n.Name] == "" {
+				out[n.Name] = fmt.Sprintf("taking it out would leave %d free %s GPUs, under the production spare of %d", total-mine, key, want)
+			}
+		}
+	}
+	return out, nil
 }

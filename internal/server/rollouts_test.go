@@ -174,3 +174,48 @@ func TestRolloutThroughTheServer(t *testing.T) {
 		t.Errorf("rolled back %s; l1 %s on %v", r.State, n.State, n.Versions)
 	}
 }
+
+// TestRolloutKeepsTheProductionSpare: a node whose drain would leave fewer
+// free GPUs than the production spare waits, saying why, and goes once the
+// spare allows it.
+func TestRolloutKeepsTheProductionSpare(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	old := map[string]string{"driver": "550.54.15", "cuda": "12.4"}
+	agents := &fakeAgents{t: t, f: f, nodes: map[string]api.Principal{}, versions: map[string]map[string]string{},
+		ran: map[string]int{}, results: map[string][]api.UpdateResult{}, checks: map[string][]api.ValidationResult{}}
+	for _, n := range []string{"l1", "l2"} {
+		agents.nodes[n] = f.registerVersions(n, "l4", old)
+		agents.versions[n] = maps.Clone(old)
+	}
+	f.srv.cfg.Spare = map[string]int{"l4": 9} // 16 free: taking either node out leaves 8
+	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+		t.Fatal(err)
+	}
+	bake := 10.0
+	r, err := f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		f.clk.Advance(2 * time.Second)
+		f.cycle()
+		agents.beat()
+	}
+	r, _ = f.srv.Rollout(ctx, f.admin, r.ID)
+	if r.Nodes[0].Phase != rollout.Pending || !strings.Contains(r.Nodes[0].Waiting, "under the production spare of 9") {
+		t.Fatalf("the canary %+v; want it waiting for the spare", r.Nodes[0])
+	}
+	f.srv.cfg.Spare = map[string]int{"l4": 8}
+	for range 100 {
+		f.clk.Advance(2 * time.Second)
+		f.cycle()
+		agents.beat()
+		if r, _ = f.srv.Rollout(ctx, f.admin, r.ID); r.State != rollout.Running {
+			break
+		}
+	}
+	if r.State != rollout.Done {
+		t.Errorf("rollout %s (%s) %+v", r.State, r.Reason, r.Nodes)
+	}
+}

@@ -71,6 +71,9 @@ func (u *UI) stacksPage(r *http.Request, v *viewer) (view, error) {
 		}
 		for _, n := range ro.Nodes {
 			row := rolloutNodeRow{Name: n.Name, Wave: fmt.Sprint(n.Wave), Phase: string(n.Phase), Since: dash, Reason: n.Reason}
+			if row.Reason == "" && n.Waiting != "" {
+				row.Reason = "waiting: " + n.Waiting
+			}
 			if n.Wave == 0 {
 				row.Wave = "canary"
 			}
