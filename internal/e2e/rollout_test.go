@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 )
 
 // TestRolloutSurvivesServerKill runs a rollout over three real agents
-// with simulated L4s and kills the server (SIGKILL) while the first wave
-// is under way: a new server on the same data resumes it to done, every
+// with simulated L4s (the canary, then two waves of one) and kills the
+// server (SIGKILL) once the canary is through: a new server on the same data resumes it to done, every
 // node on the stack and back in service, each having run its update once
 // (the agents' updates.json); a job submitted meanwhile runs. Then a stack
 // the L4s cannot run halts at the canary with the other nodes untouched,
@@ -44,7 +45,7 @@ func TestRolloutSurvivesServerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	bake := 3.0
-	r, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	r, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1, Waves: []float64{0.5, 1}, BakeS: &bake})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,32 @@ func TestRolloutSurvivesServerKill(t *testing.T) {
 		if err != nil || strings.Count(string(data), `"key"`) != 1 {
 			t.Errorf("agent %s ran %s", a.name, data)
 		}
+	}
+	steps := 0
+	var since int64
+	var err2 error
+	for {
+		page, err := f.admin.Events(ctx, api.EventQuery{Since: since, Limit: 500})
+		if err != nil {
+			err2 = err
+			break
+		}
+		for _, e := range page.Events {
+			if e.Kind == "rollout.step" && e.Object == r.ID {
+				steps++
+			}
+		}
+		if page.NextToken == "" {
+			break
+		}
+		if since, err = strconv.ParseInt(page.NextToken, 10, 64); err != nil {
+			err2 = err
+			break
+		}
+	}
+	err = err2
+	if err != nil || steps < 3*5 { // each node: draining, updating, validating, baking, complete
+		t.Errorf("%d rollout.step events, %v", steps, err)
 	}
 
 	if _, err := f.admin.CreateStack(ctx, gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}); err != nil {

@@ -213,6 +213,18 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 		if !rolloutChanged(r, next) {
 			continue
 		}
+		for j := range next.Nodes {
+			if j < len(r.Nodes) && next.Nodes[j].Phase != r.Nodes[j].Phase {
+				n := next.Nodes[j]
+				detail := fmt.Sprintf("%s: %s -> %s", n.Name, r.Nodes[j].Phase, n.Phase)
+				if n.Phase == rollout.Failed {
+					detail += ": " + n.Reason
+				}
+				if err := s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "rollout:" + r.ID, Kind: "rollout.step", Object: r.ID, Detail: detail}); err != nil {
+					return moved, err
+				}
+			}
+		}
 		next.UpdatedAt = now
 		detail := ""
 		if next.State != r.State {
