@@ -84,6 +84,11 @@ type Config struct {
 	// StackProbe, when set, is a shell command run at each registration
 	// instead of reading the file, printing the same JSON.
 	StackFile, StackProbe string
+	// SimBadDrivers are driver versions a simulated node breaks on: an
+	// update to one leaves its first GPU with a double-bit ECC error (XID
+	// 48), so validation fails, as a bad driver would make it; an update
+	// away clears it.
+	SimBadDrivers []string
 	// SampleInterval is how often the GPUs are read (default 1s).
 	SampleInterval time.Duration
 	// PollInterval is how often attempts are checked (default 200ms).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
 )
 
 // updateTimeout bounds an operator's update command.
@@ -83,10 +84,20 @@ func (a *Agent) startUpdate(ctx context.Context, o api.UpdateOrder) {
 func (a *Agent) runUpdate(ctx context.Context, o api.UpdateOrder) api.UpdateResult {
 	res := api.UpdateResult{Key: o.Key, OK: true, Detail: "updated"}
 	if vs, ok := a.be.(versionSetter); ok && a.cfg.Backend == "sim" {
-		vs.SetVersions(o.Versions[string(gpufleet.StackDriver)], o.Versions[string(gpufleet.StackCUDA)])
+		driver := o.Versions[string(gpufleet.StackDriver)]
+		vs.SetVersions(driver, o.Versions[string(gpufleet.StackCUDA)])
 		a.mu.Lock()
 		a.simSoftware = maps.Clone(o.Versions)
 		a.mu.Unlock()
+		if a.faults != nil && driver != "" {
+			if slices.Contains(a.cfg.SimBadDrivers, driver) {
+				if err := a.faults.Inject(0, simgpu.Fault{Kind: simgpu.FaultECCDoubleBit}); err != nil {
+					res.Detail = "updated; the bad driver's fault was not injected: " + err.Error()
+				}
+			} else if err := a.faults.Clear(0); err != nil {
+				a.log.Debug("no simulated fault to clear after the update", "err", err)
+			}
+		}
 	} else if o.Command == "" {
 		res.OK, res.Detail = false, "no update command: the rollout names none and the GPUs are not simulated"
 	} else {

@@ -32,7 +32,7 @@ import (
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile, stackProbe string
 	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                                       time.Duration
-	labels, runAs                                                                                                                           []string
+	labels, runAs, simBadDrivers                                                                                                            []string
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -74,6 +74,7 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	durationFlag(fs, &f.killAfter, "kill-after", 5*time.Second, "pause between SIGTERM and SIGKILL when stopping an attempt")
 	durationFlag(fs, &f.sampleInterval, "sample-interval", time.Second, "how often GPUs are read")
 	fs.StringVar(&f.stackFile, "stack-file", "/etc/gpufleet/stack.json", "the node's user-level software versions an operator maintains, a JSON object of component to version ({\"cuda_toolkit\": \"12.4.1\", \"torch\": \"2.5.1+cu124\", \"nccl\": \"2.21.5\"}); absent is fine (docs/STACKS.md)")
+	fs.StringArrayVar(&f.simBadDrivers, "sim-bad-driver", nil, "with --backend sim: a driver version this node breaks on after a rollout updates it (a double-bit ECC error on its first GPU, so validation fails); repeatable")
 	fs.StringVar(&f.stackProbe, "stack-probe", "", "a shell command printing the same JSON as --stack-file, run at each registration instead of reading the file")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE (rack, block, virtualization, power_budget_watts, ...); repeatable")
 	fs.StringArrayVar(&f.runAs, "run-as", nil, "TEAM=USER: the user a team's attempts run as when the agent is root; repeatable")
@@ -165,7 +166,7 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 			metricsURL = "http://" + advertised(ln.Addr().String()) + "/metrics"
 		}
 	}
-	cfg := agent.Config{JoinToken: f.joinToken, Name: f.name, DataDir: dataDir, Labels: labels, Backend: f.backend, StackFile: f.stackFile, StackProbe: f.stackProbe,
+	cfg := agent.Config{JoinToken: f.joinToken, Name: f.name, DataDir: dataDir, Labels: labels, Backend: f.backend, StackFile: f.stackFile, StackProbe: f.stackProbe, SimBadDrivers: f.simBadDrivers,
 		FenceAfter: f.fenceAfter, FenceGrace: f.fenceGrace, MetricsURL: metricsURL, SampleInterval: f.sampleInterval,
 		Runner: agent.RunnerConfig{Supervisor: []string{exe, "agent", "supervise"}, RunAs: runAs, DefaultUser: f.defaultUser,
 			KillAfter: f.killAfter, Environ: os.Environ()}}

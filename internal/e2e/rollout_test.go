@@ -144,3 +144,45 @@ func TestRolloutSurvivesServerKill(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRolloutHaltsOnABadDriver: simulated agents told that a driver is bad
+// (--sim-bad-driver) break on it after the update (a double-bit ECC error,
+// XID 48); the canary fails its validation, the rollout halts, and the
+// other node is untouched.
+func TestRolloutHaltsOnABadDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a")
+	ctx := t.Context()
+	for i := range 2 {
+		startAgent(t, p, f.admin, fmt.Sprintf("b%d", i), "l4:1", "--sim-bad-driver", "565.57.01")
+	}
+	eventually(t, 20*time.Second, "two nodes", func() error {
+		ns, err := f.admin.Nodes(ctx)
+		if err != nil || len(ns) != 2 {
+			return fmt.Errorf("nodes %d, %v", len(ns), err)
+		}
+		return nil
+	})
+	if _, err := f.admin.CreateStack(ctx, gpufleet.Stack{Name: "r565", Versions: map[string]string{"driver": "565.57.01", "cuda": "12.7"}}); err != nil {
+		t.Fatal(err)
+	}
+	bake := 3.0
+	r, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "r565", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 40*time.Second, "halted at the canary", func() error {
+		got, err := f.admin.Rollout(ctx, r.ID)
+		if err != nil || got.State != rollout.Halted || !strings.Contains(got.Reason, "node b0 failed a gate") {
+			return fmt.Errorf("rollout %s (%s) %+v, %v", got.State, got.Reason, got.Nodes, err)
+		}
+		return nil
+	})
+	n, err := f.admin.Node(ctx, "b1")
+	if err != nil || n.Versions["driver"] == "565.57.01" || n.State != gpufleet.NodeReady {
+		t.Errorf("b1 touched: %s on %v, %v", n.State, n.Versions["driver"], err)
+	}
+}
