@@ -251,9 +251,10 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stepped, err := s.stepRollouts(ctx, jobs, nodes, now)
+	stepped, err := s.stepRolloutsSafely(ctx, jobs, nodes, now)
 	if err != nil {
-		return err
+		// Rollouts wait for the next cycle; scheduling does not.
+		s.log.Warn("stepping rollouts", "err", err)
 	}
 	moved = moved || stepped
 	if moved {

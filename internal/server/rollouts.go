@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -146,6 +147,18 @@ func (s *Server) RolloutAction(ctx context.Context, p api.Principal, id, action 
 	}
 	s.nudge()
 	return r, nil
+}
+
+// stepRolloutsSafely runs stepRollouts and turns a panic into an error,
+// so a rollout that trips a bug pauses rollouts, not the scheduler.
+func (s *Server) stepRolloutsSafely(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (moved bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("stepping rollouts panicked", "panic", v, "stack", string(debug.Stack()))
+			moved, err = true, fmt.Errorf("stepping rollouts panicked: %v", v)
+		}
+	}()
+	return s.stepRollouts(ctx, jobs, nodes, now)
 }
 
 // stepRollouts advances the active rollouts by what the fleet shows now,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"database/sql"
 	"log/slog"
 	"maps"
 	"net/http/httptest"
@@ -217,5 +218,43 @@ func TestRolloutKeepsTheProductionSpare(t *testing.T) {
 	}
 	if r.State != rollout.Done {
 		t.Errorf("rollout %s (%s) %+v", r.State, r.Reason, r.Nodes)
+	}
+}
+
+// TestUnreadableRolloutHaltsAlone: a stored rollout whose state no longer
+// parses reads as halted, saying so, and the leader goes on scheduling.
+func TestUnreadableRolloutHaltsAlone(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	old := map[string]string{"driver": "550.54.15", "cuda": "12.4"}
+	f.registerVersions("l1", "l4", old)
+	f.registerVersions("l2", "l4", old)
+	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", f.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE rollouts SET body = '{"id":' WHERE id = ?`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}})
+	f.cycle()
+	if j = f.job(j.ID); j.State != gpufleet.JobScheduled {
+		t.Errorf("job %s, want scheduled past the unreadable rollout", j.State)
+	}
+	got, err := f.srv.Rollout(ctx, f.admin, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != rollout.Halted || !strings.Contains(got.Reason, "stored state unreadable") {
+		t.Errorf("rollout %s (%s), want halted as unreadable", got.State, got.Reason)
 	}
 }

@@ -39,28 +39,36 @@ func (s *SQL) PutRollout(ctx context.Context, r rollout.Rollout, actor, detail s
 
 // Rollouts lists every rollout, newest first.
 func (s *SQL) Rollouts(ctx context.Context) ([]rollout.Rollout, error) {
-	return list(ctx, s.rd, `SELECT body FROM rollouts ORDER BY created_at DESC, id`, nil, scanRollout)
+	return list(ctx, s.rd, `SELECT id, body FROM rollouts ORDER BY created_at DESC, id`, nil, scanRollout)
 }
 
 // Rollout reads one rollout; an unknown id wraps gpufleet.ErrNotFound.
 func (s *SQL) Rollout(ctx context.Context, id string) (rollout.Rollout, error) {
-	r, err := scanRollout(s.rd.QueryRowContext(ctx, s.q(`SELECT body FROM rollouts WHERE id = ?`), id))
+	r, err := scanRollout(s.rd.QueryRowContext(ctx, s.q(`SELECT id, body FROM rollouts WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, notFound("rollout", id)
 	}
 	return r, err
 }
 
+// scanRollout reads one rollout row. A body that no longer parses (a
+// hand-edited row, a downgrade) reads as a halted rollout saying so,
+// rather than an error: one bad row must not stop the leader stepping
+// the others, and a halted rollout touches no node.
 func scanRollout(r scanner) (rollout.Rollout, error) {
 	var (
-		out  rollout.Rollout
-		body string
+		out      rollout.Rollout
+		id, body string
 	)
-	if err := r.Scan(&body); err != nil {
+	if err := r.Scan(&id, &body); err != nil {
 		return out, err
 	}
-	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		return out, fmt.Errorf("rollout: %w", err)
+	if err := json.Unmarshal([]byte(body), &out); err != nil || out.ID != id {
+		reason := fmt.Sprintf("stored state unreadable: id %q in body", out.ID)
+		if err != nil {
+			reason = "stored state unreadable: " + err.Error()
+		}
+		return rollout.Rollout{ID: id, State: rollout.Halted, Reason: reason}, nil
 	}
 	return out, nil
 }
