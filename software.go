@@ -287,6 +287,19 @@ func ParseStackRequirements(field string, in map[string]string) (StackRequiremen
 	return out, nil
 }
 
+// VersionsText writes versions in component order, in words for events,
+// reasons and pages: "driver 550.54.15, cuda 12.4". Names that are not
+// components are left out.
+func VersionsText(v map[string]string) string {
+	var parts []string
+	for _, c := range StackComponents {
+		if x, ok := v[string(c)]; ok {
+			parts = append(parts, string(c)+" "+x)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Unmet is the first requirement a node's versions do not meet, in
 // words, or "" when it meets them all. A component the node does not
 // report fails the requirement.

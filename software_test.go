@@ -183,3 +183,18 @@ func FuzzParseConstraint(f *testing.F) {
 		}
 	})
 }
+
+func TestVersionsText(t *testing.T) {
+	for _, tc := range []struct {
+		in   map[string]string
+		want string
+	}{
+		{nil, ""},
+		{map[string]string{"cuda": "12.4", "driver": "550.54.15"}, "driver 550.54.15, cuda 12.4"},
+		{map[string]string{"kernel": "6.8", "torch": "2.4.0", "not-a-component": "x"}, "torch 2.4.0, kernel 6.8"},
+	} {
+		if got := gpufleet.VersionsText(tc.in); got != tc.want {
+			t.Errorf("VersionsText(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -224,10 +223,10 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 					fail(n, now, "validation: "+v.Incompatible)
 				} else {
 					n.Phase, n.Since = Validating, now
-					acts = append(acts, Action{Kind: Validate, Node: n.Name, Reason: fmt.Sprintf("rollout %s: validating on %s", r.ID, versionsOf(target))})
+					acts = append(acts, Action{Kind: Validate, Node: n.Name, Reason: fmt.Sprintf("rollout %s: validating on %s", r.ID, gpufleet.VersionsText(target))})
 				}
 			case now.Sub(n.Since) > r.updateTimeout():
-				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), versionsOf(v.Versions)))
+				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), gpufleet.VersionsText(v.Versions)))
 			}
 		case Validating:
 			switch {
@@ -247,7 +246,7 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			case v.Health != gpufleet.Healthy:
 				fail(n, now, fmt.Sprintf("health %s during the bake: %s", v.Health, v.Reason))
 			case !onVersions(v.Versions, target):
-				fail(n, now, "its versions changed during the bake: "+versionsOf(v.Versions))
+				fail(n, now, "its versions changed during the bake: "+gpufleet.VersionsText(v.Versions))
 			case now.Sub(n.Since) >= r.bake():
 				n.Phase, n.Since = Complete, now
 			}
@@ -402,14 +401,4 @@ func toStack(v map[string]string) gpufleet.StackVersions {
 		out[gpufleet.StackComponent(k)] = x
 	}
 	return out
-}
-
-func versionsOf(v map[string]string) string {
-	var parts []string
-	for _, c := range gpufleet.StackComponents {
-		if x, ok := v[string(c)]; ok {
-			parts = append(parts, string(c)+" "+x)
-		}
-	}
-	return strings.Join(parts, ", ")
 }

@@ -40,7 +40,7 @@ func (s *SQL) CreateStack(ctx context.Context, st gpufleet.Stack, actor string) 
 	VALUES (?, ?, ?, ?, '[]', ?, ?)`), out.Name, string(vj), out.Notes, out.State, actor, nanos(now)); err != nil {
 			return fmt.Errorf("create stack %s: %w", st.Name, err)
 		}
-		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "stack.created", Object: st.Name, Detail: versionsText(st.Versions)})
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "stack.created", Object: st.Name, Detail: gpufleet.VersionsText(st.Versions)})
 	})
 	return out, err
 }
@@ -129,15 +129,4 @@ func scanStack(r scanner) (gpufleet.Stack, error) {
 		st.Validated = []gpufleet.StackValidation{}
 	}
 	return st, nil
-}
-
-// versionsText writes versions as driver 550.54.15, cuda 12.4, by component.
-func versionsText(v map[string]string) string {
-	var parts []string
-	for _, c := range gpufleet.StackComponents {
-		if x, ok := v[string(c)]; ok {
-			parts = append(parts, string(c)+" "+x)
-		}
-	}
-	return strings.Join(parts, ", ")
 }

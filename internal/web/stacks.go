@@ -89,7 +89,7 @@ func (u *UI) stacksPage(r *http.Request, v *viewer) (view, error) {
 		for _, x := range st.Validated {
 			models = append(models, x.GPUModel)
 		}
-		sv.Stacks = append(sv.Stacks, stackRow{Name: st.Name, State: st.State, Versions: stackVersionsText(st.Versions),
+		sv.Stacks = append(sv.Stacks, stackRow{Name: st.Name, State: st.State, Versions: gpufleet.VersionsText(st.Versions),
 			Validated: strings.Join(models, ", "), Nodes: strings.Join(st.Nodes, ", ")})
 	}
 	for _, n := range check {
@@ -100,15 +100,4 @@ func (u *UI) stacksPage(r *http.Request, v *viewer) (view, error) {
 	}
 	slices.SortStableFunc(sv.Findings, func(a, b findingRow) int { return strings.Compare(a.Severity, b.Severity) })
 	return view{page: "stacks", title: "Stacks", nav: "stacks", live: "/ui/stacks", data: sv}, nil
-}
-
-// stackVersionsText writes versions in the components' order.
-func stackVersionsText(v map[string]string) string {
-	var parts []string
-	for _, c := range gpufleet.StackComponents {
-		if x, ok := v[string(c)]; ok {
-			parts = append(parts, string(c)+" "+x)
-		}
-	}
-	return strings.Join(parts, ", ")
 }
