@@ -45,12 +45,17 @@ const (
 	// FaultFallenOffBus: XID 79, then the GPU is missing from Devices,
 	// Versions and Sample.
 	FaultFallenOffBus FaultKind = "fallen-off-bus"
+	// FaultSlowMemory: the memory runs slow (a degraded HBM stack, memory
+	// clocks held down): device memory bandwidth falls to
+	// SlowMemoryFactor and the memory clock reads lower. Nothing else
+	// shows it; the copy benchmark does.
+	FaultSlowMemory FaultKind = "slow-memory"
 )
 
 // FaultKinds lists every kind, for help texts.
 var FaultKinds = []FaultKind{
 	FaultXID, FaultECCSingleBit, FaultECCDoubleBit, FaultRowRemapPending, FaultRowRemapFailure,
-	FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultNVLinkDown, FaultFallenOffBus,
+	FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultNVLinkDown, FaultFallenOffBus, FaultSlowMemory,
 }
 
 // Fault is one injected fault.
@@ -175,7 +180,7 @@ func (b *Backend) Inject(index int, f Fault) error {
 		}
 		d.remapFailure = true
 		xid(64)
-	case FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade:
+	case FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultSlowMemory:
 	case FaultNVLinkDown:
 		if tr.nvlinks == 0 {
 			return unsupported("no NVLink")

@@ -556,6 +556,9 @@ func (b *Backend) sample(d *device) gpu.Sample {
 	}
 	s.SMClockMHz = ptr(math.Round(sm))
 	s.MemoryClockMHz = ptr(tr.memMHz)
+	if _, ok := d.faults[FaultSlowMemory]; ok {
+		s.MemoryClockMHz = ptr(math.Round(tr.memMHz * SlowMemoryFactor))
+	}
 	s.ClockEventReasons = ptr(st.reasons)
 	s.PowerViolationNs = ptr(uint64(d.powerViol * 1e9))
 	s.ThermalViolationNs = ptr(uint64(d.thermViol * 1e9))

@@ -1,0 +1,178 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+func TestParseTests(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []bench.Test
+		bad  bool
+	}{
+		{in: "", want: bench.Tests()},
+		{in: "all", want: bench.Tests()},
+		{in: "p2p, COPY,copy", want: []bench.Test{bench.Copy, bench.P2P}},
+		{in: "gemm,nope", bad: true},
+		{in: ",", bad: true},
+	} {
+		got, err := bench.ParseTests(tc.in)
+		if tc.bad {
+			if !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "tests") {
+				t.Errorf("ParseTests(%q) = %v, want an invalid-tests error", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseTests(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseGPUsAndGates(t *testing.T) {
+	if g, err := bench.ParseGPUs("3,1,3", 8); err != nil || !slices.Equal(g, []int{1, 3}) {
+		t.Errorf("ParseGPUs = %v, %v", g, err)
+	}
+	for _, bad := range []string{"8", "-1", "x", "1,,2"} {
+		if _, err := bench.ParseGPUs(bad, 8); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseGPUs(%q) = %v, want invalid", bad, err)
+		}
+	}
+	g, err := bench.ParseGates("copy=0.8, gemm=0.95")
+	if err != nil || g.For(bench.Copy) != 0.8 || g.For(bench.GEMM) != 0.95 || g.For(bench.P2P) != bench.DefaultGate {
+		t.Errorf("ParseGates = %v, %v", g, err)
+	}
+	if g, err := bench.ParseGates("0.7"); err != nil || g.For(bench.AllReduce) != 0.7 {
+		t.Errorf("ParseGates(0.7) = %v, %v", g, err)
+	}
+	for _, bad := range []string{"0", "1.5", "copy=", "nope=0.9", "NaN", "copy=0.9,x"} {
+		if _, err := bench.ParseGates(bad); !errors.Is(err, gpufleet.ErrInvalid) {
+			t.Errorf("ParseGates(%q) = %v, want invalid", bad, err)
+		}
+	}
+}
+
+// simFigures benches a simulated node of 8 H100 with the given faults.
+func simFigures(t *testing.T, node string, faults map[int]simgpu.Fault, o bench.Options) []bench.Result {
+	t.Helper()
+	be, err := simgpu.New([]simgpu.Spec{{Model: "h100-sxm-80gb", Count: 8}}, simgpu.WithNodeName(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range faults {
+		if err := be.Inject(i, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := be.Measure(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bench.Result
+	for _, f := range bench.Summarize(catalog.Default(), ms) {
+		out = append(out, bench.Result{Figure: f, Node: node, At: time.Unix(0, 0)})
+	}
+	return out
+}
+
+// TestSimulatedFleetJudgement runs every microbenchmark on simulated
+// nodes, one with slow memory on GPU 3, a power brake on GPU 4 and every
+// NVLink of GPU 5 down, and checks that the fleet rule flags exactly those
+// figures, and that the healthy figures sit where real H100s measure.
+func TestSimulatedFleetJudgement(t *testing.T) {
+	healthy := simFigures(t, "n0", nil, bench.Options{})
+	sick := simFigures(t, "n1", map[int]simgpu.Fault{
+		3: {Kind: simgpu.FaultSlowMemory},
+		4: {Kind: simgpu.FaultPowerBrake},
+		5: {Kind: simgpu.FaultNVLinkDown, Links: 18},
+	}, bench.Options{})
+	fleet := append(slices.Clone(healthy), sick...)
+
+	// Healthy figures against the spec.
+	for _, r := range healthy {
+		if r.Ratio == nil {
+			t.Errorf("%s gpu %d: no spec", r.Name, r.GPU)
+			continue
+		}
+		lo, hi := 0.75, 0.95
+		switch r.Name {
+		case "gemm-fp8", "gemm-int8":
+			lo, hi = 0.6, 0.75
+		case "gemm-fp64":
+			lo, hi = 1.6, 1.8 // DGEMM on the FP64 tensor cores; the catalog lists the vector rate
+		case "gemm-fp32", "gemm-tf32":
+			lo, hi = 0.7, 0.8
+		}
+		if *r.Ratio < lo || *r.Ratio > hi {
+			t.Errorf("%s gpu %d: ratio %.2f, want %.2f-%.2f", r.Name, r.GPU, *r.Ratio, lo, hi)
+		}
+		runs := 20
+		if r.Test == bench.P2P && r.Peer == nil {
+			runs = 14 // the median of its 7 peers, both directions
+		}
+		if r.Runs != runs || r.Spread <= 0 || r.Spread > 0.05 {
+			t.Errorf("%s gpu %d: %d runs, spread %.3f", r.Name, r.GPU, r.Runs, r.Spread)
+		}
+	}
+	var flagged []string
+	for _, s := range bench.Judge(figures(sick), fleet, bench.Gates{}) {
+		flagged = append(flagged, s.Figure.Name+"@"+string(rune('0'+s.Figure.GPU)))
+		if !strings.Contains(s.Evidence, "fleet median") || !strings.Contains(s.Evidence, "h100-sxm-80gb") {
+			t.Errorf("evidence %q", s.Evidence)
+		}
+	}
+	slices.Sort(flagged)
+	want := []string{"copy@3", "gemm-bf16@4", "gemm-fp16@4", "gemm-fp32@4", "gemm-fp64@4", "gemm-fp8@4", "gemm-int8@4", "gemm-tf32@4", "p2p@5"}
+	if !slices.Equal(flagged, want) {
+		t.Errorf("flagged %v\nwant    %v", flagged, want)
+	}
+	// The healthy node judged against the same fleet: nothing.
+	if s := bench.Judge(figures(healthy), fleet, bench.Gates{}); len(s) != 0 {
+		t.Errorf("healthy node flagged: %v", s[0].Evidence)
+	}
+	// A lower gate lets the slow memory (0.6) through.
+	if s := bench.Judge(figures(sick), fleet, bench.Gates{bench.Copy: 0.5}); slices.ContainsFunc(s, func(s bench.Shortfall) bool { return s.Figure.Name == "copy" }) {
+		t.Error("copy flagged under a 0.5 gate")
+	}
+}
+
+func TestCompareNeedsPeers(t *testing.T) {
+	one := simFigures(t, "solo", nil, bench.Options{GPUs: []int{0, 1}, Tests: []bench.Test{bench.Copy}, Quick: true})
+	c := bench.Compare(one[0].Figure, one, bench.Gates{})
+	if c.Peers != 1 || c.Fraction != nil || c.Degraded {
+		t.Errorf("one peer: %+v, want no verdict", c)
+	}
+	if one[0].Runs != 5 {
+		t.Errorf("quick runs %d", one[0].Runs)
+	}
+}
+
+func TestLatest(t *testing.T) {
+	a := bench.Result{Figure: bench.Figure{Measurement: bench.Measurement{Name: "copy", UUID: "u"}, Value: 1}, At: time.Unix(10, 0)}
+	b := a
+	b.Value, b.At = 2, time.Unix(20, 0)
+	c := a
+	c.UUID = "v"
+	got := bench.Latest([]bench.Result{b, a, c})
+	if len(got) != 2 || got[0].Value != 2 || got[1].UUID != "v" {
+		t.Errorf("Latest = %+v", got)
+	}
+}
+
+func figures(rs []bench.Result) []bench.Figure {
+	var out []bench.Figure
+	for _, r := range rs {
+		out = append(out, r.Figure)
+	}
+	return out
+}

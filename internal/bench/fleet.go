@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// DefaultGate is the fraction of its model's fleet median below which a
+// GPU's figure makes it degraded: 0.9, under the ~3-8% spread NVIDIA's
+// own diagnostics allow between healthy cards of one model (DCGM's
+// targeted stress and memory bandwidth plugins fail a card at a fixed
+// fraction of the expected figure) while catching a card that lost a
+// tenth.
+const DefaultGate = 0.9
+
+// MinPeers is how many other GPUs of a model must have a figure before
+// the fleet median judges one: with fewer, one bad card would move the
+// median as far as the card it judges.
+const MinPeers = 2
+
+// Gates are the fractions of the fleet median below which a figure is
+// degraded, per test; a test not listed takes DefaultGate.
+type Gates map[Test]float64
+
+// ParseGates reads "0.85" (every test) or "copy=0.9,gemm=0.85".
+func ParseGates(s string) (Gates, error) {
+	s = strings.TrimSpace(s)
+	g := Gates{}
+	if s == "" {
+		return g, nil
+	}
+	parse := func(field, v string) (float64, error) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			return 0, fmt.Errorf("%w: %s: %s: expected a fraction above 0 and at most 1", gpufleet.ErrInvalid, field, gpufleet.Quote(v))
+		}
+		return f, nil
+	}
+	if !strings.Contains(s, "=") {
+		f, err := parse("bench gate", s)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range Tests() {
+			g[t] = f
+		}
+		return g, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		t := Test(strings.ToLower(strings.TrimSpace(k)))
+		if !ok || !slices.Contains(Tests(), t) {
+			return nil, fmt.Errorf("%w: bench gate: %s: expected TEST=FRACTION with TEST one of copy, gemm, h2d, p2p, allreduce", gpufleet.ErrInvalid, gpufleet.Quote(kv))
+		}
+		f, err := parse("bench gate "+string(t), v)
+		if err != nil {
+			return nil, err
+		}
+		g[t] = f
+	}
+	return g, nil
+}
+
+// For is the gate of test t.
+func (g Gates) For(t Test) float64 {
+	if f, ok := g[t]; ok {
+		return f
+	}
+	return DefaultGate
+}
+
+// String writes the gates as ParseGates reads them.
+func (g Gates) String() string {
+	var parts []string
+	for _, t := range Tests() {
+		parts = append(parts, fmt.Sprintf("%s=%g", t, g.For(t)))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Trigger says why a benchmark ran.
+type Trigger string
+
+// Triggers.
+const (
+	TriggerJoin       Trigger = "join"       // the node joined (or its agent started)
+	TriggerValidation Trigger = "validation" // a return-to-service check, after a repair or a stack update
+	TriggerManual     Trigger = "manual"     // somebody ran gpufleet bench and sent it
+)
+
+// Result is a stored figure: the node, when and why it was measured.
+type Result struct {
+	Figure
+	Node    string    `json:"node"`
+	At      time.Time `json:"at"`
+	Trigger Trigger   `json:"trigger"`
+	// Judged are the comparisons with the fleet, filled when results are
+	// listed.
+	Fleet *Comparison `json:"fleet,omitempty"`
+}
+
+// Judged reports whether the fleet rule judges figures named like f: the
+// per-GPU ones (every figure but a single p2p pair).
+func Judged(f Figure) bool { return !(f.Test == P2P && f.Peer != nil) }
+
+// Comparison is one figure against the same figure of the other GPUs of
+// its model (the latest figure of each; allreduce figures compare with
+// nodes of as many GPUs).
+type Comparison struct {
+	// Median is the fleet median without this GPU; Peers how many GPUs it
+	// is of. Zero peers: no baseline.
+	Median float64 `json:"median"`
+	Peers  int     `json:"peers"`
+	// Fraction is Value / Median, absent without enough peers.
+	Fraction *float64 `json:"fraction"`
+	Gate     float64  `json:"gate"`
+	// Degraded is true when Fraction is below Gate.
+	Degraded bool `json:"degraded"`
+}
+
+// key groups comparable figures.
+type key struct {
+	model, name string
+	gpus        int
+}
+
+func keyOf(f Figure) key { return key{f.Model, f.Name, f.GPUs} }
+
+// Compare judges f against fleet, the latest results of every GPU (f's
+// own among them or not: a GPU never counts toward its own baseline).
+func Compare(f Figure, fleet []Result, gates Gates) Comparison {
+	c := Comparison{Gate: gates.For(f.Test)}
+	if !Judged(f) {
+		return c
+	}
+	k := keyOf(f)
+	var vals []float64
+	for _, r := range fleet {
+		if Judged(r.Figure) && keyOf(r.Figure) == k && r.UUID != f.UUID && r.Value > 0 {
+			vals = append(vals, r.Value)
+		}
+	}
+	c.Peers = len(vals)
+	if c.Peers == 0 {
+		return c
+	}
+	c.Median = Median(vals)
+	if c.Peers >= MinPeers && c.Median > 0 {
+		c.Fraction = ptr(f.Value / c.Median)
+		c.Degraded = *c.Fraction < c.Gate
+	}
+	return c
+}
+
+// Shortfall is a figure under its gate, with the evidence in words.
+type Shortfall struct {
+	Figure     Figure     `json:"figure"`
+	Comparison Comparison `json:"comparison"`
+	// Reason is a short phrase ("copy at 0.62 of the fleet median").
+	Reason string `json:"reason"`
+	// Evidence is the sentence a person reads.
+	Evidence string `json:"evidence"`
+}
+
+// Judge returns the figures of figs under their gates against fleet.
+func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
+	var out []Shortfall
+	for _, f := range figs {
+		c := Compare(f, fleet, gates)
+		if !c.Degraded {
+			continue
+		}
+		where := fmt.Sprintf("GPU %d", f.GPU)
+		if f.Test == AllReduce {
+			where = fmt.Sprintf("all-reduce over %d GPUs", f.GPUs)
+		}
+		out = append(out, Shortfall{
+			Figure: f, Comparison: c,
+			Reason: fmt.Sprintf("%s at %.2f of the fleet median", f.Name, *c.Fraction),
+			Evidence: fmt.Sprintf("%s: %s measured %s, %.2f of the %s fleet median %s (%d other GPUs; gate %.2f)",
+				where, f.Name, Human(f.Value, f.Unit), *c.Fraction, f.Model, Human(c.Median, f.Unit), c.Peers, c.Gate),
+		})
+	}
+	return out
+}
+
+// Latest keeps the newest result of each GPU and figure (by At, then
+// order), in the order of rs.
+func Latest(rs []Result) []Result {
+	type id struct {
+		uuid, name string
+		peer       int
+	}
+	newest := map[id]int{}
+	for i, r := range rs {
+		k := id{r.UUID, r.Name, -1}
+		if r.Peer != nil {
+			k.peer = *r.Peer
+		}
+		if j, ok := newest[k]; !ok || !rs[j].At.After(r.At) {
+			newest[k] = i
+		}
+	}
+	var out []Result
+	for i, r := range rs {
+		k := id{r.UUID, r.Name, -1}
+		if r.Peer != nil {
+			k.peer = *r.Peer
+		}
+		if newest[k] == i {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// Test names a microbenchmark.
+type Test string
+
+// The microbenchmarks, in the order they run.
+const (
+	// Copy is a large device-to-device copy; its figure counts bytes read
+	// plus bytes written.
+	Copy Test = "copy"
+	// GEMM is a dense matrix product per precision the card runs natively.
+	GEMM Test = "gemm"
+	// H2D is host-to-device and device-to-host copies from pinned memory
+	// (figures h2d and d2h).
+	H2D Test = "h2d"
+	// P2P is GPU-to-GPU copies for every local pair.
+	P2P Test = "p2p"
+	// AllReduce is an all-reduce across the node's GPUs, as bus bandwidth.
+	AllReduce Test = "allreduce"
+)
+
+// Tests returns every test in run order.
+func Tests() []Test { return []Test{Copy, GEMM, H2D, P2P, AllReduce} }
+
+// ParseTests reads a comma-separated list of tests ("copy,gemm"); empty
+// or "all" means every test. The result is in run order, without repeats.
+func ParseTests(s string) ([]Test, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "all") {
+		return Tests(), nil
+	}
+	want := map[Test]bool{}
+	for _, f := range strings.Split(s, ",") {
+		t := Test(strings.ToLower(strings.TrimSpace(f)))
+		if !slices.Contains(Tests(), t) {
+			return nil, fmt.Errorf("%w: tests: %s: expected a comma-separated list of copy, gemm, h2d, p2p, allreduce", gpufleet.ErrInvalid, gpufleet.Quote(f))
+		}
+		want[t] = true
+	}
+	var out []Test
+	for _, t := range Tests() {
+		if want[t] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// ParseGPUs reads a GPU selection: "all" or empty (nil: every GPU) or a
+// comma-separated list of indexes ("0,1"), each below max.
+func ParseGPUs(s string, max int) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "all") {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || i < 0 || i >= max {
+			return nil, fmt.Errorf("%w: gpus: %s: expected all or GPU indexes from 0 to %d, comma-separated", gpufleet.ErrInvalid, gpufleet.Quote(f), max-1)
+		}
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Options says what to measure.
+type Options struct {
+	// GPUs are the indexes to measure; nil means every GPU.
+	GPUs []int
+	// Tests to run; nil means every test.
+	Tests []Test
+	// Quick is the short set the agent runs (when a node joins, when it
+	// is validated, as a rollout gate): smaller sizes and fewer runs, under
+	// a minute on an eight-GPU node.
+	Quick bool
+}
+
+// Wants reports whether o runs test t.
+func (o Options) Wants(t Test) bool { return len(o.Tests) == 0 || slices.Contains(o.Tests, t) }
+
+// Selects reports whether o measures the GPU at index i.
+func (o Options) Selects(i int) bool { return len(o.GPUs) == 0 || slices.Contains(o.GPUs, i) }
+
+// Runs is how many timed runs each figure takes (after warm-up).
+func (o Options) Runs() int {
+	if o.Quick {
+		return 5
+	}
+	return 20
+}
+
+// Unit is what a figure counts per second.
+type Unit string
+
+// Units.
+const (
+	BytesPerS Unit = "B/s"
+	FLOPPerS  Unit = "FLOP/s"
+	OPPerS    Unit = "OP/s" // int8
+)
+
+// Measurement is what a backend measured for one figure: the rate of each
+// timed run, and the result check for products.
+type Measurement struct {
+	// Name is the figure: copy, gemm-<precision>, h2d, d2h, p2p, allreduce.
+	Name      string             `json:"name"`
+	Test      Test               `json:"test"`
+	Precision gpufleet.Precision `json:"precision,omitempty"`
+	// GPU is the index of the GPU measured; for allreduce the lowest index
+	// taking part.
+	GPU  int    `json:"gpu"`
+	UUID string `json:"uuid"`
+	// Model is the catalog id of the GPU.
+	Model string `json:"model"`
+	// Peer is the destination GPU of a p2p copy.
+	Peer *int `json:"peer,omitempty"`
+	// GPUs is how many GPUs an allreduce spans (1 otherwise).
+	GPUs int `json:"gpus"`
+	// Size says what one run moved or computed ("4 GiB", "8192x8192x8192").
+	Size string `json:"size"`
+	Unit Unit   `json:"unit"`
+	// Rates holds each timed run's rate, in Unit.
+	Rates []float64 `json:"rates"`
+	// Check says how the result compared with a reference (products:
+	// relative error against float64 on sampled elements), empty when the
+	// test has nothing to check beyond the copy's bytes.
+	Check string `json:"check,omitempty"`
+}
+
+// Backend measures GPUs. The simulated GPUs and the CUDA libraries
+// implement it.
+type Backend interface {
+	// Measure runs the tests o asks for and returns one measurement per
+	// figure; progress, when not nil, hears a line per step.
+	Measure(ctx context.Context, o Options, progress func(string)) ([]Measurement, error)
+}
+
+// GEMMName is the figure name of a product in precision p.
+func GEMMName(p gpufleet.Precision) string { return "gemm-" + string(p) }
+
+// GEMMUnit is the unit of a product in precision p.
+func GEMMUnit(p gpufleet.Precision) Unit {
+	if p == gpufleet.INT8 {
+		return OPPerS
+	}
+	return FLOPPerS
+}
