@@ -96,6 +96,12 @@ type Config struct {
 	// MaxBackoff caps the pause between failed heartbeats (default 30s).
 	MaxBackoff time.Duration
 	Runner     RunnerConfig
+	// Bench opens the microbenchmark backend; nil turns benchmarks off
+	// (bench orders are answered so, and validation checks without them).
+	Bench BenchOpener
+	// BenchOnJoin runs the quick set on the idle GPUs before the agent
+	// registers, and sends it with the registration.
+	BenchOnJoin bool
 }
 
 // credential is DATA_DIR/credential.json (mode 0600): the node credential
@@ -173,7 +179,11 @@ type Agent struct {
 	simSoftware   map[string]string
 	// validations are return-to-service checks by order id: nil while
 	// running, then the result, kept until the server stops asking.
-	validations   map[string]*api.ValidationResult
+	validations map[string]*api.ValidationResult
+	// benches are bench orders by id, as validations; joinBench is the
+	// quick set run at start, sent with registrations until one succeeds.
+	benches       map[string]*api.BenchReport
+	joinBench     *api.BenchReport
 	sendInventory bool
 	latest        map[string]gpu.Sample
 	latestAt      time.Time
@@ -219,7 +229,7 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 	}
 	log = log.With("component", "agent", "node", cfg.Name)
 	a := &Agent{cfg: cfg, be: be, cp: cp, log: log, now: time.Now, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
-		validations: map[string]*api.ValidationResult{}, updates: map[string]*api.UpdateResult{}, sentEvidence: map[string]api.GPUEvidence{}, fullEvidence: true, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
+		validations: map[string]*api.ValidationResult{}, benches: map[string]*api.BenchReport{}, updates: map[string]*api.UpdateResult{}, sentEvidence: map[string]api.GPUEvidence{}, fullEvidence: true, latest: map[string]gpu.Sample{}, window: map[string]*summary{},
 		xidCount: map[string]map[int]float64{}, lastXID: map[string]int{}, heartbeat: 5 * time.Second}
 	if f, ok := be.(faultInjector); ok {
 		a.faults = f
@@ -274,6 +284,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		if n := a.runner.Fence("the agent does not know its fence timeout (no stored setting; it has not registered yet)", a.cfg.FenceGrace); n > 0 {
 			a.log.Warn("fence timeout unknown: stopping the attempts it supervises until the server says it", "attempts", n)
 		}
+	}
+
+	if a.cfg.BenchOnJoin {
+		rep := a.runBench(ctx, api.BenchOrder{ID: "join-" + a.now().UTC().Format("20060102T150405Z"), Quick: true})
+		a.log.Info("microbenchmarks before joining", "measurements", len(rep.Measurements), "detail", rep.Detail)
+		a.mu.Lock()
+		a.joinBench = &rep
+		a.mu.Unlock()
 	}
 
 	var wg sync.WaitGroup
@@ -374,7 +392,7 @@ func (a *Agent) register(ctx context.Context) error {
 	a.mu.Lock()
 	req := api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: a.cfg.Name, Labels: a.labels(),
 		Versions: versionMap(a.versions, software), GPUs: slices.Clone(a.inventory), MetricsURL: a.cfg.MetricsURL,
-		Credential: a.cred.Credential}
+		Credential: a.cred.Credential, Bench: a.joinBench}
 	a.mu.Unlock()
 	req.Attempts = a.runner.Reports()
 	resp, err := a.cp.Register(ctx, a.cfg.JoinToken, req)
@@ -387,6 +405,7 @@ func (a *Agent) register(ctx context.Context) error {
 	a.cred = credential{Node: resp.Node, Credential: resp.Credential, IssuedAt: now, ExpiresAt: resp.ExpiresAt}
 	a.setTimingLocked(resp.HeartbeatS, resp.FenceAfterS)
 	a.sendInventory, a.registered, a.lastOK, a.renewAfter = true, true, now, time.Time{}
+	a.joinBench = nil
 	a.storeCredentialLocked()
 	a.touchAlive()
 	a.log.Info("registered", "heartbeat", a.heartbeat, "fence_after", a.fenceAfter, "credential_expires", resp.ExpiresAt)
@@ -482,6 +501,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	sent := a.trimEvidence(req.Samples)
 	req.MissingGPUs = slices.Clone(a.missing)
 	req.Validations = a.validationResults()
+	req.Bench = a.benchReports()
 	req.Updates = a.updateResults(a.updateAsked)
 	inv := a.sendInventory
 	if inv {
@@ -623,6 +643,10 @@ func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
 		a.startValidation(ctx, o)
 	}
 	a.forgetValidations(resp.Validate)
+	for _, o := range resp.Bench {
+		a.startBench(ctx, o)
+	}
+	a.forgetBenches(resp.Bench)
 	asked := make([]string, 0, len(resp.Update))
 	for _, o := range resp.Update {
 		asked = append(asked, o.Key)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
@@ -30,6 +31,43 @@ type RegisterRequest struct {
 	// it proves the agent is the node it names, so a join token bound to
 	// no name may register it again while the node is alive.
 	Credential string `json:"credential,omitempty"`
+	// Bench is the quick microbenchmark set the agent ran on its idle GPUs
+	// before joining (docs/BENCH.md); absent when it ran none.
+	Bench *BenchReport `json:"bench,omitempty"`
+}
+
+// BenchOrder asks the agent to run microbenchmarks on GPUs that hold no
+// attempt (docs/BENCH.md); resent until the agent reports its result.
+type BenchOrder struct {
+	ID string `json:"id"`
+	// GPUs are the UUIDs to measure; empty means every GPU of the node.
+	GPUs []string `json:"gpus,omitempty"`
+	// Tests to run; empty means every test.
+	Tests []bench.Test `json:"tests,omitempty"`
+	Quick bool         `json:"quick"`
+}
+
+// BenchReport is what a bench order, a validation or the join bench
+// measured: the runs' raw rates, which the server turns into figures
+// against its catalog and judges against the fleet.
+type BenchReport struct {
+	ID           string              `json:"id"`
+	Measurements []bench.Measurement `json:"measurements,omitempty"`
+	// Detail says what was skipped or failed, in words.
+	Detail string `json:"detail,omitempty"`
+}
+
+func (b *BenchReport) validate(field string) error {
+	if b == nil {
+		return nil
+	}
+	if err := gpufleet.CheckText(field+".id", b.ID, maxIDLen, false); err != nil {
+		return err
+	}
+	if err := gpufleet.CheckText(field+".detail", b.Detail, maxDetailLen, true); err != nil {
+		return err
+	}
+	return bench.ValidateMeasurements(field+".measurements", b.Measurements)
 }
 
 // RegisterResponse carries the node credential (secret shown once).
@@ -89,6 +127,10 @@ type ValidationResult struct {
 	Passed bool   `json:"passed"`
 	// Detail says what failed (or what was checked), in words.
 	Detail string `json:"detail"`
+	// Bench is the quick microbenchmark set run on the GPUs checked; the
+	// server fails the validation when a figure is under its gate against
+	// the fleet.
+	Bench *BenchReport `json:"bench,omitempty"`
 }
 
 // AttemptReport is an attempt's state as the agent sees it.
@@ -128,6 +170,9 @@ type HeartbeatRequest struct {
 	// Updates are the results of stack update orders, with the versions
 	// the node runs afterwards; resent while the server still orders them.
 	Updates []UpdateResult `json:"updates,omitempty"`
+	// Bench are the results of bench orders, resent while the server
+	// still orders them.
+	Bench []BenchReport `json:"bench,omitempty"`
 }
 
 // UpdateOrder asks the agent to move its node to a stack (a rollout,
@@ -200,6 +245,8 @@ type HeartbeatResponse struct {
 	// Update asks for stack updates, resent until the node reports the
 	// result (its versions then show where it is).
 	Update []UpdateOrder `json:"update,omitempty"`
+	// Bench asks for microbenchmarks, resent until the agent reports.
+	Bench []BenchOrder `json:"bench,omitempty"`
 	// FullEvidence asks for every GPU's evidence in the next heartbeat:
 	// this replica does not hold it (a restart, a new leader).
 	FullEvidence bool `json:"full_evidence,omitempty"`
@@ -288,6 +335,9 @@ func (r *RegisterRequest) Validate() error {
 	if err := gpufleet.CheckText("metrics_url", r.MetricsURL, maxURLLen, false); err != nil {
 		return err
 	}
+	if err := r.Bench.validate("bench"); err != nil {
+		return err
+	}
 	return checkReports(r.Attempts)
 }
 
@@ -329,9 +379,20 @@ func (r *HeartbeatRequest) Validate() error {
 		if err := gpufleet.CheckText(fmt.Sprintf("validations[%d].detail", i), v.Detail, maxDetailLen, true); err != nil {
 			return err
 		}
+		if err := v.Bench.validate(fmt.Sprintf("validations[%d].bench", i)); err != nil {
+			return err
+		}
 	}
 	for i, id := range r.MissingGPUs {
 		if err := gpufleet.CheckText(fmt.Sprintf("missing_gpus[%d]", i), id, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	if len(r.Bench) > maxAcks {
+		return fmt.Errorf("%w: bench: too many entries", gpufleet.ErrInvalid)
+	}
+	for i := range r.Bench {
+		if err := r.Bench[i].validate(fmt.Sprintf("bench[%d]", i)); err != nil {
 			return err
 		}
 	}

@@ -133,6 +133,11 @@ func (h *handler) table() []routeDef {
 		r("POST", v1+"/nodes/{name}/replace", AuthAdmin, "Replace a node by another machine of the same name: revoke its credential and issue a join token bound to the name", h.replaceNode),
 		r("POST", v1+"/nodes/{name}/faults", AuthAdmin, "Inject a fault into a simulated node's GPU", h.injectFault),
 		r("DELETE", v1+"/nodes/{name}/faults", AuthAdmin, "Clear the faults of a simulated node's GPU (?gpu=INDEX)", h.clearFaults),
+		r("POST", v1+"/nodes/{name}/bench", AuthAdmin, "Run microbenchmarks on a node's idle GPUs (cordon it first)", h.orderBench),
+		r("GET", v1+"/bench/results", AuthMember, "Benchmark figures per GPU against the spec and the model's fleet median (?node=&gpu_model=&history=1)", h.benchResults),
+		r("POST", v1+"/bench/workloads", AuthMember, "Run a workload bench: the same job on each GPU model, throughput joined with telemetry and priced", h.startWorkloadBench),
+		r("GET", v1+"/bench/workloads", AuthMember, "List workload benches with their reports", h.listWorkloadBenches),
+		r("GET", v1+"/bench/workloads/{id}", AuthMember, "A workload bench's report", h.getWorkloadBench),
 
 		r("GET", v1+"/teams", AuthMember, "List teams (members see their own)", h.listTeams),
 		r("POST", v1+"/teams", AuthAdmin, "Create or update a team", h.putTeam),

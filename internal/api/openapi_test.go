@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
@@ -128,6 +129,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"StackFinding": stack.Finding{}, "NodeStack": NodeStack{}, "NodeStackList": NodeStackList{},
 		"RolloutRequest": RolloutRequest{}, "Rollout": rollout.Rollout{}, "RolloutNode": rollout.Node{}, "RolloutList": RolloutList{},
 		"UpdateOrder": UpdateOrder{}, "UpdateResult": UpdateResult{},
+		"BenchMeasurement": bench.Measurement{}, "BenchOrder": BenchOrder{}, "BenchReport": BenchReport{}, "BenchRequest": BenchRequest{},
+		"BenchComparison": bench.Comparison{}, "BenchResult": bench.Result{}, "BenchResultList": BenchResultList{},
+		"WorkloadBenchRequest": WorkloadBenchRequest{}, "WorkloadJob": bench.WorkloadJob{}, "WorkloadRow": bench.WorkloadRow{},
+		"WorkloadBenchReport": bench.WorkloadReport{}, "WorkloadBenchList": WorkloadBenchList{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

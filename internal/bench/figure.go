@@ -85,8 +85,15 @@ func Summarize(cat *catalog.Catalog, ms []Measurement) []Figure {
 	return out
 }
 
-// compareFigures orders figures by GPU, test order, name, then peer.
+// compareFigures orders figures by GPU, test order, name, then peer,
+// with the node's all-reduce last.
 func compareFigures(a, b Figure) int {
+	if ar, br := a.Test == AllReduce, b.Test == AllReduce; ar != br {
+		if ar {
+			return 1
+		}
+		return -1
+	}
 	if a.GPU != b.GPU {
 		return a.GPU - b.GPU
 	}

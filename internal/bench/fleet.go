@@ -99,7 +99,9 @@ type Result struct {
 	Node    string    `json:"node"`
 	At      time.Time `json:"at"`
 	Trigger Trigger   `json:"trigger"`
-	// Judged are the comparisons with the fleet, filled when results are
+	// Order is the bench order, validation or join bench that measured it.
+	Order string `json:"order,omitempty"`
+	// Fleet is the comparison with the fleet, filled when results are
 	// listed.
 	Fleet *Comparison `json:"fleet,omitempty"`
 }
@@ -187,6 +189,21 @@ func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
 		})
 	}
 	return out
+}
+
+// SortResults orders results by node, then as Summarize orders a node's
+// figures (by GPU, test, name and peer, the all-reduce last), newest
+// first among equals.
+func SortResults(rs []Result) {
+	slices.SortStableFunc(rs, func(a, b Result) int {
+		if a.Node != b.Node {
+			return strings.Compare(a.Node, b.Node)
+		}
+		if c := compareFigures(a.Figure, b.Figure); c != 0 {
+			return c
+		}
+		return b.At.Compare(a.At)
+	})
 }
 
 // Latest keeps the newest result of each GPU and figure (by At, then

@@ -95,6 +95,26 @@ func (o Options) Wants(t Test) bool { return len(o.Tests) == 0 || slices.Contain
 // Selects reports whether o measures the GPU at index i.
 func (o Options) Selects(i int) bool { return len(o.GPUs) == 0 || slices.Contains(o.GPUs, i) }
 
+// Pairs are the ordered GPU pairs (indexes into a list of n GPUs) the p2p
+// test copies between: every pair, or with Quick each GPU to its two ring
+// neighbours, which exposes a slow link on any GPU in 2n copies instead
+// of n(n-1).
+func (o Options) Pairs(n int) [][2]int {
+	var out [][2]int
+	for i := range n {
+		for j := range n {
+			if i == j {
+				continue
+			}
+			if o.Quick && n > 3 && j != (i+1)%n && j != (i+n-1)%n {
+				continue
+			}
+			out = append(out, [2]int{i, j})
+		}
+	}
+	return out
+}
+
 // Runs is how many timed runs each figure takes (after warm-up).
 func (o Options) Runs() int {
 	if o.Quick {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -85,6 +86,7 @@ func Evaluate(prev State, ev NodeEvidence, now time.Time, cfg Config) (State, []
 	}
 	sort.Slice(next.GPUs, func(i, j int) bool { return next.GPUs[i].Index < next.GPUs[j].Index })
 	hits = append(hits, nodeHits(ev, len(gpus), now, cfg)...)
+	hits = append(hits, benchHits(ev)...)
 
 	done := map[string]bool{}
 	for _, h := range hits {
@@ -407,6 +409,37 @@ func nodeHits(ev NodeEvidence, listed int, now time.Time, cfg Config) []hit {
 			nodeName(ev.Node), fmtDur(ev.HeartbeatAge), fmtDur(grace)))
 		h.Since = now.Add(grace - ev.HeartbeatAge)
 		out = append(out, h)
+	}
+	return out
+}
+
+// benchHits turns benchmark shortfalls into one bench-degraded
+// condition per GPU (or node) with every figure's evidence.
+func benchHits(ev NodeEvidence) []hit {
+	by := map[int][]BenchShortfall{}
+	var order []int
+	for _, b := range ev.Bench {
+		if b.GPU < NodeGPU {
+			continue
+		}
+		if _, ok := by[b.GPU]; !ok {
+			order = append(order, b.GPU)
+		}
+		by[b.GPU] = append(by[b.GPU], b)
+	}
+	var out []hit
+	for _, g := range order {
+		bs := by[g]
+		reason := bs[0].Reason
+		if len(bs) > 1 {
+			reason += fmt.Sprintf(" (and %d more figures)", len(bs)-1)
+		}
+		var ev []string
+		for _, b := range bs {
+			ev = append(ev, b.Evidence)
+		}
+		out = append(out, newHit("bench-degraded", g, bs[0].UUID, reason,
+			strings.Join(ev, "; ")+". Cordon the node and run gpufleet bench run to confirm; repair the GPU if it stays under."))
 	}
 	return out
 }

@@ -405,3 +405,33 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchShortfalls: one bench-degraded condition per GPU (and one for
+// the node's all-reduce) carrying every figure's evidence; it follows the
+// reading, so a node whose figures recovered has none.
+func TestBenchShortfalls(t *testing.T) {
+	ev := node(healthyGPU(0), healthyGPU(1))
+	ev.Bench = []BenchShortfall{
+		{GPU: 1, UUID: "GPU-b", Reason: "copy at 0.60 of the fleet median", Evidence: "GPU 1: copy measured 1.8 TB/s"},
+		{GPU: 1, UUID: "GPU-b", Reason: "h2d at 0.50 of the fleet median", Evidence: "GPU 1: h2d measured 26 GB/s"},
+		{GPU: NodeGPU, Reason: "allreduce at 0.70 of the fleet median", Evidence: "all-reduce over 2 GPUs"},
+		{GPU: -7, Reason: "ignored"},
+	}
+	st, conds := Evaluate(State{}, ev, t0, Config{})
+	if got := rules(conds); len(got) != 2 || got[0] != "bench-degraded" || got[1] != "bench-degraded" {
+		t.Fatalf("conditions %v", got)
+	}
+	c := conds[1]
+	if c.GPU != 1 || c.Severity != gpufleet.Degraded || c.Action != ActionDegrade ||
+		c.Reason != "copy at 0.60 of the fleet median (and 1 more figures)" ||
+		!strings.Contains(c.Explanation, "copy measured 1.8 TB/s") || !strings.Contains(c.Explanation, "h2d measured 26 GB/s") {
+		t.Errorf("gpu condition %+v", c)
+	}
+	if conds[0].GPU != NodeGPU {
+		t.Errorf("node condition %+v", conds[0])
+	}
+	ev.Bench = nil
+	if _, conds := Evaluate(st, ev, at(time.Second), Config{}); len(conds) != 0 {
+		t.Errorf("recovered figures still flagged: %v", rules(conds))
+	}
+}

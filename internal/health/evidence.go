@@ -45,4 +45,17 @@ type NodeEvidence struct {
 	// Config.HeartbeatGrace.
 	HeartbeatGrace time.Duration
 	GPUs           []GPUEvidence
+	// Bench are the node's benchmark figures under their gate against
+	// their model's fleet median (internal/bench judges them).
+	Bench []BenchShortfall
+}
+
+// BenchShortfall is one benchmark figure under its gate.
+type BenchShortfall struct {
+	// GPU is the GPU's index, or NodeGPU for a figure of the node (an
+	// all-reduce across its GPUs).
+	GPU  int
+	UUID string
+	// Reason is a short phrase; Evidence the sentence with the figures.
+	Reason, Evidence string
 }

@@ -50,6 +50,7 @@ var families = []struct{ id, title string }{
 	{"nvlink", "NVLink"},
 	{"gpu-missing", "Missing GPU"},
 	{"heartbeat", "Heartbeat loss"},
+	{"bench", "Benchmarks below the fleet"},
 }
 
 // Rules returns every rule, XIDs first (one per catalog entry, then the
@@ -213,6 +214,14 @@ func Rules(cfg Config) []Rule {
 			Trigger:  fmt.Sprintf("The heartbeat is older than the grace (the server's, or %s).", fmtDur(c.HeartbeatGrace)),
 			Operator: "Check that the node is up and reachable and that the agent runs (systemctl status gpufleet-agent, journalctl -u gpufleet-agent).",
 			Source:   "gpufleet server heartbeat grace (docs/SERVER.md, DESIGN.md node state down)",
+		},
+		{
+			ID: "bench-degraded", Family: "bench", Title: "Benchmark figures below the fleet",
+			Severity: gpufleet.Degraded, Action: ActionDegrade,
+			Evidence: "The GPU's newest microbenchmark figure (memory copy, a matrix product, host copies, GPU-to-GPU copies; or, on the node, the all-reduce) is under its gate as a fraction of the median of the other GPUs of its model: the card delivers less than its siblings, from slow memory, clocks held down, a weak link or a bad slot. Nothing else may show it.",
+			Trigger:  "A GPU's newest figure is under the gate (default 0.9 of the fleet median, settable per test with gpufleet server --bench-gate) with at least two other GPUs of its model measured. A newer figure at or over the gate clears it.",
+			Operator: "Read the evidence (which figure, how far under), cordon the node and run gpufleet bench run NODE to confirm; check clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE), the PCIe link, NVLink status and cooling; drain and repair the GPU if it stays under; validation after the repair runs the same check.",
+			Source:   "gpufleet fleet rule (docs/BENCH.md); DESIGN.md mistake 18",
 		},
 	}...)
 	return out

@@ -22,7 +22,9 @@ type agentExtras struct {
 	mu     sync.Mutex
 	seq    int64
 	faults map[string][]api.FaultOrder // pending per node, until acknowledged
-	logMu  sync.Mutex
+	// benches are bench orders pending per node, until reported.
+	benches map[string][]api.BenchOrder
+	logMu   sync.Mutex
 }
 
 // InjectFault queues a fault for a simulated node's GPU; the agent applies

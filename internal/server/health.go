@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/health"
 )
 
@@ -40,6 +41,12 @@ type nodeHealth struct {
 	// silent is set while the recorded finding is the node's silence, so
 	// that its next heartbeat is judged at once.
 	silent bool
+	// bench are the node's benchmark figures under the gate (loaded
+	// from the store the first time, then set when figures arrive);
+	// benchDirty asks the rules to run at the next heartbeat.
+	bench       []health.BenchShortfall
+	benchLoaded bool
+	benchDirty  bool
 }
 
 // healthEvery is the longest the rules go without running for a node
@@ -74,7 +81,13 @@ func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, erro
 	s.liveMu.Lock()
 	h.inventory, h.state, h.loaded = n.GPUs, st, true
 	h.summary = storedSummary(n)
+	benchLoaded := h.benchLoaded
 	s.liveMu.Unlock()
+	if !benchLoaded {
+		if err := s.refreshBench(ctx, node); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
@@ -125,7 +138,8 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	if h.evidence == nil {
 		h.evidence = map[string]api.GPUEvidence{}
 	}
-	changed := !slices.Equal(h.missing, r.MissingGPUs)
+	changed := !slices.Equal(h.missing, r.MissingGPUs) || h.benchDirty
+	h.benchDirty = false
 	for _, smp := range r.Samples {
 		if smp.Evidence != nil {
 			h.evidence[smp.UUID] = *smp.Evidence
@@ -142,12 +156,14 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	if due {
 		last = maps.Clone(h.evidence)
 	}
-	prev, inv := h.state, h.inventory
+	prev, inv, shortfalls := h.state, h.inventory, slices.Clone(h.bench)
 	s.liveMu.Unlock()
 	if !due || len(inv) == 0 {
 		return nil
 	}
-	next, conds := health.Evaluate(prev, evidence(node, inv, r, last), now, s.cfg.Health)
+	ev := evidence(node, inv, r, last)
+	ev.Bench = shortfalls
+	next, conds := health.Evaluate(prev, ev, now, s.cfg.Health)
 	return s.record(ctx, node, h, next, conds, now)
 }
 
@@ -461,6 +477,21 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 		return nil
 	}
 	res := results[i]
+	if res.Bench != nil && len(res.Bench.Measurements) > 0 {
+		// The benchmark gate: figures under their gate against the fleet
+		// fail the validation, with the evidence.
+		short, err := s.recordBench(ctx, node, bench.TriggerValidation, *res.Bench, now)
+		if err != nil {
+			return err
+		}
+		if len(short) > 0 && res.Passed {
+			var ev []string
+			for _, sf := range short {
+				ev = append(ev, sf.Evidence)
+			}
+			res.Passed, res.Detail = false, "benchmark under the gate: "+strings.Join(ev, "; ")
+		}
+	}
 	n, err := s.st.Node(ctx, node)
 	if err != nil {
 		return err

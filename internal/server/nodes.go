@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -223,6 +224,11 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
 	ln.health.loaded = false // the inventory may have changed
 	s.liveMu.Unlock()
+	if r.Bench != nil && len(r.Bench.Measurements) > 0 {
+		if _, err := s.recordBench(ctx, r.Node, bench.TriggerJoin, *r.Bench, now); err != nil {
+			return api.RegisterResponse{}, err
+		}
+	}
 	s.nudge()
 	return api.RegisterResponse{ProtocolVersion: api.ProtocolVersion, Node: r.Node, Credential: secretOut,
 		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
@@ -407,6 +413,11 @@ func (s *Server) judgeBeat(ctx context.Context, node string, r api.HeartbeatRequ
 			return err
 		}
 	}
+	if len(r.Bench) > 0 {
+		if err := s.takeBenchReports(ctx, node, r.Bench, now); err != nil {
+			return err
+		}
+	}
 	return s.judge(ctx, node, r, now)
 }
 
@@ -464,6 +475,7 @@ func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptRepor
 	if o.validate != nil {
 		resp.Validate = []api.ValidationOrder{*o.validate}
 	}
+	resp.Bench = s.benchOrders(node)
 	for _, a := range running {
 		if !a.State.Terminal() && ready && !o.active[a.AttemptID] {
 			resp.Unknown = append(resp.Unknown, a.AttemptID)

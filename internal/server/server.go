@@ -19,6 +19,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/health"
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -63,6 +64,10 @@ type Config struct {
 	// Health is the health rules' thresholds and the quarantine circuit
 	// breaker (health.Config.QuarantineMaxFraction).
 	Health health.Config
+	// BenchGates are the fractions of a GPU model's fleet median under
+	// which a benchmark figure makes a GPU degraded and fails validation
+	// (docs/BENCH.md); a test not listed takes bench.DefaultGate.
+	BenchGates bench.Gates
 	// Spare keeps, per GPU model, that many GPUs free for production
 	// failover (scheduler.Config.Spare).
 	Spare map[string]int

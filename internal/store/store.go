@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 )
 
@@ -235,6 +236,15 @@ type Store interface {
 	PutRollout(ctx context.Context, r rollout.Rollout, actor, detail string) error
 	Rollouts(ctx context.Context) ([]rollout.Rollout, error)
 	Rollout(ctx context.Context, id string) (rollout.Rollout, error)
+	// AddBenchResults stores benchmark figures; BenchResults lists those a
+	// filter selects, oldest first. PutWorkloadBench writes a workload
+	// bench; WorkloadBench reads one (ErrNotFound when there is none);
+	// WorkloadBenches lists a team's (every team's for ""), newest first.
+	AddBenchResults(ctx context.Context, rs []bench.Result) error
+	BenchResults(ctx context.Context, f BenchFilter) ([]bench.Result, error)
+	PutWorkloadBench(ctx context.Context, w bench.Workload) error
+	WorkloadBench(ctx context.Context, id string) (bench.Workload, error)
+	WorkloadBenches(ctx context.Context, team string) ([]bench.Workload, error)
 	// SetNodeVersions records a node's versions after an update, with a
 	// node.versions event when they changed.
 	SetNodeVersions(ctx context.Context, name string, versions map[string]string, at time.Time) error

@@ -173,18 +173,13 @@ func (b *Backend) Measure(ctx context.Context, o bench.Options, progress func(st
 		return out, nil
 	}
 	if o.Wants(bench.P2P) {
-		for i := range cards {
-			for j := range cards {
-				if i == j {
-					continue
-				}
-				a, z := &cards[i], &cards[j]
-				rate, path := b.pairRate(a, z)
-				peer := z.index
-				progress(fmt.Sprintf("gpu %d -> %d: p2p %s x%d", a.index, z.index, size("1 GiB", "256 MiB"), runs))
-				measure(a, bench.Measurement{Name: "p2p", Test: bench.P2P, Peer: &peer, Size: size("1 GiB", "256 MiB") + " " + path,
-					Unit: bench.BytesPerS}, rate)
-			}
+		for _, p := range o.Pairs(len(cards)) {
+			a, z := &cards[p[0]], &cards[p[1]]
+			rate, path := b.pairRate(a, z)
+			peer := z.index
+			progress(fmt.Sprintf("gpu %d -> %d: p2p %s x%d", a.index, z.index, size("1 GiB", "256 MiB"), runs))
+			measure(a, bench.Measurement{Name: "p2p", Test: bench.P2P, Peer: &peer, Size: size("1 GiB", "256 MiB") + " " + path,
+				Unit: bench.BytesPerS}, rate)
 		}
 	}
 	if o.Wants(bench.AllReduce) {

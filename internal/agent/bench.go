@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+)
+
+// BenchOpener opens the microbenchmark backend the first time the agent
+// needs it (the CUDA libraries on a real node, the simulated GPUs
+// otherwise); an error is reported with each bench, not fatal.
+type BenchOpener func() (bench.Backend, error)
+
+// runBench runs the microbenchmarks of order o on the GPUs it names
+// (every GPU when none) that hold no attempt. It never fails: what could
+// not be measured is said in the report's detail.
+func (a *Agent) runBench(ctx context.Context, o api.BenchOrder) api.BenchReport {
+	rep := api.BenchReport{ID: o.ID}
+	if a.cfg.Bench == nil {
+		rep.Detail = "benchmarks are off on this agent (--bench off)"
+		return rep
+	}
+	busy := map[string]bool{}
+	for _, h := range a.runner.Holds() {
+		busy[h.GPU] = true
+	}
+	var idx []int
+	var skipped []string
+	a.mu.Lock()
+	for _, d := range a.devices {
+		switch {
+		case len(o.GPUs) > 0 && !slices.Contains(o.GPUs, d.UUID):
+		case busy[d.UUID] || slices.ContainsFunc(d.MIG, func(m gpu.MIGInstance) bool { return busy[m.UUID] }):
+			skipped = append(skipped, fmt.Sprintf("gpu %d holds an attempt", d.Index))
+		default:
+			idx = append(idx, d.Index)
+		}
+	}
+	a.mu.Unlock()
+	if len(idx) == 0 {
+		rep.Detail = "no idle gpu to measure"
+		if len(skipped) > 0 {
+			rep.Detail += ": " + strings.Join(skipped, "; ")
+		}
+		return rep
+	}
+	be, err := a.cfg.Bench()
+	if err != nil {
+		rep.Detail = fmt.Sprintf("benchmarks unavailable: %v", err)
+		return rep
+	}
+	opts := bench.Options{GPUs: idx, Tests: o.Tests, Quick: o.Quick}
+	ms, err := be.Measure(ctx, opts, func(line string) {
+		if strings.Contains(line, "skipped") || strings.Contains(line, "not measured") {
+			skipped = append(skipped, line)
+		}
+		a.log.Debug("bench", "order", o.ID, "step", line)
+	})
+	if err != nil {
+		skipped = append(skipped, fmt.Sprintf("benchmark failed: %v", err))
+	}
+	rep.Measurements = ms
+	rep.Detail = strings.Join(skipped, "; ")
+	if len(rep.Detail) > 4000 {
+		rep.Detail = rep.Detail[:4000]
+	}
+	return rep
+}
+
+// startBench runs a bench order once per id, in the background; the
+// report goes out with the next heartbeats until the server stops asking.
+func (a *Agent) startBench(ctx context.Context, o api.BenchOrder) {
+	a.mu.Lock()
+	if _, ok := a.benches[o.ID]; ok {
+		a.mu.Unlock()
+		return
+	}
+	a.benches[o.ID] = nil
+	a.mu.Unlock()
+	a.log.Info("running microbenchmarks", "order", o.ID, "gpus", len(o.GPUs), "quick", o.Quick)
+	go func() {
+		rep := a.runBench(ctx, o)
+		a.mu.Lock()
+		a.benches[o.ID] = &rep
+		a.mu.Unlock()
+		a.log.Info("microbenchmarks done", "order", o.ID, "measurements", len(rep.Measurements), "detail", rep.Detail)
+	}()
+}
+
+// benchReports are the finished bench orders, oldest id first; a.mu must
+// be held.
+func (a *Agent) benchReports() []api.BenchReport {
+	var out []api.BenchReport
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range a.benches {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		if r := a.benches[id]; r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+// forgetBenches drops finished reports the server no longer asks for.
+func (a *Agent) forgetBenches(asked []api.BenchOrder) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, r := range a.benches {
+		if r != nil && !slices.ContainsFunc(asked, func(o api.BenchOrder) bool { return o.ID == id }) {
+			delete(a.benches, id)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+
+	"github.com/gpufleet/gpufleet"
+)
+
+// Bounds on what one report of measurements holds.
+const (
+	// MaxMeasurements bounds one report: the quick set of a full node
+	// (ring p2p pairs) with room; it keeps a report far under the API's
+	// 1 MiB body cap.
+	MaxMeasurements = 4096
+	// MaxRuns bounds the runs of one figure.
+	MaxRuns = 1000
+	// MaxRate bounds a rate: far above any device (1e18 = an exa-op per
+	// second).
+	MaxRate = 1e18
+	maxText = 256
+)
+
+var nameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// ValidateMeasurements checks measurements that crossed a trust boundary
+// (an agent's report): field names the list in errors.
+func ValidateMeasurements(field string, ms []Measurement) error {
+	if len(ms) > MaxMeasurements {
+		return fmt.Errorf("%w: %s: %d measurements, at most %d", gpufleet.ErrInvalid, field, len(ms), MaxMeasurements)
+	}
+	for i := range ms {
+		if err := ms[i].validate(fmt.Sprintf("%s[%d]", field, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Measurement) validate(field string) error {
+	bad := func(sub, format string, args ...any) error {
+		return fmt.Errorf("%w: %s.%s: %s", gpufleet.ErrInvalid, field, sub, fmt.Sprintf(format, args...))
+	}
+	if !nameRe.MatchString(m.Name) {
+		return bad("name", "%s: expected a figure name such as copy or gemm-bf16", gpufleet.Quote(m.Name))
+	}
+	if !slices.Contains(Tests(), m.Test) {
+		return bad("test", "%s: expected one of copy, gemm, h2d, p2p, allreduce", gpufleet.Quote(string(m.Test)))
+	}
+	if m.Precision != "" && !m.Precision.Valid() {
+		return bad("precision", "%s: not a precision", gpufleet.Quote(string(m.Precision)))
+	}
+	if m.GPU < 0 || m.GPU >= gpufleet.MaxNodeGPUs {
+		return bad("gpu", "%d: expected 0 to %d", m.GPU, gpufleet.MaxNodeGPUs-1)
+	}
+	if m.Peer != nil && (*m.Peer < 0 || *m.Peer >= gpufleet.MaxNodeGPUs || *m.Peer == m.GPU) {
+		return bad("peer", "%d: expected another GPU index from 0 to %d", *m.Peer, gpufleet.MaxNodeGPUs-1)
+	}
+	if m.GPUs < 1 || m.GPUs > gpufleet.MaxNodeGPUs {
+		return bad("gpus", "%d: expected 1 to %d", m.GPUs, gpufleet.MaxNodeGPUs)
+	}
+	for _, t := range []struct{ name, v string }{{"uuid", m.UUID}, {"model", m.Model}, {"size", m.Size}, {"check", m.Check}} {
+		if err := gpufleet.CheckText(field+"."+t.name, t.v, maxText, false); err != nil {
+			return err
+		}
+	}
+	if m.UUID == "" || m.Model == "" {
+		return bad("uuid", "uuid and model are required")
+	}
+	if m.Unit != BytesPerS && m.Unit != FLOPPerS && m.Unit != OPPerS {
+		return bad("unit", "%s: expected B/s, FLOP/s or OP/s", gpufleet.Quote(string(m.Unit)))
+	}
+	if len(m.Rates) == 0 || len(m.Rates) > MaxRuns {
+		return bad("rates", "%d runs: expected 1 to %d", len(m.Rates), MaxRuns)
+	}
+	for j, r := range m.Rates {
+		if math.IsNaN(r) || r <= 0 || r > MaxRate {
+			return bad(fmt.Sprintf("rates[%d]", j), "%g: expected a positive rate below %g", r, MaxRate)
+		}
+	}
+	return nil
+}
