@@ -3,6 +3,8 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -175,4 +177,31 @@ func figures(rs []bench.Result) []bench.Figure {
 		out = append(out, r.Figure)
 	}
 	return out
+}
+
+// TestBaselineMatchesNaiveMedian: the leave-one-out median from one
+// sorted group equals the median of the other GPUs computed directly.
+func TestBaselineMatchesNaiveMedian(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n < 12; n++ {
+		var fleet []bench.Result
+		for i := range n {
+			v := float64(1 + rng.IntN(5)) // repeats on purpose
+			fleet = append(fleet, bench.Result{Figure: bench.Figure{Measurement: bench.Measurement{Name: "copy", Test: bench.Copy, Model: "m", GPUs: 1,
+				UUID: fmt.Sprintf("u%d", i)}, Value: v}})
+		}
+		base := bench.NewBaseline(fleet)
+		for _, r := range append(fleet, bench.Result{Figure: bench.Figure{Measurement: bench.Measurement{Name: "copy", Test: bench.Copy, Model: "m", GPUs: 1, UUID: "new"}, Value: 2}}) {
+			var others []float64
+			for _, o := range fleet {
+				if o.UUID != r.UUID {
+					others = append(others, o.Value)
+				}
+			}
+			c := base.Compare(r.Figure, bench.Gates{})
+			if c.Peers != len(others) || (len(others) > 0 && c.Median != bench.Median(others)) {
+				t.Fatalf("n=%d %s: got median %g of %d, want %g of %d", n, r.UUID, c.Median, c.Peers, bench.Median(others), len(others))
+			}
+		}
+	}
 }

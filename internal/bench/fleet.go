@@ -133,30 +133,87 @@ type key struct {
 
 func keyOf(f Figure) key { return key{f.Model, f.Name, f.GPUs} }
 
-// Compare judges f against fleet, the latest results of every GPU (f's
-// own among them or not: a GPU never counts toward its own baseline).
-func Compare(f Figure, fleet []Result, gates Gates) Comparison {
+// Baseline is the fleet's newest figures grouped for comparison: built
+// once, it compares any number of figures in O(log n) each.
+type Baseline struct {
+	groups map[key]*group
+}
+
+type group struct {
+	sorted []float64          // every GPU's value, ascending
+	own    map[string]float64 // by UUID
+}
+
+// NewBaseline groups the latest results of every GPU (duplicates of one
+// GPU and figure count once: the last).
+func NewBaseline(fleet []Result) *Baseline {
+	b := &Baseline{groups: map[key]*group{}}
+	for _, r := range fleet {
+		if !Judged(r.Figure) || r.Value <= 0 {
+			continue
+		}
+		k := keyOf(r.Figure)
+		g := b.groups[k]
+		if g == nil {
+			g = &group{own: map[string]float64{}}
+			b.groups[k] = g
+		}
+		g.own[r.UUID] = r.Value
+	}
+	for _, g := range b.groups {
+		for _, v := range g.own {
+			g.sorted = append(g.sorted, v)
+		}
+		slices.Sort(g.sorted)
+	}
+	return b
+}
+
+// Compare judges f against the other GPUs of its model: a GPU never
+// counts toward its own baseline.
+func (b *Baseline) Compare(f Figure, gates Gates) Comparison {
 	c := Comparison{Gate: gates.For(f.Test)}
 	if !Judged(f) {
 		return c
 	}
-	k := keyOf(f)
-	var vals []float64
-	for _, r := range fleet {
-		if Judged(r.Figure) && keyOf(r.Figure) == k && r.UUID != f.UUID && r.Value > 0 {
-			vals = append(vals, r.Value)
-		}
-	}
-	c.Peers = len(vals)
-	if c.Peers == 0 {
+	g := b.groups[keyOf(f)]
+	if g == nil {
 		return c
 	}
-	c.Median = Median(vals)
+	vals := g.sorted
+	skip := -1
+	if v, ok := g.own[f.UUID]; ok {
+		skip, _ = slices.BinarySearch(vals, v)
+	}
+	n := len(vals)
+	if skip >= 0 {
+		n--
+	}
+	at := func(i int) float64 { // the i-th value without the skipped one
+		if skip >= 0 && i >= skip {
+			return vals[i+1]
+		}
+		return vals[i]
+	}
+	c.Peers = n
+	if n == 0 {
+		return c
+	}
+	c.Median = at(n / 2)
+	if n%2 == 0 {
+		c.Median = (at(n/2-1) + at(n/2)) / 2
+	}
 	if c.Peers >= MinPeers && c.Median > 0 {
 		c.Fraction = ptr(f.Value / c.Median)
 		c.Degraded = *c.Fraction < c.Gate
 	}
 	return c
+}
+
+// Compare judges f against fleet, the latest results of every GPU (f's
+// own among them or not), as NewBaseline(fleet).Compare does.
+func Compare(f Figure, fleet []Result, gates Gates) Comparison {
+	return NewBaseline(fleet).Compare(f, gates)
 }
 
 // Shortfall is a figure under its gate, with the evidence in words.
@@ -172,8 +229,9 @@ type Shortfall struct {
 // Judge returns the figures of figs under their gates against fleet.
 func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
 	var out []Shortfall
+	base := NewBaseline(fleet)
 	for _, f := range figs {
-		c := Compare(f, fleet, gates)
+		c := base.Compare(f, gates)
 		if !c.Degraded {
 			continue
 		}

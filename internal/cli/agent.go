@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,8 @@ import (
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/bench/cuda"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 	"github.com/gpufleet/gpufleet/internal/gpu/nvml"
 	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
@@ -31,6 +34,7 @@ import (
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile, stackProbe string
+	benchMode, cudaLibDir                                                                                                                   string
 	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                                       time.Duration
 	labels, runAs, simBadDrivers                                                                                                            []string
 }
@@ -75,6 +79,8 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	durationFlag(fs, &f.sampleInterval, "sample-interval", time.Second, "how often GPUs are read")
 	fs.StringVar(&f.stackFile, "stack-file", "/etc/gpufleet/stack.json", "the node's user-level software versions an operator maintains, a JSON object of component to version ({\"cuda_toolkit\": \"12.4.1\", \"torch\": \"2.5.1+cu124\", \"nccl\": \"2.21.5\"}); absent is fine (docs/STACKS.md)")
 	fs.StringArrayVar(&f.simBadDrivers, "sim-bad-driver", nil, "with --backend sim: a driver version this node breaks on after a rollout updates it (a double-bit ECC error on its first GPU, so validation fails); repeatable")
+	fs.StringVar(&f.benchMode, "bench", "quick", "microbenchmarks: quick (the quick set when the node joins, when it is validated and when the server orders it; docs/BENCH.md) or off")
+	fs.StringVar(&f.cudaLibDir, "cuda-lib-dir", "", "with --backend nvml: directory holding libcuda.so.1, libcublasLt.so and libnccl.so.2 for the benchmarks (default: the loader's search path)")
 	fs.StringVar(&f.stackProbe, "stack-probe", "", "a shell command printing the same JSON as --stack-file, run at each registration instead of reading the file")
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE (rack, block, virtualization, power_budget_watts, ...); repeatable")
 	fs.StringArrayVar(&f.runAs, "run-as", nil, "TEAM=USER: the user a team's attempts run as when the agent is root; repeatable")
@@ -170,6 +176,13 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 		FenceAfter: f.fenceAfter, FenceGrace: f.fenceGrace, MetricsURL: metricsURL, SampleInterval: f.sampleInterval,
 		Runner: agent.RunnerConfig{Supervisor: []string{exe, "agent", "supervise"}, RunAs: runAs, DefaultUser: f.defaultUser,
 			KillAfter: f.killAfter, Environ: os.Environ()}}
+	switch f.benchMode {
+	case "quick":
+		cfg.Bench, cfg.BenchOnJoin = benchOpener(f, be), true
+	case "off":
+	default:
+		return usageErr("--bench %s: expected quick or off", gpufleet.Quote(f.benchMode))
+	}
 	cgroupRoot, err := filepath.Abs(f.cgroupRoot)
 	if err != nil || f.cgroupRoot == "" {
 		return usageErr("--cgroup-root %q: expected a directory", f.cgroupRoot)
@@ -218,6 +231,36 @@ func advertised(addr string) string {
 		}
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// benchOpener opens the benchmark backend the first time the agent needs
+// it: the simulated GPUs answer themselves; real ones go through the CUDA
+// libraries, opened once (a failure is retried at the next bench).
+func benchOpener(f agentFlags, be gpu.Backend) agent.BenchOpener {
+	if b, ok := be.(bench.Backend); ok {
+		return func() (bench.Backend, error) { return b, nil }
+	}
+	var (
+		mu     sync.Mutex
+		opened *cuda.Backend
+	)
+	return func() (bench.Backend, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if opened != nil {
+			return opened, nil
+		}
+		devs, err := be.Devices(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		b, err := cuda.Open(f.cudaLibDir, devs)
+		if err != nil {
+			return nil, err
+		}
+		opened = b
+		return b, nil
+	}
 }
 
 // openBackend chooses the GPU backend once.

@@ -106,6 +106,7 @@ Commands that need no server: catalog, plan, version.`,
 		newServerCmd(e),
 		newAgentCmd(e),
 		newFaultCmd(e),
+		newBenchCmd(e),
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)

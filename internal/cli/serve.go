@@ -22,6 +22,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/server"
@@ -40,6 +41,7 @@ type serverFlags struct {
 	throttleSustain    time.Duration
 	eccCorrected       uint64        // correctable ECC errors per eccWindow that degrade a GPU
 	eccWindow          time.Duration // window of eccCorrected
+	benchGate          string        // TEST=FRACTION,... or one fraction
 	// Energy accounting.
 	pue, gridIntensity float64
 	gridIntensityFile  string
@@ -69,6 +71,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
 	durationFlag(fs, &f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
+	fs.StringVar(&f.benchGate, "bench-gate", "", "fraction of a GPU model's fleet median under which a benchmark figure degrades a GPU and fails its validation: one fraction, or per test as copy=0.9,gemm=0.85 (default 0.9 each; docs/BENCH.md)")
 	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
 	durationFlag(fs, &f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
@@ -175,6 +178,9 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return usageErr("--ecc-corrected-growth and --ecc-corrected-window must be positive")
 	}
 	cfg.Health.ECCCorrectedGrowth, cfg.Health.ECCCorrectedWindow = f.eccCorrected, f.eccWindow
+	if cfg.BenchGates, err = bench.ParseGates(f.benchGate); err != nil {
+		return fmt.Errorf("--bench-gate: %w", err)
+	}
 	if cfg.PUE, cfg.Intensity, err = f.energy(); err != nil {
 		return err
 	}

@@ -221,9 +221,10 @@ func (s *Server) BenchResults(ctx context.Context, p api.Principal, q api.BenchQ
 	if err != nil {
 		return api.BenchResultList{}, err
 	}
+	base := bench.NewBaseline(fleet)
 	for i := range rs {
 		if bench.Judged(rs[i].Figure) {
-			c := bench.Compare(rs[i].Figure, fleet, s.cfg.BenchGates)
+			c := base.Compare(rs[i].Figure, s.cfg.BenchGates)
 			rs[i].Fleet = &c
 		}
 	}

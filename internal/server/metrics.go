@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,8 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // metrics are the control plane's own Prometheus metrics, on a registry of
@@ -142,6 +145,63 @@ func (c stackCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for sev, k := range counts {
 			ch <- prometheus.MustNewConstMetric(stackFindingsDesc, prometheus.GaugeValue, k, n.Name, string(sev))
+		}
+	}
+}
+
+var (
+	benchBytesDesc = prometheus.NewDesc("gpufleet_gpu_bench_bytes_per_second",
+		"Newest benchmark figure of a GPU that moves bytes (copy counts bytes read plus written; h2d, d2h and p2p one direction; allreduce is NCCL bus bandwidth over the node's GPUs, gpu=\"all\"); docs/BENCH.md.",
+		[]string{"node", "gpu", "model", "figure"}, nil)
+	benchOpsDesc = prometheus.NewDesc("gpufleet_gpu_bench_operations_per_second",
+		"Newest dense matrix product figure of a GPU, in floating-point operations (int8: integer operations) per second, by precision (figure gemm-bf16, ...).",
+		[]string{"node", "gpu", "model", "figure"}, nil)
+	benchSpecRatioDesc = prometheus.NewDesc("gpufleet_gpu_bench_spec_ratio",
+		"Newest benchmark figure of a GPU over the catalog's spec for it.",
+		[]string{"node", "gpu", "model", "figure"}, nil)
+	benchFleetRatioDesc = prometheus.NewDesc("gpufleet_gpu_bench_fleet_ratio",
+		"Newest benchmark figure of a GPU over the median of the other GPUs of its model (absent with fewer than two of them); under the gate the GPU is degraded.",
+		[]string{"node", "gpu", "model", "figure"}, nil)
+)
+
+// benchCollector reports every GPU's newest benchmark figures, against
+// the spec and the fleet, at scrape time from the store.
+type benchCollector struct{ s *Server }
+
+func (c benchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- benchBytesDesc
+	ch <- benchOpsDesc
+	ch <- benchSpecRatioDesc
+	ch <- benchFleetRatioDesc
+}
+
+func (c benchCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rs, err := c.s.st.BenchResults(ctx, store.BenchFilter{Latest: true})
+	if err != nil {
+		return
+	}
+	base := bench.NewBaseline(rs)
+	for _, r := range rs {
+		if !bench.Judged(r.Figure) {
+			continue
+		}
+		gpu := strconv.Itoa(r.GPU)
+		if r.Test == bench.AllReduce {
+			gpu = "all"
+		}
+		labels := []string{r.Node, gpu, r.Model, r.Name}
+		desc := benchBytesDesc
+		if r.Unit != bench.BytesPerS {
+			desc = benchOpsDesc
+		}
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, r.Value, labels...)
+		if r.Ratio != nil {
+			ch <- prometheus.MustNewConstMetric(benchSpecRatioDesc, prometheus.GaugeValue, *r.Ratio, labels...)
+		}
+		if c := base.Compare(r.Figure, c.s.cfg.BenchGates); c.Fraction != nil {
+			ch <- prometheus.MustNewConstMetric(benchFleetRatioDesc, prometheus.GaugeValue, *c.Fraction, labels...)
 		}
 	}
 }

@@ -239,7 +239,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		pendingRollups: map[rollupKey]*store.RollupRow{},
 		decide:         scheduler.Schedule,
 	}
-	s.metrics.reg.MustRegister(stackCollector{s})
+	s.metrics.reg.MustRegister(stackCollector{s}, benchCollector{s})
 	return s, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -11,6 +12,10 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/bench"
 )
+
+// BenchGPUModelEnv names the GPU model a workload bench's job runs on, in
+// its environment.
+const BenchGPUModelEnv = "BENCH_GPU_MODEL"
 
 // maxWorkloadModels bounds the GPU models of one workload bench.
 const maxWorkloadModels = 16
@@ -60,6 +65,12 @@ func (s *Server) StartWorkloadBench(ctx context.Context, p api.Principal, r api.
 		job := r.Job
 		job.Team = team
 		job.Resources.GPUModels = []string{m}
+		// The command may label what it prints with the model it got.
+		job.Env = maps.Clone(r.Job.Env)
+		if job.Env == nil {
+			job.Env = map[string]string{}
+		}
+		job.Env[BenchGPUModelEnv] = m
 		if job.Name == "" {
 			job.Name = "bench-" + m
 		}

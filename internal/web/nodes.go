@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 )
 
 // nodeRow is one node of the nodes page.
@@ -156,6 +157,10 @@ type nodeView struct {
 	Labels   []specRow
 	Versions []specRow
 	GPUs     []gpuRow
+	// Bench are the node's newest benchmark figures against their model's
+	// fleet median (each GPU's own figures, and the all-reduce).
+	Bench    []benchRow
+	BenchErr string
 	Util     lineChart
 	Power    lineChart
 	// ChartsLive is the charts' fragment URL; ChartsPollMS its interval.
@@ -203,6 +208,7 @@ func (u *UI) node(r *http.Request, v *viewer, charts bool) (view, error) {
 		}
 		nv.GPUs = append(nv.GPUs, gr)
 	}
+	nv.Bench, nv.BenchErr = u.benchRows(r, v, n.Name)
 	if !charts {
 		return view{page: "node", title: "Node " + n.Name, nav: "nodes", live: "/ui/nodes/" + url.PathEscape(n.Name), data: nv}, nil
 	}
@@ -221,6 +227,53 @@ func (u *UI) node(r *http.Request, v *viewer, charts bool) (view, error) {
 			from, now, pmax, func(x float64) string { return strconv.Itoa(int(math.Round(x))) + " W" }, power, 150*time.Second)
 	}
 	return view{page: "node", title: "Node " + n.Name, nav: "nodes", live: "/ui/nodes/" + url.PathEscape(n.Name), data: nv}, nil
+}
+
+// benchRow is one benchmark figure of a node against the fleet.
+type benchRow struct {
+	Where, Figure, Measured, Spec, Ratio, Median, OfMedian, Verdict, When, Why string
+	Bad                                                                        bool
+}
+
+// benchRows reads a node's newest benchmark figures with their fleet
+// comparisons; the GPU-to-GPU pairs are left out (each GPU's p2p figure is
+// their median).
+func (u *UI) benchRows(r *http.Request, v *viewer, node string) ([]benchRow, string) {
+	bs, ok := u.svc.(api.BenchService)
+	if !ok {
+		return nil, "This server runs no benchmarks."
+	}
+	list, err := bs.BenchResults(r.Context(), v.P, api.BenchQuery{Node: node})
+	if err != nil {
+		u.log.LogAttrs(r.Context(), slog.LevelWarn, "node bench results", slog.String("node", node), slog.Any("err", err))
+		return nil, "Benchmark figures are unavailable."
+	}
+	var out []benchRow
+	for _, res := range list.Results {
+		if !bench.Judged(res.Figure) {
+			continue
+		}
+		row := benchRow{Where: "GPU " + strconv.Itoa(res.GPU), Figure: res.Name, Measured: bench.Human(res.Value, res.Unit),
+			Spec: "—", Ratio: "—", Median: "—", OfMedian: "—", Verdict: "no baseline", When: res.At.UTC().Format("2006-01-02 15:04"), Why: string(res.Trigger)}
+		if res.Test == bench.AllReduce {
+			row.Where = fmt.Sprintf("%d GPUs", res.GPUs)
+		}
+		if res.Spec != nil && res.Ratio != nil {
+			row.Spec, row.Ratio = bench.Human(*res.Spec, res.Unit), strconv.FormatFloat(*res.Ratio, 'f', 2, 64)
+		}
+		if c := res.Fleet; c != nil && c.Peers > 0 {
+			row.Median = fmt.Sprintf("%s (%d GPUs)", bench.Human(c.Median, res.Unit), c.Peers)
+			if c.Fraction != nil {
+				row.OfMedian = strconv.FormatFloat(*c.Fraction, 'f', 2, 64)
+				row.Verdict, row.Bad = "ok", c.Degraded
+				if c.Degraded {
+					row.Verdict = fmt.Sprintf("under the %.2f gate", c.Gate)
+				}
+			}
+		}
+		out = append(out, row)
+	}
+	return out, ""
 }
 
 // nodeSeries splits a node's rollups into utilization and power series

@@ -138,6 +138,8 @@ func (u *UI) routes() {
 	m.Handle("POST /nodes/{name}/{action}", u.unsafe(u.nodeAction))
 	m.Handle("GET /stacks", u.page(u.stacksPage))
 	m.Handle("GET /ui/stacks", u.fragment(u.stacksPage))
+	m.Handle("GET /bench", u.page(u.benchPage))
+	m.Handle("GET /ui/bench", u.fragment(u.benchPage))
 	m.Handle("GET /planner", u.page(u.plannerPage))
 	m.Handle("POST /planner", u.unsafe(u.plannerRun))
 	m.HandleFunc("/", u.notFound)

@@ -1,0 +1,496 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/bench/cuda"
+	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/gpu/nvml"
+	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
+)
+
+// benchFlags are the flags of `gpufleet bench` on a node.
+type benchFlags struct {
+	gpus, tests, backend, simGPUs, cudaLibDir string
+	simFaults                                 []string
+	quick                                     bool
+}
+
+// newBenchCmd is `gpufleet bench`: microbenchmarks on this node, and the
+// fleet's benchmark commands (docs/BENCH.md).
+func newBenchCmd(e *env) *cobra.Command {
+	c := &clientEnv{env: e, now: time.Now}
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench [--gpus all|0,1] [--tests copy,gemm,h2d,p2p,allreduce] [--quick] [-o json]",
+		Short: "Measure this node's GPUs (memory, matrix products, host and GPU-to-GPU copies, all-reduce) against the catalog spec",
+		Long: `Measure this node's GPUs and print each figure as measured (the median of
+timed runs after a warm-up), its run-to-run spread, the catalog's spec and
+the ratio:
+
+  copy          device-to-device copy, bytes read plus written
+  gemm-PREC     dense matrix product per precision the card runs natively,
+                on random data, checked against a float64 reference
+  h2d, d2h      host-to-device and device-to-host copies from pinned memory
+  p2p           GPU-to-GPU copies for every local pair (ring neighbours
+                with --quick), and per GPU the median over its pairs
+  allreduce     NCCL all-reduce bus bandwidth across the selected GPUs
+
+--backend cuda (the default) loads the CUDA driver, cuBLASLt and NCCL at
+run time (--cuda-lib-dir names where they are) and exits non-zero, saying
+what is missing, where they are not. --backend sim answers from simulated
+GPUs (--sim-gpus, --sim-fault) with the efficiencies real cards reach.
+
+In the fleet, agents run the quick set when a node joins and when it is
+validated; gpufleet bench results compares every GPU with its model's
+fleet median, and gpufleet bench workload runs your own job on several GPU
+models. docs/BENCH.md explains each figure and the method.`,
+		Example: `  gpufleet bench --quick
+  gpufleet bench --gpus 0,1 --tests gemm -o json
+  gpufleet bench --backend sim --sim-gpus h100-sxm-80gb:8 --sim-fault 3:slow-memory`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLocalBench(cmd.Context(), e, f) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.gpus, "gpus", "all", "GPUs to measure: all, or indexes such as 0,1")
+	fs.StringVar(&f.tests, "tests", "all", "tests to run: all, or a comma-separated list of copy, gemm, h2d, p2p, allreduce")
+	fs.BoolVar(&f.quick, "quick", false, "the quick set the agent runs: smaller sizes, 5 runs, ring p2p pairs (under a minute)")
+	fs.StringVar(&f.backend, "backend", "cuda", "cuda (real GPUs through the CUDA libraries) or sim (simulated GPUs)")
+	fs.StringVar(&f.cudaLibDir, "cuda-lib-dir", "", "directory holding libcuda.so.1, libcublasLt.so and libnccl.so.2 (default: the loader's search path)")
+	fs.StringVar(&f.simGPUs, "sim-gpus", "h100-sxm-80gb:8", "with --backend sim: the simulated GPUs, as gpufleet agent --sim-gpus")
+	fs.StringArrayVar(&f.simFaults, "sim-fault", nil, "with --backend sim: INDEX:FAULT injected before measuring (3:slow-memory, 1:power-brake, 5:nvlink-down:18); repeatable")
+	cmd.AddCommand(newBenchRunCmd(c), newBenchResultsCmd(c), newBenchWorkloadCmd(c), newBenchWorkloadsCmd(c))
+	return cmd
+}
+
+// benchReport is what `gpufleet bench -o json` prints.
+type benchReport struct {
+	Node    string         `json:"node"`
+	Backend string         `json:"backend"`
+	Figures []bench.Figure `json:"figures"`
+	Skipped []string       `json:"skipped,omitempty"`
+}
+
+func runLocalBench(ctx context.Context, e *env, f benchFlags) error {
+	tests, err := bench.ParseTests(f.tests)
+	if err != nil {
+		return fmt.Errorf("--tests: %w", err)
+	}
+	cat, err := e.loadCatalog()
+	if err != nil {
+		return err
+	}
+	var (
+		be      bench.Backend
+		devices int
+	)
+	switch f.backend {
+	case "sim":
+		specs, err := parseSimGPUs(f.simGPUs)
+		if err != nil {
+			return err
+		}
+		host, _ := os.Hostname()
+		sim, err := simgpu.New(specs, simgpu.WithNodeName(host), simgpu.WithCatalog(cat))
+		if err != nil {
+			return fmt.Errorf("--sim-gpus: %w", err)
+		}
+		devs, _ := sim.Devices(ctx)
+		devices = len(devs)
+		for _, s := range f.simFaults {
+			idx, spec, ok := strings.Cut(s, ":")
+			i, err := strconv.Atoi(idx)
+			if !ok || err != nil {
+				return usageErr("--sim-fault %s: expected INDEX:FAULT, such as 3:slow-memory", gpufleet.Quote(s))
+			}
+			fault, err := simgpu.ParseFault(spec)
+			if err != nil {
+				return fmt.Errorf("--sim-fault: %w", err)
+			}
+			if err := sim.Inject(i, fault); err != nil {
+				return fmt.Errorf("--sim-fault %s: %w", s, err)
+			}
+		}
+		be = sim
+	case "cuda":
+		// NVML names the GPUs as the rest of gpufleet does (index, UUID,
+		// catalog model); without it CUDA's own names are used.
+		var devs []gpu.Device
+		if nb, err := nvml.New(nvml.WithCatalog(cat), nvml.WithLogger(slog.New(slog.DiscardHandler))); err == nil {
+			devs, _ = nb.Devices(ctx)
+			_ = nb.Close()
+		}
+		cb, err := cuda.Open(f.cudaLibDir, devs)
+		if err != nil {
+			return fmt.Errorf("--backend cuda: %w (no NVIDIA driver or CUDA libraries here? --cuda-lib-dir names where they are; --backend sim simulates GPUs)", err)
+		}
+		defer cb.Close()
+		be = cb
+		devices = gpufleet.MaxNodeGPUs
+		if len(devs) > 0 {
+			devices = len(devs)
+		}
+	default:
+		return usageErr("--backend %s: expected cuda or sim", gpufleet.Quote(f.backend))
+	}
+	gpus, err := bench.ParseGPUs(f.gpus, devices)
+	if err != nil {
+		return fmt.Errorf("--gpus: %w", err)
+	}
+	var skipped []string
+	// A failure (a product that failed its check, a call that erred) is
+	// reported after the figures that were measured, with a non-zero exit.
+	ms, measureErr := be.Measure(ctx, bench.Options{GPUs: gpus, Tests: tests, Quick: f.quick}, func(line string) {
+		if strings.Contains(line, "skipped") || strings.Contains(line, "not measured") {
+			skipped = append(skipped, line)
+		}
+		fmt.Fprintln(e.stderr, line)
+	})
+	if measureErr != nil && len(ms) == 0 {
+		return measureErr
+	}
+	host, _ := os.Hostname()
+	rep := benchReport{Node: host, Backend: f.backend, Figures: bench.Summarize(cat, ms), Skipped: skipped}
+	if len(rep.Figures) == 0 {
+		return fmt.Errorf("%w: nothing was measured: %s", gpufleet.ErrUnavailable, strings.Join(skipped, "; "))
+	}
+	if e.output == outputJSON {
+		if err := writeJSON(e.stdout, rep); err != nil {
+			return err
+		}
+		return measureErr
+	}
+	t := newTable(e.stdout, "GPU", "FIGURE", "MEASURED", "SPREAD", "SPEC", "RATIO", "SIZE")
+	for _, fig := range rep.Figures {
+		t.row(figureWhere(fig), fig.Name, bench.Human(fig.Value, fig.Unit), pct(&fig.Spread), specText(fig), num(fig.Ratio, 2), fig.Size)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return measureErr
+}
+
+// figureWhere is a figure's GPU column: "3", "3->5" for a pair, "0-7"
+// for an all-reduce.
+func figureWhere(f bench.Figure) string {
+	switch {
+	case f.Peer != nil:
+		return fmt.Sprintf("%d->%d", f.GPU, *f.Peer)
+	case f.Test == bench.AllReduce:
+		return fmt.Sprintf("%d GPUs", f.GPUs)
+	}
+	return strconv.Itoa(f.GPU)
+}
+
+func specText(f bench.Figure) string {
+	if f.Spec == nil {
+		return "-"
+	}
+	return bench.Human(*f.Spec, f.Unit)
+}
+
+// newBenchRunCmd is `gpufleet bench run NODE`: the server relays a bench
+// order to a cordoned node's agent and the figures come back judged.
+func newBenchRunCmd(c *clientEnv) *cobra.Command {
+	var (
+		gpus, tests string
+		full, wait  bool
+		timeout     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run NODE [--gpus 0,1] [--tests ...] [--full] [--wait]",
+		Short: "Run the microbenchmarks on a cordoned node's idle GPUs through its agent, and show them against the fleet (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			node := args[0]
+			req := api.BenchRequest{Full: full}
+			ts, err := bench.ParseTests(tests)
+			if err != nil {
+				return fmt.Errorf("--tests: %w", err)
+			}
+			if tests != "all" && tests != "" {
+				req.Tests = ts
+			}
+			if req.GPUs, err = bench.ParseGPUs(gpus, gpufleet.MaxNodeGPUs); err != nil {
+				return fmt.Errorf("--gpus: %w", err)
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			o, err := cl.OrderBench(cmd.Context(), node, req)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if c.output == outputJSON {
+					return writeJSON(c.stdout, o)
+				}
+				fmt.Fprintf(c.stdout, "bench %s queued on %s; gpufleet bench results --node %s shows the figures\n", o.ID, node, node)
+				return nil
+			}
+			fmt.Fprintf(c.stderr, "bench %s queued on %s; waiting for its figures\n", o.ID, node)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			for {
+				list, err := cl.BenchResults(ctx, api.BenchQuery{Node: node, History: true, Limit: 4096})
+				if err != nil {
+					return err
+				}
+				list.Results = slices.DeleteFunc(list.Results, func(r bench.Result) bool { return r.Order != o.ID })
+				if len(list.Results) > 0 {
+					// Judged against the fleet as the listing does.
+					latest, err := cl.BenchResults(ctx, api.BenchQuery{Node: node})
+					if err != nil {
+						return err
+					}
+					latest.Results = slices.DeleteFunc(latest.Results, func(r bench.Result) bool { return r.Order != o.ID })
+					return c.printBenchResults(latest)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("%w: no figures from %s within %s (is its agent running and the node cordoned?)", gpufleet.ErrUnavailable, node, timeout)
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&gpus, "gpus", "all", "GPUs to measure: all, or indexes such as 0,1")
+	cmd.Flags().StringVar(&tests, "tests", "all", "tests to run: all, or copy, gemm, h2d, p2p, allreduce")
+	cmd.Flags().BoolVar(&full, "full", false, "the full set instead of the quick one")
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait for the figures and print them")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+// newBenchResultsCmd is `gpufleet bench results`.
+func newBenchResultsCmd(c *clientEnv) *cobra.Command {
+	var q api.BenchQuery
+	cmd := &cobra.Command{
+		Use:   "results [--node N] [--gpu-model M] [--history]",
+		Short: "Benchmark figures per GPU against the spec and its model's fleet median",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			list, err := cl.BenchResults(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			return c.printBenchResults(list)
+		},
+	}
+	cmd.Flags().StringVar(&q.Node, "node", "", "only this node")
+	cmd.Flags().StringVar(&q.GPUModel, "gpu-model", "", "only GPUs of this catalog model")
+	cmd.Flags().BoolVar(&q.History, "history", false, "every figure ever measured, not only each GPU's newest")
+	cmd.Flags().IntVar(&q.Limit, "limit", 0, "at most this many figures, newest first (0: all)")
+	return cmd
+}
+
+func (c *clientEnv) printBenchResults(list api.BenchResultList) error {
+	if c.output == outputJSON {
+		return writeJSON(c.stdout, list)
+	}
+	if len(list.Results) == 0 {
+		fmt.Fprintln(c.stdout, "no benchmark figures yet (agents measure when a node joins and when it is validated; gpufleet bench run NODE)")
+		return nil
+	}
+	t := newTable(c.stdout, "NODE", "GPU", "MODEL", "FIGURE", "MEASURED", "SPEC", "RATIO", "FLEET MEDIAN", "OF MEDIAN", "VERDICT", "WHEN", "WHY")
+	for _, r := range list.Results {
+		median, frac, verdict := "-", "-", "-"
+		if r.Fleet != nil {
+			if r.Fleet.Peers > 0 {
+				median = fmt.Sprintf("%s (%d)", bench.Human(r.Fleet.Median, r.Unit), r.Fleet.Peers)
+			}
+			frac = num(r.Fleet.Fraction, 2)
+			switch {
+			case r.Fleet.Fraction == nil:
+				verdict = "no baseline"
+			case r.Fleet.Degraded:
+				verdict = fmt.Sprintf("DEGRADED (< %.2f)", r.Fleet.Gate)
+			default:
+				verdict = "ok"
+			}
+		}
+		t.row(r.Node, figureWhere(r.Figure), r.Model, r.Name, bench.Human(r.Value, r.Unit), specText(r.Figure), num(r.Ratio, 2),
+			median, frac, verdict, r.At.Local().Format("2006-01-02 15:04:05"), string(r.Trigger))
+	}
+	return t.flush()
+}
+
+// newBenchWorkloadCmd is `gpufleet bench workload`: the user's command on
+// several GPU models, through the scheduler, compared.
+func newBenchWorkloadCmd(c *clientEnv) *cobra.Command {
+	var (
+		models, metric, unit, modelName, team, precision, simLoad string
+		env                                                       []string
+		gpus                                                      int
+		noWait                                                    bool
+		timeLimit                                                 time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "workload --gpu-models M1,M2,... [--gpus N] --metric 'REGEX' [--unit tokens] [--model NAME] -- COMMAND [ARGS...]",
+		Short: "Run your own command on several GPU models and compare throughput, cost per unit, energy per unit and what bounds it",
+		Long: `Submit the same command as a job to each GPU model through the scheduler.
+The command prints its throughput; --metric is a regular expression whose
+first group is that number, in --unit per second (the largest value it
+printed counts). Each job's figure is joined with its GPUs' telemetry (SM,
+tensor and DRAM activity, power, energy) and priced at the catalog's rate;
+with --model the planner's prediction for the same model stands beside it.
+The report is stored (gpufleet bench workloads ID) and shown in the
+dashboard.`,
+		Example: `  gpufleet bench workload --gpu-models a100-sxm-80gb,h100-sxm-80gb,l4 --gpus 1 \
+      --metric 'throughput: ([0-9.]+) tokens/s' --unit tokens --model llama-3-8b -- python serve_bench.py`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 {
+				return usageErr("put the command after --, as in gpufleet bench workload --gpu-models l4 --metric 'tok/s=([0-9.]+)' -- ./bench.sh")
+			}
+			if metric == "" {
+				return usageErr("--metric: required: a regular expression whose first group is the throughput the command prints")
+			}
+			req := api.WorkloadBenchRequest{GPUModels: splitComma(models), Job: gpufleet.JobRequest{
+				Team: team, Command: args, Resources: gpufleet.Resources{GPUs: gpus},
+				Work: &gpufleet.WorkCounter{Metric: metric, Unit: unit}}}
+			var err error
+			if req.Job.Env, err = parseKV(env); err != nil {
+				return fmt.Errorf("--env: %w", err)
+			}
+			req.Job.SimLoad = gpufleet.SimLoad(simLoad)
+			if timeLimit > 0 {
+				req.Job.TimeLimit = gpufleet.Duration(timeLimit)
+			}
+			if modelName != "" {
+				req.Job.Model = &gpufleet.ModelRequest{Name: modelName, Precision: precision}
+			}
+			if len(req.GPUModels) == 0 {
+				return usageErr("--gpu-models: required: the catalog models to compare, comma-separated")
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			rep, err := cl.StartWorkloadBench(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stderr, "workload bench %s: %d jobs queued\n", rep.ID, len(rep.Jobs))
+			if !noWait {
+				if rep, err = c.waitWorkload(cmd.Context(), cl, rep); err != nil {
+					return err
+				}
+			}
+			return c.printWorkload(rep)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&models, "gpu-models", "", "catalog GPU models to compare, comma-separated")
+	fs.IntVar(&gpus, "gpus", 1, "GPUs per job")
+	fs.StringVar(&metric, "metric", "", "regular expression whose first group is the throughput the command prints, per second")
+	fs.StringVar(&unit, "unit", "units", "what the throughput counts (tokens, samples, images)")
+	fs.StringVar(&modelName, "model", "", "the model the command runs (a planner name such as llama-3-8b), for the planner's prediction")
+	fs.StringVar(&precision, "precision", "", "with --model: its weights' precision (default bf16)")
+	fs.StringVar(&team, "team", "", "team to run as (admins must name one)")
+	durationFlag(fs, &timeLimit, "time-limit", 0, "each job's time limit")
+	fs.StringArrayVar(&env, "env", nil, "KEY=VALUE in each job's environment (repeatable); BENCH_GPU_MODEL is set to the model it runs on")
+	fs.StringVar(&simLoad, "sim-load", "", "on simulated GPUs: the load the job puts on them (compute, memory, idle)")
+	fs.BoolVar(&noWait, "no-wait", false, "print the queued report and return instead of waiting for the jobs")
+	return cmd
+}
+
+// waitWorkload polls a workload bench until every job ended, saying on
+// stderr when a job's state changes.
+func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.WorkloadReport) (bench.WorkloadReport, error) {
+	seen := map[string]string{}
+	for {
+		for _, r := range rep.Rows {
+			if seen[r.GPUModel] != r.State {
+				seen[r.GPUModel] = r.State
+				fmt.Fprintf(c.stderr, "  %s: job %s %s\n", r.GPUModel, r.JobID, r.State)
+			}
+		}
+		if rep.Done {
+			return rep, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		next, err := cl.WorkloadBench(ctx, rep.ID)
+		if err != nil {
+			return rep, err
+		}
+		rep = next
+	}
+}
+
+func (c *clientEnv) printWorkload(rep bench.WorkloadReport) error {
+	if c.output == outputJSON {
+		return writeJSON(c.stdout, rep)
+	}
+	unit := rep.Unit
+	fmt.Fprintf(c.stdout, "workload bench %s: %s on %d GPU(s) each; throughput from %s\n", rep.ID, strings.Join(rep.Command, " "), rep.GPUs, gpufleet.Quote(rep.Metric))
+	t := newTable(c.stdout, "GPU MODEL", "STATE", unit+"/s", "$/M "+unit, "J/"+strings.TrimSuffix(unit, "s"), "SM", "TENSOR", "DRAM", "W/GPU", "BOUND", "PLANNER", "MEASURED/PLANNER")
+	for _, r := range rep.Rows {
+		t.row(r.GPUModel, r.State, num(r.Throughput, 1), money(r.USDPerMillion), num(r.JoulesPerUnit, 3), pct(r.SMActivity), pct(r.TensorActivity),
+			pct(r.DRAMActivity), num(r.PowerWatts, 0), r.Bound, num(r.Predicted, 1), num(r.Ratio, 2))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, r := range rep.Rows {
+		if r.Note != "" {
+			fmt.Fprintf(c.stdout, "  %s: %s\n", r.GPUModel, r.Note)
+		}
+	}
+	return nil
+}
+
+// newBenchWorkloadsCmd is `gpufleet bench workloads [ID]`.
+func newBenchWorkloadsCmd(c *clientEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "workloads [ID]",
+		Short: "List workload benches, or show one's report",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				rep, err := cl.WorkloadBench(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return c.printWorkload(rep)
+			}
+			all, err := cl.WorkloadBenches(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(c.stdout, api.WorkloadBenchList{Workloads: all})
+			}
+			t := newTable(c.stdout, "ID", "TEAM", "CREATED", "GPU MODELS", "DONE", "COMMAND")
+			for _, w := range all {
+				t.row(w.ID, w.Team, w.CreatedAt.Local().Format("2006-01-02 15:04"), strings.Join(w.GPUModels, ","), strconv.FormatBool(w.Done), strings.Join(w.Command, " "))
+			}
+			return t.flush()
+		},
+	}
+}
