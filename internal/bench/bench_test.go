@@ -205,3 +205,56 @@ func TestBaselineMatchesNaiveMedian(t *testing.T) {
 		}
 	}
 }
+
+func f64(v float64) *float64 { return &v }
+
+// TestWorkloadReport: rows in order, cost and energy per unit, the bound
+// from the activity counters, the planner's ratio, and notes where the
+// job printed nothing or the GPU has no counters.
+func TestWorkloadReport(t *testing.T) {
+	w := bench.Workload{ID: "wb-1", Metric: `tok/s=([0-9.]+)`, Unit: "tokens", GPUs: 2}
+	runs := []bench.WorkloadRun{
+		{GPUModel: "h100", State: "succeeded", Done: true, GPUs: 2, Throughput: f64(2000), Seconds: 100, EnergyJoules: 100000,
+			SMActivity: f64(0.9), TensorActivity: f64(0.7), DRAMActivity: f64(0.3), PricePerHourUSD: f64(7.2), Predicted: f64(2500)},
+		{GPUModel: "h200", State: "succeeded", Done: true, GPUs: 2, Throughput: f64(3000), Seconds: 100, EnergyJoules: 90000,
+			SMActivity: f64(0.5), TensorActivity: f64(0.1), DRAMActivity: f64(0.8)},
+		{GPUModel: "h20", State: "succeeded", Done: true, GPUs: 2, Throughput: f64(100), Seconds: 100, EnergyJoules: 9000,
+			SMActivity: f64(0.2), TensorActivity: f64(0.05), DRAMActivity: f64(0.1)},
+		{GPUModel: "a100", State: "succeeded", Done: true, GPUs: 2},
+		{GPUModel: "l4", State: "running", GPUs: 2, Throughput: f64(10)},
+	}
+	rep := bench.Report(w, runs)
+	if rep.Done {
+		t.Error("done with a job running")
+	}
+	type row struct {
+		bound, note   string
+		usd, jpu, rat string
+	}
+	s := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.3g", *v)
+	}
+	var got []row
+	for _, r := range rep.Rows {
+		got = append(got, row{r.Bound, r.Note, s(r.USDPerMillion), s(r.JoulesPerUnit), s(r.Ratio)})
+	}
+	want := []row{
+		// $7.2/h x 2 GPUs / 3600 / 2000 tokens/s x 1e6; 1000 W / 2000 tokens/s.
+		{"compute", "tensor pipes active 70%, DRAM 30%", "2", "0.5", "0.8"},
+		{"memory", "DRAM active 80%, tensor pipes 10%", "-", "0.3", "-"},
+		{"neither", "SMs active 20% of the time, DRAM 10%, tensor pipes 5%: the GPU waits on the host, input or launches", "-", "0.9", "-"},
+		{"unknown", "no SM, tensor and DRAM activity counters on this GPU model (GPM needs Hopper or newer); the job printed no line matching tok/s=([0-9.]+)", "-", "-", "-"},
+		{"unknown", "no SM, tensor and DRAM activity counters on this GPU model (GPM needs Hopper or newer)", "-", "-", "-"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows", len(got))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d (%s):\n got %+v\nwant %+v", i, runs[i].GPUModel, got[i], want[i])
+		}
+	}
+}

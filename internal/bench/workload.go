@@ -46,7 +46,8 @@ type WorkloadRun struct {
 	// Throughput is the figure the command printed, per second.
 	Throughput *float64
 	GPUs       int
-	// Seconds is the attempt's run time; EnergyJoules its GPUs' energy.
+	// Seconds is how long the attempt held its GPUs, the time base of
+	// EnergyJoules, its GPUs' energy.
 	Seconds      float64
 	EnergyJoules float64
 	// Mean activity over the GPUs while held (0-1) and mean board power
@@ -94,11 +95,12 @@ type WorkloadReport struct {
 	Rows []WorkloadRow `json:"rows"`
 }
 
-// Bound thresholds: GPM activity above which a unit is the limit. A
-// kernel mix whose tensor pipes are busy more than half the time is
-// compute-bound; DRAM active more than half the time and more than the
-// tensor pipes, memory-bound; SMs active under half the time, the GPU
-// waits on something else.
+// Bound thresholds: GPM activity above which a unit is the limit. DRAM
+// active more than half the time, and more than the tensor pipes, is
+// memory-bound; tensor pipes busy more than half the time, compute-bound;
+// otherwise SMs active under half the time means the GPU waits on
+// something else (host, input, launches), and over half, non-tensor
+// compute.
 const (
 	boundActive   = 0.5
 	boundSMIdle   = 0.5
@@ -139,12 +141,12 @@ func bound(r WorkloadRun) (string, string) {
 	}
 	sm, tensor, dram := *r.SMActivity, *r.TensorActivity, *r.DRAMActivity
 	switch {
-	case sm < boundSMIdle:
-		return "neither", fmt.Sprintf("SMs active %.0f%% of the time: the GPU waits on the host, input or launches", 100*sm)
 	case dram >= boundActive && dram > tensor:
 		return "memory", fmt.Sprintf("DRAM active %.0f%%, tensor pipes %.0f%%", 100*dram, 100*tensor)
 	case tensor >= boundActive:
 		return "compute", fmt.Sprintf("tensor pipes active %.0f%%, DRAM %.0f%%", 100*tensor, 100*dram)
+	case sm < boundSMIdle:
+		return "neither", fmt.Sprintf("SMs active %.0f%% of the time, DRAM %.0f%%, tensor pipes %.0f%%: the GPU waits on the host, input or launches", 100*sm, 100*dram, 100*tensor)
 	}
 	return "compute", fmt.Sprintf("SMs active %.0f%% with tensor pipes at %.0f%% and DRAM at %.0f%%: non-tensor compute", 100*sm, 100*tensor, 100*dram)
 }

@@ -1,95 +1,277 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/gpu"
+	"github.com/gpufleet/gpufleet/internal/bench"
 )
 
-// BenchmarkHeartbeatHTTP measures the heartbeat path end to end over HTTP:
-// auth, decoding, the in-memory update, the health rules, the rollups and
-// the answer. "empty" heartbeats carry nothing; "telemetry" ones carry what
-// an 8-GPU agent sends every interval: readings and health evidence.
-func BenchmarkHeartbeatHTTP(b *testing.B) {
-	for _, telemetry := range []bool{false, true} {
-		name := "empty"
-		if telemetry {
-			name = "telemetry"
+// copyRun is a copy measurement of one fixture GPU at rate bytes/s.
+func copyRun(node string, gpu int, rate float64) bench.Measurement {
+	return bench.Measurement{Name: "copy", Test: bench.Copy, GPU: gpu, UUID: "GPU-" + node + "-" + string(rune('a'+gpu)),
+		Model: "h100-sxm-80gb", GPUs: 1, Size: "1 GiB", Unit: bench.BytesPerS, Rates: []float64{rate, rate * 1.01, rate * 0.99}}
+}
+
+// benchNode cordons a node, orders a bench, checks the order reaches the
+// agent, reports ms and checks the order is gone.
+func (f *fixture) benchNode(p api.Principal, ms ...bench.Measurement) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	if _, err := f.srv.NodeAction(ctx, f.admin, p.Node, api.Cordon); err != nil {
+		f.t.Fatal(err)
+	}
+	o, err := f.srv.OrderBench(ctx, f.admin, p.Node, api.BenchRequest{Tests: []bench.Test{bench.Copy}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hb, err := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if err != nil || len(hb.Bench) != 1 || hb.Bench[0].ID != o.ID || !hb.Bench[0].Quick {
+		f.t.Fatalf("bench order not relayed: %+v %v", hb.Bench, err)
+	}
+	rep := api.BenchReport{ID: o.ID, Measurements: ms}
+	for range 2 { // resent: recorded once
+		if _, err := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Bench: []api.BenchReport{rep}}); err != nil {
+			f.t.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			f := newFixtureB(b)
-			h := api.NewHandler(f.srv, f.srv, f.srv, f.srv, api.HandlerOptions{})
-			ts := httptest.NewServer(h)
-			defer ts.Close()
-			const nodes = 64
-			clients := make([]*api.Client, nodes)
-			for i := range nodes {
-				p := f.nodeCred(fmt.Sprintf("n%d", i))
-				c, _ := api.NewClient([]string{ts.URL}, p)
-				clients[i] = c
-			}
-			f.cycle()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					i++
-					node := fmt.Sprintf("n%d", i%nodes)
-					r := api.HeartbeatRequest{ProtocolVersion: 1, Node: node}
-					if telemetry {
-						// As an agent sends it: evidence only while it
-						// changes (here: the first beats).
-						r.Samples = benchSamples(node, float64(i), i <= nodes)
-					}
-					if _, err := clients[i%nodes].Heartbeat(b.Context(), r); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "heartbeats/s")
-		})
+	}
+	hb, _ = f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if len(hb.Bench) != 0 {
+		f.t.Fatalf("bench order still relayed after its report: %+v", hb.Bench)
 	}
 }
 
-// BenchmarkJudge measures the health rules and rollup folding of one
-// 8-GPU heartbeat, without HTTP.
-func BenchmarkJudge(b *testing.B) {
-	f := newFixtureB(b)
-	p := f.node("n1", "h100-sxm-80gb", 8)
+// TestBenchJudgesAgainstTheFleetAndGatesValidation: figures come back
+// from bench orders, a GPU a tenth under its model's fleet median is
+// degraded with the evidence, a GPU claimed by another node is ignored,
+// validation fails under the gate and passes once the card measures
+// well, which clears the condition; /metrics carries the figures.
+func TestBenchJudgesAgainstTheFleetAndGatesValidation(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	n1, n2, n3 := f.node("n1", "h100-sxm-80gb", 2), f.node("n2", "h100-sxm-80gb", 2), f.node("n3", "h100-sxm-80gb", 2)
 	f.cycle()
-	ctx := b.Context()
-	now := time.Now()
-	b.ResetTimer()
-	for i := range b.N {
-		r := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Samples: benchSamples("n1", float64(i), true)}
-		if err := f.srv.judge(ctx, p.Node, r, now.Add(time.Duration(i)*time.Second)); err != nil {
-			b.Fatal(err)
+	if _, err := f.srv.OrderBench(ctx, f.admin, "n1", api.BenchRequest{}); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "cordon") {
+		t.Fatalf("bench on a ready node: %v, want an invalid error saying to cordon it", err)
+	}
+	if _, err := f.srv.OrderBench(ctx, f.team("team-a", nil), "n1", api.BenchRequest{}); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("bench ordered by a member: %v", err)
+	}
+	f.benchNode(n1, copyRun("n1", 0, 3.0e12), copyRun("n1", 1, 3.02e12))
+	// n2 also claims n3's GPU 1 at a rate that would move its median.
+	intruder := copyRun("n3", 1, 9e12)
+	f.benchNode(n2, copyRun("n2", 0, 2.99e12), copyRun("n2", 1, 3.01e12), intruder)
+	f.benchNode(n3, copyRun("n3", 0, 3.0e12), copyRun("n3", 1, 1.8e12))
+	f.srv.Heartbeat(ctx, n3, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+
+	n, _ := f.srv.Node(ctx, f.admin, "n3")
+	if n.Health != gpufleet.Degraded || n.GPUs[1].Health != gpufleet.Degraded || !strings.Contains(n.GPUs[1].Reason, "copy at 0.60 of the fleet median") ||
+		n.GPUs[0].Health != gpufleet.Healthy {
+		t.Fatalf("n3 after a slow copy on gpu 1: %s %+v", n.Health, n.GPUs)
+	}
+	list, err := f.srv.BenchResults(ctx, f.team("team-b", nil), api.BenchQuery{Node: "n3"})
+	if err != nil || len(list.Results) != 2 || list.Gates["copy"] != bench.DefaultGate {
+		t.Fatalf("n3 results: %+v %v", list, err)
+	}
+	if c := list.Results[1].Fleet; c == nil || !c.Degraded || c.Peers != 5 || c.Median != 3.0e12 {
+		t.Errorf("gpu 1 against the fleet: %+v (the intruding figure must not count)", c)
+	}
+	if c := list.Results[0].Fleet; c == nil || c.Degraded {
+		t.Errorf("gpu 0 against the fleet: %+v", c)
+	}
+	all, _ := f.srv.BenchResults(ctx, f.admin, api.BenchQuery{History: true})
+	if len(all.Results) != 6 {
+		t.Errorf("%d results stored, want 6 (the intruder dropped, resends once)", len(all.Results))
+	}
+
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`gpufleet_gpu_bench_bytes_per_second{figure="copy",gpu="1",model="h100-sxm-80gb",node="n3"} 1.8e+12`,
+		`gpufleet_gpu_bench_fleet_ratio{figure="copy",gpu="1",model="h100-sxm-80gb",node="n3"} 0.6`,
+		`gpufleet_gpu_bench_spec_ratio{figure="copy",gpu="0",model="h100-sxm-80gb",node="n1"}`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+
+	// Repair and validate: the quick set is still slow, so the gate fails.
+	validate := func(rate float64) gpufleet.Node {
+		t.Helper()
+		if _, err := f.srv.NodeAction(ctx, f.admin, "n3", api.Drain); err != nil {
+			t.Fatal(err)
+		}
+		f.cycle()
+		if _, err := f.srv.NodeAction(ctx, f.admin, "n3", api.Repaired); err != nil {
+			t.Fatal(err)
+		}
+		f.cycle()
+		hb, _ := f.srv.Heartbeat(ctx, n3, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+		if len(hb.Validate) != 1 {
+			t.Fatalf("no validation order: %+v", hb)
+		}
+		res := api.ValidationResult{ID: hb.Validate[0].ID, Passed: true, Detail: "2 gpus ok",
+			Bench: &api.BenchReport{ID: hb.Validate[0].ID, Measurements: []bench.Measurement{copyRun("n3", 0, 3.01e12), copyRun("n3", 1, rate)}}}
+		f.srv.Heartbeat(ctx, n3, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Validations: []api.ValidationResult{res}})
+		f.srv.Heartbeat(ctx, n3, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+		n, _ := f.srv.Node(ctx, f.admin, "n3")
+		return n
+	}
+	n = validate(1.7e12)
+	if n.State != gpufleet.NodeRepairing || !strings.Contains(n.StateReason, "benchmark under the gate: GPU 1: copy measured 1.7 TB/s, 0.56 of the h100-sxm-80gb fleet median") {
+		t.Fatalf("validation with a slow copy: %s (%s)", n.State, n.StateReason)
+	}
+	n = validate(3.03e12)
+	if n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || n.GPUs[1].Health != gpufleet.Healthy {
+		t.Fatalf("validation with a good copy: %s %s %+v", n.State, n.Health, n.GPUs)
+	}
+	hist, _ := f.srv.BenchResults(ctx, f.admin, api.BenchQuery{Node: "n3", History: true})
+	var triggers []string
+	for _, r := range hist.Results {
+		triggers = append(triggers, string(r.Trigger))
+	}
+	if slices.Compact(slices.Sorted(slices.Values(triggers))); !slices.Contains(triggers, "validation") || !slices.Contains(triggers, "manual") {
+		t.Errorf("history triggers %v", triggers)
 	}
 }
 
-// benchSamples is an 8-GPU heartbeat's telemetry for a fixture node, with
-// the health evidence when withEvidence.
-func benchSamples(node string, energy float64, withEvidence bool) []api.GPUSample {
-	f := func(v float64) *float64 { return &v }
-	u := func(v uint64) *uint64 { return &v }
-	n := func(v int) *int { return &v }
-	out := make([]api.GPUSample, 8)
-	for g := range out {
-		mem := int64(40 << 30)
-		out[g] = api.GPUSample{UUID: "GPU-" + node + "-" + string(rune('a'+g)), Utilization: f(0.9), SMActivity: f(0.7), DRAMActivity: f(0.4),
-			TensorActivity: f(0.3), MemoryUsedBytes: &mem, PowerWatts: f(550), EnergyJoulesTotal: f(550 * energy), TemperatureC: f(61),
-			Evidence: &api.GPUEvidence{ClockEventsAll: u(0), Counters: gpu.Counters{ECCCorrectedVolatile: u(0), ECCUncorrectedVolatile: u(0),
-				ECCCorrectedAggregate: u(0), ECCUncorrectedAggregate: u(0), RemappedRowsCorrectable: u(0), RemappedRowsUncorrectable: u(0),
-				PCIeGen: n(5), PCIeWidth: n(16), PCIeMaxGen: n(5), PCIeMaxWidth: n(16),
-				PCIeReplayCount: u(0), NVLinkLinksUp: n(18), NVLinkLinksTotal: n(18), NVLinkErrors: u(0)}}}
-		if !withEvidence {
-			out[g].Evidence = nil
+// TestBenchReportsAreValidatedAtTheEdge: a report with a NaN rate, an
+// unknown test or too many measurements is refused naming the field.
+func TestBenchReportsAreValidatedAtTheEdge(t *testing.T) {
+	good := copyRun("n1", 0, 3e12)
+	for name, tc := range map[string]struct {
+		m    func(*bench.Measurement)
+		want string
+	}{
+		"nan rate":     {func(m *bench.Measurement) { m.Rates = []float64{1, nanValue()} }, "bench[0].measurements[0].rates[1]"},
+		"unknown test": {func(m *bench.Measurement) { m.Test = "fft" }, "bench[0].measurements[0].test"},
+		"no runs":      {func(m *bench.Measurement) { m.Rates = nil }, "bench[0].measurements[0].rates"},
+		"peer is self": {func(m *bench.Measurement) { m.Peer = &m.GPU }, "bench[0].measurements[0].peer"},
+		"bad unit":     {func(m *bench.Measurement) { m.Unit = "GB/s" }, "bench[0].measurements[0].unit"},
+	} {
+		m := good
+		m.Rates = slices.Clone(good.Rates)
+		tc.m(&m)
+		r := api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Bench: []api.BenchReport{{ID: "b-1", Measurements: []bench.Measurement{m}}}}
+		if err := r.Validate(); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an invalid error naming %s", name, err, tc.want)
 		}
 	}
-	return out
+	many := make([]bench.Measurement, bench.MaxMeasurements+1)
+	for i := range many {
+		many[i] = good
+	}
+	r := api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Bench: &api.BenchReport{ID: "join", Measurements: many}}
+	if err := r.Validate(); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "bench.measurements") {
+		t.Errorf("too many measurements: %v", err)
+	}
+}
+
+func nanValue() float64 { var z float64; return z / z }
+
+// TestWorkloadBench: one job per GPU model, pinned and labelled; a model
+// the fleet lacks cancels what was submitted; another team sees nothing;
+// the report joins the printed throughput with the attempt's energy and
+// the catalog price.
+func TestWorkloadBench(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a, b := f.team("team-a", nil), f.team("team-b", nil)
+	h := f.node("h", "h100-sxm-80gb", 1)
+	x := f.node("x", "a100-sxm-80gb", 1)
+	req := api.WorkloadBenchRequest{GPUModels: []string{"H100 SXM5 80GB", "a100-sxm-80gb"}, Job: gpufleet.JobRequest{
+		Command: []string{"./bench.sh"}, Resources: gpufleet.Resources{GPUs: 1},
+		Work: &gpufleet.WorkCounter{Metric: `tok/s=([0-9.]+)`, Unit: "tokens"}}}
+
+	noWork := req
+	noWork.Job.Work = nil
+	if _, err := f.srv.StartWorkloadBench(ctx, a, noWork); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "job.work") {
+		t.Errorf("without a work counter: %v", err)
+	}
+	missing := req
+	missing.GPUModels = []string{"h100-sxm-80gb", "l4"}
+	before := f.jobCount()
+	if _, err := f.srv.StartWorkloadBench(ctx, a, missing); err == nil || !strings.Contains(err.Error(), "gpu model l4") {
+		t.Fatalf("a model the fleet lacks: %v", err)
+	}
+	js, _ := f.srv.Jobs(ctx, f.admin, api.JobQuery{All: true})
+	for _, j := range js.Jobs {
+		if !j.CancelRequested && !j.State.Terminal() {
+			t.Errorf("job %s of the failed workload bench left %s", j.ID, j.State)
+		}
+	}
+	if f.jobCount() != before+1 {
+		t.Errorf("jobs %d -> %d", before, f.jobCount())
+	}
+
+	rep, err := f.srv.StartWorkloadBench(ctx, a, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Jobs) != 2 || rep.GPUModels[0] != "h100-sxm-80gb" || rep.Done || rep.Unit != "tokens" {
+		t.Fatalf("report at start: %+v", rep)
+	}
+	for i, wj := range rep.Jobs {
+		j := f.job(wj.JobID)
+		if !slices.Equal(j.Resources.GPUModels, []string{rep.GPUModels[i]}) || j.Env[BenchGPUModelEnv] != rep.GPUModels[i] || j.Team != "team-a" {
+			t.Errorf("job %d: models %v env %v team %s", i, j.Resources.GPUModels, j.Env, j.Team)
+		}
+	}
+	if _, err := f.srv.WorkloadBench(ctx, b, rep.ID); !errors.Is(err, gpufleet.ErrNotFound) {
+		t.Errorf("another team reads the workload bench: %v", err)
+	}
+	if l, _ := f.srv.WorkloadBenches(ctx, b); len(l) != 0 {
+		t.Errorf("another team lists %d workload benches", len(l))
+	}
+
+	// Run both: 100 s each, printing 1000 and 600 tokens/s.
+	f.cycle()
+	starts := map[string]api.Assignment{}
+	for _, p := range []api.Principal{h, x} {
+		hb, _ := f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+		if len(hb.Start) != 1 {
+			t.Fatalf("%s starts %+v", p.Node, hb.Start)
+		}
+		starts[p.Node] = hb.Start[0]
+		as := hb.Start[0]
+		run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: as.JobID, State: gpufleet.AttemptRunning}}
+		for range 3 {
+			// The minute rollups hold idle seconds too: SM 0.4 of a minute
+			// the attempt held for 0.8 of its time.
+			f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run,
+				Samples: []api.GPUSample{{UUID: as.GPUs[0], SMActivity: ptr(0.4), TensorActivity: ptr(0.1), DRAMActivity: ptr(0.3), Utilization: ptr(1.0)}}})
+			f.clk.Advance(time.Second)
+		}
+	}
+	f.clk.Advance(100 * time.Second)
+	for p, tput := range map[api.Principal]float64{h: 1000, x: 600} {
+		as := starts[p.Node]
+		code := 0
+		f.srv.Heartbeat(ctx, p, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion,
+			Attempts: []api.AttemptReport{{AttemptID: as.AttemptID, JobID: as.JobID, State: gpufleet.AttemptSucceeded, ExitCode: &code,
+				GPUSeconds: 100, EffectiveGPUSeconds: 80, EnergyJoules: 50000, Work: &tput}}})
+	}
+	f.cycle()
+	rep, err = f.srv.WorkloadBench(ctx, a, rep.ID)
+	if err != nil || !rep.Done || len(rep.Rows) != 2 {
+		t.Fatalf("report after the runs: %+v %v", rep, err)
+	}
+	r := rep.Rows[0]
+	// $6.88 per GPU-hour at 1000 tokens/s: 6.88 / 3600 / 1000 * 1e6.
+	got := fmt.Sprintf("%s %s %.0f $%.3f %.2f J %.0f W sm %.2f tensor %.2f dram %.2f %s", r.GPUModel, r.State, *r.Throughput, *r.USDPerMillion,
+		*r.JoulesPerUnit, *r.PowerWatts, *r.SMActivity, *r.TensorActivity, *r.DRAMActivity, r.Bound)
+	if want := "h100-sxm-80gb succeeded 1000 $1.911 0.50 J 500 W sm 0.80 tensor 0.20 dram 0.60 memory"; got != want {
+		t.Errorf("h100 row:\n got %s\nwant %s", got, want)
+	}
+	if rep.Rows[1].GPUModel != "a100-sxm-80gb" || *rep.Rows[1].Throughput != 600 {
+		t.Errorf("a100 row: %+v", rep.Rows[1])
+	}
 }

@@ -165,10 +165,15 @@ func (s *Server) workloadReport(ctx context.Context, p api.Principal, w bench.Wo
 			if a.FinishedAt != nil {
 				end = *a.FinishedAt
 			}
+			// The seconds the agent accounted the GPUs for, the time base of
+			// its energy; the wall clock until it reports any.
 			run.Seconds = end.Sub(*a.StartedAt).Seconds()
+			if a.GPUSeconds > 0 && w.GPUs > 0 {
+				run.Seconds = a.GPUSeconds / float64(w.GPUs)
+			}
 			run.EnergyJoules = a.EnergyJoules
 			run.Throughput = a.Work
-			if err := s.runTelemetry(ctx, p, j.ID, *a.StartedAt, end, &run); err != nil {
+			if err := s.runTelemetry(ctx, p, j.ID, *a.StartedAt, end, a, &run); err != nil {
 				return bench.WorkloadReport{}, err
 			}
 		}
@@ -191,9 +196,15 @@ func lastStarted(j gpufleet.Job) *gpufleet.Attempt {
 }
 
 // runTelemetry reads the mean SM, tensor and DRAM activity and board
-// power of the GPUs a job held over [from, to), weighting each minute's
-// rollup by its samples.
-func (s *Server) runTelemetry(ctx context.Context, p api.Principal, job string, from, to time.Time, run *bench.WorkloadRun) error {
+// power of the GPUs an attempt held while it held them. The attempt's own
+// accounting is exact: SM activity is its effective GPU-seconds over its
+// GPU-seconds, power its energy over its GPU-seconds. Tensor and DRAM
+// activity come from the one-minute rollups of its GPUs, which also hold
+// the idle seconds of the minutes it started and ended in; a GPU that
+// nothing else held is idle then (every activity zero), so the rollups'
+// means are the held means times one share, and scaling them by the exact
+// SM activity over the rollups' removes it.
+func (s *Server) runTelemetry(ctx context.Context, p api.Principal, job string, from, to time.Time, a *gpufleet.Attempt, run *bench.WorkloadRun) error {
 	rows, err := s.Rollups(ctx, p, api.RollupQuery{JobID: job, From: from.Truncate(time.Minute), To: to.Add(time.Minute).Truncate(time.Minute)})
 	if err != nil {
 		return err
@@ -220,6 +231,19 @@ func (s *Server) runTelemetry(ctx context.Context, p api.Principal, job string, 
 		return &v
 	}
 	run.SMActivity, run.TensorActivity, run.DRAMActivity, run.PowerWatts = mean(sm), mean(tensor), mean(dram), mean(power)
+	if a.GPUSeconds > 0 {
+		w := a.EnergyJoules / a.GPUSeconds
+		run.PowerWatts = &w
+		if held := a.EffectiveGPUSeconds / a.GPUSeconds; run.SMActivity != nil && *run.SMActivity > 0 {
+			scale := held / *run.SMActivity
+			for _, v := range []*float64{run.TensorActivity, run.DRAMActivity} {
+				if v != nil {
+					*v = min(1, *v*scale)
+				}
+			}
+			run.SMActivity = &held
+		}
+	}
 	return nil
 }
 
