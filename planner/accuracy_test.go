@@ -124,7 +124,7 @@ func prefillMS(t *testing.T, _ Request, p *Plan) float64 { return *only(t, p).Ba
 func tpotMS(t *testing.T, _ Request, p *Plan) float64    { return *only(t, p).TimePerOutputTokenS * 1e3 }
 func modelTFLOPsPerGPU(t *testing.T, r Request, p *Plan) float64 {
 	c := only(t, p)
-	h := newHW(r.GPUs[0], r.Precision, trainEfficiency)
+	h := newHW(r.GPUs[0], r.Precision, trainEfficiency, nil)
 	return *c.MFU * h.sup.peak / 1e12
 }
 

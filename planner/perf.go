@@ -49,11 +49,14 @@ type hw struct {
 	sup  computeSupport
 	bw   float64 // achieved memory bandwidth
 	peak float64 // achieved GEMM throughput
+	cal  *Calibration
 }
 
-func newHW(g catalog.GPU, f Format, eff float64) hw {
+// newHW is g computing in format f at efficiency eff of its peak, or as
+// cal measured it.
+func newHW(g catalog.GPU, f Format, eff float64, cal *Calibration) hw {
 	s := support(g, f)
-	return hw{gpu: g, sup: s, bw: g.MemoryBandwidthBytesPerS * memEfficiency, peak: s.peak * eff}
+	return hw{gpu: g, sup: s, bw: g.MemoryBandwidthBytesPerS * cal.memoryShare(), peak: s.peak * eff * cal.computeScale(s.computeP), cal: cal}
 }
 
 // tpLink is the fabric tensor parallelism of size tp runs over.
@@ -240,7 +243,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		// (softmax(QK^T)V, FlashAttention) stays in BF16 (NVIDIA
 		// Transformer Engine's FP8 recipe), so its FLOPs take BF16 time.
 		attn := s.trainingFlopsPerToken(r.Seq) - s.trainingFlopsPerToken(0)
-		if bf := newHW(h.gpu, FormatBF16, trainEfficiency); bf.peak > 0 && h.peak > bf.peak {
+		if bf := newHW(h.gpu, FormatBF16, trainEfficiency, h.cal); bf.peak > 0 && h.peak > bf.peak {
 			share := attn / s.trainingFlopsPerToken(r.Seq)
 			st.computeS += hwFlops * share / n * (1/bf.peak - 1/h.peak)
 		}

@@ -406,9 +406,9 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 // hwFor is g with the mode's efficiency.
 func hwFor(r Request, g catalog.GPU) hw {
 	if r.Mode == Training {
-		return newHW(g, r.Precision, trainEfficiency)
+		return newHW(g, r.Precision, trainEfficiency, r.calibrationFor(g.ID))
 	}
-	return newHW(g, r.Precision, computeEfficiency)
+	return newHW(g, r.Precision, computeEfficiency, r.calibrationFor(g.ID))
 }
 
 // finish adds what only the chosen layout of a GPU model needs: the
@@ -420,6 +420,9 @@ func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
 		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r.Engine, r.MemoryHeadroom, g, l.tp)))
 	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
+	if n := h.cal.note(h.sup.computeP); n != "" {
+		c.Notes = append(c.Notes, n)
+	}
 	c.Facility = facility(r, g, &c)
 	return c
 }

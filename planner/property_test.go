@@ -287,9 +287,9 @@ func TestFP8TrainingKeepsAttentionInBF16(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.trainingStep(newHW(g, p, trainEfficiency), r, l).computeS
+		return s.trainingStep(newHW(g, p, trainEfficiency, nil), r, l).computeS
 	}
-	peaks := newHW(g, FormatFP8, 1).peak / newHW(g, FormatBF16, 1).peak
+	peaks := newHW(g, FormatFP8, 1, nil).peak / newHW(g, FormatBF16, 1, nil).peak
 	short, long := compute(FormatBF16, 2048)/compute(FormatFP8, 2048), compute(FormatBF16, 32768)/compute(FormatFP8, 32768)
 	if !(short > 1 && short < peaks && long > 1 && long < short) {
 		t.Errorf("BF16/FP8 compute time %.2f at 2k tokens, %.2f at 32k; want between 1 and %.1f, falling with the sequence", short, long, peaks)

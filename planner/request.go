@@ -166,6 +166,11 @@ type Request struct {
 	// candidate may use (what a fleet has); ids absent from it are
 	// unlimited.
 	Available map[string]int
+
+	// Calibration replaces the built-in efficiencies per GPU model (catalog
+	// id) with what the fleet measured (gpufleet plan --calibration
+	// fleet); models without one keep the built-in efficiencies.
+	Calibration map[string]Calibration
 }
 
 // withDefaults validates r and returns a copy with defaults filled in.
@@ -180,6 +185,11 @@ func (r Request) withDefaults() (Request, error) {
 	}
 	if r.Rack.Units < 0 || r.Rack.Units > 1000 {
 		return r, fmt.Errorf("%w: rack-units %d: expected 0 to 1000", gpufleet.ErrInvalid, r.Rack.Units)
+	}
+	for _, m := range sortedModels(r.Calibration) {
+		if err := r.Calibration[m].validate(m); err != nil {
+			return r, err
+		}
 	}
 	switch r.Mode {
 	case "":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -256,5 +257,20 @@ func TestWorkloadReport(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("row %d (%s):\n got %+v\nwant %+v", i, runs[i].GPUModel, got[i], want[i])
 		}
+	}
+}
+
+// TestCalibrationFromFigures: the planner's calibration is the median of
+// each GPU model's copy and product shares of spec.
+func TestCalibrationFromFigures(t *testing.T) {
+	rs := append(simFigures(t, "n0", nil, bench.Options{Quick: true}), simFigures(t, "n1", map[int]simgpu.Fault{2: {Kind: simgpu.FaultSlowMemory}}, bench.Options{Quick: true})...)
+	cal := bench.Calibration(rs)
+	c, ok := cal["h100-sxm-80gb"]
+	if !ok || len(cal) != 1 || c.GPUs != 16 {
+		t.Fatalf("calibration %+v", cal)
+	}
+	if math.Abs(c.Memory-simgpu.CopyEfficiency) > 0.01 || math.Abs(c.Compute[gpufleet.BF16]-simgpu.TensorGEMMEfficiency) > 0.01 ||
+		math.Abs(c.Compute[gpufleet.FP8]-simgpu.LowPrecisionGEMMEfficiency) > 0.01 {
+		t.Errorf("calibration %+v: one slow card must not move the medians", c)
 	}
 }

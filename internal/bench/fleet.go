@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/planner"
 )
 
 // DefaultGate is the fraction of its model's fleet median below which a
@@ -290,6 +291,46 @@ func Latest(rs []Result) []Result {
 		if newest[k] == i {
 			out = append(out, r)
 		}
+	}
+	return out
+}
+
+// Calibration turns the newest figures of every GPU into the planner's
+// calibration per GPU model: the median over the model's GPUs of the
+// copy's share of datasheet bandwidth and of each precision's matrix
+// product share of peak (gpufleet plan --calibration fleet). Models
+// without a copy or product figure are absent.
+func Calibration(latest []Result) map[string]planner.Calibration {
+	type acc struct {
+		memory  []float64
+		compute map[gpufleet.Precision][]float64
+		gpus    map[string]bool
+	}
+	by := map[string]*acc{}
+	for _, r := range latest {
+		if r.Ratio == nil || (r.Test != Copy && r.Test != GEMM) {
+			continue
+		}
+		a := by[r.Model]
+		if a == nil {
+			a = &acc{compute: map[gpufleet.Precision][]float64{}, gpus: map[string]bool{}}
+			by[r.Model] = a
+		}
+		a.gpus[r.UUID] = true
+		if r.Test == Copy {
+			a.memory = append(a.memory, *r.Ratio)
+		} else {
+			a.compute[r.Precision] = append(a.compute[r.Precision], *r.Ratio)
+		}
+	}
+	out := map[string]planner.Calibration{}
+	for m, a := range by {
+		c := planner.Calibration{Memory: Median(a.memory), Compute: map[gpufleet.Precision]float64{}, GPUs: len(a.gpus),
+			Source: "the fleet's benchmarks"}
+		for p, v := range a.compute {
+			c.Compute[p] = Median(v)
+		}
+		out[m] = c
 	}
 	return out
 }

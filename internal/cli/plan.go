@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/model"
 	"github.com/gpufleet/gpufleet/planner"
 )
@@ -218,6 +221,7 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 
 func newPlanCmd(e *env) *cobra.Command {
 	var pf planFlags
+	var calibration string
 	cmd := &cobra.Command{
 		Use:   "plan --model FILE|NAME [--mode inference|training] [flags]",
 		Short: "Will this model fit, on which GPUs, how many, how fast, at what cost and energy",
@@ -237,7 +241,13 @@ With --rack-power, --rack-cooling or --rack-units it also checks the facility:
 how many nodes of each candidate a rack holds at rated draw and at the planned
 work's expected draw, how many racks the plan needs, and the power and cooling
 in total; a note warns when a rack cannot run the hardware at rated
-performance. docs/POWER.md has the model and its sources.`,
+performance. docs/POWER.md has the model and its sources.
+
+With --calibration fleet it asks the server (GPUFLEET_SERVER, --context) for
+the fleet's newest benchmark figures and plans each GPU model the fleet
+measured with its measured memory bandwidth and matrix product rates
+instead of the built-in efficiencies, saying so in the candidate's notes
+(docs/BENCH.md).`,
 		Example: `  gpufleet plan --model llama-3.1-70b
   gpufleet plan --model llama-3.1-8b --gpu l4,a10g,h100-sxm-80gb --batch max
   gpufleet plan --model mixtral-8x7b-v0.1 --precision fp8 --latency-target-ms 30
@@ -245,7 +255,7 @@ performance. docs/POWER.md has the model and its sources.`,
   gpufleet plan --model ./config.json --gpu h100-sxm-80gb -o json
   gpufleet plan --model llama-3.1-405b --precision fp8 --rack-power 17.3kW --rack-cooling 20kW --rack-units 42`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := e.loadCatalog()
 			if err != nil {
 				return err
@@ -253,6 +263,25 @@ performance. docs/POWER.md has the model and its sources.`,
 			req, err := pf.request(cat)
 			if err != nil {
 				return err
+			}
+			switch calibration {
+			case "builtin":
+			case "fleet":
+				c := &clientEnv{env: e, now: time.Now}
+				cl, err := c.client(cmd)
+				if err != nil {
+					return fmt.Errorf("--calibration fleet: %w", err)
+				}
+				list, err := cl.BenchResults(cmd.Context(), api.BenchQuery{})
+				if err != nil {
+					return fmt.Errorf("--calibration fleet: %w", err)
+				}
+				req.Calibration = bench.Calibration(list.Results)
+				if len(req.Calibration) == 0 {
+					fmt.Fprintln(e.stderr, "gpufleet plan: the fleet has no benchmark figures yet; planning with the built-in efficiencies")
+				}
+			default:
+				return usageErr("--calibration %s: expected builtin or fleet", gpufleet.Quote(calibration))
 			}
 			plan, err := planner.Run(req, cat.All())
 			if err != nil {
@@ -265,6 +294,7 @@ performance. docs/POWER.md has the model and its sources.`,
 		},
 	}
 	pf.bind(cmd.Flags())
+	cmd.Flags().StringVar(&calibration, "calibration", "builtin", "builtin (the planner's sourced efficiencies) or fleet (each GPU model's measured figures from the server's benchmarks)")
 	cmd.Flags().StringVar(&pf.rackPower, "rack-power", "", "facility check: a rack's power budget (17.3kW): nodes per rack, racks needed, power in total")
 	cmd.Flags().StringVar(&pf.rackCooling, "rack-cooling", "", "facility check: the heat a rack's cooling removes (20kW)")
 	cmd.Flags().IntVar(&pf.rackUnits, "rack-units", 0, "facility check: rack units for nodes (42)")
