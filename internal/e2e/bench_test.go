@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
+)
+
+// TestBenchFlagsAndGatesADegradedCard runs real agents on simulated GPUs:
+// each measures its GPUs before joining, a card whose memory is injected
+// slow is flagged degraded after a bench run on its cordoned node, the
+// return-to-service check fails on the benchmark while it stays slow and
+// passes once it is fixed.
+func TestBenchFlagsAndGatesADegradedCard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a")
+	ctx := t.Context()
+	for i := range 3 {
+		startAgent(t, p, f.admin, fmt.Sprintf("b%d", i), "h100-sxm-80gb:2")
+	}
+	eventually(t, 30*time.Second, "join figures of six GPUs", func() error {
+		list, err := f.admin.BenchResults(ctx, api.BenchQuery{GPUModel: "h100-sxm-80gb"})
+		if err != nil {
+			return err
+		}
+		gpus := map[string]bool{}
+		for _, r := range list.Results {
+			if r.Trigger == bench.TriggerJoin && r.Name == "copy" {
+				gpus[r.UUID] = true
+			}
+		}
+		if len(gpus) != 6 {
+			return fmt.Errorf("join copy figures of %d GPUs", len(gpus))
+		}
+		return nil
+	})
+	gpu := 1
+	if _, err := f.admin.InjectFault(ctx, "b2", api.FaultRequest{GPU: &gpu, Kind: "slow-memory"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.NodeAction(ctx, "b2", api.Cordon); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI orders the bench through the server and waits for it.
+	out, err := exec.Command(binary(t), "bench", "run", "b2", "--tests", "copy", "--timeout", "30s", "--server", p.url, "--token", adminToken).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "DEGRADED") {
+		t.Fatalf("gpufleet bench run: %v\n%s", err, out)
+	}
+	eventually(t, 20*time.Second, "b2 gpu 1 degraded", func() error {
+		n, err := f.admin.Node(ctx, "b2")
+		if err != nil || n.GPUs[1].Health != gpufleet.Degraded || !strings.Contains(n.GPUs[1].Reason, "copy at 0.6") {
+			return fmt.Errorf("b2 %+v, %v", n.GPUs, err)
+		}
+		return nil
+	})
+
+	repair := func() {
+		t.Helper()
+		if _, err := f.admin.NodeAction(ctx, "b2", api.Drain); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "b2 in repair", func() error {
+			if n, err := f.admin.Node(ctx, "b2"); err != nil || n.State != gpufleet.NodeRepairing {
+				return fmt.Errorf("b2 %s, %v", n.State, err)
+			}
+			return nil
+		})
+		if _, err := f.admin.NodeAction(ctx, "b2", api.Repaired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repair()
+	eventually(t, 30*time.Second, "validation fails on the benchmark", func() error {
+		n, err := f.admin.Node(ctx, "b2")
+		if err != nil || n.State != gpufleet.NodeRepairing || !strings.Contains(n.StateReason, "benchmark under the gate: GPU 1: copy") {
+			return fmt.Errorf("b2 %s (%s), %v", n.State, n.StateReason, err)
+		}
+		return nil
+	})
+	if _, err := f.admin.ClearFaults(ctx, "b2", 1); err != nil {
+		t.Fatal(err)
+	}
+	repair()
+	eventually(t, 30*time.Second, "validation passes", func() error {
+		n, err := f.admin.Node(ctx, "b2")
+		if err != nil || n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy {
+			return fmt.Errorf("b2 %s %s (%s), %v", n.State, n.Health, n.HealthReason, err)
+		}
+		return nil
+	})
+}
+
+// TestWorkloadBenchAcrossThreeModels runs the dev stand-in workload on
+// H100, A100 and L4 agents through the scheduler with the CLI and reads
+// the stored report.
+func TestWorkloadBenchAcrossThreeModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a")
+	ctx := t.Context()
+	for _, m := range []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4"} {
+		startAgent(t, p, f.admin, "w-"+strings.Split(m, "-")[0], m+":1")
+	}
+	eventually(t, 20*time.Second, "three nodes", func() error {
+		ns, err := f.admin.Nodes(ctx)
+		if err != nil || len(ns) != 3 {
+			return fmt.Errorf("nodes %d, %v", len(ns), err)
+		}
+		return nil
+	})
+	script, err := filepath.Abs("../../examples/bench/sim-decode.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary(t), "bench", "workload", "--gpu-models", "a100-sxm-80gb,h100-sxm-80gb,l4", "--metric", `decode throughput: ([0-9.]+) tokens/s`,
+		"--unit", "tokens", "--model", "llama-3.1-8b", "--env", "SECONDS_TO_RUN=3", "--sim-load", "memory", "-o", "json",
+		"--server", p.url, "--token", f.tokens["team-a"], "--", script).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("gpufleet bench workload: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"done": true`) {
+		t.Fatalf("report not done:\n%s", out)
+	}
+	list, err := f.members["team-a"].WorkloadBenches(ctx)
+	if err != nil || len(list) != 1 || len(list[0].Rows) != 3 {
+		t.Fatalf("stored workload benches: %+v, %v", list, err)
+	}
+	for _, r := range list[0].Rows {
+		if r.State != "succeeded" || r.Throughput == nil || r.USDPerMillion == nil || r.JoulesPerUnit == nil || r.Predicted == nil {
+			t.Errorf("%s row: %+v", r.GPUModel, r)
+		}
+	}
+	// Memory-bound decode: H100 ahead of A100 ahead of L4, as their bandwidths.
+	tp := map[string]float64{}
+	for _, r := range list[0].Rows {
+		if r.Throughput != nil {
+			tp[r.GPUModel] = *r.Throughput
+		}
+	}
+	if !(tp["h100-sxm-80gb"] > tp["a100-sxm-80gb"] && tp["a100-sxm-80gb"] > tp["l4"]) {
+		t.Errorf("throughputs %v", tp)
+	}
+}
