@@ -17,8 +17,10 @@ const (
 	MaxMeasurements = 4096
 	// MaxRuns bounds the runs of one figure.
 	MaxRuns = 1000
-	// MaxRate bounds a rate: far above any device (1e18 = an exa-op per
-	// second).
+	// MinRate and MaxRate bound a rate: one byte or operation per second
+	// is far below any device, an exa-op per second far above, and within
+	// them every figure's spread and ratio stays finite.
+	MinRate = 1
 	MaxRate = 1e18
 	maxText = 256
 )
@@ -76,8 +78,8 @@ func (m *Measurement) validate(field string) error {
 		return bad("rates", "%d runs: expected 1 to %d", len(m.Rates), MaxRuns)
 	}
 	for j, r := range m.Rates {
-		if math.IsNaN(r) || r <= 0 || r > MaxRate {
-			return bad(fmt.Sprintf("rates[%d]", j), "%g: expected a positive rate below %g", r, MaxRate)
+		if math.IsNaN(r) || r < MinRate || r > MaxRate {
+			return bad(fmt.Sprintf("rates[%d]", j), "%g: expected a rate from %g to %g per second", r, float64(MinRate), MaxRate)
 		}
 	}
 	return nil
