@@ -12,11 +12,9 @@ import (
 )
 
 // DefaultGate is the fraction of its model's fleet median below which a
-// GPU's figure makes it degraded: 0.9, under the ~3-8% spread NVIDIA's
-// own diagnostics allow between healthy cards of one model (DCGM's
-// targeted stress and memory bandwidth plugins fail a card at a fixed
-// fraction of the expected figure) while catching a card that lost a
-// tenth.
+// GPU's figure makes it degraded: healthy cards of one model measure
+// within a few percent of each other (docs/BENCH.md), so a card a tenth
+// under its siblings has lost something.
 const DefaultGate = 0.9
 
 // MinPeers is how many other GPUs of a model must have a figure before
