@@ -216,12 +216,9 @@ func newBenchRunCmd(c *clientEnv) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			node := args[0]
 			req := api.BenchRequest{Full: full}
-			ts, err := bench.ParseTests(tests)
-			if err != nil {
+			var err error
+			if req.Tests, err = bench.ParseTests(tests); err != nil {
 				return fmt.Errorf("--tests: %w", err)
-			}
-			if tests != "all" && tests != "" {
-				req.Tests = ts
 			}
 			if req.GPUs, err = bench.ParseGPUs(gpus, gpufleet.MaxNodeGPUs); err != nil {
 				return fmt.Errorf("--gpus: %w", err)

@@ -1246,21 +1246,18 @@ func (b *Backend) measureP2P(ctx context.Context, ds []*device, o bench.Options,
 		}
 	}
 	var errs []error
-	for i, from := range ds {
-		for j, to := range ds {
-			if i == j {
-				continue
+	for _, pair := range o.Pairs(len(ds)) {
+		i, j := pair[0], pair[1]
+		from, to := ds[i], ds[j]
+		m, err := b.measurePair(ctx, from, to, bufs[i], bufs[j], size, o, progress)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ms, err
 			}
-			m, err := b.measurePair(ctx, from, to, bufs[i], bufs[j], size, o, progress)
-			if err != nil {
-				if ctx.Err() != nil {
-					return ms, err
-				}
-				errs = append(errs, fmt.Errorf("gpu %d to %d: %w", from.index, to.index, err))
-				continue
-			}
-			ms = append(ms, m)
+			errs = append(errs, fmt.Errorf("gpu %d to %d: %w", from.index, to.index, err))
+			continue
 		}
+		ms = append(ms, m)
 	}
 	return ms, errors.Join(errs...)
 }
