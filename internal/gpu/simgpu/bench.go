@@ -20,8 +20,7 @@ var _ bench.Backend = (*Backend)(nil)
 const (
 	// CopyEfficiency: a large device-to-device copy reaches about 90% of
 	// datasheet bandwidth (H200: about 4.3 of 4.8 TB/s as PyTorch measures
-	// it, ../.library/device/METHOD.md and issue 19; H100 SXM about 3.0 of
-	// 3.35 TB/s).
+	// it, issue 19; H100 SXM about 3.0 of 3.35 TB/s).
 	CopyEfficiency = 0.90
 	// TensorGEMMEfficiency: a large bf16/fp16 product through cuBLASLt
 	// reaches about 80% of dense peak (H200: about 790 of 989 TFLOP/s).
