@@ -138,7 +138,7 @@ func TestBenchJudgesAgainstTheFleetAndGatesValidation(t *testing.T) {
 	for _, r := range hist.Results {
 		triggers = append(triggers, string(r.Trigger))
 	}
-	if slices.Compact(slices.Sorted(slices.Values(triggers))); !slices.Contains(triggers, "validation") || !slices.Contains(triggers, "manual") {
+	if !slices.Contains(triggers, "validation") || !slices.Contains(triggers, "manual") {
 		t.Errorf("history triggers %v", triggers)
 	}
 }

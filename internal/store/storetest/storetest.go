@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -36,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"racks":                            testRacks,
 		"stacks":                           testStacks,
 		"rollouts":                         testRollouts,
+		"bench results and workloads":      testBench,
 		"tokens":                           testTokens,
 		"join tokens":                      testJoinTokens,
 		"node credentials":                 testNodeCredentials,
@@ -1657,4 +1659,86 @@ func testRollouts(t *testing.T, s store.Store) {
 		t.Errorf("rollout events %v", kinds)
 	}
 	wantErr(t, "versions of an unknown node", s.SetNodeVersions(ctx, "nope", map[string]string{"driver": "1"}, T0), gpufleet.ErrNotFound)
+}
+
+func testBench(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	res := func(node, uuid, model, name string, peer *int, v float64, at time.Time) bench.Result {
+		return bench.Result{Figure: bench.Figure{Measurement: bench.Measurement{Name: name, Test: bench.Copy, UUID: uuid, Model: model, GPUs: 1,
+			Peer: peer, Unit: bench.BytesPerS, Rates: []float64{v}}, Value: v, Runs: 1}, Node: node, At: at, Trigger: bench.TriggerJoin, Order: "o"}
+	}
+	one := 1
+	rs := []bench.Result{
+		res("n1", "u1", "h100", "copy", nil, 1, T0),
+		res("n1", "u1", "h100", "p2p", &one, 2, T0),
+		res("n2", "u2", "a100", "copy", nil, 3, T0),
+	}
+	if err := s.AddBenchResults(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddBenchResults(ctx, []bench.Result{res("n1", "u1", "h100", "copy", nil, 4, T0.Add(time.Minute))}); err != nil {
+		t.Fatal(err)
+	}
+	values := func(f store.BenchFilter) []float64 {
+		t.Helper()
+		got, err := s.BenchResults(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []float64
+		for _, r := range got {
+			out = append(out, r.Value)
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		f    store.BenchFilter
+		want []float64
+	}{
+		"all, oldest first":          {store.BenchFilter{}, []float64{1, 2, 3, 4}},
+		"latest per gpu and figure":  {store.BenchFilter{Latest: true}, []float64{2, 3, 4}},
+		"one node's latest":          {store.BenchFilter{Node: "n1", Latest: true}, []float64{2, 4}},
+		"one model":                  {store.BenchFilter{Model: "a100"}, []float64{3}},
+		"newest two, oldest first":   {store.BenchFilter{Limit: 2}, []float64{3, 4}},
+		"nothing for an unknown one": {store.BenchFilter{Node: "n9"}, nil},
+	} {
+		if got := values(tc.f); !cmp.Equal(got, tc.want, equateEmpty) {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	got, _ := s.BenchResults(ctx, store.BenchFilter{Node: "n1", Latest: true})
+	if diff := cmp.Diff(rs[1], got[0], cmpopts.EquateApproxTime(time.Microsecond)); diff != "" {
+		t.Errorf("a result does not read back as written (-want +got):\n%s", diff)
+	}
+
+	w := bench.Workload{ID: "wb-1", Team: "team-a", CreatedBy: "token:x", CreatedAt: T0, GPUModels: []string{"h100", "l4"}, GPUs: 1,
+		Metric: "tok/s=([0-9]+)", Unit: "tokens", Command: []string{"./b.sh"}, Jobs: []bench.WorkloadJob{{GPUModel: "h100", JobID: "j1"}}}
+	w2 := w
+	w2.ID, w2.Team, w2.CreatedAt = "wb-2", "team-b", T0.Add(time.Hour)
+	for _, x := range []bench.Workload{w, w2} {
+		if err := s.PutWorkloadBench(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Jobs = append(w.Jobs, bench.WorkloadJob{GPUModel: "l4", JobID: "j2"})
+	if err := s.PutWorkloadBench(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	back, err := s.WorkloadBench(ctx, "wb-1")
+	if err != nil || !cmp.Equal(back, w, cmpopts.EquateApproxTime(time.Microsecond)) {
+		t.Errorf("workload bench reads back %+v, %v", back, err)
+	}
+	_, err = s.WorkloadBench(ctx, "wb-9")
+	wantErr(t, "unknown workload bench", err, gpufleet.ErrNotFound)
+	for team, want := range map[string][]string{"": {"wb-2", "wb-1"}, "team-a": {"wb-1"}, "team-c": nil} {
+		ws, err := s.WorkloadBenches(ctx, team)
+		var ids []string
+		for _, x := range ws {
+			ids = append(ids, x.ID)
+		}
+		if err != nil || !cmp.Equal(ids, want, equateEmpty) {
+			t.Errorf("workload benches of %q: %v, %v; want %v", team, ids, err, want)
+		}
+	}
+	wantErr(t, "a workload bench without a team", s.PutWorkloadBench(ctx, bench.Workload{ID: "wb-3"}), gpufleet.ErrInvalid)
 }
