@@ -35,6 +35,7 @@ import (
 type serverFlags struct {
 	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
 	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention, credentialTTL     time.Duration
+	benchRetention                                                                            time.Duration
 	// Health and failover.
 	spare              []string // MODEL=N
 	quarantineFraction float64
@@ -66,6 +67,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	durationFlag(fs, &f.fenceAfter, "fence-after", d.FenceAfter, "silence after which agents stop their own attempts")
 	durationFlag(fs, &f.leaseTTL, "lease-ttl", d.LeaseTTL, "leadership lease")
 	durationFlag(fs, &f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
+	durationFlag(fs, &f.benchRetention, "bench-retention", d.BenchRetention, "how long benchmark figures are kept (each GPU's newest is always kept)")
 	durationFlag(fs, &f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
 	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a GPU class or catalog model free for production failover, as CLASS=N (repeatable)")
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
@@ -169,7 +171,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	cfg.Policy, cfg.Tick, cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LeaseTTL = f.policy, f.tick, f.heartbeat, f.heartbeatGrace, f.fenceAfter, f.leaseTTL
-	cfg.RollupRetention, cfg.CredentialTTL = f.rollupRetention, f.credentialTTL
+	cfg.RollupRetention, cfg.CredentialTTL, cfg.BenchRetention = f.rollupRetention, f.credentialTTL, f.benchRetention
 	cfg.Health.QuarantineMaxFraction, cfg.Health.ThrottleSustain = f.quarantineFraction, f.throttleSustain
 	if f.quarantineFraction <= 0 || f.quarantineFraction > 1 {
 		return usageErr("--quarantine-max-fraction %g: expected a fraction in (0, 1]", f.quarantineFraction)

@@ -29,8 +29,13 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		_, err := agent.beat(ctx)
 		return err
 	})
+	wb, err := f.members["team-b"].StartWorkloadBench(ctx, api.WorkloadBenchRequest{GPUModels: []string{"h100-sxm-80gb"},
+		Job: gpufleet.JobRequest{Command: []string{"secret-b"}, Resources: gpufleet.Resources{GPUs: 1}, Work: &gpufleet.WorkCounter{Metric: "x=([0-9]+)"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tokA := f.tokens["team-a"]
-	secret := []string{jb.ID, "secret-b", "team-b"}
+	secret := []string{jb.ID, "secret-b", "team-b", wb.ID}
 
 	do := func(method, path, body, token string) (int, string) {
 		req, _ := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
@@ -103,6 +108,19 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"DELETE /api/v1/nodes/{name}/faults": func(t *testing.T) {
 			c, b := do("DELETE", "/api/v1/nodes/n1/faults?gpu=0", "", tokA)
 			want(t, c, 403, b)
+		},
+		// Benchmark figures are fleet inventory, like nodes: members read
+		// them, only admins order a bench; workload benches are a team's.
+		"POST /api/v1/nodes/{name}/bench": func(t *testing.T) { c, b := do("POST", "/api/v1/nodes/n1/bench", `{}`, tokA); want(t, c, 403, b) },
+		"GET /api/v1/bench/results":       func(t *testing.T) { c, b := do("GET", "/api/v1/bench/results?history=1", "", tokA); want(t, c, 200, b) },
+		"POST /api/v1/bench/workloads": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/bench/workloads", `{"gpu_models":["h100-sxm-80gb"],"job":{"team":"team-b","command":["x"],"resources":{"gpus":1},"work":{"metric":"x=([0-9]+)"}}}`, tokA)
+			want(t, c, 404, b)
+		},
+		"GET /api/v1/bench/workloads": func(t *testing.T) { c, b := do("GET", "/api/v1/bench/workloads", "", tokA); want(t, c, 200, b) },
+		"GET /api/v1/bench/workloads/{id}": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/bench/workloads/"+wb.ID, "", tokA)
+			want(t, c, 404, b)
 		},
 		"POST /api/v1/agent/logs/{id}": func(t *testing.T) {
 			// A member token is no node credential; and a node may only

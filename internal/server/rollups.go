@@ -159,6 +159,15 @@ func (s *Server) flushRollups(ctx context.Context, now time.Time, all bool) erro
 		if n > 0 {
 			s.log.Debug("pruned rollups", "rows", n, "retention", s.cfg.RollupRetention)
 		}
+		if s.cfg.BenchRetention > 0 {
+			n, err := s.st.PruneBenchResults(ctx, now.Add(-s.cfg.BenchRetention))
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				s.log.Debug("pruned bench results", "rows", n, "retention", s.cfg.BenchRetention)
+			}
+		}
 	}
 	return nil
 }

@@ -73,6 +73,9 @@ type Config struct {
 	Spare map[string]int
 	// RollupRetention is how long per-GPU one-minute rollups are kept.
 	RollupRetention time.Duration
+	// BenchRetention is how long benchmark figures are kept (each GPU's
+	// newest of each figure is kept whatever its age).
+	BenchRetention time.Duration
 	// PUE is the facility's power usage effectiveness where a rack gives
 	// none (power.DefaultPUE); Intensity the grid's carbon intensity
 	// (power.DefaultIntensity, or an hourly file).
@@ -94,6 +97,7 @@ func Default() Config {
 		LostMargin:      10 * time.Second,
 		IdleCycle:       5 * time.Second,
 		RollupRetention: 7 * 24 * time.Hour,
+		BenchRetention:  90 * 24 * time.Hour,
 		PUE:             power.DefaultPUE,
 		Intensity:       power.Intensity{Constant: power.DefaultIntensity},
 		Health:          health.DefaultConfig(),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/bench"
 )
@@ -86,6 +87,23 @@ func (s *SQL) BenchResults(ctx context.Context, f BenchFilter) ([]bench.Result, 
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, err
+}
+
+// PruneBenchResults deletes figures measured before before, except each
+// GPU's newest of each figure (the fleet rule judges those), and says how
+// many it deleted.
+func (s *SQL) PruneBenchResults(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM bench_results WHERE at < ?
+	AND id NOT IN (SELECT MAX(id) FROM bench_results GROUP BY gpu_uuid, name, peer)`), nanos(before))
+		if err != nil {
+			return fmt.Errorf("prune bench results: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }
 
 // PutWorkloadBench creates or replaces a workload bench.

@@ -242,6 +242,9 @@ type Store interface {
 	// WorkloadBenches lists a team's (every team's for ""), newest first.
 	AddBenchResults(ctx context.Context, rs []bench.Result) error
 	BenchResults(ctx context.Context, f BenchFilter) ([]bench.Result, error)
+	// PruneBenchResults deletes figures older than before but each GPU's
+	// newest of each figure, and says how many.
+	PruneBenchResults(ctx context.Context, before time.Time) (int64, error)
 	PutWorkloadBench(ctx context.Context, w bench.Workload) error
 	WorkloadBench(ctx context.Context, id string) (bench.Workload, error)
 	WorkloadBenches(ctx context.Context, team string) ([]bench.Workload, error)

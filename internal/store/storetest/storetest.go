@@ -1706,6 +1706,14 @@ func testBench(t *testing.T, s store.Store) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}
+	// Pruning keeps each GPU's newest figure whatever its age.
+	n, err := s.PruneBenchResults(ctx, T0.Add(time.Hour))
+	if err != nil || n != 1 {
+		t.Errorf("pruned %d, %v; want the one superseded copy", n, err)
+	}
+	if got := values(store.BenchFilter{}); !cmp.Equal(got, []float64{2, 3, 4}) {
+		t.Errorf("after pruning: %v", got)
+	}
 	got, _ := s.BenchResults(ctx, store.BenchFilter{Node: "n1", Latest: true})
 	if diff := cmp.Diff(rs[1], got[0], cmpopts.EquateApproxTime(time.Microsecond)); diff != "" {
 		t.Errorf("a result does not read back as written (-want +got):\n%s", diff)
