@@ -837,7 +837,21 @@ func (b *Backend) timeRuns(ctx context.Context, sc *scope, d *device, s C.CUstre
 // sync waits for everything on the current context.
 func (b *Backend) sync() error { return b.cu(C.gf_cuCtxSynchronize(b.api), "cuCtxSynchronize") }
 
-// poison fills n bytes at p with 0xFF (NaN in every float format) and
+// checkedRun is the run a result check reads: the output poisoned after
+// the timed runs (which would otherwise have left a right answer behind),
+// op once, and a wait, so that a run that wrote nothing fails the check.
+func (b *Backend) checkedRun(poison, op func() error) error {
+	if err := poison(); err != nil {
+		return err
+	}
+	if err := op(); err != nil {
+		return err
+	}
+	return b.sync()
+}
+
+// poison fills n bytes at p with 0xFF (NaN in every float format, -1 as an
+// int32, which the exact int8 comparison still catches) and
 // waits, so that a result nobody wrote shows.
 func (b *Backend) poison(p C.CUdeviceptr, n int64) error {
 	if err := b.cu(C.gf_cuMemsetD8(b.api, p, 0xFF, C.size_t(n)), "cuMemsetD8"); err != nil {
@@ -927,10 +941,14 @@ func (b *Backend) measureCopy(ctx context.Context, d *device, o bench.Options, p
 		return m, err
 	}
 	progress(fmt.Sprintf("gpu %d: copy %s x%d", d.index, humanBytes(size), o.Runs()))
-	secs, err := b.timeRuns(ctx, sc, d, s, o.Runs(), func() error {
+	copyOnce := func() error {
 		return b.cu(C.gf_cuMemcpyDtoDAsync(b.api, dst, src, C.size_t(size), s), "cuMemcpyDtoDAsync")
-	})
+	}
+	secs, err := b.timeRuns(ctx, sc, d, s, o.Runs(), copyOnce)
 	if err != nil {
+		return m, err
+	}
+	if err := b.checkedRun(func() error { return b.poison(dst, size) }, copyOnce); err != nil {
 		return m, err
 	}
 	n, err := b.checkDevice(dst, size, seed)
@@ -1174,11 +1192,15 @@ func (b *Backend) measureHostCopies(ctx context.Context, d *device, o bench.Opti
 	}
 
 	progress(fmt.Sprintf("gpu %d: h2d %s x%d", d.index, humanBytes(size), o.Runs()))
-	secs, err := b.timeRuns(ctx, sc, d, s, o.Runs(), func() error {
+	h2dOnce := func() error {
 		return b.cu(C.gf_cuMemcpyHtoDAsync(b.api, dev, hp, C.size_t(size), s), "cuMemcpyHtoDAsync")
-	})
+	}
+	secs, err := b.timeRuns(ctx, sc, d, s, o.Runs(), h2dOnce)
 	if err != nil {
 		return nil, err
+	}
+	if err := b.checkedRun(func() error { return b.poison(dev, size) }, h2dOnce); err != nil {
+		return nil, fmt.Errorf("h2d: %w", err)
 	}
 	n, err := b.checkDevice(dev, size, seed)
 	if err != nil {
@@ -1186,20 +1208,27 @@ func (b *Backend) measureHostCopies(ctx context.Context, d *device, o bench.Opti
 	}
 	ms = append(ms, measurement("h2d", secs, n))
 
-	// Poison sampled regions of the host buffer; the copies back must
-	// restore them.
+	// Poison sampled regions of the host buffer; the checked copy back
+	// must restore them.
 	regions := sampleRegions(size, checkRegion, checkRegions, rand.New(rand.NewPCG(seed, 1)))
-	for _, off := range regions {
-		r := host[off : off+checkRegion]
-		for i := range r {
-			r[i] = 0xFF
+	poisonHost := func() error {
+		for _, off := range regions {
+			r := host[off : off+checkRegion]
+			for i := range r {
+				r[i] = 0xFF
+			}
 		}
+		return nil
 	}
 	progress(fmt.Sprintf("gpu %d: d2h %s x%d", d.index, humanBytes(size), o.Runs()))
-	secs, err = b.timeRuns(ctx, sc, d, s, o.Runs(), func() error {
+	d2hOnce := func() error {
 		return b.cu(C.gf_cuMemcpyDtoHAsync(b.api, hp, dev, C.size_t(size), s), "cuMemcpyDtoHAsync")
-	})
+	}
+	secs, err = b.timeRuns(ctx, sc, d, s, o.Runs(), d2hOnce)
 	if err != nil {
+		return ms, fmt.Errorf("d2h: %w", err)
+	}
+	if err := b.checkedRun(poisonHost, d2hOnce); err != nil {
 		return ms, fmt.Errorf("d2h: %w", err)
 	}
 	for _, off := range regions {
@@ -1297,10 +1326,23 @@ func (b *Backend) measurePair(ctx context.Context, from, to *device, src, dst pe
 		return m, err
 	}
 	progress(fmt.Sprintf("gpu %d to %d: p2p %s %s x%d", from.index, to.index, humanBytes(size), route, o.Runs()))
-	secs, err := b.timeRuns(ctx, sc, from, s, o.Runs(), func() error {
+	pairOnce := func() error {
 		return b.cu(C.gf_cuMemcpyPeerAsync(b.api, dst.dst, to.ctx, src.src, from.ctx, C.size_t(size), s), "cuMemcpyPeerAsync")
-	})
+	}
+	secs, err := b.timeRuns(ctx, sc, from, s, o.Runs(), pairOnce)
 	if err != nil {
+		return m, err
+	}
+	poisonDst := func() error { // on to's context, then back on from's
+		if err := b.use(to); err != nil {
+			return err
+		}
+		if err := b.poison(dst.dst, size); err != nil {
+			return err
+		}
+		return b.use(from)
+	}
+	if err := b.checkedRun(poisonDst, pairOnce); err != nil {
 		return m, err
 	}
 	if err := b.use(to); err != nil {
@@ -1382,7 +1424,11 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 			})
 		}
 	}
-	allReduce := func(timed bool) error {
+	// allReduce enqueues n all-reduces back to back on every rank's
+	// stream, between the ranks' timer events when timed: one collective
+	// per timed run would count NCCL's launch on the host as transfer time
+	// (nccl-tests times 20 in a row).
+	allReduce := func(timed bool, n int) error {
 		for _, r := range ranks {
 			if err := b.use(r.d); err != nil {
 				return err
@@ -1393,16 +1439,18 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 				}
 			}
 		}
-		if err := b.nc(C.gf_ncclGroupStart(b.api), "ncclGroupStart"); err != nil {
-			return err
-		}
-		var errs []error
-		for i, r := range ranks {
-			errs = append(errs, b.nc(C.gf_ncclAllReduceSum(b.api, r.send, r.recv, C.size_t(count), comms[i], r.s), "ncclAllReduce"))
-		}
-		errs = append(errs, b.nc(C.gf_ncclGroupEnd(b.api), "ncclGroupEnd"))
-		if err := errors.Join(errs...); err != nil {
-			return err
+		for range n {
+			if err := b.nc(C.gf_ncclGroupStart(b.api), "ncclGroupStart"); err != nil {
+				return err
+			}
+			var errs []error
+			for i, r := range ranks {
+				errs = append(errs, b.nc(C.gf_ncclAllReduceSum(b.api, r.send, r.recv, C.size_t(count), comms[i], r.s), "ncclAllReduce"))
+			}
+			errs = append(errs, b.nc(C.gf_ncclGroupEnd(b.api), "ncclGroupEnd"))
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
 		}
 		for _, r := range ranks {
 			if err := b.use(r.d); err != nil {
@@ -1416,10 +1464,12 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 		}
 		return nil
 	}
-	for range warmups {
-		if err := allReduce(false); err != nil {
-			return nil, err
-		}
+	perRun := allReducesPerRun
+	if o.Quick {
+		perRun = quickAllReducesPerRun
+	}
+	if err := allReduce(false, warmups); err != nil {
+		return nil, err
 	}
 	for _, r := range ranks {
 		if err := b.use(r.d); err != nil {
@@ -1429,13 +1479,13 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 			return nil, err
 		}
 	}
-	progress(fmt.Sprintf("allreduce %s x%d on %d GPUs", humanBytes(size), o.Runs(), len(ds)))
+	progress(fmt.Sprintf("allreduce %s x%d (%d per run) on %d GPUs", humanBytes(size), o.Runs(), perRun, len(ds)))
 	var bus []float64
 	for range o.Runs() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := allReduce(true); err != nil {
+		if err := allReduce(true, perRun); err != nil {
 			return nil, err
 		}
 		slowest := 0.0
@@ -1449,7 +1499,33 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 			}
 			slowest = max(slowest, sec)
 		}
-		bus = append(bus, busBandwidth(float64(size), slowest, len(ds)))
+		bus = append(bus, busBandwidth(float64(size), slowest/float64(perRun), len(ds)))
+	}
+	// The checked run: every rank's output poisoned, one all-reduce, a wait.
+	poisonRecv := func() error {
+		for _, r := range ranks {
+			if err := b.use(r.d); err != nil {
+				return err
+			}
+			if err := b.poison(r.recv, size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := poisonRecv(); err != nil {
+		return nil, err
+	}
+	if err := allReduce(false, 1); err != nil {
+		return nil, err
+	}
+	for _, r := range ranks {
+		if err := b.use(r.d); err != nil {
+			return nil, err
+		}
+		if err := b.cu(C.gf_cuStreamSynchronize(b.api, r.s), "cuStreamSynchronize"); err != nil {
+			return nil, err
+		}
 	}
 	n, err := b.checkSums(ranks, size)
 	if err != nil {

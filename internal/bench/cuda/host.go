@@ -34,11 +34,16 @@ const (
 // Method constants (docs/BENCH.md): warm-up runs before the
 // timed ones, and how much of each result is compared on the host.
 const (
-	warmups       = 3
-	checkRegions  = 16        // sampled regions of a copied buffer
-	checkRegion   = 256 * kib // bytes in each: 4 MiB compared in all
-	gemmSamples   = 64        // sampled elements of a product
-	workspaceSize = 32 * mib  // cuBLASLt workspace (the size cuBLAS advises for Hopper)
+	warmups = 3
+	// allReducesPerRun all-reduces sit between one timed run's events
+	// (quickAllReducesPerRun with --quick), as nccl-tests times 20 in a
+	// row, so that NCCL's launch on the host is not counted as transfer.
+	allReducesPerRun      = 20
+	quickAllReducesPerRun = 5
+	checkRegions          = 16        // sampled regions of a copied buffer
+	checkRegion           = 256 * kib // bytes in each: 4 MiB compared in all
+	gemmSamples           = 64        // sampled elements of a product
+	workspaceSize         = 32 * mib  // cuBLASLt workspace (the size cuBLAS advises for Hopper)
 )
 
 // libraryPaths lists what to hand dlopen for a library known by names:
