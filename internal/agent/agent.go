@@ -500,8 +500,8 @@ func (a *Agent) beat(ctx context.Context) error {
 		Samples: a.summarise(), FaultAcks: slices.Clone(a.acks)}
 	sent := a.trimEvidence(req.Samples)
 	req.MissingGPUs = slices.Clone(a.missing)
-	req.Validations = a.validationResults()
-	req.Bench = a.benchReports()
+	req.Validations = finished(a.validations)
+	req.Bench = finished(a.benches)
 	req.Updates = a.updateResults(a.updateAsked)
 	inv := a.sendInventory
 	if inv {
@@ -642,11 +642,20 @@ func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
 	for _, o := range resp.Validate {
 		a.startValidation(ctx, o)
 	}
-	a.forgetValidations(resp.Validate)
 	for _, o := range resp.Bench {
 		a.startBench(ctx, o)
 	}
-	a.forgetBenches(resp.Bench)
+	var validations, benches []string
+	for _, o := range resp.Validate {
+		validations = append(validations, o.ID)
+	}
+	for _, o := range resp.Bench {
+		benches = append(benches, o.ID)
+	}
+	a.mu.Lock()
+	forget(a.validations, validations)
+	forget(a.benches, benches)
+	a.mu.Unlock()
 	asked := make([]string, 0, len(resp.Update))
 	for _, o := range resp.Update {
 		asked = append(asked, o.Key)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -756,4 +757,23 @@ func TestHeartbeatBacksOffWhileTheServerIsAway(t *testing.T) {
 			t.Errorf("%d heartbeats answered in the 30s after the server came back", len(cp.beats))
 		}
 	})
+}
+
+// TestClipKeepsDetailsValid: a bench detail cut to the API's bound stays
+// valid UTF-8, so the heartbeat that carries it is never refused.
+func TestClipKeepsDetailsValid(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abc", 10, "abc"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"}, // é is two bytes: never half of it
+		{"a\xffb", 10, "a?b"},
+	} {
+		if got := clip(tc.in, tc.n); got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
 }

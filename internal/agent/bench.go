@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/bench"
@@ -65,11 +67,24 @@ func (a *Agent) runBench(ctx context.Context, o api.BenchOrder) api.BenchReport 
 		skipped = append(skipped, fmt.Sprintf("benchmark failed: %v", err))
 	}
 	rep.Measurements = ms
-	rep.Detail = strings.Join(skipped, "; ")
-	if len(rep.Detail) > 4000 {
-		rep.Detail = rep.Detail[:4000]
-	}
+	rep.Detail = clip(strings.Join(skipped, "; "), maxBenchDetail)
 	return rep
+}
+
+// maxBenchDetail keeps a report's detail under the API's bound.
+const maxBenchDetail = 4000
+
+// clip cuts s to at most n bytes on a rune boundary, as valid UTF-8: a
+// detail the server refuses would lose the whole heartbeat.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // startBench runs a bench order once per id, in the background; the
@@ -92,31 +107,24 @@ func (a *Agent) startBench(ctx context.Context, o api.BenchOrder) {
 	}()
 }
 
-// benchReports are the finished bench orders, oldest id first; a.mu must
-// be held.
-func (a *Agent) benchReports() []api.BenchReport {
-	var out []api.BenchReport
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range a.benches {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
-		if r := a.benches[id]; r != nil {
+// finished lists the results of orders that ended (nil while one runs),
+// in id order: validations and bench reports alike.
+func finished[T any](m map[string]*T) []T {
+	var out []T
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		if r := m[id]; r != nil {
 			out = append(out, *r)
 		}
 	}
 	return out
 }
 
-// forgetBenches drops finished reports the server no longer asks for.
-func (a *Agent) forgetBenches(asked []api.BenchOrder) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, r := range a.benches {
-		if r != nil && !slices.ContainsFunc(asked, func(o api.BenchOrder) bool { return o.ID == id }) {
-			delete(a.benches, id)
+// forget drops the finished results whose orders the server no longer
+// sends (asked are the ids it sends now).
+func forget[T any](m map[string]*T, asked []string) {
+	for id, r := range m {
+		if r != nil && !slices.Contains(asked, id) {
+			delete(m, id)
 		}
 	}
 }

@@ -33,34 +33,6 @@ func (a *Agent) startValidation(ctx context.Context, o api.ValidationOrder) {
 	}()
 }
 
-// validationResults are the finished checks; a.mu must be held.
-func (a *Agent) validationResults() []api.ValidationResult {
-	var out []api.ValidationResult
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range a.validations {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
-		if r := a.validations[id]; r != nil {
-			out = append(out, *r)
-		}
-	}
-	return out
-}
-
-// forgetValidations drops finished checks the server no longer asks for.
-func (a *Agent) forgetValidations(asked []api.ValidationOrder) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, r := range a.validations {
-		if r != nil && !slices.ContainsFunc(asked, func(o api.ValidationOrder) bool { return o.ID == id }) {
-			delete(a.validations, id)
-		}
-	}
-}
-
 // validate is the return-to-service check (docs/RELIABILITY.md): the same
 // check on every backend, over fresh samples taken after a settling wait,
 // then the quick microbenchmarks (docs/BENCH.md), which the server judges
