@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -128,14 +129,17 @@ func (s *Server) recordBench(ctx context.Context, node string, trigger bench.Tri
 	if err := s.st.AddBenchResults(ctx, results); err != nil {
 		return nil, err
 	}
-	fleet, err := s.fleetBench(ctx, figs)
+	s.benchCache.forget(figs)
+	all, err := s.refreshBench(ctx, node)
 	if err != nil {
 		return nil, err
 	}
-	short := bench.Judge(figs, fleet, s.cfg.BenchGates)
-	if err := s.refreshBench(ctx, node); err != nil {
-		return nil, err
+	// The node's shortfalls among the figures just measured.
+	measured := map[string]bool{}
+	for _, f := range figs {
+		measured[f.UUID+"/"+f.Name] = true
 	}
+	short := slices.DeleteFunc(all, func(sf bench.Shortfall) bool { return !measured[sf.Figure.UUID+"/"+sf.Figure.Name] })
 	detail := fmt.Sprintf("%d figures (%s)", len(figs), trigger)
 	if len(short) > 0 {
 		var ev []string
@@ -153,6 +157,52 @@ func (s *Server) recordBench(ctx context.Context, node string, trigger bench.Tri
 	return short, nil
 }
 
+// benchCache holds each GPU model's newest figures as the store last
+// gave them, so that judging a thousand nodes at a leader's start reads
+// each model once. Recording figures of a model drops its entry; entries
+// also expire after benchCacheTTL, for the replicas that serve reads
+// while another records.
+type benchCache struct {
+	mu      sync.Mutex
+	byModel map[string]cachedFigures
+}
+
+type cachedFigures struct {
+	at time.Time
+	rs []bench.Result
+}
+
+// benchCacheTTL is how long a model's figures are read from the cache.
+const benchCacheTTL = 30 * time.Second
+
+func (c *benchCache) get(m string, now time.Time) ([]bench.Result, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byModel[m]
+	if !ok || now.Sub(e.at) >= benchCacheTTL || now.Before(e.at) {
+		return nil, false
+	}
+	return e.rs, true
+}
+
+func (c *benchCache) put(m string, rs []bench.Result, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byModel == nil {
+		c.byModel = map[string]cachedFigures{}
+	}
+	c.byModel[m] = cachedFigures{at: now, rs: rs}
+}
+
+// forget drops the models of figs.
+func (c *benchCache) forget(figs []bench.Figure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range figs {
+		delete(c.byModel, f.Model)
+	}
+}
+
 // fleetBench reads the newest figures of every GPU of the models figs
 // are of.
 func (s *Server) fleetBench(ctx context.Context, figs []bench.Figure) ([]bench.Result, error) {
@@ -164,21 +214,27 @@ func (s *Server) fleetBench(ctx context.Context, figs []bench.Figure) ([]bench.R
 		}
 	}
 	for _, m := range models {
-		rs, err := s.st.BenchResults(ctx, store.BenchFilter{Model: m, Latest: true})
-		if err != nil {
-			return nil, err
+		now := s.now()
+		rs, ok := s.benchCache.get(m, now)
+		if !ok {
+			var err error
+			if rs, err = s.st.BenchResults(ctx, store.BenchFilter{Model: m, Latest: true}); err != nil {
+				return nil, err
+			}
+			s.benchCache.put(m, rs, now)
 		}
 		out = append(out, rs...)
 	}
 	return out, nil
 }
 
-// refreshBench judges node's newest figures against the fleet and hands
-// the shortfalls to its health rules, which run at the next heartbeat.
-func (s *Server) refreshBench(ctx context.Context, node string) error {
+// refreshBench judges node's newest figures against the fleet, hands the
+// shortfalls to its health rules (which run at the next heartbeat) and
+// returns them.
+func (s *Server) refreshBench(ctx context.Context, node string) ([]bench.Shortfall, error) {
 	mine, err := s.st.BenchResults(ctx, store.BenchFilter{Node: node, Latest: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var figs []bench.Figure
 	for _, r := range mine {
@@ -186,10 +242,11 @@ func (s *Server) refreshBench(ctx context.Context, node string) error {
 	}
 	fleet, err := s.fleetBench(ctx, figs)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	short := bench.Judge(figs, fleet, s.cfg.BenchGates)
 	var out []health.BenchShortfall
-	for _, sf := range bench.Judge(figs, fleet, s.cfg.BenchGates) {
+	for _, sf := range short {
 		g := sf.Figure.GPU
 		if sf.Figure.Test == bench.AllReduce {
 			g = health.NodeGPU
@@ -200,7 +257,7 @@ func (s *Server) refreshBench(ctx context.Context, node string) error {
 	h := s.live(node).health
 	h.bench, h.benchLoaded, h.benchDirty = out, true, true
 	s.liveMu.Unlock()
-	return nil
+	return short, nil
 }
 
 // BenchResults lists figures with their comparison against their model's

@@ -84,7 +84,7 @@ func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, erro
 	benchLoaded := h.benchLoaded
 	s.liveMu.Unlock()
 	if !benchLoaded {
-		if err := s.refreshBench(ctx, node); err != nil {
+		if _, err := s.refreshBench(ctx, node); err != nil {
 			return nil, err
 		}
 	}

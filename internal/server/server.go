@@ -199,6 +199,8 @@ type Server struct {
 
 	// agentExt relays fault orders and takes agents' logs (faults.go).
 	agentExt agentExtras
+	// benchCache holds each GPU model's newest benchmark figures.
+	benchCache benchCache
 
 	// fleetCheck is the fleet submissions are checked against.
 	fleetCheck fleetCache
