@@ -107,6 +107,7 @@ Commands that need no server: catalog, plan, version.`,
 		newAgentCmd(e),
 		newFaultCmd(e),
 		newBenchCmd(e),
+		newForecastCmd(e),
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)

@@ -24,6 +24,7 @@ import (
 type simFlags struct {
 	trace, format, nodes, cluster, policy, plot string
 	jobsOut                                     string
+	demandOut                                   string
 	estimateError, timeScale, fill, scalingEff  float64
 	rackBudget, drawNoise                       float64
 	seed                                        uint64
@@ -136,6 +137,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringSliceVar(&sf.ablate, "ablate", nil, "turn a policy feature off (repeatable): "+strings.Join(ablationNames(), ", "))
 	fs.StringVar(&sf.plot, "plot", "", "write an SVG plot (allocation over time, wait CDF) to FILE")
 	fs.StringVar(&sf.jobsOut, "jobs-out", "", "write every job's outcome (submit, start, finish, run time, slowdown, stops, model) to FILE as CSV")
+	fs.StringVar(&sf.demandOut, "demand-out", "", "write the daily demand (GPU-hours asked for by the jobs submitted each day, per GPU model, served or not) to FILE as CSV, for gpufleet forecast")
 	fs.Float64Var(&sf.fill, "fill", 0, "FGD experiment: jobs never end and arrive one per second, sampled from the trace, until they ask for X times the cluster's GPUs")
 	fs.StringVar(&sf.mtbf, "mtbf", "", "node mean time between failures, e.g. 30d (default: no failures)")
 	fs.StringVar(&sf.repair, "repair", "4h", "time a failed node stays down")
@@ -193,10 +195,13 @@ func runSim(e *env, sf *simFlags) error {
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
 	}
-	if sf.jobsOut != "" {
-		// Fail before a long replay, not after it.
-		if st, err := os.Stat(filepath.Dir(sf.jobsOut)); err != nil || !st.IsDir() {
-			return usageErr("--jobs-out %q: its directory does not exist", sf.jobsOut)
+	// Fail before a long replay, not after it.
+	for flag, path := range map[string]string{"--jobs-out": sf.jobsOut, "--demand-out": sf.demandOut} {
+		if path == "" {
+			continue
+		}
+		if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+			return usageErr("%s %q: its directory does not exist", flag, path)
 		}
 	}
 	policy, err := scheduler.PolicyConfig(sf.policy)
@@ -349,6 +354,15 @@ func runSim(e *env, sf *simFlags) error {
 		}
 		if err := agent.WriteFileAtomic(sf.jobsOut, buf.Bytes(), 0o644); err != nil {
 			return fmt.Errorf("--jobs-out: %w", err)
+		}
+	}
+	if sf.demandOut != "" {
+		var buf bytes.Buffer
+		if err := sim.WriteDemandCSV(&buf, tr, res.Jobs, sim.DefaultEpoch); err != nil {
+			return fmt.Errorf("--demand-out: %w", err)
+		}
+		if err := agent.WriteFileAtomic(sf.demandOut, buf.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("--demand-out: %w", err)
 		}
 	}
 	if e.output == outputJSON {

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/forecast"
+)
+
+// maxHorizonDays bounds --horizon: two years of days.
+const maxHorizonDays = 730
+
+// newForecastCmd is `gpufleet forecast`: daily GPU demand forecast from a
+// demand history, and its backtest against the seasonal-naive baseline
+// (docs/CAPACITY.md).
+func newForecastCmd(e *env) *cobra.Command {
+	var (
+		demand, model string
+		horizon       time.Duration
+		backtest      bool
+		step          int
+	)
+	cmd := &cobra.Command{
+		Use:   "forecast --demand FILE [--gpu-model M] [--horizon 28d] [--backtest] [-o json]",
+		Short: "Forecast daily GPU demand with intervals, and backtest the forecaster against the seasonal-naive baseline",
+		Long: `Forecast daily GPU demand (GPU-hours asked for per day, waiting included) from
+a demand history: additive Holt-Winters with a damped trend and a weekly
+season, its parameters chosen on the history, with 80% and 95% prediction
+intervals. gpufleet sim --demand-out FILE writes such a history from a trace
+replay.
+
+--backtest makes a forecast of --horizon days from every --step days of the
+history (once three weeks exist) and scores it against what happened, beside
+the seasonal-naive baseline (each day as the same weekday last week) on the
+same origins: the mean absolute percentage error and the share of days
+inside the 80% and 95% intervals. docs/CAPACITY.md has the models.`,
+		Example: `  gpufleet sim --trace traces/philly-gavel/philly_gavel.csv.gz --format philly-gavel \
+      --cluster traces/clusters/philly.yaml --demand-out philly-demand.csv
+  gpufleet forecast --demand philly-demand.csv --backtest --horizon 14d`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if demand == "" {
+				return usageErr("--demand: required: a demand history (gpufleet sim --demand-out)")
+			}
+			h := int(horizon / (24 * time.Hour))
+			if horizon%(24*time.Hour) != 0 || h < 1 || h > maxHorizonDays {
+				return usageErr("--horizon %s: expected whole days from 1d to %dd", horizon, maxHorizonDays)
+			}
+			if step < 1 || step > maxHorizonDays {
+				return usageErr("--step %d: expected 1 to %d days", step, maxHorizonDays)
+			}
+			f, err := os.Open(demand)
+			if err != nil {
+				return fmt.Errorf("--demand: %w", err)
+			}
+			s, err := forecast.ReadDemandCSV(f, model)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("--demand %s: %w", demand, err)
+			}
+			if backtest {
+				return runBacktest(e, s, h, step)
+			}
+			fc, err := forecast.HoltWinters(s, h)
+			if err != nil {
+				return err
+			}
+			if e.output == outputJSON {
+				return writeJSON(e.stdout, fc)
+			}
+			p := fc.Params
+			fmt.Fprintf(e.stdout, "%d days of history from %s; %s (alpha %.2f, beta %.2f, gamma %.2f, phi %.2f), one-step error sd %.1f GPU-hours\n",
+				len(s.Values), s.Start.Format(time.DateOnly), fc.Method, p.Alpha, p.Beta, p.Gamma, p.Phi, fc.SD)
+			t := newTable(e.stdout, "DAY", "GPU-HOURS", "80% INTERVAL", "95% INTERVAL")
+			for j := range fc.Mean {
+				t.row(fc.Start.AddDate(0, 0, j).Format("2006-01-02 Mon"), fmt.Sprintf("%.0f", fc.Mean[j]),
+					fmt.Sprintf("%.0f-%.0f", fc.Lo80[j], fc.Hi80[j]), fmt.Sprintf("%.0f-%.0f", fc.Lo95[j], fc.Hi95[j]))
+			}
+			return t.flush()
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&demand, "demand", "", "demand history CSV (day, gpu_model, gpu_hours_asked, ...), as gpufleet sim --demand-out writes it")
+	fs.StringVar(&model, "gpu-model", "", "one GPU model's demand (default: every model's together)")
+	durationFlag(fs, &horizon, "horizon", 28*24*time.Hour, "days to forecast (28d)")
+	fs.BoolVar(&backtest, "backtest", false, "score the forecaster against the seasonal-naive baseline on the history instead of forecasting")
+	fs.IntVar(&step, "step", 7, "with --backtest: days between forecast origins")
+	return cmd
+}
+
+// backtestReport is what gpufleet forecast --backtest -o json prints.
+type backtestReport struct {
+	Days     int              `json:"days"`
+	Horizon  int              `json:"horizon_days"`
+	Forecast forecast.Score   `json:"forecast"`
+	Baseline forecast.Score   `json:"baseline"`
+	Scores   []forecast.Score `json:"scores"`
+}
+
+func runBacktest(e *env, s forecast.Series, h, step int) error {
+	hw, err := forecast.Backtest(s, h, step, "holt-winters", forecast.HoltWinters)
+	if err != nil {
+		return err
+	}
+	sn, err := forecast.Backtest(s, h, step, "seasonal-naive", forecast.SeasonalNaive)
+	if err != nil {
+		return err
+	}
+	rep := backtestReport{Days: len(s.Values), Horizon: h, Forecast: hw, Baseline: sn, Scores: []forecast.Score{hw, sn}}
+	if e.output == outputJSON {
+		return writeJSON(e.stdout, rep)
+	}
+	fmt.Fprintf(e.stdout, "%d days from %s, %d-day forecasts from %d origins\n", len(s.Values), s.Start.Format(time.DateOnly), h, hw.Origins)
+	t := newTable(e.stdout, "METHOD", "MAPE", "IN 80% INTERVAL", "IN 95% INTERVAL", "DAYS SCORED")
+	for _, sc := range rep.Scores {
+		t.row(sc.Method, fmt.Sprintf("%.1f%%", 100*sc.MAPE), fmt.Sprintf("%.0f%%", 100*sc.Coverage80), fmt.Sprintf("%.0f%%", 100*sc.Coverage95), fmt.Sprint(sc.Points))
+	}
+	return t.flush()
+}
