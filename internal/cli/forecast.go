@@ -35,8 +35,10 @@ replay.
 --backtest makes a forecast of --horizon days from every --step days of the
 history (once three weeks exist) and scores it against what happened, beside
 the seasonal-naive baseline (each day as the same weekday last week) on the
-same origins: the mean absolute percentage error and the share of days
-inside the 80% and 95% intervals. docs/CAPACITY.md has the models.`,
+same origins: the mean absolute percentage error over days with demand,
+the absolute errors over the demand summed over every day (WAPE), and the
+share of days inside the 80% and 95% intervals. docs/CAPACITY.md has the
+models.`,
 		Example: `  gpufleet sim --trace traces/philly-gavel/philly_gavel.csv.gz --format philly-gavel \
       --cluster traces/clusters/philly.yaml --demand-out philly-demand.csv
   gpufleet forecast --demand philly-demand.csv --backtest --horizon 14d`,
@@ -114,9 +116,10 @@ func runBacktest(e *env, s forecast.Series, h, step int) error {
 		return writeJSON(e.stdout, rep)
 	}
 	fmt.Fprintf(e.stdout, "%d days from %s, %d-day forecasts from %d origins\n", len(s.Values), s.Start.Format(time.DateOnly), h, hw.Origins)
-	t := newTable(e.stdout, "METHOD", "MAPE", "IN 80% INTERVAL", "IN 95% INTERVAL", "DAYS SCORED")
+	t := newTable(e.stdout, "METHOD", "MAPE", "WAPE", "IN 80% INTERVAL", "IN 95% INTERVAL", "DAYS SCORED")
 	for _, sc := range rep.Scores {
-		t.row(sc.Method, fmt.Sprintf("%.1f%%", 100*sc.MAPE), fmt.Sprintf("%.0f%%", 100*sc.Coverage80), fmt.Sprintf("%.0f%%", 100*sc.Coverage95), fmt.Sprint(sc.Points))
+		t.row(sc.Method, fmt.Sprintf("%.1f%%", 100*sc.MAPE), fmt.Sprintf("%.1f%%", 100*sc.WAPE), fmt.Sprintf("%.0f%%", 100*sc.Coverage80),
+			fmt.Sprintf("%.0f%%", 100*sc.Coverage95), fmt.Sprint(sc.Points))
 	}
 	return t.flush()
 }

@@ -234,6 +234,10 @@ type Score struct {
 	Points  int `json:"points"`
 	// MAPE is the mean absolute percentage error over days with demand.
 	MAPE float64 `json:"mape"`
+	// WAPE is the absolute errors over the demand, summed over every
+	// scored day: what a capacity plan feels, which days of little demand
+	// do not swamp as they do MAPE.
+	WAPE float64 `json:"wape"`
 	// Coverage80 and Coverage95 are the shares of days inside the 80% and
 	// 95% intervals: an honest interval holds about that share.
 	Coverage80 float64 `json:"coverage_80"`
@@ -250,6 +254,7 @@ func Backtest(s Series, h, step int, name string, m Method) (Score, error) {
 	sc := Score{Method: name}
 	var ape []float64
 	in80, in95, n := 0, 0, 0
+	absErr, total := 0.0, 0.0
 	for origin := MinDays; origin+h <= len(s.Values); origin += step {
 		f, err := m(s.Head(origin), h)
 		if err != nil {
@@ -268,6 +273,8 @@ func Backtest(s Series, h, step int, name string, m Method) (Score, error) {
 			if y > 0 {
 				ape = append(ape, math.Abs(f.Mean[j]-y)/y)
 			}
+			absErr += math.Abs(f.Mean[j] - y)
+			total += y
 		}
 	}
 	if n == 0 {
@@ -275,6 +282,9 @@ func Backtest(s Series, h, step int, name string, m Method) (Score, error) {
 	}
 	sc.Points = n
 	sc.Coverage80, sc.Coverage95 = float64(in80)/float64(n), float64(in95)/float64(n)
+	if total > 0 {
+		sc.WAPE = absErr / total
+	}
 	if len(ape) > 0 {
 		sum := 0.0
 		for _, a := range ape {
