@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
@@ -133,6 +134,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"BenchComparison": bench.Comparison{}, "BenchResult": bench.Result{}, "BenchResultList": BenchResultList{},
 		"WorkloadBenchRequest": WorkloadBenchRequest{}, "WorkloadJob": bench.WorkloadJob{}, "WorkloadRow": bench.WorkloadRow{},
 		"WorkloadBenchReport": bench.WorkloadReport{}, "WorkloadBenchList": WorkloadBenchList{},
+		"ForecastSeries": forecast.Series{}, "ForecastParams": forecast.Params{}, "Forecast": forecast.Forecast{}, "ForecastResponse": ForecastResponse{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/forecast"
 )
 
@@ -17,20 +18,23 @@ const maxHorizonDays = 730
 // demand history, and its backtest against the seasonal-naive baseline
 // (docs/CAPACITY.md).
 func newForecastCmd(e *env) *cobra.Command {
+	c := &clientEnv{env: e, now: time.Now}
 	var (
-		demand, model string
+		demand, model, team string
 		horizon       time.Duration
 		backtest      bool
 		step          int
 	)
 	cmd := &cobra.Command{
-		Use:   "forecast --demand FILE [--gpu-model M] [--horizon 28d] [--backtest] [-o json]",
+		Use:   "forecast [--gpu-model M] [--team T] [--horizon 28d] [-o json] | --demand FILE [--backtest]",
 		Short: "Forecast daily GPU demand with intervals, and backtest the forecaster against the seasonal-naive baseline",
-		Long: `Forecast daily GPU demand (GPU-hours asked for per day, waiting included) from
-a demand history: additive Holt-Winters with a damped trend and a weekly
+		Long: `Forecast daily GPU demand (the GPU-hours each day's submissions ask for,
+served or not): additive Holt-Winters with a damped trend and a weekly
 season, its parameters chosen on the history, with 80% and 95% prediction
-intervals. gpufleet sim --demand-out FILE writes such a history from a trace
-replay.
+intervals. Without --demand the server forecasts from its own jobs (a
+member: its team's; --team and --gpu-model narrow it) and gives the fleet's
+capacity to read it against; with --demand FILE it reads a demand history,
+as gpufleet sim --demand-out writes from a trace replay.
 
 --backtest makes a forecast of --horizon days from every --step days of the
 history (once three weeks exist) and scores it against what happened, beside
@@ -43,13 +47,28 @@ models.`,
       --cluster traces/clusters/philly.yaml --demand-out philly-demand.csv
   gpufleet forecast --demand philly-demand.csv --backtest --horizon 14d`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if demand == "" {
-				return usageErr("--demand: required: a demand history (gpufleet sim --demand-out)")
-			}
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			h := int(horizon / (24 * time.Hour))
 			if horizon%(24*time.Hour) != 0 || h < 1 || h > maxHorizonDays {
 				return usageErr("--horizon %s: expected whole days from 1d to %dd", horizon, maxHorizonDays)
+			}
+			if demand == "" {
+				if backtest {
+					return usageErr("--backtest: needs --demand FILE (a demand history to score the forecaster on)")
+				}
+				cl, err := c.client(cmd)
+				if err != nil {
+					return err
+				}
+				resp, err := cl.Forecast(cmd.Context(), api.ForecastQuery{GPUModel: model, Team: team, HorizonDays: h})
+				if err != nil {
+					return err
+				}
+				if e.output == outputJSON {
+					return writeJSON(e.stdout, resp)
+				}
+				fmt.Fprintf(e.stdout, "capacity %.0f GPU-hours a day\n", resp.CapacityGPUHoursPerDay)
+				return printForecast(e, resp.History, resp.Forecast)
 			}
 			if step < 1 || step > maxHorizonDays {
 				return usageErr("--step %d: expected 1 to %d days", step, maxHorizonDays)
@@ -73,24 +92,31 @@ models.`,
 			if e.output == outputJSON {
 				return writeJSON(e.stdout, fc)
 			}
-			p := fc.Params
-			fmt.Fprintf(e.stdout, "%d days of history from %s; %s (alpha %.2f, beta %.2f, gamma %.2f, phi %.2f), one-step error sd %.1f GPU-hours\n",
-				len(s.Values), s.Start.Format(time.DateOnly), fc.Method, p.Alpha, p.Beta, p.Gamma, p.Phi, fc.SD)
-			t := newTable(e.stdout, "DAY", "GPU-HOURS", "80% INTERVAL", "95% INTERVAL")
-			for j := range fc.Mean {
-				t.row(fc.Start.AddDate(0, 0, j).Format("2006-01-02 Mon"), fmt.Sprintf("%.0f", fc.Mean[j]),
-					fmt.Sprintf("%.0f-%.0f", fc.Lo80[j], fc.Hi80[j]), fmt.Sprintf("%.0f-%.0f", fc.Lo95[j], fc.Hi95[j]))
-			}
-			return t.flush()
+			return printForecast(e, s, fc)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&demand, "demand", "", "demand history CSV (day, gpu_model, gpu_hours_asked, ...), as gpufleet sim --demand-out writes it")
 	fs.StringVar(&model, "gpu-model", "", "one GPU model's demand (default: every model's together)")
+	fs.StringVar(&team, "team", "", "from the server: one team's demand (a member sees only its own)")
 	durationFlag(fs, &horizon, "horizon", 28*24*time.Hour, "days to forecast (28d)")
 	fs.BoolVar(&backtest, "backtest", false, "score the forecaster against the seasonal-naive baseline on the history instead of forecasting")
 	fs.IntVar(&step, "step", 7, "with --backtest: days between forecast origins")
 	return cmd
+}
+
+// printForecast prints a forecast for people.
+func printForecast(e *env, s forecast.Series, fc forecast.Forecast) error {
+	if p := fc.Params; p != nil {
+		fmt.Fprintf(e.stdout, "%d days of history from %s; %s (alpha %.2f, beta %.2f, gamma %.2f, phi %.2f), one-step error sd %.1f GPU-hours\n",
+			len(s.Values), s.Start.Format(time.DateOnly), fc.Method, p.Alpha, p.Beta, p.Gamma, p.Phi, fc.SD)
+	}
+	t := newTable(e.stdout, "DAY", "GPU-HOURS", "80% INTERVAL", "95% INTERVAL")
+	for j := range fc.Mean {
+		t.row(fc.Start.AddDate(0, 0, j).Format("2006-01-02 Mon"), fmt.Sprintf("%.0f", fc.Mean[j]),
+			fmt.Sprintf("%.0f-%.0f", fc.Lo80[j], fc.Hi80[j]), fmt.Sprintf("%.0f-%.0f", fc.Lo95[j], fc.Hi95[j]))
+	}
+	return t.flush()
 }
 
 // backtestReport is what gpufleet forecast --backtest -o json prints.

@@ -64,7 +64,7 @@ func TestForecastCommand(t *testing.T) {
 		t.Fatalf("backtest exit %d %s: %+v", code, errOut, bt)
 	}
 	for args, want := range map[string]string{
-		"forecast":                                "--demand",
+		"forecast --backtest":                     "--demand",
 		"forecast --demand X --horizon 36h":       "--horizon",
 		"forecast --demand /nonexistent/d.csv":    "--demand",
 		"forecast --demand " + p + " --step 0":    "--step",

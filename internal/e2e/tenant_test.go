@@ -183,6 +183,12 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b = do("GET", "/api/v1/usage?team=team-b", "", tokA)
 			want(t, c, 404, b)
 		},
+		"GET /api/v1/forecast": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/forecast", "", tokA) // too little history: a 400 that says so
+			want(t, c, 400, b)
+			c, b = do("GET", "/api/v1/forecast?team=team-b", "", tokA)
+			want(t, c, 404, b)
+		},
 		"GET /api/v1/plan": func(t *testing.T) {
 			c, b := do("GET", "/api/v1/plan?model=llama-3.1-8b", "", tokA)
 			want(t, c, 200, b)

@@ -2,8 +2,10 @@ package forecast
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -50,4 +52,31 @@ func FuzzReadDemandCSV(f *testing.F) {
 			t.Fatalf("read %d days: %v", len(s.Values), err)
 		}
 	})
+}
+
+func TestStoreDemand(t *testing.T) {
+	now := day0.Add(50 * time.Hour)
+	f := func(v float64) *float64 { return &v }
+	jobs := []gpufleet.Job{
+		// Ran and ended: its GPU-seconds.
+		{ID: "a", State: gpufleet.JobSucceeded, SubmittedAt: day0.Add(time.Hour), Resources: gpufleet.Resources{GPUs: 2},
+			Attempts: []gpufleet.Attempt{{GPUSeconds: 7200}, {GPUSeconds: 3600}}},
+		// Waiting: its estimate.
+		{ID: "b", State: gpufleet.JobQueued, SubmittedAt: day0.Add(2 * time.Hour), Resources: gpufleet.Resources{GPUs: 4}, EstimateS: f(1800)},
+		// Running past its estimate: what it has run.
+		{ID: "c", State: gpufleet.JobRunning, SubmittedAt: day0.Add(25 * time.Hour), Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}},
+			EstimateS: f(60), Attempts: []gpufleet.Attempt{{GPUSeconds: 7200}}},
+		// Nothing said: an hour.
+		{ID: "d", State: gpufleet.JobQueued, SubmittedAt: day0.Add(26 * time.Hour), Resources: gpufleet.Resources{GPUs: 1}},
+		// Outside the window.
+		{ID: "e", State: gpufleet.JobQueued, SubmittedAt: day0.Add(-time.Hour), Resources: gpufleet.Resources{GPUs: 8}},
+	}
+	s := StoreDemand(jobs, day0, day0.AddDate(0, 0, 3), now, nil)
+	if len(s.Values) != 3 || s.Values[0] != 3+2 || s.Values[1] != 2+1 || s.Values[2] != 0 {
+		t.Errorf("demand %v", s.Values)
+	}
+	l4 := StoreDemand(jobs, day0, day0.AddDate(0, 0, 3), now, func(j gpufleet.Job) bool { return slices.Contains(j.Resources.GPUModels, "l4") })
+	if l4.Values[1] != 2 || l4.Values[0] != 0 {
+		t.Errorf("l4 demand %v", l4.Values)
+	}
 }
