@@ -21,9 +21,9 @@ func newForecastCmd(e *env) *cobra.Command {
 	c := &clientEnv{env: e, now: time.Now}
 	var (
 		demand, model, team string
-		horizon       time.Duration
-		backtest      bool
-		step          int
+		horizon             time.Duration
+		backtest            bool
+		step                int
 	)
 	cmd := &cobra.Command{
 		Use:   "forecast [--gpu-model M] [--team T] [--horizon 28d] [-o json] | --demand FILE [--backtest]",
