@@ -266,6 +266,17 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// And for every node to have joined (agents measure their GPUs before
+	// they register), so that what dev prints can be used at once.
+	if cl, err := api.NewClient([]string{st.APIURL}, st.AdminToken, api.WithRetries(1), api.WithTimeout(2*time.Second)); err == nil {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			ns, err := cl.Nodes(ctx)
+			if err == nil && len(ns) >= len(devFleet) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	if err := writeJSONFile(statePath, st); err != nil {
 		return err
 	}
