@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/forecast"
 )
@@ -20,10 +23,10 @@ const maxHorizonDays = 730
 func newForecastCmd(e *env) *cobra.Command {
 	c := &clientEnv{env: e, now: time.Now}
 	var (
-		demand, model, team string
-		horizon             time.Duration
-		backtest            bool
-		step                int
+		demand, model, team, plot string
+		horizon                   time.Duration
+		backtest                  bool
+		step                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "forecast [--gpu-model M] [--team T] [--horizon 28d] [-o json] | --demand FILE [--backtest]",
@@ -64,6 +67,9 @@ models.`,
 				if err != nil {
 					return err
 				}
+				if err := writePlot(plot, "GPU demand", resp.History, resp.Forecast, resp.CapacityGPUHoursPerDay); err != nil {
+					return err
+				}
 				if e.output == outputJSON {
 					return writeJSON(e.stdout, resp)
 				}
@@ -89,6 +95,9 @@ models.`,
 			if err != nil {
 				return err
 			}
+			if err := writePlot(plot, "GPU demand from "+filepath.Base(demand), s, fc, 0); err != nil {
+				return err
+			}
 			if e.output == outputJSON {
 				return writeJSON(e.stdout, fc)
 			}
@@ -98,11 +107,27 @@ models.`,
 	fs := cmd.Flags()
 	fs.StringVar(&demand, "demand", "", "demand history CSV (day, gpu_model, gpu_hours_asked, ...), as gpufleet sim --demand-out writes it")
 	fs.StringVar(&model, "gpu-model", "", "one GPU model's demand (default: every model's together)")
+	fs.StringVar(&plot, "plot", "", "also draw the history, the forecast with its intervals and the capacity to FILE.svg")
 	fs.StringVar(&team, "team", "", "from the server: one team's demand (a member sees only its own)")
 	durationFlag(fs, &horizon, "horizon", 28*24*time.Hour, "days to forecast (28d)")
 	fs.BoolVar(&backtest, "backtest", false, "score the forecaster against the seasonal-naive baseline on the history instead of forecasting")
 	fs.IntVar(&step, "step", 7, "with --backtest: days between forecast origins")
 	return cmd
+}
+
+// writePlot draws a forecast to path as SVG, when path is set.
+func writePlot(path, title string, s forecast.Series, fc forecast.Forecast, capacity float64) error {
+	if path == "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := forecast.WriteSVG(&buf, title, s, fc, capacity); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if err := agent.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return nil
 }
 
 // printForecast prints a forecast for people.

@@ -32,9 +32,13 @@ func writeDemand(t *testing.T, n int) string {
 // one model's demand, and errors that name the flag.
 func TestForecastCommand(t *testing.T) {
 	p := writeDemand(t, 70)
-	out, errOut, code := run(t, "forecast", "--demand", p, "--gpu-model", "h100-sxm-80gb", "--horizon", "14d", "-o", "json")
+	svg := filepath.Join(t.TempDir(), "f.svg")
+	out, errOut, code := run(t, "forecast", "--demand", p, "--gpu-model", "h100-sxm-80gb", "--horizon", "14d", "-o", "json", "--plot", svg)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !strings.HasPrefix(string(b), "<svg") {
+		t.Errorf("--plot wrote %q, %v", b, err)
 	}
 	var f struct {
 		Method string    `json:"method"`

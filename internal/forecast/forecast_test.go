@@ -1,9 +1,11 @@
 package forecast
 
 import (
+	"encoding/xml"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +96,31 @@ func TestShortAndBadHistories(t *testing.T) {
 	f, err := HoltWinters(Series{Start: day0, Values: make([]float64, 28)}, 7)
 	if err != nil || f.Mean[0] != 0 || f.Lo95[0] != 0 {
 		t.Errorf("all zeros: %+v %v", f, err)
+	}
+}
+
+// TestWriteSVG: a plot of a history and its forecast is well-formed SVG
+// with every part drawn, and escapes its title.
+func TestWriteSVG(t *testing.T) {
+	s := synthetic(42, 100, 0, 5, 1)
+	f, err := HoltWinters(s, 14)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteSVG(&b, "demand <all> & more", s, f, 150); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if err := xml.Unmarshal([]byte(out), new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	for _, want := range []string{"demand &lt;all&gt; &amp; more", "<polygon", "stroke-dasharray", "capacity 150 GPU-hours a day", s.Start.Format(time.DateOnly)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plot lacks %q", want)
+		}
+	}
+	if err := WriteSVG(&b, "x", Series{}, Forecast{}, 0); err == nil {
+		t.Error("an empty plot is drawn")
 	}
 }
