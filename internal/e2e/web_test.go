@@ -273,6 +273,12 @@ func TestWebDashboard(t *testing.T) {
 	secret := submit(teamB, api.SubmitRequest{Name: "b-secret-idle", Resources: gpufleet.Resources{GPUs: 2, GPUModels: []string{"l4"}}, SimLoad: "idle", Command: sleep})
 	// No B200 in this fleet: queued anyway, they wait as unplaceable.
 	secretQueued := submit(teamB, api.SubmitRequest{Name: "b-secret-waiting", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep, AllowUnsatisfiable: true})
+	// A workload bench of team-b's: the bench page must never show it to team-a.
+	wbB, err := teamB.StartWorkloadBench(ctx, api.WorkloadBenchRequest{GPUModels: []string{"b200-hgx"}, Job: gpufleet.JobRequest{Name: "b-secret-bench",
+		Command: sleep, Resources: gpufleet.Resources{GPUs: 1}, Work: &gpufleet.WorkCounter{Metric: `tok/s=([0-9.]+)`}, AllowUnsatisfiable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	stuck := submit(teamA, api.SubmitRequest{Name: "a-needs-b200", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"b200-hgx"}}, Command: sleep, AllowUnsatisfiable: true})
 	victim := submit(teamA, api.SubmitRequest{Name: "a-to-cancel", Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}}, Command: sleep})
 	waitJob(t, admin, busy.ID, 20*time.Second, gpufleet.JobRunning)
@@ -426,7 +432,7 @@ func TestWebDashboard(t *testing.T) {
 	t.Run("TenantSeesOnlyOwnJobs", func(t *testing.T) {
 		tc := tab(t, bctx)
 		captured := captureResponses(tc)
-		secrets := []string{secret.ID, secretQueued.ID, secret.Name, secretQueued.Name}
+		secrets := []string{secret.ID, secretQueued.ID, secret.Name, secretQueued.Name, wbB.ID, "b-secret-bench"}
 		do(t, tc, "login page", chromedp.Navigate(d.APIURL+"/login"), chromedp.WaitVisible(chromedp.ID("token")))
 		shot(t, tc, shots, "login")
 		do(t, tc, "log in as team-a", chromedp.SendKeys(chromedp.ID("token"), d.Teams["team-a"]),
@@ -440,6 +446,7 @@ func TestWebDashboard(t *testing.T) {
 			{"/teams", "svg.barchart", "teams-team-a"},
 			{"/nodes", "#nodes", ""},
 			{"/stacks", "#stacks", ""},
+			{"/bench", "p.empty", ""},                         // team-a has no workload bench; team-b's never shows
 			{"/jobs/" + secret.ID, ".errorpage", "not-found"}, // another team's job: 404
 		}
 		for _, p := range pages {
