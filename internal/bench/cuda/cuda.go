@@ -371,7 +371,7 @@ type device struct {
 // first when it is not empty, then the loader's default paths. devs, when
 // not nil, are the node's GPUs as NVML discovered them: a CUDA device is
 // matched to one by UUID (cuDeviceGetUuid's 16 bytes formatted as NVML
-// does, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), and measurements carry
+// does: "GPU-" and the bytes in lower-case hex grouped 8-4-4-4-12), and measurements carry
 // its NVML index, UUID and Model; without devs, CUDA's ordinal, that UUID
 // and the CUDA device name are used. A missing libcuda or cuBLASLt, or
 // cuInit failing, is an error wrapping gpu.ErrUnavailable naming the

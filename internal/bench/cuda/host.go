@@ -93,7 +93,7 @@ func searched(dir string) string {
 }
 
 // formatUUID writes the 16 bytes of cuDeviceGetUuid as NVML writes a GPU's
-// UUID: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, lower-case hex.
+// UUID: "GPU-" and the bytes in lower-case hex, grouped 8-4-4-4-12.
 func formatUUID(b [16]byte) string {
 	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
