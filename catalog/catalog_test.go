@@ -47,6 +47,9 @@ func TestEmbeddedDataIsConsistent(t *testing.T) {
 		if g.PricePerHourUSD != nil && (g.PriceSource == "" || g.PriceDate == "") {
 			t.Errorf("%s: price without source or date", g.ID)
 		}
+		if g.LeadTimeDays > 0 && (g.LeadTimeSource == "" || g.LeadTimeDate == "") {
+			t.Errorf("%s: lead time without source or date", g.ID)
+		}
 		if g.PurchasePriceUSD != nil && (g.PurchasePriceSource == "" || g.PurchasePriceDate == "") {
 			t.Errorf("%s: purchase price without source or date", g.ID)
 		}

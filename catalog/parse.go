@@ -202,6 +202,15 @@ var columns = []column{
 		g.PurchasePriceDate = s
 		return nil
 	}},
+	intColumn("lead_time_days", false, 1, MaxLeadTimeDays, func(g *GPU) *int { return &g.LeadTimeDays }),
+	{name: "lead_time_source", set: func(g *GPU, s string) error { g.LeadTimeSource = s; return nil }},
+	{name: "lead_time_date", set: func(g *GPU, s string) error {
+		if s != "" && !validMonth(s) {
+			return errCell(`a date "YYYY-MM", or empty`)
+		}
+		g.LeadTimeDate = s
+		return nil
+	}},
 	{name: "aliases", set: func(g *GPU, s string) error {
 		g.Aliases = nil
 		for a := range strings.SplitSeq(s, "|") {
@@ -482,6 +491,9 @@ func validate(g GPU) error {
 		if f.v != nil && (!(*f.v > 0) || *f.v > 1e30) {
 			return bad(f.name, "a positive number or null", *f.v)
 		}
+	}
+	if g.LeadTimeDays < 0 || g.LeadTimeDays > MaxLeadTimeDays {
+		return bad("lead_time_days", fmt.Sprintf("0 (unknown) to %d days", MaxLeadTimeDays), g.LeadTimeDays)
 	}
 	for i, m := range g.MIGProfiles {
 		if m.Name == "" || m.Slices < 1 || m.Slices > 8 || m.MemoryBytes <= 0 || m.MemoryBytes > g.MemoryBytes || m.MaxInstances < 1 || m.MaxInstances > 8 {

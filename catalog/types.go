@@ -60,8 +60,32 @@ type GPU struct {
 	PurchasePriceSource string   `json:"purchase_price_source,omitempty"`
 	PurchasePriceDate   string   `json:"purchase_price_date,omitempty"`
 
+	// LeadTimeDays is the days from an order to GPUs in the rack, as last
+	// published for this model; 0 when no figure is known (procurement
+	// then assumes DefaultLeadTimeDays).
+	LeadTimeDays   int    `json:"lead_time_days,omitempty"`
+	LeadTimeSource string `json:"lead_time_source,omitempty"`
+	LeadTimeDate   string `json:"lead_time_date,omitempty"`
+
 	Notes  string `json:"notes,omitempty"`
 	Source string `json:"source"`
+}
+
+// DefaultLeadTimeDays is the lead time assumed for a model without a
+// published one: a quarter, between the 8-12 weeks of Hopper servers in
+// 2024 and the year of Blackwell's backlog.
+const DefaultLeadTimeDays = 90
+
+// MaxLeadTimeDays bounds a lead time: three years.
+const MaxLeadTimeDays = 3 * 365
+
+// LeadTime is the model's lead time in days and where the figure comes
+// from: the catalog's, or DefaultLeadTimeDays with a note saying so.
+func (g GPU) LeadTime() (days int, source string) {
+	if g.LeadTimeDays > 0 {
+		return g.LeadTimeDays, g.LeadTimeSource
+	}
+	return DefaultLeadTimeDays, "no published lead time for this model: a quarter assumed"
 }
 
 // MIGProfile is one Multi-Instance GPU profile of a GPU model.

@@ -146,6 +146,9 @@ func newCatalogShowCmd(e *env) *cobra.Command {
 			}
 			t.row("price per GPU-hour", fmtUSD(g.PricePerHourUSD)+" "+sourced(g.PriceSource, g.PriceDate))
 			t.row("purchase price", fmtUSD(g.PurchasePriceUSD)+" "+sourced(g.PurchasePriceSource, g.PurchasePriceDate))
+			if g.LeadTimeDays > 0 {
+				t.row("lead time", fmt.Sprintf("%d days %s", g.LeadTimeDays, sourced(g.LeadTimeSource, g.LeadTimeDate)))
+			}
 			if len(g.Aliases) > 0 {
 				t.row("aliases", strings.Join(g.Aliases, "; "))
 			}

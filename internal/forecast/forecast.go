@@ -294,3 +294,17 @@ func Backtest(s Series, h, step int, name string, m Method) (Score, error) {
 	}
 	return sc, nil
 }
+
+// Quantile is the p-quantile (0 < p < 1) of day d's demand under the
+// forecast's normal error, never below zero: the mean plus z(p) standard
+// deviations, the deviation read back from the 80% interval.
+func (f Forecast) Quantile(d int, p float64) float64 {
+	sd := f.DaySD(d)
+	if !(sd > 0) {
+		return max(f.Mean[d], 0)
+	}
+	return max(f.Mean[d]+math.Sqrt2*math.Erfinv(2*p-1)*sd, 0)
+}
+
+// DaySD is the standard deviation of day d's demand.
+func (f Forecast) DaySD(d int) float64 { return (f.Hi80[d] - f.Mean[d]) / z80 }
