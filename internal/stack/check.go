@@ -217,3 +217,18 @@ func MustConstraint(s string) gpufleet.VersionConstraint {
 	}
 	return c
 }
+
+// Dropped says, for a GPU whose architecture newer CUDA no longer
+// supports, which release removed it and the last driver branch that
+// runs it (SourceArchDrops); ok is false while every release does.
+func Dropped(cc gpufleet.ComputeCapability) (note string, ok bool) {
+	a, found := arch(cc)
+	if !found || a.dropped == "" {
+		return "", false
+	}
+	note = fmt.Sprintf("CUDA %s removed %s (compute capability %s)", a.dropped, a.name, cc)
+	if a.lastDriver != "" {
+		note += fmt.Sprintf("; driver branch %s is the last to support it", a.lastDriver)
+	}
+	return note, true
+}
