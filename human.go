@@ -15,8 +15,8 @@ import (
 var durationForm = regexp.MustCompile(`^[-+]?([0-9]*\.?[0-9]+(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // ParseDuration reads a duration in the forms people write: a Go duration
-// ("90s", "4h", "1h30m"), days ("2d", "1.5d") or plain seconds ("3600",
-// "1.5"). Negative durations and durations beyond time.Duration's range
+// ("90s", "4h", "1h30m"), days ("2d", "1.5d"), years of 365 days ("3y")
+// or plain seconds ("3600", "1.5"). Negative durations and durations beyond time.Duration's range
 // are rejected. The CLI, the API, job files and the simulator all read
 // durations with it.
 func ParseDuration(s string) (time.Duration, error) {
@@ -28,10 +28,10 @@ func ParseDuration(s string) (time.Duration, error) {
 		return bad("expected a form like 90s, 4h, 2d or seconds")
 	}
 	secs, err := strconv.ParseFloat(t, 64)
-	if err != nil {
-		if d, ok := strings.CutSuffix(t, "d"); ok {
+	for unit, n := range map[string]float64{"d": 86400, "y": 365 * 86400} {
+		if d, ok := strings.CutSuffix(t, unit); ok && err != nil {
 			if secs, err = strconv.ParseFloat(d, 64); err == nil {
-				secs *= 86400
+				secs *= n
 			}
 		}
 	}

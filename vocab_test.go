@@ -110,7 +110,7 @@ func TestParsePriorityAndPrecision(t *testing.T) {
 }
 
 func TestParseHumanForms(t *testing.T) {
-	durations := map[string]float64{"90s": 90, "4h": 14400, "1h30m": 5400, "2d": 172800, "1.5d": 129600, "3600": 3600, "1.5": 1.5, " 10m ": 600, "0": 0}
+	durations := map[string]float64{"90s": 90, "4h": 14400, "1h30m": 5400, "2d": 172800, "1.5d": 129600, "3y": 3 * 365 * 86400, "3600": 3600, "1.5": 1.5, " 10m ": 600, "0": 0}
 	for in, want := range durations {
 		d, err := gpufleet.ParseDuration(in)
 		if err != nil || d.Seconds() != want {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
@@ -325,6 +326,11 @@ func (r *RegisterRequest) Validate() error {
 	}
 	if err := checkLabels("labels", r.Labels); err != nil {
 		return err
+	}
+	if v, ok := r.Labels[capacity.PurchasedLabel]; ok {
+		if _, err := capacity.ParsePurchased(v); err != nil {
+			return fmt.Errorf("labels: %w", err)
+		}
 	}
 	if err := checkLabels("versions", r.Versions); err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/forecast"
@@ -55,15 +54,10 @@ func (h *handler) forecast(w http.ResponseWriter, r *http.Request, p Principal) 
 		}
 	}
 	if s := v.Get("horizon"); s != "" {
-		var d gpufleet.Duration
-		if err := d.UnmarshalText([]byte(s)); err != nil {
-			return fmt.Errorf("%w: horizon %s: expected days such as 28d", gpufleet.ErrInvalid, gpufleet.Quote(s))
+		var err error
+		if q.HorizonDays, err = days("horizon", s, MaxHorizonDays); err != nil {
+			return err
 		}
-		days := time.Duration(d) / (24 * time.Hour)
-		if time.Duration(d)%(24*time.Hour) != 0 || days < 1 || days > MaxHorizonDays {
-			return fmt.Errorf("%w: horizon %s: expected whole days from 1d to %dd", gpufleet.ErrInvalid, gpufleet.Quote(s), MaxHorizonDays)
-		}
-		q.HorizonDays = int(days)
 	}
 	out, err := fs.Forecast(r.Context(), p, q)
 	if err != nil {

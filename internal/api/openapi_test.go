@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
@@ -135,6 +136,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"WorkloadBenchRequest": WorkloadBenchRequest{}, "WorkloadJob": bench.WorkloadJob{}, "WorkloadRow": bench.WorkloadRow{},
 		"WorkloadBenchReport": bench.WorkloadReport{}, "WorkloadBenchList": WorkloadBenchList{},
 		"ForecastSeries": forecast.Series{}, "ForecastParams": forecast.Params{}, "Forecast": forecast.Forecast{}, "ForecastResponse": ForecastResponse{},
+		"CapacityTarget": capacity.Target{}, "ModelFleet": capacity.ModelFleet{}, "CapacityReplay": capacity.Replay{}, "ProcureRecommendation": capacity.Recommendation{},
+		"ProcureModel": ProcureModel{}, "ProcureResponse": ProcureResponse{}, "LifecycleCandidate": capacity.Candidate{}, "ModelLifecycle": capacity.ModelLifecycle{},
+		"LifecycleReport": capacity.LifecycleReport{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -71,10 +71,12 @@ type ModelUse struct {
 	MemoryBoundShare float64
 }
 
-// Measured is a model's bench medians: device copy bytes/s and dense
-// product FLOP/s at its rate precision (0: not measured).
-type Measured struct {
-	CopyBytesPerS, GEMMFLOPS float64
+// Efficiency is the share of its catalog figures a model's benches
+// measured (bench.Calibration's medians): the device copy's of memory
+// bandwidth, the dense product's of peak at its rate precision (0: not
+// measured).
+type Efficiency struct {
+	Memory, Compute float64
 }
 
 // LifecycleInput is what Lifecycle reads.
@@ -82,8 +84,9 @@ type LifecycleInput struct {
 	Now           time.Time
 	HorizonMonths int
 	Use           []ModelUse
-	// Bench is the fleet's bench medians by catalog id, where measured.
-	Bench   map[string]Measured
+	// Bench is the fleet's measured efficiency by catalog id, where
+	// measured.
+	Bench   map[string]Efficiency
 	Catalog *catalog.Catalog
 	// Prices are purchase prices per GPU in USD by catalog id, over the
 	// catalog's (gpufleet lifecycle --price-file).
@@ -264,12 +267,15 @@ func (in LifecycleInput) model(u ModelUse, g, ref catalog.GPU) ModelLifecycle {
 	}
 	m.EnergyUSDPerGPUMonth = in.energy(m.Watts)
 	m.RunningUSDPerGPUMonth = m.EnergyUSDPerGPUMonth + in.failureCost(g, m.FailuresPerGPUYear)
-	eff := in.efficiency()
-	rate := func(x catalog.GPU, share float64) float64 { return workRate(x, ref, share, in.rates(x, eff)) }
+	rate := func(x catalog.GPU, share float64) float64 {
+		// The reference at its catalog figures: a unit is the same work
+		// whatever the fleet measures.
+		return workRate(x, ref, share, in.efficiency(x.ID))
+	}
 	self := rate(g, m.MemoryBoundShare)
 	m.CostPerUnitUSD = m.RunningUSDPerGPUMonth / hoursPerMonth / self
 	if _, ok := in.Bench[g.ID]; ok {
-		reasons = append(reasons, "its rates are its bench medians; models the fleet has not measured run at the catalog's figures times the efficiency the fleet's benches show")
+		reasons = append(reasons, "its rates are its bench medians' share of the catalog's figures; models the fleet has not measured run at the median share the fleet's benches show")
 	}
 	m.Software = softwareNote(g)
 
@@ -411,47 +417,40 @@ func drawAt(g catalog.GPU, busy float64) float64 {
 }
 
 // workRate is the reference units of work a GPU does in an hour on a mix
-// with memShare memory-bound, at bandwidth bw and dense rate fl: time per
-// unit adds the memory-bound part at the reference's bandwidth over bw
-// and the compute-bound part at the reference's dense rate over fl.
-func workRate(g, ref catalog.GPU, memShare float64, r Measured) float64 {
-	if r.CopyBytesPerS <= 0 || r.GEMMFLOPS <= 0 {
+// with memShare memory-bound, at the share eff of its catalog figures:
+// time per unit adds the memory-bound part at the reference's bandwidth
+// over the GPU's and the compute-bound part at the reference's dense rate
+// over the GPU's.
+func workRate(g, ref catalog.GPU, memShare float64, eff Efficiency) float64 {
+	bw, fl := g.MemoryBandwidthBytesPerS*eff.Memory, denseRate(g)*eff.Compute
+	if bw <= 0 || fl <= 0 {
 		return 0
 	}
-	t := memShare*ref.MemoryBandwidthBytesPerS/r.CopyBytesPerS + (1-memShare)*denseRate(ref)/r.GEMMFLOPS
+	t := memShare*ref.MemoryBandwidthBytesPerS/bw + (1-memShare)*denseRate(ref)/fl
 	return 1 / t
 }
 
-// efficiency is the median share of the catalog's figures the fleet's
-// benches measured, for copies and for products; 1 where none.
-func (in LifecycleInput) efficiency() Measured {
-	var bw, fl []float64
-	for id, m := range in.Bench {
-		g, err := in.Catalog.Lookup(id)
-		if err != nil {
-			continue
+// efficiency is a model's measured efficiency, or where it has none the
+// median over the models the fleet measured (1, the catalog's figures,
+// where it measured none).
+func (in LifecycleInput) efficiency(id string) Efficiency {
+	var mem, comp []float64
+	for _, e := range in.Bench {
+		if e.Memory > 0 {
+			mem = append(mem, e.Memory)
 		}
-		if m.CopyBytesPerS > 0 && g.MemoryBandwidthBytesPerS > 0 {
-			bw = append(bw, m.CopyBytesPerS/g.MemoryBandwidthBytesPerS)
-		}
-		if d := denseRate(g); m.GEMMFLOPS > 0 && d > 0 {
-			fl = append(fl, m.GEMMFLOPS/d)
+		if e.Compute > 0 {
+			comp = append(comp, e.Compute)
 		}
 	}
-	return Measured{CopyBytesPerS: median(bw), GEMMFLOPS: median(fl)}
-}
-
-// rates is a model's measured rates, or the catalog's at the fleet's
-// efficiency.
-func (in LifecycleInput) rates(g catalog.GPU, eff Measured) Measured {
-	m := in.Bench[g.ID]
-	if m.CopyBytesPerS <= 0 {
-		m.CopyBytesPerS = g.MemoryBandwidthBytesPerS * eff.CopyBytesPerS
+	e := in.Bench[id]
+	if e.Memory <= 0 {
+		e.Memory = median(mem)
 	}
-	if m.GEMMFLOPS <= 0 {
-		m.GEMMFLOPS = denseRate(g) * eff.GEMMFLOPS
+	if e.Compute <= 0 {
+		e.Compute = median(comp)
 	}
-	return m
+	return e
 }
 
 func median(v []float64) float64 {
@@ -465,13 +464,22 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-// denseRate is a GPU's dense rate in the widest-used training precision
-// it runs natively: bf16, else fp16, else fp32.
-func denseRate(g catalog.GPU) float64 {
+// RatePrecision is the precision a GPU's work rate is priced at: the
+// widest-used training precision it runs natively (bf16, else fp16,
+// else fp32); "" when it has none of them.
+func RatePrecision(g catalog.GPU) gpufleet.Precision {
 	for _, p := range []gpufleet.Precision{gpufleet.BF16, gpufleet.FP16, gpufleet.FP32} {
-		if v := g.PeakFLOPS[p]; v != nil {
-			return *v
+		if g.PeakFLOPS[p] != nil {
+			return p
 		}
+	}
+	return ""
+}
+
+// denseRate is a GPU's dense rate at its RatePrecision.
+func denseRate(g catalog.GPU) float64 {
+	if v := g.PeakFLOPS[RatePrecision(g)]; v != nil {
+		return *v
 	}
 	return 0
 }

@@ -39,7 +39,7 @@ var fleet = []ModelUse{
 // decision each rule makes on it.
 func TestLifecycleGolden(t *testing.T) {
 	in := lifecycleInput(fleet...)
-	in.Bench = map[string]Measured{"h100-sxm-80gb": {CopyBytesPerS: 3.0e12, GEMMFLOPS: 7.9e14}}
+	in.Bench = map[string]Efficiency{"h100-sxm-80gb": {Memory: 0.9, Compute: 0.8}, "a100-sxm-80gb": {Memory: 0.6, Compute: 0.8}}
 	rep, err := Lifecycle(in)
 	if err != nil {
 		t.Fatal(err)

@@ -270,7 +270,11 @@ func describe(rp Replay, t Target) string {
 	if pct == 0 {
 		pct = 90
 	}
-	return fmt.Sprintf("%d jobs on %d GPUs, allocation %.0f%%, p%d wait of %s %s", rp.Jobs, rp.GPUs, 100*rp.Allocation, pct, class, waitText(rp.WaitS))
+	wait := fmt.Sprintf("p%d wait of %s %s", pct, class, waitText(rp.WaitS))
+	if rp.Waited == 0 {
+		wait = "no " + class
+	}
+	return fmt.Sprintf("%d jobs on %d GPUs, allocation %.0f%%, %s", rp.Jobs, rp.GPUs, 100*rp.Allocation, wait)
 }
 
 func quantileWord(q float64) string { return fmt.Sprintf("%.0fth percentile", 100*q) }

@@ -47,7 +47,9 @@ type Replay struct {
 	Nodes     int       `json:"nodes"`
 	GPUs      int       `json:"gpus"`
 	// Jobs is the jobs submitted in the scored week (a week of warm-up
-	// before it fills the queue the week starts with).
+	// before it fills the queue the week starts with), GPUHours what they
+	// asked for, and Allocation the share of the GPUs held over the week,
+	// each the mean of the samplings.
 	Jobs     int     `json:"jobs"`
 	GPUHours float64 `json:"gpu_hours_asked"`
 	// Allocation is the share of the GPUs held by jobs over the week.
@@ -60,7 +62,10 @@ type Replay struct {
 	// WaitS is the target's percentile of the waits (WaitP90S for a p90
 	// target).
 	WaitS float64 `json:"wait_s"`
-	Meets bool    `json:"meets_target"`
+	// Waited is how many jobs' waits the percentiles are of (all three
+	// samplings).
+	Waited int  `json:"waited"`
+	Meets  bool `json:"meets_target"`
 }
 
 // maxReplayJobs bounds the jobs one replay samples: beyond it a week of
@@ -99,65 +104,41 @@ func (r *replayer) demand(d int) float64 {
 // starts with the queue its demand leaves.
 const warmDays = 7
 
+// replaySamples is how many independent samplings of a week's demand a
+// replay pools: one week's p90 over a few dozen jobs moves a lot from one
+// draw to the next.
+const replaySamples = 3
+
 // week replays the week starting on forecast day d0 with extra nodes
-// added to the model's fleet.
+// added to the model's fleet, pooling replaySamples samplings of its
+// demand: the waits of all of them, their mean allocation, jobs and
+// GPU-hours.
 func (r *replayer) week(d0, extra int) (Replay, error) {
 	nodes := r.model.Nodes + extra
 	out := Replay{WeekStart: r.start.AddDate(0, 0, d0), Nodes: nodes, GPUs: nodes * r.model.GPUsPerNode}
 	if nodes == 0 {
 		return out, nil
 	}
-	tr := &sim.Trace{Name: "forecast", Format: "forecast"}
-	scoredFrom := len(tr.Jobs)
-	for day := d0 - warmDays; day < d0+7; day++ {
-		if day == d0 {
-			scoredFrom = len(tr.Jobs)
-		}
-		jobs, hours, err := r.sample(day, d0-warmDays)
-		if err != nil {
-			return Replay{}, err
-		}
-		if day >= d0 {
-			out.GPUHours += hours
-		}
-		tr.Jobs = append(tr.Jobs, jobs...)
-		if len(tr.Jobs) > maxReplayJobs {
-			return Replay{}, fmt.Errorf("%w: replay of %s: more than %d jobs in two weeks of demand", gpufleet.ErrInvalid, r.model.Model, maxReplayJobs)
-		}
-	}
-	out.Jobs = len(tr.Jobs) - scoredFrom
 	cl, err := sim.BuildCluster(sim.ClusterSpec{NodeGroups: []sim.NodeGroup{{
 		Name: "replay", Count: nodes, GPU: r.model.Model, GPUsPerNode: r.model.GPUsPerNode, NVLinkDomainGPUs: r.model.NVLinkDomainGPUs,
 	}}}, r.cat)
 	if err != nil {
 		return Replay{}, err
 	}
-	if len(tr.Jobs) == 0 {
-		out.Meets = true
-		return out, nil
-	}
-	// Job results count from the first arrival, the timeline from the
-	// start of the warm-up.
-	t0 := tr.Jobs[0].Submit
-	res, err := sim.Run(tr, cl, sim.Config{Policy: r.policy, Seed: r.seed, RestartOverhead: sim.DefaultRestartOverhead,
-		Epoch: r.start.AddDate(0, 0, d0-warmDays)})
-	if err != nil {
-		return Replay{}, fmt.Errorf("replay of %s: %w", r.model.Model, err)
-	}
-	from, to := float64(warmDays*86400), float64((warmDays+7)*86400)
-	out.Allocation = allocated(res.Timeline, from, to) / float64(out.GPUs)
-	end := max(to, lastTime(res))
 	var waits []float64
-	for _, j := range res.Jobs[scoredFrom:] {
-		if r.target.Class != "" && j.Class != string(r.target.Class) {
-			continue
+	jobs := 0
+	for k := range uint64(replaySamples) {
+		w, n, hours, alloc, err := r.once(cl, d0, r.seed+k*0x9e3779b9)
+		if err != nil {
+			return Replay{}, err
 		}
-		if j.FirstStartS >= 0 {
-			waits = append(waits, j.FirstStartS-j.SubmitS)
-		} else {
-			waits = append(waits, end-(j.SubmitS+t0))
-		}
+		waits = append(waits, w...)
+		jobs += n
+		out.GPUHours += hours / replaySamples
+		out.Allocation += alloc / float64(out.GPUs) / replaySamples
 	}
+	out.Jobs = (jobs + replaySamples/2) / replaySamples
+	out.Waited = len(waits)
 	slices.Sort(waits)
 	out.WaitP50S, out.WaitP90S = percentile(waits, 50), percentile(waits, 90)
 	pct := r.target.Percentile
@@ -174,17 +155,65 @@ func (r *replayer) week(d0, extra int) (Replay, error) {
 	return out, nil
 }
 
+// once replays one sampling (seed) of the week from forecast day d0 after
+// its warm-up: the waits of the week's jobs (of the target's class), how
+// many jobs and GPU-hours it asked for, and the GPUs allocated on average.
+func (r *replayer) once(cl *sim.Cluster, d0 int, seed uint64) (waits []float64, jobs int, hours, alloc float64, err error) {
+	tr := &sim.Trace{Name: "forecast", Format: "forecast"}
+	scoredFrom := 0
+	for day := d0 - warmDays; day < d0+7; day++ {
+		if day == d0 {
+			scoredFrom = len(tr.Jobs)
+		}
+		js, h, err := r.sample(seed, day, d0-warmDays)
+		if err != nil {
+			return nil, 0, 0, 0, err
+		}
+		if day >= d0 {
+			hours += h
+		}
+		tr.Jobs = append(tr.Jobs, js...)
+		if len(tr.Jobs) > maxReplayJobs {
+			return nil, 0, 0, 0, fmt.Errorf("%w: replay of %s: more than %d jobs in two weeks of demand", gpufleet.ErrInvalid, r.model.Model, maxReplayJobs)
+		}
+	}
+	if len(tr.Jobs) == 0 {
+		return nil, 0, 0, 0, nil
+	}
+	// Job results count from the first arrival, the timeline from the
+	// start of the warm-up.
+	t0 := tr.Jobs[0].Submit
+	res, err := sim.Run(tr, cl, sim.Config{Policy: r.policy, Seed: seed, RestartOverhead: sim.DefaultRestartOverhead,
+		Epoch: r.start.AddDate(0, 0, d0-warmDays)})
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("replay of %s: %w", r.model.Model, err)
+	}
+	from, to := float64(warmDays*86400), float64((warmDays+7)*86400)
+	end := max(to, lastTime(res))
+	for _, j := range res.Jobs[scoredFrom:] {
+		if r.target.Class != "" && j.Class != string(r.target.Class) {
+			continue
+		}
+		if j.FirstStartS >= 0 {
+			waits = append(waits, j.FirstStartS-j.SubmitS)
+		} else {
+			waits = append(waits, end-(j.SubmitS+t0))
+		}
+	}
+	return waits, len(tr.Jobs) - scoredFrom, hours, allocated(res.Timeline, from, to), nil
+}
+
 // sample draws the jobs of demand day d (relative to the forecast's
 // start) from the pool until they ask for that day's GPU-hours, submitted
 // in seconds from the start of day base. Each day
 // draws from its own seeded sequence, so that more demand on a day only
 // adds jobs to it, and every replay of the day sees the same ones.
-func (r *replayer) sample(d, base int) ([]sim.Job, float64, error) {
+func (r *replayer) sample(seed uint64, d, base int) ([]sim.Job, float64, error) {
 	want := r.demand(d)
 	if want <= 0 || len(r.pool) == 0 {
 		return nil, 0, nil
 	}
-	rng := rand.New(rand.NewPCG(r.seed, uint64(d+warmDays)))
+	rng := rand.New(rand.NewPCG(seed, uint64(d+warmDays)))
 	dayS := float64((d - base) * 86400)
 	var jobs []sim.Job
 	got := 0.0

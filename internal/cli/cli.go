@@ -108,6 +108,8 @@ Commands that need no server: catalog, plan, version.`,
 		newFaultCmd(e),
 		newBenchCmd(e),
 		newForecastCmd(e),
+		newProcureCmd(e),
+		newLifecycleCmd(e),
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)

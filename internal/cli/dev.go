@@ -22,13 +22,16 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/server"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // devFlags are the flags of `gpufleet dev`.
 type devFlags struct {
 	listen, adminToken, dataDir, config string
 	keepAttempts                        bool
+	seedHistory                         time.Duration
 }
 
 // devNode is one simulated node gpufleet dev runs.
@@ -41,15 +44,15 @@ type devNode struct {
 // devFleet is the simulated fleet: NVLink H100 and A100 boxes, PCIe L4s,
 // and an H200 box with MIG on GPUs 0-1.
 var devFleet = []devNode{
-	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1"}},
-	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1"}},
-	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1"}},
-	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1"}},
-	{"dev-l4-0", "l4:4", []string{"rack=r3", "block=b2"}},
-	{"dev-l4-1", "l4:4", []string{"rack=r3", "block=b2"}},
-	{"dev-l4-2", "l4:4", []string{"rack=r3", "block=b2"}},
-	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2"}},
-	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2"}},
+	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "purchased=2024-02"}},
+	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "purchased=2024-02"}},
+	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "purchased=2021-10"}},
+	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "purchased=2021-10"}},
+	{"dev-l4-0", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
+	{"dev-l4-1", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
+	{"dev-l4-2", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
+	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
+	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "purchased=2025-01"}},
 }
 
 // devRacks are the dev fleet's racks, found by the nodes' rack labels:
@@ -88,7 +91,10 @@ each (r1, the H100s, is rated 20.4 kW: it holds work back for power). It seeds
 teams team-a and team-b with member tokens, prints the URLs and tokens, and writes
 DIR/dev.json. Run it again on the same directory and it carries on: same
 tokens, nodes and credentials, and attempts still running are re-adopted.
-Ctrl-C stops it.`,
+Ctrl-C stops it. With --seed-history 60d a new data dir starts with 60 days
+of finished jobs (H100 demand growing towards capacity, A100 steady, L4
+nearly idle), and the nodes carry purchased dates, so that gpufleet
+forecast, procure and lifecycle have something to say.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnvAndConfig(cmd, f.config); err != nil {
@@ -102,6 +108,7 @@ Ctrl-C stops it.`,
 	fs.StringVar(&f.adminToken, "admin-token", "", "admin token, at least 16 characters (default: kept from the last run, or generated)")
 	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-dev", "directory for the server, the agents and dev.json")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	durationFlag(fs, &f.seedHistory, "seed-history", 0, "on a new data dir, first write this much synthetic finished work (60d), so that forecast, procure and lifecycle have a history")
 	fs.BoolVar(&f.keepAttempts, "keep-attempts", false, "if the server fails, leave the agents' attempts running (they fence themselves after 5s)")
 	return cmd
 }
@@ -179,6 +186,17 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
 		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow,
 		pue: d.PUE, gridIntensity: d.Intensity.Constant}
+	seeded := 0
+	if f.seedHistory > 0 {
+		days := int(f.seedHistory / (24 * time.Hour))
+		if days < forecast.MinDays || days > 730 {
+			return usageErr("--seed-history: %d days: expected %d to 730 days", days, forecast.MinDays)
+		}
+		sf.seed = func(ctx context.Context, st store.Store) (err error) {
+			seeded, err = seedHistory(ctx, st, days, time.Now())
+			return err
+		}
+	}
 	srvEnv := &env{stdin: e.stdin, stdout: io.Discard, stderr: srvLog, catalog: e.catalog}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -283,6 +301,9 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	_ = os.Chmod(statePath, 0o600)
 	w := e.stdout
 	fmt.Fprintf(w, "gpufleet dev is running (data in %s; Ctrl-C stops it)\n\n", dir)
+	if seeded > 0 {
+		fmt.Fprintf(w, "History:     %d finished jobs over %s (try gpufleet forecast, procure, lifecycle)\n", seeded, gpufleet.Duration(f.seedHistory))
+	}
 	fmt.Fprintf(w, "API:         %s\n", st.APIURL)
 	fmt.Fprintf(w, "Login:       %s\n", st.LoginURL)
 	fmt.Fprintf(w, "Admin token: %s\n", st.AdminToken)

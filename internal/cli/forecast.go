@@ -116,12 +116,12 @@ models.`,
 }
 
 // writePlot draws a forecast to path as SVG, when path is set.
-func writePlot(path, title string, s forecast.Series, fc forecast.Forecast, capacity float64) error {
+func writePlot(path, title string, s forecast.Series, fc forecast.Forecast, capacity float64, marks ...forecast.Mark) error {
 	if path == "" {
 		return nil
 	}
 	var buf bytes.Buffer
-	if err := forecast.WriteSVG(&buf, title, s, fc, capacity); err != nil {
+	if err := forecast.WriteSVG(&buf, title, s, fc, capacity, marks...); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	if err := agent.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {

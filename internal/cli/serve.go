@@ -46,6 +46,9 @@ type serverFlags struct {
 	// Energy accounting.
 	pue, gridIntensity float64
 	gridIntensityFile  string
+	// seed, when set (gpufleet dev --seed-history), fills the store before
+	// the server starts.
+	seed func(ctx context.Context, st store.Store) error
 }
 
 func (f *serverFlags) bind(cmd *cobra.Command) {
@@ -159,6 +162,11 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
+	if f.seed != nil {
+		if err := f.seed(ctx, st); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+	}
 	cat, err := e.loadCatalog()
 	if err != nil {
 		return err

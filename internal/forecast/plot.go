@@ -9,10 +9,18 @@ import (
 	"time"
 )
 
+// Mark is a date drawn on a plot as a vertical line: the order-by date
+// of a purchase, the day it arrives.
+type Mark struct {
+	Day   time.Time
+	Label string
+}
+
 // WriteSVG draws a history and its forecast as a self-contained SVG: the
-// daily demand, the forecast's mean with its 80% and 95% bands, and,
-// when capacity is positive, the capacity line (GPU-hours a day).
-func WriteSVG(w io.Writer, title string, hist Series, f Forecast, capacity float64) error {
+// daily demand, the forecast's mean with its 80% and 95% bands, when
+// capacity is positive the capacity line (GPU-hours a day), and the
+// marks that fall within the plotted days.
+func WriteSVG(w io.Writer, title string, hist Series, f Forecast, capacity float64, marks ...Mark) error {
 	const (
 		W, H         = 900, 360
 		left, top    = 70, 40
@@ -79,6 +87,15 @@ func WriteSVG(w io.Writer, title string, hist Series, f Forecast, capacity float
 	if capacity > 0 {
 		p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d62728" stroke-width="1.2"/>`+"\n", left, y(capacity), left+plotW, y(capacity))
 		legend += fmt.Sprintf(", capacity %.0f GPU-hours a day (red)", capacity)
+	}
+	for _, m := range marks {
+		d := int(m.Day.Sub(hist.Start).Hours() / 24)
+		if d < 0 || d >= days {
+			legend += fmt.Sprintf("; %s %s (before the plot)", m.Label, m.Day.Format(time.DateOnly))
+			continue
+		}
+		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e6550d" stroke-width="1.2" stroke-dasharray="3 3"/>`+"\n", x(d), top, x(d), top+plotH)
+		p(`<text x="%.1f" y="%d" fill="#e6550d">%s</text>`+"\n", x(d)+4, top+12, html.EscapeString(m.Label+" "+m.Day.Format(time.DateOnly)))
 	}
 	p(`<text x="%d" y="%d">%s</text>`+"\n", left, H-10, html.EscapeString(legend))
 	p("</svg>\n")

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/forecast"
-	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 var _ api.ForecastService = (*Server)(nil)
@@ -43,38 +42,21 @@ func (s *Server) Forecast(ctx context.Context, p api.Principal, q api.ForecastQu
 	if q.HorizonDays < 1 || q.HorizonDays > api.MaxHorizonDays {
 		return api.ForecastResponse{}, fmt.Errorf("%w: horizon %d days: expected 1 to %d", gpufleet.ErrInvalid, q.HorizonDays, api.MaxHorizonDays)
 	}
-	var jobs []gpufleet.Job
-	for after := ""; ; {
-		page, next, err := s.st.ListJobs(ctx, store.JobFilter{Team: team, After: after, Limit: 1000})
-		if err != nil {
-			return api.ForecastResponse{}, err
-		}
-		jobs = append(jobs, page...)
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	now := s.now()
-	keep := func(j gpufleet.Job) bool { return model == "" || slices.Contains(j.Resources.GPUModels, model) }
-	hist := forecast.StoreDemand(jobs, now.Add(-forecastHistory), now.Add(24*time.Hour), now, keep)
-	first := slices.IndexFunc(hist.Values, func(v float64) bool { return v > 0 })
-	if first < 0 {
-		first = len(hist.Values)
-	}
-	hist = forecast.Series{Start: hist.Day(first), Values: hist.Values[first:]}
-	// Today is not over: its demand is not a day's.
-	if len(hist.Values) > 0 {
-		hist.Values = hist.Values[:len(hist.Values)-1]
-	}
-	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
-	if errors.Is(err, forecast.ErrShort) {
-		return api.ForecastResponse{}, fmt.Errorf("%w: %d days of demand in the store since the first job: a forecast needs at least %d", gpufleet.ErrInvalid, len(hist.Values), forecast.MinDays)
-	}
+	jobs, err := s.allJobs(ctx, team)
 	if err != nil {
 		return api.ForecastResponse{}, err
 	}
 	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return api.ForecastResponse{}, err
+	}
+	byNode := nodeModels(nodes)
+	keep := func(j gpufleet.Job) bool { return model == "" || capacity.JobModel(j, byNode) == model }
+	hist := demandHistory(jobs, s.now(), keep)
+	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
+	if errors.Is(err, forecast.ErrShort) {
+		return api.ForecastResponse{}, fmt.Errorf("%w: %d days of demand in the store since the first job: a forecast needs at least %d", gpufleet.ErrInvalid, len(hist.Values), forecast.MinDays)
+	}
 	if err != nil {
 		return api.ForecastResponse{}, err
 	}

@@ -105,6 +105,12 @@ func (f *fixture) nodeCred(name string) string { return f.register(name, "h100-s
 
 func (f *fixture) register(name, model string, n int) string {
 	f.t.Helper()
+	return f.registerLabelled(name, model, n, map[string]string{"rack": "r1"})
+}
+
+// registerLabelled registers a node of n GPUs with the labels given.
+func (f *fixture) registerLabelled(name, model string, n int, labels map[string]string) string {
+	f.t.Helper()
 	ctx := f.t.Context()
 	jt, err := f.srv.CreateJoinToken(ctx, f.admin, api.JoinTokenRequest{})
 	if err != nil {
@@ -116,7 +122,7 @@ func (f *fixture) register(name, model string, n int) string {
 			MemoryBytes: 80 << 30, NVLinkDomain: name + "-nvl", State: gpufleet.NodeReady, Health: gpufleet.Healthy})
 	}
 	resp, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus,
-		Labels: map[string]string{"rack": "r1"}, Versions: map[string]string{"driver": "580.65"}})
+		Labels: labels, Versions: map[string]string{"driver": "580.65"}})
 	if err != nil {
 		f.t.Fatal(err)
 	}

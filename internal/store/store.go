@@ -290,6 +290,9 @@ type Store interface {
 	// SubmitJobs stores new jobs in one transaction. A job whose (team,
 	// request id) matches an earlier one returns that job, Created false.
 	SubmitJobs(ctx context.Context, jobs []gpufleet.Job, actor string) ([]SubmitResult, error)
+	// ImportHistory stores jobs that already ran with their attempts
+	// (SQL.ImportHistory).
+	ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor string) error
 	Job(ctx context.Context, id string) (gpufleet.Job, error)
 	// ListJobs returns jobs in id order after the cursor, and the next
 	// cursor (empty at the end).

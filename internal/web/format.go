@@ -32,9 +32,9 @@ var funcs = template.FuncMap{
 	"secs3":    func(ms int64) string { return fmtDuration(time.Duration(ms) * time.Millisecond) },
 	"healthClass": func(h string) string {
 		switch h {
-		case "healthy", "ready", "":
+		case "healthy", "ready", "", "none", "keep":
 			return "ok"
-		case "degraded", "cordoned", "draining", "validating", "repairing":
+		case "degraded", "cordoned", "draining", "validating", "repairing", "order", "redeploy", "replace", "no-recommendation":
 			return "warn"
 		}
 		return "bad"

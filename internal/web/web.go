@@ -140,6 +140,7 @@ func (u *UI) routes() {
 	m.Handle("GET /ui/stacks", u.fragment(u.stacksPage))
 	m.Handle("GET /bench", u.page(u.benchPage))
 	m.Handle("GET /ui/bench", u.fragment(u.benchPage))
+	m.Handle("GET /capacity", u.page(u.capacityPage))
 	m.Handle("GET /planner", u.page(u.plannerPage))
 	m.Handle("POST /planner", u.unsafe(u.plannerRun))
 	m.HandleFunc("/", u.notFound)

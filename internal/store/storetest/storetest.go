@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"terminal attempts are immutable":  testTerminalImmutable,
 		"attempt accounting totals":        testAccounting,
 		"cancel":                           testCancel,
+		"import history":                   testImportHistory,
 		"stops end or requeue":             testStopEffects,
 		"active jobs":                      testActiveJobs,
 		"node attempts":                    testNodeAttempts,
@@ -1749,4 +1750,35 @@ func testBench(t *testing.T, s store.Store) {
 		}
 	}
 	wantErr(t, "a workload bench without a team", s.PutWorkloadBench(ctx, bench.Workload{ID: "wb-3"}), gpufleet.ErrInvalid)
+}
+
+// testImportHistory: finished jobs come back with their attempts, times
+// and accounting; an unfinished one refuses the whole batch.
+func testImportHistory(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	at := func(h int) *time.Time { v := T0.Add(time.Duration(h) * time.Hour); return &v }
+	code := 0
+	done := gpufleet.Job{Team: "hist", Name: "old", State: gpufleet.JobSucceeded, Priority: gpufleet.Training,
+		Resources: gpufleet.Resources{GPUs: 2}, Command: []string{"true"}, SubmittedAt: *at(-50), StartedAt: at(-49), FinishedAt: at(-45),
+		Attempts: []gpufleet.Attempt{{State: gpufleet.AttemptSucceeded, Node: "n9", Nodes: []gpufleet.AttemptNode{{Name: "n9"}},
+			StartedAt: at(-49), FinishedAt: at(-45), ExitCode: &code, Fraction: 1, GPUSeconds: 2 * 4 * 3600}}}
+	running := done
+	running.State = gpufleet.JobRunning
+	wantErr(t, "a running job", s.ImportHistory(ctx, []gpufleet.Job{done, running}, "test"), gpufleet.ErrInvalid)
+	wantErr(t, "import", s.ImportHistory(ctx, []gpufleet.Job{done, done}, "test"), nil)
+	jobs, _, err := s.ListJobs(ctx, store.JobFilter{Team: "hist", Limit: 10})
+	wantErr(t, "list", err, nil)
+	if len(jobs) != 2 {
+		t.Fatalf("%d jobs of the batch, want 2 (and none of the refused one)", len(jobs))
+	}
+	j := jobs[0]
+	if j.State != gpufleet.JobSucceeded || !j.SubmittedAt.Equal(*at(-50)) || j.FinishedAt == nil || !j.FinishedAt.Equal(*at(-45)) || len(j.Attempts) != 1 {
+		t.Fatalf("imported job %+v", j)
+	}
+	if a := j.Attempts[0]; a.GPUSeconds != 2*4*3600 || a.Node != "n9" || a.State != gpufleet.AttemptSucceeded || !a.StartedAt.Equal(*at(-49)) {
+		t.Errorf("imported attempt %+v", a)
+	}
+	if act, err := s.ActiveJobs(ctx); err != nil || slices.ContainsFunc(act, func(x gpufleet.Job) bool { return x.Team == "hist" }) {
+		t.Errorf("imported history is active: %v", err)
+	}
 }

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
+	"github.com/gpufleet/gpufleet/internal/capacity"
+	"github.com/gpufleet/gpufleet/internal/forecast"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+var _ api.CapacityService = (*Server)(nil)
+
+// allJobs reads every stored job (a team's when team is set).
+func (s *Server) allJobs(ctx context.Context, team string) ([]gpufleet.Job, error) {
+	var jobs []gpufleet.Job
+	for after := ""; ; {
+		page, next, err := s.st.ListJobs(ctx, store.JobFilter{Team: team, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, page...)
+		if next == "" {
+			return jobs, nil
+		}
+		after = next
+	}
+}
+
+// nodeModels maps each node to its GPUs' model (the first GPU's).
+func nodeModels(nodes []gpufleet.Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		if len(n.GPUs) > 0 {
+			out[n.Name] = n.GPUs[0].Model
+		}
+	}
+	return out
+}
+
+// demandHistory is the daily demand of the jobs keep selects over the
+// last year, from the first day with any, up to yesterday (today is not
+// over).
+func demandHistory(jobs []gpufleet.Job, now time.Time, keep func(gpufleet.Job) bool) forecast.Series {
+	hist := forecast.StoreDemand(jobs, now.Add(-forecastHistory), now.Add(24*time.Hour), now, keep)
+	first := slices.IndexFunc(hist.Values, func(v float64) bool { return v > 0 })
+	if first < 0 {
+		first = len(hist.Values)
+	}
+	hist = forecast.Series{Start: hist.Day(first), Values: hist.Values[first:]}
+	if len(hist.Values) > 0 {
+		hist.Values = hist.Values[:len(hist.Values)-1]
+	}
+	return hist
+}
+
+// Procure decides, per GPU model of the fleet (or the one named), whether
+// and what to order (capacity.Procure), replaying with the server's own
+// scheduling policy.
+func (s *Server) Procure(ctx context.Context, p api.Principal, q api.ProcureQuery) (api.ProcureResponse, error) {
+	if err := requireAdmin(p); err != nil {
+		return api.ProcureResponse{}, err
+	}
+	for m := range q.LeadTimeDays {
+		if _, err := s.cat.Lookup(m); err != nil {
+			return api.ProcureResponse{}, fmt.Errorf("lead_time: %w", err)
+		}
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return api.ProcureResponse{}, err
+	}
+	jobs, err := s.allJobs(ctx, "")
+	if err != nil {
+		return api.ProcureResponse{}, err
+	}
+	now := s.now()
+	today := now.UTC().Truncate(24 * time.Hour)
+	byNode := nodeModels(nodes)
+	fleets := modelFleets(nodes, s.cat)
+	if q.GPUModel != "" {
+		g, err := s.cat.Lookup(q.GPUModel)
+		if err != nil {
+			return api.ProcureResponse{}, fmt.Errorf("gpu_model: %w", err)
+		}
+		f, ok := fleets[g.ID]
+		if !ok {
+			return api.ProcureResponse{}, fmt.Errorf("%w: gpu_model %s: the fleet has no %s nodes", gpufleet.ErrNotFound, gpufleet.Quote(q.GPUModel), g.ID)
+		}
+		fleets = map[string]capacity.ModelFleet{g.ID: f}
+	}
+	policy, err := scheduler.PolicyConfig(s.cfg.Policy)
+	if err != nil {
+		return api.ProcureResponse{}, err
+	}
+	out := api.ProcureResponse{At: now, Models: []api.ProcureModel{}, Skipped: map[string]string{}}
+	for _, model := range slices.Sorted(maps.Keys(fleets)) {
+		if err := ctx.Err(); err != nil {
+			return api.ProcureResponse{}, err
+		}
+		g, err := s.cat.Lookup(model)
+		if err != nil {
+			out.Skipped[model] = err.Error()
+			continue
+		}
+		lead, source := g.LeadTime()
+		if d, ok := q.LeadTimeDays[model]; ok {
+			lead, source = d, "set in the request"
+		}
+		hist := demandHistory(jobs, now, func(j gpufleet.Job) bool { return capacity.JobModel(j, byNode) == model })
+		pool := capacity.Pool(jobs, model, byNode)
+		if len(pool) == 0 {
+			out.Skipped[model] = "no finished jobs on it to replay"
+			continue
+		}
+		rec, fc, err := capacity.Procure(capacity.ProcureInput{Today: today, Fleet: fleets[model], History: hist, Pool: pool,
+			HorizonDays: q.HorizonDays, LeadTimeDays: lead, LeadTimeSource: source, Target: q.Target, Quantile: q.Quantile,
+			Catalog: s.cat, Policy: policy, Seed: 1})
+		if errors.Is(err, forecast.ErrShort) {
+			out.Skipped[model] = fmt.Sprintf("%d days of demand since its first job: a forecast needs at least %d", len(hist.Values), forecast.MinDays)
+			continue
+		}
+		if err != nil {
+			return api.ProcureResponse{}, fmt.Errorf("%s: %w", model, err)
+		}
+		out.Models = append(out.Models, api.ProcureModel{Recommendation: rec, History: hist, Forecast: fc,
+			CapacityGPUHoursPerDay: 24 * float64(fleets[model].GPUs()), PoolJobs: len(pool)})
+	}
+	return out, nil
+}
+
+// modelFleets groups the fleet's nodes by GPU model: their count, their
+// most common GPU count, and the NVLink domain of the model (within a
+// node).
+func modelFleets(nodes []gpufleet.Node, cat *catalog.Catalog) map[string]capacity.ModelFleet {
+	sizes := map[string]map[int]int{}
+	for _, n := range nodes {
+		if len(n.GPUs) == 0 {
+			continue
+		}
+		m := n.GPUs[0].Model
+		if sizes[m] == nil {
+			sizes[m] = map[int]int{}
+		}
+		sizes[m][len(n.GPUs)]++
+	}
+	out := map[string]capacity.ModelFleet{}
+	for m, by := range sizes {
+		f := capacity.ModelFleet{Model: m}
+		for size, count := range by {
+			f.Nodes += count
+			if count > by[f.GPUsPerNode] || (count == by[f.GPUsPerNode] && size > f.GPUsPerNode) {
+				f.GPUsPerNode = size
+			}
+		}
+		if g, err := cat.Lookup(m); err == nil && g.DomainSize > 1 {
+			f.NVLinkDomainGPUs = min(g.DomainSize, f.GPUsPerNode)
+		}
+		out[m] = f
+	}
+	return out
+}
+
+// lifecycleMixDays is how far back the rollups that give a model's draw
+// and its mix of memory-bound work are read (at most).
+const lifecycleMixDays = 7
+
+// Lifecycle prices every GPU model of the fleet against newer ones
+// (capacity.Lifecycle) from what the store recorded over q.SinceDays:
+// the GPU-hours jobs held, the GPUs that turned unhealthy, the rollups'
+// draw and DRAM against tensor activity, and the bench medians.
+func (s *Server) Lifecycle(ctx context.Context, p api.Principal, q api.LifecycleQuery) (capacity.LifecycleReport, error) {
+	if err := requireAdmin(p); err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	prices := map[string]float64{}
+	for m, v := range q.Prices {
+		g, err := s.cat.Lookup(m)
+		if err != nil {
+			return capacity.LifecycleReport{}, fmt.Errorf("price: %w", err)
+		}
+		prices[g.ID] = v
+	}
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	now := s.now()
+	since := now.Add(-time.Duration(q.SinceDays) * 24 * time.Hour)
+	use := map[string]*capacity.ModelUse{}
+	gpuModel := map[string]string{}
+	for _, n := range nodes {
+		var bought *time.Time
+		if v, ok := n.Labels[capacity.PurchasedLabel]; ok {
+			if t, err := capacity.ParsePurchased(v); err == nil {
+				bought = &t
+			}
+		}
+		for _, g := range n.GPUs {
+			u := use[g.Model]
+			if u == nil {
+				u = &capacity.ModelUse{Model: g.Model, PeriodDays: float64(q.SinceDays), MemoryBoundShare: -1}
+				use[g.Model] = u
+			}
+			u.GPUs++
+			gpuModel[g.UUID] = g.Model
+		}
+		if bought != nil && len(n.GPUs) > 0 {
+			u := use[n.GPUs[0].Model]
+			u.Purchased = append(u.Purchased, *bought)
+		}
+	}
+	byNode := nodeModels(nodes)
+	jobs, err := s.allJobs(ctx, "")
+	if err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	for _, j := range jobs {
+		for _, a := range j.Attempts {
+			if u := use[byNode[a.Node]]; u != nil && a.StartedAt != nil && !a.StartedAt.Before(since) {
+				u.GPUHours += a.GPUSeconds / 3600
+			}
+		}
+	}
+	if err := s.countFailures(ctx, since, gpuModel, use); err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	if err := s.mixAndDraw(ctx, now, q.SinceDays, use); err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	latest, err := s.st.BenchResults(ctx, store.BenchFilter{Latest: true})
+	if err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	eff := map[string]capacity.Efficiency{}
+	for m, c := range bench.Calibration(latest) {
+		if g, err := s.cat.Lookup(m); err == nil {
+			eff[m] = capacity.Efficiency{Memory: c.Memory, Compute: c.Compute[capacity.RatePrecision(g)]}
+		}
+	}
+	in := capacity.LifecycleInput{Now: now, HorizonMonths: q.HorizonMonths, Bench: eff, Catalog: s.cat, Prices: prices,
+		EnergyUSDPerKWh: q.EnergyUSDPerKWh, PUE: s.cfg.PUE, DepreciationYears: q.DepreciationYears, RepairHours: q.RepairHours}
+	for _, m := range slices.Sorted(maps.Keys(use)) {
+		in.Use = append(in.Use, *use[m])
+	}
+	return capacity.Lifecycle(in)
+}
+
+// countFailures adds to each model the GPUs of it that turned unhealthy
+// since the time given.
+func (s *Server) countFailures(ctx context.Context, since time.Time, gpuModel map[string]string, use map[string]*capacity.ModelUse) error {
+	for after := int64(0); ; {
+		evs, err := s.st.Events(ctx, store.EventFilter{AfterID: after, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if e.Kind == "gpu."+string(gpufleet.Unhealthy) && !e.At.Before(since) {
+				if u := use[gpuModel[e.Object]]; u != nil {
+					u.Failures++
+				}
+			}
+			after = e.ID
+		}
+		if len(evs) < 1000 {
+			return nil
+		}
+	}
+}
+
+// mixAndDraw sets each model's mean draw and the share of its held time
+// that was memory-bound (DRAM activity above tensor activity) from the
+// last days of rollups.
+func (s *Server) mixAndDraw(ctx context.Context, now time.Time, days int, use map[string]*capacity.ModelUse) error {
+	rows, err := s.st.Rollups(ctx, store.RollupFilter{From: now.Add(-time.Duration(min(days, lifecycleMixDays)) * 24 * time.Hour), To: now})
+	if err != nil {
+		return err
+	}
+	type acc struct{ watts, wattsN, mem, held float64 }
+	by := map[string]*acc{}
+	for _, r := range rows {
+		a := by[r.Model]
+		if a == nil {
+			a = &acc{}
+			by[r.Model] = a
+		}
+		if r.PowerWatts.N > 0 {
+			a.watts += r.PowerWatts.Sum
+			a.wattsN += float64(r.PowerWatts.N)
+		}
+		if r.AllocatedS > 0 && r.DRAMActivity.N > 0 && r.TensorActivity.N > 0 {
+			a.held += r.AllocatedS
+			if r.DRAMActivity.Sum/float64(r.DRAMActivity.N) > r.TensorActivity.Sum/float64(r.TensorActivity.N) {
+				a.mem += r.AllocatedS
+			}
+		}
+	}
+	for m, a := range by {
+		u := use[m]
+		if u == nil {
+			continue
+		}
+		if a.wattsN > 0 {
+			u.Watts = a.watts / a.wattsN
+		}
+		if a.held > 0 {
+			u.MemoryBoundShare = a.mem / a.held
+		}
+	}
+	return nil
+}
