@@ -1,9 +1,11 @@
 package capacity
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/forecast"
 )
 
 // JobModel is the GPU model a job's demand belongs to: the model of the
@@ -43,4 +45,23 @@ func Pool(jobs []gpufleet.Job, model string, nodeModel map[string]string) []Pool
 			DaySeconds: sub.Sub(sub.Truncate(24 * time.Hour)).Seconds()})
 	}
 	return out
+}
+
+// HistoryDays is how far back demand is read: a year.
+const HistoryDays = 365
+
+// DemandHistory is the daily demand (forecast.StoreDemand) of the jobs
+// keep selects over the last HistoryDays, from the first day with any, up
+// to yesterday (today is not over).
+func DemandHistory(jobs []gpufleet.Job, now time.Time, keep func(gpufleet.Job) bool) forecast.Series {
+	hist := forecast.StoreDemand(jobs, now.AddDate(0, 0, -HistoryDays), now.AddDate(0, 0, 1), now, keep)
+	first := slices.IndexFunc(hist.Values, func(v float64) bool { return v > 0 })
+	if first < 0 {
+		first = len(hist.Values)
+	}
+	hist = forecast.Series{Start: hist.Day(first), Values: hist.Values[first:]}
+	if len(hist.Values) > 0 {
+		hist.Values = hist.Values[:len(hist.Values)-1]
+	}
+	return hist
 }

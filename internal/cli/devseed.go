@@ -24,7 +24,7 @@ var devDemand = []struct {
 	share, growth float64
 	shapes        []devShape
 }{
-	{"h100-sxm-80gb", []string{"dev-h100-0", "dev-h100-1"}, 8, 0.18, 0.8, []devShape{
+	{"h100-sxm-80gb", []string{"dev-h100-0", "dev-h100-1"}, 8, 0.2, 1.2, []devShape{
 		{8, 3, 8, gpufleet.Training}, {4, 1, 4, gpufleet.Training}, {1, 0.5, 2, gpufleet.Interactive}, {2, 2, 6, gpufleet.Batch}}},
 	{"a100-sxm-80gb", []string{"dev-a100-0", "dev-a100-1"}, 8, 0.25, 0, []devShape{
 		{8, 2, 6, gpufleet.Training}, {2, 1, 3, gpufleet.Batch}, {1, 0.5, 2, gpufleet.Interactive}}},

@@ -34,9 +34,9 @@ type devProc struct {
 	Teams      map[string]string `json:"teams"`
 }
 
-// startDev runs `gpufleet dev` on a free port and waits for its dev.json
-// and for every simulated GPU to report.
-func startDev(t *testing.T) devProc {
+// startDev runs `gpufleet dev` on a free port, with args added, and waits
+// for its dev.json (written once every node has joined).
+func startDev(t *testing.T, args ...string) devProc {
 	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "dev.log")
@@ -44,7 +44,7 @@ func startDev(t *testing.T) devProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary(t), "dev", "--listen", "127.0.0.1:0", "--data-dir", dir)
+	cmd := exec.Command(binary(t), append([]string{"dev", "--listen", "127.0.0.1:0", "--data-dir", dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

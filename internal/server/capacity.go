@@ -47,22 +47,6 @@ func nodeModels(nodes []gpufleet.Node) map[string]string {
 	return out
 }
 
-// demandHistory is the daily demand of the jobs keep selects over the
-// last year, from the first day with any, up to yesterday (today is not
-// over).
-func demandHistory(jobs []gpufleet.Job, now time.Time, keep func(gpufleet.Job) bool) forecast.Series {
-	hist := forecast.StoreDemand(jobs, now.Add(-forecastHistory), now.Add(24*time.Hour), now, keep)
-	first := slices.IndexFunc(hist.Values, func(v float64) bool { return v > 0 })
-	if first < 0 {
-		first = len(hist.Values)
-	}
-	hist = forecast.Series{Start: hist.Day(first), Values: hist.Values[first:]}
-	if len(hist.Values) > 0 {
-		hist.Values = hist.Values[:len(hist.Values)-1]
-	}
-	return hist
-}
-
 // Procure decides, per GPU model of the fleet (or the one named), whether
 // and what to order (capacity.Procure), replaying with the server's own
 // scheduling policy.
@@ -116,7 +100,7 @@ func (s *Server) Procure(ctx context.Context, p api.Principal, q api.ProcureQuer
 		if d, ok := q.LeadTimeDays[model]; ok {
 			lead, source = d, "set in the request"
 		}
-		hist := demandHistory(jobs, now, func(j gpufleet.Job) bool { return capacity.JobModel(j, byNode) == model })
+		hist := capacity.DemandHistory(jobs, now, func(j gpufleet.Job) bool { return capacity.JobModel(j, byNode) == model })
 		pool := capacity.Pool(jobs, model, byNode)
 		if len(pool) == 0 {
 			out.Skipped[model] = "no finished jobs on it to replay"

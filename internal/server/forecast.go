@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -13,9 +12,6 @@ import (
 )
 
 var _ api.ForecastService = (*Server)(nil)
-
-// forecastHistory is how far back a forecast reads the store's jobs.
-const forecastHistory = 365 * 24 * time.Hour
 
 // Forecast reads the daily demand of the store's jobs (a team's, a GPU
 // model's; a member sees only its own team's) over the last year, from
@@ -52,7 +48,7 @@ func (s *Server) Forecast(ctx context.Context, p api.Principal, q api.ForecastQu
 	}
 	byNode := nodeModels(nodes)
 	keep := func(j gpufleet.Job) bool { return model == "" || capacity.JobModel(j, byNode) == model }
-	hist := demandHistory(jobs, s.now(), keep)
+	hist := capacity.DemandHistory(jobs, s.now(), keep)
 	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
 	if errors.Is(err, forecast.ErrShort) {
 		return api.ForecastResponse{}, fmt.Errorf("%w: %d days of demand in the store since the first job: a forecast needs at least %d", gpufleet.ErrInvalid, len(hist.Values), forecast.MinDays)

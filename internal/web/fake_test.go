@@ -10,6 +10,8 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/capacity"
+	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
@@ -369,4 +371,56 @@ func (s *fakeService) Rollout(context.Context, api.Principal, string) (rollout.R
 }
 func (s *fakeService) RolloutAction(context.Context, api.Principal, string, string) (rollout.Rollout, error) {
 	return rollout.Rollout{}, gpufleet.ErrNotFound
+}
+
+// Forecast answers a member with its team's demand, as the server does.
+func (s *fakeService) Forecast(_ context.Context, p api.Principal, q api.ForecastQuery) (api.ForecastResponse, error) {
+	if err := s.record(p); err != nil {
+		return api.ForecastResponse{}, err
+	}
+	hist := forecast.Series{Start: s.now.AddDate(0, 0, -21).UTC().Truncate(24 * time.Hour)}
+	for i := range 21 {
+		hist.Values = append(hist.Values, float64(10+i))
+	}
+	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
+	return api.ForecastResponse{Team: p.Team, History: hist, Forecast: fc}, err
+}
+
+// Procure is admin-only: an order of one H100 node.
+func (s *fakeService) Procure(_ context.Context, p api.Principal, q api.ProcureQuery) (api.ProcureResponse, error) {
+	if err := s.record(p); err != nil {
+		return api.ProcureResponse{}, err
+	}
+	if !p.IsAdmin() {
+		return api.ProcureResponse{}, api.ErrForbidden
+	}
+	hist := forecast.Series{Start: s.now.AddDate(0, 0, -28).UTC().Truncate(24 * time.Hour)}
+	for i := range 28 {
+		hist.Values = append(hist.Values, float64(100+5*i))
+	}
+	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
+	if err != nil {
+		return api.ProcureResponse{}, err
+	}
+	cross, by := s.now.AddDate(0, 0, 21), s.now.AddDate(0, 0, -63)
+	rec := capacity.Recommendation{GPUModel: "h100-sxm-80gb", Action: capacity.Order, Nodes: 1, GPUs: 8, Crossing: &cross, OrderBy: &by,
+		LateDays: 63, Probability: 0.7, LeadTimeDays: 84, Target: q.Target, TargetText: q.Target.String(),
+		Without: &capacity.Replay{GPUs: 16, Allocation: 0.8, WaitP90S: 6 * 3600}, With: &capacity.Replay{GPUs: 24, Allocation: 0.55, WaitP90S: 3600, Meets: true},
+		Reasons: []string{"replayed: 1 more node meets it"}}
+	return api.ProcureResponse{At: s.now, Models: []api.ProcureModel{{Recommendation: rec, History: hist, Forecast: fc, CapacityGPUHoursPerDay: 384, PoolJobs: 10}},
+		Skipped: map[string]string{"l4": "no finished jobs on it to replay"}}, nil
+}
+
+// Lifecycle is admin-only: an L4 to retire.
+func (s *fakeService) Lifecycle(_ context.Context, p api.Principal, q api.LifecycleQuery) (capacity.LifecycleReport, error) {
+	if err := s.record(p); err != nil {
+		return capacity.LifecycleReport{}, err
+	}
+	if !p.IsAdmin() {
+		return capacity.LifecycleReport{}, api.ErrForbidden
+	}
+	age := 3.4
+	return capacity.LifecycleReport{At: s.now, HorizonMonths: q.HorizonMonths, Unit: "one H100 SXM5 80GB GPU-hour of the fleet's mix",
+		Models: []capacity.ModelLifecycle{{GPUModel: "l4", GPUs: 4, AgeYears: &age, Allocation: 0.02, Decision: capacity.Retire,
+			Reasons: []string{"jobs held 2.0% of its GPU time"}}}}, nil
 }

@@ -285,7 +285,7 @@ func TestMemberSeesOnlyOwnTeam(t *testing.T) {
 	c, _ := f.login(t, aTok)
 	pages := []string{"/", "/?team=team-b", "/queue", "/jobs", "/jobs?all=0", "/jobs/j-a1", "/jobs/j-a2", "/teams", "/teams?period=7d",
 		"/nodes", "/nodes/n1", "/nodes/n2", "/stacks", "/ui/stacks", "/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a2", "/ui/jobs/j-a2/log", "/ui/teams",
-		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel"}
+		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel", "/capacity"}
 	for _, p := range pages {
 		resp := get(t, c, f.srv.URL+p)
 		body := readBody(t, resp)
@@ -297,6 +297,12 @@ func TestMemberSeesOnlyOwnTeam(t *testing.T) {
 		if strings.Contains(p, "j-b1") && resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
 		}
+	}
+	// A member's capacity page is its team's forecast, never the fleet's
+	// procurement or lifecycle.
+	capBody := readBody(t, get(t, c, f.srv.URL+"/capacity"))
+	if !strings.Contains(capBody, "Your team&#39;s GPU demand") || strings.Contains(capBody, "Procurement") || strings.Contains(capBody, `id="lifecycle"`) {
+		t.Errorf("member capacity page:\n%s", capBody)
 	}
 	body := readBody(t, get(t, c, f.srv.URL+"/queue"))
 	for _, want := range []string{"j-a1", "no node has 16 free GPUs in one NVLink domain", "in 25m", "alpha-serve", "about 50m"} {
@@ -339,6 +345,8 @@ func TestAdminPagesRender(t *testing.T) {
 		"/ui/jobs/j-a2/charts": {"Memory used per GPU", "<polyline"},
 		"/nodes/n1/drain":      {"Drain node n1?", `name="csrf"`},
 		"/planner":             {"llama-3.1-8b", `<label for="p-config">`},
+		"/capacity": {`data-model="h100-sxm-80gb"`, `data-plot="h100-sxm-80gb"`, `<img class="plot" src="data:image/svg&#43;xml;base64,`, "order by",
+			"1 (8 GPUs)", "70%", "replayed: 1 more node meets it", "l4: no finished jobs on it to replay", `id="lifecycle"`, "retire", "3.4 y"},
 		"/stacks": {`data-rollout="ro-1"`, "bad-117", "halted", "node n1 failed a gate", "canary", `data-stack="prod-550"`, "driver 550.54.15, cuda 12.4",
 			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`},
 	}
