@@ -3,6 +3,7 @@ package capacity
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -197,5 +198,39 @@ func TestProcureRefuses(t *testing.T) {
 		if _, _, err := Procure(in); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// BenchmarkProcure times one decision (forecast, weekly replays up to the
+// crossing, the search for the purchase) on the test fleet of 16 GPUs and
+// on one ten times larger with ten times the demand.
+func BenchmarkProcure(b *testing.B) {
+	for _, scale := range []int{1, 10} {
+		b.Run(fmt.Sprintf("gpus=%d", 16*scale), func(b *testing.B) {
+			in := input(b, history(42, 150*float64(scale), 3*float64(scale)), 84)
+			in.Fleet.Nodes *= scale
+			b.Run("procure", func(b *testing.B) {
+				for b.Loop() {
+					if _, _, err := Procure(in); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			// The baseline: one replay of one week (three samplings and
+			// the warm-up), the unit procurement spends its time in.
+			b.Run("one-week-replay", func(b *testing.B) {
+				fc, err := forecast.HoltWinters(in.History, in.HorizonDays)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := &replayer{cat: in.Catalog, policy: in.Policy, model: in.Fleet, pool: in.Pool, target: in.Target, seed: in.Seed,
+					start: in.Today, history: in.History, fc: fc, quantile: in.Quantile}
+				for b.Loop() {
+					if _, err := r.week(0, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
