@@ -117,6 +117,7 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"GET", "/api/v1/tokens", "admin"}, {"GET", "/api/v1/usage", "member"}, {"GET", "/api/v1/nodes/n1/rollups", "member"},
 		{"GET", "/api/v1/jobs/" + jobs[0] + "/rollups", "member"}, {"GET", "/api/v1/plan", "member"}, {"GET", "/api/v1/plan", "admin"},
 		{"DELETE", "/api/v1/nodes/n1/faults", "admin"}, {"POST", "/api/v1/agent/logs/" + attempt, "agent"},
+		{"GET", "/api/v1/forecast", "member"}, {"GET", "/api/v1/procure", "admin"}, {"GET", "/api/v1/lifecycle", "admin"},
 	}
 	return q
 }
@@ -176,6 +177,10 @@ func FuzzListQuery(f *testing.F) {
 		"model=llama-3.1-70b&gpu=h100-sxm-80gb,l4&tp=3", "model=x&memory_headroom=NaN", "model=llama-3.1-8b&gpu=" + strings.Repeat("h100,", 100),
 		"model=llama-3.1-8b&team=team-b", "model=../etc/passwd", "model=llama-3.1-8b&batch=1048576&input_tokens=16777216",
 		"limit=" + strings.Repeat("9", 5000), "next_token=" + strings.Repeat("\x00", 3000), "state=" + strings.Repeat("queued,", 5000),
+		"horizon=180d", "horizon=3y", "horizon=6d", "horizon=99999999d", "horizon=1.5d", "target=p90-wait:training<4h", "target=allocation<85%25",
+		"target=allocation<NaN", "target=p0-wait<1s", "quantile=0.99", "quantile=1", "quantile=NaN", "lead_time=h100-sxm-80gb=30d", "lead_time=nope=30d",
+		"lead_time=h100-sxm-80gb=0d", "lead_time==", "price=h100-sxm-80gb=25000", "price=h100-sxm-80gb=-1", "price=h100-sxm-80gb=1e400",
+		"since=30d", "since=0d", "energy_price=0.2", "energy_price=Inf", "depreciation_years=0", "repair_hours=1e9", "gpu_model=h100-sxm-80gb",
 		"%zz=1&limit=2", "limit=1;all=1", "watch=1&since=1", "a=1&a=2&" + strings.Repeat("b=1&", 2000),
 	} {
 		for route := range len(q.routes) {
