@@ -270,7 +270,7 @@ func describe(rp Replay, t Target) string {
 	if pct == 0 {
 		pct = 90
 	}
-	wait := fmt.Sprintf("p%d wait of %s %s", pct, class, waitText(rp.WaitS))
+	wait := fmt.Sprintf("p%d wait of %s %s", pct, class, WaitText(rp.WaitS))
 	if rp.Waited == 0 {
 		wait = "no " + class
 	}
@@ -286,8 +286,21 @@ func uniq(a, b int) []int {
 	return []int{a, b}
 }
 
-// waitText writes a wait for people: 40s, 12m, 3.5h, 2.1d.
-func waitText(s float64) string {
+// Marks are the dates a plot of the decision shows: the order-by date
+// and the week the target is first missed.
+func (r Recommendation) Marks() []forecast.Mark {
+	var ms []forecast.Mark
+	if r.OrderBy != nil {
+		ms = append(ms, forecast.Mark{Day: *r.OrderBy, Label: "order by"})
+	}
+	if r.Crossing != nil {
+		ms = append(ms, forecast.Mark{Day: *r.Crossing, Label: "target missed"})
+	}
+	return ms
+}
+
+// WaitText writes a wait for people: 40s, 12m, 3.5h, 2.1d.
+func WaitText(s float64) string {
 	switch {
 	case s < 60:
 		return fmt.Sprintf("%.0fs", s)

@@ -17,7 +17,6 @@ import (
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/capacity"
-	"github.com/gpufleet/gpufleet/internal/forecast"
 )
 
 // newProcureCmd is `gpufleet procure`: what to order and by when, checked
@@ -85,7 +84,7 @@ pNN-wait[:CLASS]<DURATION (queue wait of the week's jobs).`,
 				if plot == "" {
 					break
 				}
-				if err := writePlot(plot, "GPU demand: "+m.Recommendation.GPUModel, m.History, m.Forecast, m.CapacityGPUHoursPerDay, procureMarks(m.Recommendation)...); err != nil {
+				if err := writePlot(plot, "GPU demand: "+m.Recommendation.GPUModel, m.History, m.Forecast, m.CapacityGPUHoursPerDay, m.Recommendation.Marks()...); err != nil {
 					return err
 				}
 			}
@@ -103,18 +102,6 @@ pNN-wait[:CLASS]<DURATION (queue wait of the week's jobs).`,
 	fs.StringArrayVar(&leads, "lead-time", nil, "MODEL=DAYSd lead time, over the catalog's; repeatable")
 	fs.StringVar(&plot, "plot", "", "with --gpu-model: draw history, forecast, intervals, capacity and the order-by date to FILE.svg")
 	return cmd
-}
-
-// procureMarks are the dates a procurement plot shows.
-func procureMarks(r capacity.Recommendation) []forecast.Mark {
-	var ms []forecast.Mark
-	if r.OrderBy != nil {
-		ms = append(ms, forecast.Mark{Day: *r.OrderBy, Label: "order by"})
-	}
-	if r.Crossing != nil {
-		ms = append(ms, forecast.Mark{Day: *r.Crossing, Label: "target missed"})
-	}
-	return ms
 }
 
 // printProcure prints procurement decisions for people.
@@ -148,7 +135,7 @@ func printProcure(w io.Writer, resp api.ProcureResponse) error {
 }
 
 func replayCell(r capacity.Replay, t capacity.Target) string {
-	return fmt.Sprintf("p%d %s / %.0f%%", cmpOr(t.Percentile, 90), shortWait(r.WaitS), 100*r.Allocation)
+	return fmt.Sprintf("p%d %s / %.0f%%", cmpOr(t.Percentile, 90), capacity.WaitText(r.WaitS), 100*r.Allocation)
 }
 
 func cmpOr(a, b int) int {
@@ -156,16 +143,6 @@ func cmpOr(a, b int) int {
 		return a
 	}
 	return b
-}
-
-func shortWait(s float64) string {
-	switch {
-	case s < 60:
-		return fmt.Sprintf("%.0fs", s)
-	case s < 3600:
-		return fmt.Sprintf("%.0fm", s/60)
-	}
-	return fmt.Sprintf("%.1fh", s/3600)
 }
 
 func intOrDash(n int) string {

@@ -83,14 +83,7 @@ func (u *UI) capacityPage(r *http.Request, v *viewer) (view, error) {
 	}
 	for _, m := range pr.Models {
 		rec := m.Recommendation
-		var marks []forecast.Mark
-		if rec.OrderBy != nil {
-			marks = append(marks, forecast.Mark{Day: *rec.OrderBy, Label: "order by"})
-		}
-		if rec.Crossing != nil {
-			marks = append(marks, forecast.Mark{Day: *rec.Crossing, Label: "target missed"})
-		}
-		pc, err := plot("GPU demand: "+rec.GPUModel, m.History, m.Forecast, m.CapacityGPUHoursPerDay, marks...)
+		pc, err := plot("GPU demand: "+rec.GPUModel, m.History, m.Forecast, m.CapacityGPUHoursPerDay, rec.Marks()...)
 		if err != nil {
 			return view{}, err
 		}
