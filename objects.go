@@ -110,6 +110,12 @@ type Resources struct {
 	// The scheduler places by GPUs only.
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryBytes Bytes   `json:"memory_bytes,omitempty"`
+	// Isolation is the isolation the job needs from the mechanism it runs
+	// under (hard, soft or any; see MechanismOf); empty takes its priority
+	// class's default at submission. Overhead caps the mechanism's
+	// expected overhead ("<= 5%"); nil accepts any.
+	Isolation Isolation      `json:"isolation,omitempty"`
+	Overhead  *OverheadLimit `json:"overhead,omitempty"`
 }
 
 // Retries counts a job's own failures against its budget. Preemption, drain
@@ -208,6 +214,11 @@ type Attempt struct {
 	// counter, the largest count any node's output showed); null when it
 	// reported none.
 	Work *float64 `json:"work"`
+	// Mechanism is what the attempt got on its first node: that node's
+	// virtualization with the job's sharing, its isolation and expected
+	// overhead; null when the node is no longer known. Filled in when a
+	// job is read, from the node's virtualization label.
+	Mechanism *Mechanism `json:"mechanism"`
 }
 
 // QueueEntry is a pending job's place in the queue.

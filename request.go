@@ -390,6 +390,32 @@ func (r Resources) Validate() error {
 	if r.MemoryBytes != 0 && (r.MemoryBytes < MinHostMemory || r.MemoryBytes > MaxHostMemory) {
 		return fmt.Errorf("%w: resources.memory_bytes %d: expected 0 (no limit) or %s to %s", ErrInvalid, r.MemoryBytes, MinHostMemory, MaxHostMemory)
 	}
+	return r.validateIsolation()
+}
+
+// validateIsolation checks the isolation and overhead requirements, and
+// that the job's own sharing can meet them on some node: time-slicing
+// never isolates hard, and costs its switching overhead even on bare
+// metal.
+func (r Resources) validateIsolation() error {
+	if r.Isolation != "" {
+		if _, err := ParseIsolation(string(r.Isolation)); err != nil {
+			return InField("resources.isolation", err)
+		}
+	}
+	if r.Overhead != nil {
+		if err := r.Overhead.Validate(); err != nil {
+			return InField("resources.overhead", err)
+		}
+	}
+	best := MechanismOf(Virtualization{Kind: BareMetal}, r.Sharing)
+	if !best.Isolation().Meets(r.Isolation) {
+		return fmt.Errorf("%w: resources.isolation %s: sharing %s gives %s isolation at best (%s memory, %s fault isolation); ask exclusive or mig:PROFILE, or isolation soft",
+			ErrInvalid, r.Isolation, r.Sharing, best.Isolation(), best.Memory, best.Fault)
+	}
+	if !best.Meets("", r.Overhead) {
+		return fmt.Errorf("%w: resources.overhead %s: sharing %s costs %.0f%% at best", ErrInvalid, r.Overhead, r.Sharing, best.Overhead*100)
+	}
 	return nil
 }
 

@@ -21,6 +21,9 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	g := h.gpu
 	cfg := s.cfg
 	out := []string{}
+	if h.overhead > 0 {
+		out = append(out, fmt.Sprintf("%s runs virtualized here: the estimates count the mechanism's %.0f%% overhead", g.ID, h.overhead*100))
+	}
 	m := c.MemoryPerGPU
 	if !c.Fits {
 		held := "the card holds " + gb(float64(m.CapacityBytes))

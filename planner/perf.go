@@ -50,6 +50,17 @@ type hw struct {
 	bw   float64 // achieved memory bandwidth
 	peak float64 // achieved GEMM throughput
 	cal  *Calibration
+	// overhead is the share of throughput the mechanism costs (a VM, a
+	// vGPU); bw and peak are already net of it.
+	overhead float64
+}
+
+// slowed is h under a mechanism that costs the share o of its throughput.
+func (h hw) slowed(o float64) hw {
+	h.bw *= 1 - o
+	h.peak *= 1 - o
+	h.overhead = o
+	return h
 }
 
 // newHW is g computing in format f at efficiency eff of its peak, or as
@@ -243,7 +254,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		// (softmax(QK^T)V, FlashAttention) stays in BF16 (NVIDIA
 		// Transformer Engine's FP8 recipe), so its FLOPs take BF16 time.
 		attn := s.trainingFlopsPerToken(r.Seq) - s.trainingFlopsPerToken(0)
-		if bf := newHW(h.gpu, FormatBF16, trainEfficiency, h.cal); bf.peak > 0 && h.peak > bf.peak {
+		if bf := newHW(h.gpu, FormatBF16, trainEfficiency, h.cal).slowed(h.overhead); bf.peak > 0 && h.peak > bf.peak {
 			share := attn / s.trainingFlopsPerToken(r.Seq)
 			st.computeS += hwFlops * share / n * (1/bf.peak - 1/h.peak)
 		}

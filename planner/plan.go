@@ -403,12 +403,13 @@ func (s shape) evaluate(r Request, g catalog.GPU, l layout) Candidate {
 	return c
 }
 
-// hwFor is g with the mode's efficiency.
+// hwFor is g with the mode's efficiency, under its mechanism's overhead.
 func hwFor(r Request, g catalog.GPU) hw {
+	eff := computeEfficiency
 	if r.Mode == Training {
-		return newHW(g, r.Precision, trainEfficiency, r.calibrationFor(g.ID))
+		eff = trainEfficiency
 	}
-	return newHW(g, r.Precision, computeEfficiency, r.calibrationFor(g.ID))
+	return newHW(g, r.Precision, eff, r.calibrationFor(g.ID)).slowed(r.Overhead[g.ID])
 }
 
 // finish adds what only the chosen layout of a GPU model needs: the

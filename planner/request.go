@@ -171,6 +171,12 @@ type Request struct {
 	// id) with what the fleet measured (gpufleet plan --calibration
 	// fleet); models without one keep the built-in efficiencies.
 	Calibration map[string]Calibration
+
+	// Overhead is, per GPU model (catalog id), the share of throughput the
+	// mechanism the work would run under costs (gpufleet.Mechanism: a
+	// passthrough VM, a vGPU, time-slicing); the estimates of that model
+	// run that much slower. Models absent from it run on bare metal.
+	Overhead map[string]float64
 }
 
 // withDefaults validates r and returns a copy with defaults filled in.
@@ -189,6 +195,11 @@ func (r Request) withDefaults() (Request, error) {
 	for _, m := range sortedModels(r.Calibration) {
 		if err := r.Calibration[m].validate(m); err != nil {
 			return r, err
+		}
+	}
+	for m, o := range r.Overhead {
+		if !(o >= 0 && o < 1) {
+			return r, fmt.Errorf("%w: overhead %s %g: expected a share from 0 to under 1", gpufleet.ErrInvalid, gpufleet.Quote(m), o)
 		}
 	}
 	switch r.Mode {

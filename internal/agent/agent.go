@@ -916,24 +916,48 @@ func (a *Agent) labels() map[string]string {
 	return l
 }
 
-// detectVirtualization says how the GPUs reach this machine: vgpu when a
-// GPU is a virtual GPU (its name says GRID or vGPU), passthrough when the
-// CPU runs under a hypervisor, else bare-metal. Simulated GPUs are
-// bare-metal unless a label says otherwise.
+// detectVirtualization says how the GPUs reach this machine, as a
+// virtualization label (gpufleet.ParseVirtualization): what the driver
+// reports first (NVML's virtualization mode: a guest's vGPU, with its type
+// from the device name such as "GRID A100-4C"; passthrough; a vGPU host,
+// whose GPUs are time-shared with its VMs), then passthrough when the CPU
+// runs under a hypervisor, else bare-metal. Simulated GPUs are bare-metal
+// unless a label says otherwise.
 func detectVirtualization(backend string, devs []gpu.Device) string {
 	if backend == "sim" {
-		return "bare-metal"
+		return string(gpufleet.BareMetal)
 	}
 	for _, d := range devs {
 		n := strings.ToLower(d.Name)
-		if strings.Contains(n, "grid") || strings.Contains(n, "vgpu") {
-			return "vgpu"
+		if d.Virtualization == "vgpu" || strings.Contains(n, "grid") || strings.Contains(n, "vgpu") {
+			return vgpuLabel(d.Name)
+		}
+		if d.Virtualization == "vgpu-host" {
+			return string(gpufleet.VGPU)
+		}
+	}
+	for _, d := range devs {
+		if d.Virtualization == "passthrough" {
+			return string(gpufleet.Passthrough)
 		}
 	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil && hasHypervisorFlag(string(data)) {
-		return "passthrough"
+		return string(gpufleet.Passthrough)
 	}
-	return "bare-metal"
+	return string(gpufleet.BareMetal)
+}
+
+// vgpuLabel is the virtualization label of a guest's vGPU named name: its
+// type is the last word ("GRID A100-4C", "NVIDIA A100-3-20C"), when that
+// reads as one.
+func vgpuLabel(name string) string {
+	f := strings.Fields(name)
+	if len(f) > 0 {
+		if v, err := gpufleet.ParseVirtualization("vgpu:" + f[len(f)-1]); err == nil && strings.Contains(f[len(f)-1], "-") {
+			return v.String()
+		}
+	}
+	return string(gpufleet.VGPU)
 }
 
 // hasHypervisorFlag reports whether /proc/cpuinfo's flags include

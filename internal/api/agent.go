@@ -332,6 +332,11 @@ func (r *RegisterRequest) Validate() error {
 			return fmt.Errorf("labels: %w", err)
 		}
 	}
+	if v, ok := r.Labels[gpufleet.VirtualizationLabel]; ok {
+		if _, err := gpufleet.ParseVirtualization(v); err != nil {
+			return fmt.Errorf("labels: %w", err)
+		}
+	}
 	if err := checkLabels("versions", r.Versions); err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ func TestMuxServesExactlyTheRouteTable(t *testing.T) {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	types := map[string]any{
-		"Job": gpufleet.Job{}, "Resources": gpufleet.Resources{}, "Retries": gpufleet.Retries{}, "Attempt": gpufleet.Attempt{},
+		"Job": gpufleet.Job{}, "Resources": gpufleet.Resources{}, "Retries": gpufleet.Retries{}, "Attempt": gpufleet.Attempt{}, "Mechanism": gpufleet.Mechanism{},
 		"AttemptNode": gpufleet.AttemptNode{}, "QueueEntry": gpufleet.QueueEntry{}, "Node": gpufleet.Node{}, "NodeGPU": gpufleet.NodeGPU{},
 		"MIGInstance": gpufleet.MIGInstance{}, "Team": gpufleet.Team{}, "Class": gpufleet.Class{}, "Token": gpufleet.Token{},
 		"Event": gpufleet.Event{}, "SubmitRequest": SubmitRequest{}, "ModelRequest": ModelRequest{}, "SubmitResponse": SubmitResponse{},

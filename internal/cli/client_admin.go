@@ -81,13 +81,13 @@ way to. The event log records who did it.`,
 func (c *clientEnv) printNodes(nodes []gpufleet.Node) error {
 	cols := []string{"NAME", "STATE", "HEALTH", "GPUS", "HEARTBEAT", "REASON"}
 	if c.output == outputWide {
-		cols = append(cols, "DRIVER", "LABELS")
+		cols = append(cols, "DRIVER", "ISOLATION", "LABELS")
 	}
 	t := newTable(c.stdout, cols...)
 	for _, n := range nodes {
 		row := []string{n.Name, string(n.State), string(n.Health), gpuSummary(n.GPUs), heartbeat(n.HeartbeatAgeS), reasons(n)}
 		if c.output == outputWide {
-			row = append(row, orDash(n.Versions["driver"]), kvList(n.Labels))
+			row = append(row, orDash(n.Versions["driver"]), gpufleet.IsolationSummary(n), kvList(n.Labels))
 		}
 		t.row(row...)
 	}
@@ -109,7 +109,8 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout)
-	t := newTable(c.stdout, "INDEX", "UUID", "MODEL", "MEMORY", "STATE", "HEALTH", "MIG", "REASON")
+	t := newTable(c.stdout, "INDEX", "UUID", "MODEL", "MEMORY", "STATE", "HEALTH", "MIG", "MECHANISM", "ISOLATION", "REASON")
+	virt := gpufleet.NodeVirtualization(n.Labels)
 	for _, g := range n.GPUs {
 		var mig []string
 		for _, m := range g.MIGInstances {
@@ -119,8 +120,9 @@ func (c *clientEnv) printNode(n gpufleet.Node) error {
 		if g.StateReason != "" && g.StateReason != g.Reason {
 			reason = strings.Trim(g.StateReason+"; "+g.Reason, "; ")
 		}
+		m := gpufleet.GPUMechanism(virt, g)
 		t.row(strconv.Itoa(g.Index), g.UUID, g.Model, gpufleet.Bytes(g.MemoryBytes).String(), string(g.State), string(g.Health),
-			orDash(strings.Join(mig, ",")), orDash(reason))
+			orDash(strings.Join(mig, ",")), m.Name, m.Short(), orDash(reason))
 	}
 	return t.flush()
 }

@@ -31,7 +31,7 @@ type submitFlags struct {
 	gpuModels, gpuMemory, minCC, precision, interconnect, sharing, prefer string
 	memory                                                                string
 	nodeSelector, env, requires                                           []string
-	stack                                                                 string
+	stack, isolation, overhead                                            string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
 	workMetric, workUnit                                                  string
@@ -56,6 +56,8 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.precision, "precision", "", "precision the GPUs must support natively: fp32, bf16, fp16, fp8, int8, int4, fp4")
 	fs.StringVar(&f.interconnect, "interconnect", "", "nvlink or any")
 	fs.StringVar(&f.sharing, "sharing", "", "exclusive, mig:PROFILE (mig:1g.18gb) or timeslice:FRACTION (timeslice:0.25)")
+	fs.StringVar(&f.isolation, "isolation", "", "isolation the job needs from its GPU's mechanism: hard (whole GPU or MIG, not a time-sliced vGPU), soft (time-slicing too) or any; default from the priority class (production: hard)")
+	fs.StringVar(&f.overhead, "overhead", "", "most overhead the mechanism may cost, such as \"<=5%\" (passthrough ~2%, vGPU ~5%, time-slicing ~5%)")
 	fs.StringVar(&f.prefer, "prefer", "", "cheapest, fastest or efficient (highest peak per watt: fewest joules for compute-bound work) among fitting GPUs")
 	fs.StringArrayVar(&f.nodeSelector, "node-selector", nil, "node label KEY=VALUE the nodes must carry (repeatable)")
 	fs.StringVar(&f.stack, "stack", "", "a stack (gpufleet stacks) whose versions the nodes must run")
@@ -130,6 +132,12 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		{"precision", func() error { res.Precision, err = gpufleet.ParsePrecision(f.precision); return err }},
 		{"interconnect", text(&res.Interconnect, f.interconnect)},
 		{"sharing", func() error { res.Sharing, err = gpufleet.ParseSharing(f.sharing); return err }},
+		{"isolation", text(&res.Isolation, f.isolation)},
+		{"overhead", func() error {
+			o, err := gpufleet.ParseOverhead(f.overhead)
+			res.Overhead = &o
+			return err
+		}},
 		{"prefer", text(&res.Prefer, f.prefer)},
 		{"node-selector", func() error {
 			m, err := parseKV(f.nodeSelector)
@@ -515,6 +523,12 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	for _, k := range slices.Sorted(maps.Keys(r.Requires)) {
 		res = append(res, requireText(k, r.Requires[k]))
 	}
+	if r.Isolation != "" {
+		res = append(res, "isolation "+string(r.Isolation))
+	}
+	if r.Overhead != nil {
+		res = append(res, "overhead "+r.Overhead.String())
+	}
 	if r.Prefer != "" {
 		res = append(res, "prefer "+string(r.Prefer))
 	}
@@ -551,7 +565,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	t := newTable(w, "ATTEMPT", "STATE", "NODES", "GPUS", "STARTED", "EXIT", "ENERGY", "WORK", "REASON")
+	t := newTable(w, "ATTEMPT", "STATE", "NODES", "GPUS", "ISOLATION", "STARTED", "EXIT", "ENERGY", "WORK", "REASON")
 	for _, a := range j.Attempts {
 		exit := "-"
 		if a.ExitCode != nil {
@@ -567,7 +581,11 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		if a.Work != nil {
 			work = sig3(*a.Work) + " " + j.Work.UnitName()
 		}
-		t.row(a.ID, string(a.State), attemptNodes(gpufleet.Job{Attempts: []gpufleet.Attempt{a}}), strconv.Itoa(gpus),
+		iso := "-"
+		if a.Mechanism != nil {
+			iso = a.Mechanism.Name + " " + a.Mechanism.Short()
+		}
+		t.row(a.ID, string(a.State), attemptNodes(gpufleet.Job{Attempts: []gpufleet.Attempt{a}}), strconv.Itoa(gpus), iso,
 			c.ago(a.StartedAt), exit, fmt.Sprintf("%.3f kWh", a.EnergyJoules/3.6e6), work, orDash(a.Reason))
 	}
 	return t.flush()

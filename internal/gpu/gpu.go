@@ -42,6 +42,11 @@ type Device struct {
 	NVLinkDomain      string                     `json:"nvlink_domain,omitempty"`
 	MIGMode           bool                       `json:"mig_mode"`
 	MIG               []MIGInstance              `json:"mig,omitempty"`
+	// Virtualization is how this GPU reaches the OS, as the driver says
+	// (NVML's virtualization mode): "passthrough", "vgpu" (a guest's
+	// virtual GPU), "vgpu-host" (a hypervisor host sharing it out to VMs),
+	// or empty for none or unknown.
+	Virtualization string `json:"virtualization,omitempty"`
 }
 
 // Versions is the software and firmware stack of a node and its GPUs.

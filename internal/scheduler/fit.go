@@ -30,7 +30,13 @@ type shape struct {
 	// says, when none does, why.
 	stackOK  []bool
 	stackWhy string
-	models   []int32 // eligible models: preference order when prefer, else by id
+	// isoOK, when the job requires isolation or caps overhead, says per
+	// distinct node virtualization (fleet.virts) whether the mechanism the
+	// job would get there meets it.
+	isoOK    []bool
+	iso      gpufleet.Isolation
+	overhead *gpufleet.OverheadLimit
+	models []int32 // eligible models: preference order when prefer, else by id
 	prefer   bool    // take the first model that fits
 	// slower, for shapes that prefer the fastest model, is per model id how
 	// many times slower than the shape's fastest model a job would run on
@@ -76,6 +82,12 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 	}
 	b = append(b, '|')
 	b = strconv.AppendFloat(b, r.Sharing.Fraction, 'g', -1, 64)
+	b = append(b, '|')
+	b = append(b, r.Isolation...)
+	if r.Overhead != nil {
+		b = append(b, '<')
+		b = strconv.AppendFloat(b, float64(*r.Overhead), 'g', -1, 64)
+	}
 	if prefer {
 		b = append(b, '|')
 		b = append(b, want...)
@@ -188,6 +200,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 		sh.multi = true
 		sh.perNode = int32(r.GPUs / r.Nodes)
 	}
+	sh.isoOK, sh.iso, sh.overhead = s.isolationNeeds(r), r.Isolation, r.Overhead
 	sh.models = s.eligibleModels(r, sh)
 	if prefer {
 		s.rankModels(sh.models, want, r.JoulesPerUnit)
@@ -361,7 +374,37 @@ func (sh *shape) selects(n *nodeSlot) bool {
 			return false
 		}
 	}
-	return sh.stackOK == nil || sh.stackOK[n.stack]
+	return (sh.stackOK == nil || sh.stackOK[n.stack]) && (sh.isoOK == nil || sh.isoOK[n.virt])
+}
+
+// isolationWhy explains a job that fits the free GPUs only on nodes whose
+// mechanism does not meet its isolation or overhead requirement. ok is
+// false when isolation is not the reason.
+func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
+	if sh.isoOK == nil {
+		return why{}, false
+	}
+	iso := sh.isoOK
+	sh.isoOK = nil
+	_, ok := s.search(sh, models, mode)
+	sh.isoOK = iso
+	if !ok {
+		return why{}, false
+	}
+	return why{code: ReasonIsolation, text: "GPUs are free, but not under a mechanism it accepts: " + s.isolationText(sh)}, true
+}
+
+// isolationNeeds judges a request's isolation and overhead requirements
+// per distinct node virtualization: nil when it has none.
+func (s *sched) isolationNeeds(r *gpufleet.Resources) []bool {
+	if (r.Isolation == "" || r.Isolation == gpufleet.IsolationAny) && r.Overhead == nil {
+		return nil
+	}
+	ok := make([]bool, len(s.f.virts))
+	for i, v := range s.f.virts {
+		ok[i] = gpufleet.MechanismOf(v, r.Sharing).Meets(r.Isolation, r.Overhead)
+	}
+	return ok
 }
 
 // stackNeeds judges a request's stack and version requirements on the

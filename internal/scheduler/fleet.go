@@ -113,6 +113,7 @@ type nodeSlot struct {
 	rack, block int32 // -1 when unknown
 	labels      map[string]string
 	stack       int32 // index into fleet.stacks: the node's distinct versions
+	virt        int32 // index into fleet.virts: the node's virtualization
 	gpus        []gpuSlot
 	mfree       []modelFree // one entry per model on the node, by model
 	migFree     []int32     // free MIG instances per profile; nil without MIG
@@ -139,6 +140,9 @@ type fleet struct {
 	// judged once per distinct stack, not once per node.
 	stacks    []gpufleet.StackVersions
 	stackNode []string
+	// virts are the nodes' distinct virtualizations (the virtualization
+	// label); a job's isolation needs are judged once per distinct one.
+	virts []gpufleet.Virtualization
 
 	maxK      []int32    // per model: most GPUs of the model on one node
 	buckets   [][]bitset // [model][k]: nodes with exactly k whole free GPUs
@@ -247,6 +251,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 		ns := nodeSlot{name: n.Name, ready: anyState || n.State == Ready || n.State == "", labels: n.Labels,
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
 		ns.stack = f.internStack(stackIdx, n)
+		ns.virt = f.internVirt(gpufleet.NodeVirtualization(n.Labels))
 		gs := n.GPUs
 		if !slices.IsSortedFunc(gs, byIndex) {
 			gs = slices.Clone(gs)
@@ -797,6 +802,16 @@ func (f *fleet) stamp(sh *shape) uint64 {
 		}
 	}
 	return st + uint64(f.resvRaise)
+}
+
+// internVirt returns the index of a node's virtualization in f.virts,
+// adding it when new.
+func (f *fleet) internVirt(v gpufleet.Virtualization) int32 {
+	if i := slices.Index(f.virts, v); i >= 0 {
+		return int32(i)
+	}
+	f.virts = append(f.virts, v)
+	return int32(len(f.virts) - 1)
 }
 
 // internStack returns the index of a node's versions in f.stacks, adding

@@ -42,6 +42,11 @@ const (
 	// the versions the job requires (resources.stack, resources.requires).
 	// EstimatedStart is nil until one does (a rollout, a node joining).
 	ReasonStackMismatch = "stack_mismatch"
+	// ReasonIsolation: the job requires isolation (resources.isolation) or
+	// caps the overhead (resources.overhead), and the GPUs that are free,
+	// or all the fleet's when EstimatedStart is nil, are on nodes whose
+	// mechanism (virtualization and sharing) does not meet it.
+	ReasonIsolation = "isolation"
 )
 
 // WaitCodes lists every Pending.ReasonCode; StopCodes every Stop.Code;
@@ -50,7 +55,7 @@ const (
 // of them (TestScenariosCoverEveryCode, the simulator's TestReplayCodes).
 func WaitCodes() []string {
 	return []string{ReasonUnplaceable, ReasonQuotaExceeded, ReasonQuota, ReasonCapacity, ReasonTopology,
-		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch}
+		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch, ReasonIsolation}
 }
 
 // StopCodes lists every Stop.Code (see WaitCodes).
@@ -61,12 +66,13 @@ func StopCodes() []string {
 // FailCodes lists every Fail.Code (see WaitCodes).
 func FailCodes() []string { return []string{FailInvalid} }
 
-// NeverStarts reports whether a pending job with this reason code can
-// never start as submitted (EstimatedStart is nil for them): nothing in
-// the fleet matches it, no node runs its stack, or its team's quota never
-// allows it.
+// NeverStarts reports whether a pending job with this reason code and no
+// EstimatedStart can never start as submitted: nothing in the fleet
+// matches it, no node runs its stack, no node's mechanism meets its
+// isolation, or its team's quota never allows it. (An isolation wait with
+// an estimate is waiting for GPUs under a mechanism it accepts.)
 func NeverStarts(code string) bool {
-	return code == ReasonUnplaceable || code == ReasonQuotaExceeded || code == ReasonStackMismatch
+	return code == ReasonUnplaceable || code == ReasonQuotaExceeded || code == ReasonStackMismatch || code == ReasonIsolation
 }
 
 // why is a decision's reason: a code and, when explaining, words.
@@ -153,6 +159,15 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 			return &why{code: ReasonStackMismatch, text: sh.stackWhy}
 		}
 	}
+	if sh.isoOK != nil {
+		iso := sh.isoOK
+		sh.isoOK = nil
+		some := s.anySelected(sh)
+		sh.isoOK = iso
+		if some && !s.anySelected(sh) {
+			return &why{code: ReasonIsolation, text: "no node can give it: " + s.isolationText(sh)}
+		}
+	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
 		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
 	}
@@ -217,6 +232,27 @@ func (s *sched) anySelected(sh *shape) bool {
 		}
 	}
 	return false
+}
+
+// isolationText says what the job requires and what the fleet's other
+// mechanisms give, such as "isolation hard; vgpu:A100-4C/exclusive gives
+// soft (5% overhead)".
+func (s *sched) isolationText(sh *shape) string {
+	var need []string
+	if sh.iso != "" && sh.iso != gpufleet.IsolationAny {
+		need = append(need, "isolation "+string(sh.iso))
+	}
+	if sh.overhead != nil {
+		need = append(need, "overhead "+sh.overhead.String())
+	}
+	var gives []string
+	for i, v := range s.f.virts {
+		if !sh.isoOK[i] {
+			m := gpufleet.MechanismOf(v, gpufleet.Sharing{Kind: sh.kind})
+			gives = append(gives, fmt.Sprintf("%s gives %s (%.0f%% overhead)", m.Name, m.Isolation(), m.Overhead*100))
+		}
+	}
+	return fmt.Sprintf("it requires %s; %s", strings.Join(need, " and "), strings.Join(gives, ", "))
 }
 
 // selectorText writes a node selector as rack=r12,zone=a.

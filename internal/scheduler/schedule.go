@@ -743,6 +743,8 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 		// and capacity are the same to it: it waits for the next end.
 		if pw, ok := s.powerWhy(sh, u.models, mode); ok {
 			w = pw
+		} else if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
+			w = iw
 		} else {
 			w = s.diagnose(sh, u.models, false)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -87,21 +88,23 @@ func planRequest(cfg *model.Config, m *api.ModelRequest) (planner.Request, error
 
 // teamModels lists the GPU models the fleet has and the team may use (its
 // quota classes, or every model when it may borrow or has no quota; every
-// model for no team), with how many GPUs of each the fleet has.
-func (s *Server) teamModels(ctx context.Context, team string, allow []string) ([]catalog.GPU, map[string]int, error) {
+// model for no team), with how many GPUs of each the fleet has on nodes
+// whose mechanism meets the request's isolation (need; nil: any node),
+// and per model the least overhead among those nodes (absent: bare metal).
+func (s *Server) teamModels(ctx context.Context, team string, allow []string, need *gpufleet.Resources) ([]catalog.GPU, map[string]int, map[string]float64, error) {
 	nodes, err := s.st.Nodes(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var t gpufleet.Team
 	if team != "" {
 		if t, err = s.st.Team(ctx, team); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	classes, err := s.st.Classes(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	expand := func(names []string) map[string]bool {
 		out := map[string]bool{}
@@ -126,7 +129,15 @@ func (s *Server) teamModels(ctx context.Context, team string, allow []string) ([
 	allowed := expand(allow)
 	count := map[string]int{}
 	var out []catalog.GPU
+	overhead := map[string]float64{}
 	for _, n := range nodes {
+		m := gpufleet.MechanismOf(gpufleet.NodeVirtualization(n.Labels), gpufleet.Sharing{})
+		if need != nil {
+			m = gpufleet.MechanismOf(gpufleet.NodeVirtualization(n.Labels), need.Sharing)
+			if !m.Meets(need.Isolation, need.Overhead) {
+				continue
+			}
+		}
 		for _, g := range n.GPUs {
 			if (!anyModel && !permitted[g.Model]) || (len(allow) > 0 && !allowed[g.Model]) {
 				continue
@@ -137,12 +148,15 @@ func (s *Server) teamModels(ctx context.Context, team string, allow []string) ([
 			}
 			if count[cg.ID] == 0 {
 				out = append(out, cg)
+				overhead[cg.ID] = m.Overhead
 			}
+			overhead[cg.ID] = min(overhead[cg.ID], m.Overhead)
 			count[cg.ID]++
 		}
 	}
 	slices.SortFunc(out, func(a, b catalog.GPU) int { return strings.Compare(a.ID, b.ID) })
-	return out, count, nil
+	maps.DeleteFunc(overhead, func(_ string, o float64) bool { return o == 0 })
+	return out, count, overhead, nil
 }
 
 // admit runs the planner for a job that describes its model. It rejects a
@@ -158,14 +172,21 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 	if err != nil {
 		return admission{}, err
 	}
-	gpus, avail, err := s.teamModels(ctx, team, r.Resources.GPUModels)
+	need := r.Resources
+	if need.Isolation == "" {
+		need.Isolation = s.cfg.DefaultIsolation[r.Priority]
+		if r.Priority == "" {
+			need.Isolation = s.cfg.DefaultIsolation[gpufleet.Batch]
+		}
+	}
+	gpus, avail, overhead, err := s.teamModels(ctx, team, r.Resources.GPUModels, &need)
 	if err != nil {
 		return admission{}, err
 	}
 	if len(gpus) == 0 {
 		return admission{}, fmt.Errorf("%w: admission: the fleet has no GPU model team %s may use", gpufleet.ErrInvalid, gpufleet.Quote(team))
 	}
-	req.GPUs, req.Available = gpus, avail
+	req.GPUs, req.Available, req.Overhead = gpus, avail, overhead
 	plan, err := planner.Run(req, nil)
 	if err != nil {
 		return admission{}, fmt.Errorf("admission: %w", err)
@@ -312,10 +333,11 @@ func (s *Server) Plan(ctx context.Context, p api.Principal, q api.PlanQuery) (ap
 			req.GPUs = append(req.GPUs, g)
 		}
 	} else {
-		gpus, avail, err := s.teamModels(ctx, team, nil)
+		gpus, avail, overhead, err := s.teamModels(ctx, team, nil, nil)
 		if err != nil {
 			return api.PlanResponse{}, err
 		}
+		req.Overhead = overhead
 		resp.Scope = "catalog"
 		if len(gpus) > 0 {
 			resp.Scope, req.GPUs, req.Available, resp.Available = "fleet", gpus, avail, avail

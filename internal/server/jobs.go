@@ -22,6 +22,9 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 	if j.Priority == "" {
 		j.Priority = gpufleet.Batch
 	}
+	if j.Resources.Isolation == "" {
+		j.Resources.Isolation = s.cfg.DefaultIsolation[j.Priority]
+	}
 	seconds := func(d gpufleet.Duration) *float64 {
 		if d <= 0 {
 			return nil
@@ -77,6 +80,12 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 	}
 	j := s.jobFromRequest(team, r, s.now())
 	j.Plan = plan
+	if r.Resources.Isolation == "" && j.Resources.Isolation != "" {
+		if err := j.Resources.Validate(); err != nil {
+			return api.SubmitResponse{}, fmt.Errorf("%w (%s jobs need isolation %s unless they say otherwise: set resources.isolation soft or any to accept less)",
+				err, j.Priority, j.Resources.Isolation)
+		}
+	}
 	if err := s.satisfiable(ctx, &j, r.AllowUnsatisfiable); err != nil {
 		return api.SubmitResponse{}, err
 	}
@@ -141,7 +150,32 @@ func (s *Server) Job(ctx context.Context, p api.Principal, id string) (gpufleet.
 	if !visible(p, j.Team) {
 		return gpufleet.Job{}, fmt.Errorf("%w: job %s", gpufleet.ErrNotFound, gpufleet.Quote(id))
 	}
+	if len(j.Attempts) > 0 {
+		nodes, err := s.st.Nodes(ctx)
+		if err != nil {
+			return gpufleet.Job{}, err
+		}
+		withMechanisms(&j, nodes)
+	}
 	return j, nil
+}
+
+// withMechanisms fills in what each attempt of j got on its first node:
+// the node's virtualization with the job's sharing.
+func withMechanisms(j *gpufleet.Job, nodes []gpufleet.Node) {
+	virt := make(map[string]gpufleet.Virtualization, len(nodes))
+	for _, n := range nodes {
+		virt[n.Name] = gpufleet.NodeVirtualization(n.Labels)
+	}
+	for i := range j.Attempts {
+		a := &j.Attempts[i]
+		v, ok := virt[a.Node]
+		if !ok {
+			continue
+		}
+		m := gpufleet.MechanismOf(v, j.Resources.Sharing)
+		a.Mechanism = &m
+	}
 }
 
 // CancelJob requests a cancel: a queued job ends at once, a running one

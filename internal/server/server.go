@@ -57,6 +57,9 @@ type Config struct {
 	// DefaultEstimate per priority class when a job gives neither estimate
 	// nor time limit.
 	DefaultEstimate map[gpufleet.Priority]time.Duration
+	// DefaultIsolation per priority class, for jobs that do not say what
+	// isolation they need (resources.isolation).
+	DefaultIsolation map[gpufleet.Priority]gpufleet.Isolation
 	// LogDir holds attempts' logs as agents ship them; empty disables logs.
 	LogDir string
 	// WatchInterval is how often event streams poll the audit log.
@@ -107,6 +110,9 @@ func Default() Config {
 			gpufleet.Production: 24 * time.Hour, gpufleet.Interactive: 4 * time.Hour,
 			gpufleet.Training: 24 * time.Hour, gpufleet.Batch: 4 * time.Hour,
 		},
+		// Production inference gets a whole GPU or a MIG slice, never a
+		// time share with a noisy neighbour (docs/ISOLATION.md).
+		DefaultIsolation: map[gpufleet.Priority]gpufleet.Isolation{gpufleet.Production: gpufleet.IsolationHard},
 		WatchInterval: 500 * time.Millisecond,
 		Now:           time.Now,
 	}

@@ -94,6 +94,18 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 				j.Requires[strings.TrimSpace(k)] = strings.TrimSpace(v)
 			}
 		}
+		if s := rw.get("isolation"); s != "" {
+			if j.Isolation, err = gpufleet.ParseIsolation(s); err != nil {
+				return gpufleet.InField("isolation", err)
+			}
+		}
+		if s := rw.get("overhead"); s != "" {
+			o, err := gpufleet.ParseOverhead(s)
+			if err != nil {
+				return gpufleet.InField("overhead", err)
+			}
+			j.Overhead = &o
+		}
 		if s := rw.get("interconnect"); s != "" {
 			if err := j.Interconnect.UnmarshalText([]byte(s)); err != nil {
 				return gpufleet.InField("interconnect", err)

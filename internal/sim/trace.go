@@ -40,6 +40,10 @@ type Job struct {
 	// the cluster spec, and component constraints ("cuda": ">=12.4").
 	Stack    string
 	Requires map[string]string
+	// Isolation and Overhead are the isolation the job requires and the
+	// mechanism overhead it accepts (resources.isolation, .overhead).
+	Isolation gpufleet.Isolation
+	Overhead  *gpufleet.OverheadLimit
 	// Duration is the run time in seconds on a model not in DurationOn.
 	Duration float64
 	// DurationOn maps a model to the job's run time on it, for traces that
@@ -64,7 +68,7 @@ type Job struct {
 // Resources is the job's request as the scheduler reads it.
 func (j *Job) Resources() gpufleet.Resources {
 	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing, Interconnect: j.Interconnect,
-		Stack: j.Stack, Requires: j.Requires}
+		Stack: j.Stack, Requires: j.Requires, Isolation: j.Isolation, Overhead: j.Overhead}
 }
 
 // maxTraceSeconds bounds every time of a trace: ten years, beyond any real

@@ -28,6 +28,9 @@ type attemptRow struct {
 	Started, Finished, Took          string
 	Exit, Reason, ReasonCode         string
 	Energy, Work, PerUnit            string
+	// Isolation is what the attempt got (mechanism and isolation), and
+	// IsolationTitle says it in full.
+	Isolation, IsolationTitle string
 }
 
 // jobView is the job page.
@@ -161,7 +164,10 @@ func jobSpec(j gpufleet.Job) []specRow {
 func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 	row := attemptRow{ID: a.ID, State: string(a.State), Node: a.Node, Started: fmtClockPtr(a.StartedAt),
 		Finished: fmtClockPtr(a.FinishedAt), Took: dash, Exit: dash, Reason: a.Reason, ReasonCode: a.ReasonCode,
-		Energy: fmtEnergy(a.EnergyJoules), Work: dash, PerUnit: dash}
+		Energy: fmtEnergy(a.EnergyJoules), Work: dash, PerUnit: dash, Isolation: dash}
+	if m := a.Mechanism; m != nil {
+		row.Isolation, row.IsolationTitle = m.Short()+" · "+m.Name, m.Describe()
+	}
 	if a.Work != nil {
 		row.Work = strconv.FormatFloat(*a.Work, 'g', 4, 64) + " " + unit
 		if *a.Work > 0 {

@@ -30,6 +30,9 @@ type nodeRow struct {
 	XIDs                        string
 	Actions                     []nodeActionLink
 	StateReason                 string
+	// Isolation counts the GPUs by what whole-GPU or MIG work gets on
+	// them (gpufleet.IsolationSummary).
+	Isolation string
 }
 
 // nodeActionLink is an admin action button (to its confirmation page).
@@ -66,7 +69,8 @@ func actionsFor(n gpufleet.Node) []nodeActionLink {
 
 func newNodeRow(n gpufleet.Node, admin bool) nodeRow {
 	row := nodeRow{Name: n.Name, State: string(n.State), Health: string(n.Health), Reason: n.HealthReason, StateReason: n.StateReason, Heartbeat: dash,
-		Driver: orDash(n.Versions["driver"]), CUDA: orDash(n.Versions["cuda"]), Firmware: orDash(n.Versions["vbios"])}
+		Driver: orDash(n.Versions["driver"]), CUDA: orDash(n.Versions["cuda"]), Firmware: orDash(n.Versions["vbios"]),
+		Isolation: gpufleet.IsolationSummary(n)}
 	if row.Health == "" {
 		row.Health = string(gpufleet.Healthy)
 	}
@@ -149,6 +153,9 @@ type gpuRow struct {
 	XIDs, Throttle              string
 	MIG                         []gpufleet.MIGInstance
 	UtilClass, EffText, Summary string
+	// Mechanism is what whole-GPU or MIG work gets on the GPU, with its
+	// isolation and overhead; MechanismTitle says it in full.
+	Mechanism, Isolation, MechanismTitle string
 }
 
 // nodeView is one node's page.
@@ -200,6 +207,8 @@ func (u *UI) node(r *http.Request, v *viewer, charts bool) (view, error) {
 		names[g.UUID] = fmt.Sprintf("GPU %d", g.Index)
 		gr := gpuRow{Index: g.Index, UUID: g.UUID, Model: g.Model, State: string(g.State), Health: string(g.Health),
 			Reason: g.Reason, StateReason: g.StateReason, MemTotal: g.MemoryBytes, MIG: g.MIGInstances, UtilClass: "unk"}
+		m := gpufleet.GPUMechanism(gpufleet.NodeVirtualization(n.Labels), g)
+		gr.Mechanism, gr.Isolation, gr.MechanismTitle = m.Name, m.Short(), m.Describe()
 		if l := g.Live; l != nil {
 			gr.Util, gr.SM, gr.Eff, gr.MemUsed, gr.Power, gr.Temp = l.Utilization, l.SMActivity, l.EffectiveUtilization, l.MemoryUsedBytes, l.PowerWatts, l.TemperatureC
 			gr.Allocated, gr.Team = l.Allocated, l.Team

@@ -287,6 +287,19 @@ func (b *Backend) assignDomains(hs []handle, out []gpu.Device, peers []map[int]b
 	}
 }
 
+// virtualizationMode names NVML's virtualization mode of a device.
+func virtualizationMode(m nvml.GpuVirtualizationMode) string {
+	switch m {
+	case nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH:
+		return "passthrough"
+	case nvml.GPU_VIRTUALIZATION_MODE_VGPU:
+		return "vgpu"
+	case nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU, nvml.GPU_VIRTUALIZATION_MODE_HOST_VSGA:
+		return "vgpu-host"
+	}
+	return ""
+}
+
 func uuidString(u [16]uint8) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
@@ -323,6 +336,9 @@ func (b *Backend) device(h handle) gpu.Device {
 	}
 	if total, _, _, ok := memoryInfo(h.dev); ok {
 		d.MemoryBytes = int64(total)
+	}
+	if m, ret := h.dev.GetVirtualizationMode(); ret == nvml.SUCCESS {
+		d.Virtualization = virtualizationMode(m)
 	}
 	if cur, _, ret := h.dev.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
 		d.MIGMode = true

@@ -28,6 +28,7 @@ import (
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [joules=l4:0.9,h100-sxm-80gb:0.3] [select=k:v]
 //	     [stack=NAME] [require=cuda:>=12.4;driver:>=550,<560]
+//	     [isolation=hard|soft|any] [overhead=<=5%]
 //	     [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
 //	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
@@ -488,6 +489,18 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 		if j.Resources.Sharing, err = gpufleet.ParseSharing(v); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
 		}
+	}
+	if v := a["isolation"]; v != "" {
+		if j.Resources.Isolation, err = gpufleet.ParseIsolation(v); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+	}
+	if v := a["overhead"]; v != "" {
+		o, err := gpufleet.ParseOverhead(v)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+		j.Resources.Overhead = &o
 	}
 	if v := a["preempted"]; v != "" {
 		if j.Preemptions, err = strconv.Atoi(v); err != nil {
