@@ -36,7 +36,7 @@ type shape struct {
 	isoOK    []bool
 	iso      gpufleet.Isolation
 	overhead *gpufleet.OverheadLimit
-	models []int32 // eligible models: preference order when prefer, else by id
+	models   []int32 // eligible models: preference order when prefer, else by id
 	prefer   bool    // take the first model that fits
 	// slower, for shapes that prefer the fastest model, is per model id how
 	// many times slower than the shape's fastest model a job would run on

@@ -113,8 +113,8 @@ func Default() Config {
 		// Production inference gets a whole GPU or a MIG slice, never a
 		// time share with a noisy neighbour (docs/ISOLATION.md).
 		DefaultIsolation: map[gpufleet.Priority]gpufleet.Isolation{gpufleet.Production: gpufleet.IsolationHard},
-		WatchInterval: 500 * time.Millisecond,
-		Now:           time.Now,
+		WatchInterval:    500 * time.Millisecond,
+		Now:              time.Now,
 	}
 }
 
