@@ -33,18 +33,16 @@ func ParseIsolation(s string) (Isolation, error) {
 	return "", badValue("isolation", s, "expected hard, soft or any")
 }
 
-// UnmarshalText parses a requirement with ParseIsolation; empty means none.
+// UnmarshalText reads a level: hard, soft, none or any (a requirement is
+// checked by Resources.Validate, which refuses none); empty means unset.
 func (i *Isolation) UnmarshalText(b []byte) error {
-	if len(b) == 0 {
-		*i = ""
+	v := Isolation(strings.ToLower(strings.TrimSpace(string(b))))
+	switch v {
+	case "", IsolationHard, IsolationSoft, IsolationNone, IsolationAny:
+		*i = v
 		return nil
 	}
-	v, err := ParseIsolation(string(b))
-	if err != nil {
-		return err
-	}
-	*i = v
-	return nil
+	return badValue("isolation", string(b), "expected hard, soft or any")
 }
 
 func (i Isolation) rank() int {

@@ -52,6 +52,20 @@ func TestMechanismOf(t *testing.T) {
 	}
 }
 
+// TestMechanismRoundTrip: a mechanism read back from JSON (a job's
+// attempts, by a client) is the one written, weakest levels included.
+func TestMechanismRoundTrip(t *testing.T) {
+	m := MechanismOf(Virtualization{Kind: VGPU, Profile: "A100-4C"}, Sharing{Kind: TimeSlice, Fraction: 0.5})
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Mechanism
+	if err := json.Unmarshal(b, &back); err != nil || back.Name != m.Name || back.Memory != IsolationNone || back.Overhead != m.Overhead {
+		t.Errorf("read back %+v, %v; wrote %s", back, err, b)
+	}
+}
+
 func TestParseVirtualization(t *testing.T) {
 	for _, bad := range []string{"vm", "bare-metal:x", "passthrough:A100", "vgpu:", "vgpu:-x", "vgpu:" + strings.Repeat("a", 70)} {
 		if bad == "vgpu:" {
@@ -85,6 +99,7 @@ func TestOverheadAndIsolationInRequests(t *testing.T) {
 		body, field string
 	}{
 		{`{"gpus": 1, "isolation": "strong"}`, "isolation"},
+		{`{"gpus": 1, "isolation": "none"}`, "resources.isolation"},
 		{`{"gpus": 1, "overhead": "lots"}`, "overhead"},
 		{`{"gpus": 1, "overhead": 1.5}`, "resources.overhead"},
 		{`{"gpus": 1, "overhead": -0.1}`, "resources.overhead"},

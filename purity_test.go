@@ -13,7 +13,7 @@ import (
 
 // purePackages must stay free of I/O and wall-clock reads: values in,
 // decisions out. The server, agent and simulator drive them.
-var purePackages = []string{"catalog", "model", "planner", "internal/scheduler", "internal/sim", "internal/health", "internal/stack", "internal/rollout", "internal/bench", "internal/forecast", "internal/capacity"}
+var purePackages = []string{"catalog", "model", "planner", "internal/scheduler", "internal/sim", "internal/health", "internal/stack", "internal/rollout", "internal/bench", "internal/forecast", "internal/capacity", "internal/audit"}
 
 // forbiddenImports are the packages a pure package must not import.
 var forbiddenImports = map[string]bool{

@@ -166,6 +166,7 @@ func (h *handler) table() []routeDef {
 		r("GET", v1+"/forecast", AuthMember, "Daily GPU demand from the store's jobs, forecast with 80% and 95% intervals (?gpu_model=&team=&horizon=28d)", h.forecast),
 		r("GET", v1+"/procure", AuthAdmin, "What GPUs to order and by when, checked by replaying forecast demand through the scheduler (?gpu_model=&horizon=180d&target=p90-wait:training<4h&quantile=0.8&lead_time=MODEL=DAYSd)", h.procure),
 		r("GET", v1+"/lifecycle", AuthAdmin, "Keep, redeploy, replace or retire each GPU model: age, depreciation, failures, energy and cost per unit against newer models (?horizon=3y&since=30d&price=MODEL=USD&energy_price=)", h.lifecycle),
+		r("GET", v1+"/audit", AuthAdmin, "The fleet checked against the twenty-two mistakes (docs/AUDIT.md): findings with evidence, cost and fix (?since=30d)", h.audit),
 		r("GET", v1+"/usage", AuthMember, "GPU-hours, effective GPU-hours, idle allocated GPU-hours and energy by team and GPU model", h.usage),
 		r("GET", v1+"/nodes/{name}/rollups", AuthMember, "Per-GPU one-minute rollups of a node (?gpu=UUID&from=&to=, default the last hour)", h.rollups("name")),
 		r("GET", v1+"/jobs/{id}/rollups", AuthMember, "Per-GPU one-minute rollups of the GPUs a job held, while it held them (?from=&to=)", h.rollups("id")),

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/forecast"
@@ -139,6 +140,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CapacityTarget": capacity.Target{}, "ModelFleet": capacity.ModelFleet{}, "CapacityReplay": capacity.Replay{}, "ProcureRecommendation": capacity.Recommendation{},
 		"ProcureModel": ProcureModel{}, "ProcureResponse": ProcureResponse{}, "LifecycleCandidate": capacity.Candidate{}, "ModelLifecycle": capacity.ModelLifecycle{},
 		"LifecycleReport": capacity.LifecycleReport{},
+		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},
+		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

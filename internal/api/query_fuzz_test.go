@@ -118,6 +118,7 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"GET", "/api/v1/jobs/" + jobs[0] + "/rollups", "member"}, {"GET", "/api/v1/plan", "member"}, {"GET", "/api/v1/plan", "admin"},
 		{"DELETE", "/api/v1/nodes/n1/faults", "admin"}, {"POST", "/api/v1/agent/logs/" + attempt, "agent"},
 		{"GET", "/api/v1/forecast", "member"}, {"GET", "/api/v1/procure", "admin"}, {"GET", "/api/v1/lifecycle", "admin"},
+		{"GET", "/api/v1/audit", "admin"},
 	}
 	return q
 }

@@ -110,6 +110,7 @@ Commands that need no server: catalog, plan, version.`,
 		newForecastCmd(e),
 		newProcureCmd(e),
 		newLifecycleCmd(e),
+		newAuditCmd(e),
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)

@@ -41,17 +41,18 @@ type devNode struct {
 	Labels  []string
 }
 
-// devFleet is the simulated fleet: NVLink H100 and A100 boxes, PCIe L4s,
-// and an H200 box with MIG on GPUs 0-1.
+// devFleet is the simulated fleet: NVLink H100 and A100 boxes (one A100
+// box a VM owning its GPUs by passthrough), PCIe L4s (one a VM on
+// time-sliced vGPUs: soft isolation), and an H200 box with MIG on GPUs 0-1.
 var devFleet = []devNode{
 	{"dev-h100-0", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "purchased=2024-02"}},
 	{"dev-h100-1", "h100-sxm-80gb:8", []string{"rack=r1", "block=b1", "purchased=2024-02"}},
 	{"dev-a100-0", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "purchased=2021-10"}},
-	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "purchased=2021-10"}},
+	{"dev-a100-1", "a100-sxm-80gb:8", []string{"rack=r2", "block=b1", "purchased=2021-10", "virtualization=passthrough"}},
 	{"dev-l4-0", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
 	{"dev-l4-1", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
 	{"dev-l4-2", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
-	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07"}},
+	{"dev-l4-3", "l4:4", []string{"rack=r3", "block=b2", "purchased=2023-07", "virtualization=vgpu:L4-24C"}},
 	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "purchased=2025-01"}},
 }
 

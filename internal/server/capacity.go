@@ -208,16 +208,23 @@ func (s *Server) Lifecycle(ctx context.Context, p api.Principal, q api.Lifecycle
 	if err != nil {
 		return capacity.LifecycleReport{}, err
 	}
+	first := map[string]time.Time{} // per model, its first attempt in the period
 	for _, j := range jobs {
 		for _, a := range j.Attempts {
 			if u := use[byNode[a.Node]]; u != nil && a.StartedAt != nil && !a.StartedAt.Before(since) {
 				u.GPUHours += a.GPUSeconds / 3600
+				if f, ok := first[u.Model]; !ok || a.StartedAt.Before(f) {
+					first[u.Model] = *a.StartedAt
+				}
 			}
 		}
 	}
-	if err := s.countFailures(ctx, since, gpuModel, use); err != nil {
+	evs, err := s.eventsSince(ctx, since)
+	if err != nil {
 		return capacity.LifecycleReport{}, err
 	}
+	countFailures(evs, gpuModel, use)
+	youngFleet(evs, nodes, first, now, use)
 	if err := s.mixAndDraw(ctx, now, q.SinceDays, use); err != nil {
 		return capacity.LifecycleReport{}, err
 	}
@@ -240,24 +247,54 @@ func (s *Server) Lifecycle(ctx context.Context, p api.Principal, q api.Lifecycle
 }
 
 // countFailures adds to each model the GPUs of it that turned unhealthy
-// since the time given.
-func (s *Server) countFailures(ctx context.Context, since time.Time, gpuModel map[string]string, use map[string]*capacity.ModelUse) error {
-	for after := int64(0); ; {
-		evs, err := s.st.Events(ctx, store.EventFilter{AfterID: after, Limit: 1000})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			if e.Kind == "gpu."+string(gpufleet.Unhealthy) && !e.At.Before(since) {
-				if u := use[gpuModel[e.Object]]; u != nil {
-					u.Failures++
-				}
+// in the events given.
+func countFailures(evs []gpufleet.Event, gpuModel map[string]string, use map[string]*capacity.ModelUse) {
+	for _, e := range evs {
+		if e.Kind == "gpu."+string(gpufleet.Unhealthy) {
+			if u := use[gpuModel[e.Object]]; u != nil {
+				u.Failures++
 			}
-			after = e.ID
 		}
-		if len(evs) < 1000 {
-			return nil
+	}
+}
+
+// youngFleet shortens a model's period to the time it has been in the
+// fleet when every node of it registered inside the period: from its
+// first registration, or its first attempt when work ran on it earlier (a
+// history imported before the nodes joined). A model a few hours old is
+// then judged on those hours, and on too few days for a retirement.
+func youngFleet(evs []gpufleet.Event, nodes []gpufleet.Node, first map[string]time.Time, now time.Time, use map[string]*capacity.ModelUse) {
+	joined := map[string]time.Time{}
+	for _, e := range evs {
+		if _, ok := joined[e.Object]; e.Kind == "node.registered" && !ok {
+			joined[e.Object] = e.At
 		}
+	}
+	since := map[string]time.Time{}
+	old := map[string]bool{}
+	for _, n := range nodes {
+		if len(n.GPUs) == 0 {
+			continue
+		}
+		m := n.GPUs[0].Model
+		at, ok := joined[n.Name]
+		if !ok {
+			old[m] = true
+			continue
+		}
+		if f, seen := since[m]; !seen || at.Before(f) {
+			since[m] = at
+		}
+	}
+	for m, at := range since {
+		u := use[m]
+		if u == nil || old[m] {
+			continue
+		}
+		if f, ok := first[m]; ok && f.Before(at) {
+			at = f
+		}
+		u.PeriodDays = min(u.PeriodDays, max(now.Sub(at).Hours()/24, 1.0/24))
 	}
 }
 

@@ -164,6 +164,7 @@ func (s *Server) Leader() bool {
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	go s.auditLoop(ctx)
 	for {
 		if err := s.safeCycle(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("scheduling cycle failed", "err", err)

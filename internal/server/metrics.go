@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
@@ -28,6 +29,10 @@ type metrics struct {
 	// rack is each rack's power: budget, production reserve, rated and
 	// projected draw (the leader's, as the scheduler saw it), by kind.
 	rack *prometheus.GaugeVec
+	// audit is the last audit's findings by check and severity, auditAt
+	// when it ran.
+	audit   *prometheus.GaugeVec
+	auditAt prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -46,12 +51,19 @@ func newMetrics() *metrics {
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpufleet_jobs_submitted_total", Help: "Jobs accepted.",
 		}),
+		audit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_audit_findings",
+			Help: "Findings of the last audit (gpufleet audit, docs/AUDIT.md) by check and severity; every check and severity is present, at 0 when it found nothing.",
+		}, []string{"check", "severity"}),
+		auditAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpufleet_audit_timestamp_seconds", Help: "Unix time of the last audit (0 before the first).",
+		}),
 		rack: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpufleet_rack_power_watts",
 			Help: "Racks' power by kind: budget, production_reserve, rated (GPUs at TDP and host overheads) and projected (measured draw, expected draw of running work, idle and hosts), as the leader's last cycle saw it.",
 		}, []string{"rack", "kind"}),
 	}
-	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack,
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -203,5 +215,22 @@ func (c benchCollector) Collect(ch chan<- prometheus.Metric) {
 		if c := base.Compare(r.Figure, c.s.cfg.BenchGates); c.Fraction != nil {
 			ch <- prometheus.MustNewConstMetric(benchFleetRatioDesc, prometheus.GaugeValue, *c.Fraction, labels...)
 		}
+	}
+}
+
+// setAudit exports an audit's findings by check and severity, every pair
+// present (0 when none) so that alerts can use absent() for a stale one.
+func (m *metrics) setAudit(r audit.Report) {
+	count := map[[2]string]int{}
+	for _, f := range r.Findings {
+		count[[2]string{f.Check, string(f.Severity)}]++
+	}
+	for _, c := range audit.Checks() {
+		for _, sev := range []audit.Severity{audit.High, audit.Medium, audit.Low} {
+			m.audit.WithLabelValues(c.ID, string(sev)).Set(float64(count[[2]string{c.ID, string(sev)}]))
+		}
+	}
+	if !r.Now.IsZero() {
+		m.auditAt.Set(float64(r.Now.Unix()))
 	}
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// DefaultEstimate per priority class when a job gives neither estimate
 	// nor time limit.
 	DefaultEstimate map[gpufleet.Priority]time.Duration
+	// AuditEvery is how often the leader audits the fleet for /metrics
+	// (gpufleet_audit_findings); 0 never does.
+	AuditEvery time.Duration
 	// DefaultIsolation per priority class, for jobs that do not say what
 	// isolation they need (resources.isolation).
 	DefaultIsolation map[gpufleet.Priority]gpufleet.Isolation

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/rollout"
@@ -423,4 +424,27 @@ func (s *fakeService) Lifecycle(_ context.Context, p api.Principal, q api.Lifecy
 	return capacity.LifecycleReport{At: s.now, HorizonMonths: q.HorizonMonths, Unit: "one H100 SXM5 80GB GPU-hour of the fleet's mix",
 		Models: []capacity.ModelLifecycle{{GPUModel: "l4", GPUs: 4, AgeYears: &age, Allocation: 0.02, Decision: capacity.Retire,
 			Reasons: []string{"jobs held 2.0% of its GPU time"}}}}, nil
+}
+
+func (s *fakeService) Audit(_ context.Context, p api.Principal, q api.AuditQuery) (audit.Report, error) {
+	if err := s.record(p); err != nil {
+		return audit.Report{}, err
+	}
+	if !p.IsAdmin() {
+		return audit.Report{}, api.ErrForbidden
+	}
+	idle, cost := 0.9, 2.43
+	return audit.Report{Now: s.now, Since: s.now.Add(-time.Duration(q.SinceDays) * 24 * time.Hour),
+		Findings: []audit.Finding{
+			{Check: "idle-allocated", Mistakes: []int{4}, Severity: audit.High, Subject: audit.Subject{Kind: "job", Name: "j-b1", Title: "secret-b", Team: "team-b"},
+				Summary: "held 2 h100-sxm-80gb GPU(s) that idled 95% of the time", Evidence: "1 GPU-h held", Fix: "release what is not used", GPUHours: &idle, CostUSD: &cost},
+			{Check: "repeated-xid", Mistakes: []int{11}, Severity: audit.High, Subject: audit.Subject{Kind: "gpu", Name: "n1 gpu 3", Node: "n1"},
+				Summary: "2 XIDs on one GPU", Evidence: "XIDs 79, 79", Fix: "drain it"},
+			{Check: "stack-drift", Mistakes: []int{10, 16}, Severity: audit.Medium, Subject: audit.Subject{Kind: "model", Name: "h100-sxm-80gb"},
+				Summary: "2 driver versions on h100-sxm-80gb nodes", Evidence: "550 on n1; 535 on n2", Fix: "roll out one"},
+		},
+		Checks: []audit.CheckResult{{ID: "idle-allocated", Title: "allocated GPUs that idle", Mistakes: []int{4}, Status: audit.StatusFindings, Findings: 1},
+			{ID: "bench-below-median", Title: "cards below their model's bench median", Mistakes: []int{12}, Status: audit.StatusNotMeasured, NotMeasured: "no benchmark figures recorded"}},
+		Blind:  []audit.Blind{{Mistake: 15, Why: "parallel efficiency is not reported"}},
+		Counts: map[audit.Severity]int{audit.High: 2, audit.Medium: 1}}, nil
 }

@@ -32,9 +32,10 @@ var funcs = template.FuncMap{
 	"secs3":    func(ms int64) string { return fmtDuration(time.Duration(ms) * time.Millisecond) },
 	"healthClass": func(h string) string {
 		switch h {
-		case "healthy", "ready", "", "none", "keep":
+		case "healthy", "ready", "", "none", "keep", "low", "ok":
 			return "ok"
-		case "degraded", "cordoned", "draining", "validating", "repairing", "order", "redeploy", "replace", "no-recommendation":
+		case "degraded", "cordoned", "draining", "validating", "repairing", "order", "redeploy", "replace", "no-recommendation",
+			"medium", "findings", "not-measured":
 			return "warn"
 		}
 		return "bad"

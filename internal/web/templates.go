@@ -8,7 +8,7 @@ import (
 // pageNames are the template sets: each is layout.html and partials.html
 // plus templates/NAME.html, which defines "content" and, for pages with a
 // live region, "live".
-var pageNames = []string{"fleet", "queue", "jobs", "job", "teams", "nodes", "node", "stacks", "bench", "capacity", "planner", "login", "switch", "confirm", "error"}
+var pageNames = []string{"fleet", "queue", "jobs", "job", "teams", "nodes", "node", "stacks", "bench", "capacity", "audit", "planner", "login", "switch", "confirm", "error"}
 
 // parseTemplates parses every page set from the embedded files.
 func parseTemplates() (map[string]*template.Template, error) {

@@ -141,6 +141,7 @@ func (u *UI) routes() {
 	m.Handle("GET /bench", u.page(u.benchPage))
 	m.Handle("GET /ui/bench", u.fragment(u.benchPage))
 	m.Handle("GET /capacity", u.page(u.capacityPage))
+	m.Handle("GET /audit", u.page(u.auditPage))
 	m.Handle("GET /planner", u.page(u.plannerPage))
 	m.Handle("POST /planner", u.unsafe(u.plannerRun))
 	m.HandleFunc("/", u.notFound)

@@ -285,7 +285,7 @@ func TestMemberSeesOnlyOwnTeam(t *testing.T) {
 	c, _ := f.login(t, aTok)
 	pages := []string{"/", "/?team=team-b", "/queue", "/jobs", "/jobs?all=0", "/jobs/j-a1", "/jobs/j-a2", "/teams", "/teams?period=7d",
 		"/nodes", "/nodes/n1", "/nodes/n2", "/stacks", "/ui/stacks", "/ui/fleet", "/ui/queue", "/ui/jobs", "/ui/jobs/j-a2", "/ui/jobs/j-a2/log", "/ui/teams",
-		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel", "/capacity"}
+		"/ui/nodes", "/ui/nodes/n1", "/ui/nodes/n1/charts", "/ui/jobs/j-a2/charts", "/jobs/j-b1", "/ui/jobs/j-b1/charts", "/ui/jobs/j-b1", "/ui/jobs/j-b1/log", "/jobs/j-b1/cancel", "/capacity", "/audit"}
 	for _, p := range pages {
 		resp := get(t, c, f.srv.URL+p)
 		body := readBody(t, resp)
@@ -347,6 +347,9 @@ func TestAdminPagesRender(t *testing.T) {
 		"/planner":             {"llama-3.1-8b", `<label for="p-config">`},
 		"/capacity": {`data-model="h100-sxm-80gb"`, `data-plot="h100-sxm-80gb"`, `<img class="plot" src="data:image/svg&#43;xml;base64,`, "order by",
 			"1 (8 GPUs)", "70%", "replayed: 1 more node meets it", "l4: no finished jobs on it to replay", `id="lifecycle"`, "retire", "3.4 y"},
+		"/audit": {`data-severity="high"`, `data-check="idle-allocated"`, `<a href="/jobs/j-b1">job j-b1 (secret-b)</a>`, `<a href="/nodes/n1">gpu n1 gpu 3</a>`,
+			"$2.43", "0.9", "2 high", "1 medium", "no benchmark figures recorded", "Mistake 15", `href="/audit" aria-current="page"`},
+		"/audit?since=400d": {"since &#34;400d&#34;: expected whole days from 1d to 365d"},
 		"/stacks": {`data-rollout="ro-1"`, "bad-117", "halted", "node n1 failed a gate", "canary", `data-stack="prod-550"`, "driver 550.54.15, cuda 12.4",
 			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`},
 	}
