@@ -52,6 +52,16 @@ retries: 2
 			in:   "{\n\t\"resources\": {\"gpus\": 2, \"gpu_memory_min_bytes\": \"141GB\"},\n\t\"command\": [\"x\"],\n\t\"time_limit\": 60\n}\n",
 			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2, GPUMemoryMinBytes: 141e9}, Command: []string{"x"}, TimeLimit: gpufleet.Duration(time.Minute)},
 		},
+		"isolation and overhead, human and plain": {
+			name: "job.yaml",
+			in:   "resources:\n  gpus: 1\n  isolation: hard\n  overhead: <= 5%\n",
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Isolation: gpufleet.IsolationHard, Overhead: ptrTo(gpufleet.OverheadLimit(0.05))}},
+		},
+		"overhead as a ratio": {
+			name: "job.yaml",
+			in:   "resources: {gpus: 1, overhead: 0.03, isolation: soft}\n",
+			want: api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Isolation: gpufleet.IsolationSoft, Overhead: ptrTo(gpufleet.OverheadLimit(0.03))}},
+		},
 		"json sniffed without an extension": {
 			name: "stdin",
 			in:   `{"resources": {"gpus": 1, "gpu_memory_min_bytes": 1024}}`,

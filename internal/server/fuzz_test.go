@@ -38,6 +38,11 @@ func FuzzSubmitToSchedule(f *testing.F) {
 		`{"resources":{"gpus":1,"requires":{"driver":">=550,<560,!=555.42.02","nccl":"2.21"}},"command":["x"]}`,
 		`{"resources":{"gpus":1,"requires":{"pytorch":"2.5","cuda":">>12"}},"command":["x"]}`,
 		`{"resources":{"gpus":1,"stack":"NOT A NAME","requires":{"cuda":""}},"command":["x"]}`,
+		`{"resources":{"gpus":1,"isolation":"hard","overhead":"<= 5%"},"command":["x"],"priority":"production"}`,
+		`{"resources":{"gpus":2,"isolation":"soft","sharing":"timeslice:0.5","overhead":0.1},"command":["x"]}`,
+		`{"resources":{"gpus":1,"isolation":"none","overhead":1e308},"command":["x"]}`,
+		`{"resources":{"gpus":1,"sharing":"timeslice:0.5"},"command":["x"],"priority":"production"}`,
+		`{"resources":{"gpus":1,"isolation":"hard","overhead":"0.001"},"command":["x"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -50,6 +55,8 @@ func FuzzSubmitToSchedule(f *testing.F) {
 			schedtest.MakeNode("h2", "h100-sxm-80gb", 8).Label("rack", "r1").Stack(gpufleet.StackVersions{gpufleet.StackDriver: "535.104.05", gpufleet.StackCUDA: "12.2"}).Obj(),
 			schedtest.MakeNode("a1", "a100-sxm-80gb", 8).MIG(2, "1g.10gb", 7).Obj(),
 			schedtest.MakeNode("l1", "l4", 4).Domains(0).Obj(),
+			schedtest.MakeNode("v1", "l4", 2).Domains(0).Label("virtualization", "vgpu:L4-24C").Obj(),
+			schedtest.MakeNode("p1", "a100-sxm-80gb", 2).Label("virtualization", "passthrough").Obj(),
 		},
 		Stacks: map[string]gpufleet.StackVersions{"prod-550": {gpufleet.StackDriver: "550.54.15", gpufleet.StackCUDA: "12.4"}},
 		Teams: []scheduler.Team{{Name: "team-a", Weight: 1, BorrowingLimit: -1, Quota: map[string]int{"h100-sxm-80gb": 8}},
@@ -81,7 +88,13 @@ func FuzzSubmitToSchedule(f *testing.F) {
 		if len(body)%2 == 1 {
 			team = "team-b"
 		}
-		j := srv.jobFromRequest(team, req, now)
+		j, err := srv.jobFromRequest(team, req, now)
+		if err != nil {
+			if !errors.Is(err, gpufleet.ErrInvalid) {
+				t.Fatalf("refused with %v, which does not wrap ErrInvalid", err)
+			}
+			return
+		}
 		j.ID = "j-fuzz"
 		if err := j.Validate(); err != nil {
 			t.Fatalf("a valid request stored as an invalid job: %v", err)

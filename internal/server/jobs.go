@@ -12,8 +12,10 @@ import (
 )
 
 // jobFromRequest builds the job to store from a request that passed
-// JobRequest.Validate (and admission, which may fill its resources).
-func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time) gpufleet.Job {
+// JobRequest.Validate (and admission, which may fill its resources),
+// with its class's defaults. It refuses a request whose own sharing cannot
+// meet the isolation its class requires by default.
+func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time) (gpufleet.Job, error) {
 	j := gpufleet.Job{
 		Team: team, Name: r.Name, State: gpufleet.JobQueued, Priority: r.Priority,
 		RequestID: r.RequestID, Resources: r.Resources, Command: r.Command, Env: r.Env, Workdir: r.Workdir,
@@ -24,6 +26,10 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 	}
 	if j.Resources.Isolation == "" {
 		j.Resources.Isolation = s.cfg.DefaultIsolation[j.Priority]
+		if err := j.Resources.Validate(); err != nil {
+			return gpufleet.Job{}, fmt.Errorf("%w (%s jobs need isolation %s unless they say otherwise: set resources.isolation soft or any to accept less)",
+				err, j.Priority, j.Resources.Isolation)
+		}
 	}
 	seconds := func(d gpufleet.Duration) *float64 {
 		if d <= 0 {
@@ -41,7 +47,7 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 			j.EstimateS = &v
 		}
 	}
-	return j
+	return j, nil
 }
 
 // SubmitJob validates, admits and stores a job. The same request id from
@@ -78,14 +84,11 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 			return api.SubmitResponse{}, err
 		}
 	}
-	j := s.jobFromRequest(team, r, s.now())
-	j.Plan = plan
-	if r.Resources.Isolation == "" && j.Resources.Isolation != "" {
-		if err := j.Resources.Validate(); err != nil {
-			return api.SubmitResponse{}, fmt.Errorf("%w (%s jobs need isolation %s unless they say otherwise: set resources.isolation soft or any to accept less)",
-				err, j.Priority, j.Resources.Isolation)
-		}
+	j, err := s.jobFromRequest(team, r, s.now())
+	if err != nil {
+		return api.SubmitResponse{}, err
 	}
+	j.Plan = plan
 	if err := s.satisfiable(ctx, &j, r.AllowUnsatisfiable); err != nil {
 		return api.SubmitResponse{}, err
 	}
