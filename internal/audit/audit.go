@@ -193,6 +193,9 @@ type Snapshot struct {
 	LifecycleErr string
 	// RunbookXIDs are the XIDs the runbooks have a section for.
 	RunbookXIDs map[int]bool
+
+	// derived is what the checks share, computed once per Run.
+	derived *derived
 }
 
 // GPUMinute is one GPU's rollup for one minute.

@@ -112,8 +112,7 @@ func gpuSubject(n *gpufleet.Node, g gpufleet.NodeGPU) Subject {
 // judged lists the attempts of the period that held GPUs long enough for
 // the usage checks, with whether any usage was recorded at all.
 func judged(s *Snapshot) (out []*use, any bool) {
-	ix := indexFleet(s.Nodes)
-	for _, u := range uses(s, ix) {
+	for _, u := range s.derive().uses {
 		if u.minutes > 0 {
 			any = true
 		}
@@ -263,9 +262,8 @@ func planPrecision(plan any) gpufleet.Precision {
 }
 
 func precisionNotNative(s *Snapshot) ([]Finding, string) {
-	ix := indexFleet(s.Nodes)
 	var out []Finding
-	for _, u := range uses(s, ix) {
+	for _, u := range s.derive().uses {
 		want := u.job.Resources.Precision
 		if want == "" {
 			want = planPrecision(u.job.Plan)
@@ -321,10 +319,10 @@ func heldAt(iv [][2]time.Time, t time.Time, self [2]time.Time) bool {
 }
 
 func pcieSplit(s *Snapshot) ([]Finding, string) {
-	ix := indexFleet(s.Nodes)
-	busy := busyIntervals(s, ix)
+	d := s.derive()
+	ix, busy := d.ix, d.busy
 	var out []Finding
-	for _, u := range uses(s, ix) {
+	for _, u := range d.uses {
 		if len(u.gpus) < 2 {
 			continue
 		}
@@ -336,28 +334,26 @@ func pcieSplit(s *Snapshot) ([]Finding, string) {
 			continue // one NVLink domain
 		}
 		self := [2]time.Time{u.start, u.end}
-		// A free NVLink domain of as many GPUs at its start.
-		free := map[string]int{}
-		where := map[string]string{}
-		for _, n := range s.Nodes {
+		// Free NVLink domains of as many GPUs at its start (the first three,
+		// by node order).
+		var fits []string
+		for ni := 0; ni < len(s.Nodes) && len(fits) < 3; ni++ {
+			n := &s.Nodes[ni]
 			if n.State != gpufleet.NodeReady {
 				continue
 			}
+			free := map[string]int{}
 			for _, g := range n.GPUs {
-				if g.NVLinkDomain == "" || len(g.MIGInstances) > 0 || g.State != gpufleet.NodeReady || g.Health == gpufleet.Unhealthy {
-					continue
-				}
-				if heldAt(busy[g.UUID], u.start, self) {
+				if g.NVLinkDomain == "" || len(g.MIGInstances) > 0 || g.State != gpufleet.NodeReady || g.Health == gpufleet.Unhealthy ||
+					heldAt(busy[g.UUID], u.start, self) {
 					continue
 				}
 				free[g.NVLinkDomain]++
-				where[g.NVLinkDomain] = n.Name + " (" + g.Model + ")"
 			}
-		}
-		var fits []string
-		for _, d := range slices.Sorted(maps.Keys(free)) {
-			if free[d] >= len(u.gpus) {
-				fits = append(fits, fmt.Sprintf("%s: %d free", where[d], free[d]))
+			for _, d := range slices.Sorted(maps.Keys(free)) {
+				if free[d] >= len(u.gpus) && len(fits) < 3 {
+					fits = append(fits, fmt.Sprintf("%s (%s): %d free", n.Name, n.GPUs[0].Model, free[d]))
+				}
 			}
 		}
 		if len(fits) == 0 {
@@ -467,7 +463,7 @@ func throttling(s *Snapshot) ([]Finding, string) {
 				Summary: "clocks held down by " + strings.Join(bad, ", "), Evidence: fmt.Sprintf("%s %s now", g.Model, g.UUID)})
 		}
 	}
-	ix := indexFleet(s.Nodes)
+	ix := s.derive().ix
 	for _, e := range s.Events {
 		if !strings.HasPrefix(e.Kind, "gpu.") || !strings.Contains(strings.ToLower(e.Detail), "throttl") || seen[e.Object] {
 			continue
@@ -558,7 +554,7 @@ func kv(m map[string]string) string {
 }
 
 func noSpare(s *Snapshot) ([]Finding, string) {
-	ix := indexFleet(s.Nodes)
+	ix := s.derive().ix
 	models := map[string]bool{}
 	for _, j := range s.Jobs {
 		if j.Priority != gpufleet.Production {

@@ -69,6 +69,23 @@ func (m mean) value() (float64, bool) {
 	return m.sum / m.n, true
 }
 
+// derived is what several checks read, computed once: the fleet index,
+// every attempt's use, and which GPUs each attempt held when.
+type derived struct {
+	ix   fleetIndex
+	uses []*use
+	busy map[string][][2]time.Time
+}
+
+// derive computes (once) what the checks share.
+func (s *Snapshot) derive() *derived {
+	if s.derived == nil {
+		ix := indexFleet(s.Nodes)
+		s.derived = &derived{ix: ix, uses: uses(s, ix), busy: busyIntervals(s, ix)}
+	}
+	return s.derived
+}
+
 // gpuHours is the GPU-hours the attempt held in the period, from the
 // rollups.
 func (u *use) gpuHours() float64 { return u.allocS / 3600 }

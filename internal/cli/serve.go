@@ -38,6 +38,7 @@ type serverFlags struct {
 	benchRetention                                                                            time.Duration
 	// Health and failover.
 	spare              []string // MODEL=N
+	isolation          []string // CLASS=LEVEL
 	quarantineFraction float64
 	throttleSustain    time.Duration
 	eccCorrected       uint64        // correctable ECC errors per eccWindow that degrade a GPU
@@ -72,6 +73,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	durationFlag(fs, &f.rollupRetention, "rollup-retention", d.RollupRetention, "how long per-GPU one-minute rollups are kept")
 	durationFlag(fs, &f.benchRetention, "bench-retention", d.BenchRetention, "how long benchmark figures are kept (each GPU's newest is always kept)")
 	durationFlag(fs, &f.credentialTTL, "credential-ttl", d.CredentialTTL, "life of a node credential; agents renew it at two thirds")
+	fs.StringArrayVar(&f.isolation, "default-isolation", nil, "isolation a priority class's jobs need unless they say otherwise, as CLASS=hard|soft|any (repeatable; default production=hard; docs/ISOLATION.md)")
 	fs.StringArrayVar(&f.spare, "spare", nil, "keep N GPUs of a GPU class or catalog model free for production failover, as CLASS=N (repeatable)")
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
@@ -213,6 +215,21 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 			cfg.Spare = map[string]int{}
 		}
 		cfg.Spare[key] = n
+	}
+	iso, err := parseKV(f.isolation)
+	if err != nil {
+		return fmt.Errorf("%w: --default-isolation %s", gpufleet.ErrInvalid, detail(err))
+	}
+	for class, v := range iso {
+		p, err := gpufleet.ParsePriority(class)
+		if err != nil {
+			return usageErr("--default-isolation %s=%s: %v", class, v, err)
+		}
+		level, err := gpufleet.ParseIsolation(v)
+		if err != nil {
+			return usageErr("--default-isolation %s=%s: %v", class, v, err)
+		}
+		cfg.DefaultIsolation[p] = level
 	}
 	srv, err := server.New(ctx, cfg, st, cat, token, log)
 	if err != nil {

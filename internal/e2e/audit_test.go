@@ -161,7 +161,7 @@ func TestDevIsolationAndAudit(t *testing.T) {
 	}
 	found := false
 	for _, f := range byCheck["pcie-split"] {
-		found = found || (f.Subject.Name == pcie && strings.Contains(f.Summary, "2 l4 GPUs talked over PCIe") && strings.Contains(f.Evidence, "h100-sxm-80gb"))
+		found = found || (f.Subject.Name == pcie && strings.Contains(f.Summary, "2 l4 GPUs talked over PCIe") && strings.Contains(f.Evidence, "NVLink domains free then"))
 	}
 	if !found {
 		t.Errorf("no PCIe finding for %s: %+v", pcie, byCheck["pcie-split"])

@@ -62,6 +62,34 @@ func BenchmarkScheduleLargeFleetSelectors(b *testing.B) {
 	benchSchedule(b, in)
 }
 
+// BenchmarkScheduleLargeFleetIsolation is BenchmarkScheduleLargeFleet with
+// a third of the nodes on time-sliced vGPUs and a third passthrough VMs,
+// and a tenth of the queued jobs requiring hard isolation (half of them
+// capping the overhead at 1%): what judging isolation costs (once per
+// distinct virtualization and shape).
+func BenchmarkScheduleLargeFleetIsolation(b *testing.B) {
+	in := schedtest.Large(schedtest.DefaultLarge)
+	virts := []string{"bare-metal", "passthrough", "vgpu:H100-80C"}
+	for i := range in.Nodes {
+		l := map[string]string{}
+		for k, v := range in.Nodes[i].Labels {
+			l[k] = v
+		}
+		l[gpufleet.VirtualizationLabel] = virts[i%3]
+		in.Nodes[i].Labels = l
+	}
+	limit := gpufleet.OverheadLimit(0.01)
+	for i := range in.Jobs {
+		if i%10 == 0 && in.Jobs[i].Placement == nil && in.Jobs[i].Resources.Sharing.Kind != gpufleet.TimeSlice {
+			in.Jobs[i].Resources.Isolation = gpufleet.IsolationHard
+			if i%20 == 0 {
+				in.Jobs[i].Resources.Overhead = &limit
+			}
+		}
+	}
+	benchSchedule(b, in)
+}
+
 // BenchmarkScheduleHugeFleet is BenchmarkScheduleLargeFleet at ten times
 // the nodes and the queue: 50,000 nodes x 8 GPUs, 500,000 queued jobs,
 // the same mix (schedtest.HugeLarge). The goal is a cycle under 1 s and an
