@@ -560,3 +560,29 @@ func TestDumpWritesSnapshotJSON(t *testing.T) {
 		t.Errorf("dump lacks null/zero distinction:\n%s", buf.String())
 	}
 }
+
+// TestDevicesVirtualization: NVML's virtualization mode is read per
+// device; a driver that does not support the call leaves it empty.
+func TestDevicesVirtualization(t *testing.T) {
+	srv := prepare(dgxh100.New())
+	srv.Devices = srv.Devices[:4]
+	modes := []nvml.GpuVirtualizationMode{nvml.GPU_VIRTUALIZATION_MODE_NONE, nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+		nvml.GPU_VIRTUALIZATION_MODE_VGPU, nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU}
+	for i, m := range modes {
+		dev(srv, i).GetVirtualizationModeFunc = func() (nvml.GpuVirtualizationMode, nvml.Return) { return m, nvml.SUCCESS }
+	}
+	devs, err := open(t, srv).Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"", "passthrough", "vgpu", "vgpu-host"} {
+		if devs[i].Virtualization != want {
+			t.Errorf("device %d: virtualization %q, want %q", i, devs[i].Virtualization, want)
+		}
+	}
+	unsupported := prepare(dgxh100.New())
+	devs, err = open(t, unsupported).Devices(t.Context())
+	if err != nil || devs[0].Virtualization != "" {
+		t.Errorf("unsupported call: %q, %v", devs[0].Virtualization, err)
+	}
+}
