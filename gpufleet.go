@@ -1,6 +1,10 @@
 package gpufleet
 
-import "errors"
+import (
+	"errors"
+	"runtime/debug"
+	"strings"
+)
 
 // Sentinel errors shared by every package. Wrap them with context
 // (fmt.Errorf("%w: unknown gpu %q", gpufleet.ErrNotFound, id)) and test them
@@ -26,6 +30,55 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
-// Version is the gpufleet release. Builds may override it with
-// -ldflags "-X github.com/gpufleet/gpufleet.Version=v1.2.3".
-var Version = "v0.1.0-dev"
+// Version is the gpufleet release: what a release build sets with
+// -ldflags "-X github.com/gpufleet/gpufleet.Version=v1.2.3", else the
+// module version the Go toolchain recorded (`go install
+// github.com/gpufleet/gpufleet/cmd/gpufleet@v1.2.3`, or a tagged checkout),
+// else v0.0.0-dev with the commit it was built from (+COMMIT, .dirty when
+// the tree had changes).
+var Version = ""
+
+// modulePath is this module's path, to find its version in build info.
+const modulePath = "github.com/gpufleet/gpufleet"
+
+func init() {
+	if Version == "" {
+		Version = buildVersion()
+	}
+}
+
+// buildVersion reads the version from the binary's build information.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "v0.0.0-dev"
+	}
+	mod := &bi.Main
+	if mod.Path != modulePath {
+		for _, d := range bi.Deps {
+			if d.Path == modulePath {
+				mod = d
+			}
+		}
+	}
+	if v := mod.Version; v != "" && v != "(devel)" && !strings.Contains(v, "+dirty") {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	v := "v0.0.0-dev"
+	if rev != "" {
+		v += "+" + rev[:min(12, len(rev))]
+		if dirty {
+			v += ".dirty"
+		}
+	}
+	return v
+}

@@ -75,6 +75,7 @@ precision support, power and heat, and failure modes.
 Commands that need no server: catalog, plan, version.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       gpufleet.Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if e.server == "" {
 				e.server = os.Getenv("GPUFLEET_SERVER")
@@ -89,6 +90,7 @@ Commands that need no server: catalog, plan, version.`,
 			return fmt.Errorf("%w: -o/--output %q: expected table, json or wide", gpufleet.ErrInvalid, e.output)
 		},
 	}
+	root.SetVersionTemplate("gpufleet {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: table, json or wide")
 	pf.StringVar(&e.server, "server", "", "server URL[,URL...] (env GPUFLEET_SERVER)")
@@ -114,7 +116,42 @@ Commands that need no server: catalog, plan, version.`,
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (gpufleet fault, gpufleet stacks, ...) exit non-zero on an argument that
+// names none of them, as the root does, instead of printing its help and
+// succeeding; with no argument it prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknownSubcommands(c)
+	}
+	if cmd.HasParent() && cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.Annotations = map[string]string{groupAnnotation: "true"}
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			return usageErr("unknown command %q for %q (its commands: %s)", args[0], c.CommandPath(), subcommandNames(c))
+		}
+	}
+}
+
+// groupAnnotation marks the commands refuseUnknownSubcommands made
+// runnable.
+const groupAnnotation = "gpufleet/group"
+
+func subcommandNames(c *cobra.Command) string {
+	var names []string
+	for _, s := range c.Commands() {
+		if s.IsAvailableCommand() {
+			names = append(names, s.Name())
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // usageErr is an invalid-input error: the message names the flag or field

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/gpufleet/gpufleet"
 )
 
@@ -26,6 +28,9 @@ func TestVersion(t *testing.T) {
 	out, _, code := run(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "gpufleet v") {
 		t.Fatalf("version: code %d, out %q", code, out)
+	}
+	if flag, _, code := run(t, "--version"); code != 0 || flag != "gpufleet "+gpufleet.Version+"\n" || !strings.HasPrefix(out, strings.TrimSpace(flag)+" (") {
+		t.Errorf("--version: code %d, %q; version: %q", code, flag, out)
 	}
 	out, _, _ = run(t, "version", "-o", "json")
 	var v map[string]any
@@ -366,5 +371,36 @@ func TestPlanFacilityCheck(t *testing.T) {
 	out, _, _ = run(t, "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb")
 	if strings.Contains(out, "Facility check") {
 		t.Errorf("a plan without a rack prints the facility check:\n%s", out)
+	}
+}
+
+// TestUnknownSubcommandsFail: every command that groups others refuses an
+// argument that names none of them, with a non-zero exit, as the root does.
+func TestUnknownSubcommandsFail(t *testing.T) {
+	var groups [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		for _, s := range c.Commands() {
+			p := append(append([]string{}, path...), s.Name())
+			if s.Annotations[groupAnnotation] != "" {
+				groups = append(groups, p)
+			}
+			walk(s, p)
+		}
+	}
+	walk(newRoot(&env{}), nil)
+	if len(groups) < 2 {
+		t.Fatalf("found %d command groups: %v", len(groups), groups)
+	}
+	for _, g := range append(groups, nil) {
+		_, errOut, code := run(t, append(g, "no-such-command")...)
+		if code == 0 || !strings.Contains(errOut, `unknown command "no-such-command"`) {
+			t.Errorf("gpufleet %s no-such-command: exit %d, %q", strings.Join(g, " "), code, errOut)
+		}
+		if g != nil {
+			if out, _, code := run(t, g...); code != 0 || !strings.Contains(out, "Available Commands") {
+				t.Errorf("gpufleet %s: exit %d, want its help", strings.Join(g, " "), code)
+			}
+		}
 	}
 }
