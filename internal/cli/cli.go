@@ -21,6 +21,7 @@ const (
 	outputTable = "table"
 	outputJSON  = "json"
 	outputWide  = "wide"
+	outputYAML  = "yaml"
 )
 
 // env carries the process's streams and the options every command shares.
@@ -86,18 +87,28 @@ Commands that need no server: catalog, plan, version.`,
 			switch e.output {
 			case outputTable, outputJSON, outputWide:
 				return nil
+			case outputYAML:
+				// Commands write JSON; the writer turns it into YAML.
+				e.output, e.stdout = outputJSON, &yamlWriter{out: e.stdout}
+				return nil
 			}
-			return fmt.Errorf("%w: -o/--output %q: expected table, json or wide", gpufleet.ErrInvalid, e.output)
+			return fmt.Errorf("%w: -o/--output %q: expected table, json, yaml or wide", gpufleet.ErrInvalid, e.output)
+		},
+		PersistentPostRunE: func(*cobra.Command, []string) error {
+			if y, ok := e.stdout.(*yamlWriter); ok {
+				return y.Close()
+			}
+			return nil
 		},
 	}
 	root.SetVersionTemplate("gpufleet {{.Version}}\n")
 	pf := root.PersistentFlags()
-	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: table, json or wide")
+	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: table, json, yaml or wide")
 	pf.StringVar(&e.server, "server", "", "server URL[,URL...] (env GPUFLEET_SERVER)")
 	pf.StringVar(&e.token, "token", "", "API token (env GPUFLEET_TOKEN)")
 	pf.StringVar(&e.catalog, "catalog", "", "CSV or JSON file that adds or overrides GPU catalog entries")
 	_ = root.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{outputTable, outputJSON, outputWide}, cobra.ShellCompDirectiveNoFileComp
+		return []string{outputTable, outputJSON, outputYAML, outputWide}, cobra.ShellCompDirectiveNoFileComp
 	})
 
 	root.AddCommand(
