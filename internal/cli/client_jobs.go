@@ -592,26 +592,106 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 }
 
 func newCancelCmd(c *clientEnv) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a job (it turns cancelled once its attempts have stopped)",
-		Args:  cobra.ExactArgs(1),
+	var name, team string
+	var states []string
+	cmd := &cobra.Command{
+		Use:   "cancel ID [ID...] | --name NAME [--state queued|running] [--team T]",
+		Short: "Cancel jobs by id or by selector (each turns cancelled once its attempts have stopped)",
+		Long: `Cancel the jobs named by id, or those a selector picks among the active
+(queued, scheduled and running) jobs you can see: --name (exact), --state
+(queued or running; repeatable) and, for admins, --team. Every job is tried;
+the ones that could not be cancelled are reported on stderr and the command
+exits 1. With -o json one id prints the job, several print an array.`,
+		Example: `  gpufleet cancel j-01m8z5zcptp1x4sq
+  gpufleet cancel j-01m8z5zcptp1x4sq j-01m8z5zcrsrdnwxf
+  gpufleet cancel --name sweep-7 --state queued`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			selector := name != "" || len(states) > 0 || team != ""
+			if len(args) > 0 && selector {
+				return usageErr("cancel: give ids or a selector (--name, --state, --team), not both")
+			}
+			if len(args) == 0 && !selector {
+				return usageErr("cancel: give job ids, or a selector (--name, --state, --team)")
+			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
 			}
-			j, err := cl.CancelJob(cmd.Context(), args[0])
-			if err != nil {
-				return err
+			ids := args
+			if selector {
+				if ids, err = selectJobs(cmd.Context(), cl, name, team, states); err != nil {
+					return err
+				}
+				if len(ids) == 0 {
+					fmt.Fprintln(c.stderr, "no active job matches")
+					return nil
+				}
+			}
+			var done []gpufleet.Job
+			failed := 0
+			for _, id := range ids {
+				j, err := cl.CancelJob(cmd.Context(), id)
+				if err != nil {
+					failed++
+					fmt.Fprintf(c.stderr, "gpufleet: cancel %s: %v\n", id, err)
+					continue
+				}
+				done = append(done, j)
+				if c.output != outputJSON {
+					fmt.Fprintf(c.stdout, "job %s: %s\n", j.ID, jobState(j))
+				}
 			}
 			if c.output == outputJSON {
-				return writeJSON(c.stdout, j)
+				var err error
+				if len(args) == 1 && len(done) == 1 {
+					err = writeJSON(c.stdout, done[0])
+				} else {
+					if done == nil {
+						done = []gpufleet.Job{}
+					}
+					err = writeJSON(c.stdout, done)
+				}
+				if err != nil {
+					return err
+				}
 			}
-			_, err = fmt.Fprintf(c.stdout, "job %s: %s\n", j.ID, jobState(j))
-			return err
+			if failed > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("cancel: %d of %d job(s) not cancelled", failed, len(ids))}
+			}
+			return nil
 		},
 	}
+	fs := cmd.Flags()
+	fs.StringVar(&name, "name", "", "cancel the active jobs with this name")
+	fs.StringArrayVar(&states, "state", nil, "cancel only jobs in this state: queued or running (repeatable)")
+	fs.StringVar(&team, "team", "", "cancel only this team's jobs (admins)")
+	return cmd
+}
+
+// selectJobs lists the ids of the active jobs a cancel selector picks.
+func selectJobs(ctx context.Context, cl *api.Client, name, team string, states []string) ([]string, error) {
+	q := api.JobQuery{Team: team}
+	for _, s := range states {
+		switch st := gpufleet.JobState(s); st {
+		case gpufleet.JobQueued:
+			q.States = append(q.States, st)
+		case gpufleet.JobRunning:
+			q.States = append(q.States, gpufleet.JobScheduled, gpufleet.JobRunning)
+		default:
+			return nil, usageErr("--state %s: expected queued or running", gpufleet.Quote(s))
+		}
+	}
+	jobs, err := cl.AllJobs(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, j := range jobs {
+		if (name == "" || j.Name == name) && (team == "" || j.Team == team) && !j.State.Terminal() && !j.CancelRequested {
+			ids = append(ids, j.ID)
+		}
+	}
+	return ids, nil
 }
 
 func newLogsCmd(c *clientEnv) *cobra.Command {

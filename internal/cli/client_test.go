@@ -430,3 +430,29 @@ func TestSig3(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelMany: several ids, or a selector over the active jobs; every
+// job is tried, a failure is reported and exits 1.
+func TestCancelMany(t *testing.T) {
+	srv, _ := startFake(t)
+	base := []string{"--server", srv.URL, "--token", fakeAdmin}
+	out, errOut, code := run(t, append([]string{"cancel", "j-1", "j-404"}, base...)...)
+	if code != 1 || !strings.Contains(out, "job j-1: ") || !strings.Contains(errOut, "cancel j-404") || !strings.Contains(errOut, "1 of 2 job(s) not cancelled") {
+		t.Errorf("cancel j-1 j-404: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, _, code = run(t, append([]string{"cancel", "j-1", "-o", "json"}, base...)...)
+	if code != 0 || !strings.HasPrefix(out, "{") {
+		t.Errorf("one id -o json is the job object: exit %d %s", code, out)
+	}
+	out, errOut, code = run(t, append([]string{"cancel", "--name", "train", "--state", "running", "-o", "json"}, base...)...)
+	// The fake lists j-1 and j-2 (both named train) but knows only j-1.
+	var jobs []gpufleet.Job
+	if code != 1 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].ID != "j-1" || !strings.Contains(errOut, "cancel j-2") {
+		t.Errorf("cancel --name train: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, bad := range [][]string{{"cancel"}, {"cancel", "j-1", "--name", "x"}, {"cancel", "--state", "done"}} {
+		if _, errOut, code := run(t, append(bad, base...)...); code == 0 || !strings.Contains(errOut, "invalid") {
+			t.Errorf("%v: exit %d %q", bad, code, errOut)
+		}
+	}
+}
