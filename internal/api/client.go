@@ -400,13 +400,23 @@ func (c *Client) Node(ctx context.Context, name string) (gpufleet.Node, error) {
 
 // NodeAction cordons, uncordons or drains a node (admin).
 func (c *Client) NodeAction(ctx context.Context, name string, a NodeAction) (gpufleet.Node, error) {
+	return c.NodeActionBecause(ctx, name, a, "")
+}
+
+// NodeActionBecause is NodeAction with the admin's reason (none when
+// empty), which the node's state reason and the event log keep.
+func (c *Client) NodeActionBecause(ctx context.Context, name string, a NodeAction, reason string) (gpufleet.Node, error) {
 	switch a {
 	case Cordon, Uncordon, Drain, Repaired:
 	default:
 		return gpufleet.Node{}, fmt.Errorf("%w: node action %q: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, a)
 	}
 	var out gpufleet.Node
-	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/nodes/" + url.PathEscape(name) + "/" + string(a), idempotent: true}, &out)
+	var q url.Values
+	if reason != "" {
+		q = url.Values{"reason": {reason}}
+	}
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/nodes/" + url.PathEscape(name) + "/" + string(a), query: q, idempotent: true}, &out)
 	return out, err
 }
 

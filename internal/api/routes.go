@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -143,9 +144,34 @@ func (h *handler) getNode(w http.ResponseWriter, r *http.Request, p Principal) e
 	return writeJSON(w, http.StatusOK, n)
 }
 
+// NodeReasonService takes an admin's reason with a node action (?reason=),
+// recorded as the node's state reason and in the event log.
+type NodeReasonService interface {
+	NodeActionBecause(ctx context.Context, p Principal, name string, a NodeAction, reason string) (gpufleet.Node, error)
+}
+
+// MaxReasonLen bounds an admin's reason for a node action.
+const MaxReasonLen = 200
+
 func (h *handler) nodeAction(a NodeAction) routeFunc {
 	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
-		n, err := h.svc.NodeAction(r.Context(), p, r.PathValue("name"), a)
+		var (
+			n   gpufleet.Node
+			err error
+		)
+		reason := r.URL.Query().Get("reason")
+		if reason == "" {
+			n, err = h.svc.NodeAction(r.Context(), p, r.PathValue("name"), a)
+		} else {
+			rs, ok := h.svc.(NodeReasonService)
+			if !ok {
+				return fmt.Errorf("%w: this server takes no reason with a node action", gpufleet.ErrUnsupported)
+			}
+			if err := gpufleet.CheckText("reason", reason, MaxReasonLen, false); err != nil {
+				return err
+			}
+			n, err = rs.NodeActionBecause(r.Context(), p, r.PathValue("name"), a, reason)
+		}
 		if err != nil {
 			return err
 		}

@@ -176,16 +176,20 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 		api.Drain:    "Cordon a node and stop its attempts; they requeue elsewhere (admin)",
 		api.Repaired: "Mark a node (or its GPUs in repair) repaired; it returns to ready once the agent's validation passes (admin)",
 	}[a]
-	return &cobra.Command{
+	var reason string
+	cmd := &cobra.Command{
 		Use:   string(a) + " NODE",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := gpufleet.CheckText("--reason", reason, api.MaxReasonLen, false); err != nil {
+				return err
+			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
 			}
-			n, err := cl.NodeAction(cmd.Context(), args[0], a)
+			n, err := cl.NodeActionBecause(cmd.Context(), args[0], a, reason)
 			if err != nil {
 				return err
 			}
@@ -196,6 +200,10 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 			return err
 		},
 	}
+	if a != api.Repaired {
+		cmd.Flags().StringVar(&reason, "reason", "", "why, for the node's state reason and the event log (\"rack r12 maintenance\")")
+	}
+	return cmd
 }
 
 func newTeamsCmd(c *clientEnv) *cobra.Command {

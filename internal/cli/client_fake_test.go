@@ -167,6 +167,14 @@ func (f *fakeService) NodeAction(ctx context.Context, p api.Principal, name stri
 	return n, err
 }
 
+func (f *fakeService) NodeActionBecause(ctx context.Context, p api.Principal, name string, a api.NodeAction, reason string) (gpufleet.Node, error) {
+	n, err := f.NodeAction(ctx, p, name, a)
+	f.mu.Lock()
+	f.lastAction += " because " + reason
+	f.mu.Unlock()
+	return n, err
+}
+
 func (f *fakeService) Teams(context.Context, api.Principal) ([]gpufleet.Team, error) {
 	return []gpufleet.Team{{Name: "team-a", Quota: map[string]int{"h100": 8}, BorrowingLimit: -1, Weight: 1, Used: map[string]int{"h100": 4}}}, nil
 }

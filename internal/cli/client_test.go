@@ -275,6 +275,12 @@ func TestHumanTables(t *testing.T) {
 	if fake.lastAction != "drain n1" {
 		t.Errorf("node action %q", fake.lastAction)
 	}
+	if _, errOut, code := run(t, "drain", "n1", "--reason", "rack r1 maintenance", "--server", srv.URL, "--token", fakeAdmin); code != 0 || fake.lastAction != "drain n1 because rack r1 maintenance" {
+		t.Errorf("drain --reason: exit %d %s, action %q", code, errOut, fake.lastAction)
+	}
+	if _, errOut, code := run(t, "drain", "n1", "--reason", "bad\x00reason", "--server", srv.URL, "--token", fakeAdmin); code == 0 || !strings.Contains(errOut, "--reason") {
+		t.Errorf("drain --reason with a NUL: exit %d %s", code, errOut)
+	}
 }
 
 func TestAdminCommandsSendRequests(t *testing.T) {

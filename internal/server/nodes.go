@@ -142,6 +142,13 @@ func (s *Server) Node(ctx context.Context, p api.Principal, name string) (gpufle
 // NodeAction cordons (no new work), uncordons (back to ready) or drains
 // (no new work, running attempts stopped and requeued) a node.
 func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a api.NodeAction) (gpufleet.Node, error) {
+	return s.NodeActionBecause(ctx, p, name, a, "")
+}
+
+// NodeActionBecause is NodeAction with the admin's reason: the node's
+// state reason becomes "by ACTOR: REASON" (drained attempts' stops name
+// it) and the event log keeps it. Marking a node repaired takes none.
+func (s *Server) NodeActionBecause(ctx context.Context, p api.Principal, name string, a api.NodeAction, reason string) (gpufleet.Node, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Node{}, err
 	}
@@ -161,6 +168,9 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 	case api.Drain:
 		state = gpufleet.NodeDraining
 	case api.Repaired:
+		if reason != "" {
+			return gpufleet.Node{}, fmt.Errorf("%w: reason: marking a node repaired takes no reason (its validation decides)", gpufleet.ErrInvalid)
+		}
 		if err := s.markRepaired(ctx, p, name); err != nil {
 			return gpufleet.Node{}, err
 		}
@@ -169,7 +179,11 @@ func (s *Server) NodeAction(ctx context.Context, p api.Principal, name string, a
 	default:
 		return gpufleet.Node{}, fmt.Errorf("%w: node action %s: expected cordon, uncordon, drain or repaired", gpufleet.ErrInvalid, gpufleet.Quote(string(a)))
 	}
-	if err := s.st.SetNodeState(ctx, name, state, "by "+actor(p), actor(p), s.now()); err != nil {
+	why := "by " + actor(p)
+	if reason != "" {
+		why += ": " + reason
+	}
+	if err := s.st.SetNodeState(ctx, name, state, why, actor(p), s.now()); err != nil {
 		return gpufleet.Node{}, err
 	}
 	s.nudge()

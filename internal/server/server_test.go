@@ -453,8 +453,13 @@ func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
 	as := hb.Start[0]
 	run := []api.AttemptReport{{AttemptID: as.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
 	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
-	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Drain); err != nil {
+	if n, err := f.srv.NodeActionBecause(ctx, f.admin, "n1", api.Drain, "rack r1 maintenance"); err != nil {
 		t.Fatal(err)
+	} else if !strings.HasSuffix(n.StateReason, ": rack r1 maintenance") {
+		t.Errorf("drained node's state reason %q lacks the admin's reason", n.StateReason)
+	}
+	if _, err := f.srv.NodeActionBecause(ctx, f.admin, "n1", api.Repaired, "fixed"); !errors.Is(err, gpufleet.ErrInvalid) {
+		t.Errorf("repaired with a reason: %v", err)
 	}
 	f.cycle()
 	hb, _ = f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
