@@ -223,7 +223,10 @@ type Attempt struct {
 
 // QueueEntry is a pending job's place in the queue.
 type QueueEntry struct {
-	ID           string   `json:"id"`
+	ID   string `json:"id"`
+	Name string `json:"name"` // the job's name, "" when it has none
+	// GPUs is the job's total GPUs (or MIG instances, or time-slice shares).
+	GPUs         int      `json:"gpus"`
 	Team         string   `json:"team"`
 	Priority     Priority `json:"priority"`
 	Position     int      `json:"position"`

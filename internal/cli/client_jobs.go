@@ -740,14 +740,18 @@ func newQueueCmd(c *clientEnv) *cobra.Command {
 }
 
 func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
-	cols := []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA", "CONFIDENCE"}
+	cols := []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE"}
 	if c.output == outputWide {
 		cols = append(cols, "REASON CODE", "ESTIMATED START", "ESTIMATED START P90")
 	}
 	t := newTable(c.stdout, cols...)
 	for _, e := range q {
-		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, e.Team, orDash(string(e.Priority)), orDash(e.Reason),
-			c.eta(e), confidence(e)}
+		gpus := "-"
+		if e.GPUs > 0 {
+			gpus = strconv.Itoa(e.GPUs)
+		}
+		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, orDash(e.Name), e.Team, orDash(string(e.Priority)), gpus,
+			orDash(e.Reason), c.eta(e), confidence(e)}
 		if c.output == outputWide {
 			stamp := func(t *time.Time) string {
 				if t == nil {

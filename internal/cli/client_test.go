@@ -225,7 +225,7 @@ func TestQueueTable(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("want a header and 2 rows:\n%s", out)
 	}
-	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "TEAM", "PRIORITY", "REASON", "ETA", "CONFIDENCE"} {
+	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("header %q lacks %s", lines[0], col)
 		}

@@ -48,7 +48,7 @@ func TestIsolationPlacement(t *testing.T) {
 			pending = &q[i]
 		}
 	}
-	if pending == nil || pending.ReasonCode != scheduler.ReasonIsolation || !strings.Contains(pending.Reason, "vgpu:A100-80C/exclusive gives soft") {
+	if pending == nil || pending.Name != "prod" || pending.GPUs != 1 || pending.ReasonCode != scheduler.ReasonIsolation || !strings.Contains(pending.Reason, "vgpu:A100-80C/exclusive gives soft") {
 		t.Fatalf("production job pending as %+v, want reason isolation naming the vGPU", pending)
 	}
 	if j := f.job(soft.ID); j.State != gpufleet.JobScheduled && j.State != gpufleet.JobRunning {

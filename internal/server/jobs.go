@@ -213,6 +213,7 @@ func (s *Server) Queue(ctx context.Context, p api.Principal) ([]gpufleet.QueueEn
 		if j.Queue != nil {
 			e = *j.Queue
 		}
+		e.Name, e.GPUs = j.Name, j.Resources.GPUs
 		out = append(out, e)
 	}
 	slices.SortStableFunc(out, func(a, b gpufleet.QueueEntry) int {
