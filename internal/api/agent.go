@@ -269,9 +269,42 @@ type AgentService interface {
 
 // LogService streams a job's logs.
 type LogService interface {
-	// Logs writes the job's log (its latest attempt's) to w; with follow it
-	// keeps writing until the attempt ends or ctx is done.
-	Logs(ctx context.Context, p Principal, jobID string, follow bool, w io.Writer) error
+	// Logs writes a job's log to w: its latest attempt's, or the one q
+	// names; with q.Follow it keeps writing until the attempt ends or ctx
+	// is done.
+	Logs(ctx context.Context, p Principal, jobID string, q LogQuery, w io.Writer) error
+}
+
+// LogQuery says which of a job's logs to read, and how much.
+type LogQuery struct {
+	// Attempt names the attempt (an id of the job's); Previous takes the
+	// one before the latest (the attempt a failover or preemption
+	// stopped). Neither: the latest.
+	Attempt  string
+	Previous bool
+	// Tail, when positive, is how many of the last lines to print.
+	Tail int
+	// Follow keeps printing until the attempt ends.
+	Follow bool
+}
+
+// MaxTailLines bounds LogQuery.Tail.
+const MaxTailLines = 100000
+
+// Validate checks the query at the edge.
+func (q LogQuery) Validate() error {
+	if q.Attempt != "" && q.Previous {
+		return fmt.Errorf("%w: attempt and previous: give one", gpufleet.ErrInvalid)
+	}
+	if q.Attempt != "" {
+		if err := gpufleet.CheckText("attempt", q.Attempt, maxIDLen, false); err != nil {
+			return err
+		}
+	}
+	if q.Tail < 0 || q.Tail > MaxTailLines {
+		return fmt.Errorf("%w: tail %d: expected 0 to %d lines", gpufleet.ErrInvalid, q.Tail, MaxTailLines)
+	}
+	return nil
 }
 
 // WatchService streams changes.

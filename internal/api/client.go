@@ -363,13 +363,22 @@ func (c *Client) CancelJob(ctx context.Context, id string) (gpufleet.Job, error)
 
 // Logs copies a job's log to w; with follow it keeps copying until the
 // attempt ends or ctx is done.
-func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+func (c *Client) Logs(ctx context.Context, id string, q LogQuery, w io.Writer) error {
 	v := url.Values{}
-	if follow {
+	if q.Follow {
 		v.Set("follow", "1")
 	}
+	if q.Previous {
+		v.Set("previous", "1")
+	}
+	if q.Attempt != "" {
+		v.Set("attempt", q.Attempt)
+	}
+	if q.Tail > 0 {
+		v.Set("tail", strconv.Itoa(q.Tail))
+	}
 	resp, cancel, err := c.send(ctx, request{method: http.MethodGet, path: "/api/v1/jobs/" + url.PathEscape(id) + "/logs",
-		query: v, idempotent: true, stream: follow})
+		query: v, idempotent: true, stream: q.Follow})
 	if err != nil {
 		return err
 	}

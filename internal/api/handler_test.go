@@ -420,10 +420,10 @@ func TestLogs(t *testing.T) {
 	}
 	c, _ := NewClient([]string{srv.URL}, memberA)
 	var out strings.Builder
-	if err := c.Logs(t.Context(), "j-1", true, &out); err != nil || out.String() != svc.logs["j-1"] {
+	if err := c.Logs(t.Context(), "j-1", LogQuery{Follow: true}, &out); err != nil || out.String() != svc.logs["j-1"] {
 		t.Errorf("follow: %q, %v", out.String(), err)
 	}
-	if err := c.Logs(t.Context(), "j-404", false, &out); !errors.Is(err, gpufleet.ErrNotFound) {
+	if err := c.Logs(t.Context(), "j-404", LogQuery{}, &out); !errors.Is(err, gpufleet.ErrNotFound) {
 		t.Errorf("missing job logs: %v", err)
 	}
 }

@@ -348,7 +348,8 @@ func (s *memService) Heartbeat(_ context.Context, p Principal, r HeartbeatReques
 	return HeartbeatResponse{ProtocolVersion: ProtocolVersion}, nil
 }
 
-func (s *memService) Logs(ctx context.Context, p Principal, jobID string, follow bool, w io.Writer) error {
+func (s *memService) Logs(ctx context.Context, p Principal, jobID string, q LogQuery, w io.Writer) error {
+	follow := q.Follow
 	if _, err := s.Job(ctx, p, jobID); err != nil {
 		return err
 	}

@@ -49,18 +49,31 @@ func (h *handler) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) e
 	if h.logs == nil {
 		return fmt.Errorf("%w: this server does not serve logs", gpufleet.ErrUnsupported)
 	}
-	follow, err := boolParam(r, "follow")
-	if err != nil {
+	var q LogQuery
+	var err error
+	if q.Follow, err = boolParam(r, "follow"); err != nil {
+		return err
+	}
+	if q.Previous, err = boolParam(r, "previous"); err != nil {
+		return err
+	}
+	q.Attempt = r.URL.Query().Get("attempt")
+	if s := r.URL.Query().Get("tail"); s != "" {
+		if q.Tail, err = strconv.Atoi(s); err != nil {
+			return fmt.Errorf("%w: tail %s: expected a number of lines", gpufleet.ErrInvalid, gpufleet.Quote(s))
+		}
+	}
+	if err := q.Validate(); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if follow {
+	if q.Follow {
 		w.Header().Set("X-Accel-Buffering", "no")
 	}
 	// An error before the first byte still becomes a JSON error; after it,
 	// the stream just ends. Even without follow a log can be long, so the
 	// stream's per-write deadline applies.
-	return h.logs.Logs(r.Context(), p, r.PathValue("id"), follow, h.newStream(w))
+	return h.logs.Logs(r.Context(), p, r.PathValue("id"), q, h.newStream(w))
 }
 
 // events lists stored events, or with ?watch=1 streams them as server-sent

@@ -279,11 +279,11 @@ func (f *fakeService) Usage(_ context.Context, _ api.Principal, q api.UsageQuery
 	return rep, nil
 }
 
-func (f *fakeService) Logs(_ context.Context, _ api.Principal, id string, follow bool, w io.Writer) error {
+func (f *fakeService) Logs(_ context.Context, _ api.Principal, id string, q api.LogQuery, w io.Writer) error {
 	if id != "j-1" {
 		return fmt.Errorf("%w: job %q", gpufleet.ErrNotFound, id)
 	}
-	_, err := fmt.Fprintf(w, "epoch 1 loss 2.31\nfollow=%v\n", follow)
+	_, err := fmt.Fprintf(w, "epoch 1 loss 2.31\nfollow=%v previous=%v attempt=%s tail=%d\n", q.Follow, q.Previous, q.Attempt, q.Tail)
 	return err
 }
 

@@ -695,20 +695,33 @@ func selectJobs(ctx context.Context, cl *api.Client, name, team string, states [
 }
 
 func newLogsCmd(c *clientEnv) *cobra.Command {
-	var follow bool
+	var q api.LogQuery
 	cmd := &cobra.Command{
-		Use:   "logs ID [-f]",
-		Short: "Print a job's log (its latest attempt)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "logs ID [-f] [--previous | --attempt ATTEMPT] [--tail N]",
+		Short: "Print a job's log: its latest attempt's, the previous one's, or any attempt's",
+		Long: `Print a job's log. By default its latest attempt's; --previous reads the
+attempt before it (the one a failover, drain or preemption stopped), and
+--attempt any attempt of the job by id (gpufleet job ID lists them). --tail N
+prints only the last N lines; -f keeps printing until the attempt ends.`,
+		Example: `  gpufleet logs j-01m8z5zcptp1x4sq -f
+  gpufleet logs j-01m8z5zcptp1x4sq --previous --tail 50`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := q.Validate(); err != nil {
+				return err
+			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
 			}
-			return cl.Logs(cmd.Context(), args[0], follow, c.stdout)
+			return cl.Logs(cmd.Context(), args[0], q, c.stdout)
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the attempt ends")
+	fs := cmd.Flags()
+	fs.BoolVarP(&q.Follow, "follow", "f", false, "keep printing until the attempt ends")
+	fs.BoolVarP(&q.Previous, "previous", "p", false, "the attempt before the latest (stopped by a failover, drain or preemption)")
+	fs.StringVar(&q.Attempt, "attempt", "", "an attempt of the job, by id")
+	fs.IntVar(&q.Tail, "tail", 0, "only the last N lines")
 	return cmd
 }
 

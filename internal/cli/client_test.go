@@ -254,10 +254,12 @@ func TestHumanTables(t *testing.T) {
 			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.00 kWh", "79.00 kWh", "37.92 kg", "500 W", "(total)", "75.00 kWh", "375 W"}},
 		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.00 kWh", "WORK", "ENERGY/UNIT",
 			"450M tokens  0.4 J/token", "250 W     -            -"}},
-		"cordon": {[]string{"drain", "n1"}, []string{"node n1: draining"}},
-		"cancel": {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
-		"logs":   {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true"}},
-		"revoke": {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
+		"cordon":                       {[]string{"drain", "n1"}, []string{"node n1: draining"}},
+		"cancel":                       {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
+		"logs":                         {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true previous=false attempt= tail=0"}},
+		"logs of the previous attempt": {[]string{"logs", "j-1", "--previous", "--tail", "20"}, []string{"follow=false previous=true attempt= tail=20"}},
+		"logs of an attempt":           {[]string{"logs", "j-1", "--attempt", "a-1"}, []string{"attempt=a-1"}},
+		"revoke":                       {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

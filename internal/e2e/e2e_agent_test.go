@@ -367,7 +367,7 @@ func TestAgentsRunJobsOnTheirGPUs(t *testing.T) {
 			}
 		}
 		var log strings.Builder
-		if err := member.Logs(ctx, id, false, &log); err != nil || !strings.Contains(log.String(), "hello from "+id) {
+		if err := member.Logs(ctx, id, api.LogQuery{}, &log); err != nil || !strings.Contains(log.String(), "hello from "+id) {
 			t.Errorf("job %s: logs %q %v", name, log.String(), err)
 		}
 	}

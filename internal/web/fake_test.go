@@ -330,7 +330,7 @@ func (s *fakeService) revoke(token string) {
 }
 
 // Logs implements api.LogService: the job's id as its output.
-func (s *fakeService) Logs(ctx context.Context, p api.Principal, jobID string, _ bool, w io.Writer) error {
+func (s *fakeService) Logs(ctx context.Context, p api.Principal, jobID string, _ api.LogQuery, w io.Writer) error {
 	j, err := s.Job(ctx, p, jobID)
 	if err != nil {
 		return err

@@ -331,7 +331,7 @@ func (u *UI) jobLog(r *http.Request, v *viewer) (view, error) {
 		return view{data: "(logs are not available on this server)"}, nil
 	}
 	t := &tailWriter{n: logTail}
-	if err := u.logs.Logs(r.Context(), v.P, id, false, t); err != nil {
+	if err := u.logs.Logs(r.Context(), v.P, id, api.LogQuery{}, t); err != nil {
 		if errors.Is(err, gpufleet.ErrNotFound) {
 			// A job that exists but has not started has no log yet.
 			if _, jerr := u.svc.Job(r.Context(), v.P, id); jerr == nil {

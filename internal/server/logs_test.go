@@ -1,0 +1,91 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+func TestTailOffset(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		text string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"}, {"a\nb\nc", 2, "b\nc"}, {"a\nb\n", 5, "a\nb\n"}, {"", 3, ""},
+		{"one line\n", 1, "one line\n"}, {strings.Repeat("x\n", 70000) + "end\n", 1, "end\n"},
+	} {
+		path := filepath.Join(dir, "log")
+		os.WriteFile(path, []byte(tc.text), 0o644)
+		off, err := tailOffset(path, tc.n)
+		if err != nil || tc.text[off:] != tc.want {
+			t.Errorf("tail %d of %.20q: %q, %v; want %q", tc.n, tc.text, tc.text[off:], err, tc.want)
+		}
+	}
+	if off, err := tailOffset(filepath.Join(dir, "missing"), 3); off != 0 || err != nil {
+		t.Errorf("missing file: %d %v", off, err)
+	}
+}
+
+// TestLogsOfEveryAttempt: after a drain the stopped attempt's log is still
+// readable (previous, or by id), and --tail cuts lines.
+func TestLogsOfEveryAttempt(t *testing.T) {
+	f := newFixture(t)
+	f.srv.cfg.LogDir = t.TempDir()
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 8)
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}})
+	f.cycle()
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	first := hb.Start[0]
+	run := []api.AttemptReport{{AttemptID: first.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Drain); err != nil {
+		t.Fatal(err)
+	}
+	f.cycle()
+	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: []api.AttemptReport{{AttemptID: first.AttemptID, JobID: j.ID, State: gpufleet.AttemptStopped, Reason: "drained"}}})
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Uncordon); err != nil {
+		t.Fatal(err)
+	}
+	f.cycle()
+	got := f.job(j.ID)
+	if len(got.Attempts) != 2 {
+		t.Fatalf("attempts %+v", got.Attempts)
+	}
+	second := got.Attempts[1].ID
+	os.WriteFile(f.srv.logPath(first.AttemptID), []byte("step 1\nstep 2\nSIGTERM: checkpointing\n"), 0o644)
+	os.WriteFile(f.srv.logPath(second), []byte("resumed from checkpoint\n"), 0o644)
+	read := func(q api.LogQuery) (string, error) {
+		var b bytes.Buffer
+		err := f.srv.Logs(ctx, a, j.ID, q, &b)
+		return b.String(), err
+	}
+	for _, tc := range []struct {
+		q    api.LogQuery
+		want string
+	}{
+		{api.LogQuery{}, "resumed from checkpoint\n"},
+		{api.LogQuery{Previous: true}, "step 1\nstep 2\nSIGTERM: checkpointing\n"},
+		{api.LogQuery{Attempt: first.AttemptID, Tail: 1}, "SIGTERM: checkpointing\n"},
+		{api.LogQuery{Previous: true, Follow: true}, "step 1\nstep 2\nSIGTERM: checkpointing\n"}, // ended: follow returns
+	} {
+		if out, err := read(tc.q); err != nil || out != tc.want {
+			t.Errorf("%+v: %q, %v; want %q", tc.q, out, err, tc.want)
+		}
+	}
+	if _, err := read(api.LogQuery{Attempt: "a-other"}); !errors.Is(err, gpufleet.ErrNotFound) {
+		t.Errorf("another job's attempt: %v", err)
+	}
+	if _, err := read(api.LogQuery{Attempt: first.AttemptID, Previous: true}); !errors.Is(err, gpufleet.ErrInvalid) {
+		t.Errorf("attempt and previous: %v", err)
+	}
+}
