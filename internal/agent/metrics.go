@@ -309,9 +309,9 @@ func DCGMCollector(src func() metricsView) prometheus.Collector {
 		for _, d := range v.devices {
 			lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Index), d.Name, v.hostname, v.hostname, v.driver}
 			emit := func(m desc, val float64) { ch <- prometheus.MustNewConstMetric(m.d, m.typ, val, lv...) }
-			if x, ok := v.lastXID[d.UUID]; ok {
-				emit(D.xid, float64(x))
-			}
+			// The last XID, 0 until the GPU raises one (as dcgm-exporter),
+			// so that rules and panels see the series from the start.
+			emit(D.xid, float64(v.lastXID[d.UUID]))
 			s, ok := v.latest[d.UUID]
 			if !ok {
 				continue

@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -109,8 +110,8 @@ func TestDCGMMetricsUnitsAndLabels(t *testing.T) {
 			t.Errorf("missing %s", s)
 		}
 	}
-	if !strings.Contains(text, `DCGM_FI_DEV_XID_ERRORS{`) || strings.Contains(text, `DCGM_FI_DEV_XID_ERRORS{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-h"`) {
-		t.Error("XID gauge: want it for the L4 (XID 13) only")
+	if !strings.Contains(text, `DCGM_FI_DEV_XID_ERRORS{`+labels+`} 0`) || !regexp.MustCompile(`DCGM_FI_DEV_XID_ERRORS\{[^}]*UUID="GPU-l"[^}]*\} 13`).MatchString(text) {
+		t.Error("XID gauge: want 0 for the H100 (none yet) and 13 for the L4")
 	}
 	if strings.Contains(text, `DCGM_FI_PROF_SM_ACTIVE{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-l"`) {
 		t.Error("SM activity exported for a GPU without GPM")
