@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -176,7 +177,11 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 		api.Drain:    "Cordon a node and stop its attempts; they requeue elsewhere (admin)",
 		api.Repaired: "Mark a node (or its GPUs in repair) repaired; it returns to ready once the agent's validation passes (admin)",
 	}[a]
-	var reason string
+	var (
+		reason  string
+		wait    bool
+		timeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   string(a) + " NODE",
 		Short: short,
@@ -193,6 +198,14 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if wait {
+				if n, err = waitValidated(cmd.Context(), cl, n, timeout, c.stderr); err != nil {
+					if c.output == outputJSON {
+						writeJSON(c.stdout, n)
+					}
+					return err
+				}
+			}
 			if c.output == outputJSON {
 				return writeJSON(c.stdout, n)
 			}
@@ -202,8 +215,46 @@ func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {
 	}
 	if a != api.Repaired {
 		cmd.Flags().StringVar(&reason, "reason", "", "why, for the node's state reason and the event log (\"rack r12 maintenance\")")
+	} else {
+		cmd.Flags().BoolVar(&wait, "wait", false, "wait for the validation: exit 0 once the node is ready, 1 if it fails (back in repairing)")
+		durationFlag(cmd.Flags(), &timeout, "timeout", 10*time.Minute, "with --wait, how long to wait for the validation")
 	}
 	return cmd
+}
+
+// waitValidated polls a node marked repaired until its validation ends:
+// ready is success; back in repairing (or draining) is a failure, with
+// the node's reason; still validating at the timeout is a failure too.
+func waitValidated(ctx context.Context, cl *api.Client, n gpufleet.Node, timeout time.Duration, progress io.Writer) (gpufleet.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fmt.Fprintf(progress, "node %s: %s, waiting for its validation\n", n.Name, n.State)
+	for {
+		state := n.State
+		for _, g := range n.GPUs { // a repair of single GPUs validates them
+			if g.State == gpufleet.NodeValidating || (state == gpufleet.NodeReady && g.State == gpufleet.NodeRepairing) {
+				state = g.State
+			}
+		}
+		switch state {
+		case gpufleet.NodeReady:
+			return n, nil
+		case gpufleet.NodeRepairing, gpufleet.NodeDraining, gpufleet.NodeDown:
+			return n, &exitError{code: 1, err: fmt.Errorf("node %s: validation failed: %s (%s)", n.Name, orDash(reasons(n)), state)}
+		}
+		select {
+		case <-ctx.Done():
+			return n, &exitError{code: 1, err: fmt.Errorf("node %s: still %s after %s", n.Name, n.State, timeout)}
+		case <-time.After(time.Second):
+		}
+		var err error
+		if n, err = cl.Node(ctx, n.Name); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			return n, err
+		}
+	}
 }
 
 func newTeamsCmd(c *clientEnv) *cobra.Command {

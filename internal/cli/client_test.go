@@ -464,3 +464,16 @@ func TestCancelMany(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairedWait: repaired --wait exits 0 once the node is ready, and 1
+// naming the failure when it falls back out of service.
+func TestRepairedWait(t *testing.T) {
+	srv, _ := startFake(t)
+	base := []string{"--server", srv.URL, "--token", fakeAdmin}
+	if out, errOut, code := run(t, append([]string{"repaired", "n1", "--wait"}, base...)...); code != 0 || !strings.Contains(out, "node n1: ready") {
+		t.Errorf("repaired n1 --wait: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := run(t, append([]string{"repaired", "n2", "--wait", "--timeout", "30s"}, base...)...); code != 1 || !strings.Contains(errOut, "node n2: validation failed: no heartbeat") {
+		t.Errorf("repaired n2 --wait: exit %d\n%s", code, errOut)
+	}
+}
