@@ -240,7 +240,11 @@ func waitValidated(ctx context.Context, cl *api.Client, n gpufleet.Node, timeout
 		case gpufleet.NodeReady:
 			return n, nil
 		case gpufleet.NodeRepairing, gpufleet.NodeDraining, gpufleet.NodeDown:
-			return n, &exitError{code: 1, err: fmt.Errorf("node %s: validation failed: %s (%s)", n.Name, orDash(reasons(n)), state)}
+			why := orDash(reasons(n))
+			if !strings.Contains(why, "validation failed") {
+				why = "validation failed: " + why
+			}
+			return n, &exitError{code: 1, err: fmt.Errorf("node %s: %s (%s)", n.Name, why, state)}
 		}
 		select {
 		case <-ctx.Done():
