@@ -124,6 +124,7 @@ Commands that need no server: catalog, plan, version.`,
 		newProcureCmd(e),
 		newLifecycleCmd(e),
 		newAuditCmd(e),
+		newConfigCmd(e),
 		newDevCmd(e),
 	)
 	addClientCommands(root, e)

@@ -55,7 +55,7 @@ func addClientCommands(root *cobra.Command, e *env) {
 //	  dev: {server: http://127.0.0.1:7080, token: ...}
 //	  prod: {server: "https://a:8443,https://b:8443", token: ...}
 type clientConfig struct {
-	Current  string                   `yaml:"current"`
+	Current  string                   `yaml:"current,omitempty"`
 	Contexts map[string]clientContext `yaml:"contexts"`
 }
 

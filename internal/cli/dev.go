@@ -31,6 +31,7 @@ import (
 type devFlags struct {
 	listen, adminToken, dataDir, config string
 	keepAttempts                        bool
+	noContext                           bool
 	seedHistory                         time.Duration
 }
 
@@ -110,6 +111,7 @@ forecast, procure and lifecycle have something to say.`,
 	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-dev", "directory for the server, the agents and dev.json")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	durationFlag(fs, &f.seedHistory, "seed-history", 0, "on a new data dir, first write this much synthetic finished work (60d), so that forecast, procure and lifecycle have a history")
+	fs.BoolVar(&f.noContext, "no-context", false, "do not write the dev, dev-team-a and dev-team-b contexts to the client config file")
 	fs.BoolVar(&f.keepAttempts, "keep-attempts", false, "if the server fails, leave the agents' attempts running (they fence themselves after 5s)")
 	return cmd
 }
@@ -300,6 +302,18 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		return err
 	}
 	_ = os.Chmod(statePath, 0o600)
+	contexts := ""
+	if path := clientConfigPath(); !f.noContext && path != "" {
+		add := map[string]clientContext{"dev": {Server: st.APIURL, Token: st.AdminToken}}
+		for t, tok := range st.Teams {
+			add["dev-"+t] = clientContext{Server: st.APIURL, Token: tok}
+		}
+		if err := setContexts(path, add, "dev"); err != nil {
+			fmt.Fprintf(e.stderr, "gpufleet dev: could not write the client contexts: %v\n", err)
+		} else {
+			contexts = path
+		}
+	}
 	w := e.stdout
 	fmt.Fprintf(w, "gpufleet dev is running (data in %s; Ctrl-C stops it)\n\n", dir)
 	if seeded > 0 {
@@ -315,8 +329,13 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	for _, n := range devFleet {
 		fmt.Fprintf(w, "  %-11s %-36s %s\n", n.Name, n.SimGPUs, orDash(st.Nodes[n.Name]))
 	}
-	fmt.Fprintf(w, "\nTry:\n  export GPUFLEET_SERVER=%s GPUFLEET_TOKEN=%s\n  gpufleet nodes\n  gpufleet submit --gpus 2 --sim-load compute -- sh -c 'nvidia-smi || env | grep CUDA; sleep 60'\n\n",
-		st.APIURL, st.Teams["team-a"])
+	if contexts != "" {
+		fmt.Fprintf(w, "\nContexts:    dev (admin, now current), dev-team-a, dev-team-b in %s\n", contexts)
+		fmt.Fprintf(w, "\nTry:\n  gpufleet config use-context dev-team-a\n  gpufleet nodes\n  gpufleet submit --gpus 2 --sim-load compute -- sh -c 'nvidia-smi || env | grep CUDA; sleep 60'\n\n")
+	} else {
+		fmt.Fprintf(w, "\nTry:\n  export GPUFLEET_SERVER=%s GPUFLEET_TOKEN=%s\n  gpufleet nodes\n  gpufleet submit --gpus 2 --sim-load compute -- sh -c 'nvidia-smi || env | grep CUDA; sleep 60'\n\n",
+			st.APIURL, st.Teams["team-a"])
+	}
 	fmt.Fprintf(w, "State: %s; logs: %s, %s/*.log\n", statePath, srvLog.Name(), agentsDir)
 	select {
 	case <-ctx.Done():

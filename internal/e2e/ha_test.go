@@ -19,8 +19,17 @@ import (
 )
 
 // TestMain shares one throwaway PostgreSQL (and pgbouncer) among the
-// package's tests; each HA test gets a database of its own.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// package's tests; each HA test gets a database of its own. The client
+// config file the processes read and gpufleet dev writes is the test
+// binary's own, never the user's.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpufleet-e2e-config-")
+	if err == nil {
+		os.Setenv("GPUFLEET_CONFIG", filepath.Join(dir, "config.yaml"))
+		pgtest.AtExit(func() { os.RemoveAll(dir) })
+	}
+	pgtest.Main(m)
+}
 
 // haLeaseTTL keeps the HA tests short; the default is 8s.
 const haLeaseTTL = "3s"

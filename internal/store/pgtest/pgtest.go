@@ -84,6 +84,14 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// AtExit runs f when Main returns, after the tests (and before the
+// servers stop): for what a test binary sets up for all its tests.
+func AtExit(f func()) {
+	cleanMu.Lock()
+	cleanups = append(cleanups, f)
+	cleanMu.Unlock()
+}
+
 // Shared returns the test binary's server, starting it on first use. It
 // skips the test when PostgreSQL cannot be started, or fails it under
 // CI=true.
