@@ -129,6 +129,7 @@ Commands that need no server: catalog, plan, version.`,
 	)
 	addClientCommands(root, e)
 	refuseUnknownSubcommands(root)
+	registerValueCompletions(root, e)
 	return root
 }
 

@@ -404,3 +404,23 @@ func TestUnknownSubcommandsFail(t *testing.T) {
 		}
 	}
 }
+
+// TestValueCompletion: flags with a fixed vocabulary complete it, in every
+// command that has them; a comma list completes its last element.
+func TestValueCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "submit", "--priority", ""}, "production\ninteractive\ntraining\nbatch\n"},
+		{[]string{"__complete", "submit", "--gpu-model", "l4,"}, "l4,h100-sxm-80gb\n"},
+		{[]string{"__complete", "procure", "--gpu-model", ""}, "h200-sxm-141gb\n"},
+		{[]string{"__complete", "submit", "--isolation", ""}, "hard\nsoft\nany\n"},
+		{[]string{"__complete", "audit", "--fail-on", ""}, "high\nmedium\nlow\n"},
+	} {
+		out, _, code := run(t, tc.args...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, want %q in\n%s", tc.args, code, tc.want, out)
+		}
+	}
+}
