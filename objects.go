@@ -130,8 +130,13 @@ type Retries struct {
 // ran out of retries is one more than Max: it reads "2 of 2 used, then
 // failed".
 func (r Retries) String() string {
-	if r.Used > r.Max {
-		return fmt.Sprintf("%d of %d used, then failed", r.Max, r.Max)
+	switch {
+	case r.Max == 0 && r.Used == 0:
+		return "none allowed"
+	case r.Max == 0:
+		return "none allowed: it failed on its first failure"
+	case r.Used > r.Max:
+		return fmt.Sprintf("all %d used, then it failed", r.Max)
 	}
 	return fmt.Sprintf("%d of %d used", r.Used, r.Max)
 }

@@ -31,6 +31,7 @@ import (
 type devFlags struct {
 	listen, adminToken, dataDir, config string
 	keepAttempts                        bool
+	keepJobs                            bool
 	noContext                           bool
 	seedHistory                         time.Duration
 }
@@ -112,6 +113,7 @@ forecast, procure and lifecycle have something to say.`,
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	durationFlag(fs, &f.seedHistory, "seed-history", 0, "on a new data dir, first write this much synthetic finished work (60d), so that forecast, procure and lifecycle have a history")
 	fs.BoolVar(&f.noContext, "no-context", false, "do not write the dev, dev-team-a and dev-team-b contexts to the client config file")
+	fs.BoolVar(&f.keepJobs, "keep-jobs", false, "on Ctrl-C, leave the running jobs' processes to fence themselves (5s after their agent stops) instead of stopping them")
 	fs.BoolVar(&f.keepAttempts, "keep-attempts", false, "if the server fails, leave the agents' attempts running (they fence themselves after 5s)")
 	return cmd
 }
@@ -355,6 +357,18 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		return fmt.Errorf("server: %w (its log: %s)", err, srvLog.Name())
 	}
 	wg.Wait()
+	if !f.keepJobs {
+		// Interrupted: the agents are gone; stop their attempts now (the
+		// checkpoint signal, then their grace) rather than leave them to
+		// fence themselves.
+		stopped := 0
+		for _, n := range devFleet {
+			stopped += agent.StopSupervised(filepath.Join(agentsDir, n.Name), 5*time.Second)
+		}
+		if stopped > 0 {
+			fmt.Fprintf(e.stderr, "gpufleet dev: stopped %d running job process(es) (--keep-jobs leaves them)\n", stopped)
+		}
+	}
 	return <-srvErr
 }
 

@@ -130,6 +130,18 @@ func TestDevNeverLeavesOrphans(t *testing.T) {
 		}
 		noOrphans(t, dir, beats, job, 2*time.Second)
 	})
+	t.Run("dev is interrupted", func(t *testing.T) {
+		cmd, exited, dir, state, stderr := launchDev(t)
+		job, beats := runBeating(t, state)
+		cmd.Process.Signal(os.Interrupt)
+		<-exited
+		// Ctrl-C stops the jobs' processes itself, without waiting for the
+		// fence (--keep-jobs would leave them to it).
+		if !strings.Contains(stderr.String(), "stopped 1 running job process") {
+			t.Errorf("dev's stderr:\n%s", stderr)
+		}
+		noOrphans(t, dir, beats, job, 2*time.Second)
+	})
 	t.Run("dev is killed", func(t *testing.T) {
 		cmd, exited, dir, state, _ := launchDev(t)
 		job, beats := runBeating(t, state)

@@ -47,7 +47,26 @@ func (s *Server) InjectFault(ctx context.Context, p api.Principal, node string, 
 	if err := s.faultTarget(ctx, node, *r.GPU); err != nil {
 		return api.FaultOrder{}, err
 	}
-	return s.queueFault(api.FaultOrder{Node: node, GPU: *r.GPU, XID: r.XID, Kind: r.Kind}), nil
+	o := s.queueFault(api.FaultOrder{Node: node, GPU: *r.GPU, XID: r.XID, Kind: r.Kind})
+	what := string(r.Kind)
+	if r.XID != 0 {
+		what = fmt.Sprintf("XID %d", r.XID)
+	}
+	s.faultEvent(ctx, p, o, fmt.Sprintf("injected %s into gpu %d (simulated; fault %s)", what, o.GPU, o.ID))
+	return o, nil
+}
+
+// faultEvent records a fault order in the event log, so that what follows
+// (health findings, drains) can be read against the fault that caused it.
+// The order is queued either way: a failed write is logged.
+func (s *Server) faultEvent(ctx context.Context, p api.Principal, o api.FaultOrder, detail string) {
+	kind := "node.fault_injected"
+	if o.Clear {
+		kind = "node.fault_cleared"
+	}
+	if err := s.st.AppendEvent(ctx, gpufleet.Event{At: s.now(), Actor: actor(p), Kind: kind, Object: o.Node, Detail: detail}); err != nil {
+		s.log.Warn("fault queued but not recorded as an event", "fault", o.ID, "err", err)
+	}
 }
 
 // ClearFaults queues the end of every fault of a simulated node's GPU.
@@ -58,7 +77,9 @@ func (s *Server) ClearFaults(ctx context.Context, p api.Principal, node string, 
 	if err := s.faultTarget(ctx, node, gpu); err != nil {
 		return api.FaultOrder{}, err
 	}
-	return s.queueFault(api.FaultOrder{Node: node, GPU: gpu, Clear: true}), nil
+	o := s.queueFault(api.FaultOrder{Node: node, GPU: gpu, Clear: true})
+	s.faultEvent(ctx, p, o, fmt.Sprintf("cleared the faults of gpu %d (simulated; fault %s)", gpu, o.ID))
+	return o, nil
 }
 
 // faultTarget checks that node exists, is simulated and has GPU index gpu.

@@ -8,6 +8,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // TestIsolationPlacement: production jobs need hard isolation unless they
@@ -83,5 +84,33 @@ func TestVirtualizationLabelIsValidated(t *testing.T) {
 		Labels: map[string]string{"virtualization": "kvm"}})
 	if !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "virtualization") {
 		t.Errorf("virtualization=kvm registered: %v", err)
+	}
+}
+
+// TestFaultsAreEvents: an injected fault and its clearing are in the event
+// log, read beside the health findings they cause.
+func TestFaultsAreEvents(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	f.registerLabelled("s1", "h100-sxm-80gb", 2, map[string]string{"backend": "sim"})
+	gpu := 1
+	if _, err := f.srv.InjectFault(ctx, f.admin, "s1", api.FaultRequest{GPU: &gpu, XID: 79}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.ClearFaults(ctx, f.admin, "s1", 1); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := f.st.Events(ctx, store.EventFilter{Object: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		if strings.HasPrefix(e.Kind, "node.fault") {
+			kinds = append(kinds, e.Kind+": "+e.Detail)
+		}
+	}
+	if len(kinds) != 2 || !strings.Contains(kinds[0], "node.fault_injected: injected XID 79 into gpu 1") || !strings.HasPrefix(kinds[1], "node.fault_cleared") {
+		t.Errorf("fault events %q", kinds)
 	}
 }
