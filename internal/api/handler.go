@@ -115,6 +115,7 @@ func (h *handler) table() []routeDef {
 		r("GET", "/healthz", AuthNone, "Liveness: always 200 ok", h.healthz),
 		r("GET", "/readyz", AuthNone, "Readiness: 200 when the server can serve, else 503", h.readyz),
 		r("GET", "/metrics", AuthAdmin, "Prometheus metrics", h.metrics),
+		r("GET", v1+"/sd/agents", AuthAdmin, "Prometheus HTTP service discovery: every agent's metrics endpoint with its node's labels", h.scrapeTargets),
 		r("GET", v1+"/openapi.json", AuthNone, "This API's OpenAPI 3.1 document", h.openapi),
 
 		r("POST", v1+"/jobs", AuthMember, "Submit a job", h.submitJob),

@@ -141,7 +141,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ProcureModel": ProcureModel{}, "ProcureResponse": ProcureResponse{}, "LifecycleCandidate": capacity.Candidate{}, "ModelLifecycle": capacity.ModelLifecycle{},
 		"LifecycleReport": capacity.LifecycleReport{},
 		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},
-		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{},
+		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{}, "SDTarget": SDTarget{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -118,7 +119,7 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"GET", "/api/v1/jobs/" + jobs[0] + "/rollups", "member"}, {"GET", "/api/v1/plan", "member"}, {"GET", "/api/v1/plan", "admin"},
 		{"DELETE", "/api/v1/nodes/n1/faults", "admin"}, {"POST", "/api/v1/agent/logs/" + attempt, "agent"},
 		{"GET", "/api/v1/forecast", "member"}, {"GET", "/api/v1/procure", "admin"}, {"GET", "/api/v1/lifecycle", "admin"},
-		{"GET", "/api/v1/audit", "admin"},
+		{"GET", "/api/v1/audit", "admin"}, {"GET", "/api/v1/sd/agents", "admin"},
 	}
 	return q
 }
@@ -207,6 +208,12 @@ func FuzzListQuery(f *testing.F) {
 		}
 		if !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
 			return // a stream or a log
+		}
+		if !json.Valid(body) {
+			t.Fatalf("%s %s?%.200q: %d with a body that is not JSON", rt.method, rt.path, rawQuery, rec.Code)
+		}
+		if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
+			return // a whole list (service discovery), not a page
 		}
 		var page struct {
 			NextToken string `json:"next_token"`

@@ -300,6 +300,17 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// Prometheus file_sd: the agents' metrics ports are new at each start.
+	sdPath := filepath.Join(dir, "prometheus-sd.json")
+	if cl, err := api.NewClient([]string{st.APIURL}, st.AdminToken, api.WithRetries(1), api.WithTimeout(2*time.Second)); err == nil {
+		if targets, err := cl.ScrapeTargets(ctx); err == nil {
+			if err := writeJSONFile(sdPath, targets); err != nil {
+				sdPath = ""
+			}
+		} else {
+			sdPath = ""
+		}
+	}
 	if err := writeJSONFile(statePath, st); err != nil {
 		return err
 	}
@@ -337,6 +348,9 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	} else {
 		fmt.Fprintf(w, "\nTry:\n  export GPUFLEET_SERVER=%s GPUFLEET_TOKEN=%s\n  gpufleet nodes\n  gpufleet submit --gpus 2 --sim-load compute -- sh -c 'nvidia-smi || env | grep CUDA; sleep 60'\n\n",
 			st.APIURL, st.Teams["team-a"])
+	}
+	if sdPath != "" {
+		fmt.Fprintf(w, "Prometheus:  file_sd %s (or http_sd %s/api/v1/sd/agents with the admin token)\n", sdPath, st.APIURL)
 	}
 	fmt.Fprintf(w, "State: %s; logs: %s, %s/*.log\n", statePath, srvLog.Name(), agentsDir)
 	select {

@@ -181,6 +181,11 @@ func TestDevIsolationAndAudit(t *testing.T) {
 	if _, errOut, err := gf(d.AdminToken, "audit", "--since", "2h"); err == nil || !strings.Contains(errOut, "--since") {
 		t.Errorf("--since 2h: %v %s", err, errOut)
 	}
+	var targets []api.SDTarget
+	getJSON(t, d, "/api/v1/sd/agents", &targets)
+	if len(targets) != 9 || targets[0].Labels["node"] == "" || targets[0].Labels["__meta_gpufleet_label_rack"] == "" {
+		t.Errorf("service discovery: %+v", targets)
+	}
 	metrics := getText(t, d, "/metrics")
 	if !strings.Contains(metrics, `gpufleet_audit_findings{check="idle-allocated",severity="high"} 1`) ||
 		!strings.Contains(metrics, `gpufleet_audit_findings{check="quarantine-tripped",severity="high"} 0`) {

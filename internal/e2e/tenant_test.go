@@ -194,6 +194,8 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"GET /api/v1/lifecycle": func(t *testing.T) { c, b := do("GET", "/api/v1/lifecycle", "", tokA); want(t, c, 403, b) },
 		// The audit names every team's jobs: admins only.
 		"GET /api/v1/audit": func(t *testing.T) { c, b := do("GET", "/api/v1/audit", "", tokA); want(t, c, 403, b) },
+		// Scrape targets name every node: admins only.
+		"GET /api/v1/sd/agents": func(t *testing.T) { c, b := do("GET", "/api/v1/sd/agents", "", tokA); want(t, c, 403, b) },
 		"GET /api/v1/plan": func(t *testing.T) {
 			c, b := do("GET", "/api/v1/plan?model=llama-3.1-8b", "", tokA)
 			want(t, c, 200, b)

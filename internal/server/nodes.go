@@ -497,3 +497,17 @@ func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptRepor
 	}
 	return resp
 }
+
+// ScrapeTargets lists every agent's metrics endpoint for Prometheus
+// service discovery (admin): agents' ports change as they restart, and a
+// node that joins is scraped without editing Prometheus' configuration.
+func (s *Server) ScrapeTargets(ctx context.Context, p api.Principal) ([]api.SDTarget, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	nodes, err := s.Nodes(ctx, p) // with what the agents last said, their metrics URLs among it
+	if err != nil {
+		return nil, err
+	}
+	return api.NodeTargets(nodes), nil
+}
