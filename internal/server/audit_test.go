@@ -60,8 +60,12 @@ func TestAuditReadsTheStore(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), `gpufleet_audit_findings{check="idle-allocated",severity="high"} 1`) {
-		t.Errorf("/metrics lacks the audit count")
+	for _, want := range []string{`gpufleet_audit_findings{check="idle-allocated",severity="high"} 1`,
+		`gpufleet_nodes{health="healthy",state="ready"} 1`, `gpufleet_nodes{health="unhealthy",state="draining"} 0`,
+		`gpufleet_queue_oldest_wait_seconds{priority="production"} 0`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	// The fleet joined minutes ago: its lifecycle is judged on those
 	// minutes, and nothing is retired for having been idle 30 days.

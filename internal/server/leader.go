@@ -511,12 +511,17 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 	})
 	s.acctMu.Unlock()
 	depth := map[[2]string]float64{}
+	oldest := map[string]float64{}
+	now := s.now()
 	for _, j := range jobs {
 		if j.State == gpufleet.JobQueued {
 			depth[[2]string{string(j.Priority), j.Team}]++
+			p := string(j.Priority)
+			oldest[p] = max(oldest[p], now.Sub(j.SubmittedAt).Seconds())
 		}
 	}
-	s.metrics.setQueue(depth)
+	s.metrics.setQueue(depth, oldest)
+	s.metrics.setNodes(nodes)
 }
 
 // masterPort derives a rendezvous port from the attempt id, in the

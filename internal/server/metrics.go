@@ -29,6 +29,10 @@ type metrics struct {
 	// rack is each rack's power: budget, production reserve, rated and
 	// projected draw (the leader's, as the scheduler saw it), by kind.
 	rack *prometheus.GaugeVec
+	// oldestWait is, per priority class, how long the job queued longest
+	// has waited; nodes the nodes by state and health.
+	oldestWait *prometheus.GaugeVec
+	nodes      *prometheus.GaugeVec
 	// audit is the last audit's findings by check and severity, auditAt
 	// when it ran.
 	audit   *prometheus.GaugeVec
@@ -55,6 +59,12 @@ func newMetrics() *metrics {
 			Name: "gpufleet_audit_findings",
 			Help: "Findings of the last audit (gpufleet audit, docs/AUDIT.md) by check and severity; every check and severity is present, at 0 when it found nothing.",
 		}, []string{"check", "severity"}),
+		oldestWait: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_queue_oldest_wait_seconds", Help: "How long the job queued longest has waited, per priority class (0 when none is queued).",
+		}, []string{"priority"}),
+		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_nodes", Help: "Nodes by state (ready, cordoned, draining, down, repairing, validating) and health.",
+		}, []string{"state", "health"}),
 		auditAt: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpufleet_audit_timestamp_seconds", Help: "Unix time of the last audit (0 before the first).",
 		}),
@@ -63,16 +73,38 @@ func newMetrics() *metrics {
 			Help: "Racks' power by kind: budget, production_reserve, rated (GPUs at TDP and host overheads) and projected (measured draw, expected draw of running work, idle and hosts), as the leader's last cycle saw it.",
 		}, []string{"rack", "kind"}),
 	}
-	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt,
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt, m.oldestWait, m.nodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// setQueue replaces the queue-depth series.
-func (m *metrics) setQueue(depth map[[2]string]float64) {
+// setQueue replaces the queue-depth series and, per priority class, the
+// wait of the job queued longest (0 for a class with nothing queued).
+func (m *metrics) setQueue(depth map[[2]string]float64, oldest map[string]float64) {
 	m.queue.Reset()
 	for k, v := range depth {
 		m.queue.WithLabelValues(k[0], k[1]).Set(v)
+	}
+	for _, p := range gpufleet.Priorities() {
+		m.oldestWait.WithLabelValues(string(p)).Set(oldest[string(p)])
+	}
+}
+
+// setNodes counts the nodes by state and health, every pair present.
+func (m *metrics) setNodes(nodes []gpufleet.Node) {
+	count := map[[2]string]int{}
+	for _, n := range nodes {
+		h := n.Health
+		if h == "" {
+			h = gpufleet.Healthy
+		}
+		count[[2]string{string(n.State), string(h)}]++
+	}
+	for _, st := range []gpufleet.NodeState{gpufleet.NodeReady, gpufleet.NodeCordoned, gpufleet.NodeDraining, gpufleet.NodeDown,
+		gpufleet.NodeRepairing, gpufleet.NodeValidating} {
+		for _, h := range []gpufleet.Health{gpufleet.Healthy, gpufleet.Degraded, gpufleet.Unhealthy} {
+			m.nodes.WithLabelValues(string(st), string(h)).Set(float64(count[[2]string{string(st), string(h)}]))
+		}
 	}
 }
 
