@@ -6,6 +6,7 @@ package deploy
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,6 +61,61 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		}
 		if !strings.Contains(code.String(), `"`+m+`"`) {
 			t.Errorf("rule reads %s, which neither the agent nor the server exports", m)
+		}
+	}
+}
+
+// TestSystemdUnits: each unit's defaults (Environment=GPUFLEET_*) are
+// flags of the command it runs, that command runs from ExecStart, and,
+// where systemd-analyze is installed, the unit verifies.
+func TestSystemdUnits(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gpufleet")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gpufleet").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	units, _ := filepath.Glob("systemd/*.service")
+	if len(units) < 2 {
+		t.Fatalf("units %v", units)
+	}
+	for _, u := range units {
+		data, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sub string
+		var env []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "ExecStart=/usr/local/bin/gpufleet "); ok {
+				sub = strings.Fields(v)[0]
+			}
+			if v, ok := strings.CutPrefix(line, "Environment="); ok {
+				env = append(env, strings.Fields(v)...)
+			}
+		}
+		if sub == "" || len(env) == 0 {
+			t.Errorf("%s: no gpufleet ExecStart or no defaults", u)
+			continue
+		}
+		help, err := exec.Command(bin, sub, "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("gpufleet %s --help: %v", sub, err)
+		}
+		for _, kv := range env {
+			name, _, _ := strings.Cut(kv, "=")
+			flag := "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "GPUFLEET_")), "_", "-")
+			if !strings.HasPrefix(name, "GPUFLEET_") || !strings.Contains(string(help), flag+" ") {
+				t.Errorf("%s: %s is not a flag of gpufleet %s (%s)", u, name, sub, flag)
+			}
+		}
+		if !strings.Contains(string(data), "EnvironmentFile=-/etc/gpufleet/") {
+			t.Errorf("%s: no EnvironmentFile for the operator's settings", u)
+		}
+		if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
+			copyPath := filepath.Join(t.TempDir(), filepath.Base(u))
+			os.WriteFile(copyPath, []byte(strings.ReplaceAll(string(data), "/usr/local/bin/gpufleet", bin)), 0o644)
+			if out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput(); err != nil {
+				t.Errorf("systemd-analyze verify %s: %v\n%s", u, err, out)
+			}
 		}
 	}
 }
