@@ -30,6 +30,10 @@ type HandlerOptions struct {
 	// WatchInterval is how often a watched list (jobs, queue, nodes with
 	// ?watch=1) is read again; a snapshot is sent when it changed.
 	WatchInterval time.Duration
+	// ObserveRequest, when set, is told of every API request: its route
+	// pattern, method, status code and duration (the server's request
+	// latency histogram). Streams are observed when they end.
+	ObserveRequest func(route, method string, code int, d time.Duration)
 	// UI serves every path outside the API (/api/..., /healthz, /readyz,
 	// /metrics, /openapi.json): the web dashboard. Nil: those paths are
 	// JSON 404s.
@@ -240,6 +244,9 @@ func (h *handler) wrap(rt routeDef) http.Handler {
 		}
 		if err != nil {
 			h.fail(sw, r, rt, err)
+		}
+		if h.opts.ObserveRequest != nil {
+			h.opts.ObserveRequest(rt.Pattern, r.Method, sw.statusCode(), time.Since(start))
 		}
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 			slog.String("method", r.Method), slog.String("route", rt.Pattern), slog.String("path", r.URL.Path),

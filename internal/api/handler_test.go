@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -567,5 +569,29 @@ func TestOptionalServicesMayBeNil(t *testing.T) {
 		if r := call(t, srv, rc.method, rc.path, rc.token, "{}"); r.status != http.StatusUnprocessableEntity {
 			t.Errorf("%s %s: %d %s, want 422", rc.method, rc.path, r.status, r.body)
 		}
+	}
+}
+
+// TestObserveRequest: every API request reaches the observer with its
+// route pattern (not its path), method and status.
+func TestObserveRequest(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv, _ := newTestServer(t, HandlerOptions{ObserveRequest: func(route, method string, code int, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s %s %d", method, route, code))
+	}})
+	for _, p := range []string{"/healthz", "/api/v1/jobs/j-404"} {
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET /healthz 200", "GET /api/v1/jobs/{id} 401"}; !slices.Equal(seen, want) {
+		t.Errorf("observed %q, want %q", seen, want)
 	}
 }

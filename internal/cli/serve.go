@@ -248,7 +248,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready, UI: ui}
+	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready, UI: ui, ObserveRequest: srv.ObserveRequest}
 	if f.metricsListen == "" {
 		opts.MetricsHandler = srv.MetricsHandler()
 	}

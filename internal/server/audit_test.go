@@ -62,7 +62,8 @@ func TestAuditReadsTheStore(t *testing.T) {
 	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{`gpufleet_audit_findings{check="idle-allocated",severity="high"} 1`,
 		`gpufleet_nodes{health="healthy",state="ready"} 1`, `gpufleet_nodes{health="unhealthy",state="draining"} 0`,
-		`gpufleet_queue_oldest_wait_seconds{priority="production"} 0`} {
+		`gpufleet_queue_oldest_wait_seconds{priority="production"} 0`, `gpufleet_gpus_allocated{gpu_model="h100-sxm-80gb"} 2`,
+		`gpufleet_jobs{priority="interactive",state="scheduled"} 1`, `gpufleet_jobs{priority="batch",state="queued"} 0`} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -383,6 +383,11 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	s.leader.eta.observe(in, out, now)
 	s.leaderMu.Unlock()
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
+	for _, sp := range d.Stops {
+		if sp.Lost {
+			s.metrics.ended.WithLabelValues(string(gpufleet.AttemptLost), sp.ReasonCode).Inc()
+		}
+	}
 	after := applied(jobs, d)
 	s.setOrders(after, nodes, in.Config.DefaultGrace)
 	s.setGPUs(after, nodes)
@@ -522,6 +527,18 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 	}
 	s.metrics.setQueue(depth, oldest)
 	s.metrics.setNodes(nodes)
+	ids := map[string]gpuShare{} // GPU and MIG instance id -> what holding it takes
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			ids[g.UUID] = gpuShare{g.Model, 1}
+			for _, mi := range g.MIGInstances {
+				if p, err := gpufleet.ParseMIGProfile(mi.Profile); err == nil {
+					ids[mi.UUID] = gpuShare{g.Model, p.Share()}
+				}
+			}
+		}
+	}
+	s.metrics.setJobs(jobs, ids)
 }
 
 // masterPort derives a rendezvous port from the attempt id, in the

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,6 +63,11 @@ func TestLogsOfEveryAttempt(t *testing.T) {
 		t.Fatalf("attempts %+v", got.Attempts)
 	}
 	second := got.Attempts[1].ID
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `gpufleet_attempts_ended_total{reason_code="drain",state="stopped"} 1`) {
+		t.Errorf("/metrics lacks the drained attempt:\n%s", rec.Body.String())
+	}
 	os.WriteFile(f.srv.logPath(first.AttemptID), []byte("step 1\nstep 2\nSIGTERM: checkpointing\n"), 0o644)
 	os.WriteFile(f.srv.logPath(second), []byte("resumed from checkpoint\n"), 0o644)
 	read := func(q api.LogQuery) (string, error) {

@@ -29,6 +29,14 @@ type metrics struct {
 	// rack is each rack's power: budget, production reserve, rated and
 	// projected draw (the leader's, as the scheduler saw it), by kind.
 	rack *prometheus.GaugeVec
+	// requests is the API's request latency by route, method and code;
+	// jobs the active jobs by state; allocated the GPUs held by running
+	// attempts, by model; ended the attempts that ended, by state and
+	// reason code (failures, preemptions, drains, node losses).
+	requests  *prometheus.HistogramVec
+	jobs      *prometheus.GaugeVec
+	allocated *prometheus.GaugeVec
+	ended     *prometheus.CounterVec
 	// oldestWait is, per priority class, how long the job queued longest
 	// has waited; nodes the nodes by state and health.
 	oldestWait *prometheus.GaugeVec
@@ -59,6 +67,19 @@ func newMetrics() *metrics {
 			Name: "gpufleet_audit_findings",
 			Help: "Findings of the last audit (gpufleet audit, docs/AUDIT.md) by check and severity; every check and severity is present, at 0 when it found nothing.",
 		}, []string{"check", "severity"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gpufleet_api_request_duration_seconds", Help: "API requests by route pattern, method and status code, and how long they took (streams: until they ended).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"route", "method", "code"}),
+		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_jobs", Help: "Active jobs by state (queued, scheduled, running) and priority class.",
+		}, []string{"state", "priority"}),
+		allocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_gpus_allocated", Help: "GPUs held by running attempts (MIG instances and time-slice shares as their share of a GPU), by GPU model.",
+		}, []string{"gpu_model"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpufleet_attempts_ended_total", Help: "Attempts that ended, by state (succeeded, failed, stopped, lost) and reason code (preempted_priority, drain, node_lost, ...; \"\" when none).",
+		}, []string{"state", "reason_code"}),
 		oldestWait: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpufleet_queue_oldest_wait_seconds", Help: "How long the job queued longest has waited, per priority class (0 when none is queued).",
 		}, []string{"priority"}),
@@ -73,7 +94,7 @@ func newMetrics() *metrics {
 			Help: "Racks' power by kind: budget, production_reserve, rated (GPUs at TDP and host overheads) and projected (measured draw, expected draw of running work, idle and hosts), as the leader's last cycle saw it.",
 		}, []string{"rack", "kind"}),
 	}
-	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt, m.oldestWait, m.nodes,
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt, m.oldestWait, m.nodes, m.requests, m.jobs, m.allocated, m.ended,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -265,4 +286,63 @@ func (m *metrics) setAudit(r audit.Report) {
 	if !r.Now.IsZero() {
 		m.auditAt.Set(float64(r.Now.Unix()))
 	}
+}
+
+// ObserveRequest records an API request in the latency histogram
+// (api.HandlerOptions.ObserveRequest).
+func (s *Server) ObserveRequest(route, method string, code int, d time.Duration) {
+	s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// gpuShare is what holding a GPU or MIG instance id takes: its model and
+// its share of the GPU (1, or a MIG profile's slices of 7).
+type gpuShare struct {
+	model string
+	share float64
+}
+
+// setJobs replaces the active-job and allocated-GPU series, every state
+// and priority present.
+func (m *metrics) setJobs(jobs []gpufleet.Job, ids map[string]gpuShare) {
+	count := map[[2]string]int{}
+	held := map[string]float64{}
+	for _, j := range jobs {
+		count[[2]string{string(j.State), string(j.Priority)}]++
+		for _, a := range j.Attempts {
+			if a.State != gpufleet.AttemptStarting && a.State != gpufleet.AttemptRunning {
+				continue
+			}
+			frac := a.Fraction
+			if frac <= 0 {
+				frac = 1
+			}
+			for _, id := range attemptGPUList(a) {
+				g := ids[id]
+				held[g.model] += frac * g.share
+			}
+		}
+	}
+	for _, st := range []gpufleet.JobState{gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning} {
+		for _, p := range gpufleet.Priorities() {
+			m.jobs.WithLabelValues(string(st), string(p)).Set(float64(count[[2]string{string(st), string(p)}]))
+		}
+	}
+	m.allocated.Reset()
+	for model, n := range held {
+		if model != "" {
+			m.allocated.WithLabelValues(model).Set(n)
+		}
+	}
+}
+
+// attemptGPUList is an attempt's GPU (or MIG instance) ids on every node.
+func attemptGPUList(a gpufleet.Attempt) []string {
+	if len(a.Nodes) == 0 {
+		return a.GPUs
+	}
+	var out []string
+	for _, n := range a.Nodes {
+		out = append(out, n.GPUs...)
+	}
+	return out
 }

@@ -457,6 +457,13 @@ func (s *Server) storeReports(ctx context.Context, p api.Principal, ln *liveNode
 		if err != nil && !errors.Is(err, gpufleet.ErrNotFound) && !errors.Is(err, gpufleet.ErrInvalid) {
 			return err
 		}
+		if err == nil && a.State.Terminal() && !rec.State.Terminal() {
+			code := a.ReasonCode
+			if code == "" {
+				code = rec.StopReasonCode
+			}
+			s.metrics.ended.WithLabelValues(string(a.State), code).Inc()
+		}
 		s.liveMu.Lock()
 		ln.reported[a.AttemptID] = a.State
 		if a.State.Terminal() {
