@@ -522,7 +522,7 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	uuid := a.inventory[0].UUID
-	cp.resp = api.HeartbeatResponse{Start: []api.Assignment{{AttemptID: "a-1", JobID: "j-1", Team: "team-a", GPUs: []string{uuid},
+	cp.resp = api.HeartbeatResponse{Start: []api.Assignment{{AttemptID: "a-1", JobID: "j-1", Team: "team-a", Priority: gpufleet.Training, GPUs: []string{uuid},
 		GraceS: 30, SimLoad: "compute", Command: []string{"sleep", "60"}}}}
 	if err := a.beat(ctx); err != nil {
 		t.Fatal(err)
@@ -531,8 +531,8 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 	a.sampleOnce(ctx)
 	clock.Add(2 * time.Second)
 	a.sampleOnce(ctx)
-	if v := a.view(); v.teams[uuid] != "team-a" || v.allocated[uuid] != 1 {
-		t.Errorf("metrics view: teams %v allocated %v", v.teams, v.allocated)
+	if v := a.view(); v.holders[uuid] != (Holder{Team: "team-a", Job: "j-1", Priority: "training"}) || v.allocated[uuid] != 1 {
+		t.Errorf("metrics view: holders %v allocated %v", v.holders, v.allocated)
 	}
 	if s := a.latest[uuid]; s.SMActivity == nil || *s.SMActivity < 0.5 {
 		t.Errorf("simulated compute load not applied: %+v", s.SMActivity)

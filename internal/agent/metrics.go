@@ -21,7 +21,7 @@ type metricsView struct {
 	latestAt               time.Time
 	sampleOK               bool
 	sampleDur              time.Duration
-	teams                  map[string]string
+	holders                map[string]Holder
 	xidCount               map[string]map[int]float64
 	lastXID                map[string]int
 	beats, fails           float64
@@ -33,12 +33,12 @@ type metricsView struct {
 
 // view snapshots what the metrics need.
 func (a *Agent) view() metricsView {
-	teams, counts, holds := a.runner.Teams(), a.runner.Counts(), a.runner.Holds()
+	holders, counts, holds := a.runner.Holders(), a.runner.Counts(), a.runner.Holds()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := metricsView{node: a.cfg.Name, hostname: a.cfg.Name, driver: a.versions.Driver, devices: slices.Clone(a.devices),
 		inventory: slices.Clone(a.inventory), latest: maps.Clone(a.latest), latestAt: a.latestAt, sampleOK: a.sampleOK,
-		sampleDur: a.sampleDur, teams: teams, xidCount: map[string]map[int]float64{}, lastXID: maps.Clone(a.lastXID),
+		sampleDur: a.sampleDur, holders: holders, xidCount: map[string]map[int]float64{}, lastXID: maps.Clone(a.lastXID),
 		beats: a.beats, fails: a.fails, lastOK: a.lastOK, fenced: a.fenced, attempts: counts, allocated: map[string]float64{}}
 	for k, m := range a.xidCount {
 		v.xidCount[k] = maps.Clone(m)
@@ -56,7 +56,7 @@ func (a *Agent) Collectors() []prometheus.Collector {
 }
 
 // gpuLabels are the labels of every native per-GPU series.
-var gpuLabels = []string{"node", "gpu", "uuid", "model", "team"}
+var gpuLabels = []string{"node", "gpu", "uuid", "model", "team", "job", "priority"}
 
 type desc struct {
 	d   *prometheus.Desc
@@ -140,7 +140,8 @@ func NativeCollector(src func() metricsView) prometheus.Collector {
 			inv[g.UUID] = g
 		}
 		for _, d := range v.devices {
-			lv := []string{v.node, strconv.Itoa(d.Index), d.UUID, d.Model, v.teams[d.UUID]}
+			h := v.holders[d.UUID]
+			lv := []string{v.node, strconv.Itoa(d.Index), d.UUID, d.Model, h.Team, h.Job, h.Priority}
 			emit := func(m desc, val float64, extra ...string) {
 				ch <- prometheus.MustNewConstMetric(m.d, m.typ, val, append(slices.Clone(lv), extra...)...)
 			}
@@ -259,7 +260,7 @@ func boolf(b bool) float64 {
 // dcgmLabels are dcgm-exporter's labels (render_metrics.go): gpu, UUID,
 // pci_bus_id, device, modelName, Hostname (and hostname, its newer
 // spelling), DCGM_FI_DRIVER_VERSION.
-var dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION"}
+var dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION", "hpc_job"}
 
 func dcgm(name, help string, t prometheus.ValueType) desc {
 	return desc{prometheus.NewDesc(name, help, dcgmLabels, nil), t}
@@ -307,7 +308,7 @@ func DCGMCollector(src func() metricsView) prometheus.Collector {
 		D := &dcgmDescs
 		const mib = 1 << 20
 		for _, d := range v.devices {
-			lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Index), d.Name, v.hostname, v.hostname, v.driver}
+			lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Index), d.Name, v.hostname, v.hostname, v.driver, v.holders[d.UUID].Job}
 			emit := func(m desc, val float64) { ch <- prometheus.MustNewConstMetric(m.d, m.typ, val, lv...) }
 			// The last XID, 0 until the GPU raises one (as dcgm-exporter),
 			// so that rules and panels see the series from the start.

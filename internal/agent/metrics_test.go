@@ -35,7 +35,7 @@ func testView() metricsView {
 			"GPU-l": {UUID: "GPU-l", Utilization: ptr(0.0), MemoryUsedBytes: ptr(int64(0)), PowerWatts: ptr(16.0), TemperatureC: ptr(35.0)},
 		},
 		latestAt: time.Now(), sampleOK: true, sampleDur: 3 * time.Millisecond,
-		teams:    map[string]string{"GPU-h": "team-a"},
+		holders:  map[string]Holder{"GPU-h": {Team: "team-a", Job: "j-7", Priority: "training"}},
 		xidCount: map[string]map[int]float64{"GPU-l": {13: 1}},
 		lastXID:  map[string]int{"GPU-l": 13},
 		beats:    10, lastOK: time.Now(),
@@ -62,14 +62,14 @@ func TestNativeMetricsAbsentNotZero(t *testing.T) {
 	v := testView()
 	text := gather(t, NativeCollector(func() metricsView { return v }))
 	mustHave := []string{
-		`gpufleet_gpu_sm_active_ratio{gpu="0",model="h100-sxm-80gb",node="n1",team="team-a",uuid="GPU-h"} 0.9`,
-		`gpufleet_gpu_utilization_ratio{gpu="1",model="l4",node="n1",team="",uuid="GPU-l"} 0`, // a real zero stays
-		`gpufleet_gpu_energy_joules_total{gpu="0",model="h100-sxm-80gb",node="n1",team="team-a",uuid="GPU-h"} 123456.789`,
-		`gpufleet_gpu_sm_clock_hertz{gpu="0",model="h100-sxm-80gb",node="n1",team="team-a",uuid="GPU-h"} 1.98e+09`,
-		`gpufleet_gpu_memory_used_bytes{gpu="0",model="h100-sxm-80gb",node="n1",team="team-a",uuid="GPU-h"} 6.442450944e+10`,
-		`gpufleet_gpu_clock_event_active{gpu="0",model="h100-sxm-80gb",node="n1",reason="sw_power_cap",team="team-a",uuid="GPU-h"} 1`,
-		`gpufleet_gpu_xid_errors_total{gpu="1",model="l4",node="n1",team="",uuid="GPU-l",xid="13"} 1`,
-		`gpufleet_gpu_health{gpu="1",health="degraded",model="l4",node="n1",team="",uuid="GPU-l"} 1`,
+		`gpufleet_gpu_sm_active_ratio{gpu="0",job="j-7",model="h100-sxm-80gb",node="n1",priority="training",team="team-a",uuid="GPU-h"} 0.9`,
+		`gpufleet_gpu_utilization_ratio{gpu="1",job="",model="l4",node="n1",priority="",team="",uuid="GPU-l"} 0`, // a real zero stays
+		`gpufleet_gpu_energy_joules_total{gpu="0",job="j-7",model="h100-sxm-80gb",node="n1",priority="training",team="team-a",uuid="GPU-h"} 123456.789`,
+		`gpufleet_gpu_sm_clock_hertz{gpu="0",job="j-7",model="h100-sxm-80gb",node="n1",priority="training",team="team-a",uuid="GPU-h"} 1.98e+09`,
+		`gpufleet_gpu_memory_used_bytes{gpu="0",job="j-7",model="h100-sxm-80gb",node="n1",priority="training",team="team-a",uuid="GPU-h"} 6.442450944e+10`,
+		`gpufleet_gpu_clock_event_active{gpu="0",job="j-7",model="h100-sxm-80gb",node="n1",priority="training",reason="sw_power_cap",team="team-a",uuid="GPU-h"} 1`,
+		`gpufleet_gpu_xid_errors_total{gpu="1",job="",model="l4",node="n1",priority="",team="",uuid="GPU-l",xid="13"} 1`,
+		`gpufleet_gpu_health{gpu="1",health="degraded",job="",model="l4",node="n1",priority="",team="",uuid="GPU-l"} 1`,
 		`gpufleet_agent_scrape_success{node="n1"} 1`,
 	}
 	for _, s := range mustHave {
@@ -95,7 +95,7 @@ func TestNativeMetricsAbsentNotZero(t *testing.T) {
 func TestDCGMMetricsUnitsAndLabels(t *testing.T) {
 	v := testView()
 	text := gather(t, DCGMCollector(func() metricsView { return v }))
-	labels := `DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hostname="n1",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"`
+	labels := `DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hostname="n1",hpc_job="j-7",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"`
 	for _, s := range []string{
 		`DCGM_FI_DEV_GPU_UTIL{` + labels + `} 100`,
 		`DCGM_FI_DEV_FB_USED{` + labels + `} 61440`,

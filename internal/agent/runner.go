@@ -835,27 +835,56 @@ func (r *Runner) AddUsage(u map[string]Usage, now time.Time) {
 	}
 }
 
-// Teams returns the team running on each physical GPU (for metrics); a GPU
-// shared by several teams lists them joined by ",".
-func (r *Runner) Teams() map[string]string {
+// Holder is who runs on a physical GPU, for the GPU metrics' labels: the
+// team, the job and its priority class; a GPU shared by several attempts
+// lists each, joined by "," in order.
+type Holder struct {
+	Team, Job, Priority string
+}
+
+// Holders returns the holder of each physical GPU a launched attempt runs
+// on.
+func (r *Runner) Holders() map[string]Holder {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	teams := map[string][]string{}
+	type lists struct{ teams, jobs, prios []string }
+	by := map[string]*lists{}
 	for _, id := range slices.Sorted(maps.Keys(r.attempts)) {
 		a := r.attempts[id]
 		if a.State.Terminal() || !a.Launched {
 			continue
 		}
 		for _, h := range a.Holds {
-			if !slices.Contains(teams[h.GPU], a.As.Team) {
-				teams[h.GPU] = append(teams[h.GPU], a.As.Team)
+			l := by[h.GPU]
+			if l == nil {
+				l = &lists{}
+				by[h.GPU] = l
 			}
+			add := func(s *[]string, v string) {
+				if !slices.Contains(*s, v) {
+					*s = append(*s, v)
+				}
+			}
+			add(&l.teams, a.As.Team)
+			add(&l.jobs, a.As.JobID)
+			add(&l.prios, string(a.As.Priority))
 		}
 	}
+	out := map[string]Holder{}
+	for g, l := range by {
+		slices.Sort(l.teams)
+		slices.Sort(l.jobs)
+		slices.Sort(l.prios)
+		out[g] = Holder{Team: strings.Join(l.teams, ","), Job: strings.Join(l.jobs, ","), Priority: strings.Join(l.prios, ",")}
+	}
+	return out
+}
+
+// Teams returns the team running on each physical GPU (see Holders).
+func (r *Runner) Teams() map[string]string {
 	out := map[string]string{}
-	for g, ts := range teams {
-		slices.Sort(ts)
-		out[g] = strings.Join(ts, ",")
+	for g, h := range r.Holders() {
+		out[g] = h.Team
 	}
 	return out
 }

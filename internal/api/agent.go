@@ -197,12 +197,14 @@ type UpdateResult struct {
 
 // Assignment is an attempt the agent must start.
 type Assignment struct {
-	AttemptID  string            `json:"attempt_id"`
-	JobID      string            `json:"job_id"`
-	Command    []string          `json:"command"`
-	Env        map[string]string `json:"env,omitempty"`
-	Workdir    string            `json:"workdir,omitempty"`
-	Team       string            `json:"team"`
+	AttemptID string            `json:"attempt_id"`
+	JobID     string            `json:"job_id"`
+	Command   []string          `json:"command"`
+	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Team      string            `json:"team"`
+	// Priority is the job's priority class, for the GPU metrics' labels.
+	Priority   gpufleet.Priority `json:"priority,omitempty"`
 	GPUs       []string          `json:"gpus"` // GPU or MIG UUIDs on this node
 	Fraction   float64           `json:"fraction"`
 	TimeLimitS *float64          `json:"time_limit_s"`

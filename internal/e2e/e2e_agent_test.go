@@ -270,8 +270,8 @@ func TestAgentsRunJobsOnTheirGPUs(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			want := fmt.Sprintf(`gpufleet_gpu_allocated_ratio{gpu="%d",model="h100-sxm-80gb",node="%s",team="team-a",uuid="%s"} 1`,
-				gpuOf[a.GPUs[0]].Index, a.Node, a.GPUs[0])
+			want := fmt.Sprintf(`gpufleet_gpu_allocated_ratio{gpu="%d",job="%s",model="h100-sxm-80gb",node="%s",priority="%s",team="team-a",uuid="%s"} 1`,
+				gpuOf[a.GPUs[0]].Index, nv.ID, a.Node, nv.Priority, a.GPUs[0])
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("no %s", want)
 			}
