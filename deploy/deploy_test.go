@@ -4,6 +4,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,19 +48,12 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var code strings.Builder
-	for _, f := range []string{"../internal/agent/metrics.go", "../internal/server/metrics.go"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		code.Write(b)
-	}
+	code := exportedMetrics(t)
 	for _, m := range regexp.MustCompile(`\bgpufleet_[a-z_]+\b`).FindAllString(string(rules), -1) {
 		if strings.HasSuffix(m, "_") {
 			continue // a family named in a comment (gpufleet_gpu_*)
 		}
-		if !strings.Contains(code.String(), `"`+m+`"`) {
+		if !strings.Contains(code, `"`+m+`"`) {
 			t.Errorf("rule reads %s, which neither the agent nor the server exports", m)
 		}
 	}
@@ -118,4 +112,58 @@ func TestSystemdUnits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGrafanaDashboardsUseExportedMetrics: every gpufleet metric a
+// dashboard panel queries is exported (a histogram's _bucket and _count
+// series by the histogram), and each panel has a title and a query.
+func TestGrafanaDashboardsUseExportedMetrics(t *testing.T) {
+	code := exportedMetrics(t)
+	files, _ := filepath.Glob("grafana/*.json")
+	if len(files) < 2 {
+		t.Fatalf("dashboards %v", files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Panels []struct {
+				Title   string `json:"title"`
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(data, &d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, p := range d.Panels {
+			if p.Title == "" || len(p.Targets) == 0 {
+				t.Errorf("%s: a panel without a title or a query", f)
+			}
+			for _, q := range p.Targets {
+				for _, m := range regexp.MustCompile(`\bgpufleet_[a-z_]+\b`).FindAllString(q.Expr, -1) {
+					base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")
+					if !strings.Contains(code, `"`+m+`"`) && !strings.Contains(code, `"`+base+`"`) {
+						t.Errorf("%s: panel %q reads %s, which nothing exports", f, p.Title, m)
+					}
+				}
+			}
+		}
+	}
+}
+
+// exportedMetrics is the source of the agent's and the server's metrics.
+func exportedMetrics(t *testing.T) string {
+	var code strings.Builder
+	for _, f := range []string{"../internal/agent/metrics.go", "../internal/server/metrics.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.Write(b)
+	}
+	return code.String()
 }
