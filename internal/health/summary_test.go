@@ -63,3 +63,15 @@ func TestSummarize(t *testing.T) {
 		})
 	}
 }
+
+// TestSummaryNamesTheXID: a GPU that fell off the bus is unhealthy twice
+// over (XID 79, and missing); the reason people read names the XID.
+func TestSummaryNamesTheXID(t *testing.T) {
+	s := Summarize([]Condition{
+		{Rule: "gpu-missing", GPU: 3, Severity: gpufleet.Unhealthy, Action: ActionRebootNode, Reason: "missing from the node's report"},
+		{Rule: "xid-79", GPU: 3, Severity: gpufleet.Unhealthy, Action: ActionDrainNode, Reason: "XID 79 (fell off the bus)"},
+	})
+	if s.Reason != "gpu 3: XID 79 (fell off the bus)" || s.GPUs[0].Reason != "XID 79 (fell off the bus)" || s.Action != Worst(ActionRebootNode, ActionDrainNode) {
+		t.Errorf("summary %+v", s)
+	}
+}
