@@ -1,5 +1,10 @@
 package gpufleet
 
+import (
+	"fmt"
+	"strconv"
+)
+
 // Stop reason codes: why a running attempt was stopped, as the scheduler
 // decides it (scheduler.Stop.Code) and as attempts, jobs, events and the
 // agent's stop orders carry it (reason_code). One list for every package:
@@ -25,4 +30,22 @@ func StopRequeues(code string) bool {
 		return false
 	}
 	return true
+}
+
+// ExitText writes an attempt's exit code for people, naming the signal
+// of a code above 128 (the shell's 128+N): 138 is SIGUSR1, the checkpoint
+// signal every stop sends first, which ends a program that does not
+// handle it; 143 is SIGTERM, sent when the grace ends; 137 is SIGKILL.
+func ExitText(code int) string {
+	names := map[int]string{
+		1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL: killed after the grace, or out of memory",
+		10: "SIGUSR1: the checkpoint signal, which the program does not handle", 11: "SIGSEGV", 15: "SIGTERM: stopped when its grace ended",
+	}
+	if code > 128 && code < 128+65 {
+		if n, ok := names[code-128]; ok {
+			return fmt.Sprintf("%d (%s)", code, n)
+		}
+		return fmt.Sprintf("%d (signal %d)", code, code-128)
+	}
+	return strconv.Itoa(code)
 }

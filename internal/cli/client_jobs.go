@@ -569,7 +569,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	for _, a := range j.Attempts {
 		exit := "-"
 		if a.ExitCode != nil {
-			exit = strconv.Itoa(*a.ExitCode)
+			exit = gpufleet.ExitText(*a.ExitCode)
 		}
 		gpus := len(a.GPUs)
 		for i, n := range a.Nodes {

@@ -198,7 +198,7 @@ func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 		row.Took = fmtDuration(end.Sub(*a.StartedAt))
 	}
 	if a.ExitCode != nil {
-		row.Exit = strconv.Itoa(*a.ExitCode)
+		row.Exit = gpufleet.ExitText(*a.ExitCode)
 	}
 	return row
 }
