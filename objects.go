@@ -226,6 +226,19 @@ type Attempt struct {
 	Mechanism *Mechanism `json:"mechanism"`
 }
 
+// AllGPUs lists the GPU (or MIG instance) UUIDs the attempt holds on every
+// node: Nodes' when set, else the first node's GPUs.
+func (a *Attempt) AllGPUs() []string {
+	if len(a.Nodes) == 0 {
+		return a.GPUs
+	}
+	var out []string
+	for _, n := range a.Nodes {
+		out = append(out, n.GPUs...)
+	}
+	return out
+}
+
 // QueueEntry is a pending job's place in the queue.
 type QueueEntry struct {
 	ID   string `json:"id"`

@@ -296,7 +296,7 @@ func busyIntervals(s *Snapshot, ix fleetIndex) map[string][][2]time.Time {
 			if a.FinishedAt != nil {
 				end = *a.FinishedAt
 			}
-			for _, id := range attemptGPUs(&a) {
+			for _, id := range a.AllGPUs() {
 				if info, ok := ix.gpus[id]; ok {
 					out[info.gpu.UUID] = append(out[info.gpu.UUID], [2]time.Time{*a.StartedAt, end})
 				}
@@ -564,7 +564,7 @@ func noSpare(s *Snapshot) ([]Finding, string) {
 			if a.StartedAt == nil || (a.FinishedAt != nil && !a.FinishedAt.After(s.Since)) {
 				continue
 			}
-			for _, id := range attemptGPUs(&a) {
+			for _, id := range a.AllGPUs() {
 				if info, ok := ix.gpus[id]; ok {
 					models[info.gpu.Model] = true
 				}

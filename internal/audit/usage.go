@@ -90,18 +90,6 @@ func (s *Snapshot) derive() *derived {
 // rollups.
 func (u *use) gpuHours() float64 { return u.allocS / 3600 }
 
-// attemptGPUs lists an attempt's GPU (or MIG instance) UUIDs on every node.
-func attemptGPUs(a *gpufleet.Attempt) []string {
-	if len(a.Nodes) == 0 {
-		return a.GPUs
-	}
-	var out []string
-	for _, n := range a.Nodes {
-		out = append(out, n.GPUs...)
-	}
-	return out
-}
-
 // uses attributes the period's rollups to the attempts that held the GPUs:
 // a GPU-minute counts for an attempt when the attempt held the GPU in that
 // minute and the rollup says the GPU was allocated to the job's team.
@@ -129,7 +117,7 @@ func uses(s *Snapshot, ix fleetIndex) []*use {
 				continue
 			}
 			u := &use{job: j, att: a, start: *a.StartedAt, end: end, memMax: -1}
-			for _, id := range attemptGPUs(a) {
+			for _, id := range a.AllGPUs() {
 				info, ok := ix.gpus[id]
 				if !ok || slices.Contains(u.gpus, info.gpu.UUID) {
 					continue

@@ -316,7 +316,7 @@ func (m *metrics) setJobs(jobs []gpufleet.Job, ids map[string]gpuShare) {
 			if frac <= 0 {
 				frac = 1
 			}
-			for _, id := range attemptGPUList(a) {
+			for _, id := range a.AllGPUs() {
 				g := ids[id]
 				held[g.model] += frac * g.share
 			}
@@ -333,16 +333,4 @@ func (m *metrics) setJobs(jobs []gpufleet.Job, ids map[string]gpuShare) {
 			m.allocated.WithLabelValues(model).Set(n)
 		}
 	}
-}
-
-// attemptGPUList is an attempt's GPU (or MIG instance) ids on every node.
-func attemptGPUList(a gpufleet.Attempt) []string {
-	if len(a.Nodes) == 0 {
-		return a.GPUs
-	}
-	var out []string
-	for _, n := range a.Nodes {
-		out = append(out, n.GPUs...)
-	}
-	return out
 }
