@@ -46,20 +46,20 @@ func healthRank(h gpufleet.Health) int {
 }
 
 // worse reports whether a is a worse condition than b: higher severity,
-// then an XID over what it causes, then more severe action, then
+// then more severe action, then an XID over what it causes, then
 // Evaluate's order.
 func worse(a, b Condition) bool {
 	if ra, rb := healthRank(a.Severity), healthRank(b.Severity); ra != rb {
 		return ra > rb
 	}
-	// Of equally severe conditions, an XID names the cause (XID 79, the
-	// GPU fell off the bus) where the others name its effect (the GPU is
-	// missing): the reason people read says the XID.
-	if ax, bx := strings.HasPrefix(a.Rule, "xid-"), strings.HasPrefix(b.Rule, "xid-"); ax != bx {
-		return ax
-	}
 	if a.Action != b.Action {
 		return a.Action.Rank() > b.Action.Rank()
+	}
+	// Of conditions as severe with the same action, an XID names the
+	// cause (XID 79, the GPU fell off the bus) where the others name its
+	// effect (the GPU is missing): the reason people read says the XID.
+	if ax, bx := strings.HasPrefix(a.Rule, "xid-"), strings.HasPrefix(b.Rule, "xid-"); ax != bx {
+		return ax
 	}
 	return conditionLess(a, b)
 }

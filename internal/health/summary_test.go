@@ -69,9 +69,9 @@ func TestSummarize(t *testing.T) {
 func TestSummaryNamesTheXID(t *testing.T) {
 	s := Summarize([]Condition{
 		{Rule: "gpu-missing", GPU: 3, Severity: gpufleet.Unhealthy, Action: ActionRebootNode, Reason: "missing from the node's report"},
-		{Rule: "xid-79", GPU: 3, Severity: gpufleet.Unhealthy, Action: ActionDrainNode, Reason: "XID 79 (fell off the bus)"},
+		{Rule: "xid-79", GPU: 3, Severity: gpufleet.Unhealthy, Action: ActionRebootNode, Reason: "XID 79 (fell off the bus)"},
 	})
-	if s.Reason != "gpu 3: XID 79 (fell off the bus)" || s.GPUs[0].Reason != "XID 79 (fell off the bus)" || s.Action != Worst(ActionRebootNode, ActionDrainNode) {
+	if s.Reason != "gpu 3: XID 79 (fell off the bus)" || s.GPUs[0].Reason != "XID 79 (fell off the bus)" || s.Action != ActionRebootNode {
 		t.Errorf("summary %+v", s)
 	}
 }
