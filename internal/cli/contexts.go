@@ -152,13 +152,9 @@ dev-team-b (members) and makes dev current.`,
 		Short: "Make a context the current one",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := readClientConfig(path())
+			cfg, err := readContext(path(), args[0])
 			if err != nil {
 				return err
-			}
-			if _, ok := cfg.Contexts[args[0]]; !ok {
-				return fmt.Errorf("%w: context %s: not in %s (have: %s)", gpufleet.ErrNotFound, gpufleet.Quote(args[0]), path(),
-					strings.Join(slices.Sorted(mapKeys(cfg.Contexts)), ", "))
 			}
 			cfg.Current = args[0]
 			if err := writeClientConfig(path(), cfg); err != nil {
@@ -222,12 +218,9 @@ dev-team-b (members) and makes dev current.`,
 		Short: "Remove a context",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := readClientConfig(path())
+			cfg, err := readContext(path(), args[0])
 			if err != nil {
 				return err
-			}
-			if _, ok := cfg.Contexts[args[0]]; !ok {
-				return fmt.Errorf("%w: context %s: not in %s", gpufleet.ErrNotFound, gpufleet.Quote(args[0]), path())
 			}
 			delete(cfg.Contexts, args[0])
 			if cfg.Current == args[0] {
@@ -241,6 +234,20 @@ dev-team-b (members) and makes dev current.`,
 		},
 	})
 	return cmd
+}
+
+// readContext reads the client config file and checks it has the
+// context named.
+func readContext(path, name string) (clientConfig, error) {
+	cfg, err := readClientConfig(path)
+	if err != nil {
+		return cfg, err
+	}
+	if _, ok := cfg.Contexts[name]; !ok {
+		return cfg, fmt.Errorf("%w: context %s: not in %s (have: %s)", gpufleet.ErrNotFound, gpufleet.Quote(name), path,
+			strings.Join(slices.Sorted(mapKeys(cfg.Contexts)), ", "))
+	}
+	return cfg, nil
 }
 
 // maskToken shows a token's kind and last four characters.

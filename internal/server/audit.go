@@ -104,30 +104,65 @@ func (s *Server) auditSnapshot(ctx context.Context, sinceDays int) (audit.Snapsh
 	return snap, ctx.Err()
 }
 
+// auditCapacityTTL is how long an audit reuses the procurement and
+// lifecycle decisions: they read a daily demand forecast and replay weeks
+// of it through the scheduler (seconds per GPU model), and an hour changes
+// neither, while the leader audits every few minutes.
+const auditCapacityTTL = time.Hour
+
+// capacityFacts are the capacity decisions an audit reads, as last
+// computed.
+type capacityFacts struct {
+	at                       time.Time
+	procure                  []capacity.Recommendation
+	procureErr, lifecycleErr string
+	lifecycle                *capacity.LifecycleReport
+}
+
 // auditCapacity adds the procurement and lifecycle decisions, or why there
-// are none.
+// are none, computed at most once per auditCapacityTTL.
 func (s *Server) auditCapacity(ctx context.Context, admin api.Principal, snap *audit.Snapshot) {
+	now := s.now()
+	s.capMu.Lock()
+	f := s.capFacts
+	s.capMu.Unlock()
+	if f.at.IsZero() || now.Sub(f.at) >= auditCapacityTTL || now.Before(f.at) {
+		f = s.capacityFacts(ctx, admin, now)
+		if ctx.Err() == nil {
+			s.capMu.Lock()
+			s.capFacts = f
+			s.capMu.Unlock()
+		}
+	}
+	snap.Procure, snap.ProcureErr, snap.Lifecycle, snap.LifecycleErr = f.procure, f.procureErr, f.lifecycle, f.lifecycleErr
+}
+
+// capacityFacts computes the procurement and lifecycle decisions with the
+// defaults of gpufleet procure and gpufleet lifecycle.
+func (s *Server) capacityFacts(ctx context.Context, admin api.Principal, now time.Time) capacityFacts {
+	f := capacityFacts{at: now}
 	pr, err := s.Procure(ctx, admin, api.ProcureQuery{HorizonDays: 180, Target: capacity.DefaultTarget, Quantile: 0.8})
 	switch {
 	case err != nil:
-		snap.ProcureErr = err.Error()
+		f.procureErr = err.Error()
 	case len(pr.Models) == 0 && len(pr.Skipped) > 0:
 		var why []string
 		for _, m := range slices.Sorted(maps.Keys(pr.Skipped)) {
 			why = append(why, m+": "+pr.Skipped[m])
 		}
-		snap.ProcureErr = strings.Join(why, "; ")
+		f.procureErr = strings.Join(why, "; ")
 	}
 	for _, m := range pr.Models {
-		snap.Procure = append(snap.Procure, m.Recommendation)
+		f.procure = append(f.procure, m.Recommendation)
 	}
 	lr, err := s.Lifecycle(ctx, admin, api.LifecycleQuery{HorizonMonths: 36, SinceDays: 30, EnergyUSDPerKWh: capacity.DefaultEnergyUSDPerKWh,
 		DepreciationYears: capacity.DefaultDepreciationYears, RepairHours: capacity.DefaultRepairHours})
 	if err != nil {
-		snap.LifecycleErr = err.Error()
-		return
+		f.lifecycleErr = err.Error()
+	} else {
+		f.lifecycle = &lr
 	}
-	snap.Lifecycle = &lr
+	return f
 }
 
 // recordedWaits is the leader's record of recent waits against the ETA

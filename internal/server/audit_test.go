@@ -58,6 +58,22 @@ func TestAuditReadsTheStore(t *testing.T) {
 	if idle == nil || idle.Subject.Name != j.ID || idle.Subject.Title != "notebook" || idle.Severity != audit.High || *idle.GPUHours != 1 {
 		t.Fatalf("idle finding %+v in %+v", idle, rep.Findings)
 	}
+	// The capacity decisions are computed once an hour, not per audit.
+	first := f.srv.capFacts.at
+	f.clk.Advance(30 * time.Minute)
+	if _, err := f.srv.Audit(ctx, f.admin, api.AuditQuery{SinceDays: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if f.srv.capFacts.at != first {
+		t.Errorf("capacity decisions recomputed after 30 minutes")
+	}
+	f.clk.Advance(31 * time.Minute)
+	if _, err := f.srv.Audit(ctx, f.admin, api.AuditQuery{SinceDays: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if !f.srv.capFacts.at.After(first) {
+		t.Errorf("capacity decisions not recomputed after an hour")
+	}
 	rec := httptest.NewRecorder()
 	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{`gpufleet_audit_findings{check="idle-allocated",severity="high"} 1`,
@@ -77,7 +93,7 @@ func TestAuditReadsTheStore(t *testing.T) {
 	}
 	for _, m := range lr.Models {
 		if m.Decision == capacity.Retire {
-			t.Errorf("a fleet 31 minutes old retires %s: %v", m.GPUModel, m.Reasons)
+			t.Errorf("a fleet an hour and a half old retires %s: %v", m.GPUModel, m.Reasons)
 		}
 	}
 }

@@ -180,6 +180,11 @@ type Server struct {
 	leaderMu sync.Mutex
 	leader   leaderState
 
+	// capMu guards capFacts, the capacity decisions audits reuse
+	// (auditCapacity).
+	capMu    sync.Mutex
+	capFacts capacityFacts
+
 	// acctMu guards accounting: what each running attempt is (team,
 	// model), what of its reported totals has been counted, usage not yet
 	// flushed, and the PUE of each node in a rack that gives one
