@@ -18,9 +18,12 @@ type Usage struct {
 // hold is one attempt's share of one physical GPU: 1 for a whole GPU, the
 // time-slice fraction, or a MIG instance's slices/7 (times the fraction).
 type hold struct {
-	Attempt string  `json:"attempt"`
-	GPU     string  `json:"gpu"` // physical GPU UUID
-	Share   float64 `json:"share"`
+	Attempt string `json:"attempt"`
+	GPU     string `json:"gpu"` // physical GPU UUID
+	// Device is the UUID the attempt was given: the GPU, or one of its MIG
+	// instances.
+	Device string  `json:"device,omitempty"`
+	Share  float64 `json:"share"`
 	// Since is when the attempt was last accounted (or started): only the
 	// time after it counts.
 	Since time.Time `json:"-"`

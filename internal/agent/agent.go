@@ -187,6 +187,7 @@ type Agent struct {
 	sendInventory bool
 	latest        map[string]gpu.Sample
 	latestAt      time.Time
+	nvlinkRate    map[string][2]float64 // bytes/s sent and received, over the last two samples
 	sampleOK      bool
 	sampleDur     time.Duration
 	window        map[string]*summary

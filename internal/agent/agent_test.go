@@ -777,3 +777,19 @@ func TestClipKeepsDetailsValid(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldersNameTheMIGInstance(t *testing.T) {
+	r := testRunner(t, t.TempDir(), time.Now)
+	r.Start(api.Assignment{AttemptID: "a-1", JobID: "j-1", Team: "team-a", Priority: gpufleet.Production, GPUs: []string{"MIG-2a"},
+		Command: []string{"sleep", "1"}})
+	waitState(t, r, "a-1", gpufleet.AttemptRunning)
+	want := Holder{Team: "team-a", Job: "j-1", Priority: string(gpufleet.Production)}
+	got := r.Holders()
+	if got["GPU-2"] != want || got["MIG-2a"] != want {
+		t.Errorf("holders %+v, want %+v on GPU-2 and on its instance MIG-2a", got, want)
+	}
+	if _, ok := got["MIG-2b"]; ok {
+		t.Errorf("the other instance has a holder: %+v", got)
+	}
+	waitState(t, r, "a-1", gpufleet.AttemptSucceeded)
+}

@@ -16,19 +16,22 @@ import (
 type metricsView struct {
 	node, hostname, driver string
 	devices                []gpu.Device
-	inventory              []gpufleet.NodeGPU
-	latest                 map[string]gpu.Sample
-	latestAt               time.Time
-	sampleOK               bool
-	sampleDur              time.Duration
-	holders                map[string]Holder
-	xidCount               map[string]map[int]float64
-	lastXID                map[string]int
-	beats, fails           float64
-	lastOK                 time.Time
-	fenced                 bool
-	attempts               map[gpufleet.AttemptState]int
-	allocated              map[string]float64
+	// nvlinkRate is each GPU's NVLink data rate over the last two samples,
+	// bytes per second transmitted and received.
+	nvlinkRate   map[string][2]float64
+	inventory    []gpufleet.NodeGPU
+	latest       map[string]gpu.Sample
+	latestAt     time.Time
+	sampleOK     bool
+	sampleDur    time.Duration
+	holders      map[string]Holder
+	xidCount     map[string]map[int]float64
+	lastXID      map[string]int
+	beats, fails float64
+	lastOK       time.Time
+	fenced       bool
+	attempts     map[gpufleet.AttemptState]int
+	allocated    map[string]float64
 }
 
 // view snapshots what the metrics need.
@@ -38,13 +41,16 @@ func (a *Agent) view() metricsView {
 	defer a.mu.Unlock()
 	v := metricsView{node: a.cfg.Name, hostname: a.cfg.Name, driver: a.versions.Driver, devices: slices.Clone(a.devices),
 		inventory: slices.Clone(a.inventory), latest: maps.Clone(a.latest), latestAt: a.latestAt, sampleOK: a.sampleOK,
-		sampleDur: a.sampleDur, holders: holders, xidCount: map[string]map[int]float64{}, lastXID: maps.Clone(a.lastXID),
+		sampleDur: a.sampleDur, nvlinkRate: maps.Clone(a.nvlinkRate), holders: holders, xidCount: map[string]map[int]float64{}, lastXID: maps.Clone(a.lastXID),
 		beats: a.beats, fails: a.fails, lastOK: a.lastOK, fenced: a.fenced, attempts: counts, allocated: map[string]float64{}}
 	for k, m := range a.xidCount {
 		v.xidCount[k] = maps.Clone(m)
 	}
 	for _, h := range holds {
 		v.allocated[h.GPU] += h.Share
+		if h.Device != "" && h.Device != h.GPU { // a MIG instance: its own share of it
+			v.allocated[h.Device] += h.Share / migShareOf(v.devices, h.Device)
+		}
 	}
 	return v
 }
@@ -57,6 +63,15 @@ func (a *Agent) Collectors() []prometheus.Collector {
 
 // gpuLabels are the labels of every native per-GPU series.
 var gpuLabels = []string{"node", "gpu", "uuid", "model", "team", "job", "priority"}
+
+// migLabels are those of the native per-MIG-instance series: the GPU's,
+// with the holder of the instance, then the instance's UUID, GPU instance
+// id and profile.
+var migLabels = append(slices.Clone(gpuLabels), "mig_uuid", "gpu_instance_id", "gpu_instance_profile")
+
+func migGauge(name, help string) desc {
+	return desc{prometheus.NewDesc(name, help, migLabels, nil), prometheus.GaugeValue}
+}
 
 type desc struct {
 	d   *prometheus.Desc
@@ -76,7 +91,8 @@ func counter(name, help string, extra ...string) desc {
 var nativeDescs = struct {
 	info, util, memUtil, sm, occ, tensor, dram, memUsed, memFree, memTotal, power, powerLimit, energy,
 	temp, memTemp, smClock, memClock, clockEvent, powerViol, thermViol, ecc, remapped, remapPending, remapFailure,
-	pcieGen, pcieWidth, pcieReplay, nvlinkUp, nvlinkTotal, nvlinkErr, xid, health, allocated desc
+	pcieGen, pcieWidth, pcieReplay, nvlinkUp, nvlinkTotal, nvlinkErr, xid, health, allocated,
+	encUtil, decUtil, pcieTx, pcieRx, nvlinkTx, nvlinkRx, migInfo, migMemTotal, migMemUsed, migMemFree, migAllocated desc
 	up, scrapeOK, scrapeDur, sampleAge, beats, beatFails, lastBeat, fenced, attempts *prometheus.Desc
 }{
 	info:         gauge("gpufleet_gpu_info", "GPU identity; always 1.", "name", "pci_bus_id", "nvlink_domain", "driver"),
@@ -112,6 +128,17 @@ var nativeDescs = struct {
 	xid:          counter("gpufleet_gpu_xid_errors_total", "XID events seen by this agent.", "xid"),
 	health:       gauge("gpufleet_gpu_health", "1 for the GPU's current health (healthy, degraded, unhealthy).", "health"),
 	allocated:    gauge("gpufleet_gpu_allocated_ratio", "Share of the GPU held by running attempts (0-1; MIG slices/7, time-slice fractions)."),
+	encUtil:      gauge("gpufleet_gpu_encoder_utilization_ratio", "Fraction of time the video encoder (NVENC) was busy (0-1)."),
+	decUtil:      gauge("gpufleet_gpu_decoder_utilization_ratio", "Fraction of time the video decoder (NVDEC) was busy (0-1)."),
+	pcieTx:       gauge("gpufleet_gpu_pcie_transmit_bytes_per_second", "PCIe traffic from the GPU, over NVML's 20 ms window."),
+	pcieRx:       gauge("gpufleet_gpu_pcie_receive_bytes_per_second", "PCIe traffic to the GPU, over NVML's 20 ms window."),
+	nvlinkTx:     counter("gpufleet_gpu_nvlink_transmit_bytes_total", "NVLink data bytes sent over all links."),
+	nvlinkRx:     counter("gpufleet_gpu_nvlink_receive_bytes_total", "NVLink data bytes received over all links."),
+	migInfo:      migGauge("gpufleet_mig_instance_info", "MIG instance identity; always 1."),
+	migMemTotal:  migGauge("gpufleet_mig_memory_total_bytes", "Device memory of the MIG instance."),
+	migMemUsed:   migGauge("gpufleet_mig_memory_used_bytes", "Device memory in use in the MIG instance."),
+	migMemFree:   migGauge("gpufleet_mig_memory_free_bytes", "Device memory free in the MIG instance."),
+	migAllocated: migGauge("gpufleet_mig_allocated_ratio", "Share of the MIG instance held by running attempts (0-1)."),
 	up:           prometheus.NewDesc("gpufleet_agent_gpus", "GPUs the agent knows.", []string{"node"}, nil),
 	scrapeOK:     prometheus.NewDesc("gpufleet_agent_scrape_success", "1 if the last GPU read succeeded.", []string{"node"}, nil),
 	scrapeDur:    prometheus.NewDesc("gpufleet_agent_scrape_duration_seconds", "Duration of the last GPU read.", []string{"node"}, nil),
@@ -227,6 +254,34 @@ func NativeCollector(src func() metricsView) prometheus.Collector {
 				emit(D.nvlinkTotal, float64(*s.NVLinkLinksTotal))
 			}
 			u(D.nvlinkErr, s.NVLinkErrors, 1)
+			f(D.encUtil, s.EncoderUtilization, 1)
+			f(D.decUtil, s.DecoderUtilization, 1)
+			f(D.pcieTx, s.PCIeTxBytesPerSecond, 1)
+			f(D.pcieRx, s.PCIeRxBytesPerSecond, 1)
+			u(D.nvlinkTx, s.NVLinkTxBytes, 1)
+			u(D.nvlinkRx, s.NVLinkRxBytes, 1)
+		}
+		for _, d := range v.devices {
+			migReadings := map[string]gpu.MIGSample{}
+			for _, m := range v.latest[d.UUID].MIG {
+				migReadings[m.UUID] = m
+			}
+			for _, m := range d.MIG {
+				h := v.holders[m.UUID]
+				lv := []string{v.node, strconv.Itoa(d.Index), d.UUID, d.Model, h.Team, h.Job, h.Priority, m.UUID, strconv.Itoa(m.GPUInstanceID), m.Profile}
+				emit := func(md desc, val float64) { ch <- prometheus.MustNewConstMetric(md.d, md.typ, val, lv...) }
+				emit(D.migInfo, 1)
+				emit(D.migMemTotal, float64(m.MemoryBytes))
+				emit(D.migAllocated, v.allocated[m.UUID])
+				if r, ok := migReadings[m.UUID]; ok {
+					if r.MemoryUsedBytes != nil {
+						emit(D.migMemUsed, float64(*r.MemoryUsedBytes))
+					}
+					if r.MemoryFreeBytes != nil {
+						emit(D.migMemFree, float64(*r.MemoryFreeBytes))
+					}
+				}
+			}
 		}
 		node := func(d *prometheus.Desc, t prometheus.ValueType, val float64) {
 			ch <- prometheus.MustNewConstMetric(d, t, val, v.node)
@@ -257,10 +312,24 @@ func boolf(b bool) float64 {
 	return 0
 }
 
+// migShareOf is the share of its GPU the MIG instance uuid is (1 when
+// unknown, so a share is never divided by zero).
+func migShareOf(devs []gpu.Device, uuid string) float64 {
+	for _, d := range devs {
+		for _, m := range d.MIG {
+			if m.UUID == uuid {
+				return migShare(m.Profile)
+			}
+		}
+	}
+	return 1
+}
+
 // dcgmLabels are dcgm-exporter's labels (render_metrics.go): gpu, UUID,
-// pci_bus_id, device, modelName, Hostname (and hostname, its newer
-// spelling), DCGM_FI_DRIVER_VERSION.
-var dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION", "hpc_job"}
+// pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION, the
+// job holding the GPU (hpc_job), and for a MIG instance's series its
+// GPU_I_PROFILE and GPU_I_ID (empty, that is absent, on a whole GPU's).
+var dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "hpc_job", "GPU_I_PROFILE", "GPU_I_ID"}
 
 func dcgm(name, help string, t prometheus.ValueType) desc {
 	return desc{prometheus.NewDesc(name, help, dcgmLabels, nil), t}
@@ -271,7 +340,8 @@ func dcgm(name, help string, t prometheus.ValueType) desc {
 var dcgmDescs = struct {
 	gpuUtil, memCopyUtil, fbUsed, fbFree, power, energy, gpuTemp, memTemp, smClock, memClock,
 	smActive, smOcc, dramActive, tensorActive, xid, eccSBEVol, eccDBEVol, eccSBEAgg, eccDBEAgg,
-	pcieReplay, remapCorr, remapUnc, remapFail, powerViol, thermViol desc
+	pcieReplay, remapCorr, remapUnc, remapFail, powerViol, thermViol,
+	encUtil, decUtil, pcieTx, pcieRx, nvlinkTx, nvlinkRx desc
 }{
 	gpuUtil:      dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", prometheus.GaugeValue),
 	memCopyUtil:  dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", prometheus.GaugeValue),
@@ -298,6 +368,12 @@ var dcgmDescs = struct {
 	remapFail:    dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", prometheus.GaugeValue),
 	powerViol:    dcgm("DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in us).", prometheus.CounterValue),
 	thermViol:    dcgm("DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in us).", prometheus.CounterValue),
+	encUtil:      dcgm("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", prometheus.GaugeValue),
+	decUtil:      dcgm("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", prometheus.GaugeValue),
+	pcieTx:       dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus, in bytes per second.", prometheus.GaugeValue),
+	pcieRx:       dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus, in bytes per second.", prometheus.GaugeValue),
+	nvlinkTx:     dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink, in bytes per second.", prometheus.GaugeValue),
+	nvlinkRx:     dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, in bytes per second.", prometheus.GaugeValue),
 }
 
 // DCGMCollector exports the dcgm-exporter-compatible set from src, so
@@ -308,7 +384,7 @@ func DCGMCollector(src func() metricsView) prometheus.Collector {
 		D := &dcgmDescs
 		const mib = 1 << 20
 		for _, d := range v.devices {
-			lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Index), d.Name, v.hostname, v.hostname, v.driver, v.holders[d.UUID].Job}
+			lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Index), d.Name, v.hostname, v.driver, v.holders[d.UUID].Job, "", ""}
 			emit := func(m desc, val float64) { ch <- prometheus.MustNewConstMetric(m.d, m.typ, val, lv...) }
 			// The last XID, 0 until the GPU raises one (as dcgm-exporter),
 			// so that rules and panels see the series from the start.
@@ -357,6 +433,34 @@ func DCGMCollector(src func() metricsView) prometheus.Collector {
 			}
 			u(D.powerViol, s.PowerViolationNs, 1e-3)
 			u(D.thermViol, s.ThermalViolationNs, 1e-3)
+			f(D.encUtil, s.EncoderUtilization, 100)
+			f(D.decUtil, s.DecoderUtilization, 100)
+			f(D.pcieTx, s.PCIeTxBytesPerSecond, 1)
+			f(D.pcieRx, s.PCIeRxBytesPerSecond, 1)
+			if r, ok := v.nvlinkRate[d.UUID]; ok {
+				emit(D.nvlinkTx, r[0])
+				emit(D.nvlinkRx, r[1])
+			}
+			// Each MIG instance's memory, under the GPU's labels plus
+			// GPU_I_PROFILE and GPU_I_ID, as dcgm-exporter does.
+			insts := map[string]gpu.MIGInstance{}
+			for _, m := range d.MIG {
+				insts[m.UUID] = m
+			}
+			for _, r := range s.MIG {
+				m, ok := insts[r.UUID]
+				if !ok {
+					continue
+				}
+				mlv := slices.Clone(lv)
+				mlv[7], mlv[8], mlv[9] = v.holders[m.UUID].Job, m.Profile, strconv.Itoa(m.GPUInstanceID)
+				if r.MemoryUsedBytes != nil {
+					ch <- prometheus.MustNewConstMetric(D.fbUsed.d, D.fbUsed.typ, float64(*r.MemoryUsedBytes/mib), mlv...)
+				}
+				if r.MemoryFreeBytes != nil {
+					ch <- prometheus.MustNewConstMetric(D.fbFree.d, D.fbFree.typ, float64(*r.MemoryFreeBytes/mib), mlv...)
+				}
+			}
 		}
 	})
 }

@@ -31,14 +31,17 @@ func testView() metricsView {
 			"GPU-h": {UUID: "GPU-h", Utilization: ptr(1.0), SMActivity: ptr(0.9), TensorActivity: ptr(0.6), DRAMActivity: ptr(0.3),
 				MemoryUsedBytes: ptr(int64(60 << 30)), MemoryFreeBytes: ptr(int64(20 << 30)), PowerWatts: ptr(650.0),
 				EnergyMillijoules: ptr(uint64(123_456_789)), TemperatureC: ptr(71.0), MemoryTemperatureC: ptr(80.0),
-				SMClockMHz: ptr(1980.0), ClockEventReasons: ptr(gpu.ClockEventSWPowerCap), Counters: gpu.Counters{ECCUncorrectedVolatile: ptr(uint64(0))}},
+				SMClockMHz: ptr(1980.0), ClockEventReasons: ptr(gpu.ClockEventSWPowerCap), Counters: gpu.Counters{ECCUncorrectedVolatile: ptr(uint64(0))},
+				EncoderUtilization: ptr(0.0), DecoderUtilization: ptr(0.25), PCIeTxBytesPerSecond: ptr(1e9), PCIeRxBytesPerSecond: ptr(2e9),
+				NVLinkTxBytes: ptr(uint64(3e12)), NVLinkRxBytes: ptr(uint64(2e12))},
 			"GPU-l": {UUID: "GPU-l", Utilization: ptr(0.0), MemoryUsedBytes: ptr(int64(0)), PowerWatts: ptr(16.0), TemperatureC: ptr(35.0)},
 		},
 		latestAt: time.Now(), sampleOK: true, sampleDur: 3 * time.Millisecond,
-		holders:  map[string]Holder{"GPU-h": {Team: "team-a", Job: "j-7", Priority: "training"}},
-		xidCount: map[string]map[int]float64{"GPU-l": {13: 1}},
-		lastXID:  map[string]int{"GPU-l": 13},
-		beats:    10, lastOK: time.Now(),
+		nvlinkRate: map[string][2]float64{"GPU-h": {1.5e11, 1.4e11}},
+		holders:    map[string]Holder{"GPU-h": {Team: "team-a", Job: "j-7", Priority: "training"}},
+		xidCount:   map[string]map[int]float64{"GPU-l": {13: 1}},
+		lastXID:    map[string]int{"GPU-l": 13},
+		beats:      10, lastOK: time.Now(),
 		attempts:  map[gpufleet.AttemptState]int{gpufleet.AttemptRunning: 1},
 		allocated: map[string]float64{"GPU-h": 1},
 	}
@@ -95,7 +98,9 @@ func TestNativeMetricsAbsentNotZero(t *testing.T) {
 func TestDCGMMetricsUnitsAndLabels(t *testing.T) {
 	v := testView()
 	text := gather(t, DCGMCollector(func() metricsView { return v }))
-	labels := `DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hostname="n1",hpc_job="j-7",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"`
+	// One hostname label, Hostname as dcgm-exporter spells it; GPU_I_*
+	// empty (absent once scraped) on a whole GPU.
+	labels := `DCGM_FI_DRIVER_VERSION="550.54.15",GPU_I_ID="",GPU_I_PROFILE="",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hpc_job="j-7",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"`
 	for _, s := range []string{
 		`DCGM_FI_DEV_GPU_UTIL{` + labels + `} 100`,
 		`DCGM_FI_DEV_FB_USED{` + labels + `} 61440`,
@@ -105,6 +110,12 @@ func TestDCGMMetricsUnitsAndLabels(t *testing.T) {
 		`DCGM_FI_PROF_SM_ACTIVE{` + labels + `} 0.9`,
 		`DCGM_FI_DEV_SM_CLOCK{` + labels + `} 1980`,
 		`DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{` + labels + `} 0`,
+		`DCGM_FI_DEV_ENC_UTIL{` + labels + `} 0`,
+		`DCGM_FI_DEV_DEC_UTIL{` + labels + `} 25`,
+		`DCGM_FI_PROF_PCIE_TX_BYTES{` + labels + `} 1e+09`,
+		`DCGM_FI_PROF_PCIE_RX_BYTES{` + labels + `} 2e+09`,
+		`DCGM_FI_PROF_NVLINK_TX_BYTES{` + labels + `} 1.5e+11`,
+		`DCGM_FI_PROF_NVLINK_RX_BYTES{` + labels + `} 1.4e+11`,
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("missing %s", s)
@@ -113,7 +124,10 @@ func TestDCGMMetricsUnitsAndLabels(t *testing.T) {
 	if !strings.Contains(text, `DCGM_FI_DEV_XID_ERRORS{`+labels+`} 0`) || !regexp.MustCompile(`DCGM_FI_DEV_XID_ERRORS\{[^}]*UUID="GPU-l"[^}]*\} 13`).MatchString(text) {
 		t.Error("XID gauge: want 0 for the H100 (none yet) and 13 for the L4")
 	}
-	if strings.Contains(text, `DCGM_FI_PROF_SM_ACTIVE{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1",UUID="GPU-l"`) {
+	if strings.Contains(text, "hostname=") {
+		t.Error("a second hostname label")
+	}
+	if strings.Contains(text, `DCGM_FI_PROF_SM_ACTIVE{DCGM_FI_DRIVER_VERSION="550.54.15",GPU_I_ID="",GPU_I_PROFILE="",Hostname="n1",UUID="GPU-l"`) {
 		t.Error("SM activity exported for a GPU without GPM")
 	}
 }
@@ -176,5 +190,66 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 		if !slices.ContainsFunc(dcgmAllowedLints, func(a string) bool { return strings.Contains(p, a) }) {
 			t.Errorf("promtool on the DCGM set: %s (not one of the allowed dcgm naming lints)", p)
 		}
+	}
+}
+
+func TestMIGInstanceSeries(t *testing.T) {
+	v := testView()
+	v.devices[0].MIGMode = true
+	v.devices[0].MIG = []gpu.MIGInstance{
+		{UUID: "MIG-a", Profile: "3g.40gb", MemoryBytes: 40 << 30, GPUInstanceID: 2},
+		{UUID: "MIG-b", Profile: "1g.10gb", MemoryBytes: 10 << 30, GPUInstanceID: 9},
+	}
+	s := v.latest["GPU-h"]
+	s.MIG = []gpu.MIGSample{{UUID: "MIG-a", MemoryUsedBytes: ptr(int64(30 << 30)), MemoryFreeBytes: ptr(int64(10 << 30))},
+		{UUID: "MIG-b", MemoryUsedBytes: ptr(int64(0)), MemoryFreeBytes: ptr(int64(10 << 30))}}
+	v.latest["GPU-h"] = s
+	v.holders = map[string]Holder{"GPU-h": {Team: "team-b", Job: "j-9", Priority: "inference"}, "MIG-a": {Team: "team-b", Job: "j-9", Priority: "inference"}}
+	v.allocated = map[string]float64{"GPU-h": 3.0 / 7, "MIG-a": 1}
+
+	native := gather(t, NativeCollector(func() metricsView { return v }))
+	for _, want := range []string{
+		`gpufleet_mig_memory_used_bytes{gpu="0",gpu_instance_id="2",gpu_instance_profile="3g.40gb",job="j-9",mig_uuid="MIG-a",model="h100-sxm-80gb",node="n1",priority="inference",team="team-b",uuid="GPU-h"} 3.221225472e+10`,
+		`gpufleet_mig_allocated_ratio{gpu="0",gpu_instance_id="2",gpu_instance_profile="3g.40gb",job="j-9",mig_uuid="MIG-a",model="h100-sxm-80gb",node="n1",priority="inference",team="team-b",uuid="GPU-h"} 1`,
+		`gpufleet_mig_allocated_ratio{gpu="0",gpu_instance_id="9",gpu_instance_profile="1g.10gb",job="",mig_uuid="MIG-b",model="h100-sxm-80gb",node="n1",priority="",team="",uuid="GPU-h"} 0`,
+		`gpufleet_mig_memory_total_bytes{gpu="0",gpu_instance_id="9",gpu_instance_profile="1g.10gb",job="",mig_uuid="MIG-b",model="h100-sxm-80gb",node="n1",priority="",team="",uuid="GPU-h"} 1.073741824e+10`,
+		`gpufleet_gpu_nvlink_transmit_bytes_total{gpu="0",job="j-9",model="h100-sxm-80gb",node="n1",priority="inference",team="team-b",uuid="GPU-h"} 3e+12`,
+	} {
+		if !strings.Contains(native, want) {
+			t.Errorf("native set lacks %s", want)
+		}
+	}
+	dcgmText := gather(t, DCGMCollector(func() metricsView { return v }))
+	for _, want := range []string{
+		`DCGM_FI_DEV_FB_USED{DCGM_FI_DRIVER_VERSION="550.54.15",GPU_I_ID="2",GPU_I_PROFILE="3g.40gb",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hpc_job="j-9",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"} 30720`,
+		`DCGM_FI_DEV_FB_FREE{DCGM_FI_DRIVER_VERSION="550.54.15",GPU_I_ID="9",GPU_I_PROFILE="1g.10gb",Hostname="n1",UUID="GPU-h",device="nvidia0",gpu="0",hpc_job="",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"} 10240`,
+	} {
+		if !strings.Contains(dcgmText, want) {
+			t.Errorf("DCGM set lacks %s", want)
+		}
+	}
+}
+
+func TestNVLinkRates(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	at := func(sec int, tx, rx uint64) gpu.Sample {
+		return gpu.Sample{Time: t0.Add(time.Duration(sec) * time.Second), NVLinkTxBytes: &tx, NVLinkRxBytes: &rx}
+	}
+	for name, tc := range map[string]struct {
+		prev, cur gpu.Sample
+		want      [2]float64
+		ok        bool
+	}{
+		"rate over the interval": {at(0, 100, 50), at(10, 1100, 550), [2]float64{100, 50}, true},
+		"driver reload resets":   {at(0, 1000, 1000), at(10, 5, 5), [2]float64{}, false},
+		"same time":              {at(0, 1, 1), at(0, 2, 2), [2]float64{}, false},
+		"no counters":            {gpu.Sample{Time: t0}, gpu.Sample{Time: t0.Add(time.Second)}, [2]float64{}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := nvlinkRates(map[string]gpu.Sample{"g": tc.prev}, map[string]gpu.Sample{"g": tc.cur})["g"]
+			if ok != tc.ok || got != tc.want {
+				t.Errorf("rate = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -464,7 +465,7 @@ func (r *Runner) launch(a *attempt) error {
 	spec.CPUMax, spec.MemoryMaxBytes = r.limits(as)
 	for _, g := range as.GPUs {
 		t := r.targets[g]
-		a.Holds = append(a.Holds, hold{Attempt: as.AttemptID, GPU: t.GPU, Share: t.Share * fracOr1(as.Fraction)})
+		a.Holds = append(a.Holds, hold{Attempt: as.AttemptID, GPU: t.GPU, Device: g, Share: t.Share * fracOr1(as.Fraction)})
 	}
 	if err := writeJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
 		return err
@@ -843,7 +844,7 @@ type Holder struct {
 }
 
 // Holders returns the holder of each physical GPU a launched attempt runs
-// on.
+// on, and of each MIG instance.
 func (r *Runner) Holders() map[string]Holder {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -855,19 +856,22 @@ func (r *Runner) Holders() map[string]Holder {
 			continue
 		}
 		for _, h := range a.Holds {
-			l := by[h.GPU]
-			if l == nil {
-				l = &lists{}
-				by[h.GPU] = l
-			}
-			add := func(s *[]string, v string) {
-				if !slices.Contains(*s, v) {
-					*s = append(*s, v)
+			// The physical GPU, and the MIG instance when it is one.
+			for _, id := range slices.Compact([]string{h.GPU, cmp.Or(h.Device, h.GPU)}) {
+				l := by[id]
+				if l == nil {
+					l = &lists{}
+					by[id] = l
 				}
+				add := func(s *[]string, v string) {
+					if !slices.Contains(*s, v) {
+						*s = append(*s, v)
+					}
+				}
+				add(&l.teams, a.As.Team)
+				add(&l.jobs, a.As.JobID)
+				add(&l.prios, string(a.As.Priority))
 			}
-			add(&l.teams, a.As.Team)
-			add(&l.jobs, a.As.JobID)
-			add(&l.prios, string(a.As.Priority))
 		}
 	}
 	out := map[string]Holder{}

@@ -141,6 +141,23 @@ func (a *Agent) sampleLoop(ctx context.Context) {
 	}
 }
 
+// nvlinkRates is each GPU's NVLink data rate between two samples, from
+// the byte counters and the samples' times; a counter that went back (the
+// driver reloaded) gives no rate.
+func nvlinkRates(prev, cur map[string]gpu.Sample) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for id, c := range cur {
+		p, ok := prev[id]
+		dt := c.Time.Sub(p.Time).Seconds()
+		if !ok || dt <= 0 || c.NVLinkTxBytes == nil || c.NVLinkRxBytes == nil || p.NVLinkTxBytes == nil || p.NVLinkRxBytes == nil ||
+			*c.NVLinkTxBytes < *p.NVLinkTxBytes || *c.NVLinkRxBytes < *p.NVLinkRxBytes {
+			continue
+		}
+		out[id] = [2]float64{float64(*c.NVLinkTxBytes-*p.NVLinkTxBytes) / dt, float64(*c.NVLinkRxBytes-*p.NVLinkRxBytes) / dt}
+	}
+	return out
+}
+
 // sampleOnce reads samples and events once.
 func (a *Agent) sampleOnce(ctx context.Context) {
 	start := time.Now()
@@ -167,6 +184,7 @@ func (a *Agent) sampleOnce(ctx context.Context) {
 		w.add(s)
 	}
 	a.latest, a.latestAt = cur, now
+	a.nvlinkRate = nvlinkRates(prev, cur)
 	if eerr == nil {
 		a.takeEvents(events)
 	}

@@ -25,6 +25,17 @@ type MIGInstance struct {
 	UUID        string `json:"uuid"` // MIG-...
 	Profile     string `json:"profile"`
 	MemoryBytes int64  `json:"memory_bytes"`
+	// GPUInstanceID is the driver's GPU instance id on its GPU (what
+	// dcgm-exporter labels GPU_I_ID).
+	GPUInstanceID int `json:"gpu_instance_id"`
+}
+
+// MIGSample is one reading of one MIG instance: NVML reads memory per
+// instance; utilization rates are not available in MIG mode.
+type MIGSample struct {
+	UUID            string `json:"uuid"`
+	MemoryUsedBytes *int64 `json:"memory_used_bytes"`
+	MemoryFreeBytes *int64 `json:"memory_free_bytes"`
 }
 
 // Device is one GPU as discovered.
@@ -107,6 +118,22 @@ type Sample struct {
 	ClockEventReasons  *uint64 `json:"clock_event_reasons"`
 	PowerViolationNs   *uint64 `json:"power_violation_ns"`
 	ThermalViolationNs *uint64 `json:"thermal_violation_ns"`
+
+	// Video engines: the fraction of time the encoder (NVENC) and decoder
+	// (NVDEC) were busy; absent on a GPU without them.
+	EncoderUtilization *float64 `json:"encoder_utilization"`
+	DecoderUtilization *float64 `json:"decoder_utilization"`
+	// PCIe throughput over NVML's short sampling window, in bytes per
+	// second, transmitted (to the host) and received.
+	PCIeTxBytesPerSecond *float64 `json:"pcie_tx_bytes_per_second"`
+	PCIeRxBytesPerSecond *float64 `json:"pcie_rx_bytes_per_second"`
+	// NVLink data bytes transmitted and received over all links, monotonic
+	// since the driver loaded (absent without NVLink).
+	NVLinkTxBytes *uint64 `json:"nvlink_tx_bytes"`
+	NVLinkRxBytes *uint64 `json:"nvlink_rx_bytes"`
+
+	// MIG is one reading per MIG instance of a GPU in MIG mode.
+	MIG []MIGSample `json:"mig,omitempty"`
 
 	// Counters are the error counters and link state, what the health
 	// rules read.

@@ -364,6 +364,9 @@ func (b *Backend) migInstances(h handle, model catalog.GPU) []gpu.MIGInstance {
 			continue
 		}
 		inst := gpu.MIGInstance{UUID: uuid}
+		if id, ret := mig.GetGpuInstanceId(); ret == nvml.SUCCESS {
+			inst.GPUInstanceID = id
+		}
 		if total, _, _, ok := memoryInfo(mig); ok {
 			inst.MemoryBytes = int64(total)
 		}
@@ -642,10 +645,26 @@ func (b *Backend) sample(h handle) gpu.Sample {
 	if v, ret := d.GetPcieReplayCounter(); ret == nvml.SUCCESS {
 		s.PCIeReplayCount = ptr(uint64(v))
 	}
+	// NVML's PCIe throughput is in KB/s (1024 bytes) over a 20 ms window.
+	if v, ret := d.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); ret == nvml.SUCCESS {
+		s.PCIeTxBytesPerSecond = ptr(float64(v) * 1024)
+	}
+	if v, ret := d.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); ret == nvml.SUCCESS {
+		s.PCIeRxBytesPerSecond = ptr(float64(v) * 1024)
+	}
+	if u, _, ret := d.GetEncoderUtilization(); ret == nvml.SUCCESS {
+		s.EncoderUtilization = ptr(float64(u) / 100)
+	}
+	if u, _, ret := d.GetDecoderUtilization(); ret == nvml.SUCCESS {
+		s.DecoderUtilization = ptr(float64(u) / 100)
+	}
 	nvlinks(d, &s)
 	migMode := false
 	if cur, _, ret := d.GetMigMode(); ret == nvml.SUCCESS {
 		migMode = cur == nvml.DEVICE_MIG_ENABLE
+	}
+	if migMode {
+		s.MIG = migSamples(d)
 	}
 	if ps, ret := d.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
 		for _, p := range ps {
@@ -695,6 +714,46 @@ func nvlinks(d nvml.Device, s *gpu.Sample) {
 	if errsOK {
 		s.NVLinkErrors = ptr(errs)
 	}
+	// Data throughput counters in KiB; scope UINT_MAX sums every link.
+	fv := []nvml.FieldValue{
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: math.MaxUint32},
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: math.MaxUint32},
+	}
+	if ret := d.GetFieldValues(fv); ret == nvml.SUCCESS {
+		for i, dst := range []**uint64{&s.NVLinkTxBytes, &s.NVLinkRxBytes} {
+			if nvml.Return(fv[i].NvmlReturn) != nvml.SUCCESS {
+				continue
+			}
+			if v, ok := fieldFloat(fv[i]); ok && v >= 0 {
+				*dst = ptr(uint64(v) * 1024)
+			}
+		}
+	}
+}
+
+// migSamples reads the memory of each MIG instance of a GPU in MIG mode.
+func migSamples(d nvml.Device) []gpu.MIGSample {
+	n, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	var out []gpu.MIGSample
+	for i := range n {
+		mig, ret := d.GetMigDeviceHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		uuid, ret := mig.GetUUID()
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		ms := gpu.MIGSample{UUID: uuid}
+		if _, used, free, ok := memoryInfo(mig); ok {
+			ms.MemoryUsedBytes, ms.MemoryFreeBytes = ptr(int64(used)), ptr(int64(free))
+		}
+		out = append(out, ms)
+	}
+	return out
 }
 
 // fieldFloat decodes a field value by its type.

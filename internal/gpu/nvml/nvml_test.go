@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -221,7 +222,8 @@ func TestDevicesListsMIGInstances(t *testing.T) {
 	for i, spec := range []struct {
 		slices uint32
 		mib    uint64
-	}{{3, 40448}, {1, 9984}, {1, 9984}, {2, 20096}} {
+		gi     int
+	}{{3, 40448, 2}, {1, 9984, 9}, {1, 9984, 10}, {2, 20096, 5}} {
 		m := &mock.Device{
 			GetUUIDFunc: func() (string, nvml.Return) { return "MIG-" + string(rune('a'+i)), nvml.SUCCESS },
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
@@ -230,6 +232,7 @@ func TestDevicesListsMIGInstances(t *testing.T) {
 			GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
 				return nvml.DeviceAttributes{GpuInstanceSliceCount: spec.slices, MemorySizeMB: spec.mib}, nvml.SUCCESS
 			},
+			GetGpuInstanceIdFunc: func() (int, nvml.Return) { return spec.gi, nvml.SUCCESS },
 		}
 		unsupported(m) // GetMemoryInfo_v2 unsupported: falls back to v1
 		migs[i] = m
@@ -245,10 +248,10 @@ func TestDevicesListsMIGInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []gpu.MIGInstance{
-		{UUID: "MIG-a", Profile: "3g.40gb", MemoryBytes: 40448 << 20},
-		{UUID: "MIG-b", Profile: "1g.10gb", MemoryBytes: 9984 << 20},
-		{UUID: "MIG-c", Profile: "1g.10gb", MemoryBytes: 9984 << 20},
-		{UUID: "MIG-d", Profile: "2g.20gb", MemoryBytes: 20096 << 20},
+		{UUID: "MIG-a", Profile: "3g.40gb", MemoryBytes: 40448 << 20, GPUInstanceID: 2},
+		{UUID: "MIG-b", Profile: "1g.10gb", MemoryBytes: 9984 << 20, GPUInstanceID: 9},
+		{UUID: "MIG-c", Profile: "1g.10gb", MemoryBytes: 9984 << 20, GPUInstanceID: 10},
+		{UUID: "MIG-d", Profile: "2g.20gb", MemoryBytes: 20096 << 20, GPUInstanceID: 5},
 	}
 	if !devs[0].MIGMode {
 		t.Error("device 0 not in MIG mode")
@@ -258,6 +261,28 @@ func TestDevicesListsMIGInstances(t *testing.T) {
 	}
 	if devs[1].MIGMode || devs[1].MIG != nil {
 		t.Errorf("device 1 = %+v, want no MIG", devs[1])
+	}
+	// Each instance's memory is read from its own handle.
+	for i, m := range migs {
+		m.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: 9984 << 20, Used: uint64(i) << 30, Free: 9984<<20 - uint64(i)<<30}, nvml.SUCCESS
+		}
+	}
+	samples, err := open(t, srv).Sample(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSamples := []gpu.MIGSample{
+		{UUID: "MIG-a", MemoryUsedBytes: i64(0), MemoryFreeBytes: i64(9984 << 20)},
+		{UUID: "MIG-b", MemoryUsedBytes: i64(1 << 30), MemoryFreeBytes: i64(9984<<20 - 1<<30)},
+		{UUID: "MIG-c", MemoryUsedBytes: i64(2 << 30), MemoryFreeBytes: i64(9984<<20 - 2<<30)},
+		{UUID: "MIG-d", MemoryUsedBytes: i64(3 << 30), MemoryFreeBytes: i64(9984<<20 - 3<<30)},
+	}
+	if diff := cmp.Diff(wantSamples, samples[0].MIG); diff != "" {
+		t.Errorf("MIG samples (-want +got):\n%s", diff)
+	}
+	if samples[1].MIG != nil {
+		t.Errorf("GPU 1 has MIG samples: %+v", samples[1].MIG)
 	}
 }
 
@@ -293,6 +318,11 @@ func f64(v float64) *float64 { return &v }
 func i64(v int64) *int64     { return &v }
 func intp(v int) *int        { return &v }
 func boolp(v bool) *bool     { return &v }
+func fieldU64(v uint64) [8]byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return b
+}
 func fieldU32(v uint32) [8]byte {
 	var b [8]byte
 	binary.LittleEndian.PutUint32(b[:], v)
@@ -311,14 +341,32 @@ func fullDevice(d *server.Device) {
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 71, nvml.SUCCESS }
 	d.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return {
 		for i := range fv {
-			if fv[i].FieldId == nvml.FI_DEV_MEMORY_TEMP {
+			switch {
+			case fv[i].FieldId == nvml.FI_DEV_MEMORY_TEMP:
 				fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
 				fv[i].Value = fieldU32(78)
-				fv[i].NvmlReturn = uint32(nvml.SUCCESS)
+			case fv[i].FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX && fv[i].ScopeId == math.MaxUint32:
+				fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+				fv[i].Value = fieldU64(5_000_000)
+			case fv[i].FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX && fv[i].ScopeId == math.MaxUint32:
+				fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+				fv[i].Value = fieldU64(4_000_000)
+			default:
+				fv[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+				continue
 			}
+			fv[i].NvmlReturn = uint32(nvml.SUCCESS)
 		}
 		return nvml.SUCCESS
 	}
+	d.GetPcieThroughputFunc = func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
+		if c == nvml.PCIE_UTIL_TX_BYTES {
+			return 1000, nvml.SUCCESS
+		}
+		return 2000, nvml.SUCCESS
+	}
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 12, 167000, nvml.SUCCESS }
 	d.GetClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
 		if c == nvml.CLOCK_SM {
 			return 1980, nvml.SUCCESS
@@ -377,6 +425,9 @@ func TestSampleReadsEverything(t *testing.T) {
 		TemperatureC: f64(71), MemoryTemperatureC: f64(78),
 		SMClockMHz: f64(1980), MemoryClockMHz: f64(2619),
 		ClockEventReasons: u64(gpu.ClockEventSWPowerCap), PowerViolationNs: u64(5e9), ThermalViolationNs: u64(0),
+		EncoderUtilization: f64(0), DecoderUtilization: f64(0.12),
+		PCIeTxBytesPerSecond: f64(1000 * 1024), PCIeRxBytesPerSecond: f64(2000 * 1024),
+		NVLinkTxBytes: u64(5_000_000 * 1024), NVLinkRxBytes: u64(4_000_000 * 1024),
 		Counters: gpu.Counters{
 			ECCCorrectedVolatile: u64(1), ECCUncorrectedVolatile: u64(11), ECCCorrectedAggregate: u64(101), ECCUncorrectedAggregate: u64(111),
 			RemappedRowsCorrectable: u64(2), RemappedRowsUncorrectable: u64(1), RowRemapPending: boolp(true), RowRemapFailure: boolp(false),

@@ -65,6 +65,17 @@ const (
 	MaxMemoryFraction = 0.95
 )
 
+// pcieLaneBytesPerS is one lane's data rate per direction by PCIe
+// generation, after line encoding (PCI-SIG: 2.5, 5, 8, 16, 32 and 64 GT/s;
+// 8b/10b for gen 1-2, 128b/130b from gen 3; gen 6 ignores FLIT overhead).
+var pcieLaneBytesPerS = [...]float64{0, 250e6, 500e6, 984.6e6, 1969.2e6, 3938.5e6, 7877e6}
+
+// pcieBytesPerS is a link's bandwidth per direction.
+func pcieBytesPerS(gen, width int) float64 {
+	gen = min(max(gen, 1), len(pcieLaneBytesPerS)-1)
+	return pcieLaneBytesPerS[gen] * float64(width)
+}
+
 // Load is the kind of work an attempt runs on a GPU.
 type Load string
 
@@ -96,6 +107,8 @@ type profile struct {
 	sm, occ, tensor, dram float64 // GPM ratios
 	powerOfTDP            float64 // steady draw as a fraction of TDP (0: idle draw)
 	memAlloc              float64 // fraction of GPU memory allocated
+	pcie                  float64 // host-to-GPU traffic, fraction of the link's bandwidth (GPU-to-host is half)
+	nvlink                float64 // GPU-to-GPU traffic, fraction of the NVLink bandwidth, each direction
 }
 
 // profiles are the modelling choices per load (docs/GPU.md):
@@ -104,9 +117,14 @@ type profile struct {
 //   - memory: a kernel always runs but SMs wait on DRAM: SM 30%, DRAM 85%,
 //     tensor 5%; draws 70% of TDP; holds 90% of memory.
 //   - idle: no kernel, nothing active, idle draw; holds 60% of memory.
+//
+// Interconnect traffic is assumed, not measured: a compute load streams its
+// input at 2% of the PCIe link and exchanges gradients at 30% of NVLink
+// (where the GPU has it); a memory load 1% and 5%. Neither uses the video
+// engines, which read 0.
 var profiles = map[Load]profile{
-	LoadCompute: {util: 1, memUtil: 0.35, sm: 0.90, occ: 0.50, tensor: 0.60, dram: 0.30, powerOfTDP: 0.95, memAlloc: 0.75},
-	LoadMemory:  {util: 1, memUtil: 0.90, sm: 0.30, occ: 0.25, tensor: 0.05, dram: 0.85, powerOfTDP: 0.70, memAlloc: 0.90},
+	LoadCompute: {util: 1, memUtil: 0.35, sm: 0.90, occ: 0.50, tensor: 0.60, dram: 0.30, powerOfTDP: 0.95, memAlloc: 0.75, pcie: 0.02, nvlink: 0.30},
+	LoadMemory:  {util: 1, memUtil: 0.90, sm: 0.30, occ: 0.25, tensor: 0.05, dram: 0.85, powerOfTDP: 0.70, memAlloc: 0.90, pcie: 0.01, nvlink: 0.05},
 	LoadIdle:    {memAlloc: 0.60},
 }
 

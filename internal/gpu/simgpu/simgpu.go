@@ -103,6 +103,7 @@ type device struct {
 	remapPending, remapFailure                   bool
 	pcieReplay                                   float64
 	nvlinkErrors                                 float64
+	nvlinkBytes                                  float64 // per direction
 	sbeAcc                                       float64
 }
 
@@ -173,7 +174,8 @@ func New(specs []Spec, opts ...Option) (*Backend, error) {
 				n := 0
 				for _, l := range layout {
 					for range l.count {
-						inst := gpu.MIGInstance{UUID: nvmlUUID("MIG", o.node, idx, n), Profile: l.profile.Name, MemoryBytes: l.profile.MemoryBytes}
+						inst := gpu.MIGInstance{UUID: nvmlUUID("MIG", o.node, idx, n), Profile: l.profile.Name, MemoryBytes: l.profile.MemoryBytes,
+							GPUInstanceID: instanceID(d.info.MIG, l.profile.Slices)}
 						d.info.MIG = append(d.info.MIG, inst)
 						b.byUUID[inst.UUID] = target{dev: d, weight: float64(l.profile.Slices) / 7}
 						n++
@@ -282,6 +284,7 @@ type state struct {
 	busy                         float64 // fraction of time a kernel runs
 	util, memUtil                float64
 	sm, occ, tensor, dram        float64
+	pcie, nvlink                 float64 // fractions of the links' bandwidth
 	memUsed                      int64
 	factor                       float64 // SM clock factor
 	power                        float64
@@ -319,6 +322,8 @@ func (d *device) state() state {
 	s.occ = c*pc.occ + m*pm.occ
 	s.tensor = c*pc.tensor + m*pm.tensor
 	s.dram = c*pc.dram + m*pm.dram
+	s.pcie = c*pc.pcie + m*pm.pcie
+	s.nvlink = c*pc.nvlink + m*pm.nvlink
 	alloc := 0.0
 	for i, l := range loads {
 		alloc += raw[i] * profiles[l].memAlloc
@@ -355,6 +360,31 @@ func (d *device) state() state {
 		s.target = max(s.target, tr.slowdown+RunawayOvershootC)
 	}
 	return s
+}
+
+// gpuInstanceIDs are the GPU instance ids the driver gives by instance
+// size on a 7-slice GPU (NVIDIA's MIG user guide, "nvidia-smi mig -lgi"
+// listings: 0 for the whole GPU, 1-2 for halves, 3-6 for two slices, 7-14
+// for one).
+var gpuInstanceIDs = map[int][]int{7: {0}, 4: {1}, 3: {1, 2}, 2: {3, 4, 5, 6}, 1: {7, 8, 9, 10, 11, 12, 13, 14}}
+
+// instanceID is the first id for an instance of the given slices that the
+// instances made so far do not use.
+func instanceID(made []gpu.MIGInstance, slices int) int {
+	used := map[int]bool{}
+	for _, m := range made {
+		used[m.GPUInstanceID] = true
+	}
+	for _, id := range gpuInstanceIDs[slices] {
+		if !used[id] {
+			return id
+		}
+	}
+	id := 0
+	for used[id] {
+		id++
+	}
+	return id
 }
 
 // migSlices is the compute slices of a MIG profile name ("3g.40gb": 3),
@@ -402,6 +432,9 @@ func (b *Backend) advance(d *device) {
 		}
 		if f, ok := d.faults[FaultNVLinkDown]; ok {
 			d.nvlinkErrors += NVLinkErrorsPerLinkSecond * float64(f.Links) * sec
+		}
+		if d.tr.nvlinks > 0 && !b.isolated(d) {
+			d.nvlinkBytes += s.nvlink * d.nvlinkBytesPerS() * sec
 		}
 		if _, ok := d.faults[FaultECCSingleBit]; ok {
 			d.sbeAcc += sec / SBEIntervalSeconds
@@ -585,8 +618,40 @@ func (b *Backend) sample(d *device) gpu.Sample {
 			up -= f.Links
 		}
 		s.NVLinkLinksUp, s.NVLinkLinksTotal, s.NVLinkErrors = ptr(up), ptr(tr.nvlinks), ptr(uint64(d.nvlinkErrors))
+		s.NVLinkTxBytes, s.NVLinkRxBytes = ptr(uint64(d.nvlinkBytes)), ptr(uint64(d.nvlinkBytes))
+	}
+	rx := st.pcie * pcieBytesPerS(gen, width)
+	s.PCIeRxBytesPerSecond, s.PCIeTxBytesPerSecond = ptr(math.Round(rx)), ptr(math.Round(rx/2))
+	s.EncoderUtilization, s.DecoderUtilization = ptr(0.0), ptr(0.0)
+	for _, m := range d.info.MIG {
+		used := int64(min(d.instanceAlloc(m.UUID), MaxMemoryFraction) * float64(m.MemoryBytes))
+		s.MIG = append(s.MIG, gpu.MIGSample{UUID: m.UUID, MemoryUsedBytes: ptr(used), MemoryFreeBytes: ptr(m.MemoryBytes - used)})
 	}
 	return s
+}
+
+// instanceAlloc is the fraction of a MIG instance's memory its loads hold.
+func (d *device) instanceAlloc(uuid string) float64 {
+	fr := d.loads[uuid]
+	if fr == nil {
+		return 0
+	}
+	alloc := 0.0
+	for i, l := range loads {
+		alloc += fr[i] * profiles[l].memAlloc
+	}
+	return alloc
+}
+
+// nvlinkBytesPerS is the GPU's NVLink bandwidth per direction (the
+// catalog quotes both directions added), with the links that are down
+// taken out.
+func (d *device) nvlinkBytesPerS() float64 {
+	up := d.tr.nvlinks
+	if f, ok := d.faults[FaultNVLinkDown]; ok {
+		up -= f.Links
+	}
+	return d.model.InterconnectBandwidthBytesPerS / 2 * float64(max(up, 0)) / float64(d.tr.nvlinks)
 }
 
 // Events returns the events raised since the last call, waiting at most

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,8 +66,8 @@ func TestDevicesAreDeterministicPerNode(t *testing.T) {
 		Architecture: "Hopper (GH100)", ComputeCapability: gpufleet.ComputeCapability{Major: 9, Minor: 0}, MemoryBytes: 141 << 30,
 		NVLinkPeers: []int{1}, NVLinkDomain: "nvlink:" + a[0].UUID, MIGMode: true,
 	}
-	for _, m := range a[0].MIG {
-		want.MIG = append(want.MIG, gpu.MIGInstance{UUID: m.UUID, Profile: "1g.18gb", MemoryBytes: 18e9})
+	for i, m := range a[0].MIG { // the driver numbers 1-slice GPU instances from 7
+		want.MIG = append(want.MIG, gpu.MIGInstance{UUID: m.UUID, Profile: "1g.18gb", MemoryBytes: 18e9, GPUInstanceID: 7 + i})
 	}
 	if diff := cmp.Diff(want, a[0]); diff != "" {
 		t.Errorf("device 0 (-want +got):\n%s", diff)
@@ -566,5 +567,68 @@ func TestEventsWaitsForAnInjection(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Events did not wake on the injection")
+	}
+}
+
+func TestInterconnectAndVideoReadings(t *testing.T) {
+	clk := newClock()
+	b := newSim(t, clk, Spec{Model: "h100-sxm-80gb", Count: 2}, Spec{Model: "l4", Count: 1})
+	ids := uuids(t, b)
+	for _, i := range []int{0, 2} {
+		if err := b.SetLoad(ids[i], LoadCompute, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.step(10 * time.Second)
+	h100, idle, l4 := sampleOne(t, b, 0), sampleOne(t, b, 1), sampleOne(t, b, 2)
+	// 2% of a PCIe 5 x16 link (3.9385 GB/s a lane) in, half that out.
+	if !near(h100.PCIeRxBytesPerSecond, 0.02*3938.5e6*16, 1) || !near(h100.PCIeTxBytesPerSecond, 0.01*3938.5e6*16, 1) {
+		t.Errorf("H100 PCIe rx %v tx %v", *h100.PCIeRxBytesPerSecond, *h100.PCIeTxBytesPerSecond)
+	}
+	if !near(l4.PCIeRxBytesPerSecond, 0.02*1969.2e6*16, 1) {
+		t.Errorf("L4 (PCIe 4) rx %v", *l4.PCIeRxBytesPerSecond)
+	}
+	// 30% of 450 GB/s each way for 10 s.
+	if h100.NVLinkTxBytes == nil || *h100.NVLinkTxBytes != 1.35e12 || *h100.NVLinkRxBytes != 1.35e12 {
+		t.Errorf("H100 NVLink bytes %v/%v, want 1.35e12", h100.NVLinkTxBytes, h100.NVLinkRxBytes)
+	}
+	if *idle.NVLinkTxBytes != 0 || *idle.PCIeRxBytesPerSecond != 0 || l4.NVLinkTxBytes != nil {
+		t.Errorf("idle H100 NVLink %d PCIe %v; L4 NVLink %v (want 0, 0, absent)", *idle.NVLinkTxBytes, *idle.PCIeRxBytesPerSecond, l4.NVLinkTxBytes)
+	}
+	if !near(h100.EncoderUtilization, 0, 0) || !near(h100.DecoderUtilization, 0, 0) {
+		t.Errorf("video engines %v %v, want 0", h100.EncoderUtilization, h100.DecoderUtilization)
+	}
+	// With every link down the counters stop.
+	if err := b.Inject(0, Fault{Kind: FaultNVLinkDown, Links: 18}); err != nil {
+		t.Fatal(err)
+	}
+	clk.step(10 * time.Second)
+	if s := sampleOne(t, b, 0); *s.NVLinkTxBytes != 1.35e12 {
+		t.Errorf("NVLink bytes grew to %d with every link down", *s.NVLinkTxBytes)
+	}
+}
+
+func TestMIGInstanceMemory(t *testing.T) {
+	clk := newClock()
+	b := newSim(t, clk, Spec{Model: "h100-sxm-80gb", Count: 1, MIG: "3g.40gb x1; 1g.10gb x2"})
+	devs, _ := b.Devices(t.Context())
+	if err := b.SetLoad(devs[0].MIG[0].UUID, LoadCompute, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := sampleOne(t, b, 0)
+	if len(s.MIG) != 3 {
+		t.Fatalf("MIG samples %+v, want 3", s.MIG)
+	}
+	for i, m := range s.MIG {
+		want := int64(0)
+		if i == 0 {
+			want = int64(0.75 * float64(devs[0].MIG[0].MemoryBytes))
+		}
+		if m.UUID != devs[0].MIG[i].UUID || *m.MemoryUsedBytes != want || *m.MemoryUsedBytes+*m.MemoryFreeBytes != devs[0].MIG[i].MemoryBytes {
+			t.Errorf("instance %d: %s used %d free %d, want used %d", i, m.UUID, *m.MemoryUsedBytes, *m.MemoryFreeBytes, want)
+		}
+	}
+	if ids := []int{devs[0].MIG[0].GPUInstanceID, devs[0].MIG[1].GPUInstanceID, devs[0].MIG[2].GPUInstanceID}; !slices.Equal(ids, []int{1, 7, 8}) {
+		t.Errorf("GPU instance ids %v, want [1 7 8] as the driver numbers them", ids)
 	}
 }
