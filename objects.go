@@ -68,11 +68,23 @@ const (
 // Role is what a token may do.
 type Role string
 
-// Roles: an admin is fleet-wide; a member belongs to one team.
+// Roles: an admin is fleet-wide; a member belongs to one team; a monitor
+// token only reads the control plane's metrics and the agents' service
+// discovery (what Prometheus needs, and nothing else).
 const (
-	RoleAdmin  Role = "admin"
-	RoleMember Role = "member"
+	RoleAdmin   Role = "admin"
+	RoleMember  Role = "member"
+	RoleMonitor Role = "monitor"
 )
+
+// ParseRole returns the role named s (admin, member or monitor).
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAdmin, RoleMember, RoleMonitor:
+		return r, nil
+	}
+	return "", fmt.Errorf("%w: role %s: expected member, admin or monitor", ErrInvalid, Quote(s))
+}
 
 // Resources is what a job asks for. The scheduler reads the same type.
 type Resources struct {

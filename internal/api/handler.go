@@ -118,8 +118,8 @@ func (h *handler) table() []routeDef {
 	return []routeDef{
 		r("GET", "/healthz", AuthNone, "Liveness: always 200 ok", h.healthz),
 		r("GET", "/readyz", AuthNone, "Readiness: 200 when the server can serve, else 503", h.readyz),
-		r("GET", "/metrics", AuthAdmin, "Prometheus metrics", h.metrics),
-		r("GET", v1+"/sd/agents", AuthAdmin, "Prometheus HTTP service discovery: every agent's metrics endpoint with its node's labels", h.scrapeTargets),
+		r("GET", "/metrics", AuthMonitor, "Prometheus metrics", h.metrics),
+		r("GET", v1+"/sd/agents", AuthMonitor, "Prometheus HTTP service discovery: every agent's metrics endpoint with its node's labels", h.scrapeTargets),
 		r("GET", v1+"/openapi.json", AuthNone, "This API's OpenAPI 3.1 document", h.openapi),
 
 		r("POST", v1+"/jobs", AuthMember, "Submit a job", h.submitJob),
@@ -392,6 +392,10 @@ func (h *handler) authenticate(r *http.Request, kind AuthKind) (Principal, error
 		return Principal{}, fmt.Errorf("%w: agent endpoints take a node credential, not a user token", ErrForbidden)
 	case kind != AuthAgent && p.Node != "":
 		return Principal{}, fmt.Errorf("%w: node credentials work only on agent endpoints", ErrForbidden)
+	case kind == AuthMonitor && !p.IsAdmin() && !p.IsMonitor():
+		return Principal{}, fmt.Errorf("%w: admin or monitor token required", ErrForbidden)
+	case kind != AuthMonitor && p.IsMonitor():
+		return Principal{}, fmt.Errorf("%w: a monitor token reads only /metrics and service discovery", ErrForbidden)
 	case kind == AuthAdmin && !p.IsAdmin():
 		return Principal{}, fmt.Errorf("%w: admin token required", ErrForbidden)
 	}

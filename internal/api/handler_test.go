@@ -407,8 +407,10 @@ func TestReadyAndMetrics(t *testing.T) {
 	if r := call(t, srv, "GET", "/metrics", "", ""); r.status != 401 {
 		t.Errorf("metrics without token: %d", r.status)
 	}
-	if r := call(t, srv, "GET", "/metrics", adminTok, ""); r.status != 200 || !strings.Contains(r.body, "gpufleet_up 1") {
-		t.Errorf("metrics: %d %s", r.status, r.body)
+	for _, tok := range []string{adminTok, monitor} {
+		if r := call(t, srv, "GET", "/metrics", tok, ""); r.status != 200 || !strings.Contains(r.body, "gpufleet_up 1") {
+			t.Errorf("metrics with %s: %d %s", tok, r.status, r.body)
+		}
 	}
 }
 

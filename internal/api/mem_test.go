@@ -46,6 +46,7 @@ const (
 	adminTok  = "admin-token-0123456789"
 	memberA   = "member-a-0123456789"
 	memberB   = "member-b-0123456789"
+	monitor   = "monitor-0123456789"
 	agentTok  = "node-cred-n1"
 	joinTok   = "join-0123456789"
 	unusedTok = "nobody"
@@ -57,6 +58,7 @@ func newMemService() *memService {
 			adminTok: {TokenID: "t-admin", Role: gpufleet.RoleAdmin},
 			memberA:  {TokenID: "t-a", Role: gpufleet.RoleMember, Team: "team-a"},
 			memberB:  {TokenID: "t-b", Role: gpufleet.RoleMember, Team: "team-b"},
+			monitor:  {TokenID: "t-m", Role: gpufleet.RoleMonitor},
 			agentTok: {TokenID: "c-n1", Node: "n1"},
 		},
 		jobs:    map[string]gpufleet.Job{},

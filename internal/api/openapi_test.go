@@ -107,6 +107,17 @@ func TestMuxServesExactlyTheRouteTable(t *testing.T) {
 		if rt.Auth != AuthNone && rec.Code != http.StatusUnauthorized {
 			t.Errorf("%s %s without a token: %d, want 401", rt.Method, path, rec.Code)
 		}
+		// A monitor token opens the monitor routes and no other.
+		if rt.Auth == AuthNone || rt.Auth == AuthJoin {
+			continue
+		}
+		req = httptest.NewRequest(rt.Method, path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+monitor)
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if forbidden := rec.Code == http.StatusForbidden; forbidden != (rt.Auth != AuthMonitor) {
+			t.Errorf("%s %s (%s) with a monitor token: %d", rt.Method, path, rt.Auth, rec.Code)
+		}
 	}
 }
 

@@ -21,6 +21,10 @@ type Principal struct {
 // IsAdmin reports whether the principal is fleet-wide.
 func (p Principal) IsAdmin() bool { return p.Role == gpufleet.RoleAdmin }
 
+// IsMonitor reports whether the principal may only read metrics and
+// service discovery.
+func (p Principal) IsMonitor() bool { return p.Role == gpufleet.RoleMonitor }
+
 // SubmitRequest is the body of POST /api/v1/jobs: a gpufleet.JobRequest.
 // Unknown fields are rejected.
 type SubmitRequest = gpufleet.JobRequest

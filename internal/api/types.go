@@ -173,6 +173,9 @@ const (
 	AuthMember AuthKind = "member"
 	// AuthAdmin routes take an admin token; members get 403.
 	AuthAdmin AuthKind = "admin"
+	// AuthMonitor routes (metrics, service discovery) take an admin or a
+	// monitor token, the only routes a monitor token opens.
+	AuthMonitor AuthKind = "monitor"
 	// AuthJoin is agent registration: the bearer is a join token.
 	AuthJoin AuthKind = "join"
 	// AuthAgent routes take a node credential issued at registration.

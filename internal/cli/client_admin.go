@@ -442,20 +442,20 @@ func newTokensCmd(c *clientEnv) *cobra.Command {
 	var req api.TokenRequest
 	var role string
 	create := &cobra.Command{
-		Use:   "create --team NAME --role member|admin",
+		Use:   "create --team NAME --role member|admin|monitor",
 		Short: "Create an API token; its secret is printed once",
-		Args:  cobra.NoArgs,
+		Long: "Create an API token; its secret is printed once. A member token acts for one team, an admin token\n" +
+			"for the whole fleet, and a monitor token only reads /metrics and /api/v1/sd/agents (for Prometheus).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch gpufleet.Role(role) {
-			case gpufleet.RoleMember:
-				if req.Team == "" {
-					return usageErr("--team: required for a member token")
-				}
-			case gpufleet.RoleAdmin:
-			default:
-				return usageErr("--role %q: expected member or admin", role)
+			r, err := gpufleet.ParseRole(role)
+			if err != nil {
+				return usageErr("--role %q: expected member, admin or monitor", role)
 			}
-			req.Role = gpufleet.Role(role)
+			if r == gpufleet.RoleMember && req.Team == "" {
+				return usageErr("--team: required for a member token")
+			}
+			req.Role = r
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
@@ -474,7 +474,7 @@ func newTokensCmd(c *clientEnv) *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&req.Team, "team", "", "the member's team")
-	create.Flags().StringVar(&role, "role", string(gpufleet.RoleMember), "member (one team) or admin (fleet-wide)")
+	create.Flags().StringVar(&role, "role", string(gpufleet.RoleMember), "member (one team), admin (fleet-wide) or monitor (metrics and service discovery only)")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},

@@ -311,6 +311,13 @@ func TestAdminCommandsSendRequests(t *testing.T) {
 	if fake.lastToken.Role != gpufleet.RoleAdmin {
 		t.Errorf("token request %+v", fake.lastToken)
 	}
+	mustRun("tokens", "create", "--role", "monitor")
+	if fake.lastToken.Role != gpufleet.RoleMonitor || fake.lastToken.Team != "" {
+		t.Errorf("monitor token request %+v", fake.lastToken)
+	}
+	if _, errOut, code := run(t, append([]string{"tokens", "create", "--role", "root"}, base...)...); code == 0 || !strings.Contains(errOut, `--role "root": expected member, admin or monitor`) {
+		t.Errorf("--role root: exit %d, %s", code, errOut)
+	}
 	mustRun("join-tokens", "create", "--node", "n9", "--ttl", "2d")
 	if diff := cmp.Diff(api.JoinTokenRequest{Node: "n9", TTL: gpufleet.Duration(48 * time.Hour)}, fake.lastJoin); diff != "" {
 		t.Errorf("join token (-want +got):\n%s", diff)

@@ -194,7 +194,7 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 		"GET /api/v1/lifecycle": func(t *testing.T) { c, b := do("GET", "/api/v1/lifecycle", "", tokA); want(t, c, 403, b) },
 		// The audit names every team's jobs: admins only.
 		"GET /api/v1/audit": func(t *testing.T) { c, b := do("GET", "/api/v1/audit", "", tokA); want(t, c, 403, b) },
-		// Scrape targets name every node: admins only.
+		// Scrape targets name every node: admin and monitor tokens only.
 		"GET /api/v1/sd/agents": func(t *testing.T) { c, b := do("GET", "/api/v1/sd/agents", "", tokA); want(t, c, 403, b) },
 		"GET /api/v1/plan": func(t *testing.T) {
 			c, b := do("GET", "/api/v1/plan?model=llama-3.1-8b", "", tokA)
@@ -245,6 +245,24 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			t.Errorf("case %s names a route the API no longer has", key)
 		}
 	}
+	// A monitor token reads the metrics and the scrape targets and nothing
+	// else: not another team's job, not the nodes, no action.
+	t.Run("monitor token", func(t *testing.T) {
+		mon, err := f.admin.CreateToken(ctx, api.TokenRequest{Role: gpufleet.RoleMonitor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/metrics", "/api/v1/sd/agents"} {
+			if c, b := do("GET", path, "", mon.Token); c != 200 {
+				t.Errorf("GET %s: %d %.200s", path, c, b)
+			}
+		}
+		for _, r := range [][2]string{{"GET", "/api/v1/jobs"}, {"GET", "/api/v1/jobs/" + id}, {"GET", "/api/v1/jobs/" + id + "/logs"},
+			{"POST", "/api/v1/jobs/" + id + "/cancel"}, {"GET", "/api/v1/nodes"}, {"POST", "/api/v1/nodes/n1/drain"}, {"GET", "/api/v1/audit"}} {
+			c, b := do(r[0], r[1], "", mon.Token)
+			want(t, c, 403, b)
+		}
+	})
 	// And the job is untouched.
 	got, err := f.admin.Job(ctx, id)
 	if err != nil || got.CancelRequested {

@@ -165,12 +165,15 @@ func (s *Server) CreateToken(ctx context.Context, p api.Principal, r api.TokenRe
 		if _, err := s.st.Team(ctx, r.Team); err != nil {
 			return gpufleet.Token{}, fmt.Errorf("team %s: %w", gpufleet.Quote(r.Team), err)
 		}
-	case gpufleet.RoleAdmin:
+	case gpufleet.RoleAdmin, gpufleet.RoleMonitor:
 		if r.Team != "" {
-			return gpufleet.Token{}, fmt.Errorf("%w: team: an admin token is fleet-wide and names no team", gpufleet.ErrInvalid)
+			return gpufleet.Token{}, fmt.Errorf("%w: team: an %s token is fleet-wide and names no team", gpufleet.ErrInvalid, r.Role)
 		}
 	default:
-		return gpufleet.Token{}, fmt.Errorf("%w: role %s: expected member or admin", gpufleet.ErrInvalid, gpufleet.Quote(string(r.Role)))
+		if _, err := gpufleet.ParseRole(string(r.Role)); err != nil {
+			return gpufleet.Token{}, err
+		}
+		return gpufleet.Token{}, fmt.Errorf("%w: role %s", gpufleet.ErrInvalid, r.Role)
 	}
 	id, token, hash := newSecret(userPrefix)
 	now := s.now()
@@ -276,7 +279,13 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	}
 	for _, r := range idle {
 		m := get(r.Team, r.Model)
-		m.IdleAllocatedGPUHour += r.Seconds / 3600
+		// Idle time is part of the held time. The two are measured apart
+		// (idle from the heartbeats' rollups, which count a GPU held from
+		// its placement to the next snapshot after the attempt ends; held
+		// from the attempts' own reports, from process start and up to a
+		// heartbeat behind), so a short attempt can show a few seconds
+		// more idle than held: the attempts' figure bounds it.
+		m.IdleAllocatedGPUHour = min(m.IdleAllocatedGPUHour+r.Seconds/3600, m.GPUHours)
 		if g, err := s.cat.Lookup(r.Model); err == nil && g.PricePerHourUSD != nil {
 			m.IdleAllocatedUSD = m.IdleAllocatedGPUHour * *g.PricePerHourUSD
 		}

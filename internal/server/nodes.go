@@ -506,13 +506,14 @@ func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptRepor
 }
 
 // ScrapeTargets lists every agent's metrics endpoint for Prometheus
-// service discovery (admin): agents' ports change as they restart, and a
+// service discovery (admin or monitor): agents' ports change as they restart, and a
 // node that joins is scraped without editing Prometheus' configuration.
 func (s *Server) ScrapeTargets(ctx context.Context, p api.Principal) ([]api.SDTarget, error) {
-	if err := requireAdmin(p); err != nil {
-		return nil, err
+	if !p.IsAdmin() && !p.IsMonitor() {
+		return nil, fmt.Errorf("%w: admin or monitor token required", api.ErrForbidden)
 	}
-	nodes, err := s.Nodes(ctx, p) // with what the agents last said, their metrics URLs among it
+	// Every node, with what its agent last said, its metrics URL among it.
+	nodes, err := s.Nodes(ctx, api.Principal{Role: gpufleet.RoleAdmin})
 	if err != nil {
 		return nil, err
 	}

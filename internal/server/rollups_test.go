@@ -43,6 +43,7 @@ func TestRollupsAggregatePerGPUMinute(t *testing.T) {
 	// reading), draws 500 W; minute 2: it idles at 1%.
 	beat := func(util float64, energy float64, xids ...int) {
 		t.Helper()
+		run[0].GPUSeconds += 20 // the agent's held time: one GPU, one interval
 		_, err := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, Samples: []api.GPUSample{
 			{UUID: held, Utilization: ptr(util), PowerWatts: ptr(500.0), EnergyJoulesTotal: ptr(energy),
 				MemoryUsedBytes: ptr(int64(util * 1e9)), TemperatureC: ptr(40 + 40*util), XIDs: xids},

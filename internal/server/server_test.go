@@ -253,6 +253,35 @@ func TestMembersNeverSeeOtherTeams(t *testing.T) {
 	}
 }
 
+// TestMonitorToken: a monitor token is fleet-wide and names no team; it
+// authenticates, lists every agent's scrape target, and a member may not.
+func TestMonitorToken(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	f.node("n1", "h100-sxm-80gb", 8)
+	if _, err := f.srv.CreateToken(ctx, f.admin, api.TokenRequest{Team: "team-a", Role: gpufleet.RoleMonitor}); !errors.Is(err, gpufleet.ErrInvalid) {
+		t.Errorf("monitor token for a team: %v, want invalid", err)
+	}
+	if _, err := f.srv.CreateToken(ctx, f.admin, api.TokenRequest{Role: "root"}); !errors.Is(err, gpufleet.ErrInvalid) {
+		t.Errorf("role root: %v, want invalid", err)
+	}
+	tok, err := f.srv.CreateToken(ctx, f.admin, api.TokenRequest{Role: gpufleet.RoleMonitor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.srv.Authenticate(ctx, tok.Token)
+	if err != nil || !p.IsMonitor() || p.IsAdmin() {
+		t.Fatalf("monitor token authenticates as %+v, %v", p, err)
+	}
+	if _, err := f.srv.ScrapeTargets(ctx, p); err != nil {
+		t.Errorf("monitor scrape targets: %v", err)
+	}
+	if _, err := f.srv.ScrapeTargets(ctx, a); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("member scrape targets: %v, want forbidden", err)
+	}
+}
+
 func TestRequestIDMakesSubmitIdempotent(t *testing.T) {
 	f := newFixture(t)
 	a := f.team("team-a", nil)

@@ -148,7 +148,7 @@ func (s *SQL) CreateToken(ctx context.Context, t TokenRecord, actor string) erro
 		return invalid("token id is empty")
 	case len(t.Hash) == 0:
 		return invalid("token %s: hash is empty", t.ID)
-	case t.Role != gpufleet.RoleAdmin && t.Role != gpufleet.RoleMember:
+	case t.Role != gpufleet.RoleAdmin && t.Role != gpufleet.RoleMember && t.Role != gpufleet.RoleMonitor:
 		return invalid("token %s: role %q", t.ID, t.Role)
 	case t.Role == gpufleet.RoleMember && t.Team == "":
 		return invalid("token %s: a member token needs a team", t.ID)

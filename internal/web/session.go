@@ -158,8 +158,8 @@ func (u *UI) viewer(r *http.Request) (*viewer, error) {
 	return &viewer{P: p, CSRF: s.csrf}, nil
 }
 
-// authenticate checks a user token: node credentials and role-less tokens
-// cannot log in.
+// authenticate checks a user token: node credentials, monitor tokens and
+// role-less tokens cannot log in.
 func (u *UI) authenticate(r *http.Request, token string) (api.Principal, error) {
 	p, err := u.svc.Authenticate(r.Context(), token)
 	if err != nil {
@@ -170,6 +170,9 @@ func (u *UI) authenticate(r *http.Request, token string) (api.Principal, error) 
 	}
 	if p.Node != "" || p.Role == "" {
 		return api.Principal{}, fmt.Errorf("%w: not a user token", api.ErrUnauthorized)
+	}
+	if p.IsMonitor() {
+		return api.Principal{}, fmt.Errorf("%w: a monitor token reads only /metrics and service discovery", api.ErrUnauthorized)
 	}
 	return p, nil
 }
