@@ -286,6 +286,12 @@ type LogQuery struct {
 	Previous bool
 	// Tail, when positive, is how many of the last lines to print.
 	Tail int
+	// Since, when positive, keeps the lines the server received in that
+	// last stretch of time; SinceTime those received at or after it. Give
+	// at most one. The server times each chunk an agent ships (every
+	// second), so a line's time is when it reached the server.
+	Since     time.Duration
+	SinceTime time.Time
 	// Follow keeps printing until the attempt ends.
 	Follow bool
 }
@@ -305,6 +311,14 @@ func (q LogQuery) Validate() error {
 	}
 	if q.Tail < 0 || q.Tail > MaxTailLines {
 		return fmt.Errorf("%w: tail %d: expected 0 to %d lines", gpufleet.ErrInvalid, q.Tail, MaxTailLines)
+	}
+	switch {
+	case q.Since != 0 && !q.SinceTime.IsZero():
+		return fmt.Errorf("%w: since and since_time: give one", gpufleet.ErrInvalid)
+	case q.Since < 0:
+		return fmt.Errorf("%w: since %s: expected a positive duration", gpufleet.ErrInvalid, q.Since)
+	case !q.SinceTime.IsZero() && (q.SinceTime.Year() < 1970 || q.SinceTime.Year() > 9999):
+		return fmt.Errorf("%w: since_time %s: expected a time from 1970 to 9999", gpufleet.ErrInvalid, q.SinceTime.Format(time.RFC3339))
 	}
 	return nil
 }

@@ -377,6 +377,12 @@ func (c *Client) Logs(ctx context.Context, id string, q LogQuery, w io.Writer) e
 	if q.Tail > 0 {
 		v.Set("tail", strconv.Itoa(q.Tail))
 	}
+	if q.Since > 0 {
+		v.Set("since", strconv.FormatFloat(q.Since.Seconds(), 'f', -1, 64))
+	}
+	if !q.SinceTime.IsZero() {
+		v.Set("since_time", q.SinceTime.UTC().Format(time.RFC3339Nano))
+	}
 	resp, cancel, err := c.send(ctx, request{method: http.MethodGet, path: "/api/v1/jobs/" + url.PathEscape(id) + "/logs",
 		query: v, idempotent: true, stream: q.Follow})
 	if err != nil {

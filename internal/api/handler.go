@@ -126,7 +126,7 @@ func (h *handler) table() []routeDef {
 		r("GET", v1+"/jobs", AuthMember, "List jobs; watch=1 streams snapshots as server-sent events", h.listJobs),
 		r("GET", v1+"/jobs/{id}", AuthMember, "Get a job with its attempts", h.getJob),
 		r("POST", v1+"/jobs/{id}/cancel", AuthMember, "Request a job's cancellation", h.cancelJob),
-		r("GET", v1+"/jobs/{id}/logs", AuthMember, "A job's log (latest attempt, previous=1 or attempt=ID; tail=N lines); follow=1 streams it", h.jobLogs),
+		r("GET", v1+"/jobs/{id}/logs", AuthMember, "A job's log (latest attempt, previous=1 or attempt=ID; tail=N lines; since=10m or since_time=T); follow=1 streams it", h.jobLogs),
 		r("GET", v1+"/queue", AuthMember, "The queue with positions, reasons and ETAs; watch=1 streams snapshots", h.queue),
 
 		r("GET", v1+"/nodes", AuthMember, "List nodes; watch=1 streams snapshots", h.listNodes),

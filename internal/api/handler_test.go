@@ -430,6 +430,24 @@ func TestLogs(t *testing.T) {
 	if err := c.Logs(t.Context(), "j-404", LogQuery{}, &out); !errors.Is(err, gpufleet.ErrNotFound) {
 		t.Errorf("missing job logs: %v", err)
 	}
+	// since and since_time reach the service as a duration and a time.
+	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	for _, q := range []LogQuery{{Since: 15 * time.Minute}, {SinceTime: at}, {Since: 90 * time.Second, Tail: 5}} {
+		if err := c.Logs(t.Context(), "j-1", q, io.Discard); err != nil || svc.lastLogs != q {
+			t.Errorf("client %+v: service got %+v, %v", q, svc.lastLogs, err)
+		}
+	}
+	for query, want := range map[string]string{
+		"since=soon":           "duration",
+		"since=-5m":            "duration",
+		"since_time=yesterday": "since_time",
+		"since=5m&since_time=2026-12-04T10:00:00Z": "give one",
+	} {
+		r := call(t, srv, "GET", "/api/v1/jobs/j-1/logs?"+query, memberA, "")
+		if r.status != 400 || !strings.Contains(r.body, want) {
+			t.Errorf("%s: %d %s, want 400 naming %s", query, r.status, r.body, want)
+		}
+	}
 }
 
 func TestEventList(t *testing.T) {

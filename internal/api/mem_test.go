@@ -39,6 +39,7 @@ type memService struct {
 	lastUsage     UsageQuery
 	lastRollups   RollupQuery
 	lastHeartbeat HeartbeatRequest
+	lastLogs      LogQuery
 	nextID        int
 }
 
@@ -352,6 +353,9 @@ func (s *memService) Heartbeat(_ context.Context, p Principal, r HeartbeatReques
 
 func (s *memService) Logs(ctx context.Context, p Principal, jobID string, q LogQuery, w io.Writer) error {
 	follow := q.Follow
+	s.mu.Lock()
+	s.lastLogs = q
+	s.mu.Unlock()
 	if _, err := s.Job(ctx, p, jobID); err != nil {
 		return err
 	}

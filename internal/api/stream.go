@@ -63,6 +63,16 @@ func (h *handler) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) e
 			return fmt.Errorf("%w: tail %s: expected a number of lines", gpufleet.ErrInvalid, gpufleet.Quote(s))
 		}
 	}
+	if s := r.URL.Query().Get("since"); s != "" {
+		if q.Since, err = gpufleet.ParseDuration(s); err != nil {
+			return fmt.Errorf("since: %w", err)
+		}
+	}
+	if s := r.URL.Query().Get("since_time"); s != "" {
+		if q.SinceTime, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return fmt.Errorf("%w: since_time %s: expected an RFC 3339 time like 2026-12-04T10:00:00Z", gpufleet.ErrInvalid, gpufleet.Quote(s))
+		}
+	}
 	if err := q.Validate(); err != nil {
 		return err
 	}

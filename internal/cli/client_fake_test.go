@@ -284,6 +284,9 @@ func (f *fakeService) Logs(_ context.Context, _ api.Principal, id string, q api.
 		return fmt.Errorf("%w: job %q", gpufleet.ErrNotFound, id)
 	}
 	_, err := fmt.Fprintf(w, "epoch 1 loss 2.31\nfollow=%v previous=%v attempt=%s tail=%d\n", q.Follow, q.Previous, q.Attempt, q.Tail)
+	if err == nil && (q.Since != 0 || !q.SinceTime.IsZero()) {
+		_, err = fmt.Fprintf(w, "since=%s since_time=%s\n", q.Since, q.SinceTime.Format(time.RFC3339))
+	}
 	return err
 }
 

@@ -696,17 +696,32 @@ func selectJobs(ctx context.Context, cl *api.Client, name, team string, states [
 
 func newLogsCmd(c *clientEnv) *cobra.Command {
 	var q api.LogQuery
+	var since, sinceTime string
 	cmd := &cobra.Command{
-		Use:   "logs ID [-f] [--previous | --attempt ATTEMPT] [--tail N]",
+		Use:   "logs ID [-f] [--previous | --attempt ATTEMPT] [--tail N] [--since 10m | --since-time T]",
 		Short: "Print a job's log: its latest attempt's, the previous one's, or any attempt's",
 		Long: `Print a job's log. By default its latest attempt's; --previous reads the
 attempt before it (the one a failover, drain or preemption stopped), and
 --attempt any attempt of the job by id (gpufleet job ID lists them). --tail N
-prints only the last N lines; -f keeps printing until the attempt ends.`,
+prints only the last N lines; --since 10m (or --since-time, RFC 3339) only
+the lines the server received in that time (it times what the agents ship,
+every second); -f keeps printing until the attempt ends.`,
 		Example: `  gpufleet logs j-01m8z5zcptp1x4sq -f
-  gpufleet logs j-01m8z5zcptp1x4sq --previous --tail 50`,
+  gpufleet logs j-01m8z5zcptp1x4sq --previous --tail 50
+  gpufleet logs j-01m8z5zcptp1x4sq --since 15m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if since != "" {
+				if q.Since, err = gpufleet.ParseDuration(since); err != nil {
+					return usageErr("--since %q: expected a duration like 10m, 2h or 1d", since)
+				}
+			}
+			if sinceTime != "" {
+				if q.SinceTime, err = time.Parse(time.RFC3339Nano, sinceTime); err != nil {
+					return usageErr("--since-time %q: expected an RFC 3339 time like 2026-12-04T10:00:00Z", sinceTime)
+				}
+			}
 			if err := q.Validate(); err != nil {
 				return err
 			}
@@ -722,6 +737,9 @@ prints only the last N lines; -f keeps printing until the attempt ends.`,
 	fs.BoolVarP(&q.Previous, "previous", "p", false, "the attempt before the latest (stopped by a failover, drain or preemption)")
 	fs.StringVar(&q.Attempt, "attempt", "", "an attempt of the job, by id")
 	fs.IntVar(&q.Tail, "tail", 0, "only the last N lines")
+	fs.StringVar(&since, "since", "", "only lines received in this last stretch (10m, 2h, 1d)")
+	fs.StringVar(&sinceTime, "since-time", "", "only lines received at or after this RFC 3339 time")
+	cmd.MarkFlagsMutuallyExclusive("since", "since-time")
 	return cmd
 }
 

@@ -259,6 +259,8 @@ func TestHumanTables(t *testing.T) {
 		"logs":                         {[]string{"logs", "j-1", "-f"}, []string{"epoch 1 loss 2.31", "follow=true previous=false attempt= tail=0"}},
 		"logs of the previous attempt": {[]string{"logs", "j-1", "--previous", "--tail", "20"}, []string{"follow=false previous=true attempt= tail=20"}},
 		"logs of an attempt":           {[]string{"logs", "j-1", "--attempt", "a-1"}, []string{"attempt=a-1"}},
+		"logs since":                   {[]string{"logs", "j-1", "--since", "1d"}, []string{"since=24h0m0s since_time=0001-01-01T00:00:00Z"}},
+		"logs since a time":            {[]string{"logs", "j-1", "--since-time", "2026-12-04T10:00:00Z"}, []string{"since=0s since_time=2026-12-04T10:00:00Z"}},
 		"revoke":                       {[]string{"tokens", "revoke", "t-a"}, []string{"token t-a: revoked"}},
 	}
 	for name, tc := range tests {

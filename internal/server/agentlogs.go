@@ -61,6 +61,11 @@ func (s *Server) AgentLog(ctx context.Context, p api.Principal, attempt string, 
 		}
 	}
 	n, err := io.Copy(f, data)
+	if n > 0 {
+		if terr := appendLogTime(path, size, s.now()); terr != nil {
+			s.log.Warn("log times not recorded", "attempt", attempt, "err", terr)
+		}
+	}
 	size += n
 	if err != nil {
 		return size, fmt.Errorf("%w: log chunk: %v", gpufleet.ErrInvalid, err)

@@ -1,13 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -54,6 +57,17 @@ func (s *Server) Logs(ctx context.Context, p api.Principal, jobID string, q api.
 			return err
 		}
 	}
+	cutoff := q.SinceTime
+	if q.Since > 0 {
+		cutoff = s.now().Add(-q.Since)
+	}
+	if !cutoff.IsZero() {
+		since, err := sinceOffset(s.logPath(attempt), cutoff)
+		if err != nil {
+			return err
+		}
+		off = max(off, since)
+	}
 	for {
 		n, err := copyFrom(s.logPath(attempt), off, w)
 		off += n
@@ -78,6 +92,78 @@ func (s *Server) Logs(ctx context.Context, p api.Principal, jobID string, q api.
 		case <-time.After(s.cfg.WatchInterval):
 		}
 	}
+}
+
+// A log's times sit beside it (LOG.times): one 16-byte record per chunk
+// received, its offset in the log and when it arrived (Unix nanoseconds),
+// little-endian, in arrival order.
+const logTimeRecord = 16
+
+// appendLogTime records that the bytes of path from off on arrived at t.
+func appendLogTime(path string, off int64, t time.Time) error {
+	f, err := os.OpenFile(path+".times", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	var rec [logTimeRecord]byte
+	binary.LittleEndian.PutUint64(rec[:8], uint64(off))
+	binary.LittleEndian.PutUint64(rec[8:], uint64(t.UnixNano()))
+	_, err = f.Write(rec[:])
+	return errors.Join(err, f.Close())
+}
+
+// sinceOffset is where the lines of path that arrived at or after cutoff
+// begin: the start of the line holding the first chunk that arrived then
+// (a chunk may begin mid-line; the whole line is kept), the log's end
+// when none did, and 0 for a log without times (kept whole).
+func sinceOffset(path string, cutoff time.Time) (int64, error) {
+	times, err := os.ReadFile(path + ".times")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: log times: %v", gpufleet.ErrNotFound, err)
+	}
+	n := len(times) / logTimeRecord
+	at := func(i int) (int64, int64) {
+		r := times[i*logTimeRecord:]
+		return int64(binary.LittleEndian.Uint64(r[:8])), int64(binary.LittleEndian.Uint64(r[8:16]))
+	}
+	i := sort.Search(n, func(i int) bool { _, t := at(i); return t >= cutoff.UnixNano() })
+	if i == n {
+		st, err := os.Stat(path)
+		if err != nil {
+			return 0, nil
+		}
+		return st.Size(), nil
+	}
+	off, _ := at(i)
+	return lineStart(path, off)
+}
+
+// lineStart is the start of the line holding off: just past the newline
+// before it, looked for in at most 64 KiB (a longer line starts at off).
+func lineStart(path string, off int64) (int64, error) {
+	if off == 0 {
+		return 0, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return off, nil
+	}
+	defer f.Close()
+	from := max(0, off-64<<10)
+	buf := make([]byte, off-from)
+	if _, err := f.ReadAt(buf, from); err != nil && !errors.Is(err, io.EOF) {
+		return off, nil
+	}
+	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+		return from + int64(i) + 1, nil
+	}
+	if from == 0 {
+		return 0, nil
+	}
+	return off, nil
 }
 
 // tailOffset is the offset of the start of the last n lines of a file (0

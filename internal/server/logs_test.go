@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -93,5 +94,58 @@ func TestLogsOfEveryAttempt(t *testing.T) {
 	}
 	if _, err := read(api.LogQuery{Attempt: first.AttemptID, Previous: true}); !errors.Is(err, gpufleet.ErrInvalid) {
 		t.Errorf("attempt and previous: %v", err)
+	}
+}
+
+// TestLogsSince: the server times each chunk an agent ships; since keeps
+// the lines that arrived in the window, whole lines, with tail after it.
+func TestLogsSince(t *testing.T) {
+	f := newFixture(t)
+	f.srv.cfg.LogDir = t.TempDir()
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	n1 := f.node("n1", "h100-sxm-80gb", 8)
+	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}})
+	f.cycle()
+	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	at := hb.Start[0].AttemptID
+	start := f.clk.Now()
+	var size int64
+	for _, chunk := range []string{"boot\nepoch 1\n", "epoch 2\nepo", "ch 3\n", "epoch 4\n"} {
+		var err error
+		if size, err = f.srv.AgentLog(ctx, n1, at, size, strings.NewReader(chunk)); err != nil {
+			t.Fatal(err)
+		}
+		f.clk.Advance(5 * time.Minute)
+	}
+	// Chunks arrived at start, +5m, +10m and +15m; now is +20m.
+	read := func(q api.LogQuery) string {
+		var b bytes.Buffer
+		if err := f.srv.Logs(ctx, a, j.ID, q, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		q    api.LogQuery
+		want string
+	}{
+		{api.LogQuery{Since: time.Minute}, ""},
+		{api.LogQuery{Since: 6 * time.Minute}, "epoch 4\n"},
+		{api.LogQuery{Since: 10 * time.Minute}, "epoch 3\nepoch 4\n"}, // the chunk began mid-line: the whole line
+		{api.LogQuery{Since: 15 * time.Minute}, "epoch 2\nepoch 3\nepoch 4\n"},
+		{api.LogQuery{Since: time.Hour}, "boot\nepoch 1\nepoch 2\nepoch 3\nepoch 4\n"},
+		{api.LogQuery{SinceTime: start.Add(9 * time.Minute)}, "epoch 3\nepoch 4\n"},
+		{api.LogQuery{Since: time.Hour, Tail: 2}, "epoch 3\nepoch 4\n"},
+		{api.LogQuery{Since: 6 * time.Minute, Tail: 3}, "epoch 4\n"},
+	} {
+		if got := read(tc.q); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.q, got, tc.want)
+		}
+	}
+	// A log written before times were kept is shown whole.
+	os.Remove(f.srv.logPath(at) + ".times")
+	if got := read(api.LogQuery{Since: time.Minute}); got != "boot\nepoch 1\nepoch 2\nepoch 3\nepoch 4\n" {
+		t.Errorf("untimed log: %q", got)
 	}
 }
