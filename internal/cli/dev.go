@@ -225,7 +225,7 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	}
 	st := devState{APIURL: rm.url, LoginURL: rm.url + "/?token=" + rm.token, AdminToken: rm.token, Teams: map[string]string{}, Nodes: map[string]string{}}
 	for _, team := range []string{"team-a", "team-b"} {
-		if _, err := client.PutTeam(ctx, api.TeamRequest{Name: team}); err != nil {
+		if _, err := client.PutTeam(ctx, devTeam(team)); err != nil {
 			return fmt.Errorf("seed team %s: %w", team, err)
 		}
 		tok := prev.Teams[team]

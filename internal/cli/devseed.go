@@ -3,13 +3,35 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
+
+// devQuotas are the dev teams' quotas in GPUs per catalog id, within the
+// dev fleet (16 H100, 16 A100, 16 L4, 8 H200): team-a trains mostly on
+// H100s, team-b mostly on A100s and serves on L4s; they split the H200
+// box, and 4 L4s stay unassigned (anyone may borrow them). Neither team
+// has a borrowing limit, so idle GPUs still go to whoever asks.
+var devQuotas = map[string]map[string]int{
+	"team-a": {"h100-sxm-80gb": 10, "a100-sxm-80gb": 6, "l4": 4, "h200-sxm-141gb": 4},
+	"team-b": {"h100-sxm-80gb": 6, "a100-sxm-80gb": 10, "l4": 8, "h200-sxm-141gb": 4},
+}
+
+// devTeam is the request that creates or updates a dev team with its
+// seeded quota (a copy: the caller may keep it).
+func devTeam(name string) api.TeamRequest {
+	r := api.TeamRequest{Name: name}
+	if q, ok := devQuotas[name]; ok {
+		r.Quota = maps.Clone(q)
+	}
+	return r
+}
 
 // devDemand is how busy the seeded history keeps each dev GPU model: the
 // share of its GPU-hours asked for on the first seeded weekday, and the

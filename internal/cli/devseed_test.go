@@ -55,3 +55,42 @@ func fmtDate(t *time.Time) string {
 	}
 	return t.Format(time.DateOnly)
 }
+
+// TestDevTeamQuotas: each dev team gets a quota on every dev GPU model,
+// named by catalog id, and the quotas of a model never add up to more
+// GPUs than the dev fleet has of it.
+func TestDevTeamQuotas(t *testing.T) {
+	have := map[string]int{}
+	for _, d := range devDemand {
+		have[d.model] = len(d.nodes) * d.gpus
+	}
+	if have["h100-sxm-80gb"] != 16 || have["a100-sxm-80gb"] != 16 || have["l4"] != 16 || have["h200-sxm-141gb"] != 8 {
+		t.Fatalf("dev fleet %v, want 2x8 H100, 2x8 A100, 4x4 L4, 1x8 H200", have)
+	}
+	cat := catalog.Default()
+	total := map[string]int{}
+	for _, team := range []string{"team-a", "team-b"} {
+		r := devTeam(team)
+		if r.Name != team || len(r.Quota) != len(have) {
+			t.Fatalf("devTeam(%s) = %+v, want a quota on each of %v", team, r, have)
+		}
+		for model, n := range r.Quota {
+			if _, err := cat.Lookup(model); err != nil || n <= 0 {
+				t.Errorf("%s: quota %s=%d: %v", team, model, n, err)
+			}
+			total[model] += n
+		}
+		r.Quota["l4"] = 99 // a copy: the seed stays as it was
+		if devQuotas[team]["l4"] == 99 {
+			t.Error("devTeam hands out the seed's own map")
+		}
+	}
+	for model, n := range total {
+		if n > have[model] {
+			t.Errorf("%s: quotas add up to %d GPUs, the fleet has %d", model, n, have[model])
+		}
+	}
+	if r := devTeam("team-z"); r.Quota != nil {
+		t.Errorf("an unknown team gets quota %v, want none (PutTeam keeps what it has)", r.Quota)
+	}
+}

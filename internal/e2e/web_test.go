@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -354,7 +355,68 @@ func TestWebDashboard(t *testing.T) {
 		do(t, tc, "node page", chromedp.Navigate(d.APIURL+"/nodes/dev-h100-0"), chromedp.WaitVisible(chromedp.CSS("#gpus")))
 		shot(t, tc, shots, "node")
 		do(t, tc, "teams page", chromedp.Navigate(d.APIURL+"/teams"), chromedp.WaitVisible(chromedp.CSS("svg.barchart")))
-		shot(t, tc, shots, "teams")
+		// dev seeds quotas: the page shows each team's, as GET /teams has
+		// them, "—" on classes without one, and their sum as the total.
+		apiTeams, err := admin.Teams(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, team := range apiTeams {
+			if team.Name != "team-a" && team.Name != "team-b" {
+				continue
+			}
+			if len(team.Quota) == 0 {
+				t.Errorf("GET /teams: %s has no quota; gpufleet dev seeds one", team.Name)
+			}
+			cells := run(t, tc, "quota cells of "+team.Name, chromedp.Evaluate[map[string]string](fmt.Sprintf(
+				`Object.fromEntries(Array.from(document.querySelectorAll('table[data-team=%q] tr')).filter(r => r.querySelector('td.quota'))
+				  .map(r => [r.querySelector('th').firstChild.textContent.trim(), r.querySelector('td.quota').textContent.trim()]))`, team.Name)))
+			sum := 0
+			for class, q := range team.Quota {
+				sum += q
+				if got := cells[class]; got != strconv.Itoa(q) {
+					t.Errorf("teams page: %s quota on %s %q, API %d (page rows %v)", team.Name, class, got, q, cells)
+				}
+			}
+			for class, got := range cells {
+				if _, ok := team.Quota[class]; !ok && class != "Total" && got != "—" {
+					t.Errorf("teams page: %s has no quota on %s but the page shows %q", team.Name, class, got)
+				}
+			}
+			if cells["Total"] != strconv.Itoa(sum) {
+				t.Errorf("teams page: %s total quota %q, want %d", team.Name, cells["Total"], sum)
+			}
+		}
+		// Idle never reads above the GPU-hours it is part of.
+		over := run(t, tc, "idle above GPU-hours", chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll('td.idleh')).filter(c => parseFloat(c.textContent) > parseFloat(c.parentElement.querySelector('td.gpuh').textContent)).map(c => c.parentElement.textContent)`))
+		if len(over) > 0 {
+			t.Errorf("teams page rows with idle above GPU-hours: %q", over)
+		}
+		png = shot(t, tc, shots, "teams")
+		if os.Getenv("GPUFLEET_UPDATE_README_IMAGES") == "1" {
+			if err := os.WriteFile(filepath.Join("..", "..", "docs", "img", "dashboard-teams.png"), png, 0o644); err != nil {
+				t.Errorf("copy the teams screenshot for docs/DASHBOARD.md: %v", err)
+			}
+		}
+		// The 8-GPU job's charts: one mean line with its range as a band;
+		// each GPU on its own chart on demand.
+		do(t, tc, "job charts", chromedp.Navigate(d.APIURL+"/jobs/"+busy.ID), chromedp.WaitVisible(chromedp.CSS("#charts-h")),
+			chromedp.Poll[chromedp.Void](`document.querySelectorAll('g.band').length === 2`, chromedp.WithPollingTimeout(20*time.Second)))
+		if n := run(t, tc, "mean lines", chromedp.Evaluate[int](`document.querySelectorAll('.charts g.series').length`)); n != 2 {
+			t.Errorf("job charts draw %d series, want 2 (one mean line per chart)", n)
+		}
+		png = shot(t, tc, shots, "job-band")
+		if os.Getenv("GPUFLEET_UPDATE_README_IMAGES") == "1" {
+			if err := os.WriteFile(filepath.Join("..", "..", "docs", "img", "dashboard-job.png"), png, 0o644); err != nil {
+				t.Errorf("copy the job screenshot for docs/DASHBOARD.md: %v", err)
+			}
+		}
+		do(t, tc, "per GPU", chromedp.Click(chromedp.ID("view-per-gpu")), chromedp.WaitVisible(chromedp.ID("util-per-gpu")))
+		if n := run(t, tc, "small multiples", chromedp.Evaluate[int](`document.querySelectorAll('#util-per-gpu figure.chart').length`)); n != busy.Resources.GPUs {
+			t.Errorf("%d utilization small multiples, want %d", n, busy.Resources.GPUs)
+		}
+		shot(t, tc, shots, "job-per-gpu")
 
 		do(t, tc, "planner", chromedp.Navigate(d.APIURL+"/planner"), chromedp.WaitVisible(chromedp.ID("p-model")),
 			chromedp.SetValue(chromedp.ID("p-model"), "llama-3.1-70b"),

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +17,52 @@ import (
 // colour-vision deficiencies (Okabe-Ito, with black last).
 var palette = []string{"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#8c6d1f", "#000000"}
 
-func colour(i int) string { return palette[i%len(palette)] }
+// seriesColours returns n colours, no two alike: the palette first, then
+// hues a golden angle apart at alternating lightness, so a chart never
+// repeats a colour however many series it draws. Deterministic.
+func seriesColours(n int) []string {
+	out := make([]string, 0, n)
+	seen := map[string]bool{}
+	for i := 0; len(out) < n; i++ {
+		var c string
+		if i < len(palette) {
+			c = palette[i]
+		} else {
+			k := i - len(palette)
+			c = hslHex(math.Mod(20+137.508*float64(k), 360), 0.65, []float64{0.38, 0.52, 0.30}[k%3])
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// hslHex writes a colour given as hue (degrees), saturation and lightness
+// (0 to 1) as #rrggbb.
+func hslHex(h, s, l float64) string {
+	c := (1 - math.Abs(2*l-1)) * s
+	x := c * (1 - math.Abs(math.Mod(h/60, 2)-1))
+	m := l - c/2
+	var r, g, b float64
+	switch {
+	case h < 60:
+		r, g = c, x
+	case h < 120:
+		r, g = x, c
+	case h < 180:
+		g, b = c, x
+	case h < 240:
+		g, b = x, c
+	case h < 300:
+		r, b = x, c
+	default:
+		r, b = c, x
+	}
+	to := func(v float64) int { return int(math.Round((v + m) * 255)) }
+	return fmt.Sprintf("#%02x%02x%02x", to(r), to(g), to(b))
+}
 
 // point is one sample of a series.
 type point struct {
@@ -65,7 +112,25 @@ type line struct {
 	Name     string
 	Color    string
 	Segments []string // SVG points attributes
+	// Dots are markers at the points of a series too short to draw as a
+	// line (fewer than minLinePoints readings): two minute rollups joined
+	// by a line would draw a trend that was never measured.
+	Dots []dot
 }
+
+// dot is a marker at a point of a series.
+type dot struct{ X, Y float64 }
+
+// band is a shaded range (a series' minimum to maximum) as SVG polygons.
+type band struct {
+	Name     string
+	Color    string
+	Polygons []string // SVG points attributes
+}
+
+// minLinePoints is the fewest readings a series needs to be drawn as a
+// line; shorter ones are drawn as markers.
+const minLinePoints = 3
 
 // lineChart is a time series chart's geometry.
 type lineChart struct {
@@ -75,10 +140,24 @@ type lineChart struct {
 	XTicks, YTicks []tick
 	// YLabelX is where the y tick labels end; XLabelY the x tick labels' baseline.
 	YLabelX, XLabelY float64
+	Bands            []band
 	Lines            []line
 	Legend           []legendItem
 	// Empty, when set, replaces the plot with this message.
 	Empty string
+
+	from, to time.Time
+	ymax     float64
+}
+
+// xOf and yOf map a time and a value into the plot area (clamped).
+func (c *lineChart) xOf(t time.Time) float64 {
+	span := c.to.Sub(c.from).Seconds()
+	return c.X0 + (c.X1-c.X0)*math.Min(1, math.Max(0, t.Sub(c.from).Seconds()/span))
+}
+
+func (c *lineChart) yOf(v float64) float64 {
+	return c.Y1 - (c.Y1-c.Y0)*math.Min(1, math.Max(0, v/c.ymax))
 }
 
 // Chart sizes. The SVGs scale to their container; these set the aspect.
@@ -120,49 +199,181 @@ func buildLineChart(title, desc string, from, to time.Time, ymax float64, yfmt f
 	if ymax <= 0 {
 		ymax = 1
 	}
-	span := to.Sub(from).Seconds()
-	xOf := func(t time.Time) float64 {
-		return c.X0 + (c.X1-c.X0)*math.Min(1, math.Max(0, t.Sub(from).Seconds()/span))
-	}
-	yOf := func(v float64) float64 {
-		return c.Y1 - (c.Y1-c.Y0)*math.Min(1, math.Max(0, v/ymax))
-	}
+	c.from, c.to, c.ymax = from, to, ymax
 	for i := 0; i <= 4; i++ {
 		t := from.Add(time.Duration(float64(i) / 4 * float64(to.Sub(from))))
-		c.XTicks = append(c.XTicks, tick{Pos: r1(xOf(t)), Label: t.UTC().Format("15:04"), Anchor: tickAnchor(i, 4)})
+		c.XTicks = append(c.XTicks, tick{Pos: r1(c.xOf(t)), Label: t.UTC().Format("15:04"), Anchor: tickAnchor(i, 4)})
 		v := ymax * float64(i) / 4
-		c.YTicks = append(c.YTicks, tick{Pos: r1(yOf(v)), Label: yfmt(v)})
+		c.YTicks = append(c.YTicks, tick{Pos: r1(c.yOf(v)), Label: yfmt(v)})
 	}
+	colours := seriesColours(len(series))
 	for i, s := range series {
-		l := line{Name: s.Name, Color: colour(i)}
-		var seg []string
-		var prev time.Time
-		flush := func() {
-			if len(seg) == 1 { // a lone sample: a short stroke so it shows
-				seg = append(seg, nudge(seg[0]))
+		l := line{Name: s.Name, Color: colours[i]}
+		pts := downsample(s.Points, maxPoints)
+		if valid(pts) < minLinePoints {
+			for _, p := range pts {
+				if !math.IsNaN(p.V) {
+					l.Dots = append(l.Dots, dot{X: r1(c.xOf(p.T)), Y: r1(c.yOf(p.V))})
+				}
 			}
-			if len(seg) > 0 {
+		} else {
+			for _, run := range runs(pts, gap) {
+				seg := make([]string, 0, len(run)+1)
+				for _, p := range run {
+					seg = append(seg, coord(c.xOf(p.T), c.yOf(p.V)))
+				}
+				if len(seg) == 1 { // a lone sample: a short stroke so it shows
+					seg = append(seg, nudge(seg[0]))
+				}
 				l.Segments = append(l.Segments, strings.Join(seg, " "))
 			}
-			seg = nil
 		}
-		for _, p := range downsample(s.Points, maxPoints) {
-			if math.IsNaN(p.V) {
-				flush()
-				continue
-			}
-			if !prev.IsZero() && p.T.Sub(prev) > gap {
-				flush()
-			}
-			prev = p.T
-			seg = append(seg, coord(xOf(p.T), yOf(p.V)))
-		}
-		flush()
 		c.Lines = append(c.Lines, l)
 		c.Legend = append(c.Legend, newLegendItem(c.X0+float64(i%perRow)*colW,
 			c.Y1+chartXAxisH+float64(i/perRow)*legendRowH+12, l.Color, s.Name))
 	}
 	return c
+}
+
+// valid counts the points with a reading.
+func valid(pts []point) int {
+	n := 0
+	for _, p := range pts {
+		if !math.IsNaN(p.V) {
+			n++
+		}
+	}
+	return n
+}
+
+// runs splits points into runs of readings: a missing reading or two
+// points further apart than gap end a run.
+func runs(pts []point, gap time.Duration) [][]point {
+	var out [][]point
+	var cur []point
+	for _, p := range pts {
+		if math.IsNaN(p.V) || (len(cur) > 0 && p.T.Sub(cur[len(cur)-1].T) > gap) {
+			if len(cur) > 0 {
+				out = append(out, cur)
+			}
+			cur = nil
+		}
+		if !math.IsNaN(p.V) {
+			cur = append(cur, p)
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// spread is series summed up per timestamp: the mean of the readings and
+// their minimum and maximum (NaN where no series has a reading).
+type spread struct {
+	Mean, Min, Max []point
+}
+
+// spreadOf aligns series on their timestamps and summarises each.
+func spreadOf(series []seriesData) spread {
+	type acc struct {
+		sum, lo, hi float64
+		n           int
+	}
+	by := map[time.Time]*acc{}
+	var times []time.Time
+	for _, s := range series {
+		for _, p := range s.Points {
+			a := by[p.T]
+			if a == nil {
+				a = &acc{lo: math.Inf(1), hi: math.Inf(-1)}
+				by[p.T] = a
+				times = append(times, p.T)
+			}
+			if !math.IsNaN(p.V) {
+				a.sum += p.V
+				a.n++
+				a.lo, a.hi = math.Min(a.lo, p.V), math.Max(a.hi, p.V)
+			}
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	var sp spread
+	for _, t := range times {
+		a := by[t]
+		mean, lo, hi := math.NaN(), math.NaN(), math.NaN()
+		if a.n > 0 {
+			mean, lo, hi = a.sum/float64(a.n), a.lo, a.hi
+		}
+		sp.Mean = append(sp.Mean, point{T: t, V: mean})
+		sp.Min = append(sp.Min, point{T: t, V: lo})
+		sp.Max = append(sp.Max, point{T: t, V: hi})
+	}
+	return sp
+}
+
+// bandColour is the min-max band's fill: the mean line's colour, light.
+const bandColour = "#a6cde8"
+
+// buildBandChart draws many series as one: their mean as a line and
+// their minimum-to-maximum range as a band around it, so a 16-GPU job
+// reads as one shape with its spread. One series is drawn as it is.
+func buildBandChart(title, desc string, from, to time.Time, ymax float64, yfmt func(float64) string, series []seriesData, gap time.Duration) lineChart {
+	if len(series) <= 1 {
+		return buildLineChart(title, desc, from, to, ymax, yfmt, series, gap)
+	}
+	sp := spreadOf(series)
+	mean := seriesData{Name: fmt.Sprintf("mean of %d GPUs", len(series)), Points: sp.Mean}
+	rng := seriesData{Name: "lowest to highest GPU"}
+	c := buildLineChart(title, desc, from, to, ymax, yfmt, []seriesData{mean, rng}, gap)
+	if c.Empty != "" {
+		return c
+	}
+	c.Lines = c.Lines[:1] // the range is drawn as a band, not a line
+	c.Legend[1].Color = bandColour
+	b := band{Name: rng.Name, Color: bandColour}
+	lo := map[time.Time]float64{}
+	for _, p := range downsample(sp.Min, maxPoints) {
+		lo[p.T] = p.V
+	}
+	hi := downsample(sp.Max, maxPoints)
+	short := valid(hi) < minLinePoints
+	for _, run := range runs(hi, gap) {
+		if short || len(run) == 1 { // a range at a marker: a narrow bar
+			for _, p := range run {
+				x, y0, y1 := c.xOf(p.T), c.yOf(lo[p.T]), c.yOf(p.V)
+				b.Polygons = append(b.Polygons, strings.Join([]string{coord(x-3, y1), coord(x+3, y1), coord(x+3, y0), coord(x-3, y0)}, " "))
+			}
+			continue
+		}
+		pts := make([]string, 0, 2*len(run))
+		for _, p := range run {
+			pts = append(pts, coord(c.xOf(p.T), c.yOf(p.V)))
+		}
+		for i := len(run) - 1; i >= 0; i-- {
+			pts = append(pts, coord(c.xOf(run[i].T), c.yOf(lo[run[i].T])))
+		}
+		b.Polygons = append(b.Polygons, strings.Join(pts, " "))
+	}
+	c.Bands = []band{b}
+	return c
+}
+
+// buildSmallMultiples draws each series on its own small chart, titled
+// with its name, each in its own colour: the per-GPU view of a job.
+func buildSmallMultiples(from, to time.Time, ymax float64, yfmt func(float64) string, series []seriesData, gap time.Duration) []lineChart {
+	colours := seriesColours(len(series))
+	out := make([]lineChart, 0, len(series))
+	for i, s := range series {
+		c := buildLineChart(s.Name, s.Name+", per minute.", from, to, ymax, yfmt, []seriesData{s}, gap)
+		if c.Empty == "" {
+			c.Lines[0].Color = colours[i]
+			c.Legend = nil
+			c.H = c.Y1 + chartXAxisH
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func coord(x, y float64) string {
@@ -259,9 +470,64 @@ type barChart struct {
 	Empty                            string
 }
 
+// niceScale is an axis from 0 to Top in steps of Step (1, 2 or 5 times a
+// power of ten), with the decimals Step needs: every tick label of the
+// axis is written with the same number of decimals.
+type niceScale struct {
+	Step, Top float64
+	Decimals  int
+}
+
+// niceTicks picks a scale for values from 0 to hi in about target
+// intervals: the smallest step of 1, 2 or 5 times a power of ten that
+// covers hi in target steps or fewer, and hi rounded up to a step.
+func niceTicks(hi float64, target int) niceScale {
+	if target < 1 {
+		target = 4
+	}
+	if !(hi > 0) || math.IsInf(hi, 0) {
+		hi = 1
+	}
+	raw := hi / float64(target)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * mag
+	for _, m := range []float64{1, 2, 5} {
+		if m*mag >= raw*(1-1e-9) {
+			step = m * mag
+			break
+		}
+	}
+	top := math.Ceil(hi/step-1e-9) * step
+	dec := max(0, int(-math.Floor(math.Log10(step)+1e-9)))
+	return niceScale{Step: step, Top: top, Decimals: dec}
+}
+
+// Ticks lists the scale's tick values, 0 to Top.
+func (s niceScale) Ticks() []float64 {
+	n := int(math.Round(s.Top / s.Step))
+	out := make([]float64, 0, n+1)
+	for i := 0; i <= n; i++ {
+		out = append(out, float64(i)*s.Step)
+	}
+	return out
+}
+
+// Label writes v with the scale's decimals and the unit after it.
+func (s niceScale) Label(v float64, unit string) string {
+	return strconv.FormatFloat(v, 'f', s.Decimals, 64) + unit
+}
+
+// barAxis is how a bar chart's ticks are written: values are divided by
+// Scale (0 counts as 1) and followed by Unit (" h", " GiB").
+type barAxis struct {
+	Scale float64
+	Unit  string
+}
+
 // buildBarChart lays out one stacked bar per input, scaled to the largest
-// total or marker; xfmt labels the ticks and the notes.
-func buildBarChart(title, desc string, parts []barPart, in []barInput, markerName string, xfmt func(float64) string) barChart {
+// total or marker rounded up to a nice tick; xfmt writes the values in
+// the bars' titles, ax the tick labels.
+func buildBarChart(title, desc string, parts []barPart, in []barInput, markerName string, xfmt func(float64) string, ax barAxis) barChart {
 	const labelW, noteW, rowH, barH, legendH = 150.0, 120.0, 26.0, 16.0, 22.0
 	c := barChart{Title: title, Desc: desc, W: chartW, BarH: barH, MarkerName: markerName}
 	x0, x1 := labelW, chartW-noteW
@@ -289,9 +555,12 @@ func buildBarChart(title, desc string, parts []barPart, in []barInput, markerNam
 		}
 		xmax = math.Max(xmax, math.Max(t, b.Marker))
 	}
-	if xmax <= 0 {
-		xmax = 1
+	scale := ax.Scale
+	if scale <= 0 {
+		scale = 1
 	}
+	nice := niceTicks(xmax/scale, 5)
+	xmax = nice.Top * scale
 	xOf := func(v float64) float64 { return r1(x0 + (x1-x0)*v/xmax) }
 	for i, b := range in {
 		y := top + float64(i)*rowH
@@ -314,9 +583,9 @@ func buildBarChart(title, desc string, parts []barPart, in []barInput, markerNam
 	c.AxisY = top + float64(len(in))*rowH
 	c.TickTop = top - 4
 	c.TickTextY = c.AxisY + 14
-	for i := 0; i <= 4; i++ {
-		v := xmax * float64(i) / 4
-		c.XTicks = append(c.XTicks, tick{Pos: xOf(v), Label: xfmt(v), Anchor: tickAnchor(i, 4)})
+	ticks := nice.Ticks()
+	for i, v := range ticks {
+		c.XTicks = append(c.XTicks, tick{Pos: xOf(v * scale), Label: nice.Label(v, ax.Unit), Anchor: tickAnchor(i, len(ticks)-1)})
 	}
 	c.H = c.AxisY + 22
 	return c

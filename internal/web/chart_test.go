@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestDownsample(t *testing.T) {
 
 func TestBarChart(t *testing.T) {
 	c := buildBarChart("m", "d", []barPart{{"a", "#000"}, {"b", "#111"}},
-		[]barInput{{Label: "x", Values: []float64{30, 10}, Marker: 80, Note: "40/80"}, {Label: "y", Values: []float64{0, 100}}}, "cap", fmtNum1)
+		[]barInput{{Label: "x", Values: []float64{30, 10}, Marker: 80, Note: "40/80"}, {Label: "y", Values: []float64{0, 100}}}, "cap", fmtNum1, barAxis{})
 	if len(c.Rows) != 2 || len(c.Rows[0].Segs) != 2 || len(c.Rows[1].Segs) != 1 {
 		t.Fatalf("rows %+v", c.Rows)
 	}
@@ -74,10 +75,10 @@ func TestBarChart(t *testing.T) {
 	if r.Segs[0].X != 150 || r.Segs[0].W != 111 || !r.HasMarker || r.MarkerX != 446 {
 		t.Errorf("row 0 geometry %+v", r)
 	}
-	if !c.HasMarker || len(c.Legend) != 2 || c.XTicks[4].Label != "100.0" {
+	if !c.HasMarker || len(c.Legend) != 2 || c.XTicks[len(c.XTicks)-1].Label != "100" {
 		t.Errorf("legend or ticks: %+v %+v", c.Legend, c.XTicks)
 	}
-	if e := buildBarChart("m", "d", nil, nil, "", fmtNum1); e.Empty == "" {
+	if e := buildBarChart("m", "d", nil, nil, "", fmtNum1, barAxis{}); e.Empty == "" {
 		t.Error("no bars, not empty")
 	}
 }
@@ -139,5 +140,146 @@ func TestRackDraw(t *testing.T) {
 	}
 	if top != 0.75 {
 		t.Errorf("top %g, want 0.75", top)
+	}
+}
+
+func TestNiceTicks(t *testing.T) {
+	for _, tc := range []struct {
+		hi       float64
+		target   int
+		step     float64
+		top      float64
+		decimals int
+		labels   string
+	}{
+		{0.074, 5, 0.02, 0.08, 2, "0.00 0.02 0.04 0.06 0.08"}, // not 0.0, 0.074, 0.1
+		{0.06, 5, 0.02, 0.06, 2, "0.00 0.02 0.04 0.06"},
+		{1, 5, 0.2, 1, 1, "0.0 0.2 0.4 0.6 0.8 1.0"},
+		{7.3, 5, 2, 8, 0, "0 2 4 6 8"},
+		{100, 5, 20, 100, 0, "0 20 40 60 80 100"},
+		{101, 5, 50, 150, 0, "0 50 100 150"},
+		{2400, 5, 500, 2500, 0, "0 500 1000 1500 2000 2500"},
+		{0.0004, 4, 0.0001, 0.0004, 4, "0.0000 0.0001 0.0002 0.0003 0.0004"},
+		{0, 5, 0.2, 1, 1, "0.0 0.2 0.4 0.6 0.8 1.0"}, // nothing to show: 0 to 1
+		{math.NaN(), 5, 0.2, 1, 1, "0.0 0.2 0.4 0.6 0.8 1.0"},
+	} {
+		got := niceTicks(tc.hi, tc.target)
+		if math.Abs(got.Step-tc.step) > 1e-12 || math.Abs(got.Top-tc.top) > 1e-12 || got.Decimals != tc.decimals {
+			t.Errorf("niceTicks(%g, %d) = %+v, want step %g top %g decimals %d", tc.hi, tc.target, got, tc.step, tc.top, tc.decimals)
+			continue
+		}
+		var labels []string
+		for _, v := range got.Ticks() {
+			labels = append(labels, got.Label(v, ""))
+		}
+		if l := strings.Join(labels, " "); l != tc.labels {
+			t.Errorf("niceTicks(%g) labels %q, want %q", tc.hi, l, tc.labels)
+		}
+	}
+}
+
+func TestColumnUnits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		col  columnUnit
+		vals []float64
+		want []string
+	}{
+		// One unit per column, picked from its largest value, and the
+		// same decimals in every row.
+		{"energy kWh", energyColumn(3.6e7), []float64{3.6e7, 5e5, 900, 0}, []string{"10.0 kWh", "0.1 kWh", "0.0 kWh", "0.0 kWh"}},
+		{"energy Wh", energyColumn(900), []float64{900, 36}, []string{"0.250 Wh", "0.010 Wh"}},
+		{"energy 100s of Wh", energyColumn(1.8e6), []float64{1.8e6, 3600}, []string{"500 Wh", "1 Wh"}},
+		{"energy MWh", energyColumn(7.2e9), []float64{7.2e9, 3.6e8}, []string{"2.00 MWh", "0.10 MWh"}},
+		{"energy none", energyColumn(0), []float64{0}, []string{"0.0 Wh"}},
+		{"hours small", hoursColumn(0.074), []float64{0.074, 0.0601, 0.06}, []string{"0.074", "0.060", "0.060"}},
+		{"hours", hoursColumn(10.06), []float64{10.06, 2.06, 0.06}, []string{"10.1", "2.1", "0.1"}},
+		{"hours big", hoursColumn(1234.6), []float64{1234.6, 0.2}, []string{"1235", "0"}},
+		{"hours single", hoursColumn(3.5), []float64{3.5, -0.001}, []string{"3.50", "0.00"}},
+	} {
+		for i, v := range tc.vals {
+			if got := tc.col.Format(v); got != tc.want[i] {
+				t.Errorf("%s: Format(%g) = %q, want %q", tc.name, v, got, tc.want[i])
+			}
+		}
+	}
+}
+
+// TestSeriesColoursNeverRepeat: however many series a chart draws, no two
+// share a colour, and the first eight are the palette.
+func TestSeriesColoursNeverRepeat(t *testing.T) {
+	for _, n := range []int{0, 1, 8, 9, 16, 64} {
+		cs := seriesColours(n)
+		if len(cs) != n {
+			t.Fatalf("seriesColours(%d): %d colours", n, len(cs))
+		}
+		seen := map[string]int{}
+		for i, c := range cs {
+			if j, ok := seen[c]; ok {
+				t.Errorf("seriesColours(%d): %s at %d and %d", n, c, j, i)
+			}
+			seen[c] = i
+			if i < len(palette) && c != palette[i] {
+				t.Errorf("seriesColours(%d)[%d] = %s, want the palette's %s", n, i, c, palette[i])
+			}
+		}
+	}
+	if got := hslHex(0, 1, 0.5); got != "#ff0000" {
+		t.Errorf("hslHex red = %s", got)
+	}
+}
+
+// TestBandChart: 16 series draw as one mean line and one min-max band
+// (two legend entries), and the mean and range are the series'.
+func TestBandChart(t *testing.T) {
+	from := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	var series []seriesData
+	for g := range 16 {
+		s := seriesData{Name: fmt.Sprintf("n GPU %d", g)}
+		for m := range 10 {
+			s.Points = append(s.Points, point{from.Add(time.Duration(m) * time.Minute), bigJobUtil(g)})
+		}
+		series = append(series, s)
+	}
+	sp := spreadOf(series)
+	if len(sp.Mean) != 10 || math.Abs(sp.Mean[3].V-0.6) > 1e-9 || sp.Min[3].V != bigJobUtil(0) || sp.Max[3].V != bigJobUtil(15) {
+		t.Fatalf("spread at 10:03: mean %v min %v max %v, want 0.6, 0.3, 0.9", sp.Mean[3], sp.Min[3], sp.Max[3])
+	}
+	c := buildBandChart("u", "d", from, from.Add(10*time.Minute), 1, fmtNum1, series, 150*time.Second)
+	if len(c.Lines) != 1 || len(c.Bands) != 1 || len(c.Legend) != 2 || c.Legend[0].Name != "mean of 16 GPUs" {
+		t.Fatalf("lines %d, bands %d, legend %+v: want one mean line and one band", len(c.Lines), len(c.Bands), c.Legend)
+	}
+	if c.Lines[0].Color == c.Bands[0].Color {
+		t.Error("the band has the line's colour")
+	}
+	// The mean (0.6) sits at 60% of the plot's height: y = 170 - 0.6*160.
+	if !strings.HasPrefix(c.Lines[0].Segments[0], "58.0,74.0 ") {
+		t.Errorf("mean line %q, want y 74.0", c.Lines[0].Segments[0])
+	}
+	if len(c.Bands[0].Polygons) != 1 || !strings.Contains(c.Bands[0].Polygons[0], "58.0,26.0") || !strings.Contains(c.Bands[0].Polygons[0], "58.0,122.0") {
+		t.Errorf("band %q, want the range 0.3 (y 122) to 0.9 (y 26)", c.Bands[0].Polygons)
+	}
+	multiples := buildSmallMultiples(from, from.Add(10*time.Minute), 1, fmtNum1, series, 150*time.Second)
+	seen := map[string]bool{}
+	for i, m := range multiples {
+		if m.Title != series[i].Name || len(m.Lines) != 1 || len(m.Legend) != 0 || seen[m.Lines[0].Color] {
+			t.Errorf("small multiple %d: %q, %d lines, colour %s (repeated: %v)", i, m.Title, len(m.Lines), m.Lines[0].Color, seen[m.Lines[0].Color])
+		}
+		seen[m.Lines[0].Color] = true
+	}
+}
+
+// TestShortSeriesDrawMarkers: a series of fewer than three readings is
+// drawn as markers, never as a line between two minutes.
+func TestShortSeriesDrawMarkers(t *testing.T) {
+	from := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	two := seriesData{Name: "GPU 0", Points: []point{{from.Add(2 * time.Minute), 0.2}, {from.Add(3 * time.Minute), 0.8}}}
+	c := buildLineChart("t", "d", from, from.Add(10*time.Minute), 1, fmtNum1, []seriesData{two}, 150*time.Second)
+	if l := c.Lines[0]; len(l.Segments) != 0 || len(l.Dots) != 2 || l.Dots[0] != (dot{X: 171.6, Y: 138}) {
+		t.Errorf("two readings: segments %q dots %+v, want two markers and no line", l.Segments, l.Dots)
+	}
+	b := buildBandChart("t", "d", from, from.Add(10*time.Minute), 1, fmtNum1, []seriesData{two, {Name: "GPU 1", Points: two.Points[:1]}}, 150*time.Second)
+	if len(b.Lines[0].Dots) != 2 || len(b.Lines[0].Segments) != 0 || len(b.Bands[0].Polygons) != 2 {
+		t.Errorf("short band: %+v %+v, want two mean markers with a range bar each", b.Lines[0], b.Bands)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ func newFakeService(now time.Time) *fakeService {
 			StartedAt: &started, EstimateS: f64(3600), Resources: gpufleet.Resources{GPUs: 2}, Command: []string{"serve"},
 			Attempts: []gpufleet.Attempt{{ID: "att-1", JobID: "j-a2", State: gpufleet.AttemptRunning, Node: "n1", GPUs: []string{"GPU-1", "GPU-2"},
 				Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"GPU-1", "GPU-2"}}}, StartedAt: &started}}},
+		bigJob(now), shortJob(now),
 		{ID: "j-b1", Team: "team-b", Name: "secret-b", State: gpufleet.JobQueued, Priority: "batch", SubmittedAt: now,
 			Resources: gpufleet.Resources{GPUs: 1}, Command: []string{"true"},
 			Queue: &gpufleet.QueueEntry{ID: "j-b1", Team: "team-b", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"}},
@@ -74,6 +76,39 @@ func newFakeService(now time.Time) *fakeService {
 	s.nodes = []gpufleet.Node{n1, n2}
 	return s
 }
+
+// bigJob is team-a's 16-GPU job over two nodes the viewer cannot name
+// (GPU-n3-0 … GPU-n4-7), running for 20 minutes.
+func bigJob(now time.Time) gpufleet.Job {
+	started := now.Add(-20 * time.Minute)
+	var nodes []gpufleet.AttemptNode
+	for _, n := range []string{"n3", "n4"} {
+		an := gpufleet.AttemptNode{Name: n}
+		for i := range 8 {
+			an.GPUs = append(an.GPUs, fmt.Sprintf("GPU-%s-%d", n, i))
+		}
+		nodes = append(nodes, an)
+	}
+	return gpufleet.Job{ID: "j-a3", Team: "team-a", Name: "alpha-big", State: gpufleet.JobRunning, Priority: "training", SubmittedAt: started,
+		StartedAt: &started, Resources: gpufleet.Resources{GPUs: 16}, Command: []string{"train"},
+		Attempts: []gpufleet.Attempt{{ID: "att-3", JobID: "j-a3", State: gpufleet.AttemptRunning, Node: "n3", GPUs: nodes[0].GPUs, Nodes: nodes, StartedAt: &started}}}
+}
+
+// shortJob is team-a's job that ran 40 seconds on one GPU, five minutes
+// ago: placed 2 s before it ran.
+func shortJob(now time.Time) gpufleet.Job {
+	placed := now.Add(-5 * time.Minute).Truncate(time.Minute).Add(10 * time.Second)
+	running, done := placed.Add(2*time.Second), placed.Add(40*time.Second)
+	code := 0
+	return gpufleet.Job{ID: "j-a4", Team: "team-a", Name: "alpha-quick", State: gpufleet.JobSucceeded, Priority: "batch", SubmittedAt: placed.Add(-time.Second),
+		StartedAt: &running, FinishedAt: &done, Resources: gpufleet.Resources{GPUs: 1}, Command: []string{"true"},
+		Attempts: []gpufleet.Attempt{{ID: "att-4", JobID: "j-a4", State: gpufleet.AttemptSucceeded, Node: "n1", GPUs: []string{"GPU-1"},
+			Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"GPU-1"}}}, StartedAt: &placed, FinishedAt: &done, ExitCode: &code}}}
+}
+
+// bigJobUtil is the fake effective utilization of GPU i (of 16) of the
+// big job in any minute: 0.30 to 0.90, so the mean is 0.60.
+func bigJobUtil(i int) float64 { return 0.3 + 0.04*float64(i) }
 
 func (s *fakeService) record(p api.Principal) error {
 	s.mu.Lock()
@@ -216,6 +251,7 @@ func (s *fakeService) Teams(_ context.Context, p api.Principal) ([]gpufleet.Team
 	for _, t := range []gpufleet.Team{
 		{Name: "team-a", Quota: map[string]int{"h100-sxm-80gb": 8}, Used: map[string]int{"h100-sxm-80gb": 2}, BorrowingLimit: -1, Weight: 1},
 		{Name: "team-b", Quota: map[string]int{"big": 4}, Used: map[string]int{"l4": 1}, BorrowingLimit: 2, Weight: 2},
+		{Name: "team-c", Quota: map[string]int{}, Used: map[string]int{"l4": 1}, BorrowingLimit: -1, Weight: 1},
 	} {
 		if visibleTo(p, t.Name) {
 			out = append(out, t)
@@ -269,9 +305,12 @@ func (s *fakeService) Usage(_ context.Context, p api.Principal, q api.UsageQuery
 	}
 	rep := api.UsageReport{From: q.From, To: q.To}
 	for _, t := range []api.TeamUsage{
-		{Team: "team-a", GPUHours: 10, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7,
-			Models: []api.ModelUsage{{Model: "h100-sxm-80gb", GPUHours: 10, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7}}},
+		{Team: "team-a", GPUHours: 10.06, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2.06, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7 + 5e5,
+			Models: []api.ModelUsage{{Model: "a100-sxm-80gb", GPUHours: 0.06, IdleAllocatedGPUHour: 0.06, EnergyJoules: 5e5},
+				{Model: "h100-sxm-80gb", GPUHours: 10, EffectiveGPUHours: 6, IdleAllocatedGPUHour: 2, IdleAllocatedUSD: 5.5, EnergyJoules: 3.6e7}}},
 		{Team: "team-b", GPUHours: 1, EffectiveGPUHours: 1},
+		{Team: "team-c", GPUHours: 0.074, EffectiveGPUHours: 0.05, IdleAllocatedGPUHour: 0.01, EnergyJoules: 900,
+			Models: []api.ModelUsage{{Model: "l4", GPUHours: 0.074, EffectiveGPUHours: 0.05, IdleAllocatedGPUHour: 0.01, EnergyJoules: 900}}},
 	} {
 		if visibleTo(p, t.Team) {
 			rep.Teams = append(rep.Teams, t)
@@ -298,9 +337,7 @@ func (s *fakeService) Rollups(_ context.Context, p api.Principal, q api.RollupQu
 		if err != nil {
 			return nil, err
 		}
-		if len(j.Attempts) == 0 {
-			return nil, nil
-		}
+		return s.jobRollups(j), nil
 	}
 	var out []api.GPURollup
 	for m := 10; m > 0; m-- {
@@ -311,6 +348,41 @@ func (s *fakeService) Rollups(_ context.Context, p api.Principal, q api.RollupQu
 		}
 	}
 	return out, nil
+}
+
+// jobRollups are the rollups of the minutes a job's attempts held their
+// GPUs, in the server's order (by GPU UUID, then minute): the big job's
+// GPU i at bigJobUtil(i) and i GiB, the others' as the node's.
+func (s *fakeService) jobRollups(j gpufleet.Job) []api.GPURollup {
+	var out []api.GPURollup
+	for _, a := range j.Attempts {
+		end := s.now
+		if a.FinishedAt != nil {
+			end = *a.FinishedAt
+		}
+		var gpus []string
+		for _, n := range a.Nodes {
+			gpus = append(gpus, n.GPUs...)
+		}
+		for i, g := range gpus {
+			node := a.Nodes[0].Name
+			for _, n := range a.Nodes {
+				if slices.Contains(n.GPUs, g) {
+					node = n.Name
+				}
+			}
+			for m := a.StartedAt.Truncate(time.Minute); !m.After(end); m = m.Add(time.Minute) {
+				util, mem := float64(m.Minute()%10)/10, int64(m.Minute()%10)<<30
+				if j.ID == "j-a3" {
+					util, mem = bigJobUtil(i), int64(i)<<30
+				}
+				out = append(out, api.GPURollup{Node: node, GPU: g, Model: "h100-sxm-80gb", Minute: m, Samples: 12,
+					EffectiveUtilization: f64(util), MemoryUsedBytesMax: i64(mem), PowerWatts: f64(300), EnergyJoules: 18000})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b api.GPURollup) int { return strings.Compare(a.GPU, b.GPU) })
+	return out
 }
 
 func (s *fakeService) Authenticate(_ context.Context, bearer string) (api.Principal, error) {

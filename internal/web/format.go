@@ -219,3 +219,60 @@ func shortID(s string) string {
 	}
 	return s[:12] + "…"
 }
+
+// columnUnit is the one unit a table column writes all its values in,
+// with the decimals its largest value needs: a column never mixes units,
+// and its rows line up.
+type columnUnit struct {
+	Name     string  // "kWh"; empty for a bare number
+	Per      float64 // base units (J, h) per one of Name
+	Decimals int
+}
+
+// Format writes v (in base units) in the column's unit.
+func (u columnUnit) Format(v float64) string {
+	s := strconv.FormatFloat(v/u.Per, 'f', u.Decimals, 64)
+	if s == "-"+strconv.FormatFloat(0, 'f', u.Decimals, 64) {
+		s = s[1:]
+	}
+	if u.Name == "" {
+		return s
+	}
+	return s + " " + u.Name
+}
+
+// decimalsFor is how many decimals show about three significant digits
+// of a column whose largest value is top (in the column's unit).
+func decimalsFor(top float64) int {
+	switch top = math.Abs(top); {
+	case top == 0:
+		return 1
+	case top < 1:
+		return 3
+	case top < 10:
+		return 2
+	case top < 100:
+		return 1
+	}
+	return 0
+}
+
+// energyColumn picks an energy column's unit from its largest value in
+// joules: Wh under 1 kWh, kWh under 1 MWh, else MWh.
+func energyColumn(maxJ float64) columnUnit {
+	u := columnUnit{Name: "Wh", Per: 3600}
+	switch m := math.Abs(maxJ); {
+	case m >= 3.6e9:
+		u = columnUnit{Name: "MWh", Per: 3.6e9}
+	case m >= 3.6e6:
+		u = columnUnit{Name: "kWh", Per: 3.6e6}
+	}
+	u.Decimals = decimalsFor(maxJ / u.Per)
+	return u
+}
+
+// hoursColumn is an hours column's format (a bare number of hours) from
+// its largest value.
+func hoursColumn(maxH float64) columnUnit {
+	return columnUnit{Per: 1, Decimals: decimalsFor(maxH)}
+}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,9 +26,13 @@ type specRow struct{ Key, Value string }
 // attemptRow is one attempt of a job.
 type attemptRow struct {
 	ID, State, Node, GPUs, GPUsTitle string
-	Started, Finished, Took          string
-	Exit, Reason, ReasonCode         string
-	Energy, Work, PerUnit            string
+	// GPUCount and GPUList are GPUs as a count and the short ids, each
+	// kept whole in its cell.
+	GPUCount                 int
+	GPUList                  []string
+	Started, Finished, Took  string
+	Exit, Reason, ReasonCode string
+	Energy, Work, PerUnit    string
 	// Isolation is what the attempt got (mechanism and isolation), and
 	// IsolationTitle says it in full.
 	Isolation, IsolationTitle string
@@ -42,8 +47,16 @@ type jobView struct {
 	Queue                           *pendingRow
 	Attempts                        []attemptRow
 	Util, Memory                    lineChart
-	HasLogs                         bool
-	Window                          string
+	// PerGPU is set when the page shows each GPU on its own small chart
+	// (?per_gpu=1): UtilPerGPU and MemoryPerGPU, in GPU order. GPUCount
+	// is how many GPUs the charts cover; PerGPUURL and BandURL switch
+	// between the views.
+	PerGPU                   bool
+	UtilPerGPU, MemoryPerGPU []lineChart
+	GPUCount                 int
+	PerGPUURL, BandURL       string
+	HasLogs                  bool
+	Window                   string
 	// ChartsLive is the charts' fragment URL; ChartsPollMS its interval.
 	ChartsLive   string
 	ChartsPollMS int
@@ -76,10 +89,15 @@ func (u *UI) job(r *http.Request, v *viewer, charts bool) (view, error) {
 		return view{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	now := u.now()
+	perGPU := r.URL.Query().Get("per_gpu") == "1"
 	jv := jobView{ID: j.ID, Name: j.Name, Team: j.Team, State: string(j.State), Priority: string(j.Priority),
 		CancelRequested: j.CancelRequested, CanCancel: !j.State.Terminal() && !j.CancelRequested, HasLogs: u.logs != nil,
 		ChartsLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/charts", ChartsPollMS: chartPollMS,
-		LogLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/log"}
+		LogLive: "/ui/jobs/" + url.PathEscape(j.ID) + "/log", PerGPU: perGPU,
+		PerGPUURL: "/jobs/" + url.PathEscape(j.ID) + "?per_gpu=1#charts-h", BandURL: "/jobs/" + url.PathEscape(j.ID) + "#charts-h"}
+	if perGPU {
+		jv.ChartsLive += "?per_gpu=1"
+	}
 	jv.Spec = jobSpec(j)
 	jv.Command = shellJoin(j.Command)
 	if j.Queue != nil {
@@ -120,7 +138,10 @@ func jobSpec(j gpufleet.Job) []specRow {
 	rows := []specRow{
 		{"GPUs", strconv.Itoa(res.GPUs)},
 		{"Submitted", fmtClock(j.SubmittedAt)},
-		{"Started", fmtClockPtr(j.StartedAt)},
+		// The job's started_at is when its first attempt began running
+		// on its node; an attempt's start is when the scheduler placed
+		// it (its GPUs held from then), a little earlier.
+		{"First running", fmtClockPtr(j.StartedAt)},
 		{"Finished", fmtClockPtr(j.FinishedAt)},
 		{"Time limit", fmtSecondsPtr(j.TimeLimitS)},
 		{"Estimate", fmtSecondsPtr(j.EstimateS)},
@@ -189,6 +210,7 @@ func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 	}
 	row.Node = strings.Join(names, ", ")
 	row.GPUs = fmt.Sprintf("%d: %s", len(gpus), strings.Join(short, " "))
+	row.GPUCount, row.GPUList = len(gpus), short
 	row.GPUsTitle = strings.Join(gpus, " ")
 	if a.StartedAt != nil {
 		end := now
@@ -203,8 +225,10 @@ func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 	return row
 }
 
-// jobCharts draws the job's per-GPU utilization and memory from the
-// rollups of the GPUs its attempts held.
+// jobCharts draws the job's effective utilization and memory from the
+// per-minute rollups of the GPUs its attempts held: by default the mean
+// across its GPUs with their lowest-to-highest range as a band, and with
+// ?per_gpu=1 one small chart per GPU.
 func (u *UI) jobCharts(r *http.Request, v *viewer, j gpufleet.Job, jv *jobView, now time.Time) {
 	from := now.Add(-chartWindow)
 	if first := j.Attempts[0].StartedAt; first != nil && first.After(from) {
@@ -225,27 +249,50 @@ func (u *UI) jobCharts(r *http.Request, v *viewer, j gpufleet.Job, jv *jobView, 
 		jv.Util.W, jv.Memory.W, jv.Util.H, jv.Memory.H = chartW, chartW, 40, 40
 		return
 	}
-	names := u.gpuNames(r, v)
-	util, mem, memMax := rollupSeries(rs, names)
-	jv.Util = buildLineChart("Effective utilization per GPU", "Effective utilization (SM activity where the GPU reports it, else utilization) of each GPU the job held, per minute.",
-		from, to, 1, func(x float64) string { return strconv.Itoa(int(math.Round(x*100))) + "%" }, util, 150*time.Second)
-	jv.Memory = buildLineChart("Memory used per GPU", "Peak memory used on each GPU the job held, per minute.",
-		from, to, memMax, func(x float64) string { return fmtBytes(x) }, mem, 150*time.Second)
+	util, mem, memMax := rollupSeries(rs, u.gpuNames(r, v))
+	jv.GPUCount = len(util)
+	pct := func(x float64) string { return strconv.Itoa(int(math.Round(x*100))) + "%" }
+	gib := func(x float64) string { return fmtBytes(x) }
+	const gap = 150 * time.Second
+	if jv.PerGPU && len(util) > 1 {
+		jv.UtilPerGPU = buildSmallMultiples(from, to, 1, pct, util, gap)
+		jv.MemoryPerGPU = buildSmallMultiples(from, to, memMax, gib, mem, gap)
+		return
+	}
+	utilTitle, memTitle := "Effective utilization", "Memory used"
+	utilDesc, memDesc := "Effective utilization (SM activity where the GPU reports it, else utilization) of the job's GPU, per minute.",
+		"Peak memory used on the job's GPU, per minute."
+	if len(util) > 1 {
+		utilTitle = fmt.Sprintf("Effective utilization, mean and range of %d GPUs", len(util))
+		memTitle = fmt.Sprintf("Memory used, mean and range of %d GPUs", len(mem))
+		utilDesc = "Effective utilization (SM activity where the GPU reports it, else utilization) per minute: the mean across the job's GPUs as a line, the lowest to the highest GPU as a band."
+		memDesc = "Peak memory used per minute: the mean across the job's GPUs as a line, the lowest to the highest GPU as a band."
+	}
+	jv.Util = buildBandChart(utilTitle, utilDesc, from, to, 1, pct, util, gap)
+	jv.Memory = buildBandChart(memTitle, memDesc, from, to, memMax, gib, mem, gap)
+}
+
+// gpuName is how a chart names a GPU or MIG instance, and where it sorts:
+// by node, then GPU index, then MIG instance.
+type gpuName struct {
+	Label      string
+	Node       string
+	Index, MIG int
 }
 
 // gpuNames maps GPU and MIG UUIDs to "node GPU n" from the nodes the
 // viewer may see.
-func (u *UI) gpuNames(r *http.Request, v *viewer) map[string]string {
-	out := map[string]string{}
+func (u *UI) gpuNames(r *http.Request, v *viewer) map[string]gpuName {
+	out := map[string]gpuName{}
 	nodes, err := u.svc.Nodes(r.Context(), v.P)
 	if err != nil {
 		return out
 	}
 	for _, n := range nodes {
 		for _, g := range n.GPUs {
-			out[g.UUID] = fmt.Sprintf("%s GPU %d", n.Name, g.Index)
+			out[g.UUID] = gpuName{Label: fmt.Sprintf("%s GPU %d", n.Name, g.Index), Node: n.Name, Index: g.Index, MIG: -1}
 			for i, m := range g.MIGInstances {
-				out[m.UUID] = fmt.Sprintf("%s GPU %d MIG %d (%s)", n.Name, g.Index, i, m.Profile)
+				out[m.UUID] = gpuName{Label: fmt.Sprintf("%s GPU %d MIG %d (%s)", n.Name, g.Index, i, m.Profile), Node: n.Name, Index: g.Index, MIG: i}
 			}
 		}
 	}
@@ -253,21 +300,25 @@ func (u *UI) gpuNames(r *http.Request, v *viewer) map[string]string {
 }
 
 // rollupSeries splits rollups into one utilization and one memory series
-// per GPU, and returns the memory axis' top (the largest reading, rounded
-// up).
-func rollupSeries(rs []api.GPURollup, names map[string]string) (util, mem []seriesData, memMax float64) {
-	idx := map[string]int{}
+// per GPU, ordered by node and GPU index (GPUs the viewer cannot name
+// last, by UUID), and returns the memory axis' top (the largest reading,
+// rounded up).
+func rollupSeries(rs []api.GPURollup, names map[string]gpuName) (util, mem []seriesData, memMax float64) {
+	type gpuSeries struct {
+		uuid      string
+		name      gpuName
+		util, mem seriesData
+	}
+	byGPU := map[string]*gpuSeries{}
 	for _, x := range rs {
-		i, ok := idx[x.GPU]
-		if !ok {
-			i = len(util)
-			idx[x.GPU] = i
-			name := names[x.GPU]
-			if name == "" {
-				name = x.Node + " " + shortID(x.GPU)
+		g := byGPU[x.GPU]
+		if g == nil {
+			n, ok := names[x.GPU]
+			if !ok {
+				n = gpuName{Label: x.Node + " " + shortID(x.GPU), Node: x.Node, Index: math.MaxInt, MIG: -1}
 			}
-			util = append(util, seriesData{Name: name})
-			mem = append(mem, seriesData{Name: name})
+			g = &gpuSeries{uuid: x.GPU, name: n, util: seriesData{Name: n.Label}, mem: seriesData{Name: n.Label}}
+			byGPU[x.GPU] = g
 		}
 		uv, mv := math.NaN(), math.NaN()
 		if x.EffectiveUtilization != nil {
@@ -277,8 +328,19 @@ func rollupSeries(rs []api.GPURollup, names map[string]string) (util, mem []seri
 			mv = float64(*x.MemoryUsedBytesMax)
 			memMax = math.Max(memMax, mv)
 		}
-		util[i].Points = append(util[i].Points, point{T: x.Minute, V: uv})
-		mem[i].Points = append(mem[i].Points, point{T: x.Minute, V: mv})
+		g.util.Points = append(g.util.Points, point{T: x.Minute, V: uv})
+		g.mem.Points = append(g.mem.Points, point{T: x.Minute, V: mv})
+	}
+	gs := slices.Collect(maps.Values(byGPU))
+	slices.SortFunc(gs, func(a, b *gpuSeries) int {
+		return cmp.Or(strings.Compare(a.name.Node, b.name.Node), cmp.Compare(a.name.Index, b.name.Index),
+			cmp.Compare(a.name.MIG, b.name.MIG), strings.Compare(a.uuid, b.uuid))
+	})
+	for _, g := range gs {
+		byTime := func(a, b point) int { return a.T.Compare(b.T) }
+		slices.SortStableFunc(g.util.Points, byTime)
+		slices.SortStableFunc(g.mem.Points, byTime)
+		util, mem = append(util, g.util), append(mem, g.mem)
 	}
 	const gib = 1 << 30
 	memMax = math.Max(gib, math.Ceil(memMax/(8*gib))*8*gib)

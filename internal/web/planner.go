@@ -229,7 +229,7 @@ func (u *UI) plan(r *http.Request, v *viewer, pv *plannerView) error {
 	pv.Memory = buildBarChart("Memory per GPU (most loaded GPU), top candidates",
 		"Stacked memory use per GPU for each candidate: weights, KV cache, activations, gradients, optimizer state and runtime overhead; the black mark is the GPU's capacity.",
 		[]barPart{{"weights", "#0072b2"}, {"KV cache", "#56b4e9"}, {"activations", "#009e73"}, {"gradients", "#cc79a7"}, {"optimizer", "#d55e00"}, {"overhead", "#999999"}},
-		bars, "capacity", func(x float64) string { return fmtBytes(x) })
+		bars, "capacity", func(x float64) string { return fmtBytes(x) }, barAxis{Scale: 1 << 30, Unit: " GiB"})
 	return nil
 }
 

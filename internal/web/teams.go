@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ type classRow struct {
 	GPUHours, EffectiveHours float64
 	IdleHours, IdleUSD       float64
 	EnergyJ                  float64
+	// The cells as written: quota ("—" without one), hours and energy in
+	// their column's one unit and decimals.
+	QuotaText, GPUHoursText, EffectiveText, IdleText, EnergyText string
 }
 
 // teamCard is one team on the teams page.
@@ -58,6 +62,8 @@ type energyRow struct {
 	Team                    string
 	GPUJ, FacilityJ, CO2eKg float64
 	AvgW                    float64
+	// GPUText and FacilityText are the energies in their column's unit.
+	GPUText, FacilityText string
 }
 
 // teamsView is the teams page.
@@ -98,25 +104,26 @@ func (u *UI) teamsPage(r *http.Request, v *viewer) (view, error) {
 	tv := teamsView{Periods: periods, Period: per, From: fmtClock(from), To: fmtClock(now)}
 	slices.SortFunc(teams, func(a, b gpufleet.Team) int { return strings.Compare(a.Name, b.Name) })
 	var bars []barInput
+	top := 0.0
 	for _, t := range teams {
 		card := newTeamCard(t, usage[t.Name], classes)
 		tv.Teams = append(tv.Teams, card)
+		top = max(top, card.Total.GPUHours)
+	}
+	hours := hoursColumn(top)
+	for _, card := range tv.Teams {
 		tot := card.Total
-		bars = append(bars, barInput{Label: t.Name,
+		bars = append(bars, barInput{Label: card.Name,
 			Values: []float64{tot.EffectiveHours, tot.IdleHours, max(0, tot.GPUHours-tot.EffectiveHours-tot.IdleHours)},
-			Note:   fmtHours(tot.GPUHours) + " GPU-h"})
+			Note:   hours.Format(tot.GPUHours) + " GPU-h"})
 	}
 	tv.Chart = buildBarChart("GPU-hours by team, "+strings.ToLower(per.Label),
 		"Each team's GPU-hours, split into effective GPU-hours, idle-allocated GPU-hours and the rest.",
 		[]barPart{{"effective", "#0072b2"}, {"idle allocated", "#e69f00"}, {"other allocated", "#b8c4d0"}},
-		bars, "", func(x float64) string { return fmtHours(x) + " h" })
+		bars, "", func(x float64) string { return hours.Format(x) + " h" }, barAxis{Unit: " h"})
 	tv.energy(rep, per)
 	return view{page: "teams", title: "Teams", nav: "teams", live: "/ui/teams?period=" + per.Key, data: tv}, nil
 }
-
-// teamColors are the energy chart's team colours (Okabe-Ito), reused
-// past eight teams.
-var teamColors = []string{"#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000"}
 
 // energy fills the energy table and the chart of facility energy per day
 // from the report's daily energy rows by team.
@@ -148,15 +155,24 @@ func (tv *teamsView) energy(rep api.UsageReport, per period) {
 	}
 	teams := slices.Sorted(maps.Keys(byTeam))
 	var parts []barPart
+	var maxGPU, maxFacility float64
+	colours := seriesColours(len(teams))
 	for i, t := range teams {
 		r := byTeam[t]
 		if gpuS[t] > 0 {
 			r.AvgW = r.GPUJ / gpuS[t]
 		}
+		maxGPU, maxFacility = max(maxGPU, r.GPUJ), max(maxFacility, r.FacilityJ)
+		parts = append(parts, barPart{t, colours[i]})
+	}
+	gpuCol, facCol := energyColumn(maxGPU), energyColumn(maxFacility)
+	for _, t := range teams {
+		r := byTeam[t]
+		r.GPUText, r.FacilityText = gpuCol.Format(r.GPUJ), facCol.Format(r.FacilityJ)
 		tv.Energy = append(tv.Energy, *r)
-		parts = append(parts, barPart{t, teamColors[i%len(teamColors)]})
 	}
 	var bars []barInput
+	maxDay := 0.0
 	for _, d := range slices.SortedFunc(maps.Keys(byDay), func(a, b time.Time) int { return a.Compare(b) }) {
 		b := barInput{Label: d.UTC().Format("Mon 2 Jan")}
 		total := 0.0
@@ -164,12 +180,20 @@ func (tv *teamsView) energy(rep api.UsageReport, per period) {
 			b.Values = append(b.Values, byDay[d][t])
 			total += byDay[d][t]
 		}
-		b.Note = fmtEnergy(total * 3.6e6)
+		maxDay = max(maxDay, total)
 		bars = append(bars, b)
+	}
+	dayCol := energyColumn(maxDay * 3.6e6)
+	for i := range bars {
+		total := 0.0
+		for _, v := range bars[i].Values {
+			total += v
+		}
+		bars[i].Note = dayCol.Format(total * 3.6e6)
 	}
 	tv.EnergyChart = buildBarChart("Facility energy per day by team, "+strings.ToLower(per.Label),
 		"Each day's facility energy (the GPUs' energy times the PUE), split by team.",
-		parts, bars, "", func(x float64) string { return fmtEnergy(x * 3.6e6) })
+		parts, bars, "", func(x float64) string { return dayCol.Format(x * 3.6e6) }, barAxis{Scale: dayCol.Per / 3.6e6, Unit: " " + dayCol.Name})
 }
 
 // classOf maps a model to its quota class the way the scheduler does: a
@@ -240,7 +264,7 @@ func newTeamCard(t gpufleet.Team, use api.TeamUsage, classes []gpufleet.Class) t
 			r.Models = strings.Join(ms, ", ")
 		}
 		card.Rows = append(card.Rows, *r)
-		card.Total.Quota += r.Quota
+		card.Total.Quota += r.Quota // 0 for a class without a quota
 		card.Total.Used += r.Used
 		card.Total.Borrowed += r.Borrowed
 	}
@@ -248,5 +272,32 @@ func newTeamCard(t gpufleet.Team, use api.TeamUsage, classes []gpufleet.Class) t
 	// models the per-model list leaves out.
 	card.Total.GPUHours, card.Total.EffectiveHours = use.GPUHours, use.EffectiveGPUHours
 	card.Total.IdleHours, card.Total.IdleUSD, card.Total.EnergyJ = use.IdleAllocatedGPUHour, use.IdleAllocatedUSD, use.EnergyJoules
+	card.format()
 	return card
+}
+
+// format writes the card's cells: a quota, or "—" for a class without
+// one (and for the total when no class has one, since a sum of no quotas
+// is not a quota of 0); the hours columns all in one number of decimals
+// (so idle never reads above the GPU-hours it is part of), and the
+// energy column in one unit picked from its largest value.
+func (c *teamCard) format() {
+	topH, topJ := c.Total.GPUHours, c.Total.EnergyJ
+	for _, r := range c.Rows {
+		topH, topJ = max(topH, r.GPUHours), max(topJ, r.EnergyJ)
+	}
+	hours, energy := hoursColumn(topH), energyColumn(topJ)
+	cell := func(r *classRow) {
+		r.QuotaText = dash
+		if r.HasQuota {
+			r.QuotaText = strconv.Itoa(r.Quota)
+		}
+		r.GPUHoursText, r.EffectiveText, r.IdleText = hours.Format(r.GPUHours), hours.Format(r.EffectiveHours), hours.Format(r.IdleHours)
+		r.EnergyText = energy.Format(r.EnergyJ)
+	}
+	for i := range c.Rows {
+		cell(&c.Rows[i])
+		c.Total.HasQuota = c.Total.HasQuota || c.Rows[i].HasQuota
+	}
+	cell(&c.Total)
 }

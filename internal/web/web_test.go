@@ -1,12 +1,14 @@
 package web
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -333,7 +335,7 @@ func TestAdminPagesRender(t *testing.T) {
 		"/ui/fleet?model=l4": {`data-gpu-uuid="GPU-L4"`},
 		"/queue":             {"j-b1", "secret-b", "no estimate yet", `data-live="/ui/queue"`},
 		"/jobs":              {"alpha-train", "secret-b"},
-		"/jobs/j-a2":         {"Effective utilization per GPU", "<polyline", "Memory used per GPU", "Cancel job", "att-1"},
+		"/jobs/j-a2":         {"Effective utilization, mean and range of 2 GPUs", "<polyline", "Memory used, mean and range of 2 GPUs", "Cancel job", "att-1", "First running", "Placed"},
 		"/ui/jobs/j-a2/log":  {"hello from j-a2", "<script>alert(1)</script>"},
 		"/jobs/j-a2/cancel":  {`name="csrf"`, "Cancel job j-a2 (alpha-serve)?"},
 		"/teams": {"team-a", "team-b", "$5.50", "10.0 kWh", "big", "<svg",
@@ -342,7 +344,7 @@ func TestAdminPagesRender(t *testing.T) {
 		"/nodes/n1":            {"Power per GPU", "XID 79", "rack", `data-live="/ui/nodes/n1/charts"`},
 		"/ui/nodes/n1":         {"XID 79"},
 		"/ui/nodes/n1/charts":  {"Power per GPU", "<polyline"},
-		"/ui/jobs/j-a2/charts": {"Memory used per GPU", "<polyline"},
+		"/ui/jobs/j-a2/charts": {"Memory used, mean and range of 2 GPUs", "<polyline"},
 		"/nodes/n1/drain":      {"Drain node n1?", `name="csrf"`},
 		"/planner":             {"llama-3.1-8b", `<label for="p-config">`},
 		"/capacity": {`data-model="h100-sxm-80gb"`, `data-plot="h100-sxm-80gb"`, `<img class="plot" src="data:image/svg&#43;xml;base64,`, "order by",
@@ -553,5 +555,168 @@ func TestLoginLinkAsksBeforeSwitching(t *testing.T) {
 	}
 	if resp := postForm(t, c, f.srv.URL+"/login/switch", url.Values{"csrf": {m[1]}, "next": {"/"}}, nil); resp.StatusCode < 400 {
 		t.Errorf("a second confirm of the same link: %d, want it refused (the link is used)", resp.StatusCode)
+	}
+}
+
+// TestJobChartsBandAndPerGPU: a 16-GPU job's charts are one mean line and
+// one min-max band each by default; its 16 GPUs get small multiples only
+// on ?per_gpu=1, in GPU order, no colour repeated.
+func TestJobChartsBandAndPerGPU(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, aTok)
+	body := readBody(t, get(t, c, f.srv.URL+"/jobs/j-a3"))
+	charts := body[strings.Index(body, `id="charts-h"`):]
+	if n := strings.Count(charts, `<g class="series">`); n != 2 {
+		t.Errorf("default view: %d series groups, want 2 (one mean line per chart)", n)
+	}
+	if n := strings.Count(charts, `<g class="band">`); n != 2 {
+		t.Errorf("default view: %d bands, want 2", n)
+	}
+	for _, want := range []string{"Effective utilization, mean and range of 16 GPUs", "mean of 16 GPUs", "lowest to highest GPU",
+		`href="/jobs/j-a3?per_gpu=1#charts-h"`, "Show each GPU (16)", `data-live="/ui/jobs/j-a3/charts"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("default view lacks %q", want)
+		}
+	}
+	if strings.Contains(charts, `class="multiples"`) {
+		t.Error("the default view draws the small multiples")
+	}
+	// The mean line sits at the API's mean: bigJobUtil averages 0.60,
+	// y = 170 - 0.6*160 = 74.
+	if !regexp.MustCompile(`<polyline fill="none" stroke="#0072b2"[^>]*points="[0-9.]+,74.0 `).MatchString(charts) {
+		t.Error("the mean line is not at 60%")
+	}
+
+	per := readBody(t, get(t, c, f.srv.URL+"/jobs/j-a3?per_gpu=1"))
+	util := per[strings.Index(per, `id="util-per-gpu"`):strings.Index(per, `id="memory-per-gpu"`)]
+	if n := strings.Count(util, `<figure class="chart">`); n != 16 {
+		t.Errorf("per-GPU view: %d utilization charts, want 16", n)
+	}
+	caps := regexp.MustCompile(`<figcaption>([^<]+)</figcaption>`).FindAllStringSubmatch(util, -1)
+	var names []string
+	for _, m := range caps {
+		names = append(names, m[1])
+	}
+	if len(names) != 16 || names[0] != "n3 GPU-n3-0" || names[7] != "n3 GPU-n3-7" || names[8] != "n4 GPU-n4-0" {
+		t.Errorf("small multiples in order %v, want n3's GPUs 0-7 then n4's", names)
+	}
+	strokes := regexp.MustCompile(`<polyline fill="none" stroke="(#[0-9a-f]{6})"`).FindAllStringSubmatch(util, -1)
+	seen := map[string]bool{}
+	for _, m := range strokes {
+		if seen[m[1]] {
+			t.Errorf("colour %s repeats across the small multiples", m[1])
+		}
+		seen[m[1]] = true
+	}
+	if len(seen) != 16 {
+		t.Errorf("%d colours for 16 GPUs", len(seen))
+	}
+	if !strings.Contains(per, `data-live="/ui/jobs/j-a3/charts?per_gpu=1"`) || !strings.Contains(per, "Show the mean and range") {
+		t.Error("the per-GPU view does not keep itself on refresh or offer the way back")
+	}
+	frag := readBody(t, get(t, c, f.srv.URL+"/ui/jobs/j-a3/charts?per_gpu=1"))
+	if n := strings.Count(frag, `<figure class="chart">`); n != 32 {
+		t.Errorf("per-GPU fragment: %d charts, want 32", n)
+	}
+}
+
+// TestShortJobChartsMarkers: a job that ran 40 seconds has one rollup
+// minute: its charts mark the readings and draw no line.
+func TestShortJobChartsMarkers(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, aTok)
+	rs, err := f.svc.Rollups(t.Context(), api.Principal{Role: "admin"}, api.RollupQuery{JobID: "j-a4"})
+	if err != nil || len(rs) >= 3 {
+		t.Fatalf("the short job has %d rollups (%v), want fewer than 3", len(rs), err)
+	}
+	frag := readBody(t, get(t, c, f.srv.URL+"/ui/jobs/j-a4/charts"))
+	if strings.Contains(frag, "<polyline") {
+		t.Error("a short job's chart draws a line")
+	}
+	if n := strings.Count(frag, `<circle class="dot"`); n != 2*len(rs) {
+		t.Errorf("%d markers, want one per rollup per chart (%d)", n, 2*len(rs))
+	}
+	// The job's "First running" and its attempt's "Placed" are labelled
+	// apart: the attempt was placed 2 s before it ran.
+	page := readBody(t, get(t, c, f.srv.URL+"/jobs/j-a4"))
+	j, _ := f.svc.Job(t.Context(), api.Principal{Role: "admin"}, "j-a4")
+	if !strings.Contains(page, "<dt>First running</dt><dd>"+fmtClock(*j.StartedAt)+"</dd>") ||
+		!strings.Contains(page, `<td class="time">`+fmtClock(*j.Attempts[0].StartedAt)+"</td>") {
+		t.Errorf("job page does not show the job's first running time and the attempt's placement")
+	}
+}
+
+// TestTeamsPageUnitsAndQuotas: in every team table idle GPU-hours never
+// read above GPU-hours, each hours and energy column has one unit and one
+// number of decimals, and quotas read "—" where there is none, totals
+// included.
+func TestTeamsPageUnitsAndQuotas(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.login(t, adminTok)
+	body := readBody(t, get(t, c, f.srv.URL+"/teams"))
+	cell := func(row, class string) string {
+		m := regexp.MustCompile(`<td class="num ` + class + `">([^<]*)</td>`).FindStringSubmatch(row)
+		if m == nil {
+			t.Fatalf("no %s cell in %s", class, row)
+		}
+		return m[1]
+	}
+	rep, _ := f.svc.Usage(t.Context(), api.Principal{Role: "admin"}, api.UsageQuery{})
+	for _, team := range []string{"team-a", "team-b", "team-c"} {
+		i := strings.Index(body, `data-team="`+team+`"`)
+		if i < 0 {
+			t.Fatalf("no table for %s", team)
+		}
+		table := body[i : i+strings.Index(body[i:], "</table>")]
+		rows := regexp.MustCompile(`(?s)<tr><th scope="row">.*?</tr>`).FindAllString(table, -1)
+		units := map[string]map[string]bool{}
+		var quotas []string
+		for _, row := range rows {
+			gpuh, idle := cell(row, "gpuh"), cell(row, "idleh")
+			g, _ := strconv.ParseFloat(gpuh, 64)
+			d, _ := strconv.ParseFloat(idle, 64)
+			if d > g {
+				t.Errorf("%s: idle %s above GPU-hours %s in %s", team, idle, gpuh, row)
+			}
+			for _, class := range []string{"gpuh", "effh", "idleh", "energy"} {
+				v := cell(row, class)
+				num, unit, _ := strings.Cut(v, " ")
+				dec := 0
+				if _, frac, ok := strings.Cut(num, "."); ok {
+					dec = len(frac)
+				}
+				if units[class] == nil {
+					units[class] = map[string]bool{}
+				}
+				units[class][fmt.Sprintf("%s/%d", unit, dec)] = true
+			}
+			quotas = append(quotas, cell(row, "quota"))
+		}
+		for class, u := range units {
+			if len(u) != 1 {
+				t.Errorf("%s: column %s mixes units or decimals: %v", team, class, u)
+			}
+		}
+		want := map[string][]string{"team-a": {"—", "8", "8"}, "team-b": {"4", "4"}, "team-c": {"—", "—"}}[team]
+		if strings.Join(quotas, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: quota cells %v, want %v (rows, then the total)", team, quotas, want)
+		}
+		for _, u := range rep.Teams {
+			if u.Team == team && u.Models != nil {
+				if got := cell(rows[len(rows)-1], "gpuh"); got != hoursColumn(u.GPUHours).Format(u.GPUHours) {
+					t.Errorf("%s: total GPU-hours %s, API %g", team, got, u.GPUHours)
+				}
+			}
+		}
+	}
+	// The bar chart's ticks step 1, 2 or 5 times a power of ten, all with
+	// the same decimals.
+	ticks := regexp.MustCompile(`text-anchor="(?:middle|end)">([0-9.]+) h</text>`).FindAllStringSubmatch(body, -1)
+	var labels []string
+	for _, m := range ticks {
+		labels = append(labels, m[1])
+	}
+	if strings.Join(labels, " ") != "0 5 10 15" {
+		t.Errorf("GPU-hours ticks %v, want 0 5 10 15", labels)
 	}
 }
