@@ -36,18 +36,29 @@ func TestTailOffset(t *testing.T) {
 	}
 }
 
-// TestLogsOfEveryAttempt: after a drain the stopped attempt's log is still
-// readable (previous, or by id), and --tail cuts lines.
-func TestLogsOfEveryAttempt(t *testing.T) {
+// logFixture is a server keeping logs, with team-a's 8-GPU job placed on
+// n1: the fixture, the member, the node's credential, the job and the
+// attempt the node was told to start.
+func logFixture(t *testing.T) (*fixture, api.Principal, api.Principal, gpufleet.Job, api.Assignment) {
+	t.Helper()
 	f := newFixture(t)
 	f.srv.cfg.LogDir = t.TempDir()
-	ctx := t.Context()
 	a := f.team("team-a", nil)
 	n1 := f.node("n1", "h100-sxm-80gb", 8)
 	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}})
 	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
-	first := hb.Start[0]
+	hb, err := f.srv.Heartbeat(t.Context(), n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if err != nil || len(hb.Start) == 0 {
+		t.Fatalf("heartbeat: %+v, %v", hb, err)
+	}
+	return f, a, n1, j, hb.Start[0]
+}
+
+// TestLogsOfEveryAttempt: after a drain the stopped attempt's log is still
+// readable (previous, or by id), and --tail cuts lines.
+func TestLogsOfEveryAttempt(t *testing.T) {
+	f, a, n1, j, first := logFixture(t)
+	ctx := t.Context()
 	run := []api.AttemptReport{{AttemptID: first.AttemptID, JobID: j.ID, State: gpufleet.AttemptRunning}}
 	f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run})
 	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Drain); err != nil {
@@ -100,15 +111,9 @@ func TestLogsOfEveryAttempt(t *testing.T) {
 // TestLogsSince: the server times each chunk an agent ships; since keeps
 // the lines that arrived in the window, whole lines, with tail after it.
 func TestLogsSince(t *testing.T) {
-	f := newFixture(t)
-	f.srv.cfg.LogDir = t.TempDir()
+	f, a, n1, j, started := logFixture(t)
 	ctx := t.Context()
-	a := f.team("team-a", nil)
-	n1 := f.node("n1", "h100-sxm-80gb", 8)
-	j := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8}})
-	f.cycle()
-	hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
-	at := hb.Start[0].AttemptID
+	at := started.AttemptID
 	start := f.clk.Now()
 	var size int64
 	for _, chunk := range []string{"boot\nepoch 1\n", "epoch 2\nepo", "ch 3\n", "epoch 4\n"} {
