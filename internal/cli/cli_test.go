@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -422,5 +423,47 @@ func TestValueCompletion(t *testing.T) {
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d, want %q in\n%s", tc.args, code, tc.want, out)
 		}
+	}
+}
+
+// TestFlagValuesFromEnvAndFile: a repeatable flag takes every item of a
+// comma-separated variable or of a --config list, one value each; the
+// command line beats the environment, which beats the file.
+func TestFlagValuesFromEnvAndFile(t *testing.T) {
+	tests := map[string]struct {
+		args   []string
+		env    map[string]string
+		file   string
+		labels []string
+		listen string
+	}{
+		"environment list":        {env: map[string]string{"GPUFLEET_LABEL": "rack=r1, block=b1", "GPUFLEET_LISTEN": ":9"}, labels: []string{"rack=r1", "block=b1"}, listen: ":9"},
+		"file list":               {file: "label: [rack=r2, block=b2]\nlisten: ':8'\n", labels: []string{"rack=r2", "block=b2"}, listen: ":8"},
+		"file scalar":             {file: "label: rack=r3\n", labels: []string{"rack=r3"}},
+		"environment beats file":  {env: map[string]string{"GPUFLEET_LABEL": "rack=e"}, file: "label: [rack=f]\n", labels: []string{"rack=e"}},
+		"command line beats both": {args: []string{"--label", "rack=c", "--label", "block=c"}, env: map[string]string{"GPUFLEET_LABEL": "rack=e"}, labels: []string{"rack=c", "block=c"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var labels []string
+			var listen string
+			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+			cmd.Flags().StringArrayVar(&labels, "label", nil, "")
+			cmd.Flags().StringVar(&listen, "listen", "", "")
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			file, err := parseFlagFile(strings.NewReader(tc.file), "test.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			if err := applyFlagValues(cmd, file, lookup, "test.yaml"); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(labels, tc.labels) || listen != tc.listen {
+				t.Errorf("labels %q listen %q, want %q %q", labels, listen, tc.labels, tc.listen)
+			}
+		})
 	}
 }

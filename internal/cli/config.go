@@ -40,6 +40,17 @@ func applyEnvAndConfig(cmd *cobra.Command, configFile string) error {
 	return applyFlagValues(cmd, file, os.LookupEnv, configFile)
 }
 
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // maxFlagFileBytes bounds a --config file.
 const maxFlagFileBytes = 1 << 20
 
@@ -73,30 +84,43 @@ func applyFlagValues(cmd *cobra.Command, file map[string]any, lookup func(string
 		if f.Changed || f.Name == "config" || f.Name == "help" {
 			return
 		}
-		var val string
+		// A repeatable flag takes each value of a list, or of a
+		// comma-separated environment variable; any other flag one value.
+		slice, repeatable := f.Value.(pflag.SliceValue)
+		var vals []string
 		if v, ok := lookup(envName(f.Name)); ok {
-			val = v
+			vals = []string{v}
+			if repeatable {
+				vals = splitList(v)
+			}
 		} else if v, ok := file[f.Name]; ok {
 			switch t := v.(type) {
 			case []any:
-				parts := make([]string, len(t))
-				for i, p := range t {
-					parts[i] = fmt.Sprint(p)
+				for _, p := range t {
+					vals = append(vals, fmt.Sprint(p))
 				}
-				val = strings.Join(parts, ",")
+				if !repeatable {
+					vals = []string{strings.Join(vals, ",")}
+				}
 			case map[string]any:
 				if firstErr == nil {
 					firstErr = fmt.Errorf("%w: --config %s: %s: expected a value or a list, not a mapping", gpufleet.ErrInvalid, name, f.Name)
 				}
 				return
 			default:
-				val = fmt.Sprint(t)
+				vals = []string{fmt.Sprint(t)}
 			}
 		} else {
 			return
 		}
-		if err := f.Value.Set(val); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("%w: %s %s: %s", gpufleet.ErrInvalid, f.Name, gpufleet.Quote(val), gpufleet.Quote(err.Error()))
+		var err error
+		if repeatable {
+			err = slice.Replace(vals)
+		} else {
+			err = f.Value.Set(vals[0])
+		}
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%w: %s %s: %s", gpufleet.ErrInvalid, f.Name, gpufleet.Quote(strings.Join(vals, ",")), gpufleet.Quote(err.Error()))
 		}
 	})
 	if firstErr != nil {
