@@ -793,3 +793,27 @@ func TestHoldersNameTheMIGInstance(t *testing.T) {
 	}
 	waitState(t, r, "a-1", gpufleet.AttemptSucceeded)
 }
+
+// TestFenceOutranksUnknownStop: an attempt its supervisor fenced while the
+// agent was frozen ends fenced, even when the server's "unknown attempt"
+// reached the agent first; a drain asked before stays a drain.
+func TestFenceOutranksUnknownStop(t *testing.T) {
+	r := testRunner(t, t.TempDir(), time.Now)
+	fence := exitRecord{ExitCode: 143, Signal: "terminated", Fenced: "no word from the agent for 2s (fence 2s)", FinishedAt: time.Now()}
+	for _, tc := range []struct {
+		stop *stopRequest
+		want string
+	}{
+		{nil, ReasonFenced},
+		{&stopRequest{Reason: "the server does not expect this attempt on this node", Code: ReasonUnknown}, ReasonFenced},
+		{&stopRequest{Reason: "drain", Code: "drained"}, "drained"},
+	} {
+		a := &attempt{As: api.Assignment{AttemptID: "a-1"}, State: gpufleet.AttemptRunning, Stop: tc.stop}
+		r.mu.Lock()
+		r.ended(a, fence)
+		r.mu.Unlock()
+		if a.State != gpufleet.AttemptStopped || a.ReasonCode != tc.want {
+			t.Errorf("stop %+v: ended %s/%s, want stopped/%s", tc.stop, a.State, a.ReasonCode, tc.want)
+		}
+	}
+}

@@ -686,11 +686,15 @@ func (r *Runner) SetFence(after, grace time.Duration) {
 	r.mu.Unlock()
 }
 
-// ended records a's exit from its status file; r.mu must be held.
+// ended records a's exit from its status file; r.mu must be held. A
+// supervisor's fence is the reason unless the attempt was being stopped
+// for another: the server's "unknown attempt" comes after the silence the
+// fence answered (an agent resumed after SIGSTOP hears it before it reads
+// the status file), so it does not hide the fence.
 func (r *Runner) ended(a *attempt, ex exitRecord) {
 	code := ex.ExitCode
 	switch {
-	case ex.Fenced != "" && a.Stop == nil:
+	case ex.Fenced != "" && (a.Stop == nil || a.Stop.Code == ReasonUnknown):
 		r.finish(a, gpufleet.AttemptStopped, &code, "fenced by its supervisor: "+ex.Fenced, ReasonFenced)
 	case a.Stop != nil:
 		r.finish(a, gpufleet.AttemptStopped, &code, a.Stop.Reason, a.Stop.Code)
