@@ -350,7 +350,7 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 			st.APIURL, st.Teams["team-a"])
 	}
 	if sdPath != "" {
-		fmt.Fprintf(w, "Prometheus:  file_sd %s (or http_sd %s/api/v1/sd/agents with the admin token)\n", sdPath, st.APIURL)
+		fmt.Fprintf(w, "Prometheus:  file_sd %s (or http_sd %s/api/v1/sd/agents with a monitor token: gpufleet tokens create --role monitor)\n", sdPath, st.APIURL)
 	}
 	fmt.Fprintf(w, "State: %s; logs: %s, %s/*.log\n", statePath, srvLog.Name(), agentsDir)
 	select {

@@ -167,7 +167,7 @@ func (s *Server) CreateToken(ctx context.Context, p api.Principal, r api.TokenRe
 		}
 	case gpufleet.RoleAdmin, gpufleet.RoleMonitor:
 		if r.Team != "" {
-			return gpufleet.Token{}, fmt.Errorf("%w: team: an %s token is fleet-wide and names no team", gpufleet.ErrInvalid, r.Role)
+			return gpufleet.Token{}, fmt.Errorf("%w: team: %s tokens are fleet-wide and name no team", gpufleet.ErrInvalid, r.Role)
 		}
 	default:
 		if _, err := gpufleet.ParseRole(string(r.Role)); err != nil {
