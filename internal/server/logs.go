@@ -117,18 +117,11 @@ func appendLogTime(path string, off int64, t time.Time) error {
 // (a chunk may begin mid-line; the whole line is kept), the log's end
 // when none did, and 0 for a log without times (kept whole).
 func sinceOffset(path string, cutoff time.Time) (int64, error) {
-	f, err := os.Open(path + ".times")
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: log times: %v", gpufleet.ErrNotFound, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
+	f, size, err := openLog(path + ".times")
+	if f == nil || err != nil {
 		return 0, err
 	}
+	defer f.Close()
 	// A binary search reading one record a step: a week of a chunk a second
 	// is 604,800 records, of which it reads 20.
 	var rec [logTimeRecord]byte
@@ -139,7 +132,7 @@ func sinceOffset(path string, cutoff time.Time) (int64, error) {
 		}
 		return int64(binary.LittleEndian.Uint64(rec[:8])), int64(binary.LittleEndian.Uint64(rec[8:]))
 	}
-	n := int(st.Size() / logTimeRecord)
+	n := int(size / logTimeRecord)
 	i := sort.Search(n, func(i int) bool { _, t := at(i); return t >= cutoff.UnixNano() })
 	if readErr != nil {
 		return 0, fmt.Errorf("%w: log times: %v", gpufleet.ErrNotFound, readErr)
@@ -183,19 +176,11 @@ func lineStart(path string, off int64) (int64, error) {
 // tailOffset is the offset of the start of the last n lines of a file (0
 // for a shorter or missing file), read backwards in blocks.
 func tailOffset(path string, n int) (int64, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: log: %v", gpufleet.ErrNotFound, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
+	f, end, err := openLog(path)
+	if f == nil || err != nil {
 		return 0, err
 	}
-	end := st.Size()
+	defer f.Close()
 	if end == 0 {
 		return 0, nil
 	}
@@ -227,14 +212,29 @@ func tailOffset(path string, n int) (int64, error) {
 	return 0, nil
 }
 
-// copyFrom copies a file from offset, treating a missing file as empty.
-func copyFrom(path string, off int64, w io.Writer) (int64, error) {
+// openLog opens a log (or its times) with its size; a missing file is no
+// file and no error, as a log not yet shipped is empty.
+func openLog(path string) (*os.File, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: log: %v", gpufleet.ErrNotFound, err)
+		return nil, 0, fmt.Errorf("%w: log: %v", gpufleet.ErrNotFound, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("log: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// copyFrom copies a file from offset, treating a missing file as empty.
+func copyFrom(path string, off int64, w io.Writer) (int64, error) {
+	f, _, err := openLog(path)
+	if f == nil || err != nil {
+		return 0, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
