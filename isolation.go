@@ -88,6 +88,10 @@ const VirtualizationLabel = "virtualization"
 type Virtualization struct {
 	Kind    VirtKind
 	Profile string // vGPU type; empty when unknown
+	// JobBoundary is how the node's agent keeps jobs apart (the
+	// job-isolation label): soft weakens every mechanism to soft at best;
+	// empty or hard changes nothing.
+	JobBoundary Isolation
 }
 
 // vgpuMIGRe matches the MIG-backed vGPU types: GPU-slices-memoryGB and a
@@ -176,6 +180,7 @@ const (
 	srcPassthrough = "Walters et al., IEEE CLOUD 2014 (96-100% of bare metal)"
 	srcVGPU        = "NVIDIA vGPU User Guide; VMware vSphere ML study 2018 (2-5%)"
 	srcTimeSlice   = "NVIDIA k8s-device-plugin time-slicing docs; overhead assumed"
+	srcJobBoundary = "the node's agent: job-isolation soft (docs/ISOLATION.md#on-the-node)"
 )
 
 // virtBase is the mechanism a node's virtualization gives a whole GPU.
@@ -199,6 +204,18 @@ func virtBase(v Virtualization) Mechanism {
 // MechanismOf is what a job sharing a GPU as s gets on a node virtualized
 // as v: the weaker of the two in each respect, the overheads compounded.
 func MechanismOf(v Virtualization, s Sharing) Mechanism {
+	m := mechanismOf(v, s)
+	if v.JobBoundary == IsolationSoft {
+		// Another job on the node can open this job's GPUs or reach its
+		// processes: nothing is better than soft.
+		m.Name += "+soft-job-boundary"
+		m.Memory, m.Fault, m.Performance = weaker(m.Memory, IsolationSoft), weaker(m.Fault, IsolationSoft), weaker(m.Performance, IsolationSoft)
+		m.Sources = append(m.Sources, srcJobBoundary)
+	}
+	return m
+}
+
+func mechanismOf(v Virtualization, s Sharing) Mechanism {
 	m := virtBase(v)
 	kind := s.Kind
 	if kind == "" {
@@ -286,7 +303,10 @@ func (o OverheadLimit) String() string {
 func NodeVirtualization(labels map[string]string) Virtualization {
 	v, err := ParseVirtualization(labels[VirtualizationLabel])
 	if err != nil {
-		return Virtualization{Kind: "unknown"}
+		v = Virtualization{Kind: "unknown"}
+	}
+	if labels[JobIsolationLabel] == string(IsolationSoft) {
+		v.JobBoundary = IsolationSoft
 	}
 	return v
 }
@@ -363,3 +383,14 @@ func MechanismTable() string {
 	}
 	return b.String()
 }
+
+// JobIsolationLabel is the node label that says how its agent keeps jobs
+// on the node apart from each other: hard (a user, PID and mount
+// namespaces and a device cgroup per attempt, or containers) or soft
+// (something missing: the agent's start-up log says what). A soft node
+// weakens every mechanism on it to soft, so hard jobs stay off it.
+const JobIsolationLabel = "job-isolation"
+
+// HostMemoryLabel is the node label with the node's memory in bytes, as
+// the agent reads it (MemTotal), for shm_size admission.
+const HostMemoryLabel = "host-memory-bytes"

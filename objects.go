@@ -166,11 +166,12 @@ type Job struct {
 	Command         []string          `json:"command"`
 	Env             map[string]string `json:"env,omitempty"`
 	Workdir         string            `json:"workdir,omitempty"`
-	TimeLimitS      *float64          `json:"time_limit_s"`
-	EstimateS       *float64          `json:"estimate_s"`
-	Preemptible     bool              `json:"preemptible"`
-	GraceS          *float64          `json:"grace_s"`
-	Retries         Retries           `json:"retries"`
+	Launch
+	TimeLimitS  *float64 `json:"time_limit_s"`
+	EstimateS   *float64 `json:"estimate_s"`
+	Preemptible bool     `json:"preemptible"`
+	GraceS      *float64 `json:"grace_s"`
+	Retries     Retries  `json:"retries"`
 	// Interruptions counts stops that were not the job's fault (preemption,
 	// drain, node loss); they do not use the retry budget.
 	Interruptions int        `json:"interruptions"`

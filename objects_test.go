@@ -17,8 +17,8 @@ func TestRetriesString(t *testing.T) {
 }
 
 func TestExitText(t *testing.T) {
-	for code, want := range map[int]string{0: "0", 1: "1", 138: "138 (SIGUSR1: the checkpoint signal, which the program does not handle)",
-		143: "143 (SIGTERM: stopped when its grace ended)", 137: "137 (SIGKILL: killed after the grace, or out of memory)", 159: "159 (signal 31)", 255: "255"} {
+	for code, want := range map[int]string{0: "0", 1: "1", 138: "138 (SIGUSR1: a stop signal the program does not handle)",
+		143: "143 (SIGTERM: stopped, not handled)", 137: "137 (SIGKILL: killed after the grace, or out of memory)", 159: "159 (signal 31)", 255: "255"} {
 		if got := ExitText(code); got != want {
 			t.Errorf("ExitText(%d) = %q, want %q", code, got, want)
 		}

@@ -102,20 +102,23 @@ func (l SimLoad) Validate() error {
 // it; the server fills what the planner decides for a job that describes
 // its model.
 type JobRequest struct {
-	Name        string            `json:"name,omitempty"`
-	Team        string            `json:"team,omitempty"`
-	Priority    Priority          `json:"priority,omitempty"`
-	RequestID   string            `json:"request_id,omitempty"`
-	Resources   Resources         `json:"resources"`
-	Command     []string          `json:"command"`
-	Env         map[string]string `json:"env,omitempty"`
-	Workdir     string            `json:"workdir,omitempty"`
-	TimeLimit   Duration          `json:"time_limit,omitzero"` // "4h" or seconds
-	Estimate    Duration          `json:"estimate,omitzero"`
-	Preemptible bool              `json:"preemptible,omitempty"`
-	Grace       Duration          `json:"grace,omitzero"`
-	Retries     int               `json:"retries,omitempty"`
-	SimLoad     SimLoad           `json:"sim_load,omitempty"`
+	Name      string            `json:"name,omitempty"`
+	Team      string            `json:"team,omitempty"`
+	Priority  Priority          `json:"priority,omitempty"`
+	RequestID string            `json:"request_id,omitempty"`
+	Resources Resources         `json:"resources"`
+	Command   []string          `json:"command"`
+	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	// Launch is the image, stop signal, mounts and the rest of how the
+	// command runs on its node.
+	Launch
+	TimeLimit   Duration `json:"time_limit,omitzero"` // "4h" or seconds
+	Estimate    Duration `json:"estimate,omitzero"`
+	Preemptible bool     `json:"preemptible,omitempty"`
+	Grace       Duration `json:"grace,omitzero"`
+	Retries     int      `json:"retries,omitempty"`
+	SimLoad     SimLoad  `json:"sim_load,omitempty"`
 	// Work, when set, reads the work the job reports from its output, for
 	// energy per unit of work (docs/POWER.md#energy-per-unit-of-work).
 	Work *WorkCounter `json:"work,omitempty"`
@@ -192,6 +195,9 @@ func (r *JobRequest) Validate() error {
 		if !strings.HasPrefix(r.Workdir, "/") || path.Clean(r.Workdir) != r.Workdir {
 			return fmt.Errorf("%w: workdir %s: expected a clean absolute path", ErrInvalid, Quote(r.Workdir))
 		}
+	}
+	if err := r.Launch.Validate(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		field string
@@ -438,6 +444,9 @@ func (j *Job) Validate() error {
 		return err
 	}
 	if err := validateEnv(j.Env); err != nil {
+		return err
+	}
+	if err := j.Launch.Validate(); err != nil {
 		return err
 	}
 	if j.Work != nil {

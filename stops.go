@@ -33,13 +33,14 @@ func StopRequeues(code string) bool {
 }
 
 // ExitText writes an attempt's exit code for people, naming the signal
-// of a code above 128 (the shell's 128+N): 138 is SIGUSR1, the checkpoint
-// signal every stop sends first, which ends a program that does not
-// handle it; 143 is SIGTERM, sent when the grace ends; 137 is SIGKILL.
+// of a code above 128 (the shell's 128+N): 143 is SIGTERM, the signal a
+// stop sends first (a job's stop_signal, such as SIGUSR1 = 138, ends a
+// program that does not handle it); 137 is SIGKILL, sent when the grace
+// ends.
 func ExitText(code int) string {
 	names := map[int]string{
 		1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL: killed after the grace, or out of memory",
-		10: "SIGUSR1: the checkpoint signal, which the program does not handle", 11: "SIGSEGV", 15: "SIGTERM: stopped when its grace ended",
+		10: "SIGUSR1: a stop signal the program does not handle", 11: "SIGSEGV", 15: "SIGTERM: stopped, not handled",
 	}
 	if code > 128 && code < 128+65 {
 		if n, ok := names[code-128]; ok {

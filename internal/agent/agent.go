@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,6 +71,10 @@ type Config struct {
 	DataDir   string
 	// Labels are added to (and override) the detected ones.
 	Labels map[string]string
+	// Runtime is how attempts run (the runtime label) and Isolation what
+	// keeps them apart (the job-isolation label: hard or soft).
+	Runtime   Runtime
+	Isolation Isolation
 	// Backend names the GPU backend ("sim" or "nvml"), reported as the
 	// label backend.
 	Backend string
@@ -912,6 +917,11 @@ func (a *Agent) labels() map[string]string {
 	}
 	if budget > 0 {
 		l["power_budget_watts"] = strconv.FormatFloat(budget, 'f', 0, 64)
+	}
+	l[RuntimeLabel] = string(cmp.Or(a.cfg.Runtime, RuntimeProcess))
+	l[gpufleet.JobIsolationLabel] = a.cfg.Isolation.Level()
+	if m := hostMemory(); m > 0 {
+		l[gpufleet.HostMemoryLabel] = strconv.FormatInt(m, 10)
 	}
 	maps.Copy(l, a.cfg.Labels)
 	return l

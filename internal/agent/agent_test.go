@@ -193,27 +193,50 @@ func TestValidateWorkdir(t *testing.T) {
 
 func TestStopEscalation(t *testing.T) {
 	at := time.Unix(1000, 0)
-	grace, kill := 10*time.Second, 5*time.Second
+	kill := 5 * time.Second
 	type step struct {
 		after time.Duration
 		want  syscall.Signal
 	}
-	steps := []step{{0, syscall.SIGUSR1}, {time.Second, 0}, {9 * time.Second, 0}, {10 * time.Second, syscall.SIGTERM},
-		{12 * time.Second, 0}, {15 * time.Second, syscall.SIGKILL}, {16 * time.Second, 0}, {20 * time.Second, syscall.SIGKILL}}
-	stage, last := 0, time.Time{}
-	for _, s := range steps {
-		now := at.Add(s.after)
-		sig, next := stopStep(now, at, grace, kill, stage, last)
-		if sig != s.want {
-			t.Fatalf("at +%s: signal %v, want %v", s.after, sig, s.want)
-		}
-		if sig != 0 {
-			last = now
-		}
-		stage = next
+	cases := map[string]struct {
+		first syscall.Signal
+		grace time.Duration
+		steps []step
+	}{
+		// SIGTERM now, SIGKILL at the end of the grace: a program that
+		// handles only SIGTERM gets all of its grace.
+		"default: SIGTERM, grace, SIGKILL": {syscall.SIGTERM, 10 * time.Second, []step{{0, syscall.SIGTERM}, {time.Second, 0},
+			{9 * time.Second, 0}, {10 * time.Second, syscall.SIGKILL}, {12 * time.Second, 0}, {15 * time.Second, syscall.SIGKILL}}},
+		"grace under KillAfter: SIGTERM still gets KillAfter": {syscall.SIGTERM, time.Second, []step{{0, syscall.SIGTERM},
+			{time.Second, 0}, {4 * time.Second, 0}, {5 * time.Second, syscall.SIGKILL}}},
+		"a checkpoint signal first, SIGTERM after the grace": {syscall.SIGUSR1, 10 * time.Second, []step{{0, syscall.SIGUSR1},
+			{time.Second, 0}, {9 * time.Second, 0}, {10 * time.Second, syscall.SIGTERM}, {12 * time.Second, 0},
+			{15 * time.Second, syscall.SIGKILL}, {16 * time.Second, 0}, {20 * time.Second, syscall.SIGKILL}}},
+		"a checkpoint signal, grace 0": {syscall.SIGINT, 0, []step{{0, syscall.SIGINT}, {0, syscall.SIGTERM}, {kill, syscall.SIGKILL}}},
 	}
-	if sig, _ := stopStep(at, at, 0, kill, stageCheckpoint, at); sig != syscall.SIGTERM {
-		t.Errorf("grace 0: %v after the checkpoint signal, want SIGTERM at once", sig)
+	for name, tc := range cases {
+		stage, last := 0, time.Time{}
+		for _, s := range tc.steps {
+			now := at.Add(s.after)
+			sig, next := stopStep(now, at, tc.first, tc.grace, kill, stage, last)
+			if sig != s.want {
+				t.Fatalf("%s: at +%s: signal %v, want %v", name, s.after, sig, s.want)
+			}
+			if sig != 0 {
+				last = now
+			}
+			stage = next
+		}
+	}
+}
+
+func TestSignalOf(t *testing.T) {
+	for in, want := range map[gpufleet.Signal]syscall.Signal{"": syscall.SIGTERM, "SIGTERM": syscall.SIGTERM, "SIGUSR1": syscall.SIGUSR1,
+		"SIGINT": syscall.SIGINT, "SIGUSR2": syscall.SIGUSR2, "SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT,
+		"SIGXCPU": syscall.SIGXCPU, "SIGWINCH": syscall.SIGWINCH, "SIGPWR": syscall.SIGPWR, "SIGBOGUS": syscall.SIGTERM} {
+		if got := signalOf(in); got != want {
+			t.Errorf("signalOf(%q) = %v, want %v", in, got, want)
+		}
 	}
 }
 
@@ -314,8 +337,8 @@ func TestRunnerRunsOnAssignedGPUsAndRecordsExit(t *testing.T) {
 func TestRunnerStopEscalatesToKill(t *testing.T) {
 	data := t.TempDir()
 	r := testRunner(t, data, time.Now)
-	// The command ignores the checkpoint signal and SIGTERM.
-	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"},
+	// The command asks for SIGUSR1 first and ignores it and SIGTERM.
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, Launch: gpufleet.Launch{StopSignal: "SIGUSR1"},
 		Command: []string{"sh", "-c", `trap "echo usr1" USR1; trap "echo term" TERM; echo ready; while :; do sleep 0.05; done`}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
 	logPath := filepath.Join(data, "attempts", "a-1", logFileName)
@@ -593,7 +616,7 @@ func TestAgentFencesWithoutServerAndReportsOnReconnect(t *testing.T) {
 // as stopped, fenced.
 func TestSupervisorFencesWhenTheAgentGoesSilent(t *testing.T) {
 	r, data, alive := fencedRunner(t, 600*time.Millisecond, 200*time.Millisecond)
-	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, GraceS: 30,
+	r.Start(api.Assignment{AttemptID: "a-1", GPUs: []string{"GPU-0"}, GraceS: 30, Launch: gpufleet.Launch{StopSignal: "SIGUSR1"},
 		Command: []string{"sh", "-c", `trap "echo checkpoint" USR1; while :; do sleep 0.05; done`}})
 	waitState(t, r, "a-1", gpufleet.AttemptRunning)
 	// While the agent keeps touching the file, nothing happens. The

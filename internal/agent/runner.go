@@ -33,6 +33,7 @@ const (
 	ReasonInvalid    = "invalid_spec" // workdir, env or GPUs not usable here
 	ReasonStartError = "start_failed" // the command could not be started
 	ReasonLost       = "supervisor_lost"
+	ReasonImagePull  = "image_pull" // the job's image could not be had
 	ReasonExit       = "exit"
 )
 
@@ -73,6 +74,7 @@ type attempt struct {
 	Reason     string                `json:"reason,omitempty"`
 	ReasonCode string                `json:"reason_code,omitempty"`
 	User       string                `json:"user,omitempty"`
+	UID        *uint32               `json:"uid,omitempty"`
 	Holds      []hold                `json:"holds,omitempty"`
 	Usage      Usage                 `json:"usage"`
 	// AccountedTo is the end of the last interval counted in Usage.
@@ -117,7 +119,8 @@ type RunnerConfig struct {
 	// root; DefaultUser ("nobody") covers the other teams.
 	RunAs       map[string]string
 	DefaultUser string
-	// KillAfter is the pause between SIGTERM and SIGKILL (default 5s).
+	// KillAfter is the least pause between SIGTERM and SIGKILL (default
+	// 5s).
 	KillAfter time.Duration
 	// BusyTimeout is how long an attempt waits for a GPU another process
 	// holds before it fails with gpu_busy (default 60s).
@@ -136,6 +139,23 @@ type RunnerConfig struct {
 	// credentials among them, are left out (the attempt's own environment
 	// comes from its spec). Empty starts them with none.
 	Environ []string
+
+	// UIDs, when set, gives each attempt of a team --run-as does not map a
+	// uid of its own from the range, when the agent is root (users.go).
+	UIDs *UIDRange
+	// Isolate runs process attempts in their own PID and mount namespaces
+	// under Init (`gpufleet agent init`), with private /proc and /tmp.
+	Isolate bool
+	Init    []string
+	// DeviceMode confines each attempt to its GPUs' device nodes under
+	// DevRoot ("v1", "v2-ebpf"; "" for none).
+	DeviceMode string
+	DevRoot    string
+	// Engine, when set, runs attempts with an image in containers; CDIDirs
+	// are where CDI specs are read (cdiEngineDirs and the simulator's).
+	Engine  *Engine
+	CDIDirs []string
+	Ulimits []string
 }
 
 // Runner starts, watches and stops attempts. It is safe for concurrent
@@ -144,7 +164,7 @@ type Runner struct {
 	cfg   RunnerConfig
 	log   *slog.Logger
 	now   func() time.Time
-	users func(team string) (runAs, error)
+	users func(team, attempt string) (runAs, error)
 	load  loader // nil unless simulated
 	// limits returns an attempt's CPU (cpu.max) and memory limits;
 	// assignmentLimits unless a test replaces it.
@@ -155,6 +175,7 @@ type Runner struct {
 	attempts map[string]*attempt
 	targets  map[string]target // assigned UUID -> physical GPU
 	foreign  map[string][]int  // physical GPU UUID -> pids of processes not ours
+	lastUID  uint32            // the uid last handed out of cfg.UIDs
 	dirty    bool
 }
 
@@ -422,12 +443,19 @@ func (r *Runner) launch(a *attempt) error {
 	}
 	_ = os.Chmod(filepath.Dir(dir), 0o711)
 	_ = os.Chmod(r.cfg.DataDir, 0o711)
-	u, err := r.users(as.Team)
+	u, err := r.users(as.Team, as.AttemptID)
 	if err != nil {
 		return err
 	}
 	workdir := as.Workdir
-	if workdir == "" {
+	isolated := r.cfg.Isolate && u.UID != nil && len(r.cfg.Init) > 0 && !as.Container()
+	switch {
+	case as.Container():
+	case workdir == "" && isolated:
+		// The attempt's private /tmp (DIR/tmp, mounted by its init) is its
+		// scratch directory: no other attempt sees it.
+		workdir = "/tmp"
+	case workdir == "":
 		workdir = filepath.Join(dir, "work")
 		if u.UID != nil {
 			// The data dir may not be reachable for another user: the
@@ -457,12 +485,15 @@ func (r *Runner) launch(a *attempt) error {
 		return err
 	}
 	spec := superviseSpec{AttemptID: as.AttemptID, Command: as.Command, Env: env, Workdir: workdir, UID: u.UID, GID: u.GID, Groups: u.Groups,
-		AliveFile: r.cfg.AliveFile, FenceAfter: r.fence[0], FenceGrace: fenceGrace(time.Duration(as.GraceS*float64(time.Second)), r.fence[1]),
+		StopSignal: as.StopSignal, AliveFile: r.cfg.AliveFile, FenceAfter: r.fence[0], FenceGrace: fenceGrace(time.Duration(as.GraceS*float64(time.Second)), r.fence[1]),
 		KillAfter: r.cfg.KillAfter}
 	if r.cfg.Cgroups {
 		spec.Cgroup = filepath.Join(r.cfg.CgroupRoot, cgroupParent, as.AttemptID)
 	}
 	spec.CPUMax, spec.MemoryMaxBytes = r.limits(as)
+	if err := r.isolate(&spec, as, u, dir); err != nil {
+		return err
+	}
 	for _, g := range as.GPUs {
 		t := r.targets[g]
 		a.Holds = append(a.Holds, hold{Attempt: as.AttemptID, GPU: t.GPU, Device: g, Share: t.Share * fracOr1(as.Fraction)})
@@ -487,7 +518,7 @@ func (r *Runner) launch(a *attempt) error {
 	}
 	reaped := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(reaped) }() // reap it; the status file says how the attempt ended
-	a.cmd, a.reaped, a.Supervisor, a.Launched, a.User, a.Reason = cmd, reaped, cmd.Process.Pid, true, u.Name, ""
+	a.cmd, a.reaped, a.Supervisor, a.Launched, a.User, a.UID, a.Reason = cmd, reaped, cmd.Process.Pid, true, u.Name, u.UID, ""
 	r.dirty = true
 	r.log.Info("attempt launched", "attempt", as.AttemptID, "job", as.JobID, "team", as.Team, "gpus", strings.Join(as.GPUs, ","),
 		"user", u.Name, "supervisor", cmd.Process.Pid)
@@ -507,8 +538,9 @@ func supervisorEnv(environ []string) []string {
 	return out
 }
 
-// Stop starts stopping an attempt: checkpoint signal now, SIGTERM after
-// grace, SIGKILL KillAfter later. Stopping a stopped attempt does nothing.
+// Stop starts stopping an attempt (stopStep): SIGTERM now and SIGKILL
+// after grace, or the job's own stop signal now, SIGTERM after grace and
+// SIGKILL KillAfter later. Stopping a stopped attempt does nothing.
 func (r *Runner) Stop(id, reason, code string, grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -622,7 +654,7 @@ func (r *Runner) progress(a *attempt) {
 	}
 	if a.Stop != nil && a.PGID > 0 {
 		now := r.now()
-		sig, stage := stopStep(now, a.Stop.At, a.Stop.Grace, r.cfg.KillAfter, a.Stop.Stage, a.Stop.LastSignal)
+		sig, stage := stopStep(now, a.Stop.At, signalOf(a.As.StopSignal), a.Stop.Grace, r.cfg.KillAfter, a.Stop.Stage, a.Stop.LastSignal)
 		if sig != 0 {
 			if err := syscall.Kill(-a.PGID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 				r.log.Warn("signalling attempt", "attempt", a.As.AttemptID, "signal", sig, "err", err)
@@ -699,7 +731,7 @@ func (r *Runner) ended(a *attempt, ex exitRecord) {
 	case a.Stop != nil:
 		r.finish(a, gpufleet.AttemptStopped, &code, a.Stop.Reason, a.Stop.Code)
 	case ex.Error != "":
-		r.finish(a, gpufleet.AttemptFailed, &code, ex.Error, ReasonStartError)
+		r.finish(a, gpufleet.AttemptFailed, &code, ex.Error, cmp.Or(ex.ReasonCode, ReasonStartError))
 	case code == 0:
 		r.finish(a, gpufleet.AttemptSucceeded, &code, "exit 0", ReasonExit)
 	case ex.Signal != "":

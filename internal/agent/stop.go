@@ -3,32 +3,48 @@ package agent
 import (
 	"syscall"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Stop escalation stages: what has been sent to an attempt's process group.
 const (
-	stageNone       = 0
-	stageCheckpoint = 1 // SIGUSR1: checkpoint now
-	stageTerm       = 2 // SIGTERM after the grace period
-	stageKill       = 3 // SIGKILL after KillAfter more
+	stageNone  = 0
+	stageFirst = 1 // the job's stop signal, when it is not SIGTERM
+	stageTerm  = 2 // SIGTERM: at once by default, after the grace when the job asked for another signal first
+	stageKill  = 3 // SIGKILL at the end of the grace (KillAfter after SIGTERM at least)
 )
 
-// CheckpointSignal asks an attempt to checkpoint; it is the first signal
-// of every stop. A program that does not handle it terminates (SIGUSR1's
-// default action), which is also a stop.
-const CheckpointSignal = syscall.SIGUSR1
+// signalOf is the syscall signal of a job's stop signal (SIGTERM when it
+// has none).
+func signalOf(s gpufleet.Signal) syscall.Signal {
+	if n := s.Number(); n > 0 {
+		return syscall.Signal(n)
+	}
+	return syscall.SIGTERM
+}
 
 // stopStep returns the signal due now for a stop requested at `at` with
 // the given grace, after the stages already sent, and the stage it
-// reaches. It returns 0 when nothing is due. SIGKILL is repeated every
-// killAfter while the group lives.
-func stopStep(now, at time.Time, grace, killAfter time.Duration, sent int, lastSent time.Time) (syscall.Signal, int) {
+// reaches; 0 when nothing is due. It is the protocol of Kubernetes and
+// Slurm: SIGTERM now, SIGKILL when the grace is over (killAfter at least,
+// so a zero grace still lets SIGTERM act). A job whose stop signal is
+// another (a checkpoint signal such as SIGUSR1) gets that now, SIGTERM
+// when the grace is over and SIGKILL killAfter later. SIGKILL is
+// repeated every killAfter while the group lives.
+func stopStep(now, at time.Time, first syscall.Signal, grace, killAfter time.Duration, sent int, lastSent time.Time) (syscall.Signal, int) {
+	killAt := at.Add(max(grace, killAfter))
+	if first != syscall.SIGTERM {
+		killAt = at.Add(grace + killAfter)
+	}
 	switch {
-	case sent < stageCheckpoint:
-		return CheckpointSignal, stageCheckpoint
+	case sent < stageFirst && first != syscall.SIGTERM:
+		return first, stageFirst
+	case sent < stageFirst:
+		return syscall.SIGTERM, stageTerm
 	case sent < stageTerm && !now.Before(at.Add(grace)):
 		return syscall.SIGTERM, stageTerm
-	case sent < stageKill && !now.Before(at.Add(grace+killAfter)):
+	case sent < stageKill && sent >= stageTerm && !now.Before(killAt):
 		return syscall.SIGKILL, stageKill
 	case sent == stageKill && !now.Before(lastSent.Add(killAfter)):
 		return syscall.SIGKILL, stageKill

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/agent/devcgroup"
 )
 
 // Files in an attempt's directory, DATA_DIR/attempts/<id>/.
@@ -36,6 +37,9 @@ const (
 	// DefaultCgroupRoot is where a cgroup v2 host mounts the unified
 	// hierarchy (--cgroup-root).
 	DefaultCgroupRoot = "/sys/fs/cgroup"
+	// DevicesV1Root is where a cgroup v1 or hybrid host mounts the devices
+	// controller.
+	DevicesV1Root = "/sys/fs/cgroup/devices"
 
 	cgroup2Magic = 0x63677270 // CGROUP2_SUPER_MAGIC
 	cgroup1Magic = 0x27e0eb   // CGROUP_SUPER_MAGIC
@@ -59,10 +63,24 @@ type superviseSpec struct {
 	Cgroup         string `json:"cgroup,omitempty"`
 	CPUMax         string `json:"cpu_max,omitempty"`
 	MemoryMaxBytes int64  `json:"memory_max_bytes,omitempty"`
+	// Init, when set, runs the command under InitArgv (`gpufleet agent
+	// init`) as PID 1 of new PID and mount namespaces, which gives it its
+	// own /proc and /tmp and drops to Init's user (AttemptInit).
+	Init     *initSpec `json:"init,omitempty"`
+	InitArgv []string  `json:"init_argv,omitempty"`
+	// Devices, with DeviceMode, confines the command to these device nodes
+	// (and devcgroup.Base): "v1" in the devices-controller directory
+	// DeviceCgroupV1, made here; "v2-ebpf" on Cgroup.
+	Devices        []string `json:"devices,omitempty"`
+	DeviceMode     string   `json:"device_mode,omitempty"`
+	DeviceCgroupV1 string   `json:"device_cgroup_v1,omitempty"`
+	// Container, when set, runs the attempt in its image instead.
+	Container *containerSpec `json:"container,omitempty"`
+	// StopSignal is the job's stop signal (empty: SIGTERM).
+	StopSignal gpufleet.Signal `json:"stop_signal,omitempty"`
 	// AliveFile is touched by the agent after every heartbeat the server
 	// answered. When it is older than FenceAfter the supervisor fences the
-	// command itself (checkpoint signal, FenceGrace, SIGTERM, KillAfter,
-	// SIGKILL): an agent that died, or lost the server, must not leave an
+	// command itself (the stop protocol of stopStep with FenceGrace): an agent that died, or lost the server, must not leave an
 	// attempt running that the server will declare lost and start again
 	// elsewhere.
 	AliveFile  string        `json:"alive_file,omitempty"`
@@ -85,6 +103,9 @@ type exitRecord struct {
 	Signal     string    `json:"signal,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	FinishedAt time.Time `json:"finished_at"`
+	// ReasonCode is set when the supervisor knows why the attempt could
+	// not run: image_pull.
+	ReasonCode string `json:"reason_code,omitempty"`
 	// Fenced is set when the supervisor stopped the command because the
 	// agent went silent (superviseSpec.AliveFile).
 	Fenced string `json:"fenced,omitempty"`
@@ -137,12 +158,31 @@ func supervise(dir string) (exitRecord, error) {
 			_ = os.Setenv("PATH", p)
 		}
 	}
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = spec.Env, spec.Workdir, logf, logf
+	var cmd *exec.Cmd
 	attr := &syscall.SysProcAttr{Setpgid: true}
-	if spec.UID != nil && spec.GID != nil {
-		attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID, Groups: spec.Groups}
+	switch {
+	case spec.Container != nil:
+		if err := ensureImage(dir, spec.Container, logf); err != nil {
+			rec, _ := fail(125, err)
+			rec.ReasonCode = ReasonImagePull
+			return rec, nil
+		}
+		cmd = exec.Command(spec.Container.Run[0], spec.Container.Run[1:]...)
+		// The engine runs with the supervisor's environment (nil: inherited);
+		// the attempt's goes in --env.
+	case spec.Init != nil:
+		argv := append(slices.Clone(spec.InitArgv), spec.Command...)
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = spec.Env, "/"
+		attr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+	default:
+		cmd = exec.Command(spec.Command[0], spec.Command[1:]...)
+		cmd.Env, cmd.Dir = spec.Env, spec.Workdir
+		if spec.UID != nil && spec.GID != nil {
+			attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID, Groups: spec.Groups}
+		}
 	}
+	cmd.Stdout, cmd.Stderr = logf, logf
 	var cgroupDir *os.File
 	if spec.Cgroup != "" {
 		if cgroupDir, err = makeCgroup(spec, logf); err != nil {
@@ -159,7 +199,16 @@ func supervise(dir string) (exitRecord, error) {
 		}
 	}
 	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	leave, err := confineDevices(spec)
+	if err != nil {
+		if spec.Cgroup != "" {
+			_ = os.Remove(spec.Cgroup)
+		}
+		return fail(126, fmt.Errorf("confining the attempt to its GPUs' device nodes (%s): %w", spec.DeviceMode, err))
+	}
+	err = cmd.Start()
+	leave()
+	if err != nil {
 		if spec.Cgroup != "" {
 			_ = os.Remove(spec.Cgroup) // nothing ever ran in it
 		}
@@ -208,24 +257,101 @@ func supervise(dir string) (exitRecord, error) {
 	default:
 		out.ExitCode, out.Error = 1, werr.Error()
 	}
+	if spec.Container != nil {
+		// The engine's CLI may have been killed (the last step of a stop):
+		// its container goes too, before the status says the GPUs are free.
+		if out, err := exec.Command(spec.Container.Remove[0], spec.Container.Remove[1:]...).CombinedOutput(); err != nil {
+			fmt.Fprintf(logf, "gpufleet: remove container: %v: %s\n", err, strings.TrimSpace(string(out)))
+		}
+	}
+	if spec.Init != nil && out.Signal == "" && out.ExitCode > 128 && out.ExitCode < 128+65 {
+		out.Signal = syscall.Signal(out.ExitCode - 128).String() // as the init reports it
+	}
+	if spec.DeviceCgroupV1 != "" {
+		removeCgroupDir(spec.DeviceCgroupV1, logf)
+	}
 	if spec.Cgroup != "" {
 		// Whatever the command left behind in its cgroup goes with it.
 		if err := os.WriteFile(filepath.Join(spec.Cgroup, cgroupKill), []byte("1"), 0); err != nil {
 			fmt.Fprintf(logf, "gpufleet: cgroup %s: kill what is left: %v\n", spec.Cgroup, err)
 		}
-		var rerr error
-		for range 100 {
-			if rerr = os.Remove(spec.Cgroup); rerr == nil || errors.Is(rerr, os.ErrNotExist) {
-				rerr = nil
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if rerr != nil {
-			fmt.Fprintf(logf, "gpufleet: cgroup %s: not removed: %v\n", spec.Cgroup, rerr)
-		}
+		removeCgroupDir(spec.Cgroup, logf)
 	}
 	return out, nil
+}
+
+// removeCgroupDir removes an emptied cgroup directory, waiting up to 2s
+// for its last processes to be gone.
+func removeCgroupDir(dir string, logf io.Writer) {
+	var rerr error
+	for range 100 {
+		if rerr = os.Remove(dir); rerr == nil || errors.Is(rerr, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprintf(logf, "gpufleet: cgroup %s: not removed: %v\n", dir, rerr)
+}
+
+// confineDevices sets up the attempt's device cgroup before its command
+// starts. With "v1" the supervisor joins the attempt's devices cgroup so
+// that the command is born in it, and leave (called once it has started)
+// takes the supervisor back out; with "v2-ebpf" the filter goes on the
+// attempt's cgroup v2 directory, which the command is cloned into.
+func confineDevices(spec superviseSpec) (leave func(), err error) {
+	leave = func() {}
+	if spec.DeviceMode == "" {
+		return leave, nil
+	}
+	rules, err := devcgroup.ForPaths(spec.Devices)
+	if err != nil {
+		return leave, err
+	}
+	rules = append(devcgroup.Base(), rules...)
+	switch spec.DeviceMode {
+	case devcgroup.ModeV2:
+		if spec.Cgroup == "" {
+			return leave, errors.New("no cgroup v2 directory for the attempt")
+		}
+		_, err := devcgroup.AttachV2(spec.Cgroup, rules) // stays attached for the cgroup's life
+		return leave, err
+	case devcgroup.ModeV1:
+		dir := spec.DeviceCgroupV1
+		if dir == "" {
+			return leave, errors.New("no devices cgroup directory")
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return leave, err
+		}
+		if err := devcgroup.ApplyV1(dir, rules); err != nil {
+			return leave, err
+		}
+		home, err := ownV1Cgroup(DevicesV1Root)
+		if err != nil {
+			return leave, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, cgroupProcs), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return leave, fmt.Errorf("join %s: %w", dir, err)
+		}
+		return func() { _ = os.WriteFile(filepath.Join(home, cgroupProcs), []byte(strconv.Itoa(os.Getpid())), 0) }, nil
+	}
+	return leave, fmt.Errorf("unknown device mode %q", spec.DeviceMode)
+}
+
+// ownV1Cgroup is the directory of this process's devices cgroup under the
+// v1 mount root.
+func ownV1Cgroup(root string) (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "devices") {
+			return filepath.Join(root, parts[2]), nil
+		}
+	}
+	return "", errors.New("no devices cgroup in /proc/self/cgroup")
 }
 
 // selfFence watches spec.AliveFile and, once the agent has been silent for
@@ -261,20 +387,21 @@ func selfFence(spec superviseSpec, pgid int, logf *os.File, fenced chan<- string
 		why := fmt.Sprintf("no word from the agent for %s (fence %s)", time.Since(last).Round(time.Second), fence)
 		fmt.Fprintf(logf, "gpufleet: %s: stopping the attempt\n", why)
 		fenced <- why
-		steps := []struct {
-			sig  syscall.Signal
-			wait time.Duration
-		}{{CheckpointSignal, spec.FenceGrace}, {syscall.SIGTERM, max(spec.KillAfter, time.Second)}, {syscall.SIGKILL, 0}}
-		for _, st := range steps {
-			_ = syscall.Kill(-pgid, st.sig)
+		// The runner's protocol, stepped by the wall clock.
+		at, stage, lastSent := time.Now(), stageNone, time.Time{}
+		first, killAfter := signalOf(spec.StopSignal), max(spec.KillAfter, time.Second)
+		for {
+			now := time.Now()
+			if sig, next := stopStep(now, at, first, spec.FenceGrace, killAfter, stage, lastSent); sig != 0 {
+				_ = syscall.Kill(-pgid, sig)
+				stage, lastSent = next, now
+			}
 			select {
 			case <-done:
 				return
-			case <-time.After(st.wait):
+			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		<-done
-		return
 	}
 }
 

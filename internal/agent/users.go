@@ -14,7 +14,13 @@ import (
 // --run-as names for the team, else as DefaultUser ("nobody"). An agent
 // running as an ordinary user (gpufleet dev on a laptop) runs them as
 // itself.
-func (r *Runner) lookupUser(team string) (runAs, error) {
+//
+// With a uid range (RunnerConfig.UIDs), a team --run-as does not map gets
+// a uid of the range per attempt that no other live attempt holds, its
+// gid the same number: two attempts, of one team or of two, never share
+// a user, so neither can read the other's environment or signal it.
+// r.mu must be held.
+func (r *Runner) lookupUser(team, attempt string) (runAs, error) {
 	if os.Geteuid() != 0 {
 		name := strconv.Itoa(os.Geteuid())
 		if u, err := user.Current(); err == nil {
@@ -23,6 +29,21 @@ func (r *Runner) lookupUser(team string) (runAs, error) {
 		return runAs{Name: name}, nil
 	}
 	name := r.cfg.RunAs[team]
+	if name == "" && r.cfg.UIDs != nil {
+		used := map[uint32]bool{}
+		for id, a := range r.attempts {
+			if id != attempt && a.UID != nil && !a.State.Terminal() {
+				used[*a.UID] = true
+			}
+		}
+		id, ok := pickUID(*r.cfg.UIDs, used, r.lastUID)
+		if !ok {
+			return runAs{}, fmt.Errorf("every uid of --uid-range %s is held by a running attempt", r.cfg.UIDs)
+		}
+		r.lastUID = id
+		uid, gid := id, id
+		return runAs{Name: "uid-" + strconv.FormatUint(uint64(id), 10), UID: &uid, GID: &gid, Groups: []uint32{gid}}, nil
+	}
 	if name == "" {
 		name = r.cfg.DefaultUser
 	}

@@ -202,7 +202,9 @@ type Assignment struct {
 	Command   []string          `json:"command"`
 	Env       map[string]string `json:"env,omitempty"`
 	Workdir   string            `json:"workdir,omitempty"`
-	Team      string            `json:"team"`
+	// Launch is the job's image, stop signal, mounts and shared memory.
+	gpufleet.Launch
+	Team string `json:"team"`
 	// Priority is the job's priority class, for the GPU metrics' labels.
 	Priority   gpufleet.Priority `json:"priority,omitempty"`
 	GPUs       []string          `json:"gpus"` // GPU or MIG UUIDs on this node

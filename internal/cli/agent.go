@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/agent/devcgroup"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/bench/cuda"
@@ -34,9 +36,9 @@ import (
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile, stackProbe string
-	benchMode, cudaLibDir                                                                                                                   string
+	benchMode, cudaLibDir, runtime, ociRuntime, uidRange                                                                                    string
 	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                                       time.Duration
-	labels, runAs, simBadDrivers                                                                                                            []string
+	labels, runAs, simBadDrivers, cdiDirs, ulimits                                                                                          []string
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -85,10 +87,36 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	fs.StringArrayVar(&f.labels, "label", nil, "node label KEY=VALUE (rack, block, virtualization, power_budget_watts, ...); repeatable")
 	fs.StringArrayVar(&f.runAs, "run-as", nil, "TEAM=USER: the user a team's attempts run as when the agent is root; repeatable")
 	fs.StringVar(&f.defaultUser, "default-user", "nobody", "user for teams without --run-as when the agent is root (never root)")
+	fs.StringVar(&f.runtime, "runtime", "process", "how attempts run: process (bare processes, each isolated: docs/ISOLATION.md) or podman/docker (jobs with an image run in containers with only their GPUs; others as processes)")
+	fs.StringVar(&f.ociRuntime, "podman-runtime", "", "with --runtime podman: the OCI runtime podman uses (default runc when installed: crun refuses hosts with the hybrid cgroup layout)")
+	fs.StringArrayVar(&f.cdiDirs, "cdi-spec-dir", []string{"/etc/cdi", "/var/run/cdi"}, "directories of CDI specs (nvidia-ctk cdi generate) naming the GPUs a container gets; repeatable")
+	fs.StringArrayVar(&f.ulimits, "container-ulimit", nil, "a container limit NAME=SOFT:HARD (memlock=-1:-1); default: memlock, nofile and nproc at the agent's own hard limits")
+	fs.StringVar(&f.uidRange, "uid-range", agent.DefaultUIDRange.String(), "uids handed out one per running attempt to teams --run-as does not map, when the agent is root; empty: --default-user for all of them (soft isolation)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", agent.DefaultCgroupRoot, "cgroup v2 mount under which attempts get gpufleet/<attempt> cgroups (when the agent is root)")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.AddCommand(newSuperviseCmd())
+	cmd.AddCommand(newSuperviseCmd(), newAttemptInitCmd())
+	return cmd
+}
+
+// newAttemptInitCmd is PID 1 of a process attempt's namespaces.
+func newAttemptInitCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "init --dir DIR -- COMMAND...",
+		Short:  "Be PID 1 of an attempt's namespaces (started by the supervisor)",
+		Hidden: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if dir == "" || len(args) == 0 {
+				return usageErr("--dir and a command: required")
+			}
+			if code := agent.AttemptInit(dir, args); code != 0 {
+				return &exitError{code: code, err: fmt.Errorf("attempt init: exit %d", code), silent: true}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the attempt's directory (spec.json)")
 	return cmd
 }
 
@@ -190,6 +218,9 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 	var cgroupNote string
 	cfg.Runner.CgroupRoot = cgroupRoot
 	cfg.Runner.Cgroups, cgroupNote = agent.DetectCgroupV2(cgroupRoot)
+	if err := setUpIsolation(ctx, f, be, dataDir, exe, &cfg, log); err != nil {
+		return err
+	}
 	a, err := agent.New(cfg, be, agent.NewAPIControlPlane(client), log)
 	if err != nil {
 		return err
@@ -377,4 +408,97 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	return agent.WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// setUpIsolation decides how attempts run on this node and how they are
+// kept apart: the runtime and its engine, a uid per attempt, PID and
+// mount namespaces, device cgroups, and the device nodes and CDI specs
+// that name the GPUs (the simulator's own under DATA_DIR). What cannot be
+// set up is logged, and the node reports its job isolation as soft.
+func setUpIsolation(ctx context.Context, f agentFlags, be gpu.Backend, dataDir, exe string, cfg *agent.Config, log *slog.Logger) error {
+	rt, err := agent.ParseRuntime(f.runtime)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	cfg.Runtime = rt
+	rc := &cfg.Runner
+	rc.DevRoot, rc.CDIDirs = "/dev", f.cdiDirs
+	if f.backend == "sim" {
+		devs, err := be.Devices(ctx)
+		if err != nil {
+			return err
+		}
+		rc.DevRoot = filepath.Join(dataDir, "dev")
+		if os.Geteuid() == 0 {
+			if err := agent.MakeSimDevices(rc.DevRoot, devs); err != nil {
+				return fmt.Errorf("simulated device nodes: %w", err)
+			}
+			cdi := filepath.Join(dataDir, "cdi")
+			if err := agent.WriteSimCDISpec(cdi, rc.DevRoot, devs); err != nil {
+				return fmt.Errorf("simulated CDI spec: %w", err)
+			}
+			rc.CDIDirs = append(slices.Clone(rc.CDIDirs), cdi)
+		}
+	}
+	if rt.Containers() {
+		e, err := agent.DetectEngine(ctx, rt, f.ociRuntime)
+		if err != nil {
+			return err
+		}
+		rc.Engine = &e
+		rc.Ulimits = f.ulimits
+		if len(rc.Ulimits) == 0 {
+			rc.Ulimits = agent.DefaultUlimits()
+		}
+		log.Info("container engine", "runtime", rt, "path", e.Path, "version", e.Version, "oci_runtime", e.OCIRuntime, "ulimits", strings.Join(rc.Ulimits, " "))
+	}
+	var iso agent.Isolation
+	root := os.Geteuid() == 0
+	if f.uidRange != "" {
+		r, err := agent.ParseUIDRange(f.uidRange)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		rc.UIDs = &r
+	}
+	runAsUsers := map[string]string{}
+	shared := ""
+	for team, u := range rc.RunAs {
+		if other, ok := runAsUsers[u]; ok {
+			shared = fmt.Sprintf("--run-as maps teams %s and %s to the same user %s", other, team, u)
+		}
+		runAsUsers[u] = team
+	}
+	switch {
+	case !root:
+		iso.Missing = append(iso.Missing, "users: the agent is not root, attempts run as its own user")
+	case rc.UIDs == nil:
+		iso.Missing = append(iso.Missing, "users: no --uid-range, every unmapped team runs as "+rc.DefaultUser)
+	case shared != "":
+		iso.Missing = append(iso.Missing, "users: "+shared)
+	default:
+		iso.Users = true
+	}
+	if err := agent.ProbeNamespaces(); err != nil {
+		iso.Missing = append(iso.Missing, "pid and mount namespaces: "+err.Error())
+	} else {
+		iso.PIDNamespace, iso.PrivateTmp, rc.Isolate, rc.Init = true, true, true, []string{exe, "agent", "init"}
+	}
+	v2 := ""
+	if rc.Cgroups {
+		v2 = rc.CgroupRoot
+	}
+	mode, why := devcgroup.Supported(v2, agent.DevicesV1Root)
+	if mode == "" {
+		iso.Missing = append(iso.Missing, "devices: "+why)
+	}
+	iso.Devices, rc.DeviceMode = mode, mode
+	cfg.Isolation = iso
+	if iso.Hard() {
+		log.Info("attempts isolated", "job_isolation", "hard", "users", rc.UIDs, "pid_namespace", true, "private_tmp", true, "devices", mode)
+	} else {
+		log.Warn("attempts not fully isolated: the node reports job isolation soft, and hard jobs stay off it (docs/ISOLATION.md)",
+			"missing", strings.Join(iso.Missing, "; "))
+	}
+	return nil
 }

@@ -39,6 +39,9 @@ type env struct {
 type exitError struct {
 	code int
 	err  error
+	// silent: the code is the whole answer (an attempt's own exit status,
+	// passed on by its init), nothing is printed.
+	silent bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -57,8 +60,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "gpufleet: %v\n", err)
 	var ee *exitError
+	if errors.As(err, &ee) && ee.silent {
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "gpufleet: %v\n", err)
 	if errors.As(err, &ee) {
 		return ee.code
 	}

@@ -35,7 +35,9 @@ type submitFlags struct {
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
 	workMetric, workUnit                                                  string
-	preemptible, strict, queueAnyway                                      bool
+	image, pullPolicy, stopSignal, shmSize                                string
+	mounts                                                                []string
+	preemptible, strict, queueAnyway, hostNetwork                         bool
 	plan                                                                  planFlags
 }
 
@@ -70,7 +72,13 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.grace, "grace", "", "time between the stop signal and the kill (30s)")
 	fs.IntVar(&f.retries, "retries", 0, "times to rerun the job after its own failure")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE (repeatable)")
-	fs.StringVar(&f.workdir, "workdir", "", "working directory on the node")
+	fs.StringVar(&f.workdir, "workdir", "", "working directory on the node (in the container, with --image)")
+	fs.StringVar(&f.image, "image", "", "OCI image to run the command in (podman or docker nodes: docs/JOBS.md#containers)")
+	fs.StringVar(&f.pullPolicy, "image-pull-policy", "", "when the node pulls the image: always, if-not-present (default) or never")
+	fs.StringVar(&f.stopSignal, "stop-signal", "", "first signal of every stop (default SIGTERM): SIGUSR1, SIGINT, ... then SIGTERM after the grace")
+	fs.StringArrayVar(&f.mounts, "mount", nil, "host path a container job sees, SOURCE[:TARGET][:ro|rw], within the team's allowed paths (repeatable; read-only by default)")
+	fs.StringVar(&f.shmSize, "shm-size", "", "size of the container's /dev/shm (PyTorch DataLoader workers), such as 16GiB")
+	fs.BoolVar(&f.hostNetwork, "host-network", false, "run the container in the node's network (multi-node jobs always are)")
 	fs.StringVar(&f.requestID, "request-id", "", "idempotency key: resubmitting with the same id returns the same job")
 	fs.StringVar(&f.simLoad, "sim-load", "", "load on simulated GPUs: compute, memory or idle")
 	fs.StringVar(&f.name, "name", "", "job name")
@@ -163,6 +171,21 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 			return err
 		}},
 		{"workdir", func() error { req.Workdir = f.workdir; return nil }},
+		{"image", func() error { req.Image = f.image; return gpufleet.ValidateImageRef(f.image) }},
+		{"image-pull-policy", text(&req.ImagePullPolicy, f.pullPolicy)},
+		{"stop-signal", text(&req.StopSignal, f.stopSignal)},
+		{"mount", func() error {
+			for _, v := range f.mounts {
+				m, err := gpufleet.ParseMount(v)
+				if err != nil {
+					return err
+				}
+				req.Mounts = append(req.Mounts, m)
+			}
+			return nil
+		}},
+		{"shm-size", func() error { req.ShmSize, err = gpufleet.ParseBytes(f.shmSize); return err }},
+		{"host-network", func() error { req.HostNetwork = f.hostNetwork; return nil }},
 		{"request-id", func() error { req.RequestID = f.requestID; return nil }},
 		{"sim-load", text(&req.SimLoad, f.simLoad)},
 		{"name", func() error { req.Name = f.name; return nil }},

@@ -30,6 +30,7 @@ import (
 // devFlags are the flags of `gpufleet dev`.
 type devFlags struct {
 	listen, adminToken, dataDir, config string
+	runtime                             string
 	keepAttempts                        bool
 	keepJobs                            bool
 	noContext                           bool
@@ -111,6 +112,7 @@ forecast, procure and lifecycle have something to say.`,
 	fs.StringVar(&f.adminToken, "admin-token", "", "admin token, at least 16 characters (default: kept from the last run, or generated)")
 	fs.StringVar(&f.dataDir, "data-dir", "gpufleet-dev", "directory for the server, the agents and dev.json")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
+	fs.StringVar(&f.runtime, "runtime", "process", "how the agents run jobs: process, podman or docker (jobs with an image run in containers that see only their simulated GPUs)")
 	durationFlag(fs, &f.seedHistory, "seed-history", 0, "on a new data dir, first write this much synthetic finished work (60d), so that forecast, procure and lifecycle have a history")
 	fs.BoolVar(&f.noContext, "no-context", false, "do not write the dev, dev-team-a and dev-team-b contexts to the client config file")
 	fs.BoolVar(&f.keepJobs, "keep-jobs", false, "on Ctrl-C, leave the running jobs' processes to fence themselves (5s after their agent stops) instead of stopping them")
@@ -159,6 +161,9 @@ func failingServer(d time.Duration) serveFunc {
 }
 
 func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error {
+	if _, err := agent.ParseRuntime(f.runtime); err != nil {
+		return usageErr("%v", err)
+	}
 	if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
@@ -262,7 +267,8 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		}
 		_ = os.Remove(filepath.Join(ndir, "agent.json"))
 		args := []string{"agent", "--server", rm.url, "--join-token", jt.Token, "--name", n.Name, "--data-dir", ndir,
-			"--backend", "sim", "--sim-gpus", n.SimGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "2s", "--fence-grace", "2s"}
+			"--backend", "sim", "--sim-gpus", n.SimGPUs, "--metrics-listen", "127.0.0.1:0", "--kill-after", "2s", "--fence-grace", "2s",
+			"--runtime", f.runtime}
 		for _, l := range n.Labels {
 			args = append(args, "--label", l)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -526,6 +527,10 @@ func jsonFieldTypes(t reflect.Type) map[string]reflect.Type {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			maps.Copy(out, jsonFieldTypes(f.Type)) // embedded: its fields are the parent's, as in encoding/json
+			continue
+		}
 		if name == "-" || !f.IsExported() {
 			continue
 		}

@@ -18,7 +18,7 @@ import (
 func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time) (gpufleet.Job, error) {
 	j := gpufleet.Job{
 		Team: team, Name: r.Name, State: gpufleet.JobQueued, Priority: r.Priority,
-		RequestID: r.RequestID, Resources: r.Resources, Command: r.Command, Env: r.Env, Workdir: r.Workdir,
+		RequestID: r.RequestID, Resources: r.Resources, Command: r.Command, Env: r.Env, Workdir: r.Workdir, Launch: r.Launch,
 		Preemptible: r.Preemptible, Retries: gpufleet.Retries{Max: r.Retries}, SimLoad: r.SimLoad, Work: r.Work, SubmittedAt: now,
 	}
 	if j.Priority == "" {

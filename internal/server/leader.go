@@ -477,7 +477,7 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 				o.stop = append(o.stop, api.StopOrder{AttemptID: a.ID, Reason: a.Reason, ReasonCode: a.ReasonCode, GraceS: grace})
 			case a.State == gpufleet.AttemptStarting:
 				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
-					Workdir: j.Workdir, Team: j.Team, Priority: j.Priority, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
+					Workdir: j.Workdir, Launch: j.Launch, Team: j.Team, Priority: j.Priority, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
 					GraceS: grace, SimLoad: string(j.SimLoad), CPUs: j.Resources.CPUs, MemoryBytes: int64(j.Resources.MemoryBytes), NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
 					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID), Work: j.Work})
 			}

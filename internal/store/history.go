@@ -42,8 +42,7 @@ func (s *SQL) ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor stri
 	return s.write(ctx, func(tx *sql.Tx) error {
 		for _, j := range jobs {
 			id := s.jobIDs.next(j.SubmittedAt)
-			spec, err := json.Marshal(jobSpec{Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir,
-				TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible, GraceS: j.GraceS, SimLoad: j.SimLoad, Work: j.Work})
+			spec, err := json.Marshal(specOf(j))
 			if err != nil {
 				return invalid("import: %v", err)
 			}

@@ -17,10 +17,11 @@ import (
 // document in jobs.spec. What changes (state, retries, times, queue
 // information) has columns of its own.
 type jobSpec struct {
-	Resources   gpufleet.Resources    `json:"resources"`
-	Command     []string              `json:"command"`
-	Env         map[string]string     `json:"env,omitempty"`
-	Workdir     string                `json:"workdir,omitempty"`
+	Resources gpufleet.Resources `json:"resources"`
+	Command   []string           `json:"command"`
+	Env       map[string]string  `json:"env,omitempty"`
+	Workdir   string             `json:"workdir,omitempty"`
+	gpufleet.Launch
 	TimeLimitS  *float64              `json:"time_limit_s,omitempty"`
 	EstimateS   *float64              `json:"estimate_s,omitempty"`
 	Preemptible bool                  `json:"preemptible,omitempty"`
@@ -28,6 +29,15 @@ type jobSpec struct {
 	SimLoad     gpufleet.SimLoad      `json:"sim_load,omitempty"`
 	Work        *gpufleet.WorkCounter `json:"work,omitempty"`
 	Plan        json.RawMessage       `json:"plan,omitempty"`
+}
+
+// specOf is the part of j that jobs.spec holds (its plan apart).
+func specOf(j gpufleet.Job) jobSpec {
+	return jobSpec{
+		Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir, Launch: j.Launch,
+		TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible,
+		GraceS: j.GraceS, SimLoad: j.SimLoad, Work: j.Work,
+	}
 }
 
 // jobCols is the column list scanJob reads, in order.
@@ -69,7 +79,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 		sp = jobSpec{}
 	}
 	j.State = gpufleet.JobState(state)
-	j.Resources, j.Command, j.Env, j.Workdir = sp.Resources, sp.Command, sp.Env, sp.Workdir
+	j.Resources, j.Command, j.Env, j.Workdir, j.Launch = sp.Resources, sp.Command, sp.Env, sp.Workdir, sp.Launch
 	j.TimeLimitS, j.EstimateS, j.Preemptible, j.GraceS, j.SimLoad, j.Work = sp.TimeLimitS, sp.EstimateS, sp.Preemptible, sp.GraceS, sp.SimLoad, sp.Work
 	if len(sp.Plan) > 0 {
 		j.Plan = sp.Plan
@@ -327,11 +337,7 @@ func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev stmt, j gpuflee
 	} else {
 		s.jobIDs.observe(j.ID)
 	}
-	sp := jobSpec{
-		Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir,
-		TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible,
-		GraceS: j.GraceS, SimLoad: j.SimLoad, Work: j.Work,
-	}
+	sp := specOf(j)
 	if j.Plan != nil {
 		raw, err := json.Marshal(j.Plan)
 		if err != nil {
