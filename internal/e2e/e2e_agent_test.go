@@ -118,7 +118,12 @@ func (a *agentProc) dumpLog(t *testing.T) {
 // as root) can write to.
 func outDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gpufleet-e2e-out-")
+	// Not under /tmp: an isolated attempt has a /tmp of its own.
+	base := ""
+	if os.Geteuid() == 0 {
+		base = "/var/lib"
+	}
+	dir, err := os.MkdirTemp(base, "gpufleet-e2e-out-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,346 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// The tests of this file run jobs as a team would on a shared node, with
+// each runtime this machine has (docs/ISOLATION.md#on-the-node): the
+// process runtime needs root (a uid per attempt, namespaces, a device
+// cgroup), podman needs podman and runc, and images are built here from
+// a static busybox (no registry is reachable).
+
+// runtimes lists the runtimes the tests can use here; under CI=true a
+// missing one fails instead of skipping (scripts/test installs them).
+func runtimes(t *testing.T) []string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: isolation is set up by a root agent")
+	}
+	out := []string{"process"}
+	_, perr := exec.LookPath("podman")
+	_, rerr := exec.LookPath("runc")
+	if perr == nil && rerr == nil {
+		out = append(out, "podman")
+	} else if os.Getenv("CI") == "true" {
+		t.Fatalf("podman or runc missing (scripts/test installs them): %v %v", perr, rerr)
+	}
+	if _, err := exec.LookPath("docker"); err == nil && exec.Command("docker", "version", "--format", "{{.Server.Version}}").Run() == nil {
+		out = append(out, "docker")
+	}
+	return out
+}
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+// testImage is localhost/gpufleet-e2e-busybox:1, imported into the
+// engine from a static busybox: `podman import` of a root file system.
+const testImage = "localhost/gpufleet-e2e-busybox:1"
+
+func buildImage(t *testing.T, engine string) {
+	t.Helper()
+	imageOnce.Do(func() {
+		bb, err := exec.LookPath("busybox")
+		if err != nil {
+			imageErr = fmt.Errorf("busybox (static: apt-get install busybox-static): %w", err)
+			return
+		}
+		root, err := os.MkdirTemp("", "gpufleet-rootfs-")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		defer os.RemoveAll(root)
+		for _, d := range []string{"bin", "tmp", "proc", "sys", "dev", "etc"} {
+			os.MkdirAll(filepath.Join(root, d), 0o755)
+		}
+		data, err := os.ReadFile(bb)
+		if err != nil {
+			imageErr = err
+			return
+		}
+		os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755)
+		for _, c := range []string{"sh", "ls", "cat", "sleep", "echo", "id", "grep", "tr", "kill", "head", "wc", "env", "true"} {
+			os.Symlink("busybox", filepath.Join(root, "bin", c))
+		}
+		tar := exec.Command("tar", "-C", root, "-c", ".")
+		imp := exec.Command(engine, "--runtime", "runc", "import", "-", testImage)
+		if engine == "docker" {
+			imp = exec.Command(engine, "import", "-", testImage)
+		}
+		pipe, _ := tar.StdoutPipe()
+		imp.Stdin = pipe
+		var out bytes.Buffer
+		imp.Stdout, imp.Stderr = &out, &out
+		if err := imp.Start(); err != nil {
+			imageErr = err
+			return
+		}
+		if err := tar.Run(); err != nil {
+			imageErr = err
+			return
+		}
+		if err := imp.Wait(); err != nil {
+			imageErr = fmt.Errorf("%s import: %w: %s", engine, err, out.String())
+		}
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+}
+
+// isolatedFleet is a server with teams a and b and one agent of 4
+// simulated L4s with the given runtime.
+func isolatedFleet(t *testing.T, runtime string) (fleet, *agentProc) {
+	t.Helper()
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a", "team-b")
+	a := startAgent(t, p, f.admin, "n1", "l4:4", "--runtime", runtime)
+	t.Cleanup(func() {
+		if t.Failed() {
+			a.dumpLog(t)
+		}
+	})
+	eventually(t, 20*time.Second, "node ready", func() error {
+		n, err := f.admin.Node(t.Context(), "n1")
+		if err != nil {
+			return err
+		}
+		if n.State != gpufleet.NodeReady {
+			return fmt.Errorf("node %s", n.State)
+		}
+		if n.Labels[gpufleet.JobIsolationLabel] != "hard" {
+			return fmt.Errorf("job-isolation %q, want hard", n.Labels[gpufleet.JobIsolationLabel])
+		}
+		return nil
+	})
+	return f, a
+}
+
+func jobLog(t *testing.T, c *api.Client, id string) string {
+	t.Helper()
+	var b bytes.Buffer
+	_ = c.Logs(t.Context(), id, api.LogQuery{}, &b)
+	return b.String()
+}
+
+// TestCrossTeamAttackFails is the attack of issue #34, on every runtime
+// the machine has: team-b's job holds a secret in its environment; team-a's
+// job looks for it through /proc, kills every process it can see that is
+// not its own, and opens every GPU device node of the node. Nothing of b's
+// reaches a's log, b's job succeeds, and a opens only its own GPU.
+func TestCrossTeamAttackFails(t *testing.T) {
+	for _, rt := range runtimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			f, agent := isolatedFleet(t, rt)
+			ctx := t.Context()
+			launch := gpufleet.Launch{}
+			if rt != "process" {
+				buildImage(t, rt)
+				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
+			}
+			victim, err := f.members["team-b"].SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: launch,
+				Env:     map[string]string{"SECRET": "s3cr3t-of-team-b"},
+				Command: []string{"sh", "-c", "echo b-started; sleep 6; echo b-done"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vj := waitJob(t, f.members["team-b"], victim.ID, 30*time.Second, gpufleet.JobRunning)
+			eventually(t, 10*time.Second, "victim started", func() error {
+				if !strings.Contains(jobLog(t, f.members["team-b"], victim.ID), "b-started") {
+					return fmt.Errorf("not yet")
+				}
+				return nil
+			})
+			// Its supervisor's pid on the host, which the attack also tries.
+			var hostPID string
+			if pr, err := os.ReadFile(filepath.Join(agent.dataDir, "attempts", vj.Attempts[0].ID, "pid.json")); err == nil {
+				if m := regexp.MustCompile(`"pid": (\d+)`).FindSubmatch(pr); m != nil {
+					hostPID = string(m[1])
+				}
+			}
+			devs := filepath.Join(agent.dataDir, "dev")
+			attack := `for p in /proc/[0-9]*; do tr '\0' '\n' < $p/environ 2>/dev/null | grep -q SECRET && echo "LEAK from $p: $(tr '\0' '\n' < $p/environ | grep SECRET)"; done
+for p in /proc/[0-9]*; do pid=${p#/proc/}; [ "$pid" = "$$" ] || [ "$pid" = 1 ] && continue; kill -9 $pid 2>/dev/null && echo "killed $pid"; done
+kill -9 ` + hostPID + ` 2>/dev/null && echo "killed host pid ` + hostPID + `"
+cat /proc/` + hostPID + `/environ 2>/dev/null | tr '\0' '\n' | grep SECRET && echo LEAK-by-host-pid
+for d in ` + devs + `/nvidia[0-9] /dev/nvidia[0-9]; do [ -e $d ] || continue; if cat $d >/dev/null 2>/tmp/e; then echo "opened $d"; else echo "$d: $(cat /tmp/e)"; fi; done
+echo attack-done`
+			attacker, err := f.members["team-a"].SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: launch,
+				Command: []string{"sh", "-c", attack}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			aj := waitJob(t, f.members["team-a"], attacker.ID, 30*time.Second, gpufleet.JobSucceeded, gpufleet.JobFailed)
+			alog := jobLog(t, f.members["team-a"], attacker.ID)
+			t.Logf("attacker's log (%s):\n%s", aj.State, alog)
+			if !strings.Contains(alog, "attack-done") {
+				t.Fatalf("the attack did not run to its end")
+			}
+			if strings.Contains(alog, "s3cr3t") || strings.Contains(alog, "LEAK") {
+				t.Errorf("team-a read team-b's secret")
+			}
+			vj = waitJob(t, f.members["team-b"], victim.ID, 30*time.Second, gpufleet.JobSucceeded, gpufleet.JobFailed)
+			if vj.State != gpufleet.JobSucceeded || !strings.Contains(jobLog(t, f.members["team-b"], victim.ID), "b-done") {
+				t.Errorf("team-b's job %s (attempts %+v), want it to succeed untouched", vj.State, vj.Attempts)
+			}
+			// The attacker's own GPU opens (no driver: ENXIO); the others are
+			// refused (process: the device cgroup) or absent (a container
+			// has only its own).
+			opened := regexp.MustCompile(`(?m)^\S*nvidia\d: .*No such device or address`).FindAllString(alog, -1)
+			refused := regexp.MustCompile(`(?m)^\S*nvidia\d: .*Operation not permitted`).FindAllString(alog, -1)
+			switch rt {
+			case "process":
+				if len(opened) != 1 || len(refused) != 3 {
+					t.Errorf("process: %d GPU nodes reached the driver (want 1, its own), %d refused (want 3)", len(opened), len(refused))
+				}
+			default:
+				if len(opened) != 1 || len(refused) != 0 {
+					t.Errorf("%s: the container reached %d GPU nodes (want 1, its own) and saw %d others (want 0)", rt, len(opened), len(refused))
+				}
+			}
+		})
+	}
+}
+
+// TestContainerSeesOnlyItsGPUs is the container check of issue #34: a
+// 2-GPU job in a local image lists only its 2 simulated GPUs (and the
+// control nodes) in /dev, and runs in its own cgroup.
+func TestContainerSeesOnlyItsGPUs(t *testing.T) {
+	rts := runtimes(t)
+	for _, rt := range rts[1:] {
+		t.Run(rt, func(t *testing.T) {
+			f, _ := isolatedFleet(t, rt)
+			buildImage(t, rt)
+			c := f.members["team-a"]
+			sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Launch: gpufleet.Launch{Image: testImage},
+				Command: []string{"sh", "-c", "ls /dev; cat /proc/self/cgroup; echo CUDA=$CUDA_VISIBLE_DEVICES"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := waitJob(t, c, sub.ID, 60*time.Second, gpufleet.JobSucceeded, gpufleet.JobFailed)
+			log := jobLog(t, c, sub.ID)
+			if j.State != gpufleet.JobSucceeded {
+				t.Fatalf("job %s: %+v\n%s", j.State, j.Attempts, log)
+			}
+			gpus := regexp.MustCompile(`(?m)^nvidia\d+$`).FindAllString(log, -1)
+			if len(gpus) != 2 {
+				t.Errorf("/dev holds GPUs %v, want exactly its 2:\n%s", gpus, log)
+			}
+			if !strings.Contains(log, "nvidiactl") || !strings.Contains(log, "libpod") && rt == "podman" {
+				t.Errorf("want the control node and a container cgroup:\n%s", log)
+			}
+			if n := strings.Count(strings.SplitN(log, "CUDA=", 2)[1], "GPU-"); n != 2 {
+				t.Errorf("CUDA_VISIBLE_DEVICES names %d GPUs, want 2:\n%s", n, log)
+			}
+		})
+	}
+}
+
+// TestImagePullFailure: an image no registry serves fails its attempt with
+// reason image_pull and a message naming the image; with no retries the
+// job fails.
+func TestImagePullFailure(t *testing.T) {
+	rts := runtimes(t)
+	if len(rts) < 2 {
+		t.Skip("no container engine here")
+	}
+	f, _ := isolatedFleet(t, rts[1])
+	c := f.members["team-a"]
+	sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1},
+		Launch: gpufleet.Launch{Image: "registry.invalid/nobody/nothing:1"}, Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, c, sub.ID, 60*time.Second, gpufleet.JobFailed)
+	a := j.Attempts[len(j.Attempts)-1]
+	if a.ReasonCode != "image_pull" || !strings.Contains(a.Reason, "registry.invalid/nobody/nothing:1") {
+		t.Errorf("attempt %s %q, want image_pull naming the image", a.ReasonCode, a.Reason)
+	}
+}
+
+// TestStopSignals: a drain stops a job that traps only SIGTERM with
+// SIGTERM first, and it exits 0 within its grace; a job that asks for
+// SIGUSR1 gets it first, then SIGTERM when its grace is over.
+func TestStopSignals(t *testing.T) {
+	for _, rt := range runtimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			f, _ := isolatedFleet(t, rt)
+			ctx := t.Context()
+			launch := gpufleet.Launch{}
+			if rt != "process" {
+				buildImage(t, rt)
+				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
+			}
+			c := f.members["team-a"]
+			termOnly := `trap 'echo got SIGTERM; exit 0' TERM; echo ready; while :; do sleep 0.2; done`
+			usr1 := `trap 'echo got SIGUSR1' USR1; trap 'echo got SIGTERM; exit 0' TERM; echo ready; while :; do sleep 0.2; done`
+			grace := gpufleet.Duration(10 * time.Second)
+			j1, err := c.SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: launch, Grace: grace,
+				Command: []string{"sh", "-c", termOnly}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2 := launch
+			l2.StopSignal = "SIGUSR1"
+			j2, err := c.SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: l2, Grace: gpufleet.Duration(2 * time.Second),
+				Command: []string{"sh", "-c", usr1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{j1.ID, j2.ID} {
+				eventually(t, 30*time.Second, id+" ready", func() error {
+					if !strings.Contains(jobLog(t, c, id), "ready") {
+						return fmt.Errorf("not yet")
+					}
+					return nil
+				})
+			}
+			start := time.Now()
+			if _, err := f.admin.NodeAction(ctx, "n1", api.Drain); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{j1.ID, j2.ID} {
+				eventually(t, 20*time.Second, id+" stopped", func() error {
+					j, err := c.Job(ctx, id)
+					if err != nil {
+						return err
+					}
+					if len(j.Attempts) == 0 || !j.Attempts[0].State.Terminal() {
+						return fmt.Errorf("attempt not ended")
+					}
+					return nil
+				})
+			}
+			j, _ := c.Job(ctx, j1.ID)
+			a := j.Attempts[0]
+			log1 := jobLog(t, c, j1.ID)
+			if a.ExitCode == nil || *a.ExitCode != 0 || !strings.Contains(log1, "got SIGTERM") {
+				t.Errorf("SIGTERM-only job: attempt %+v, log %q: want SIGTERM logged and exit 0", a, log1)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("SIGTERM-only job stopped after %s, beyond its 10s grace", d)
+			}
+			log2 := jobLog(t, c, j2.ID)
+			i1, i2 := strings.Index(log2, "got SIGUSR1"), strings.Index(log2, "got SIGTERM")
+			if i1 < 0 || i2 < i1 {
+				t.Errorf("SIGUSR1 job's log %q: want SIGUSR1 first, then SIGTERM", log2)
+			}
+		})
+	}
+}
