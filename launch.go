@@ -1,6 +1,7 @@
 package gpufleet
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -73,7 +74,7 @@ func (l Launch) Validate() error {
 	seen := map[string]bool{}
 	for i, m := range l.Mounts {
 		if err := m.Validate(); err != nil {
-			return InField(fmt.Sprintf("mounts[%d]", i), err)
+			return underField(fmt.Sprintf("mounts[%d]", i), err)
 		}
 		if seen[m.Target] {
 			return fmt.Errorf("%w: mounts[%d]: target %s mounted twice", ErrInvalid, i, Quote(m.Target))
@@ -323,4 +324,77 @@ func ValidateImageRef(s string) error {
 		return badValue("image", s, "expected an OCI image reference such as nvcr.io/nvidia/pytorch:24.10-py3 (lower-case repository, optional :tag and @sha256:digest)")
 	}
 	return nil
+}
+
+// RuntimeContainer is Resources.Runtime for a job that runs in an image.
+const RuntimeContainer = "container"
+
+// RuntimeLabel is the node label that says how its agent runs attempts:
+// process, podman or docker.
+const RuntimeLabel = "runtime"
+
+// RunsContainers reports whether a node with these labels runs jobs with
+// an image: its agent's runtime is podman or docker.
+func RunsContainers(labels map[string]string) bool {
+	return labels[RuntimeLabel] == "podman" || labels[RuntimeLabel] == "docker"
+}
+
+// RegistryCredential is a team's login to an image registry, set by an
+// admin (teams set --registry-auth). The password never leaves the server
+// but in the assignment to the node that pulls the team's image; the API,
+// events, logs and the dashboard show only the registry's name.
+type RegistryCredential struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// Validate checks a credential's lengths and characters.
+func (c RegistryCredential) Validate(registry string) error {
+	if err := ValidateRegistry(registry); err != nil {
+		return err
+	}
+	if err := CheckText("registry_auth."+registry+".username", c.Username, MaxWordLen, false); err != nil {
+		return err
+	}
+	if c.Username == "" || strings.Contains(c.Username, ":") {
+		return fmt.Errorf("%w: registry_auth.%s.username: required, without ':'", ErrInvalid, registry)
+	}
+	if len(c.Password) == 0 || len(c.Password) > 4096 || strings.ContainsAny(c.Password, "\x00\n\r") {
+		return fmt.Errorf("%w: registry_auth.%s.password: 1 to 4096 bytes on one line", ErrInvalid, registry)
+	}
+	return nil
+}
+
+var registryRe = regexp.MustCompile(`^` + imageDomainRe + `$`)
+
+// ValidateRegistry checks a registry's host name: "nvcr.io",
+// "registry.example.com:5000", "docker.io".
+func ValidateRegistry(s string) error {
+	if len(s) > MaxWordLen || !registryRe.MatchString(s) {
+		return badValue("registry", s, "expected a registry host such as nvcr.io or registry.example.com:5000")
+	}
+	return nil
+}
+
+// ImageRegistry is the registry an image reference pulls from: its first
+// component when that names a host (a '.', a ':' or localhost), else
+// docker.io, as the engines read it.
+func ImageRegistry(ref string) string {
+	first, _, ok := strings.Cut(ref, "/")
+	if ok && (strings.ContainsAny(first, ".:") || first == "localhost" || strings.HasPrefix(first, "[")) {
+		return first
+	}
+	return "docker.io"
+}
+
+// underField puts a refused value's field under prefix: "target" becomes
+// "mounts[0].target".
+func underField(prefix string, err error) error {
+	var ve *ValueError
+	if errors.As(err, &ve) {
+		c := *ve
+		c.Field = prefix + "." + ve.Field
+		return &c
+	}
+	return err
 }

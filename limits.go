@@ -131,6 +131,22 @@ func (t Team) Validate() error {
 	if err := ValidateCount("borrowing_limit", t.BorrowingLimit, -1, MaxFleetGPUs); err != nil {
 		return err
 	}
+	if len(t.Mounts) > MaxMounts {
+		return fmt.Errorf("%w: mounts: %d, at most %d", ErrInvalid, len(t.Mounts), MaxMounts)
+	}
+	for i, m := range t.Mounts {
+		if _, err := ParseMountAllow(m.Path); err != nil {
+			return InField(fmt.Sprintf("mounts[%d]", i), err)
+		}
+	}
+	if len(t.RegistryAuth) > MaxListLen {
+		return fmt.Errorf("%w: registry_auth: %d registries, at most %d", ErrInvalid, len(t.RegistryAuth), MaxListLen)
+	}
+	for _, r := range slices.Sorted(maps.Keys(t.RegistryAuth)) {
+		if err := t.RegistryAuth[r].Validate(r); err != nil {
+			return err
+		}
+	}
 	return ValidateWeight("weight", t.Weight)
 }
 

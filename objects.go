@@ -128,6 +128,10 @@ type Resources struct {
 	// expected overhead ("<= 5%"); nil accepts any.
 	Isolation Isolation      `json:"isolation,omitempty"`
 	Overhead  *OverheadLimit `json:"overhead,omitempty"`
+	// Runtime is what the nodes must run the job with: RuntimeContainer
+	// for a job with an image (the server sets it at submission), so that
+	// only nodes whose agent runs containers hold it; empty: any node.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Retries counts a job's own failures against its budget. Preemption, drain
@@ -344,6 +348,15 @@ type Team struct {
 	BorrowingLimit int            `json:"borrowing_limit"` // -1: no limit
 	Weight         float64        `json:"weight"`
 	Used           map[string]int `json:"used"`
+	// Mounts are the host paths the team's container jobs may mount.
+	Mounts []MountAllow `json:"mounts,omitempty"`
+	// Registries names the registries the team has credentials for.
+	Registries []string `json:"registries,omitempty"`
+	// RegistryAuth holds those credentials; it is never marshalled.
+	RegistryAuth map[string]RegistryCredential `json:"-"`
+	// UIDOffset is the team's place in the agents' uid range: its process
+	// attempts run as the range's first uid plus this, on every node.
+	UIDOffset int `json:"uid_offset"`
 }
 
 // Class is an admin-defined group of catalog ids.

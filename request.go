@@ -312,6 +312,9 @@ func (m *ModelRequest) Validate() error {
 // Validate checks a resource request against the limits: counts, sizes,
 // the vocabulary of every field, and bounded lists and labels.
 func (r Resources) Validate() error {
+	if r.Runtime != "" && r.Runtime != RuntimeContainer {
+		return badValue("resources.runtime", r.Runtime, "expected container or nothing")
+	}
 	if err := ValidateCount("resources.gpus", r.GPUs, 1, MaxFleetGPUs); err != nil {
 		return err
 	}
@@ -448,6 +451,9 @@ func (j *Job) Validate() error {
 	}
 	if err := j.Launch.Validate(); err != nil {
 		return err
+	}
+	if j.Container() && j.Resources.Runtime != RuntimeContainer {
+		return fmt.Errorf("%w: resources.runtime %s: a job with an image needs %s", ErrInvalid, Quote(j.Resources.Runtime), RuntimeContainer)
 	}
 	if j.Work != nil {
 		if err := j.Work.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -103,6 +104,15 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		if !strings.Contains(string(data), "EnvironmentFile=-/etc/gpufleet/") {
 			t.Errorf("%s: no EnvironmentFile for the operator's settings", u)
+		}
+		if filepath.Base(u) == "gpufleet-agent.service" {
+			// Restarts leave the attempts' supervisors running; the agent's
+			// cgroup subtree is delegated to it.
+			for _, want := range []string{"KillMode=process", "Delegate=yes"} {
+				if !slices.Contains(strings.Split(string(data), "\n"), want) {
+					t.Errorf("%s: no %s line", u, want)
+				}
+			}
 		}
 		if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
 			copyPath := filepath.Join(t.TempDir(), filepath.Base(u))

@@ -515,6 +515,21 @@ func checkAgent(t *testing.T, o objects, sts *appsv1.StatefulSet, tls bool) {
 	if metrics == nil || metrics.ContainerPort != 9400 || envValue(c, "GPUFLEET_METRICS_LISTEN") != ":9400" {
 		t.Errorf("agent metrics port %+v, GPUFLEET_METRICS_LISTEN %q: want 9400 named metrics", metrics, envValue(c, "GPUFLEET_METRICS_LISTEN"))
 	}
+	// Probes on the agent's health endpoints, on the metrics listener.
+	for _, p := range []struct {
+		name   string
+		probe  *corev1.Probe
+		path   string
+		period int32
+	}{{"liveness", c.LivenessProbe, "/healthz", 10}, {"readiness", c.ReadinessProbe, "/readyz", 5}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" ||
+			p.probe.HTTPGet.Scheme != "" && p.probe.HTTPGet.Scheme != corev1.URISchemeHTTP || p.probe.PeriodSeconds != p.period {
+			t.Errorf("agent %s probe %+v: want GET %s on port metrics every %ds", p.name, p.probe, p.path, p.period)
+		}
+	}
+	if lp := c.LivenessProbe; lp != nil && lp.FailureThreshold != 6 {
+		t.Errorf("agent liveness failureThreshold %d, want 6", lp.FailureThreshold)
+	}
 	if pod.NodeSelector["nvidia.com/gpu.present"] != "true" {
 		t.Errorf("agent nodeSelector %v", pod.NodeSelector)
 	}

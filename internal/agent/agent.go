@@ -918,7 +918,7 @@ func (a *Agent) labels() map[string]string {
 	if budget > 0 {
 		l["power_budget_watts"] = strconv.FormatFloat(budget, 'f', 0, 64)
 	}
-	l[RuntimeLabel] = string(cmp.Or(a.cfg.Runtime, RuntimeProcess))
+	l[gpufleet.RuntimeLabel] = string(cmp.Or(a.cfg.Runtime, RuntimeProcess))
 	l[gpufleet.JobIsolationLabel] = a.cfg.Isolation.Level()
 	if m := hostMemory(); m > 0 {
 		l[gpufleet.HostMemoryLabel] = strconv.FormatInt(m, 10)

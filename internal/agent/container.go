@@ -3,8 +3,10 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -26,10 +28,6 @@ const (
 	RuntimePodman  Runtime = "podman"
 	RuntimeDocker  Runtime = "docker"
 )
-
-// RuntimeLabel is the node label that says which runtime the agent runs
-// attempts with; a job with an image needs podman or docker.
-const RuntimeLabel = "runtime"
 
 // ParseRuntime reads --runtime: process, podman or docker.
 func ParseRuntime(s string) (Runtime, error) {
@@ -135,9 +133,14 @@ func containerCommand(e Engine, as api.Assignment, o containerOpts) containerSpe
 		cs.Exists = []string{e.Path, "image", "inspect", "--format", "{{.Id}}", as.Image}
 		cs.Remove = []string{e.Path, "rm", "--force", name}
 	}
-	cs.Pull = append(append([]string{e.Path}, g...), "pull")
-	if o.AuthFile != "" && e.Runtime == RuntimePodman {
-		cs.Pull = append(cs.Pull, "--authfile", o.AuthFile)
+	cs.Pull = append([]string{e.Path}, g...)
+	switch {
+	case o.AuthFile != "" && e.Runtime == RuntimePodman:
+		cs.Pull = append(cs.Pull, "pull", "--authfile", o.AuthFile)
+	case o.AuthFile != "":
+		cs.Pull = append(cs.Pull, "--config", filepath.Dir(o.AuthFile), "pull") // docker reads DIR/config.json
+	default:
+		cs.Pull = append(cs.Pull, "pull")
 	}
 	cs.Pull = append(cs.Pull, as.Image)
 	run := append(append([]string{e.Path}, g...), "run", "--name", name, "--rm", "--init", "--sig-proxy=true", "--pull", "never",
@@ -301,4 +304,27 @@ func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
 	}
 	rec.State = "pulled"
 	return writeJSONAtomic(path, rec, 0o644)
+}
+
+// The registry login of an attempt: DIR/auth/config.json, the format
+// podman's --authfile and docker's --config DIR both read.
+const (
+	authDir  = "auth"
+	authFile = "config.json"
+)
+
+// writeRegistryAuth writes an attempt's registry login, 0600 in a 0700
+// directory, as {"auths": {REGISTRY: {"auth": base64(USER:PASSWORD)}}}.
+func writeRegistryAuth(dir string, a api.RegistryAuth) error {
+	d := filepath.Join(dir, authDir)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	cfg := map[string]map[string]map[string]string{"auths": {a.Registry: {"auth": base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))}}}
+	return writeJSONAtomic(filepath.Join(d, authFile), cfg, 0o600)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -272,8 +272,12 @@ func (r *Runner) isolate(spec *superviseSpec, as api.Assignment, u runAs, dir st
 		if err != nil {
 			r.log.Warn("reading CDI specs", "err", err)
 		}
-		cs := containerCommand(*r.cfg.Engine, as, containerOpts{Env: containerEnv(spec.Env), Ulimits: r.cfg.Ulimits,
-			Devices: containerDevices(reg, as.GPUs, byName, r.cfg.DevRoot, mig), CPUMax: spec.CPUMax, Memory: spec.MemoryMaxBytes})
+		o := containerOpts{Env: containerEnv(spec.Env), Ulimits: r.cfg.Ulimits,
+			Devices: containerDevices(reg, as.GPUs, byName, r.cfg.DevRoot, mig), CPUMax: spec.CPUMax, Memory: spec.MemoryMaxBytes}
+		if p := filepath.Join(dir, authDir, authFile); fileExists(p) {
+			o.AuthFile = p
+		}
+		cs := containerCommand(*r.cfg.Engine, as, o)
 		spec.Container = &cs
 		// The engine sets the container's limits and cgroup.
 		spec.Cgroup, spec.CPUMax, spec.MemoryMaxBytes, spec.UID, spec.GID = "", "", 0, nil, nil

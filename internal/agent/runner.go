@@ -83,6 +83,11 @@ type attempt struct {
 
 	Stop *stopRequest `json:"stop,omitempty"`
 
+	// Pull is the image pull's state last seen in pull.json, and Events
+	// what the next reports carry to the server.
+	Pull   string             `json:"pull,omitempty"`
+	Events []api.AttemptEvent `json:"events,omitempty"`
+
 	LogShipped int64 `json:"log_shipped"`
 	LogDone    bool  `json:"log_done,omitempty"`
 	// Work is the job's work counter as read from the log so far.
@@ -348,6 +353,13 @@ func (r *Runner) Start(as api.Assignment) {
 	defer r.mu.Unlock()
 	if _, ok := r.attempts[as.AttemptID]; ok || validAttemptID(as.AttemptID) != nil {
 		return
+	}
+	if as.RegistryAuth != nil {
+		// The login goes to a 0600 file for the pull, never to state.json.
+		if err := writeRegistryAuth(r.attemptDir(as.AttemptID), *as.RegistryAuth); err != nil {
+			r.log.Warn("writing the registry login for the pull", "attempt", as.AttemptID, "registry", as.RegistryAuth.Registry, "err", err)
+		}
+		as.RegistryAuth = nil
 	}
 	a := &attempt{As: as, State: gpufleet.AttemptStarting, QueuedAt: r.now()}
 	r.attempts[as.AttemptID] = a
@@ -618,6 +630,9 @@ func (r *Runner) progress(a *attempt) {
 		return
 	}
 	dir := r.attemptDir(a.As.AttemptID)
+	if a.PGID == 0 && a.As.Container() {
+		r.pullProgress(a, dir)
+	}
 	if a.PGID == 0 {
 		if pr, err := readPIDRecord(filepath.Join(dir, pidFileName)); err == nil {
 			a.PGID, a.Supervisor = pr.PGID, pr.SupervisorPID
@@ -809,7 +824,8 @@ func (r *Runner) Reports() []api.AttemptReport {
 			continue
 		}
 		rep := api.AttemptReport{AttemptID: id, JobID: a.As.JobID, State: a.State,
-			GPUSeconds: a.Usage.GPUSeconds, EffectiveGPUSeconds: a.Usage.EffectiveGPUSeconds, EnergyJoules: a.Usage.EnergyJoules, Work: a.Work.Count}
+			GPUSeconds: a.Usage.GPUSeconds, EffectiveGPUSeconds: a.Usage.EffectiveGPUSeconds, EnergyJoules: a.Usage.EnergyJoules, Work: a.Work.Count,
+			Events: slices.Clone(a.Events)}
 		if a.State.Terminal() {
 			if !a.LogDone || a.reading() {
 				rep.State = gpufleet.AttemptRunning
@@ -830,7 +846,15 @@ func (r *Runner) Delivered(reps []api.AttemptReport) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rep := range reps {
-		if a := r.attempts[rep.AttemptID]; a != nil && rep.State.Terminal() {
+		a := r.attempts[rep.AttemptID]
+		if a == nil {
+			continue
+		}
+		if n := len(rep.Events); n > 0 && n <= len(a.Events) {
+			a.Events = a.Events[n:] // the server has them
+			r.dirty = true
+		}
+		if rep.State.Terminal() {
 			delete(r.attempts, rep.AttemptID)
 			r.dirty = true
 		}
@@ -1075,3 +1099,48 @@ func StopSupervised(dir string, grace time.Duration) int {
 	}
 	return len(live)
 }
+
+// pullProgress follows a container attempt's image pull (pull.json, the
+// supervisor's): while it runs the attempt's reason says so, and its start
+// and end become events for the job; r.mu must be held.
+func (r *Runner) pullProgress(a *attempt, dir string) {
+	var rec pullRecord
+	if err := readJSON(filepath.Join(dir, pullFileName), &rec); err != nil {
+		return
+	}
+	if rec.State == "pulling" {
+		a.Reason = fmt.Sprintf("pulling image %s: %s", rec.Image, r.now().Sub(rec.StartedAt).Round(time.Second))
+		if rec.Layers > 0 {
+			a.Reason += fmt.Sprintf(", %d layers so far", rec.Layers)
+		}
+	}
+	if rec.State == a.Pull || len(a.Events) >= maxPendingEvents {
+		return
+	}
+	a.Pull, r.dirty = rec.State, true
+	var detail string
+	at := rec.StartedAt
+	took := ""
+	if rec.FinishedAt != nil {
+		at, took = *rec.FinishedAt, rec.FinishedAt.Sub(rec.StartedAt).Round(time.Millisecond).String()
+	}
+	switch rec.State {
+	case "pulling":
+		detail = "pulling image " + rec.Image
+	case "pulled":
+		detail = fmt.Sprintf("pulled image %s in %s (%d layers)", rec.Image, took, rec.Layers)
+	case "present":
+		detail = fmt.Sprintf("image %s already on the node (pull policy %s)", rec.Image, a.As.ImagePullPolicy.Or())
+	case "failed":
+		detail = fmt.Sprintf("image pull failed after %s: %s", took, rec.Error)
+	default:
+		return
+	}
+	if len(detail) > 1024 {
+		detail = detail[:1024]
+	}
+	a.Events = append(a.Events, api.AttemptEvent{At: at, Kind: api.EventImagePull, Detail: strings.ToValidUTF8(detail, "?")})
+}
+
+// maxPendingEvents bounds an attempt's undelivered events.
+const maxPendingEvents = 8

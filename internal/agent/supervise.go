@@ -162,7 +162,9 @@ func supervise(dir string) (exitRecord, error) {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	switch {
 	case spec.Container != nil:
-		if err := ensureImage(dir, spec.Container, logf); err != nil {
+		err := ensureImage(dir, spec.Container, logf)
+		_ = os.RemoveAll(filepath.Join(dir, authDir)) // the login is for the pull only
+		if err != nil {
 			rec, _ := fail(125, err)
 			rec.ReasonCode = ReasonImagePull
 			return rec, nil

@@ -11,15 +11,15 @@ import (
 
 // lookupUser returns the account a team's attempts run as. An agent
 // running as root never runs attempts as root: they run as the user
-// --run-as names for the team, else as DefaultUser ("nobody"). An agent
-// running as an ordinary user (gpufleet dev on a laptop) runs them as
-// itself.
-//
-// With a uid range (RunnerConfig.UIDs), a team --run-as does not map gets
-// a uid of the range per attempt that no other live attempt holds, its
-// gid the same number: two attempts, of one team or of two, never share
-// a user, so neither can read the other's environment or signal it.
-// r.mu must be held.
+// --run-as names for the team; else, with a uid range
+// (RunnerConfig.UIDs), as the team's own uid, the range's first plus the
+// offset the server gave the team (the same on every node and for every
+// attempt, so a job's files stay its own when it runs again), its gid the
+// same number: no two teams share a user, so neither can read the other's
+// environment or signal it; from a server that sends no offset, as a uid
+// of the range no other live attempt holds; without a range, as
+// DefaultUser ("nobody"). An agent running as an ordinary user (gpufleet
+// dev on a laptop) runs them as itself. r.mu must be held.
 func (r *Runner) lookupUser(team, attempt string) (runAs, error) {
 	if os.Geteuid() != 0 {
 		name := strconv.Itoa(os.Geteuid())
@@ -29,6 +29,17 @@ func (r *Runner) lookupUser(team, attempt string) (runAs, error) {
 		return runAs{Name: name}, nil
 	}
 	name := r.cfg.RunAs[team]
+	if a := r.attempts[attempt]; name == "" && r.cfg.UIDs != nil && a != nil && a.As.TeamUIDOffset != nil {
+		// The team's own uid, the same on every node and for every attempt,
+		// so that a job's files stay its own when it runs again.
+		off := *a.As.TeamUIDOffset
+		if off < 0 || uint64(off) > uint64(r.cfg.UIDs.Last-r.cfg.UIDs.First) {
+			return runAs{}, fmt.Errorf("team %s's uid offset %d is outside --uid-range %s (widen it)", team, off, r.cfg.UIDs)
+		}
+		uid := r.cfg.UIDs.First + uint32(off)
+		gid := uid
+		return runAs{Name: "uid-" + strconv.FormatUint(uint64(uid), 10), UID: &uid, GID: &gid, Groups: []uint32{gid}}, nil
+	}
 	if name == "" && r.cfg.UIDs != nil {
 		used := map[uint32]bool{}
 		for id, a := range r.attempts {
@@ -73,7 +84,7 @@ func (r *Runner) lookupUser(team, attempt string) (runAs, error) {
 }
 
 // RunAsDescription says, for the start-up log, whom attempts run as.
-func RunAsDescription(runAs map[string]string, def string) string {
+func RunAsDescription(runAs map[string]string, def string, uids *UIDRange) string {
 	if os.Geteuid() != 0 {
 		name := strconv.Itoa(os.Geteuid())
 		if u, err := user.Current(); err == nil {
@@ -85,6 +96,9 @@ func RunAsDescription(runAs map[string]string, def string) string {
 		def = "nobody"
 	}
 	s := "user " + def
+	if uids != nil {
+		s = "each team its own uid of " + uids.String()
+	}
 	if len(runAs) > 0 {
 		s += fmt.Sprintf(" (per team: %v)", runAs)
 	}

@@ -148,7 +148,21 @@ type AttemptReport struct {
 	// Work is the last count of the job's work counter the attempt's
 	// output showed on this node; absent until one did.
 	Work *float64 `json:"work,omitempty"`
+	// Events are what happened to the attempt on the node since the last
+	// answered report (an image pull's start and end), for the job's
+	// events.
+	Events []AttemptEvent `json:"events,omitempty"`
 }
+
+// AttemptEvent is one thing that happened to an attempt on its node.
+type AttemptEvent struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"` // attempt.image_pull
+	Detail string    `json:"detail"`
+}
+
+// maxAttemptEvents bounds the events of one attempt in one report.
+const maxAttemptEvents = 16
 
 // HeartbeatRequest is the agent's periodic report.
 type HeartbeatRequest struct {
@@ -223,7 +237,23 @@ type Assignment struct {
 	MasterPort  int    `json:"master_port,omitempty"`
 	// Work is the job's work counter, read from the attempt's output.
 	Work *gpufleet.WorkCounter `json:"work,omitempty"`
+	// RegistryAuth is the team's login to the image's registry, for the
+	// pull; the agent keeps it in a 0600 file and never logs it.
+	RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
+	// TeamUIDOffset is the team's offset in the agents' --uid-range (the
+	// server gives every team its own); nil from an older server.
+	TeamUIDOffset *int `json:"team_uid_offset,omitempty"`
 }
+
+// RegistryAuth is a registry login an assignment carries.
+type RegistryAuth struct {
+	Registry string `json:"registry"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// String hides the password (an assignment printed by mistake).
+func (r RegistryAuth) String() string { return r.Username + "@" + r.Registry + " (password hidden)" }
 
 // StopOrder tells the agent to stop an attempt.
 type StopOrder struct {
@@ -552,9 +582,23 @@ func checkReports(reports []AttemptReport) error {
 		if a.Work != nil && !(*a.Work >= 0 && *a.Work <= maxWork) {
 			return fmt.Errorf("%w: %s.work %g: expected 0 to %g", gpufleet.ErrInvalid, field, *a.Work, maxWork)
 		}
+		if len(a.Events) > maxAttemptEvents {
+			return fmt.Errorf("%w: %s.events: %d, at most %d", gpufleet.ErrInvalid, field, len(a.Events), maxAttemptEvents)
+		}
+		for k, e := range a.Events {
+			if e.Kind != EventImagePull {
+				return fmt.Errorf("%w: %s.events[%d].kind %s: expected %s", gpufleet.ErrInvalid, field, k, gpufleet.Quote(e.Kind), EventImagePull)
+			}
+			if err := gpufleet.CheckText(fmt.Sprintf("%s.events[%d].detail", field, k), e.Detail, maxDetailLen, false); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
+
+// EventImagePull is the event kind of an image pull on a node.
+const EventImagePull = "attempt.image_pull"
 
 // validate checks one GPU's sample: an id, fractions within 0-1, and
 // readings within physical bounds, so that no report can poison the

@@ -59,6 +59,12 @@ type TeamRequest struct {
 	Quota          map[string]int `json:"quota,omitempty"`
 	BorrowingLimit *int           `json:"borrowing_limit,omitempty"`
 	Weight         *float64       `json:"weight,omitempty"`
+	// Mounts, when given, replaces the host paths the team's container
+	// jobs may mount (an empty list: none).
+	Mounts *[]gpufleet.MountAllow `json:"mounts,omitempty"`
+	// RegistryAuth sets the team's credentials per registry; a null
+	// value removes the registry's. Responses never carry them.
+	RegistryAuth map[string]*gpufleet.RegistryCredential `json:"registry_auth,omitempty"`
 }
 
 // TokenRequest creates a token.

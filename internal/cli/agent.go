@@ -226,7 +226,7 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 		return err
 	}
 	log.Info("agent starting", "node", f.name, "servers", strings.Join(servers, ","), "backend", f.backend,
-		"attempts_run_as", agent.RunAsDescription(runAs, f.defaultUser), "cgroups", cfg.Runner.Cgroups, "cgroup", cgroupNote, "metrics_url", metricsURL)
+		"attempts_run_as", agent.RunAsDescription(runAs, f.defaultUser, cfg.Runner.UIDs), "cgroups", cfg.Runner.Cgroups, "cgroup", cgroupNote, "metrics_url", metricsURL)
 	var ms *http.Server
 	if ln != nil {
 		reg := prometheus.NewRegistry()
@@ -234,6 +234,9 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		health := a.HealthHandler() // liveness and readiness probes
+		mux.Handle("/healthz", health)
+		mux.Handle("/readyz", health)
 		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = ms.Serve(ln) }()
 		defer func() {

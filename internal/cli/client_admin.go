@@ -268,10 +268,12 @@ func newTeamsCmd(c *clientEnv) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	var (
-		quota   []string
-		borrow  int
-		weight  float64
-		noLimit bool
+		quota, mounts, noAuth []string
+		borrow                int
+		weight                float64
+		noLimit, noMounts     bool
+		authReg, authUser     string
+		authStdin             bool
 	)
 	create := &cobra.Command{
 		Use:     "create NAME [--quota CLASS=N ...] [--borrow-limit N] [--weight W]",
@@ -313,6 +315,33 @@ func newTeamsCmd(c *clientEnv) *cobra.Command {
 				}
 				req.Weight = &weight
 			}
+			if fs.Changed("allow-mount") || noMounts {
+				list := []gpufleet.MountAllow{}
+				for _, v := range mounts {
+					m, err := gpufleet.ParseMountAllow(v)
+					if err != nil {
+						return gpufleet.InField("--allow-mount", err)
+					}
+					list = append(list, m)
+				}
+				req.Mounts = &list
+			}
+			if authReg != "" {
+				if authUser == "" || !authStdin {
+					return usageErr("--registry-auth %s: needs --registry-username and --registry-password-stdin (the password is read from standard input, never a flag)", authReg)
+				}
+				pw, err := io.ReadAll(io.LimitReader(c.stdin, 8192))
+				if err != nil {
+					return fmt.Errorf("--registry-password-stdin: %w", err)
+				}
+				req.RegistryAuth = map[string]*gpufleet.RegistryCredential{authReg: {Username: authUser, Password: strings.TrimRight(string(pw), "\r\n")}}
+			}
+			for _, r := range noAuth {
+				if req.RegistryAuth == nil {
+					req.RegistryAuth = map[string]*gpufleet.RegistryCredential{}
+				}
+				req.RegistryAuth[r] = nil
+			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
@@ -331,6 +360,12 @@ func newTeamsCmd(c *clientEnv) *cobra.Command {
 	create.Flags().IntVar(&borrow, "borrow-limit", 0, "GPUs the team may borrow beyond its quota")
 	create.Flags().BoolVar(&noLimit, "no-borrow-limit", false, "let the team borrow without limit")
 	create.Flags().Float64Var(&weight, "weight", 1, "fair-share weight")
+	create.Flags().StringArrayVar(&mounts, "allow-mount", nil, "a host path the team's container jobs may mount, PATH[:ro|rw] (repeatable; replaces the list; read-only unless :rw)")
+	create.Flags().BoolVar(&noMounts, "no-mounts", false, "the team's container jobs may mount nothing")
+	create.Flags().StringVar(&authReg, "registry-auth", "", "set the team's credentials for this registry (nvcr.io), with --registry-username and the password on standard input")
+	create.Flags().StringVar(&authUser, "registry-username", "", "username for --registry-auth")
+	create.Flags().BoolVar(&authStdin, "registry-password-stdin", false, "read --registry-auth's password from standard input")
+	create.Flags().StringArrayVar(&noAuth, "remove-registry-auth", nil, "remove the team's credentials for this registry (repeatable)")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -357,13 +392,18 @@ func newTeamsCmd(c *clientEnv) *cobra.Command {
 }
 
 func (c *clientEnv) printTeams(teams []gpufleet.Team) error {
-	t := newTable(c.stdout, "NAME", "QUOTA", "USED", "BORROW LIMIT", "WEIGHT")
+	t := newTable(c.stdout, "NAME", "QUOTA", "USED", "BORROW LIMIT", "WEIGHT", "MOUNTS", "REGISTRIES")
 	for _, tm := range teams {
 		limit := strconv.Itoa(tm.BorrowingLimit)
 		if tm.BorrowingLimit < 0 {
 			limit = "none"
 		}
-		t.row(tm.Name, kvList(tm.Quota), kvList(tm.Used), limit, strconv.FormatFloat(tm.Weight, 'g', -1, 64))
+		ms := make([]string, len(tm.Mounts))
+		for i, m := range tm.Mounts {
+			ms[i] = m.String()
+		}
+		t.row(tm.Name, kvList(tm.Quota), kvList(tm.Used), limit, strconv.FormatFloat(tm.Weight, 'g', -1, 64),
+			orDash(strings.Join(ms, ",")), orDash(strings.Join(tm.Registries, ",")))
 	}
 	return t.flush()
 }

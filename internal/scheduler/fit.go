@@ -25,6 +25,8 @@ type shape struct {
 	profile  int32 // MIG profile, -1 when unknown
 	nvlink   bool  // all GPUs in one NVLink domain required
 	selector [][2]string
+	// container: only nodes that run containers (Resources.Runtime).
+	container bool
 	// stackOK, when the job requires a stack or versions, says per
 	// distinct node stack (fleet.stacks) whether it meets them; stackWhy
 	// says, when none does, why.
@@ -82,6 +84,8 @@ func shapeKey(buf []byte, r *gpufleet.Resources, want gpufleet.Preference, prefe
 	}
 	b = append(b, '|')
 	b = strconv.AppendFloat(b, r.Sharing.Fraction, 'g', -1, 64)
+	b = append(b, '|')
+	b = append(b, r.Runtime...)
 	b = append(b, '|')
 	b = append(b, r.Isolation...)
 	if r.Overhead != nil {
@@ -178,6 +182,7 @@ func (s *sched) shapeOf(r *gpufleet.Resources) *shape {
 	for _, k := range sortedKeys(r.NodeSelector) {
 		sh.selector = append(sh.selector, [2]string{k, r.NodeSelector[k]})
 	}
+	sh.container = r.Runtime == gpufleet.RuntimeContainer
 	// The same validation as at every edge, once per shape: a request that
 	// fails it (a stored row no edge saw) is failed, never narrowed.
 	rr := *r
@@ -374,7 +379,7 @@ func (sh *shape) selects(n *nodeSlot) bool {
 			return false
 		}
 	}
-	return (sh.stackOK == nil || sh.stackOK[n.stack]) && (sh.isoOK == nil || sh.isoOK[n.virt])
+	return (sh.stackOK == nil || sh.stackOK[n.stack]) && (sh.isoOK == nil || sh.isoOK[n.virt]) && (!sh.container || n.containers)
 }
 
 // isolationWhy explains a job that fits the free GPUs only on nodes whose

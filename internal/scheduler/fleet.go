@@ -114,6 +114,7 @@ type nodeSlot struct {
 	labels      map[string]string
 	stack       int32 // index into fleet.stacks: the node's distinct versions
 	virt        int32 // index into fleet.virts: the node's virtualization
+	containers  bool  // its agent runs jobs with an image (runtime podman or docker)
 	gpus        []gpuSlot
 	mfree       []modelFree // one entry per model on the node, by model
 	migFree     []int32     // free MIG instances per profile; nil without MIG
@@ -252,6 +253,7 @@ func buildFleet(in *Input, classOf func(model string) int32, nClasses int, anySt
 			rack: intern(rackIdx, &f.racks, n.Rack), block: intern(blockIdx, &f.blocks, n.Block)}
 		ns.stack = f.internStack(stackIdx, n)
 		ns.virt = f.internVirt(gpufleet.NodeVirtualization(n.Labels))
+		ns.containers = gpufleet.RunsContainers(n.Labels)
 		gs := n.GPUs
 		if !slices.IsSortedFunc(gs, byIndex) {
 			gs = slices.Clone(gs)

@@ -47,6 +47,11 @@ const (
 	// or all the fleet's when EstimatedStart is nil, are on nodes whose
 	// mechanism (virtualization and sharing) does not meet it.
 	ReasonIsolation = "isolation"
+	// ReasonRuntimeMissing: the job runs in an image and no node with a
+	// matching GPU runs containers (runtime podman or docker): it is never
+	// placed on a node that would fail its attempt. EstimatedStart is nil
+	// until such a node joins.
+	ReasonRuntimeMissing = "runtime_missing"
 )
 
 // WaitCodes lists every Pending.ReasonCode; StopCodes every Stop.Code;
@@ -55,7 +60,7 @@ const (
 // of them (TestScenariosCoverEveryCode, the simulator's TestReplayCodes).
 func WaitCodes() []string {
 	return []string{ReasonUnplaceable, ReasonQuotaExceeded, ReasonQuota, ReasonCapacity, ReasonTopology,
-		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch, ReasonIsolation}
+		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch, ReasonIsolation, ReasonRuntimeMissing}
 }
 
 // StopCodes lists every Stop.Code (see WaitCodes).
@@ -72,7 +77,8 @@ func FailCodes() []string { return []string{FailInvalid} }
 // isolation, or its team's quota never allows it. (An isolation wait with
 // an estimate is waiting for GPUs under a mechanism it accepts.)
 func NeverStarts(code string) bool {
-	return code == ReasonUnplaceable || code == ReasonQuotaExceeded || code == ReasonStackMismatch || code == ReasonIsolation
+	return code == ReasonUnplaceable || code == ReasonQuotaExceeded || code == ReasonStackMismatch || code == ReasonIsolation ||
+		code == ReasonRuntimeMissing
 }
 
 // why is a decision's reason: a code and, when explaining, words.
@@ -146,6 +152,14 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 			return &why{code: ReasonUnplaceable, text: "the fleet has no GPU: no node has joined"}
 		}
 		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
+	}
+	if sh.container {
+		sh.container = false
+		some := s.anySelected(sh)
+		sh.container = true
+		if some && !s.anySelected(sh) {
+			return &why{code: ReasonRuntimeMissing, text: "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"}
+		}
 	}
 	if len(sh.selector) > 0 || sh.stackOK != nil {
 		stack := sh.stackOK

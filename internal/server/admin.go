@@ -92,6 +92,23 @@ func (s *Server) PutTeam(ctx context.Context, p api.Principal, r api.TeamRequest
 	if r.Weight != nil {
 		t.Weight = *r.Weight
 	}
+	if r.Mounts != nil {
+		t.Mounts = *r.Mounts
+	}
+	for reg, c := range r.RegistryAuth {
+		if err := gpufleet.ValidateRegistry(reg); err != nil {
+			return gpufleet.Team{}, gpufleet.InField("registry_auth", err)
+		}
+		if t.RegistryAuth == nil {
+			t.RegistryAuth = map[string]gpufleet.RegistryCredential{}
+		}
+		if c == nil {
+			delete(t.RegistryAuth, reg)
+		} else {
+			t.RegistryAuth[reg] = *c
+		}
+	}
+	t.Registries = slices.Sorted(maps.Keys(t.RegistryAuth))
 	if err := t.Validate(); err != nil {
 		return gpufleet.Team{}, err
 	}

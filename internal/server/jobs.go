@@ -24,6 +24,9 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 	if j.Priority == "" {
 		j.Priority = gpufleet.Batch
 	}
+	if j.Container() {
+		j.Resources.Runtime = gpufleet.RuntimeContainer // only nodes that run containers hold it
+	}
 	if j.Resources.Isolation == "" {
 		j.Resources.Isolation = s.cfg.DefaultIsolation[j.Priority]
 		if err := j.Resources.Validate(); err != nil {
@@ -60,11 +63,17 @@ func (s *Server) SubmitJob(ctx context.Context, p api.Principal, r api.SubmitReq
 	if err != nil {
 		return api.SubmitResponse{}, err
 	}
-	if _, err := s.st.Team(ctx, team); err != nil {
+	t, err := s.st.Team(ctx, team)
+	if err != nil {
 		return api.SubmitResponse{}, fmt.Errorf("team %s: %w", gpufleet.Quote(team), err)
 	}
 	if err := r.Validate(); err != nil {
 		return api.SubmitResponse{}, err
+	}
+	for i, m := range r.Mounts {
+		if why := gpufleet.AllowsMount(t.Mounts, m); why != "" {
+			return api.SubmitResponse{}, fmt.Errorf("%w: mounts[%d]: %s", gpufleet.ErrInvalid, i, why)
+		}
 	}
 	var warnings []string
 	var plan any

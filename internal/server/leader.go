@@ -389,7 +389,11 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		}
 	}
 	after := applied(jobs, d)
-	s.setOrders(after, nodes, in.Config.DefaultGrace)
+	teams, err := s.st.Teams(ctx)
+	if err != nil {
+		s.log.Warn("reading the teams' uid offsets and registry credentials", "err", err)
+	}
+	s.setOrders(after, nodes, in.Config.DefaultGrace, teamsByName(teams))
 	s.setGPUs(after, nodes)
 	return nil
 }
@@ -439,9 +443,20 @@ func activeAttempt(j gpufleet.Job) *gpufleet.Attempt {
 	return nil
 }
 
+// teamsByName indexes teams by name.
+func teamsByName(teams []gpufleet.Team) map[string]gpufleet.Team {
+	out := make(map[string]gpufleet.Team, len(teams))
+	for _, t := range teams {
+		out[t.Name] = t
+	}
+	return out
+}
+
 // setOrders rebuilds what each node's heartbeat answers with; a start
-// carries the grace its stops will give (the job's, else defaultGrace).
-func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGrace time.Duration) {
+// carries the grace its stops will give (the job's, else defaultGrace),
+// its team's uid offset, and for an image its team's credentials for the
+// image's registry.
+func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGrace time.Duration, teams map[string]gpufleet.Team) {
 	modelOf := modelsByUUID(nodes)
 	infos := map[string]attemptInfo{}
 	orders := map[string]nodeOrders{}
@@ -480,6 +495,14 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 					Workdir: j.Workdir, Launch: j.Launch, Team: j.Team, Priority: j.Priority, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
 					GraceS: grace, SimLoad: string(j.SimLoad), CPUs: j.Resources.CPUs, MemoryBytes: int64(j.Resources.MemoryBytes), NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
 					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID), Work: j.Work})
+				as := &o.start[len(o.start)-1]
+				if t, ok := teams[j.Team]; ok {
+					off := t.UIDOffset
+					as.TeamUIDOffset = &off
+					if c, ok := t.RegistryAuth[gpufleet.ImageRegistry(j.Image)]; ok && j.Container() {
+						as.RegistryAuth = &api.RegistryAuth{Registry: gpufleet.ImageRegistry(j.Image), Username: c.Username, Password: c.Password}
+					}
+				}
 			}
 			orders[n.Name] = o
 		}

@@ -362,6 +362,9 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	if err := s.storeReports(ctx, p, ln, changed, now); err != nil {
 		return api.HeartbeatResponse{}, err
 	}
+	if err := s.storeAttemptEvents(ctx, p.Node, r.Attempts); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
 	if err := s.updated(ctx, p.Node, r.Updates, now); err != nil {
 		return api.HeartbeatResponse{}, err
 	}
@@ -518,4 +521,32 @@ func (s *Server) ScrapeTargets(ctx context.Context, p api.Principal) ([]api.SDTa
 		return nil, err
 	}
 	return api.NodeTargets(nodes), nil
+}
+
+// storeAttemptEvents appends what the node reports happened to its
+// attempts (image pulls) to the job's events, each attempt only when it is
+// placed on the reporting node.
+func (s *Server) storeAttemptEvents(ctx context.Context, node string, reps []api.AttemptReport) error {
+	for _, a := range reps {
+		if len(a.Events) == 0 {
+			continue
+		}
+		rec, err := s.st.Attempt(ctx, a.AttemptID)
+		if errors.Is(err, gpufleet.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(rec.Nodes, func(n gpufleet.AttemptNode) bool { return n.Name == node }) {
+			continue
+		}
+		for _, e := range a.Events {
+			if err := s.st.AppendEvent(ctx, gpufleet.Event{At: e.At, Actor: "agent:" + node, Kind: e.Kind, Object: rec.JobID,
+				Team: rec.Team, Detail: a.AttemptID + ": " + e.Detail}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +69,9 @@ func (s *Server) satisfiable(ctx context.Context, j *gpufleet.Job, allow bool) e
 		if err := s.canonicalModels(in, &j.Resources); err != nil {
 			return err
 		}
+		if err := shmFits(in.Nodes, j.ShmSize); err != nil {
+			return err
+		}
 		sj, _ := toSchedJob(*j)
 		if code, reason := scheduler.Feasible(in, sj); code != "" {
 			return fmt.Errorf("%w: no node of the fleet can ever run this job as submitted (%s: %s)", gpufleet.ErrUnsatisfiable, code, reason)
@@ -86,7 +90,7 @@ func (s *Server) satisfiable(ctx context.Context, j *gpufleet.Job, allow bool) e
 		}
 		err = check(in)
 	}
-	if err != nil && allow {
+	if err != nil && allow && !errors.Is(err, gpufleet.ErrInvalid) {
 		return nil
 	}
 	if errors.Is(err, gpufleet.ErrUnsatisfiable) {
@@ -124,4 +128,24 @@ func (s *Server) forgetFleetCheck() {
 	s.fleetCheck.mu.Lock()
 	s.fleetCheck.set = false
 	s.fleetCheck.mu.Unlock()
+}
+
+// shmFits refuses a shared-memory size larger than the memory of every
+// node that reports its memory (the host-memory-bytes label); with no node
+// reporting it there is nothing to check against.
+func shmFits(nodes []scheduler.Node, shm gpufleet.Bytes) error {
+	if shm <= 0 {
+		return nil
+	}
+	var largest int64
+	for _, n := range nodes {
+		if v, err := strconv.ParseInt(n.Labels[gpufleet.HostMemoryLabel], 10, 64); err == nil && v > largest {
+			largest = v
+		}
+	}
+	if largest > 0 && int64(shm) > largest {
+		return fmt.Errorf("%w: shm_size %d (%.1f GiB): more than the memory of the fleet's largest node (%.1f GiB)", gpufleet.ErrInvalid,
+			shm, float64(shm)/(1<<30), float64(largest)/(1<<30))
+	}
+	return nil
 }

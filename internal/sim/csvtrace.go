@@ -30,6 +30,8 @@ import (
 //	time_limit_s optional, a run is stopped after this long and the job ends
 //	cancel_s     optional, the user cancels the job this long after submitting
 //	duration_s_<model>  optional, run time on that model (heterogeneous speed)
+//	stack, requires, isolation, overhead  optional, as resources.* of a job
+//	runtime      optional, container: the job runs in an image (nodes labelled runtime podman or docker)
 //
 // Unknown columns are ignored.
 func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
@@ -99,6 +101,7 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 				return gpufleet.InField("isolation", err)
 			}
 		}
+		j.Runtime = rw.get("runtime") // container: the job runs in an image
 		if s := rw.get("overhead"); s != "" {
 			o, err := gpufleet.ParseOverhead(s)
 			if err != nil {

@@ -44,6 +44,8 @@ type Job struct {
 	// mechanism overhead it accepts (resources.isolation, .overhead).
 	Isolation gpufleet.Isolation
 	Overhead  *gpufleet.OverheadLimit
+	// Runtime is container for a job that runs in an image.
+	Runtime string
 	// Duration is the run time in seconds on a model not in DurationOn.
 	Duration float64
 	// DurationOn maps a model to the job's run time on it, for traces that
@@ -68,7 +70,7 @@ type Job struct {
 // Resources is the job's request as the scheduler reads it.
 func (j *Job) Resources() gpufleet.Resources {
 	return gpufleet.Resources{GPUs: j.GPUs, Nodes: j.Nodes, GPUModels: j.GPUModels, Sharing: j.Sharing, Interconnect: j.Interconnect,
-		Stack: j.Stack, Requires: j.Requires, Isolation: j.Isolation, Overhead: j.Overhead}
+		Stack: j.Stack, Requires: j.Requires, Isolation: j.Isolation, Overhead: j.Overhead, Runtime: j.Runtime}
 }
 
 // maxTraceSeconds bounds every time of a trace: ten years, beyond any real

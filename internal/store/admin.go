@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -34,30 +36,59 @@ func (s *SQL) PutTeam(ctx context.Context, t gpufleet.Team, actor string) error 
 	if err != nil {
 		return invalid("team %s: quota: %v", t.Name, err)
 	}
+	mounts, auth := t.Mounts, t.RegistryAuth
+	if mounts == nil {
+		mounts = []gpufleet.MountAllow{}
+	}
+	if auth == nil {
+		auth = map[string]gpufleet.RegistryCredential{}
+	}
+	m, _ := json.Marshal(mounts)
+	a, _ := json.Marshal(auth)
 	now := s.now()
 	return s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO teams (name, quota, borrowing_limit, weight, updated_at) VALUES (?, ?, ?, ?, ?)
+		// A new team takes the next uid offset; an existing one keeps its own.
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO teams (name, quota, borrowing_limit, weight, updated_at, mounts, registry_auth, uid_offset)
+	VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(uid_offset), -1) + 1 FROM teams))
 	ON CONFLICT (name) DO UPDATE SET quota = excluded.quota, borrowing_limit = excluded.borrowing_limit,
-	weight = excluded.weight, updated_at = excluded.updated_at`), t.Name, string(q), t.BorrowingLimit, t.Weight, nanos(now)); err != nil {
+	weight = excluded.weight, updated_at = excluded.updated_at, mounts = excluded.mounts, registry_auth = excluded.registry_auth`),
+			t.Name, string(q), t.BorrowingLimit, t.Weight, nanos(now), string(m), string(a)); err != nil {
 			return fmt.Errorf("put team %s: %w", t.Name, err)
 		}
+		// The event names the registries, never their credentials.
 		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "team.put", Object: t.Name, Team: t.Name,
-			Detail: fmt.Sprintf("quota=%s borrowing_limit=%d weight=%g", q, t.BorrowingLimit, t.Weight)})
+			Detail: fmt.Sprintf("quota=%s borrowing_limit=%d weight=%g mounts=%s registries=%v", q, t.BorrowingLimit, t.Weight, m,
+				slices.Sorted(maps.Keys(auth)))})
 	})
 }
 
-// scanTeam reads name, quota, borrowing_limit, weight. Quota is never
-// nil; Used is left nil for the server to fill.
+// teamCols is the column list scanTeam reads.
+const teamCols = `name, quota, borrowing_limit, weight, mounts, registry_auth, uid_offset`
+
+// scanTeam reads teamCols. Quota is never nil; Used is left nil for the
+// server to fill.
 func scanTeam(r scanner) (gpufleet.Team, error) {
 	var (
-		t     gpufleet.Team
-		quota string
+		t                   gpufleet.Team
+		quota, mounts, auth string
+		offset              sql.NullInt64
 	)
-	if err := r.Scan(&t.Name, &quota, &t.BorrowingLimit, &t.Weight); err != nil {
+	if err := r.Scan(&t.Name, &quota, &t.BorrowingLimit, &t.Weight, &mounts, &auth, &offset); err != nil {
 		return t, err
 	}
+	t.UIDOffset = int(offset.Int64)
 	if err := json.Unmarshal([]byte(quota), &t.Quota); err != nil {
 		return t, fmt.Errorf("team %s: decode quota: %w", t.Name, err)
+	}
+	if err := json.Unmarshal([]byte(mounts), &t.Mounts); err != nil {
+		return t, fmt.Errorf("team %s: decode mounts: %w", t.Name, err)
+	}
+	if err := json.Unmarshal([]byte(auth), &t.RegistryAuth); err != nil {
+		return t, fmt.Errorf("team %s: decode registry_auth: %w", t.Name, err)
+	}
+	t.Registries = slices.Sorted(maps.Keys(t.RegistryAuth))
+	if len(t.Mounts) == 0 {
+		t.Mounts = nil
 	}
 	if t.Quota == nil {
 		t.Quota = map[string]int{}
@@ -67,7 +98,7 @@ func scanTeam(r scanner) (gpufleet.Team, error) {
 
 // Team reads one team.
 func (s *SQL) Team(ctx context.Context, name string) (gpufleet.Team, error) {
-	t, err := scanTeam(s.rd.QueryRowContext(ctx, s.q(`SELECT name, quota, borrowing_limit, weight FROM teams WHERE name = ?`), name))
+	t, err := scanTeam(s.rd.QueryRowContext(ctx, s.q(`SELECT `+teamCols+` FROM teams WHERE name = ?`), name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, notFound("team", name)
 	}
@@ -79,7 +110,7 @@ func (s *SQL) Team(ctx context.Context, name string) (gpufleet.Team, error) {
 
 // Teams lists the teams by name.
 func (s *SQL) Teams(ctx context.Context) ([]gpufleet.Team, error) {
-	return list(ctx, s.rd, `SELECT name, quota, borrowing_limit, weight FROM teams ORDER BY name`, nil, scanTeam)
+	return list(ctx, s.rd, `SELECT `+teamCols+` FROM teams ORDER BY name`, nil, scanTeam)
 }
 
 // list runs a query and scans every row with scan; never nil.

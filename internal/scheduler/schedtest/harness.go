@@ -28,7 +28,7 @@ import (
 //	     [mem=80GiB] [cc=9.0] [precision=fp8] [sharing=mig:1g.10gb|timeslice:0.25]
 //	     [nvlink] [prefer=cheapest] [joules=l4:0.9,h100-sxm-80gb:0.3] [select=k:v]
 //	     [stack=NAME] [require=cuda:>=12.4;driver:>=550,<560]
-//	     [isolation=hard|soft|any] [overhead=<=5%]
+//	     [isolation=hard|soft|any] [overhead=<=5%] [runtime=container]
 //	     [preemptible] [grace=30s] [requeued]
 //	     [limit=2h]                      a time limit for each run
 //	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
@@ -495,6 +495,7 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 			return fmt.Errorf("job %s: %w", id, err)
 		}
 	}
+	j.Resources.Runtime = a["runtime"]
 	if v := a["overhead"]; v != "" {
 		o, err := gpufleet.ParseOverhead(v)
 		if err != nil {

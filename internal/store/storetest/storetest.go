@@ -176,11 +176,16 @@ func events(t *testing.T, s store.Store, f store.EventFilter) []gpufleet.Event {
 
 func testTeams(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	a := gpufleet.Team{Name: "team-a", Quota: map[string]int{"h100-sxm-80gb": 8}, BorrowingLimit: -1, Weight: 2}
+	a := gpufleet.Team{Name: "team-a", Quota: map[string]int{"h100-sxm-80gb": 8}, BorrowingLimit: -1, Weight: 2,
+		Mounts:       []gpufleet.MountAllow{{Path: "/datasets"}, {Path: "/scratch/team-a", ReadWrite: true}},
+		RegistryAuth: map[string]gpufleet.RegistryCredential{"nvcr.io": {Username: "$oauthtoken", Password: "s3cr3t-key"}}}
 	b := gpufleet.Team{Name: "team-b", Weight: 1}
 	for _, tm := range []gpufleet.Team{b, a} {
 		wantErr(t, "put team", s.PutTeam(ctx, tm, "admin"), nil)
 	}
+	// Each new team takes the next uid offset; the store lists the
+	// registries it holds a login for.
+	b.UIDOffset, a.UIDOffset, a.Registries = 0, 1, []string{"nvcr.io"}
 	got, err := s.Team(ctx, "team-a")
 	wantErr(t, "team", err, nil)
 	if diff := cmp.Diff(a, got, equateEmpty); diff != "" {
@@ -197,8 +202,14 @@ func testTeams(t *testing.T, s store.Store) {
 	_, err = s.Team(ctx, "nope")
 	wantErr(t, "unknown team", err, gpufleet.ErrNotFound)
 	wantErr(t, "nameless team", s.PutTeam(ctx, gpufleet.Team{}, "admin"), gpufleet.ErrInvalid)
-	if evs := events(t, s, store.EventFilter{Object: "team-a"}); len(evs) != 2 || evs[0].Kind != "team.put" || evs[0].Actor != "admin" {
+	evs := events(t, s, store.EventFilter{Object: "team-a"})
+	if len(evs) != 2 || evs[0].Kind != "team.put" || evs[0].Actor != "admin" {
 		t.Errorf("team-a events %+v, want two team.put by admin", evs)
+	}
+	for _, e := range evs {
+		if strings.Contains(e.Detail, "s3cr3t") || !strings.Contains(e.Detail, "nvcr.io") {
+			t.Errorf("event %q: want the registry named and its password not", e.Detail)
+		}
 	}
 }
 
