@@ -27,6 +27,11 @@ import (
 // binary with GPUFLEET_TEST_SUPERVISE=1, as the agent starts
 // `gpufleet agent supervise`.
 func TestMain(m *testing.M) {
+	// The test binary is the attempt init too, as `gpufleet agent init
+	// --dir DIR -- COMMAND...` (its environment is the attempt's).
+	if len(os.Args) > 5 && os.Args[1] == "agent" && os.Args[2] == "init" && os.Args[3] == "--dir" && os.Args[5] == "--" {
+		os.Exit(AttemptInit(os.Args[4], os.Args[6:]))
+	}
 	if os.Getenv("GPUFLEET_TEST_SUPERVISE") == "1" {
 		for i, a := range os.Args {
 			if a == "--dir" && i+1 < len(os.Args) {
@@ -37,6 +42,8 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))

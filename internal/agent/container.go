@@ -50,12 +50,24 @@ type Engine struct {
 	// OCIRuntime is podman's --runtime (runc: crun refuses hosts with the
 	// hybrid cgroup layout); empty for docker, whose daemon chooses.
 	OCIRuntime string `json:"oci_runtime,omitempty"`
+	// Socket, when set, is the engine's API socket, which the agent talks
+	// to instead of running its CLI (engineapi.go).
+	Socket string `json:"socket,omitempty"`
 }
 
 // DetectEngine finds r's binary on PATH and asks it for its version
 // (docker: the daemon's, so a client without a daemon is refused).
 // ociRuntime is podman's --runtime ("" picks runc when it is installed).
-func DetectEngine(ctx context.Context, r Runtime, ociRuntime string) (Engine, error) {
+func DetectEngine(ctx context.Context, r Runtime, ociRuntime, socket string) (Engine, error) {
+	if socket != "" {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		v, err := newEngineAPI(socket).Version(ctx)
+		if err != nil {
+			return Engine{}, fmt.Errorf("runtime %s: --engine-socket %s: %w", r, socket, err)
+		}
+		return Engine{Runtime: r, Socket: socket, Version: v}, nil
+	}
 	path, err := exec.LookPath(string(r))
 	if err != nil {
 		return Engine{}, fmt.Errorf("runtime %s: %w (install it: apt-get install %s)", r, err, map[Runtime]string{RuntimePodman: "podman runc", RuntimeDocker: "docker.io"}[r])
@@ -105,6 +117,10 @@ type containerSpec struct {
 	Pull   []string `json:"pull"`
 	Run    []string `json:"run"`
 	Remove []string `json:"remove"`
+	// Socket and Create, on an engine socket: the API to use and the
+	// container to create (Run is then `gpufleet agent attach`).
+	Socket string      `json:"socket,omitempty"`
+	Create *createBody `json:"create,omitempty"`
 }
 
 // containerOpts is what the runner knows beyond the assignment.
@@ -251,7 +267,18 @@ const pullFileName = "pull.json"
 // the image when the image cannot be had.
 func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
 	path := filepath.Join(dir, pullFileName)
-	present := exec.Command(cs.Exists[0], cs.Exists[1:]...).Run() == nil
+	var eng *engineAPI
+	present := false
+	if cs.Socket != "" {
+		eng = newEngineAPI(cs.Socket)
+		ok, err := eng.ImageExists(context.Background(), cs.Image)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", cs.Image, err)
+		}
+		present = ok
+	} else {
+		present = exec.Command(cs.Exists[0], cs.Exists[1:]...).Run() == nil
+	}
 	rec := pullRecord{Image: cs.Image, StartedAt: time.Now().UTC()}
 	switch {
 	case cs.Policy == gpufleet.PullNever && !present:
@@ -266,6 +293,29 @@ func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
 	rec.State = "pulling"
 	_ = writeJSONAtomic(path, rec, 0o644)
 	fmt.Fprintf(log, "gpufleet: pulling image %s\n", cs.Image)
+	if eng != nil {
+		last := time.Time{}
+		err := eng.Pull(context.Background(), cs.Image, readRegistryAuth(dir), func(line string) {
+			fmt.Fprintf(log, "gpufleet: pull: %s\n", line)
+			if strings.Contains(line, "Pull complete") || strings.HasPrefix(line, "Copying blob") {
+				rec.Layers++
+			}
+			rec.Progress = line
+			if time.Since(last) > time.Second {
+				_ = writeJSONAtomic(path, rec, 0o644)
+				last = time.Now()
+			}
+		})
+		now := time.Now().UTC()
+		rec.FinishedAt = &now
+		if err != nil {
+			rec.State, rec.Error = "failed", fmt.Sprintf("pull image %s: %v", cs.Image, err)
+			_ = writeJSONAtomic(path, rec, 0o644)
+			return fmt.Errorf("%s", rec.Error)
+		}
+		rec.State = "pulled"
+		return writeJSONAtomic(path, rec, 0o644)
+	}
 	cmd := exec.Command(cs.Pull[0], cs.Pull[1:]...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -327,4 +377,26 @@ func writeRegistryAuth(dir string, a api.RegistryAuth) error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// readRegistryAuth reads back the login writeRegistryAuth wrote, for a
+// pull through the engine API; nil when there is none.
+func readRegistryAuth(dir string) *api.RegistryAuth {
+	var cfg struct {
+		Auths map[string]struct {
+			Auth string `json:"auth"`
+		} `json:"auths"`
+	}
+	if err := readJSON(filepath.Join(dir, authDir, authFile), &cfg); err != nil {
+		return nil
+	}
+	for reg, a := range cfg.Auths {
+		b, err := base64.StdEncoding.DecodeString(a.Auth)
+		if err != nil {
+			return nil
+		}
+		user, pass, _ := strings.Cut(string(b), ":")
+		return &api.RegistryAuth{Registry: reg, Username: user, Password: pass}
+	}
+	return nil
 }

@@ -229,3 +229,18 @@ func TestRunnerKeepsNoPasswordAndReportsPulls(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnCgroupV2(t *testing.T) {
+	cases := map[string]string{
+		"0::/system.slice/gpufleet-agent.service\n":                          "/system.slice/gpufleet-agent.service",
+		"12:devices:/x\n1:name=systemd:/y\n0::/system.slice/a.service/agent": "/system.slice/a.service/agent",
+		"0::/\n":              "/",
+		"4:memory:/only-v1\n": "",
+	}
+	for in, want := range cases {
+		got, ok := ownCgroupV2([]byte(in))
+		if got != want || ok != (want != "") {
+			t.Errorf("ownCgroupV2(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}

@@ -278,6 +278,11 @@ func (r *Runner) isolate(spec *superviseSpec, as api.Assignment, u runAs, dir st
 			o.AuthFile = p
 		}
 		cs := containerCommand(*r.cfg.Engine, as, o)
+		if r.cfg.Engine.Socket != "" {
+			body := containerCreate(as, o)
+			cs.Socket, cs.Create = r.cfg.Engine.Socket, &body
+			cs.Run = append(slices.Clone(r.cfg.Attach), "--dir", dir)
+		}
 		spec.Container = &cs
 		// The engine sets the container's limits and cgroup.
 		spec.Cgroup, spec.CPUMax, spec.MemoryMaxBytes, spec.UID, spec.GID = "", "", 0, nil, nil
@@ -315,4 +320,48 @@ func hostMemory() int64 {
 		return 0
 	}
 	return int64(si.Totalram) * int64(si.Unit)
+}
+
+// ownCgroupV2 reads the unified hierarchy's path from /proc/self/cgroup's
+// "0::PATH" line.
+func ownCgroupV2(procSelfCgroup []byte) (string, bool) {
+	for _, line := range strings.Split(string(procSelfCgroup), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(p, "/") {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// DelegatedCgroupRoot is where the agent makes its attempts' cgroups on a
+// cgroup v2 host: under its own cgroup when systemd delegated it
+// (Delegate=yes puts the agent in /system.slice/gpufleet-agent.service,
+// whose subtree is then the agent's to manage), else under mount. To give
+// attempts controllers there, the agent first moves itself to the leaf
+// OWN/agent (cgroup v2 enables controllers only for a cgroup without
+// processes of its own); its supervisors are born there and each
+// attempt's command is cloned into OWN/gpufleet/<attempt>. note says what
+// was done, for the start-up log.
+func DelegatedCgroupRoot(mount string) (root, note string) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return mount, ""
+	}
+	own, ok := ownCgroupV2(data)
+	if !ok || own == "/" {
+		return mount, ""
+	}
+	own = strings.TrimSuffix(own, "/agent") // a restarted agent's leaf
+	unit := filepath.Join(mount, own)
+	if err := syscall.Access(filepath.Join(unit, cgroupSubtree), 2 /* W_OK */); err != nil {
+		return mount, fmt.Sprintf("own cgroup %s is not delegated (%v): attempts under %s", own, err, mount)
+	}
+	leaf := filepath.Join(unit, "agent")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return mount, fmt.Sprintf("own cgroup %s: %v", own, err)
+	}
+	if err := os.WriteFile(filepath.Join(leaf, cgroupProcs), []byte("0"), 0); err != nil {
+		return mount, fmt.Sprintf("moving the agent to %s: %v", leaf, err)
+	}
+	return unit, fmt.Sprintf("delegated cgroup %s: the agent in %s/agent, attempts in %s/%s/<attempt>", own, own, own, cgroupParent)
 }

@@ -162,6 +162,10 @@ func (p *engineProbe) wait() { p.wg.Wait() }
 // runEngineVersion runs `ENGINE version` with the engine's global options
 // (podman's --runtime, as attempts run it).
 func runEngineVersion(ctx context.Context, e Engine) error {
+	if e.Socket != "" {
+		_, err := newEngineAPI(e.Socket).Version(ctx)
+		return err
+	}
 	cmd := exec.CommandContext(ctx, e.Path, append(e.global(), "version")...)
 	cmd.WaitDelay = time.Second // a child that keeps the output open does not hold the probe
 	out, err := cmd.CombinedOutput()

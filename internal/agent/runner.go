@@ -161,6 +161,9 @@ type RunnerConfig struct {
 	Engine  *Engine
 	CDIDirs []string
 	Ulimits []string
+	// Attach is the argv of `gpufleet agent attach`, which runs a
+	// container attempt on an engine socket (Engine.Socket).
+	Attach []string
 }
 
 // Runner starts, watches and stops attempts. It is safe for concurrent

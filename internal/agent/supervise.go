@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -259,10 +262,16 @@ func supervise(dir string) (exitRecord, error) {
 	default:
 		out.ExitCode, out.Error = 1, werr.Error()
 	}
-	if spec.Container != nil {
-		// The engine's CLI may have been killed (the last step of a stop):
-		// its container goes too, before the status says the GPUs are free.
-		if out, err := exec.Command(spec.Container.Remove[0], spec.Container.Remove[1:]...).CombinedOutput(); err != nil {
+	if c := spec.Container; c != nil {
+		// The engine's CLI (or the attach) may have been killed, the last
+		// step of a stop: its container goes too, before the status says
+		// the GPUs are free.
+		if c.Socket != "" {
+			err := newEngineAPI(c.Socket).call(context.Background(), http.MethodDelete, "/containers/"+containerName(spec.AttemptID), url.Values{"force": {"1"}}, nil)
+			if err != nil && !isNotFound(err) {
+				fmt.Fprintf(logf, "gpufleet: remove container: %v\n", err)
+			}
+		} else if out, err := exec.Command(c.Remove[0], c.Remove[1:]...).CombinedOutput(); err != nil {
 			fmt.Fprintf(logf, "gpufleet: remove container: %v: %s\n", err, strings.TrimSpace(string(out)))
 		}
 	}

@@ -36,7 +36,7 @@ import (
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile, stackProbe string
-	benchMode, cudaLibDir, runtime, ociRuntime, uidRange                                                                                    string
+	benchMode, cudaLibDir, runtime, ociRuntime, uidRange, engineSocket                                                                                   string
 	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                                       time.Duration
 	labels, runAs, simBadDrivers, cdiDirs, ulimits                                                                                          []string
 }
@@ -89,13 +89,36 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	fs.StringVar(&f.defaultUser, "default-user", "nobody", "user for teams without --run-as when the agent is root (never root)")
 	fs.StringVar(&f.runtime, "runtime", "process", "how attempts run: process (bare processes, each isolated: docs/ISOLATION.md) or podman/docker (jobs with an image run in containers with only their GPUs; others as processes)")
 	fs.StringVar(&f.ociRuntime, "podman-runtime", "", "with --runtime podman: the OCI runtime podman uses (default runc when installed: crun refuses hosts with the hybrid cgroup layout)")
+	fs.StringVar(&f.engineSocket, "engine-socket", "", "with --runtime podman or docker: talk to the engine's API on this unix socket (/var/run/docker.sock; podman: `podman system service`, /run/podman/podman.sock) instead of running its CLI, as on Kubernetes")
 	fs.StringArrayVar(&f.cdiDirs, "cdi-spec-dir", []string{"/etc/cdi", "/var/run/cdi"}, "directories of CDI specs (nvidia-ctk cdi generate) naming the GPUs a container gets; repeatable")
 	fs.StringArrayVar(&f.ulimits, "container-ulimit", nil, "a container limit NAME=SOFT:HARD (memlock=-1:-1); default: memlock, nofile and nproc at the agent's own hard limits")
 	fs.StringVar(&f.uidRange, "uid-range", agent.DefaultUIDRange.String(), "uids handed out one per running attempt to teams --run-as does not map, when the agent is root; empty: --default-user for all of them (soft isolation)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", agent.DefaultCgroupRoot, "cgroup v2 mount under which attempts get gpufleet/<attempt> cgroups (when the agent is root)")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.AddCommand(newSuperviseCmd(), newAttemptInitCmd())
+	cmd.AddCommand(newSuperviseCmd(), newAttemptInitCmd(), newAttemptAttachCmd())
+	return cmd
+}
+
+// newAttemptAttachCmd runs a container attempt on an engine socket.
+func newAttemptAttachCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "attach --dir DIR",
+		Short:  "Run a container attempt through the engine's API socket (started by the supervisor)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if dir == "" {
+				return usageErr("--dir: required")
+			}
+			if code := agent.AttemptAttach(dir); code != 0 {
+				return &exitError{code: code, err: fmt.Errorf("attempt attach: exit %d", code), silent: true}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the attempt's directory (spec.json)")
 	return cmd
 }
 
@@ -215,9 +238,16 @@ func runAgent(ctx context.Context, e *env, f agentFlags) error {
 	if err != nil || f.cgroupRoot == "" {
 		return usageErr("--cgroup-root %q: expected a directory", f.cgroupRoot)
 	}
-	var cgroupNote string
+	var cgroupNote, delegation string
+	if cgroupRoot == agent.DefaultCgroupRoot && os.Geteuid() == 0 {
+		// Under systemd's Delegate=yes: the agent's own subtree.
+		cgroupRoot, delegation = agent.DelegatedCgroupRoot(cgroupRoot)
+	}
 	cfg.Runner.CgroupRoot = cgroupRoot
 	cfg.Runner.Cgroups, cgroupNote = agent.DetectCgroupV2(cgroupRoot)
+	if delegation != "" {
+		cgroupNote += "; " + delegation
+	}
 	if err := setUpIsolation(ctx, f, be, dataDir, exe, &cfg, log); err != nil {
 		return err
 	}
@@ -444,16 +474,16 @@ func setUpIsolation(ctx context.Context, f agentFlags, be gpu.Backend, dataDir, 
 		}
 	}
 	if rt.Containers() {
-		e, err := agent.DetectEngine(ctx, rt, f.ociRuntime)
+		e, err := agent.DetectEngine(ctx, rt, f.ociRuntime, f.engineSocket)
 		if err != nil {
 			return err
 		}
-		rc.Engine = &e
+		rc.Engine, rc.Attach = &e, []string{exe, "agent", "attach"}
 		rc.Ulimits = f.ulimits
 		if len(rc.Ulimits) == 0 {
 			rc.Ulimits = agent.DefaultUlimits()
 		}
-		log.Info("container engine", "runtime", rt, "path", e.Path, "version", e.Version, "oci_runtime", e.OCIRuntime, "ulimits", strings.Join(rc.Ulimits, " "))
+		log.Info("container engine", "runtime", rt, "path", e.Path, "socket", e.Socket, "version", e.Version, "oci_runtime", e.OCIRuntime, "ulimits", strings.Join(rc.Ulimits, " "))
 	}
 	var iso agent.Isolation
 	root := os.Geteuid() == 0

@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/testimage"
 )
 
 // The tests of this file run jobs as a team would on a shared node, with
@@ -33,7 +33,7 @@ func runtimes(t *testing.T) []string {
 	_, perr := exec.LookPath("podman")
 	_, rerr := exec.LookPath("runc")
 	if perr == nil && rerr == nil {
-		out = append(out, "podman")
+		out = append(out, "podman", "podman-api")
 	} else if os.Getenv("CI") == "true" {
 		t.Fatalf("podman or runc missing (scripts/test installs them): %v %v", perr, rerr)
 	}
@@ -43,74 +43,51 @@ func runtimes(t *testing.T) []string {
 	return out
 }
 
-var (
-	imageOnce sync.Once
-	imageErr  error
-)
+// podmanService runs `podman system service` on a socket of its own for
+// the test and returns the socket's path.
+func podmanService(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "podman.sock")
+	cmd := exec.Command("podman", "--runtime", "runc", "system", "service", "--time=0", "unix://"+sock)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	eventually(t, 10*time.Second, "podman service listening", func() error {
+		if _, err := os.Stat(sock); err != nil {
+			return fmt.Errorf("%v: %s", err, out.String())
+		}
+		return nil
+	})
+	return sock
+}
 
-// testImage is localhost/gpufleet-e2e-busybox:1, imported into the
-// engine from a static busybox: `podman import` of a root file system.
-const testImage = "localhost/gpufleet-e2e-busybox:1"
+// testImage is the busybox image the tests import (no registry here).
+const testImage = testimage.Ref
 
 func buildImage(t *testing.T, engine string) {
 	t.Helper()
-	imageOnce.Do(func() {
-		bb, err := exec.LookPath("busybox")
-		if err != nil {
-			imageErr = fmt.Errorf("busybox (static: apt-get install busybox-static): %w", err)
-			return
-		}
-		root, err := os.MkdirTemp("", "gpufleet-rootfs-")
-		if err != nil {
-			imageErr = err
-			return
-		}
-		defer os.RemoveAll(root)
-		for _, d := range []string{"bin", "tmp", "proc", "sys", "dev", "etc"} {
-			os.MkdirAll(filepath.Join(root, d), 0o755)
-		}
-		data, err := os.ReadFile(bb)
-		if err != nil {
-			imageErr = err
-			return
-		}
-		os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755)
-		for _, c := range []string{"sh", "ls", "cat", "sleep", "echo", "id", "grep", "tr", "kill", "head", "wc", "env", "true"} {
-			os.Symlink("busybox", filepath.Join(root, "bin", c))
-		}
-		tar := exec.Command("tar", "-C", root, "-c", ".")
-		imp := exec.Command(engine, "--runtime", "runc", "import", "-", testImage)
-		if engine == "docker" {
-			imp = exec.Command(engine, "import", "-", testImage)
-		}
-		pipe, _ := tar.StdoutPipe()
-		imp.Stdin = pipe
-		var out bytes.Buffer
-		imp.Stdout, imp.Stderr = &out, &out
-		if err := imp.Start(); err != nil {
-			imageErr = err
-			return
-		}
-		if err := tar.Run(); err != nil {
-			imageErr = err
-			return
-		}
-		if err := imp.Wait(); err != nil {
-			imageErr = fmt.Errorf("%s import: %w: %s", engine, err, out.String())
-		}
-	})
-	if imageErr != nil {
-		t.Fatal(imageErr)
+	if err := testimage.Import(engine); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // isolatedFleet is a server with teams a and b and one agent of 4
-// simulated L4s with the given runtime.
+// simulated L4s with the given runtime: process, podman, docker, or
+// podman-api (podman's Docker-compatible API on a socket of
+// `podman system service`, as the agent uses a mounted engine socket on
+// Kubernetes).
 func isolatedFleet(t *testing.T, runtime string) (fleet, *agentProc) {
 	t.Helper()
 	p := startServer(t, t.TempDir(), nil)
 	f := setupTeams(t, p, "team-a", "team-b")
-	a := startAgent(t, p, f.admin, "n1", "l4:4", "--runtime", runtime)
+	args := []string{"--runtime", runtime}
+	if runtime == "podman-api" {
+		args = []string{"--runtime", "podman", "--engine-socket", podmanService(t)}
+	}
+	a := startAgent(t, p, f.admin, "n1", "l4:4", args...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			a.dumpLog(t)
@@ -151,7 +128,7 @@ func TestCrossTeamAttackFails(t *testing.T) {
 			ctx := t.Context()
 			launch := gpufleet.Launch{}
 			if rt != "process" {
-				buildImage(t, rt)
+				buildImage(t, strings.TrimSuffix(rt, "-api"))
 				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
 			}
 			victim, err := f.members["team-b"].SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: launch,
@@ -226,7 +203,7 @@ func TestContainerSeesOnlyItsGPUs(t *testing.T) {
 	for _, rt := range rts[1:] {
 		t.Run(rt, func(t *testing.T) {
 			f, _ := isolatedFleet(t, rt)
-			buildImage(t, rt)
+			buildImage(t, strings.TrimSuffix(rt, "-api"))
 			c := f.members["team-a"]
 			sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2}, Launch: gpufleet.Launch{Image: testImage},
 				Command: []string{"sh", "-c", "ls /dev; cat /proc/self/cgroup; echo CUDA=$CUDA_VISIBLE_DEVICES"}})
@@ -260,17 +237,36 @@ func TestImagePullFailure(t *testing.T) {
 	if len(rts) < 2 {
 		t.Skip("no container engine here")
 	}
-	f, _ := isolatedFleet(t, rts[1])
-	c := f.members["team-a"]
-	sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1},
-		Launch: gpufleet.Launch{Image: "registry.invalid/nobody/nothing:1"}, Command: []string{"true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := waitJob(t, c, sub.ID, 60*time.Second, gpufleet.JobFailed)
-	a := j.Attempts[len(j.Attempts)-1]
-	if a.ReasonCode != "image_pull" || !strings.Contains(a.Reason, "registry.invalid/nobody/nothing:1") {
-		t.Errorf("attempt %s %q, want image_pull naming the image", a.ReasonCode, a.Reason)
+	for _, rt := range rts[1:] {
+		t.Run(rt, func(t *testing.T) {
+			f, _ := isolatedFleet(t, rt)
+			c := f.members["team-a"]
+			sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1},
+				Launch: gpufleet.Launch{Image: "registry.invalid/nobody/nothing:1"}, Command: []string{"true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := waitJob(t, c, sub.ID, 60*time.Second, gpufleet.JobFailed)
+			a := j.Attempts[len(j.Attempts)-1]
+			if a.ReasonCode != "image_pull" || !strings.Contains(a.Reason, "registry.invalid/nobody/nothing:1") {
+				t.Errorf("attempt %s %q, want image_pull naming the image", a.ReasonCode, a.Reason)
+			}
+			// The pull is in the job's events, with its end and duration (a
+			// pull this short ends before the agent sees it start).
+			evs, err := f.admin.Events(t.Context(), api.EventQuery{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pulls []string
+			for _, e := range evs.Events {
+				if e.Kind == api.EventImagePull && e.Object == sub.ID {
+					pulls = append(pulls, e.Detail)
+				}
+			}
+			if len(pulls) == 0 || !strings.Contains(pulls[len(pulls)-1], "image pull failed after") {
+				t.Errorf("image pull events %q, want its failure", pulls)
+			}
+		})
 	}
 }
 
@@ -284,7 +280,7 @@ func TestStopSignals(t *testing.T) {
 			ctx := t.Context()
 			launch := gpufleet.Launch{}
 			if rt != "process" {
-				buildImage(t, rt)
+				buildImage(t, strings.TrimSuffix(rt, "-api"))
 				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
 			}
 			c := f.members["team-a"]
