@@ -204,7 +204,8 @@ func TestChart(t *testing.T) {
 		replicas       int32
 		postgres       bool
 		agent          bool
-		serviceMonitor int // ServiceMonitors
+		serviceMonitor int    // ServiceMonitors
+		engineSocket   string // the host socket the agent must mount
 		tls            bool
 	}{
 		{name: "defaults (SQLite)", replicas: 1, agent: true},
@@ -241,6 +242,11 @@ func TestChart(t *testing.T) {
 			replicas: 1, agent: true, serviceMonitor: 2,
 		},
 		{
+			name:     "container jobs through the node's engine socket",
+			vals:     map[string]any{"agent": map[string]any{"engineSocket": "/run/podman/podman.sock", "engineRuntime": "podman"}},
+			replicas: 1, agent: true, engineSocket: "/run/podman/podman.sock",
+		},
+		{
 			name:     "agent disabled",
 			vals:     map[string]any{"agent": map[string]any{"enabled": false}, "serviceMonitor": map[string]any{"enabled": true}},
 			replicas: 1,
@@ -269,6 +275,7 @@ func TestChart(t *testing.T) {
 			sts := checkServer(t, o, tc.replicas, tc.postgres, tc.tls)
 			if tc.agent {
 				checkAgent(t, o, sts, tc.tls)
+				checkEngineSocket(t, o, tc.engineSocket)
 			} else if len(o.daemonSets) != 0 {
 				t.Errorf("agent disabled, yet %d DaemonSets", len(o.daemonSets))
 			}
@@ -833,4 +840,41 @@ func checkFlags(t *testing.T, c corev1.Container) error {
 		return fmt.Errorf("container %s: not flags of gpufleet %s: %s", c.Name, sub, strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// checkEngineSocket: with agent.engineSocket the agent mounts the node's
+// engine socket (a hostPath of type Socket) where GPUFLEET_ENGINE_SOCKET
+// says, runs --runtime engineRuntime, and sees the node's CDI specs
+// read-only; without it, none of that.
+func checkEngineSocket(t *testing.T, o objects, socket string) {
+	t.Helper()
+	pod := o.daemonSets[0].Spec.Template.Spec
+	c := pod.Containers[0]
+	var vol *corev1.Volume
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "engine-socket" {
+			vol = &pod.Volumes[i]
+		}
+	}
+	if socket == "" {
+		if vol != nil || envValue(c, "GPUFLEET_ENGINE_SOCKET") != "" {
+			t.Error("an engine socket without agent.engineSocket")
+		}
+		return
+	}
+	if vol == nil || vol.HostPath == nil || vol.HostPath.Path != socket || vol.HostPath.Type == nil || *vol.HostPath.Type != corev1.HostPathSocket {
+		t.Fatalf("engine socket volume %+v, want hostPath %s of type Socket", vol, socket)
+	}
+	mounted := ""
+	for _, m := range c.VolumeMounts {
+		if m.Name == "engine-socket" {
+			mounted = m.MountPath
+		}
+		if strings.HasPrefix(m.Name, "cdi-") && !m.ReadOnly {
+			t.Errorf("CDI specs mounted writable: %+v", m)
+		}
+	}
+	if mounted == "" || envValue(c, "GPUFLEET_ENGINE_SOCKET") != mounted || envValue(c, "GPUFLEET_RUNTIME") != "podman" {
+		t.Errorf("socket mounted at %q, GPUFLEET_ENGINE_SOCKET %q, GPUFLEET_RUNTIME %q", mounted, envValue(c, "GPUFLEET_ENGINE_SOCKET"), envValue(c, "GPUFLEET_RUNTIME"))
+	}
 }

@@ -263,6 +263,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.runner.Load(); err != nil {
 		return err
 	}
+	if removed, err := a.runner.ReapContainers(ctx); err != nil {
+		a.log.Warn("looking for containers a lost agent left running", "err", err)
+	} else if len(removed) > 0 {
+		a.log.Warn("removed containers no live attempt owns (left by a lost agent)", "containers", strings.Join(removed, ","))
+	}
 	a.mu.Lock()
 	// The fence timer runs from the last word from the server, before a
 	// restart too.

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +134,7 @@ type containerOpts struct {
 	CPUMax   string   // "QUOTA PERIOD" or ""
 	Memory   int64    // bytes, 0: none
 	AuthFile string   // registry credentials for the pull, or ""
+	Agent    string   // the agent's data directory (agentLabel)
 }
 
 // containerCommand builds the engine command lines of a container attempt.
@@ -161,6 +165,7 @@ func containerCommand(e Engine, as api.Assignment, o containerOpts) containerSpe
 	cs.Pull = append(cs.Pull, as.Image)
 	run := append(append([]string{e.Path}, g...), "run", "--name", name, "--rm", "--init", "--sig-proxy=true", "--pull", "never",
 		"--label", "gpufleet.attempt="+as.AttemptID, "--label", "gpufleet.job="+as.JobID, "--label", "gpufleet.team="+as.Team,
+		"--label", agentLabel+"="+o.Agent,
 		"--security-opt", "no-new-privileges")
 	for _, kv := range o.Env {
 		run = append(run, "--env", kv)
@@ -397,6 +402,62 @@ func readRegistryAuth(dir string) *api.RegistryAuth {
 		}
 		user, pass, _ := strings.Cut(string(b), ":")
 		return &api.RegistryAuth{Registry: reg, Username: user, Password: pass}
+	}
+	return nil
+}
+
+// agentLabel marks a container with the data directory of the agent that
+// made it, so that an agent reaps only its own (two agents may share an
+// engine: gpufleet dev's nodes do).
+const agentLabel = "gpufleet.agent"
+
+// listAttempts lists the names of the containers of this engine that the
+// agent with data directory dataDir made.
+func (e Engine) listAttempts(ctx context.Context, dataDir string) ([]string, error) {
+	filter := agentLabel + "=" + dataDir
+	if e.Socket != "" {
+		f, _ := json.Marshal(map[string][]string{"label": {filter}})
+		resp, err := newEngineAPI(e.Socket).do(ctx, http.MethodGet, "/containers/json", url.Values{"all": {"1"}, "filters": {string(f)}}, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var cs []struct{ Names []string }
+		if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, c := range cs {
+			for _, n := range c.Names {
+				out = append(out, strings.TrimPrefix(n, "/"))
+			}
+		}
+		return out, nil
+	}
+	out, err := exec.CommandContext(ctx, e.Path, append(e.global(), "ps", "-a", "--filter", "label="+filter, "--format", "{{.Names}}")...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s ps: %w", e.Path, err)
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// remove removes a container by name, running or not; one that is not
+// there is no error.
+func (e Engine) remove(ctx context.Context, name string) error {
+	if e.Socket != "" {
+		err := newEngineAPI(e.Socket).call(ctx, http.MethodDelete, "/containers/"+name, url.Values{"force": {"1"}}, nil)
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	args := append(e.global(), "rm", "--force", name)
+	if e.Runtime == RuntimePodman {
+		args = append(e.global(), "rm", "--force", "--time", "0", "--ignore", name)
+	}
+	out, err := exec.CommandContext(ctx, e.Path, args...).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "No such container") {
+		return fmt.Errorf("%s rm %s: %w: %s", e.Path, name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -227,7 +227,7 @@ type apiUlimit struct {
 // mappings.
 func containerCreate(as api.Assignment, o containerOpts) createBody {
 	b := createBody{Image: as.Image, Entrypoint: as.Command[:1], Cmd: append([]string{}, as.Command[1:]...), Env: o.Env, WorkingDir: as.Workdir,
-		Labels:     map[string]string{"gpufleet.attempt": as.AttemptID, "gpufleet.job": as.JobID, "gpufleet.team": as.Team},
+		Labels:     map[string]string{"gpufleet.attempt": as.AttemptID, "gpufleet.job": as.JobID, "gpufleet.team": as.Team, agentLabel: o.Agent},
 		HostConfig: hostConfig{Init: true, ShmSize: int64(as.ShmSize), Memory: o.Memory, SecurityOpt: []string{"no-new-privileges"}}}
 	var cdi []string
 	for _, d := range o.Devices {
@@ -297,7 +297,9 @@ func AttemptAttach(dir string) int {
 	if err != nil || created.ID == "" {
 		return fail(fmt.Errorf("create container %s: %v", name, err))
 	}
-	defer func() { _ = eng.call(context.Background(), http.MethodDelete, "/containers/"+created.ID, url.Values{"force": {"1"}}, nil) }()
+	defer func() {
+		_ = eng.call(context.Background(), http.MethodDelete, "/containers/"+created.ID, url.Values{"force": {"1"}}, nil)
+	}()
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
 		syscall.SIGXCPU, syscall.SIGWINCH, syscall.SIGPWR)

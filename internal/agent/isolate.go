@@ -272,7 +272,7 @@ func (r *Runner) isolate(spec *superviseSpec, as api.Assignment, u runAs, dir st
 		if err != nil {
 			r.log.Warn("reading CDI specs", "err", err)
 		}
-		o := containerOpts{Env: containerEnv(spec.Env), Ulimits: r.cfg.Ulimits,
+		o := containerOpts{Env: containerEnv(spec.Env), Ulimits: r.cfg.Ulimits, Agent: r.cfg.DataDir,
 			Devices: containerDevices(reg, as.GPUs, byName, r.cfg.DevRoot, mig), CPUMax: spec.CPUMax, Memory: spec.MemoryMaxBytes}
 		if p := filepath.Join(dir, authDir, authFile); fileExists(p) {
 			o.AuthFile = p

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -667,6 +668,13 @@ func (r *Runner) progress(a *attempt) {
 		if a.PGID > 0 {
 			_ = syscall.Kill(-a.PGID, syscall.SIGKILL)
 		}
+		if a.As.Container() && r.cfg.Engine != nil {
+			// Its container would run on without anyone to stop it (an agent
+			// pod's processes all end with the pod; the container does not).
+			if err := r.cfg.Engine.remove(context.Background(), containerName(a.As.AttemptID)); err != nil {
+				r.log.Warn("removing a vanished supervisor's container", "attempt", a.As.AttemptID, "err", err)
+			}
+		}
 		r.finish(a, gpufleet.AttemptFailed, nil, "the attempt's supervisor vanished without recording an exit status", ReasonLost)
 		return
 	}
@@ -1147,3 +1155,37 @@ func (r *Runner) pullProgress(a *attempt, dir string) {
 
 // maxPendingEvents bounds an attempt's undelivered events.
 const maxPendingEvents = 8
+
+// ReapContainers removes the containers of this node's engine that an
+// attempt of this agent made (label gpufleet.attempt) and that no live
+// attempt it knows owns: what a lost agent left running (on Kubernetes an
+// agent pod's supervisors end with it, its containers do not). Run it
+// after Load. It returns the containers it removed.
+func (r *Runner) ReapContainers(ctx context.Context) ([]string, error) {
+	if r.cfg.Engine == nil {
+		return nil, nil
+	}
+	names, err := r.cfg.Engine.listAttempts(ctx, r.cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	live := map[string]bool{}
+	for id, a := range r.attempts {
+		if !a.State.Terminal() {
+			live[containerName(id)] = true
+		}
+	}
+	r.mu.Unlock()
+	var removed []string
+	for _, n := range names {
+		if live[n] {
+			continue
+		}
+		if err := r.cfg.Engine.remove(ctx, n); err != nil {
+			return removed, err
+		}
+		removed = append(removed, n)
+	}
+	return removed, nil
+}

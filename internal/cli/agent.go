@@ -36,7 +36,7 @@ import (
 // agentFlags are the flags of `gpufleet agent`.
 type agentFlags struct {
 	joinToken, name, dataDir, backend, simGPUs, metricsListen, metricsURL, config, logLevel, defaultUser, cgroupRoot, stackFile, stackProbe string
-	benchMode, cudaLibDir, runtime, ociRuntime, uidRange, engineSocket                                                                                   string
+	benchMode, cudaLibDir, runtime, ociRuntime, uidRange, engineSocket                                                                      string
 	fenceAfter, killAfter, fenceGrace, sampleInterval                                                                                       time.Duration
 	labels, runAs, simBadDrivers, cdiDirs, ulimits                                                                                          []string
 }

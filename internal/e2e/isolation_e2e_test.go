@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,6 +339,64 @@ func TestStopSignals(t *testing.T) {
 			if i1 < 0 || i2 < i1 {
 				t.Errorf("SIGUSR1 job's log %q: want SIGUSR1 first, then SIGTERM", log2)
 			}
+		})
+	}
+}
+
+// TestLostAgentsContainersAreRemoved: when an agent and its attempts'
+// supervisors die together (an agent pod deleted on Kubernetes), the
+// containers they ran go on in the engine; the next agent on the node
+// finds them, owned by no live attempt, and removes them before a new
+// attempt of the job can start elsewhere.
+func TestLostAgentsContainersAreRemoved(t *testing.T) {
+	rts := runtimes(t)
+	if len(rts) < 2 {
+		t.Skip("no container engine here")
+	}
+	for _, rt := range rts[1:] {
+		t.Run(rt, func(t *testing.T) {
+			f, agent := isolatedFleet(t, rt)
+			buildImage(t, strings.TrimSuffix(rt, "-api"))
+			c := f.members["team-a"]
+			sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1},
+				Launch: gpufleet.Launch{Image: testImage}, Command: []string{"sh", "-c", "echo up; sleep 600"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := waitJob(t, c, sub.ID, 30*time.Second, gpufleet.JobRunning)
+			name := "gpufleet-" + j.Attempts[0].ID
+			running := func() bool {
+				out, _ := exec.Command("podman", "ps", "--filter", "name=^"+name+"$", "--format", "{{.Names}}").Output()
+				return strings.TrimSpace(string(out)) == name
+			}
+			eventually(t, 20*time.Second, "container running", func() error {
+				if !running() {
+					return fmt.Errorf("%s not running", name)
+				}
+				return nil
+			})
+			// The agent and the supervisor die at once.
+			pr, err := os.ReadFile(filepath.Join(agent.dataDir, "attempts", j.Attempts[0].ID, "pid.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := regexp.MustCompile(`"supervisor_pid": (\d+)`).FindSubmatch(pr)
+			if m == nil {
+				t.Fatalf("pid.json %s", pr)
+			}
+			agent.stop(syscall.SIGKILL)
+			pid, _ := strconv.Atoi(string(m[1]))
+			syscall.Kill(pid, syscall.SIGKILL)
+			if !running() {
+				t.Fatal("the container ended with its supervisor: nothing to test")
+			}
+			agent.start()
+			eventually(t, 20*time.Second, "the lost container removed", func() error {
+				if running() {
+					return fmt.Errorf("%s still running", name)
+				}
+				return nil
+			})
 		})
 	}
 }
