@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 5 && os.Args[1] == "agent" && os.Args[2] == "init" && os.Args[3] == "--dir" && os.Args[5] == "--" {
 		os.Exit(AttemptInit(os.Args[4], os.Args[6:]))
 	}
+	if len(os.Args) == 5 && os.Args[1] == "agent" && os.Args[2] == "attach" && os.Args[3] == "--dir" {
+		os.Exit(AttemptAttach(os.Args[4]))
+	}
 	if os.Getenv("GPUFLEET_TEST_SUPERVISE") == "1" {
 		for i, a := range os.Args {
 			if a == "--dir" && i+1 < len(os.Args) {

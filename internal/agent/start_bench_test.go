@@ -24,6 +24,29 @@ import (
 // test binary's init, the device cgroup the host has, and for podman the
 // engine with the agent's default limits.
 func benchRunner(b *testing.B, runtime Runtime) *Runner {
+	return benchRunnerOn(b, runtime, "")
+}
+
+// podmanService serves podman's API on a socket for the benchmark.
+func podmanService(b *testing.B) string {
+	b.Helper()
+	sock := filepath.Join(b.TempDir(), "podman.sock")
+	cmd := exec.Command("podman", "--runtime", "runc", "system", "service", "--time=0", "unix://"+sock)
+	if err := cmd.Start(); err != nil {
+		b.Skip(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for range 200 {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	b.Fatal("podman system service did not listen")
+	return ""
+}
+
+func benchRunnerOn(b *testing.B, runtime Runtime, socket string) *Runner {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: the isolation a root agent sets up")
@@ -40,6 +63,10 @@ func benchRunner(b *testing.B, runtime Runtime) *Runner {
 		e, err := DetectEngine(context.Background(), RuntimePodman, "", "")
 		if err != nil {
 			b.Skip(err)
+		}
+		if socket != "" {
+			e.Socket = socket
+			cfg.Attach = []string{os.Args[0], "agent", "attach"}
 		}
 		if err := testimage.Import("podman"); err != nil {
 			b.Fatal(err)
@@ -110,16 +137,30 @@ func waitEnded(r *Runner, id string) {
 // time, and reports p50 and p95 over b.N starts (docs/PERFORMANCE.md:
 // -benchtime 50x).
 func BenchmarkAttemptStart(b *testing.B) {
-	for _, rt := range []Runtime{RuntimeProcess, RuntimePodman} {
-		b.Run(string(rt), func(b *testing.B) {
-			r := benchRunner(b, rt)
+	for _, name := range []string{"process-bare", "process", "podman", "podman-api"} {
+		b.Run(name, func(b *testing.B) {
+			rt, socket := Runtime(name), ""
+			if name == "process-bare" {
+				rt = RuntimeProcess // as before issue 34: one uid, no namespaces, no device cgroup
+			}
+			if name == "podman-api" {
+				rt = RuntimePodman
+				if _, err := exec.LookPath("podman"); err != nil {
+					b.Skip(err)
+				}
+				socket = podmanService(b)
+			}
+			r := benchRunnerOn(b, rt, socket)
+			if name == "process-bare" {
+				r.cfg.UIDs, r.cfg.Isolate, r.cfg.DeviceMode = nil, false, ""
+			}
 			image := ""
 			if rt == RuntimePodman {
 				image = testimage.Ref
 			}
 			var ds []time.Duration
 			for i := 0; b.Loop(); i++ {
-				id := fmt.Sprintf("a-%s-%d", rt, i)
+				id := fmt.Sprintf("a-%s-%d", name, i)
 				ds = append(ds, startOne(b, r, id, image, "echo started", 1))
 				b.StopTimer()
 				waitEnded(r, id)
@@ -135,10 +176,22 @@ func BenchmarkAttemptStart(b *testing.B) {
 // BenchmarkEightContainers runs 8 container attempts at once and reports
 // what they cost the node beside the containers themselves over 5 s: the
 // agent (this process: its runner) and, per attempt, the supervisor with
-// the engine's attached CLI (RSS and CPU). podman's conmon, one per
-// container, is the engine's and not counted.
+// the engine's attached CLI, or with `gpufleet agent attach` on the API
+// (RSS and CPU). podman's conmon, one per container, and its API service
+// are the engine's and not counted.
 func BenchmarkEightContainers(b *testing.B) {
-	r := benchRunner(b, RuntimePodman)
+	for _, name := range []string{"podman", "podman-api"} {
+		b.Run(name, func(b *testing.B) {
+			socket := ""
+			if name == "podman-api" {
+				socket = podmanService(b)
+			}
+			eightContainers(b, benchRunnerOn(b, RuntimePodman, socket))
+		})
+	}
+}
+
+func eightContainers(b *testing.B, r *Runner) {
 	for b.Loop() {
 		var ids []string
 		for i := range 8 {
