@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent/devcgroup"
 	"github.com/gpufleet/gpufleet/internal/api"
 )
@@ -265,9 +264,6 @@ func (r *Runner) isolate(spec *superviseSpec, as api.Assignment, u runAs, dir st
 		mig = mig || t.MIG
 	}
 	if as.Container() {
-		if r.cfg.Engine == nil {
-			return fmt.Errorf("%w: the job has an image but this agent runs processes (--runtime process)", gpufleet.ErrInvalid)
-		}
 		reg, err := loadCDI(r.cfg.CDIDirs)
 		if err != nil {
 			r.log.Warn("reading CDI specs", "err", err)

@@ -392,6 +392,12 @@ func (r *Runner) validate(as api.Assignment) error {
 			return fmt.Errorf("%w: gpu %s is not on this node", gpufleet.ErrInvalid, g)
 		}
 	}
+	if err := as.Launch.Validate(); err != nil {
+		return err
+	}
+	if as.Container() && r.cfg.Engine == nil {
+		return fmt.Errorf("%w: the job has an image, and this agent runs processes (--runtime process)", gpufleet.ErrInvalid)
+	}
 	if as.SimLoad != "" {
 		if _, err := simgpu.ParseLoad(as.SimLoad); err != nil {
 			return err
@@ -1106,6 +1112,16 @@ func StopSupervised(dir string, grace time.Duration) int {
 				_ = syscall.Kill(-s.pr.PGID, syscall.SIGKILL)
 			}
 			_ = syscall.Kill(s.pr.SupervisorPID, syscall.SIGKILL)
+			// A container outlives its killed CLI and supervisor: remove it.
+			var spec superviseSpec
+			if err := readJSON(filepath.Join(dir, "attempts", s.attempt, specFile), &spec); err == nil && spec.Container != nil {
+				e := Engine{Socket: spec.Container.Socket}
+				if c := spec.Container.Remove; len(c) > 0 && e.Socket == "" {
+					_ = exec.Command(c[0], c[1:]...).Run()
+				} else if e.Socket != "" {
+					_ = e.remove(context.Background(), containerName(s.attempt))
+				}
+			}
 		}
 	}
 	return len(live)

@@ -19,14 +19,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/testimage"
 )
 
-// benchRunner is a runner set up as a root agent runs attempts on this
-// machine: each team's uid of a range, PID and mount namespaces under the
-// test binary's init, the device cgroup the host has, and for podman the
-// engine with the agent's default limits.
-func benchRunner(b *testing.B, runtime Runtime) *Runner {
-	return benchRunnerOn(b, runtime, "")
-}
-
 // podmanService serves podman's API on a socket for the benchmark.
 func podmanService(b *testing.B) string {
 	b.Helper()
@@ -46,6 +38,11 @@ func podmanService(b *testing.B) string {
 	return ""
 }
 
+// benchRunnerOn is a runner set up as a root agent runs attempts on this
+// machine: each team's uid of a range, PID and mount namespaces under the
+// test binary's init, the device cgroup the host has, and for podman the
+// engine with the agent's default limits, through its API on socket when
+// one is given.
 func benchRunnerOn(b *testing.B, runtime Runtime, socket string) *Runner {
 	b.Helper()
 	if os.Geteuid() != 0 {

@@ -92,7 +92,7 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	fs.StringVar(&f.engineSocket, "engine-socket", "", "with --runtime podman or docker: talk to the engine's API on this unix socket (/var/run/docker.sock; podman: `podman system service`, /run/podman/podman.sock) instead of running its CLI, as on Kubernetes")
 	fs.StringArrayVar(&f.cdiDirs, "cdi-spec-dir", []string{"/etc/cdi", "/var/run/cdi"}, "directories of CDI specs (nvidia-ctk cdi generate) naming the GPUs a container gets; repeatable")
 	fs.StringArrayVar(&f.ulimits, "container-ulimit", nil, "a container limit NAME=SOFT:HARD (memlock=-1:-1); default: memlock, nofile and nproc at the agent's own hard limits")
-	fs.StringVar(&f.uidRange, "uid-range", agent.DefaultUIDRange.String(), "uids handed out one per running attempt to teams --run-as does not map, when the agent is root; empty: --default-user for all of them (soft isolation)")
+	fs.StringVar(&f.uidRange, "uid-range", agent.DefaultUIDRange.String(), "uids for the attempts of teams --run-as does not map, when the agent is root: each team runs as FIRST + its uid_offset (the server's); empty: --default-user for all of them (soft isolation)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", agent.DefaultCgroupRoot, "cgroup v2 mount under which attempts get gpufleet/<attempt> cgroups (when the agent is root)")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -100,41 +100,21 @@ GPUFLEET_<FLAG> or a --config file. docs/AGENT.md has the details.`,
 	return cmd
 }
 
-// newAttemptAttachCmd runs a container attempt on an engine socket.
-func newAttemptAttachCmd() *cobra.Command {
+// attemptCmd is one of the hidden commands the agent's own processes run
+// for an attempt, given its directory (and, for init, the command after
+// --). A silent one's exit code is the attempt's own, printed by nobody.
+func attemptCmd(use, short string, silent bool, run func(dir string, args []string) int) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:    "attach --dir DIR",
-		Short:  "Run a container attempt through the engine's API socket (started by the supervisor)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if dir == "" {
-				return usageErr("--dir: required")
-			}
-			if code := agent.AttemptAttach(dir); code != 0 {
-				return &exitError{code: code, err: fmt.Errorf("attempt attach: exit %d", code), silent: true}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&dir, "dir", "", "the attempt's directory (spec.json)")
-	return cmd
-}
-
-// newAttemptInitCmd is PID 1 of a process attempt's namespaces.
-func newAttemptInitCmd() *cobra.Command {
-	var dir string
-	cmd := &cobra.Command{
-		Use:    "init --dir DIR -- COMMAND...",
-		Short:  "Be PID 1 of an attempt's namespaces (started by the supervisor)",
+		Use:    use,
+		Short:  short,
 		Hidden: true,
 		RunE: func(_ *cobra.Command, args []string) error {
-			if dir == "" || len(args) == 0 {
-				return usageErr("--dir and a command: required")
+			if dir == "" {
+				return usageErr("--dir: required")
 			}
-			if code := agent.AttemptInit(dir, args); code != 0 {
-				return &exitError{code: code, err: fmt.Errorf("attempt init: exit %d", code), silent: true}
+			if code := run(dir, args); code != 0 {
+				return &exitError{code: code, err: fmt.Errorf("%s: exit %d", strings.Fields(use)[0], code), silent: silent}
 			}
 			return nil
 		},
@@ -143,26 +123,27 @@ func newAttemptInitCmd() *cobra.Command {
 	return cmd
 }
 
-// newSuperviseCmd is the per-attempt supervisor the agent starts.
+// The per-attempt supervisor the agent starts; PID 1 of a process
+// attempt's namespaces; a container attempt on an engine socket.
 func newSuperviseCmd() *cobra.Command {
-	var dir string
-	cmd := &cobra.Command{
-		Use:    "supervise --dir DIR",
-		Short:  "Run one attempt and record its exit (started by the agent)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if dir == "" {
-				return usageErr("--dir: required")
+	return attemptCmd("supervise --dir DIR", "Run one attempt and record its exit (started by the agent)", false,
+		func(dir string, _ []string) int { return agent.Supervise(dir) })
+}
+
+func newAttemptInitCmd() *cobra.Command {
+	return attemptCmd("init --dir DIR -- COMMAND...", "Be PID 1 of an attempt's namespaces (started by the supervisor)", true,
+		func(dir string, args []string) int {
+			if len(args) == 0 {
+				fmt.Fprintln(os.Stderr, "gpufleet agent init: a command is required after --")
+				return 2
 			}
-			if code := agent.Supervise(dir); code != 0 {
-				return &exitError{code: code, err: errors.New("supervisor failed")}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&dir, "dir", "", "the attempt's directory (spec.json)")
-	return cmd
+			return agent.AttemptInit(dir, args)
+		})
+}
+
+func newAttemptAttachCmd() *cobra.Command {
+	return attemptCmd("attach --dir DIR", "Run a container attempt through the engine's API socket (started by the supervisor)", true,
+		func(dir string, _ []string) int { return agent.AttemptAttach(dir) })
 }
 
 // runAgent runs the agent until ctx is done.

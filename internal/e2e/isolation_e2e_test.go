@@ -45,6 +45,17 @@ func runtimes(t *testing.T) []string {
 	return out
 }
 
+// launchOn is how the tests' jobs run on runtime rt: as processes, or in
+// the test image (built here, never pulled).
+func launchOn(t *testing.T, rt string) gpufleet.Launch {
+	t.Helper()
+	if rt == "process" {
+		return gpufleet.Launch{}
+	}
+	buildImage(t, strings.TrimSuffix(rt, "-api"))
+	return gpufleet.Launch{Image: testImage, ImagePullPolicy: gpufleet.PullNever}
+}
+
 // podmanService runs `podman system service` on a socket of its own for
 // the test and returns the socket's path.
 func podmanService(t *testing.T) string {
@@ -128,11 +139,7 @@ func TestCrossTeamAttackFails(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			f, agent := isolatedFleet(t, rt)
 			ctx := t.Context()
-			launch := gpufleet.Launch{}
-			if rt != "process" {
-				buildImage(t, strings.TrimSuffix(rt, "-api"))
-				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
-			}
+			launch := launchOn(t, rt)
 			victim, err := f.members["team-b"].SubmitJob(ctx, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1}, Launch: launch,
 				Env:     map[string]string{"SECRET": "s3cr3t-of-team-b"},
 				Command: []string{"sh", "-c", "echo b-started; sleep 6; echo b-done"}})
@@ -280,11 +287,7 @@ func TestStopSignals(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			f, _ := isolatedFleet(t, rt)
 			ctx := t.Context()
-			launch := gpufleet.Launch{}
-			if rt != "process" {
-				buildImage(t, strings.TrimSuffix(rt, "-api"))
-				launch.Image, launch.ImagePullPolicy = testImage, gpufleet.PullNever
-			}
+			launch := launchOn(t, rt)
 			c := f.members["team-a"]
 			termOnly := `trap 'echo got SIGTERM; exit 0' TERM; echo ready; while :; do sleep 0.2; done`
 			usr1 := `trap 'echo got SIGUSR1' USR1; trap 'echo got SIGTERM; exit 0' TERM; echo ready; while :; do sleep 0.2; done`
