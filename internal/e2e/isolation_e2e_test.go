@@ -403,3 +403,31 @@ func TestLostAgentsContainersAreRemoved(t *testing.T) {
 		})
 	}
 }
+
+// TestDevRunsContainerJobs is the walkthrough of issue #34: `gpufleet dev
+// --runtime podman`, then a 2-GPU job in an image built here lists only its
+// 2 simulated GPUs in /dev, and its cgroup is the container's.
+func TestDevRunsContainerJobs(t *testing.T) {
+	rts := runtimes(t)
+	if len(rts) < 2 || rts[1] != "podman" {
+		t.Skip("no podman here")
+	}
+	buildImage(t, "podman")
+	d := startDev(t, "--runtime", "podman", "--no-context")
+	c := d.client(t, d.Teams["team-a"])
+	var sub api.SubmitResponse
+	eventually(t, 30*time.Second, "submit to the dev fleet", func() error {
+		var err error
+		sub, err = c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 2, GPUModels: []string{"l4"}},
+			Launch: gpufleet.Launch{Image: testImage}, Command: []string{"sh", "-c", "ls /dev; cat /proc/self/cgroup"}})
+		return err
+	})
+	j := waitJob(t, c, sub.ID, 60*time.Second, gpufleet.JobSucceeded, gpufleet.JobFailed)
+	log := jobLog(t, c, sub.ID)
+	if j.State != gpufleet.JobSucceeded {
+		t.Fatalf("job %s: %+v\n%s", j.State, j.Attempts, log)
+	}
+	if gpus := regexp.MustCompile(`(?m)^nvidia\d+$`).FindAllString(log, -1); len(gpus) != 2 || !strings.Contains(log, "libpod") {
+		t.Errorf("/dev holds GPUs %v, want its 2, in a libpod cgroup:\n%s", gpus, log)
+	}
+}
