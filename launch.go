@@ -398,3 +398,13 @@ func underField(prefix string, err error) error {
 	}
 	return err
 }
+
+// StopProtocol says in words what a stop sends a job with stop signal g:
+// "SIGTERM, SIGKILL after the grace" or "SIGUSR1, SIGTERM after the
+// grace, then SIGKILL".
+func StopProtocol(g Signal) string {
+	if g.Or() == SIGTERM {
+		return "SIGTERM, SIGKILL after the grace"
+	}
+	return string(g) + ", SIGTERM after the grace, then SIGKILL"
+}

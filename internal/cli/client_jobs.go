@@ -563,6 +563,17 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		{"retries", j.Retries.String()},
 		{"interruptions", fmt.Sprintf("%d (preemption, drain, node loss: not counted against retries)", j.Interruptions)},
 		{"preemptible", strconv.FormatBool(j.Preemptible)},
+		{"stops", gpufleet.StopProtocol(j.StopSignal)},
+	}
+	if j.Container() {
+		img := j.Image + " (pull " + string(j.ImagePullPolicy.Or()) + ")"
+		for _, m := range j.Mounts {
+			img += ", mount " + m.String()
+		}
+		if j.ShmSize > 0 {
+			img += fmt.Sprintf(", shm %.1f GiB", float64(j.ShmSize)/(1<<30))
+		}
+		rows = append(rows, [2]string{"image", img})
 	}
 	if j.Work != nil {
 		rows = append(rows, [2]string{"work counter", fmt.Sprintf("%s, in %s", j.Work.Metric, j.Work.UnitName())})

@@ -174,6 +174,18 @@ func jobSpec(j gpufleet.Job) []specRow {
 	}
 	opt("Node selector", strings.Join(sel, ", "))
 	opt("Workdir", j.Workdir)
+	if j.Container() {
+		opt("Image", j.Image+" (pull "+string(j.ImagePullPolicy.Or())+")")
+	}
+	var mounts []string
+	for _, m := range j.Mounts {
+		mounts = append(mounts, m.String())
+	}
+	opt("Mounts", strings.Join(mounts, ", "))
+	if j.ShmSize > 0 {
+		opt("Shared memory", fmt.Sprintf("%.1f GiB", float64(j.ShmSize)/(1<<30)))
+	}
+	opt("Stops", gpufleet.StopProtocol(j.StopSignal))
 	opt("Simulated load", string(j.SimLoad))
 	if j.Work != nil {
 		opt("Work counter", fmt.Sprintf("%s, in %s", j.Work.Metric, j.Work.UnitName()))
