@@ -269,20 +269,21 @@ const pullFileName = "pull.json"
 
 // ensureImage makes the image present per the pull policy, writing its
 // progress to pull.json and the attempt's log. It returns an error naming
-// the image when the image cannot be had.
-func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
+// the image when the image cannot be had, or ctx's error when the attempt
+// was stopped during the pull.
+func ensureImage(ctx context.Context, dir string, cs *containerSpec, log io.Writer) error {
 	path := filepath.Join(dir, pullFileName)
 	var eng *engineAPI
 	present := false
 	if cs.Socket != "" {
 		eng = newEngineAPI(cs.Socket)
-		ok, err := eng.ImageExists(context.Background(), cs.Image)
+		ok, err := eng.ImageExists(ctx, cs.Image)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", cs.Image, err)
 		}
 		present = ok
 	} else {
-		present = exec.Command(cs.Exists[0], cs.Exists[1:]...).Run() == nil
+		present = exec.CommandContext(ctx, cs.Exists[0], cs.Exists[1:]...).Run() == nil
 	}
 	rec := pullRecord{Image: cs.Image, StartedAt: time.Now().UTC()}
 	switch {
@@ -300,7 +301,7 @@ func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
 	fmt.Fprintf(log, "gpufleet: pulling image %s\n", cs.Image)
 	if eng != nil {
 		last := time.Time{}
-		err := eng.Pull(context.Background(), cs.Image, readRegistryAuth(dir), func(line string) {
+		err := eng.Pull(ctx, cs.Image, readRegistryAuth(dir), func(line string) {
 			fmt.Fprintf(log, "gpufleet: pull: %s\n", line)
 			if strings.Contains(line, "Pull complete") || strings.HasPrefix(line, "Copying blob") {
 				rec.Layers++
@@ -321,7 +322,7 @@ func ensureImage(dir string, cs *containerSpec, log io.Writer) error {
 		rec.State = "pulled"
 		return writeJSONAtomic(path, rec, 0o644)
 	}
-	cmd := exec.Command(cs.Pull[0], cs.Pull[1:]...)
+	cmd := exec.CommandContext(ctx, cs.Pull[0], cs.Pull[1:]...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

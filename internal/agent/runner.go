@@ -108,6 +108,8 @@ type stopRequest struct {
 	Grace      time.Duration `json:"grace"`
 	Stage      int           `json:"stage"`
 	LastSignal time.Time     `json:"last_signal"`
+	// Early: the supervisor was told before its command started.
+	Early bool `json:"early,omitempty"`
 }
 
 // stateFile is DATA_DIR/state.json.
@@ -683,6 +685,14 @@ func (r *Runner) progress(a *attempt) {
 		}
 		r.finish(a, gpufleet.AttemptFailed, nil, "the attempt's supervisor vanished without recording an exit status", ReasonLost)
 		return
+	}
+	if a.Stop != nil && a.PGID == 0 && a.Supervisor > 0 && !a.Stop.Early && a.As.Container() && a.Pull != "" {
+		// No command yet, the container's image being pulled (pull.json is
+		// written once the supervisor handles the signal): the supervisor
+		// ends the pull and records the stop. Once there is a command, the
+		// protocol below runs from its start.
+		_ = syscall.Kill(a.Supervisor, syscall.SIGTERM)
+		a.Stop.Early, r.dirty = true, true
 	}
 	if a.Stop != nil && a.PGID > 0 {
 		now := r.now()

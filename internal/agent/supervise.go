@@ -163,11 +163,23 @@ func supervise(dir string) (exitRecord, error) {
 	}
 	var cmd *exec.Cmd
 	attr := &syscall.SysProcAttr{Setpgid: true}
+	stopPull := func() {}
 	switch {
 	case spec.Container != nil:
-		err := ensureImage(dir, spec.Container, logf)
+		// A stop during the pull (the runner signals the supervisor while
+		// there is no command yet) ends the pull and the attempt. The
+		// handler stays until the supervisor forwards signals itself, so
+		// that a late one never kills it.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		stopPull = stop
+		err := ensureImage(ctx, dir, spec.Container, logf)
+		stopped := ctx.Err() != nil
 		_ = os.RemoveAll(filepath.Join(dir, authDir)) // the login is for the pull only
-		if err != nil {
+		switch {
+		case stopped:
+			return fail(143, errors.New("stopped before the container started (during the image pull)"))
+		case err != nil:
 			rec, _ := fail(125, err)
 			rec.ReasonCode = ReasonImagePull
 			return rec, nil
@@ -225,6 +237,7 @@ func supervise(dir string) (exitRecord, error) {
 	}
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGHUP)
+	stopPull()
 	go func() {
 		for s := range sig {
 			if s == syscall.SIGHUP {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -429,5 +430,67 @@ func TestDevRunsContainerJobs(t *testing.T) {
 	}
 	if gpus := regexp.MustCompile(`(?m)^nvidia\d+$`).FindAllString(log, -1); len(gpus) != 2 || !strings.Contains(log, "libpod") {
 		t.Errorf("/dev holds GPUs %v, want its 2, in a libpod cgroup:\n%s", gpus, log)
+	}
+}
+
+// TestCancelDuringImagePull: a job cancelled while its node pulls its
+// image (from a registry that never answers) stops at once, not when the
+// pull gives up.
+func TestCancelDuringImagePull(t *testing.T) {
+	rts := runtimes(t)
+	if len(rts) < 2 {
+		t.Skip("no container engine here")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // accept and say nothing: the pull hangs
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	for _, rt := range rts[1:] {
+		t.Run(rt, func(t *testing.T) {
+			f, _ := isolatedFleet(t, rt)
+			c := f.members["team-a"]
+			sub, err := c.SubmitJob(t.Context(), api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1},
+				Launch: gpufleet.Launch{Image: ln.Addr().String() + "/silent/image:1"}, Command: []string{"true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 20*time.Second, "the pull under way", func() error {
+				evs, err := f.admin.Events(t.Context(), api.EventQuery{Limit: 1000})
+				if err != nil {
+					return err
+				}
+				for _, e := range evs.Events {
+					if e.Object == sub.ID && e.Kind == api.EventImagePull && strings.Contains(e.Detail, "pulling image") {
+						return nil
+					}
+				}
+				return fmt.Errorf("no pull event yet")
+			})
+			start := time.Now()
+			if _, err := c.CancelJob(t.Context(), sub.ID); err != nil {
+				t.Fatal(err)
+			}
+			j := waitJob(t, c, sub.ID, 20*time.Second, gpufleet.JobCancelled)
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("cancelled after %s of a hung pull", d)
+			}
+			if a := j.Attempts[len(j.Attempts)-1]; a.State != gpufleet.AttemptStopped {
+				t.Errorf("attempt %s (%s: %s), want stopped", a.State, a.ReasonCode, a.Reason)
+			}
+		})
 	}
 }
