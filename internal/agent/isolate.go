@@ -203,17 +203,11 @@ func AttemptInit(dir string, command []string) int {
 		for range sigs {
 		}
 	}()
+	// Init's own environment is the attempt's (the supervisor starts it
+	// so): the program is looked up on the attempt's PATH.
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Env, cmd.Dir = spec.Env, spec.Workdir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	for _, kv := range spec.Env {
-		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
-			_ = os.Setenv("PATH", p)
-		}
-	}
-	if p, err := exec.LookPath(command[0]); err == nil {
-		cmd.Path = p
-	}
 	if err := cmd.Start(); err != nil {
 		code := 127
 		if errors.Is(err, os.ErrPermission) {
