@@ -244,3 +244,27 @@ func TestOwnCgroupV2(t *testing.T) {
 		}
 	}
 }
+
+func TestKeptUnderTmp(t *testing.T) {
+	base, err := os.MkdirTemp("/tmp", "gpufleet-keep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	scripts := filepath.Join(base, "scripts")
+	os.MkdirAll(scripts, 0o755)
+	dev := filepath.Join(base, "dev")
+	os.MkdirAll(dev, 0o755)
+	as := api.Assignment{Command: []string{filepath.Join(scripts, "run.sh"), "x"}, Workdir: base}
+	got := keptUnderTmp(dev, as)
+	if !slices.Equal(got, []string{dev, base, scripts}) {
+		t.Errorf("kept %v", got)
+	}
+	as = api.Assignment{Command: []string{"sh", "-c", "true"}, Workdir: "/srv/work"}
+	if got := keptUnderTmp("/dev", as); len(got) != 0 {
+		t.Errorf("nothing under /tmp to keep, got %v", got)
+	}
+	if got := keptUnderTmp(filepath.Join(base, "missing"), api.Assignment{Command: []string{"true"}}); len(got) != 0 {
+		t.Errorf("a directory that does not exist is not kept: %v", got)
+	}
+}

@@ -292,12 +292,7 @@ func (r *Runner) isolate(spec *superviseSpec, as api.Assignment, u runAs, dir st
 		if err := os.Chown(tmp, int(*u.UID), int(*u.GID)); err != nil {
 			return err
 		}
-		spec.Init = &initSpec{Tmp: tmp, UID: *u.UID, GID: *u.GID, Groups: u.Groups}
-		for _, t := range []string{"/tmp/", "/var/tmp/"} {
-			if strings.HasPrefix(r.cfg.DevRoot, t) {
-				spec.Init.Keep = append(spec.Init.Keep, r.cfg.DevRoot)
-			}
-		}
+		spec.Init = &initSpec{Tmp: tmp, UID: *u.UID, GID: *u.GID, Groups: u.Groups, Keep: keptUnderTmp(r.cfg.DevRoot, as)}
 		spec.InitArgv = append(slices.Clone(r.cfg.Init), "--dir", dir, "--")
 	}
 	return nil
@@ -354,4 +349,27 @@ func DelegatedCgroupRoot(mount string) (root, note string) {
 		return mount, fmt.Sprintf("moving the agent to %s: %v", leaf, err)
 	}
 	return unit, fmt.Sprintf("delegated cgroup %s: the agent in %s/agent, attempts in %s/%s/<attempt>", own, own, own, cgroupParent)
+}
+
+// keptUnderTmp lists the directories under /tmp or /var/tmp an isolated
+// attempt still sees at their paths, though its /tmp is its own: the
+// device root (the simulator's, under a test's data directory), the job's
+// working directory, and the directory of its program when the command
+// names one by path (a script a user left in /tmp). Only existing
+// directories, each once.
+func keptUnderTmp(devRoot string, as api.Assignment) []string {
+	cands := []string{devRoot, as.Workdir}
+	if len(as.Command) > 0 && filepath.IsAbs(as.Command[0]) {
+		cands = append(cands, filepath.Dir(as.Command[0]))
+	}
+	var out []string
+	for _, c := range cands {
+		if c == "" || !(strings.HasPrefix(c, "/tmp/") || strings.HasPrefix(c, "/var/tmp/")) || slices.Contains(out, c) {
+			continue
+		}
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			out = append(out, filepath.Clean(c))
+		}
+	}
+	return out
 }
