@@ -358,10 +358,14 @@ func IsolationSummary(n Node) string {
 	for i, k := range order {
 		parts[i] = fmt.Sprintf("%s x%d", k, counts[k])
 	}
-	if len(parts) == 0 {
-		return virt.String()
+	name := virt.String()
+	if virt.JobBoundary == IsolationSoft {
+		name += " (soft job boundary)"
 	}
-	return virt.String() + ": " + strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		return name
+	}
+	return name + ": " + strings.Join(parts, ", ")
 }
 
 // MechanismTable is the declared properties of every mechanism, as the

@@ -196,6 +196,14 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
 		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow,
 		pue: d.PUE, gridIntensity: d.Intensity.Constant}
+	if os.Geteuid() != 0 {
+		// Not root, the agents cannot keep jobs apart (a uid per team,
+		// namespaces, device cgroups): every node reports job-isolation soft,
+		// and production jobs, which need hard isolation by default, accept
+		// soft here so that the walkthrough runs on a laptop.
+		sf.isolation = []string{"production=soft"}
+		fmt.Fprintln(e.stderr, "gpufleet dev: not root, so jobs are not isolated from each other on the simulated nodes (job-isolation soft; production jobs accept soft here). Run it as root for the isolation of docs/ISOLATION.md#on-the-node.")
+	}
 	seeded := 0
 	if f.seedHistory > 0 {
 		days := int(f.seedHistory / (24 * time.Hour))
