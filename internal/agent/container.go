@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -291,7 +292,7 @@ func ensureImage(ctx context.Context, dir string, cs *containerSpec, log io.Writ
 		now := time.Now().UTC()
 		rec.State, rec.FinishedAt, rec.Error = "failed", &now, fmt.Sprintf("image %s is not on the node and its pull policy is never", cs.Image)
 		_ = writeJSONAtomic(path, rec, 0o644)
-		return fmt.Errorf("%s", rec.Error)
+		return errors.New(rec.Error)
 	case present && cs.Policy != gpufleet.PullAlways:
 		rec.State, rec.FinishedAt = "present", &rec.StartedAt
 		return writeJSONAtomic(path, rec, 0o644)
@@ -317,7 +318,7 @@ func ensureImage(ctx context.Context, dir string, cs *containerSpec, log io.Writ
 		if err != nil {
 			rec.State, rec.Error = "failed", fmt.Sprintf("pull image %s: %v", cs.Image, err)
 			_ = writeJSONAtomic(path, rec, 0o644)
-			return fmt.Errorf("%s", rec.Error)
+			return errors.New(rec.Error)
 		}
 		rec.State = "pulled"
 		return writeJSONAtomic(path, rec, 0o644)
@@ -356,7 +357,7 @@ func ensureImage(ctx context.Context, dir string, cs *containerSpec, log io.Writ
 	if werr != nil {
 		rec.State, rec.Error = "failed", fmt.Sprintf("pull image %s: %v: %s", cs.Image, werr, strings.Join(tail, "; "))
 		_ = writeJSONAtomic(path, rec, 0o644)
-		return fmt.Errorf("%s", rec.Error)
+		return errors.New(rec.Error)
 	}
 	rec.State = "pulled"
 	return writeJSONAtomic(path, rec, 0o644)
