@@ -78,6 +78,17 @@ func podmanService(t *testing.T) string {
 	return sock
 }
 
+// containerRuntimes are the runtimes of runtimes that run images; the
+// test skips when there is none (and fails under CI=true, as runtimes).
+func containerRuntimes(t *testing.T) []string {
+	t.Helper()
+	rts := runtimes(t)[1:]
+	if len(rts) == 0 {
+		t.Skip("no container engine here")
+	}
+	return rts
+}
+
 // testImage is the busybox image the tests import (no registry here).
 const testImage = testimage.Ref
 
@@ -209,8 +220,7 @@ echo attack-done`
 // 2-GPU job in a local image lists only its 2 simulated GPUs (and the
 // control nodes) in /dev, and runs in its own cgroup.
 func TestContainerSeesOnlyItsGPUs(t *testing.T) {
-	rts := runtimes(t)
-	for _, rt := range rts[1:] {
+	for _, rt := range containerRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
 			f, _ := isolatedFleet(t, rt)
 			buildImage(t, strings.TrimSuffix(rt, "-api"))
@@ -243,11 +253,7 @@ func TestContainerSeesOnlyItsGPUs(t *testing.T) {
 // reason image_pull and a message naming the image; with no retries the
 // job fails.
 func TestImagePullFailure(t *testing.T) {
-	rts := runtimes(t)
-	if len(rts) < 2 {
-		t.Skip("no container engine here")
-	}
-	for _, rt := range rts[1:] {
+	for _, rt := range containerRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
 			f, _ := isolatedFleet(t, rt)
 			c := f.members["team-a"]
@@ -353,11 +359,7 @@ func TestStopSignals(t *testing.T) {
 // finds them, owned by no live attempt, and removes them before a new
 // attempt of the job can start elsewhere.
 func TestLostAgentsContainersAreRemoved(t *testing.T) {
-	rts := runtimes(t)
-	if len(rts) < 2 {
-		t.Skip("no container engine here")
-	}
-	for _, rt := range rts[1:] {
+	for _, rt := range containerRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
 			f, agent := isolatedFleet(t, rt)
 			buildImage(t, strings.TrimSuffix(rt, "-api"))
@@ -437,10 +439,7 @@ func TestDevRunsContainerJobs(t *testing.T) {
 // image (from a registry that never answers) stops at once, not when the
 // pull gives up.
 func TestCancelDuringImagePull(t *testing.T) {
-	rts := runtimes(t)
-	if len(rts) < 2 {
-		t.Skip("no container engine here")
-	}
+	rts := containerRuntimes(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -459,7 +458,7 @@ func TestCancelDuringImagePull(t *testing.T) {
 			held = append(held, c)
 		}
 	}()
-	for _, rt := range rts[1:] {
+	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) {
 			f, _ := isolatedFleet(t, rt)
 			c := f.members["team-a"]
