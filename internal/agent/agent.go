@@ -263,9 +263,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.runner.Load(); err != nil {
 		return err
 	}
-	if removed, err := a.runner.ReapContainers(ctx); err != nil {
-		a.log.Warn("looking for containers a lost agent left running", "err", err)
-	} else if len(removed) > 0 {
+	removed, err := a.runner.ReapContainers(ctx)
+	if err != nil {
+		a.log.Warn("removing the containers a lost agent left running", "err", err)
+	}
+	if len(removed) > 0 {
 		a.log.Warn("removed containers no live attempt owns (left by a lost agent)", "containers", strings.Join(removed, ","))
 	}
 	a.mu.Lock()

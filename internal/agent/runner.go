@@ -1204,14 +1204,16 @@ func (r *Runner) ReapContainers(ctx context.Context) ([]string, error) {
 	}
 	r.mu.Unlock()
 	var removed []string
+	var errs []error
 	for _, n := range names {
 		if live[n] {
 			continue
 		}
 		if err := r.cfg.Engine.remove(ctx, n); err != nil {
-			return removed, err
+			errs = append(errs, err) // one the engine cannot remove does not keep the others
+			continue
 		}
 		removed = append(removed, n)
 	}
-	return removed, nil
+	return removed, errors.Join(errs...)
 }
