@@ -275,10 +275,11 @@ func supervise(dir string) (exitRecord, error) {
 	default:
 		out.ExitCode, out.Error = 1, werr.Error()
 	}
-	if c := spec.Container; c != nil {
-		// The engine's CLI (or the attach) may have been killed, the last
-		// step of a stop: its container goes too, before the status says
-		// the GPUs are free.
+	if c := spec.Container; c != nil && out.Signal != "" {
+		// The engine's CLI (or the attach) was killed, the last step of a
+		// stop: its container goes too, before the status says the GPUs
+		// are free. (One that exited on its own removed it itself: `run
+		// --rm`, attach's delete; a second removal races podman's own.)
 		if c.Socket != "" {
 			err := newEngineAPI(c.Socket).call(context.Background(), http.MethodDelete, "/containers/"+containerName(spec.AttemptID), url.Values{"force": {"1"}}, nil)
 			if err != nil && !isNotFound(err) {

@@ -112,7 +112,22 @@ func isolatedFleet(t *testing.T, runtime string) (fleet, *agentProc) {
 	if runtime == "podman-api" {
 		args = []string{"--runtime", "podman", "--engine-socket", podmanService(t)}
 	}
-	a := startAgent(t, p, f.admin, "n1", "l4:4", args...)
+	var a *agentProc
+	if runtime != "process" {
+		// Once the agent is gone (cleanups run last first), nothing is left
+		// in the engine: the containers it made are removed.
+		engine := strings.TrimSuffix(runtime, "-api")
+		t.Cleanup(func() {
+			if a == nil {
+				return
+			}
+			out, _ := exec.Command(engine, "ps", "-aq", "--filter", "label=gpufleet.agent="+a.dataDir).Output()
+			if ids := strings.Fields(string(out)); len(ids) > 0 {
+				exec.Command(engine, append([]string{"rm", "-f"}, ids...)...).Run()
+			}
+		})
+	}
+	a = startAgent(t, p, f.admin, "n1", "l4:4", args...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			a.dumpLog(t)
