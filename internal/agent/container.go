@@ -355,7 +355,15 @@ func ensureImage(ctx context.Context, dir string, cs *containerSpec, log io.Writ
 	now := time.Now().UTC()
 	rec.FinishedAt = &now
 	if werr != nil {
-		rec.State, rec.Error = "failed", fmt.Sprintf("pull image %s: %v: %s", cs.Image, werr, strings.Join(tail, "; "))
+		// The engine's own error line says why; its retry warnings before it
+		// are in the attempt's log.
+		why := strings.Join(tail, "; ")
+		for _, l := range tail {
+			if strings.HasPrefix(l, "Error") {
+				why = l
+			}
+		}
+		rec.State, rec.Error = "failed", fmt.Sprintf("pull image %s: %v: %s", cs.Image, werr, why)
 		_ = writeJSONAtomic(path, rec, 0o644)
 		return errors.New(rec.Error)
 	}
