@@ -2,34 +2,77 @@ package gpufleet
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 )
 
-// Stop reason codes: why a running attempt was stopped, as the scheduler
+// StopCode says why a running attempt was stopped, as the scheduler
 // decides it (scheduler.Stop.Code) and as attempts, jobs, events and the
 // agent's stop orders carry it (reason_code). One list for every package:
-// the scheduler decides, the store records what each means for the job.
+// the scheduler decides, and what each code means for the job (requeue
+// or end) is StopCode.Requeues, read by the core's transition alone.
+type StopCode string
+
+// The stop codes.
 const (
-	StopPreemptedPriority   = "preempted_priority"   // for a job of a higher class; requeues
-	StopPreemptedReclaim    = "preempted_reclaim"    // borrowed capacity returned to its owner; requeues
-	StopPreemptedStarvation = "preempted_starvation" // for a starving job; requeues
-	StopDrain               = "drain"                // the node or GPU drains; requeues
-	StopNodeLost            = "node_lost"            // the node went silent and its agent fenced the run; requeues
-	StopTimeLimit           = "time_limit"           // the run reached the job's time limit; the job ends
-	StopCancelled           = "cancelled"            // the job was cancelled; it ends
-	StopInvalidRequest      = "invalid_request"      // the stored request is invalid; the job ends
+	StopPreemptedPriority   StopCode = "preempted_priority"   // for a job of a higher class; requeues
+	StopPreemptedReclaim    StopCode = "preempted_reclaim"    // borrowed capacity returned to its owner; requeues
+	StopPreemptedStarvation StopCode = "preempted_starvation" // for a starving job; requeues
+	StopDrain               StopCode = "drain"                // the node or GPU drains; requeues
+	StopNodeLost            StopCode = "node_lost"            // the node went silent and its agent fenced the run; requeues
+	StopTimeLimit           StopCode = "time_limit"           // the run reached the job's time limit; the job ends
+	StopCancelled           StopCode = "cancelled"            // the job was cancelled; it ends
+	StopInvalidRequest      StopCode = "invalid_request"      // the stored request is invalid; the job ends
 )
 
-// StopRequeues reports whether a job whose run was stopped with this code
+// stopCodes is every code with whether it requeues.
+var stopCodes = map[StopCode]bool{
+	StopPreemptedPriority: true, StopPreemptedReclaim: true, StopPreemptedStarvation: true,
+	StopDrain: true, StopNodeLost: true,
+	StopTimeLimit: false, StopCancelled: false, StopInvalidRequest: false,
+}
+
+// StopCodes lists the stop codes, sorted.
+func StopCodes() []StopCode {
+	out := make([]StopCode, 0, len(stopCodes))
+	for c := range stopCodes {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ParseStopCode reads a stop code; an empty or unknown one is an error
+// wrapping ErrInvalid.
+func ParseStopCode(s string) (StopCode, error) {
+	c := StopCode(s)
+	if _, ok := stopCodes[c]; !ok {
+		return "", fmt.Errorf("%w: stop code %q: expected one of %v", ErrInvalid, s, StopCodes())
+	}
+	return c, nil
+}
+
+// Known reports whether c is one of the stop codes.
+func (c StopCode) Known() bool {
+	_, ok := stopCodes[c]
+	return ok
+}
+
+// Requeues reports whether a job whose run was stopped with this code
 // goes back to the queue once the run has stopped (preemptions, drains,
 // lost nodes) rather than ending (time limit, cancel, invalid request).
-// The job's retries are not used either way.
-func StopRequeues(code string) bool {
-	switch code {
-	case StopTimeLimit, StopCancelled, StopInvalidRequest:
-		return false
+// The job's retries are not used either way. An unknown code does not
+// requeue: nothing the core did not decide brings a job back.
+func (c StopCode) Requeues() bool { return stopCodes[c] }
+
+// IsPreemption reports whether c stops a run for another job's sake (a
+// preempted_* code); false for every other code, unknown ones included.
+func (c StopCode) IsPreemption() bool {
+	switch c {
+	case StopPreemptedPriority, StopPreemptedReclaim, StopPreemptedStarvation:
+		return true
 	}
-	return true
+	return false
 }
 
 // ExitText writes an attempt's exit code for people, naming the signal

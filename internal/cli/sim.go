@@ -390,8 +390,8 @@ func printSimReport(e *env, r *sim.Report) error {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "cluster %d GPUs: allocation %s, fragmentation %.1f GPUs, unallocated at end %.1f\n",
 		r.CapacityGPUs, pct(&r.GPUAllocationRatio), r.FragmentationGPUs, r.UnallocatedGPUs)
-	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, drains %d, Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",
-		days(&r.MakespanS), r.Preemptions, r.Failures, r.Drains, num(r.JainFairness, 3),
+	fmt.Fprintf(w, "makespan %s, preemptions %d, failures %d, drains %d, retries %d (of %d failed runs), Jain fairness %s, ETA error median %s p90 %s (%d jobs)\n",
+		days(&r.MakespanS), r.Preemptions, r.Failures, r.Drains, r.Retries, r.FailedRuns, num(r.JainFairness, 3),
 		secs(r.ETAMedianAbsErrorS), secs(r.ETAP90AbsErrorS), r.ETAJobs)
 	if len(r.Stops) > 0 || len(r.Ended) > 0 {
 		fmt.Fprintf(w, "stops %s; ended unfinished %s\n", counts(r.Stops), counts(r.Ended))

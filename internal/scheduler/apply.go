@@ -2,8 +2,9 @@ package scheduler
 
 import (
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // Apply advances a snapshot the way the fleet will once the caller has
@@ -58,15 +59,16 @@ func Apply(in Input, out Output, now time.Time) Input {
 		case len(failed) > 0 && failed[j.ID]:
 			continue
 		case j.Running() && !j.StopAt.IsZero() && !j.StopAt.After(now):
-			if !Requeues(j.StopCode) {
+			next := AfterRun(j.Retries, j.CancelRequested, RunEnd{State: gpufleet.AttemptStopped, Stop: j.StopCode})
+			if next.State != gpufleet.JobQueued {
 				continue // timed out, cancelled or invalid: it ends
 			}
 			j.Attained += runGPUTime(j.Placement, j.StopAt.Sub(j.Started))
-			if strings.HasPrefix(j.StopCode, "preempted_") {
+			if j.StopCode.IsPreemption() {
 				j.Preemptions++
 				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
 			}
-			j.Requeued, j.Queued = true, j.StopAt
+			j.Requeued, j.Queued = j.Requeued || next.Interrupted, j.StopAt
 			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
 		}
 		kept = append(kept, j)

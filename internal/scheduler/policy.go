@@ -33,17 +33,12 @@ const (
 	StopNodeLost = gpufleet.StopNodeLost
 	// StopInvalid stops a running job whose request the caller found
 	// invalid (Job.Invalid); it ends.
-	StopInvalid = FailInvalid
+	StopInvalid = gpufleet.StopInvalidRequest
 )
 
 // FailInvalid is the reason code of a Fail: a request the scheduler cannot
 // take (an invalid shape, or Job.Invalid).
-const FailInvalid = gpufleet.StopInvalidRequest
-
-// Requeues reports whether a job stopped with this code goes back to the
-// queue once its grace ends (preemptions, drains, lost nodes) rather than
-// ending (gpufleet.StopRequeues).
-func Requeues(code string) bool { return gpufleet.StopRequeues(code) }
+const FailInvalid = string(gpufleet.StopInvalidRequest)
 
 // DefaultSizeSlack is gpufleet's Config.SizeSlack: a job's deadline is its
 // submit time plus its estimated run time, the moment its slowdown would

@@ -183,7 +183,7 @@ func (s *sched) preempt(j *pjob) bool {
 	for _, gi := range best.gpus {
 		allocs = append(allocs, alloc{node: best.node, gpu: gi, inst: -1, units: unit, whole: true})
 	}
-	s.commitPreemption(j, allocs, best.victims, "", func(v *rjob) (string, string) {
+	s.commitPreemption(j, allocs, best.victims, "", func(v *rjob) (gpufleet.StopCode, string) {
 		if best.reclaim && v.team != j.team {
 			return PreemptReclaim, fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
 		}
@@ -200,7 +200,7 @@ func (s *sched) preempt(j *pjob) bool {
 // held until the victim's grace ends. Every victim is reported with its
 // reason code and words, and j waits for them to stop (the ETA pass
 // starts it when the longest grace ends).
-func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefix string, reason func(*rjob) (string, string)) {
+func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefix string, reason func(*rjob) (gpufleet.StopCode, string)) {
 	held := make(map[[2]int32]bool, len(allocs))
 	for _, a := range allocs {
 		held[[2]int32{a.node, a.gpu}] = true
@@ -253,7 +253,7 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	s.claims = append(s.claims, claimAt{g: claim, at: s.now.Add(grace)})
 	preempted := true // every victim stopped for a preemptor, this cycle or before
 	for _, v := range victims {
-		preempted = preempted && (!v.stopping || strings.HasPrefix(v.job.StopCode, "preempted_"))
+		preempted = preempted && (!v.stopping || v.job.StopCode.IsPreemption())
 	}
 	if !preempted && already == len(victims) {
 		// Nothing stopped for it: it waits for GPUs that are leaving.

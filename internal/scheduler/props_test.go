@@ -282,7 +282,7 @@ func checkOutput(t *rapid.T, in scheduler.Input, out scheduler.Output) {
 			t.Fatalf("job %s stopped again while stopping", st.Job)
 		case st.Grace <= 0:
 			t.Fatalf("stop of %s with grace %s: never 0 by omission", st.Job, st.Grace)
-		case strings.HasPrefix(st.Code, "preempted_") && !j.Preemptible:
+		case st.Code.IsPreemption() && !j.Preemptible:
 			t.Fatalf("preempted %s: not preemptible", st.Job)
 		}
 		stopped[st.Job] = true
@@ -380,4 +380,60 @@ func names(in scheduler.Input, entry, id string) bool {
 	g := in.Models[id]
 	return strings.EqualFold(entry, id) || strings.EqualFold(entry, g.Name) || slices.Contains(in.Classes[entry], id) ||
 		slices.ContainsFunc(g.Aliases, func(a string) bool { return strings.EqualFold(a, entry) })
+}
+
+// TestPropertyLifecycle drives the core over several cycles with runs
+// that end on their own (succeeded, failed with or without retries left,
+// stopped, lost) between them: every cycle's output keeps the invariants,
+// a job AfterRun ends leaves the snapshot, and a job that queues again
+// holds no GPUs, has used no more retries than it has, and counts an
+// interruption only when no retry was used.
+func TestPropertyLifecycle(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		for step := range rapid.IntRange(1, 4).Draw(t, "steps") {
+			out := scheduler.Schedule(in)
+			checkOutput(t, in, out)
+			in = scheduler.Apply(in, out, in.Now.Add(time.Duration(rapid.IntRange(0, 120).Draw(t, "dt"))*time.Second))
+			var ends []scheduler.End
+			for i := range in.Jobs {
+				j := &in.Jobs[i]
+				if !j.Running() || !rapid.Bool().Draw(t, "ends") {
+					continue
+				}
+				if j.Retries.Used == 0 {
+					j.Retries.Max = rapid.IntRange(0, 2).Draw(t, "retries")
+				}
+				state := rapid.SampledFrom([]gpufleet.AttemptState{gpufleet.AttemptSucceeded, gpufleet.AttemptFailed,
+					gpufleet.AttemptStopped, gpufleet.AttemptLost}).Draw(t, "state")
+				ends = append(ends, scheduler.End{Job: j.ID, RunEnd: scheduler.RunEnd{State: state, Stop: j.StopCode}})
+			}
+			before := map[string]scheduler.Job{}
+			for _, j := range in.Jobs {
+				before[j.ID] = j
+			}
+			next, outcomes := scheduler.Ended(in, ends, in.Now)
+			after := map[string]scheduler.Job{}
+			for _, j := range next.Jobs {
+				after[j.ID] = j
+			}
+			for i, e := range ends {
+				n, j, kept := outcomes[i], after[e.Job], false
+				_, kept = after[e.Job]
+				switch {
+				case n.State == gpufleet.JobQueued && (!kept || j.Running()):
+					t.Fatalf("step %d: %s queued again but %v in the snapshot (running %v)", step, e.Job, kept, j.Running())
+				case n.State != gpufleet.JobQueued && kept:
+					t.Fatalf("step %d: %s ended %s but is still in the snapshot", step, e.Job, n.State)
+				case n.State == gpufleet.JobQueued && j.Retries.Used > j.Retries.Max:
+					t.Fatalf("step %d: %s queued again with retries %+v", step, e.Job, j.Retries)
+				case n.Interrupted && n.Retries.Used != before[e.Job].Retries.Used:
+					t.Fatalf("step %d: %s interrupted but used a retry", step, e.Job)
+				case e.State == gpufleet.AttemptSucceeded && n.State != gpufleet.JobSucceeded:
+					t.Fatalf("step %d: %s succeeded but the job is %s", step, e.Job, n.State)
+				}
+			}
+			in = next
+		}
+	})
 }

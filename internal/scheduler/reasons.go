@@ -63,9 +63,13 @@ func WaitCodes() []string {
 		ReasonOrder, ReasonReservation, ReasonPreempting, ReasonCycleLimit, ReasonSlowerModel, ReasonRackPower, ReasonStackMismatch, ReasonIsolation, ReasonRuntimeMissing}
 }
 
-// StopCodes lists every Stop.Code (see WaitCodes).
+// StopCodes lists every Stop.Code (see WaitCodes): gpufleet.StopCodes.
 func StopCodes() []string {
-	return []string{PreemptPriority, PreemptReclaim, PreemptStarvation, StopDrain, StopNodeLost, StopTimeLimit, StopCancel, StopInvalid}
+	var out []string
+	for _, c := range gpufleet.StopCodes() {
+		out = append(out, string(c))
+	}
+	return out
 }
 
 // FailCodes lists every Fail.Code (see WaitCodes).

@@ -505,7 +505,7 @@ func (s *sched) lost(n *Node) bool {
 // of its nodes is lost, its request is invalid, it was cancelled, its run
 // reached its time limit, or its node or one of its GPUs is draining.
 // Empty when none of these holds.
-func (s *sched) mustStop(j *Job, st runState) (code, text string) {
+func (s *sched) mustStop(j *Job, st runState) (code gpufleet.StopCode, text string) {
 	for _, p := range j.Placement {
 		if n := st.nodes[p.Node]; n != nil && s.lost(n) {
 			return StopNodeLost, fmt.Sprintf("node %s silent for %s (lost after %s: its agent has fenced the run)",

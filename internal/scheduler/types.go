@@ -114,14 +114,17 @@ type Job struct {
 	// it holds its GPUs until StopAt, when its grace ends, and is neither
 	// stopped again nor a victim meanwhile. StopCode is that stop's reason
 	// code. Apply sets both.
-	StopAt   time.Time `json:"stop_at,omitzero"`
-	StopCode string    `json:"stop_code,omitempty"`
+	StopAt   time.Time         `json:"stop_at,omitzero"`
+	StopCode gpufleet.StopCode `json:"stop_code,omitempty"`
 
 	// Running jobs carry their start time and placement.
 	Started   time.Time   `json:"started,omitzero"`
 	Placement []Placement `json:"placement,omitempty"`
 	// Requeued jobs (preempted, drained, lost) go to the front of their class.
 	Requeued bool `json:"requeued,omitempty"`
+	// Retries is the job's retry budget and what its failed runs used of
+	// it: AfterRun reads it when a run ends.
+	Retries gpufleet.Retries `json:"retries,omitzero"`
 	// Queued is when a queued job last entered the queue: its submit time,
 	// or when it was last stopped; zero means Submitted.
 	Queued time.Time `json:"queued,omitzero"`
@@ -378,10 +381,10 @@ type Multifactor struct {
 // the kill Grace later. Preemptions and drains requeue the job once it has
 // stopped; a time limit or a cancel ends it (see Apply).
 type Stop struct {
-	Job    string `json:"job"`
-	Code   string `json:"reason_code"`   // StopCodes: preempted_*, drain, node_lost, time_limit, cancelled, invalid_request
-	Reason string `json:"reason"`        // in words
-	For    string `json:"for,omitempty"` // preemptions: the job that needs the GPUs
+	Job    string            `json:"job"`
+	Code   gpufleet.StopCode `json:"reason_code"`   // gpufleet.StopCodes: preempted_*, drain, node_lost, time_limit, cancelled, invalid_request
+	Reason string            `json:"reason"`        // in words
+	For    string            `json:"for,omitempty"` // preemptions: the job that needs the GPUs
 	// Grace is the job's own, or Config.DefaultGrace: never 0 by omission.
 	Grace time.Duration `json:"grace"`
 	// Bound, on a preemption, says in words that this stop brings the job

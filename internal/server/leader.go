@@ -8,7 +8,6 @@ import (
 	"math"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -193,7 +192,22 @@ func (s *Server) safeCycle(ctx context.Context) (err error) {
 }
 
 // Cycle runs one leader cycle. It is exported for tests that step time.
+// Every write of the cycle is fenced by the lease's epoch (store.Fenced):
+// once another replica has taken the lease, none of them lands and the
+// replica stops leading.
 func (s *Server) Cycle(ctx context.Context) error {
+	err := s.cycle(ctx)
+	if errors.Is(err, store.ErrFenced) {
+		s.leaderMu.Lock()
+		s.leader.held, s.leader.ready = false, false
+		s.leaderMu.Unlock()
+		s.log.Warn("lost leadership during the cycle: its writes were refused", "err", err)
+		return nil
+	}
+	return err
+}
+
+func (s *Server) cycle(ctx context.Context) error {
 	// The lease runs for LeaseTTL from a moment after this one (the
 	// database reads its clock inside TryLease), so this monotonic reading
 	// bounds it from below: the cycle's work, the decision's commit
@@ -222,9 +236,12 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.firstLeaderAt = s.now()
 		s.liveMu.Unlock()
 	}
-	ctx, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
+	// Accounting (rollups, usage) is what this replica measured, not a
+	// decision: it is written unfenced. Everything else is fenced.
+	acct, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
 	defer cancel()
-	if err := s.flushRollups(ctx, s.now(), false); err != nil {
+	ctx = store.Fenced(acct, lease.Epoch)
+	if err := s.flushRollups(acct, s.now(), false); err != nil {
 		s.log.Warn("flushing rollups", "err", err)
 	}
 
@@ -253,6 +270,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 		return err
 	}
 	stepped, err := s.stepRolloutsSafely(ctx, jobs, nodes, now)
+	if errors.Is(err, store.ErrFenced) {
+		return err
+	}
 	if err != nil {
 		// Rollouts wait for the next cycle; scheduling does not.
 		s.log.Warn("stepping rollouts", "err", err)
@@ -265,15 +285,8 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	err = s.schedule(ctx, lease.Epoch, now, jobs, nodes)
 	s.metrics.cycle.Observe(time.Since(start).Seconds())
-	if ferr := s.flushUsage(ctx); ferr != nil {
+	if ferr := s.flushUsage(acct); ferr != nil {
 		s.log.Warn("flushing usage", "err", ferr)
-	}
-	if errors.Is(err, store.ErrFenced) {
-		s.leaderMu.Lock()
-		s.leader.held, s.leader.ready = false, false
-		s.leaderMu.Unlock()
-		s.log.Warn("lost leadership while scheduling", "epoch", lease.Epoch)
-		return nil
 	}
 	if err != nil {
 		s.dirty.Store(true) // try again next tick
@@ -385,7 +398,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
 	for _, sp := range d.Stops {
 		if sp.Lost {
-			s.metrics.ended.WithLabelValues(string(gpufleet.AttemptLost), sp.ReasonCode).Inc()
+			s.metrics.ended.WithLabelValues(string(gpufleet.AttemptLost), string(sp.ReasonCode)).Inc()
 		}
 	}
 	after := applied(jobs, d)
@@ -424,7 +437,7 @@ func applied(jobs []gpufleet.Job, d store.Decision) []gpufleet.Job {
 					j.Attempts, cloned = slices.Clone(j.Attempts), true
 				}
 				g, at := stop.Grace.Seconds(), d.At
-				j.Attempts[k].StopRequested, j.Attempts[k].Reason, j.Attempts[k].ReasonCode = true, stop.Reason, stop.ReasonCode
+				j.Attempts[k].StopRequested, j.Attempts[k].Reason, j.Attempts[k].ReasonCode = true, stop.Reason, string(stop.ReasonCode)
 				j.Attempts[k].StopGraceS, j.Attempts[k].StopRequestedAt = &g, &at
 			}
 		}
@@ -696,7 +709,7 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 		// the ended runs a preemption stopped (the agent reports the
 		// stop's code as the attempt's).
 		sj.Attained += seconds(a.GPUSeconds)
-		if strings.HasPrefix(a.ReasonCode, "preempted_") {
+		if gpufleet.StopCode(a.ReasonCode).IsPreemption() {
 			sj.Preemptions++
 			switch {
 			case a.FinishedAt != nil:
@@ -718,7 +731,7 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 		}
 		if a.StopRequested {
 			// Stopping: it holds its GPUs until the stop's grace ends.
-			sj.StopAt, sj.StopCode = sj.Started, a.ReasonCode
+			sj.StopAt, sj.StopCode = sj.Started, gpufleet.StopCode(a.ReasonCode)
 			if a.StopRequestedAt != nil && a.StopGraceS != nil {
 				sj.StopAt = a.StopRequestedAt.Add(seconds(*a.StopGraceS))
 			}

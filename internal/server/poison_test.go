@@ -161,7 +161,7 @@ func TestSchedulerEndsTheCulpritItPanicsOn(t *testing.T) {
 	f.cycle()
 	j := f.job(bad)
 	a0 := j.Attempts[len(j.Attempts)-1]
-	if !a0.StopRequested || a0.ReasonCode != scheduler.StopInvalid || a0.StopGraceS == nil || *a0.StopGraceS != 45 ||
+	if !a0.StopRequested || a0.ReasonCode != string(scheduler.StopInvalid) || a0.StopGraceS == nil || *a0.StopGraceS != 45 ||
 		!strings.Contains(a0.Reason, "the scheduler panicked on this job") {
 		t.Errorf("culprit's attempt: stop %v code %q grace %v reason %q; want a stop invalid_request with its 45s grace",
 			a0.StopRequested, a0.ReasonCode, a0.StopGraceS, a0.Reason)

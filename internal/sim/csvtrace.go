@@ -12,6 +12,9 @@ import (
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
+// maxFails bounds a trace job's failing runs.
+const maxFails = 1000
+
 // parseCSV reads the simulator's generic trace format: a headed CSV with
 //
 //	submit_s     required, seconds from the trace start
@@ -29,6 +32,9 @@ import (
 //	grace_s      optional, seconds a stop gives the job (default: the policy's)
 //	time_limit_s optional, a run is stopped after this long and the job ends
 //	cancel_s     optional, the user cancels the job this long after submitting
+//	retries      optional, failed runs the job may retry (0 to gpufleet.MaxRetries)
+//	fails        optional, how many of its runs fail before one succeeds (0 to 1000)
+//	fail_after_s optional, a failing run fails this long after it starts (default: halfway)
 //	duration_s_<model>  optional, run time on that model (heterogeneous speed)
 //	stack, requires, isolation, overhead  optional, as resources.* of a job
 //	runtime      optional, container: the job runs in an image (nodes labelled runtime podman or docker)
@@ -117,13 +123,29 @@ func parseCSV(r io.Reader, opt ReadOptions) (*Trace, error) {
 		for _, c := range []struct {
 			col string
 			v   *float64
-		}{{"estimate_s", &j.Estimate}, {"grace_s", &j.Grace}, {"time_limit_s", &j.TimeLimit}, {"cancel_s", &j.Cancel}} {
+		}{{"estimate_s", &j.Estimate}, {"grace_s", &j.Grace}, {"time_limit_s", &j.TimeLimit}, {"cancel_s", &j.Cancel}, {"fail_after_s", &j.FailAfter}} {
 			v, ok, err := rw.optFloat(c.col)
 			if err != nil {
 				return err
 			}
 			if ok {
 				*c.v = v
+			}
+		}
+		for _, c := range []struct {
+			col string
+			v   *int
+			hi  int
+		}{{"retries", &j.Retries, gpufleet.MaxRetries}, {"fails", &j.Fails, maxFails}} {
+			if s := rw.get(c.col); s != "" {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return gpufleet.InField(c.col, fmt.Errorf("%w: %q is not an integer", gpufleet.ErrInvalid, s))
+				}
+				if err := gpufleet.ValidateCount(c.col, n, 0, c.hi); err != nil {
+					return err
+				}
+				*c.v = n
 			}
 		}
 		for _, col := range slices.Sorted(maps.Keys(rw.cols)) {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -162,10 +161,14 @@ type jobState struct {
 	endCode      string  // how a phaseEnded job ended
 	timeLimit    float64 // seconds a run may last, 0 = none
 	cancel       bool    // the user asked to cancel it
+	// failsLeft is the runs still to fail (Job.Fails); retries the job's
+	// budget as the core keeps it (scheduler.AfterRun).
+	failsLeft int
+	retries   gpufleet.Retries
 	// A stopping job (stopAt >= 0) holds its GPUs until stopAt, when its
 	// grace ends; its work counts until stopFrom, when it was told to stop.
 	stopAt, stopFrom float64
-	stopCode         string
+	stopCode         gpufleet.StopCode
 	queued           float64 // when it last entered the queue
 	model            string  // GPU model of the current or last run
 	version          int     // bumps on every stop, to drop stale completions
@@ -210,6 +213,7 @@ const (
 	evLimit                  // a run reaches its time limit
 	evCancel                 // the user cancels a job
 	evWake                   // the scheduler asked to be run again (Output.Recheck)
+	evRunFail                // a run fails (Job.Fails): the core retries the job or fails it
 )
 
 type event struct {
@@ -286,6 +290,8 @@ type engine struct {
 	preemptions int
 	failures    int
 	lost        int // runs lost with their node
+	runFails    int // runs that failed (Job.Fails)
+	retried     int // of them, the ones the core retried
 	drains      int
 	completed   int
 	stopCodes   map[string]int // stops decided, by reason code
@@ -417,7 +423,7 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 		}
 		js := &jobState{j: j, submit: j.Submit / cfg.TimeScale, baseEstimate: max(est, 1), remaining: 1, firstStart: -1,
 			eta: -1, etaP90: -1, etaSim: -1, etaRecent: -1, stopAt: -1,
-			timeLimit: j.TimeLimit}
+			timeLimit: j.TimeLimit, failsLeft: j.Fails, retries: gpufleet.Retries{Max: j.Retries}}
 		if js.timeLimit == 0 && cfg.TimeLimitFactor > 0 && !math.IsInf(js.baseEstimate, 1) {
 			js.timeLimit = cfg.TimeLimitFactor * js.baseEstimate
 		}
@@ -528,7 +534,7 @@ func (e *engine) loop() error {
 			js := e.jobs[ai]
 			ai++
 			if js.cancel {
-				e.end(js, scheduler.StopCancel) // cancelled before it arrived
+				e.end(js, string(scheduler.StopCancel)) // cancelled before it arrived
 				continue
 			}
 			js.phase = phasePending
@@ -625,7 +631,7 @@ func (e *engine) handle(ev event) {
 			// A queued job being cancelled is the caller's to drop, as the
 			// server's store does.
 			e.pending = slices.DeleteFunc(e.pending, func(p *jobState) bool { return p == js })
-			e.end(js, scheduler.StopCancel)
+			e.end(js, string(scheduler.StopCancel))
 		case phaseRunning:
 			e.decide = true
 		}
@@ -653,11 +659,36 @@ func (e *engine) handle(ev event) {
 			e.wakeAt = math.Inf(1)
 		}
 		e.decide = true
+	case evRunFail:
+		if js.phase == phaseRunning && js.version == ev.version {
+			e.runFailed(js)
+		}
 	case evRepair:
 		e.setNode(ev.node, scheduler.Ready, "")
 		e.nodes[ev.node].LastSeen = time.Time{}
 		e.pushNodeEvents(ev.node)
 	}
+}
+
+// runFailed ends js's run as failed (exit 1) and carries out what the
+// core decides (scheduler.Ended, as the server's store does): the job
+// queues again with a retry used, resuming from its checkpoint, or fails.
+func (e *engine) runFailed(js *jobState) {
+	exit := 1
+	in := scheduler.Input{Now: e.vtime(e.now), Jobs: []scheduler.Job{e.schedJob(js)}}
+	_, next := scheduler.Ended(in, []scheduler.End{{Job: js.j.ID, RunEnd: scheduler.RunEnd{State: gpufleet.AttemptFailed, ExitCode: &exit}}}, in.Now)
+	js.failsLeft--
+	e.runFails++
+	n := next[0]
+	js.retries = n.Retries
+	switch n.State {
+	case gpufleet.JobQueued:
+		e.retried++
+		e.requeue(js, e.now)
+	default:
+		e.end(js, string(n.Cause))
+	}
+	e.decide = true
 }
 
 // pushNodeEvents draws node i's next failure and drain.
@@ -712,6 +743,14 @@ func (e *engine) repairDrained() {
 // it had left at from: when it was told to stop (preemption, drain), or
 // now (node failure).
 func (e *engine) stop(js *jobState, from float64) {
+	e.requeue(js, from)
+	js.requeued = true
+	js.stops++
+}
+
+// requeue takes a running job off its GPUs and queues it again with the
+// work it had left at from, plus the restart overhead.
+func (e *engine) requeue(js *jobState, from float64) {
 	e.release(js)
 	js.runTime += e.now - js.start
 	// The run first paid its restart overhead; the rest was work.
@@ -725,8 +764,6 @@ func (e *engine) stop(js *jobState, from float64) {
 	}
 	js.restart += e.cfg.RestartOverhead // resuming from its checkpoint costs time
 	js.phase = phasePending
-	js.requeued = true
-	js.stops++
 	js.queued = e.now
 	e.pending = append(e.pending, js)
 }
@@ -875,10 +912,10 @@ func (e *engine) apply(out scheduler.Output) (freed bool, err error) {
 func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Output, next scheduler.Input) (freed bool, err error) {
 	codes := make(map[string]string, len(out.Stops)+len(out.Fails))
 	for _, s := range out.Stops {
-		codes[s.Job] = s.Code
-		e.stopCodes[s.Code]++
+		codes[s.Job] = string(s.Code)
+		e.stopCodes[string(s.Code)]++
 		switch {
-		case strings.HasPrefix(s.Code, "preempted_"):
+		case s.Code.IsPreemption():
 			e.preemptions++
 		case s.Code == scheduler.StopNodeLost:
 			e.lost++
@@ -896,7 +933,7 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 			nj = &next.Jobs[k]
 			k++
 		}
-		code := js.stopCode
+		code := string(js.stopCode)
 		if c, ok := codes[js.j.ID]; ok {
 			code = c
 		}
@@ -919,7 +956,7 @@ func (e *engine) sync(touched []*jobState, in scheduler.Input, out scheduler.Out
 			e.stop(js, from)
 			freed = true
 		case js.phase == phaseRunning && !nj.StopAt.IsZero() && js.stopAt < 0: // told to stop
-			js.stopAt, js.stopFrom, js.stopCode = nj.StopAt.Sub(e.epoch).Seconds(), e.now, code
+			js.stopAt, js.stopFrom, js.stopCode = nj.StopAt.Sub(e.epoch).Seconds(), e.now, nj.StopCode
 			e.stopping = append(e.stopping, js)
 			e.push(event{t: js.stopAt, kind: evStopEnd, job: js, version: js.version})
 		}
@@ -1040,13 +1077,14 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		TimeLimit:       seconds(js.timeLimit),
 		CancelRequested: js.cancel,
 		Requeued:        js.requeued,
+		Retries:         js.retries,
 		Invalid:         j.Invalid,
 
 		Preemptions:       js.preemptions,
 		RecentPreemptions: js.recentPreemptions,
 		Attained:          js.attained,
 	}
-	if js.stops > 0 {
+	if js.stops > 0 || js.retries.Used > 0 {
 		sj.Queued = e.vtime(js.queued)
 	}
 	if len(j.DurationOn) > 1 {
@@ -1138,6 +1176,15 @@ func (e *engine) start(js *jobState, placement []scheduler.Placement) error {
 	}
 	if js.timeLimit > 0 {
 		e.push(event{t: e.now + js.timeLimit, kind: evLimit, job: js, version: js.version})
+	}
+	if js.failsLeft > 0 {
+		after := js.j.FailAfter
+		if after <= 0 {
+			after = (js.end - e.now) / 2
+		}
+		if t := e.now + after; t < js.end {
+			e.push(event{t: t, kind: evRunFail, job: js, version: js.version})
+		}
 	}
 	return nil
 }

@@ -250,7 +250,7 @@ func TestEngineGraceHoldsGPUs(t *testing.T) {
 	r := res.Report
 	// b is told to stop at 40 (40% done) and holds its GPUs through its 5 s
 	// grace; p runs 45-55; b resumes 55-115. b was on GPUs 45 + 60 s.
-	if *r.ByTeam["x"].AvgJCTS != 115 || *r.ByTeam["y"].AvgJCTS != 15 || r.Stops[scheduler.PreemptPriority] != 1 {
+	if *r.ByTeam["x"].AvgJCTS != 115 || *r.ByTeam["y"].AvgJCTS != 15 || r.Stops[string(scheduler.PreemptPriority)] != 1 {
 		t.Errorf("JCT x %v y %v, stops %v; want 115, 15 and one preempted_priority", *r.ByTeam["x"].AvgJCTS, *r.ByTeam["y"].AvgJCTS, r.Stops)
 	}
 	if b := res.Jobs[0]; b.RunS != 105 || b.Stops != 1 || b.End != "completed" {
@@ -287,10 +287,10 @@ func TestEngineTimeLimitAndCancel(t *testing.T) {
 		end        string
 		run, start float64
 	}{
-		"long":  {scheduler.StopTimeLimit, 130, 0},
+		"long":  {string(scheduler.StopTimeLimit), 130, 0},
 		"fits":  {"completed", 50, 0},
-		"quit":  {scheduler.StopCancel, 70, 0},
-		"big":   {scheduler.StopCancel, 0, -1},
+		"quit":  {string(scheduler.StopCancel), 70, 0},
+		"big":   {string(scheduler.StopCancel), 0, -1},
 		"early": {"completed", 10, 2},
 	}
 	for id, w := range want {
@@ -305,6 +305,31 @@ func TestEngineTimeLimitAndCancel(t *testing.T) {
 	}
 }
 
+// TestEngineRetries replays failing runs: the core's retry decision
+// (scheduler.AfterRun) queues a job again while its retries last, then
+// fails it; a retried job resumes from its checkpoint.
+func TestEngineRetries(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus,retries,fails,fail_after_s\n"+
+		"flaky,0,100,1,2,2,10\n"+ // fails twice, then succeeds on its last retry
+		"doomed,0,100,1,1,3,10\n"+ // fails twice with one retry: it fails
+		"solid,0,100,1,0,0,\n")
+	cfg := realConfig(t)
+	cfg.RestartOverhead = 0
+	res, err := Run(tr, mustCluster(t, oneNode), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	if r.FailedRuns != 4 || r.Retries != 3 || r.Completed != 2 || r.Ended[string(scheduler.CauseNoRetries)] != 1 {
+		t.Errorf("failed runs %d, retries %d, completed %d, ended %v; want 4, 3, 2, one %s", r.FailedRuns, r.Retries, r.Completed, r.Ended, scheduler.CauseNoRetries)
+	}
+	for _, j := range res.Jobs {
+		if j.ID == "flaky" && j.RunS != 100 {
+			t.Errorf("flaky ran %v s, want 100 (each failure at 10 s resumes from there)", j.RunS)
+		}
+	}
+}
+
 func TestEngineTimeLimitFactor(t *testing.T) {
 	tr := mustTrace(t, "id,submit_s,duration_s,gpus,estimate_s\nover,0,1000,1,100\nunder,0,150,1,100\n")
 	cfg := realConfig(t)
@@ -313,7 +338,7 @@ func TestEngineTimeLimitFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res.Report; r.Completed != 1 || r.Ended[scheduler.StopTimeLimit] != 1 || res.Jobs[0].RunS != 230 {
+	if r := res.Report; r.Completed != 1 || r.Ended[string(scheduler.StopTimeLimit)] != 1 || res.Jobs[0].RunS != 230 {
 		t.Errorf("completed %d, ended %v, over ran %v s; want 1, one time_limit, 200 s + 30 s grace", r.Completed, r.Ended, res.Jobs[0].RunS)
 	}
 }
@@ -355,7 +380,7 @@ func TestEngineDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := res.Report
-	if r.Drains == 0 || r.Stops[scheduler.StopDrain] == 0 || r.Completed != 40 {
+	if r.Drains == 0 || r.Stops[string(scheduler.StopDrain)] == 0 || r.Completed != 40 {
 		t.Fatalf("drains %d, stops %v, completed %d; want drains, drain stops, and every job done", r.Drains, r.Stops, r.Completed)
 	}
 	stopped := 0

@@ -60,6 +60,13 @@ type Job struct {
 	// none); Cancel, when positive, is when the user cancels the job, in
 	// seconds after its submission.
 	Grace, TimeLimit, Cancel float64
+	// Retries is the failed runs the job may retry (request.retries);
+	// Fails is how many of its runs fail, each FailAfter seconds after it
+	// starts (0: halfway through the run), before one succeeds. The
+	// scheduler's core decides what a failure does (scheduler.AfterRun):
+	// a retry while Retries allow, else the job fails.
+	Retries, Fails int
+	FailAfter      float64
 	// Invalid says why the request validation refused the row, for a row
 	// kept under ReadOptions.KeepInvalid: the scheduler fails the job
 	// (invalid_request) as the server fails a stored row that no longer
@@ -106,7 +113,7 @@ func (j *Job) checkTimes() error {
 	times := []struct {
 		name string
 		v    float64
-	}{{"submit", j.Submit}, {"duration", j.Duration}, {"estimate", j.Estimate}, {"grace", j.Grace}, {"time limit", j.TimeLimit}, {"cancel", j.Cancel}}
+	}{{"submit", j.Submit}, {"duration", j.Duration}, {"estimate", j.Estimate}, {"grace", j.Grace}, {"time limit", j.TimeLimit}, {"cancel", j.Cancel}, {"fail after", j.FailAfter}}
 	for _, m := range slices.Sorted(maps.Keys(j.DurationOn)) {
 		times = append(times, struct {
 			name string

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // jobSpec is the part of a job fixed at submission, stored as one JSON
@@ -707,11 +708,11 @@ func (s *SQL) RequestCancel(ctx context.Context, id, actor string, at time.Time)
 		if err != nil {
 			return err
 		}
-		switch {
-		case j.State.Terminal() || j.CancelRequested:
+		switch scheduler.Cancel(j.State, j.CancelRequested) {
+		case scheduler.CancelNothing:
 			out = j
 			return nil
-		case j.State == gpufleet.JobQueued:
+		case scheduler.CancelNow:
 			if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = 'cancelled', cancel_requested = TRUE, finished_at = ?,
 	queue_position = NULL, updated_at = ? WHERE id = ?`), nanos(at), nanos(at), id); err != nil {
 				return fmt.Errorf("cancel job %s: %w", id, err)

@@ -10,7 +10,44 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
+
+// fenceKey carries a leadership epoch in a context (Fenced).
+type fenceKey struct{}
+
+// Fenced returns a context whose every write to the store is fenced by
+// the leadership epoch: the write's transaction first reads the lease's
+// epoch (PostgreSQL: FOR SHARE, so that a concurrent takeover waits for
+// it) and writes nothing, failing with an error wrapping ErrFenced,
+// unless it equals epoch. The leader runs its cycle under it: a deposed
+// leader's writes of any kind (decisions, node states and health,
+// rollouts, events) are refused.
+func Fenced(ctx context.Context, epoch int64) context.Context {
+	return context.WithValue(ctx, fenceKey{}, epoch)
+}
+
+// fenceOf is the epoch ctx is fenced by, if any.
+func fenceOf(ctx context.Context) (int64, bool) {
+	e, ok := ctx.Value(fenceKey{}).(int64)
+	return e, ok
+}
+
+// checkFence fails with ErrFenced unless the lease's epoch is epoch.
+func (s *SQL) checkFence(ctx context.Context, tx *sql.Tx, epoch int64) error {
+	var cur int64
+	err := tx.QueryRowContext(ctx, `SELECT epoch FROM leader_lease WHERE id = 1`+s.d.forShare).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: epoch %d, and nobody holds the lease", ErrFenced, epoch)
+	}
+	if err != nil {
+		return fmt.Errorf("read lease: %w", err)
+	}
+	if cur != epoch {
+		return fmt.Errorf("%w: epoch %d, current %d", ErrFenced, epoch, cur)
+	}
+	return nil
+}
 
 // dbNow is the clock leases are measured by: the database's where the
 // dialect has one (replicas on several hosts), the store's otherwise.
@@ -149,18 +186,12 @@ func (s *SQL) Lease(ctx context.Context) (Lease, error) {
 // for jobs no longer queued are ignored.
 func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error {
 	at := s.orNow(d.At)
-	return s.write(ctx, func(tx *sql.Tx) error {
-		var cur int64
-		err := tx.QueryRowContext(ctx, `SELECT epoch FROM leader_lease WHERE id = 1`+s.d.forShare).Scan(&cur)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: epoch %d, and nobody holds the lease", ErrFenced, epoch)
+	for _, sp := range d.Stops {
+		if !sp.ReasonCode.Known() {
+			return invalid("stop %s: reason code %q is not a stop code (%v)", sp.AttemptID, sp.ReasonCode, gpufleet.StopCodes())
 		}
-		if err != nil {
-			return fmt.Errorf("read lease: %w", err)
-		}
-		if cur != epoch {
-			return fmt.Errorf("%w: epoch %d, current %d", ErrFenced, epoch, cur)
-		}
+	}
+	return s.write(Fenced(ctx, epoch), func(tx *sql.Tx) error {
 		for _, st := range d.Starts {
 			if err := s.start(ctx, tx, st, at); err != nil {
 				return err
@@ -172,7 +203,7 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 				// ended meanwhile (its agent's report came first) stays
 				// as it ended.
 				_, err := s.updateAttempt(ctx, tx, AttemptUpdate{AttemptID: sp.AttemptID, State: gpufleet.AttemptLost, At: at,
-					Reason: sp.Reason, ReasonCode: sp.ReasonCode}, at, "scheduler")
+					Reason: sp.Reason, ReasonCode: string(sp.ReasonCode)}, at, "scheduler")
 				if err != nil && !errors.Is(err, gpufleet.ErrInvalid) {
 					return fmt.Errorf("lose %s: %w", sp.AttemptID, err)
 				}
@@ -186,7 +217,7 @@ func (s *SQL) ApplySchedule(ctx context.Context, epoch int64, d Decision) error 
 			if err != nil {
 				return fmt.Errorf("stop %s: %w", sp.AttemptID, err)
 			}
-			if err := s.requestStop(ctx, tx, sp.AttemptID, team, sp.Reason, sp.ReasonCode, sp.Grace, "scheduler", at); err != nil {
+			if err := s.requestStop(ctx, tx, sp.AttemptID, team, sp.Reason, string(sp.ReasonCode), sp.Grace, "scheduler", at); err != nil {
 				return err
 			}
 		}
@@ -421,17 +452,11 @@ var validAttemptStates = map[gpufleet.AttemptState]bool{
 // the attempt's accounting is their sum.
 //
 // Effect on the job, while it is scheduled or running and this was its
-// last attempt not yet ended:
-//   - running: the job turns running; started_at is set the first time.
-//   - succeeded: the job succeeds (even when a cancel was requested: the
-//     work is done).
-//   - any other end with cancel_requested: the job is cancelled.
-//   - failed: retries.used+1; the job is queued again while used <= max,
-//     else it fails.
-//   - stopped at the job's time limit (stop reason code time_limit): the
-//     job fails, with that reason.
-//   - stopped or lost: the job is queued again (Requeued reports it) and
-//     interruptions+1; the retry budget is not used.
+// last attempt not yet ended: running turns the job running (started_at
+// is set the first time); a terminal state gives the job the state the
+// core decides (scheduler.AfterRun: success, cancel, retry or failure,
+// requeue as an interruption), written with its counters (retries.used,
+// interruptions) and a job event.
 func (s *SQL) UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error) {
 	if !validAttemptStates[u.State] {
 		return gpufleet.Job{}, invalid("attempt %s: state %q", u.AttemptID, u.State)
@@ -625,27 +650,32 @@ func (s *SQL) transition(ctx context.Context, tx *sql.Tx, cur AttemptRecord, u A
 	if cur.StartedAt != nil {
 		startedAt = nanos(*cur.StartedAt)
 	}
-	switch {
-	case u.State == gpufleet.AttemptSucceeded:
-		return job("job.succeeded", `state = 'succeeded', finished_at = ?, started_at = COALESCE(started_at, ?)`, "attempt "+cur.ID, nanos(at), startedAt)
-	case cancel:
-		return job("job.cancelled", `state = 'cancelled', finished_at = ?`, "attempt "+cur.ID+" "+string(u.State), nanos(at))
-	case u.State == gpufleet.AttemptFailed:
-		used++
-		if used <= retriesMax {
-			return job("job.requeued", `state = 'queued', retries_used = ?`,
-				fmt.Sprintf("attempt %s failed; retry %d of %d", cur.ID, used, retriesMax), used)
+	// The core decides; the store writes what it decided.
+	end := scheduler.RunEnd{State: u.State, ExitCode: u.ExitCode, Stop: gpufleet.StopCode(cur.StopReasonCode)}
+	next := scheduler.AfterRun(gpufleet.Retries{Max: int(retriesMax), Used: int(used)}, cancel, end)
+	what := next.Describe(cur.ID, end)
+	switch next.State {
+	case gpufleet.JobSucceeded:
+		return job("job.succeeded", `state = 'succeeded', finished_at = ?, started_at = COALESCE(started_at, ?)`, what, nanos(at), startedAt)
+	case gpufleet.JobCancelled:
+		return job("job.cancelled", `state = 'cancelled', finished_at = ?`, what, nanos(at))
+	case gpufleet.JobQueued:
+		return job("job.requeued", `state = 'queued', retries_used = ?, interruptions = interruptions + ?`, what,
+			next.Retries.Used, boolInt(next.Interrupted))
+	case gpufleet.JobFailed:
+		if next.Stop != "" {
+			return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?, end_reason = ?, end_reason_code = ?`,
+				fmt.Sprintf("%s: %s (attempt %s)", next.Stop, cur.StopReason, cur.ID), next.Retries.Used, nanos(at), cur.StopReason, string(next.Stop))
 		}
-		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`,
-			fmt.Sprintf("attempt %s failed; no retries left (max %d)", cur.ID, retriesMax), used, nanos(at))
-	case !gpufleet.StopRequeues(cur.StopReasonCode):
-		// The scheduler stopped the run for good: at its time limit the
-		// job ends, as Slurm's TIMEOUT does, without a retry; an invalid
-		// stored request ends too (a cancel is the case above).
-		return job("job.failed", `state = 'failed', finished_at = ?, end_reason = ?, end_reason_code = ?`,
-			fmt.Sprintf("%s: %s (attempt %s)", cur.StopReasonCode, cur.StopReason, cur.ID), nanos(at), cur.StopReason, cur.StopReasonCode)
-	default: // stopped, lost
-		return job("job.requeued", `state = 'queued', interruptions = interruptions + 1`,
-			fmt.Sprintf("attempt %s %s", cur.ID, u.State))
+		return job("job.failed", `state = 'failed', retries_used = ?, finished_at = ?`, what, next.Retries.Used, nanos(at))
 	}
+	return fmt.Errorf("job %s: the core's next state %q after attempt %s is not one the store writes", cur.JobID, next.State, cur.ID)
+}
+
+// boolInt is 1 for true.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -307,6 +307,11 @@ func (s *SQL) writeOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			return fmt.Errorf("begin: %w", err)
 		}
 	}
+	if epoch, ok := fenceOf(ctx); ok {
+		if err := s.checkFence(ctx, tx, epoch); err != nil {
+			return err
+		}
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ type Start struct {
 type Stop struct {
 	AttemptID  string
 	Reason     string
-	ReasonCode string
+	ReasonCode gpufleet.StopCode
 	Grace      time.Duration
 	// Lost records the attempt lost at once instead of asking its agent
 	// to stop it: its node has been silent long enough that the agent

@@ -35,10 +35,14 @@ import (
 //	                                     the recent ones ended (from T0)
 //	     [attained=2h]                   GPU-time of its earlier runs (LAS)
 //	     [invalid=WORDS]                 the caller's validation refused the stored request
+//	     [retries=N]                     failed runs it may retry (retries-used=N: used so far)
 //	run j0 team=a gpus=4 ... since=0s on=n1[:0,1,2,3]   a job already running
 //	arrived j9 team=a gpus=1 ... at=2h   a job submitted then (Input.Arrivals): the ETAs
 //	                                     expect it again a window later
 //	finish j0                            a running job ends
+//	ended j0 failed [exit=1] at=40s      a running job's run ended (succeeded, failed,
+//	----                                 stopped or lost), and what became of the job
+//	next j0 queued retry: attempt failed (exit 1); retry 1 of 2
 //	drain n1 [gpu=3] [reason=WORDS]      the node (or one GPU) drains
 //	waited gpus=1 est=1h predicted=10h actual=2h [count=30]
 //	                                     recent waits the ETAs are calibrated on
@@ -51,7 +55,8 @@ import (
 //	gpudraw MODEL CLASS=WATTS ...        what a GPU of MODEL adds to its rack's draw per class
 //	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
 //	                                     its runs are lost after config lost-after=
-//	cancel j0                            the job's cancel is requested
+//	cancel j0                            the job's cancel is requested (scheduler.Cancel:
+//	                                     a queued job ends at once, a running one is stopped)
 //	schedule at=10s [dry] [recheck]      recheck prints Output.Recheck
 //	----
 //	expected output, up to a blank line
@@ -104,7 +109,7 @@ func (h *Harness) Run(script string) (string, error) {
 			continue
 		}
 		fields := strings.Fields(trim)
-		if fields[0] != "schedule" && fields[0] != "advance" {
+		if fields[0] != "schedule" && fields[0] != "advance" && fields[0] != "ended" {
 			if err := h.command(fields); err != nil {
 				return "", fmt.Errorf("line %d: %w", lineNo, err)
 			}
@@ -112,9 +117,12 @@ func (h *Harness) Run(script string) (string, error) {
 		}
 		var got string
 		var err error
-		if fields[0] == "schedule" {
+		switch fields[0] {
+		case "schedule":
 			got, err = h.schedule(fields[1:])
-		} else {
+		case "ended":
+			got, err = h.ended(fields[1:])
+		default:
 			got, err = h.advance(fields[1:])
 		}
 		if err != nil {
@@ -247,10 +255,21 @@ func (h *Harness) command(f []string) error {
 		return fmt.Errorf("silent: no node %s", f[1])
 	case "cancel":
 		for i := range h.in.Jobs {
-			if h.in.Jobs[i].ID == f[1] {
-				h.in.Jobs[i].CancelRequested = true
-				return nil
+			j := &h.in.Jobs[i]
+			if j.ID != f[1] {
+				continue
 			}
+			state := gpufleet.JobQueued
+			if j.Running() {
+				state = gpufleet.JobRunning
+			}
+			switch scheduler.Cancel(state, j.CancelRequested) {
+			case scheduler.CancelNow:
+				h.in.Jobs = slices.Delete(h.in.Jobs, i, i+1)
+			case scheduler.CancelStop:
+				j.CancelRequested = true
+			}
+			return nil
 		}
 		return fmt.Errorf("cancel: no job %s", f[1])
 	default:
@@ -517,6 +536,16 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 			j.RecentPreemptions = append(j.RecentPreemptions, T0.Add(d))
 		}
 	}
+	if v := a["retries"]; v != "" {
+		if j.Retries.Max, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("job %s: retries: %w", id, err)
+		}
+	}
+	if v := a["retries-used"]; v != "" {
+		if j.Retries.Used, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("job %s: retries-used: %w", id, err)
+		}
+	}
 	j.Preemptible = flags["preemptible"]
 	j.Requeued = flags["requeued"]
 	j.Invalid = strings.ReplaceAll(a["invalid"], "_", " ")
@@ -671,6 +700,45 @@ func (h *Harness) advance(f []string) (string, error) {
 	if b.Len() == 0 {
 		b.WriteString("nothing to do\n")
 	}
+	return b.String(), nil
+}
+
+// ended ends a running job's run with scheduler.Ended and says what
+// became of the job: "next J STATE CAUSE: DETAIL".
+func (h *Harness) ended(f []string) (string, error) {
+	if len(f) < 2 {
+		return "", fmt.Errorf("ended JOB succeeded|failed|stopped|lost [exit=N] [stop=CODE] at=T")
+	}
+	a, _ := parseArgs(f[2:])
+	now, err := h.at(a)
+	if err != nil {
+		return "", err
+	}
+	e := scheduler.End{Job: f[0], RunEnd: scheduler.RunEnd{State: gpufleet.AttemptState(f[1])}}
+	if !e.State.Terminal() {
+		return "", fmt.Errorf("ended %s: state %q: expected succeeded, failed, stopped or lost", f[0], f[1])
+	}
+	if v, ok := a["exit"]; ok {
+		code, err := strconv.Atoi(v)
+		if err != nil {
+			return "", fmt.Errorf("ended %s: exit: %w", f[0], err)
+		}
+		e.ExitCode = &code
+	}
+	if v, ok := a["stop"]; ok {
+		if e.Stop, err = gpufleet.ParseStopCode(v); err != nil {
+			return "", fmt.Errorf("ended %s: %w", f[0], err)
+		}
+	}
+	var b strings.Builder
+	h.moveTo(now, &b)
+	in, next := scheduler.Ended(h.in, []scheduler.End{e}, now)
+	if next[0].State == "" {
+		return "", fmt.Errorf("ended %s: no such running job", f[0])
+	}
+	h.in = in
+	n := next[0]
+	fmt.Fprintf(&b, "next %s %s %s: %s\n", e.Job, n.State, n.Cause, n.Describe(e.Job+".run", e.RunEnd))
 	return b.String(), nil
 }
 

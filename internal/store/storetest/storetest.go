@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"list jobs pages and filters":      testListJobs,
 		"lease":                            testLease,
 		"schedule is fenced":               testFenced,
+		"every leader write is fenced":     testFencedWrites,
 		"schedule starts attempts":         testScheduleStart,
 		"schedule with a stale start":      testScheduleStale,
 		"schedule stores the queue":        testQueue,
@@ -146,6 +147,15 @@ func getJob(t *testing.T, s store.Store, id string) gpufleet.Job {
 		t.Fatalf("job %s: %v", id, err)
 	}
 	return j
+}
+
+func getNode(t *testing.T, s store.Store, name string) gpufleet.Node {
+	t.Helper()
+	n, err := s.Node(t.Context(), name)
+	if err != nil {
+		t.Fatalf("node %s: %v", name, err)
+	}
+	return n
 }
 
 func update(t *testing.T, s store.Store, attempt string, state gpufleet.AttemptState) gpufleet.Job {
@@ -723,6 +733,40 @@ func testFenced(t *testing.T, s store.Store) {
 	wantErr(t, "current epoch", s.ApplySchedule(ctx, epoch, d), nil)
 }
 
+// testFencedWrites: under store.Fenced, a write of any kind the leader
+// makes (node state and health, rollouts, versions, events) is refused
+// once the epoch is stale, and writes nothing.
+func testFencedWrites(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wantErr(t, "put n1", s.PutNode(ctx, testNode("n1")), nil)
+	epoch := lead(t, s)
+	r := rollout.Rollout{ID: "ro-f", Stack: "prod-550", Target: map[string]string{"driver": "550.54.15"}, Canary: 1, Waves: []float64{1},
+		CreatedAt: T0, CreatedBy: "alice"}
+	wantErr(t, "plan", rollout.Plan(&r, []string{"n1"}), nil)
+	for _, tc := range []struct {
+		epoch int64
+		want  error
+	}{{epoch + 1, store.ErrFenced}, {epoch - 1, store.ErrFenced}, {epoch, nil}} {
+		f := store.Fenced(ctx, tc.epoch)
+		before, err := s.LastEventID(ctx)
+		wantErr(t, "last event", err, nil)
+		wantErr(t, "node state", s.SetNodeState(f, "n1", gpufleet.NodeDraining, "health", "health", T0), tc.want)
+		wantErr(t, "node health", s.SetNodeHealth(f, "n1", gpufleet.Degraded, "xid 79", nil, T0), tc.want)
+		wantErr(t, "versions", s.SetNodeVersions(f, "n1", map[string]string{"driver": "550.54.15"}, T0), tc.want)
+		wantErr(t, "rollout", s.PutRollout(f, r, "leader", "step"), tc.want)
+		wantErr(t, "event", s.AppendEvent(f, gpufleet.Event{At: T0, Actor: "leader", Kind: "test.fenced", Object: "n1"}), tc.want)
+		after, err := s.LastEventID(ctx)
+		wantErr(t, "last event", err, nil)
+		n := getNode(t, s, "n1")
+		if tc.want != nil && (after != before || n.State == gpufleet.NodeDraining || n.Health == gpufleet.Degraded) {
+			t.Errorf("epoch %d (current %d) wrote: events %d -> %d, node %s %s", tc.epoch, epoch, before, after, n.State, n.Health)
+		}
+		if tc.want == nil && (n.State != gpufleet.NodeDraining || n.Health != gpufleet.Degraded) {
+			t.Errorf("current epoch did not write: node %s %s", n.State, n.Health)
+		}
+	}
+}
+
 func testScheduleStart(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	jobs := submit(t, s, newJob("team-a", "a", ""), newJob("team-a", "b", ""))
@@ -839,12 +883,17 @@ func testScheduleStop(t *testing.T, s store.Store) {
 	a := place(t, s, epoch, jobs[0].ID, "n1")
 	b := place(t, s, epoch, jobs[1].ID, "n1")
 	update(t, s, b, gpufleet.AttemptSucceeded)
-	d := store.Decision{At: T0, Stops: []store.Stop{{AttemptID: a, Reason: "preempted by production job", ReasonCode: "preempted"}, {AttemptID: b, Reason: "late"}}}
+	// A stop code the core does not know is refused: it could not say
+	// whether the job requeues.
+	wantErr(t, "apply unknown code", s.ApplySchedule(ctx, epoch, store.Decision{At: T0, Stops: []store.Stop{{AttemptID: a, Reason: "?", ReasonCode: "preempted"}}}),
+		gpufleet.ErrInvalid)
+	d := store.Decision{At: T0, Stops: []store.Stop{{AttemptID: a, Reason: "preempted by production job", ReasonCode: gpufleet.StopPreemptedPriority},
+		{AttemptID: b, Reason: "late", ReasonCode: gpufleet.StopDrain}}}
 	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, d), nil)
 	wantErr(t, "apply again", s.ApplySchedule(ctx, epoch, d), nil)
 	rec, err := s.Attempt(ctx, a)
 	wantErr(t, "attempt", err, nil)
-	if !rec.StopRequested || rec.StopReason != "preempted by production job" || rec.StopReasonCode != "preempted" || rec.State != gpufleet.AttemptStarting {
+	if !rec.StopRequested || rec.StopReason != "preempted by production job" || rec.StopReasonCode != string(gpufleet.StopPreemptedPriority) || rec.State != gpufleet.AttemptStarting {
 		t.Errorf("attempt after stop %+v", rec)
 	}
 	if rb, _ := s.Attempt(ctx, b); rb.StopRequested {
@@ -857,7 +906,7 @@ func testScheduleStop(t *testing.T, s store.Store) {
 	if j.State != gpufleet.JobQueued || j.Interruptions != 1 || j.Retries.Used != 0 || !store.Requeued(j) {
 		t.Errorf("preempted job %s interruptions %d retries %d requeued %v", j.State, j.Interruptions, j.Retries.Used, store.Requeued(j))
 	}
-	err = s.ApplySchedule(ctx, epoch, store.Decision{Stops: []store.Stop{{AttemptID: "a-nope"}}})
+	err = s.ApplySchedule(ctx, epoch, store.Decision{Stops: []store.Stop{{AttemptID: "a-nope", ReasonCode: gpufleet.StopDrain}}})
 	wantErr(t, "unknown attempt", err, gpufleet.ErrNotFound)
 }
 
