@@ -277,6 +277,19 @@ type QueueEntry struct {
 	ETAConfidence     *float64   `json:"eta_confidence"`
 }
 
+// StateCause says who put a node or a GPU in its state: the quarantine
+// circuit breaker counts what the health rules took out of service, and
+// a reason is words for people, never parsed.
+type StateCause string
+
+// The causes of a node's or GPU's state.
+const (
+	CauseOperator StateCause = "operator" // a person: cordon, drain, uncordon, marked repaired
+	CauseHealth   StateCause = "health"   // the health rules' automatic quarantine
+	CauseRepair   StateCause = "repair"   // the repair path: drained to repairing, validation's result
+	CauseRollout  StateCause = "rollout"  // a software rollout's drain and return
+)
+
 // NodeGPU is one GPU of a node.
 type NodeGPU struct {
 	Index       int       `json:"index"`
@@ -285,8 +298,9 @@ type NodeGPU struct {
 	MemoryBytes int64     `json:"memory_bytes"`
 	State       NodeState `json:"state"`
 	// StateReason says why the GPU is in its state (a health rule's drain,
-	// a failed validation).
+	// a failed validation), StateCause who put it there.
 	StateReason  string        `json:"state_reason,omitempty"`
+	StateCause   StateCause    `json:"state_cause,omitempty"`
 	Health       Health        `json:"health"`
 	Reason       string        `json:"reason"` // the health reason
 	NVLinkDomain string        `json:"nvlink_domain,omitempty"`
@@ -332,6 +346,7 @@ type Node struct {
 	// state reason; StateReason and HealthReason give both.
 	Reason        string            `json:"reason"`
 	StateReason   string            `json:"state_reason"`
+	StateCause    StateCause        `json:"state_cause,omitempty"`
 	HealthReason  string            `json:"health_reason"`
 	HeartbeatAgeS *float64          `json:"heartbeat_age_s"`
 	MetricsURL    string            `json:"metrics_url"`

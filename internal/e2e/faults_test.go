@@ -357,20 +357,20 @@ func runDrainFault(t *testing.T, admin, member *api.Client, beats, id string, fc
 	timing := faultTiming{fault: fc.name}
 
 	// The finding and the state it leads to.
-	state := func(n gpufleet.Node) (gpufleet.NodeState, string) {
+	state := func(n gpufleet.Node) (gpufleet.NodeState, string, gpufleet.StateCause) {
 		if fc.nodeScope {
-			return n.State, n.StateReason
+			return n.State, n.StateReason, n.StateCause
 		}
 		g, _ := gpuOfNode(n, uuid)
-		return g.State, g.StateReason
+		return g.State, g.StateReason, g.StateCause
 	}
 	n := waitNode(t, admin, node, 20*time.Second, "health finding and drain", func(n gpufleet.Node) error {
 		g, _ := gpuOfNode(n, uuid)
 		if g.Health != fc.health || !slices.ContainsFunc(fc.reason, func(r string) bool { return strings.Contains(g.Reason, r) }) {
 			return fmt.Errorf("gpu %d health %s (%s), want %s with one of %q", g.Index, g.Health, g.Reason, fc.health, fc.reason)
 		}
-		if st, why := state(n); (st != gpufleet.NodeDraining && st != gpufleet.NodeRepairing) || !strings.HasPrefix(why, "health: ") {
-			return fmt.Errorf("state %s (%s), want draining by the health rules", st, why)
+		if st, _, cause := state(n); (st != gpufleet.NodeDraining && st != gpufleet.NodeRepairing) || cause != gpufleet.CauseHealth {
+			return fmt.Errorf("state %s (cause %q), want draining by the health rules", st, cause)
 		}
 		return nil
 	})
@@ -402,7 +402,7 @@ func runDrainFault(t *testing.T, admin, member *api.Client, beats, id string, fc
 
 	// Drained: repairing.
 	waitNode(t, admin, node, 20*time.Second, "repairing", func(n gpufleet.Node) error {
-		if st, why := state(n); st != gpufleet.NodeRepairing {
+		if st, why, _ := state(n); st != gpufleet.NodeRepairing {
 			return fmt.Errorf("state %s (%s)", st, why)
 		}
 		return nil
@@ -419,12 +419,12 @@ func runDrainFault(t *testing.T, admin, member *api.Client, beats, id string, fc
 			t.Fatal(err)
 		}
 		n := waitNode(t, admin, node, 20*time.Second, "validation fails while the fault is in place", func(n gpufleet.Node) error {
-			if st, why := state(n); st != gpufleet.NodeRepairing || !strings.HasPrefix(why, "validation failed: ") {
+			if st, why, _ := state(n); st != gpufleet.NodeRepairing || !strings.HasPrefix(why, "validation failed: ") {
 				return fmt.Errorf("state %s (%s)", st, why)
 			}
 			return nil
 		})
-		if _, why := state(n); !strings.Contains(why, fc.stillFailing) {
+		if _, why, _ := state(n); !strings.Contains(why, fc.stillFailing) {
 			t.Errorf("failed validation says %q, want it to name the fault (%q)", why, fc.stillFailing)
 		}
 		timing.path += " -> validating -> repairing (fault in place)"
@@ -438,7 +438,7 @@ func runDrainFault(t *testing.T, admin, member *api.Client, beats, id string, fc
 	}
 	waitNode(t, admin, node, 20*time.Second, "ready and healthy after the repair", func(n gpufleet.Node) error {
 		g, _ := gpuOfNode(n, uuid)
-		if st, why := state(n); st != gpufleet.NodeReady || g.Health != gpufleet.Healthy {
+		if st, why, _ := state(n); st != gpufleet.NodeReady || g.Health != gpufleet.Healthy {
 			return fmt.Errorf("state %s (%s), gpu %d health %s (%s)", st, why, g.Index, g.Health, g.Reason)
 		}
 		return nil

@@ -384,14 +384,49 @@ func names(in scheduler.Input, entry, id string) bool {
 
 // TestPropertyLifecycle drives the core over several cycles with runs
 // that end on their own (succeeded, failed with or without retries left,
-// stopped, lost) between them: every cycle's output keeps the invariants,
+// stopped, lost) and nodes moved along the repair path (Quarantine,
+// Drained, Repaired, Validated) between them: every cycle's output keeps
+// the invariants (nothing starts on a node out of service),
 // a job AfterRun ends leaves the snapshot, and a job that queues again
 // holds no GPUs, has used no more retries than it has, and counts an
 // interruption only when no retry was used.
 func TestPropertyLifecycle(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
+		life := map[string]scheduler.NodeLife{}
 		for step := range rapid.IntRange(1, 4).Draw(t, "steps") {
+			busy := map[string]bool{}
+			for _, j := range in.Jobs {
+				for _, p := range j.Placement {
+					busy[p.Node] = true
+				}
+			}
+			for i := range in.Nodes {
+				n := &in.Nodes[i]
+				l, ok := life[n.Name]
+				if !ok {
+					l = scheduler.NodeLife{State: gpufleet.NodeReady}
+				}
+				switch rapid.IntRange(0, 4).Draw(t, "life") {
+				case 1:
+					l, _ = scheduler.Quarantine(l, "finding")
+				case 2:
+					l, _ = scheduler.Drained(l, busy[n.Name])
+				case 3:
+					if r, err := scheduler.Repaired(l, "admin"); err == nil {
+						l = r
+					}
+				case 4:
+					l, _ = scheduler.Validated(l, rapid.Bool().Draw(t, "pass"), "check")
+				}
+				if l.State == gpufleet.NodeRepairing && busy[n.Name] {
+					t.Fatalf("step %d: node %s in repair while a job holds it", step, n.Name)
+				}
+				life[n.Name] = l
+				if l.State != gpufleet.NodeReady || n.State == scheduler.Ready {
+					n.State = scheduler.StateOf(l.State)
+				}
+			}
 			out := scheduler.Schedule(in)
 			checkOutput(t, in, out)
 			in = scheduler.Apply(in, out, in.Now.Add(time.Duration(rapid.IntRange(0, 120).Draw(t, "dt"))*time.Second))

@@ -14,11 +14,12 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/health"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
-// healthActor names the health rules in the audit log and in state
-// reasons: a state whose reason starts with it was set automatically, and
-// counts against the quarantine circuit breaker.
+// healthActor names the health rules in the audit log; the states they
+// set carry cause gpufleet.CauseHealth, which the quarantine circuit
+// breaker counts (scheduler.Breaker).
 const healthActor = "health"
 
 // nodeHealth is what the server keeps in memory about a node's health
@@ -255,7 +256,7 @@ func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary
 	if err != nil {
 		return err
 	}
-	if n.State != gpufleet.NodeReady && n.State != gpufleet.NodeCordoned {
+	if _, ok := scheduler.Quarantine(scheduler.NodeLife{State: n.State}, ""); !ok {
 		return nil // already out of service, or being repaired
 	}
 	// explain is the explanation of gpu's condition that carries the
@@ -283,14 +284,16 @@ func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary
 				continue
 			}
 			for _, g := range n.GPUs {
-				if g.Index == gs.Index && (g.State == "" || g.State == gpufleet.NodeReady) {
-					reason := healthActor + ": " + gs.Reason
-					if e := explain(g.Index); e != "" {
-						reason = healthActor + ": " + e
-					}
-					drainGPUs = append(drainGPUs, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: gs.Health, Reason: gs.Reason,
-						State: gpufleet.NodeDraining, StateReason: reason})
+				if g.Index != gs.Index || (g.State != "" && g.State != gpufleet.NodeReady) {
+					continue
 				}
+				reason := gs.Reason
+				if e := explain(g.Index); e != "" {
+					reason = e
+				}
+				l, _ := scheduler.Quarantine(scheduler.NodeLife{State: g.State}, reason)
+				drainGPUs = append(drainGPUs, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: gs.Health, Reason: gs.Reason,
+					State: l.State, StateReason: l.Reason, StateCause: l.Cause})
 			}
 		}
 		adding = len(drainGPUs)
@@ -298,52 +301,25 @@ func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary
 	if adding == 0 {
 		return nil
 	}
-	total, out, err := s.quarantined(ctx)
+	nodes, err := s.st.Nodes(ctx)
 	if err != nil {
 		return err
 	}
-	q := health.CheckQuarantine(total, out, adding, s.cfg.Health.QuarantineMaxFraction)
+	q := scheduler.Breaker(nodes, adding, s.cfg.Health.QuarantineMaxFraction)
 	if !q.Allowed {
 		s.log.Error("circuit breaker: automatic quarantine refused", "node", node, "reason", q.Reason)
 		return s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: healthActor, Kind: "health.quarantine_refused", Object: node,
 			Detail: fmt.Sprintf("%s (%s); the conditions stay reported: drain by hand if they are real", q.Reason, sum.Reason)})
 	}
 	if nodeScope {
-		reason := healthActor + ": " + sum.Reason
+		reason := sum.Reason
 		if e := explain(-1); e != "" {
-			reason = healthActor + ": " + e
+			reason = e
 		}
-		return s.st.SetNodeState(ctx, node, gpufleet.NodeDraining, reason, healthActor, now)
+		l, _ := scheduler.Quarantine(scheduler.NodeLife{State: n.State}, reason)
+		return s.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, healthActor, now)
 	}
 	return s.st.SetNodeHealth(ctx, node, n.Health, n.HealthReason, drainGPUs, now)
-}
-
-// quarantined counts the fleet's GPUs and those held out of service by
-// automatic quarantine (a state reason written by the health rules).
-func (s *Server) quarantined(ctx context.Context) (total, out int, err error) {
-	nodes, err := s.st.Nodes(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	auto := func(reason string) bool { return strings.HasPrefix(reason, healthActor+":") }
-	for _, n := range nodes {
-		total += len(n.GPUs)
-		if outOfService(n.State) && auto(n.StateReason) {
-			out += len(n.GPUs)
-			continue
-		}
-		for _, g := range n.GPUs {
-			if outOfService(g.State) && auto(g.StateReason) {
-				out++
-			}
-		}
-	}
-	return total, out, nil
-}
-
-// outOfService reports whether a state keeps work off.
-func outOfService(st gpufleet.NodeState) bool {
-	return st == gpufleet.NodeDraining || st == gpufleet.NodeRepairing || st == gpufleet.NodeValidating
 }
 
 // judgeSilent reports nodes silent past the grace as unhealthy (once) and
@@ -406,12 +382,8 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 		}
 	}
 	for _, n := range nodes {
-		if n.State == gpufleet.NodeDraining && !busyNode[n.Name] {
-			reason := n.StateReason
-			if reason == "" {
-				reason = "drained"
-			}
-			if err := s.st.SetNodeState(ctx, n.Name, gpufleet.NodeRepairing, reason, "system", now); err != nil {
+		if l, ok := scheduler.Drained(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, busyNode[n.Name]); ok {
+			if err := s.st.SetNodeState(ctx, n.Name, l.State, l.Cause, l.Reason, "system", now); err != nil {
 				return moved, err
 			}
 			moved = true
@@ -419,12 +391,11 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 		}
 		var done []gpufleet.NodeGPU
 		for _, g := range n.GPUs {
-			if g.State != gpufleet.NodeDraining || busyGPU[g.UUID] ||
-				slices.ContainsFunc(g.MIGInstances, func(m gpufleet.MIGInstance) bool { return busyGPU[m.UUID] }) {
-				continue
+			busy := busyGPU[g.UUID] || slices.ContainsFunc(g.MIGInstances, func(m gpufleet.MIGInstance) bool { return busyGPU[m.UUID] })
+			if l, ok := scheduler.Drained(scheduler.NodeLife{State: g.State, Cause: g.StateCause, Reason: g.StateReason}, busy); ok {
+				done = append(done, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
+					State: l.State, StateReason: l.Reason, StateCause: l.Cause})
 			}
-			done = append(done, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
-				State: gpufleet.NodeRepairing, StateReason: g.StateReason})
 		}
 		if len(done) > 0 {
 			if err := s.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
@@ -496,19 +467,17 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	if err != nil {
 		return err
 	}
-	next := gpufleet.NodeReady
-	reason := "validation passed" // the event carries the detail
-	if !res.Passed {
-		next, reason = gpufleet.NodeRepairing, "validation failed: "+res.Detail
-	}
+	// The core decides each validating GPU's next state, and the node's;
+	// a GPU of a validating node validates with it.
+	next, _ := scheduler.Validated(scheduler.NodeLife{State: gpufleet.NodeValidating}, res.Passed, res.Detail)
 	var gpus []gpufleet.NodeGPU
 	for _, g := range n.GPUs {
 		if g.State != gpufleet.NodeValidating && n.State != gpufleet.NodeValidating {
 			continue
 		}
-		u := gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason, State: next, StateReason: reason}
-		if next == gpufleet.NodeReady {
-			u.State, u.StateReason, u.Health, u.Reason = gpufleet.NodeReady, "", gpufleet.Healthy, ""
+		u := gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason, State: next.State, StateReason: next.Reason, StateCause: next.Cause}
+		if next.State == gpufleet.NodeReady {
+			u.Health, u.Reason = gpufleet.Healthy, ""
 		}
 		gpus = append(gpus, u)
 	}
@@ -547,7 +516,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	s.liveMu.Unlock()
 	if n.State == gpufleet.NodeValidating && !res.Passed {
 		nodeHealth = gpufleet.Unhealthy
-		nodeReason = reason
+		nodeReason = next.Reason
 	}
 	if err := s.st.SetNodeHealth(ctx, node, nodeHealth, nodeReason, gpus, now); err != nil {
 		return err
@@ -559,8 +528,8 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
 		return err
 	}
-	if n.State == gpufleet.NodeValidating {
-		if err := s.st.SetNodeState(ctx, node, next, reason, "agent:"+node, now); err != nil {
+	if l, ok := scheduler.Validated(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, res.Passed, res.Detail); ok {
+		if err := s.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, "agent:"+node, now); err != nil {
 			return err
 		}
 	}
@@ -584,19 +553,20 @@ func (s *Server) markRepaired(ctx context.Context, p api.Principal, name string)
 	}
 	var gpus []gpufleet.NodeGPU
 	for _, g := range n.GPUs {
-		if g.State == gpufleet.NodeRepairing {
+		if l, err := scheduler.Repaired(scheduler.NodeLife{State: g.State, Cause: g.StateCause, Reason: g.StateReason}, actor(p)); err == nil {
 			gpus = append(gpus, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
-				State: gpufleet.NodeValidating, StateReason: "marked repaired by " + actor(p)})
+				State: l.State, StateReason: l.Reason, StateCause: l.Cause})
 		}
 	}
+	l, err := scheduler.Repaired(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, actor(p))
 	switch {
-	case n.State == gpufleet.NodeRepairing:
+	case err == nil:
 		if len(gpus) > 0 {
 			if err := s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now()); err != nil {
 				return err
 			}
 		}
-		return s.st.SetNodeState(ctx, name, gpufleet.NodeValidating, "marked repaired by "+actor(p), actor(p), s.now())
+		return s.st.SetNodeState(ctx, name, l.State, l.Cause, l.Reason, actor(p), s.now())
 	case len(gpus) > 0:
 		return s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now())
 	}

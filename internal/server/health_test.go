@@ -48,8 +48,8 @@ func TestFellOffTheBusDrainsRepairsAndValidates(t *testing.T) {
 	}
 	n, _ := f.srv.Node(ctx, f.admin, node.Node)
 	if n.State != gpufleet.NodeDraining || n.Health != gpufleet.Unhealthy || !strings.Contains(n.HealthReason, "gpu 3") ||
-		!strings.HasPrefix(n.StateReason, "health:") {
-		t.Fatalf("after XID 79: state %s (%s), health %s (%s)", n.State, n.StateReason, n.Health, n.HealthReason)
+		n.StateCause != gpufleet.CauseHealth {
+		t.Fatalf("after XID 79: state %s (%s, cause %q), health %s (%s)", n.State, n.StateReason, n.StateCause, n.Health, n.HealthReason)
 	}
 	f.cycle()
 	hb, _ := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: run, MissingGPUs: []string{lost}})

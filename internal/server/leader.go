@@ -624,7 +624,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)
-		sn := scheduler.Node{Name: n.Name, State: nodeState(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
+		sn := scheduler.Node{Name: n.Name, State: scheduler.StateOf(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
 			Reason: v.StateReason, Stack: gpufleet.NodeStack(n.Versions)}
 		if age, _ := s.heartbeatAge(n.Name, now); age > 0 {
 			sn.LastSeen = now.Add(-age)
@@ -671,18 +671,6 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 		in.Teams = append(in.Teams, scheduler.Team{Name: t.Name, Quota: t.Quota, BorrowingLimit: t.BorrowingLimit, Weight: t.Weight})
 	}
 	return in, nil
-}
-
-func nodeState(s gpufleet.NodeState) scheduler.GPUState {
-	switch s {
-	case gpufleet.NodeReady:
-		return scheduler.Ready
-	case gpufleet.NodeDraining:
-		return scheduler.Draining
-	case gpufleet.NodeDown:
-		return scheduler.Down
-	}
-	return scheduler.Cordoned
 }
 
 // toSchedJob converts a stored job: queued, or running with its attempt

@@ -183,7 +183,7 @@ func (s *Server) NodeActionBecause(ctx context.Context, p api.Principal, name st
 	if reason != "" {
 		why += ": " + reason
 	}
-	if err := s.st.SetNodeState(ctx, name, state, why, actor(p), s.now()); err != nil {
+	if err := s.st.SetNodeState(ctx, name, state, gpufleet.CauseOperator, why, actor(p), s.now()); err != nil {
 		return gpufleet.Node{}, err
 	}
 	s.nudge()

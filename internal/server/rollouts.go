@@ -218,7 +218,7 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 			// runs (the node returns to ready when it passes).
 			state := map[rollout.ActionKind]gpufleet.NodeState{rollout.Drain: gpufleet.NodeDraining, rollout.Cordon: gpufleet.NodeCordoned,
 				rollout.Validate: gpufleet.NodeValidating}[a.Kind]
-			if err := s.st.SetNodeState(ctx, a.Node, state, a.Reason, "rollout:"+r.ID, now); err != nil {
+			if err := s.st.SetNodeState(ctx, a.Node, state, gpufleet.CauseRollout, a.Reason, "rollout:"+r.ID, now); err != nil {
 				return moved, fmt.Errorf("rollout %s: %s %s: %w", r.ID, a.Kind, a.Node, err)
 			}
 			moved = true

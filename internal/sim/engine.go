@@ -39,11 +39,15 @@ type Config struct {
 	// RepairTime seconds; its jobs return to the queue with their progress.
 	NodeMTBF, RepairTime float64
 	// DrainMTBF is each node's mean time between health drains in seconds
-	// (exponential); 0 means none. A drained node takes no new work; the
-	// scheduler stops its jobs (reason code drain) with their grace, and
-	// once it is empty the node is down for RepairTime seconds, as an
-	// operator would take it for repair.
-	DrainMTBF float64
+	// (exponential); 0 means none. A drain follows the server's node
+	// lifecycle (scheduler.Quarantine, Drained, Repaired, Validated): the
+	// quarantine circuit breaker may refuse it (QuarantineMaxFraction of
+	// the fleet's GPUs, 0 = the health rules' default); a drained node
+	// takes no new work, the scheduler stops its jobs (reason code drain)
+	// with their grace, and once it is empty it is in repair for
+	// RepairTime seconds, then validates and returns to ready.
+	DrainMTBF             float64
+	QuarantineMaxFraction float64
 	// TimeLimitFactor, when positive, gives every job without a time limit
 	// of its own one of this many times its user's estimate, as a Slurm
 	// user sets --time from an estimate; jobs that outrun it are stopped
@@ -253,6 +257,8 @@ type engine struct {
 
 	nodes   []scheduler.Node
 	nodeVer []int // bumps whenever a node goes down, to drop its stale events
+	// life is each node's place on the repair path, as the core moves it.
+	life    []scheduler.NodeLife
 	gpuIdx  map[string]gpuRef
 	used    [][]float64
 	total   int
@@ -290,14 +296,16 @@ type engine struct {
 	preemptions int
 	failures    int
 	lost        int // runs lost with their node
-	runFails    int // runs that failed (Job.Fails)
-	retried     int // of them, the ones the core retried
-	drains      int
-	completed   int
-	stopCodes   map[string]int // stops decided, by reason code
-	endCodes    map[string]int // jobs ended unfinished, by code
-	waitCodes   map[string]int // why jobs queued at their submission, by code
-	buf         []scheduler.Job
+	// drainsRefused counts drains the quarantine circuit breaker refused.
+	drainsRefused int
+	runFails      int // runs that failed (Job.Fails)
+	retried       int // of them, the ones the core retried
+	drains        int
+	completed     int
+	stopCodes     map[string]int // stops decided, by reason code
+	endCodes      map[string]int // jobs ended unfinished, by code
+	waitCodes     map[string]int // why jobs queued at their submission, by code
+	buf           []scheduler.Job
 	// fleetVersion changes whenever a node's state changes (failures,
 	// repairs), so the scheduler may reuse its fleet index in between.
 	fleetVersion uint64
@@ -385,6 +393,10 @@ func newEngine(tr *Trace, cl *Cluster, cfg Config) *engine {
 	e.nodes = make([]scheduler.Node, len(cl.Nodes))
 	e.used = make([][]float64, len(cl.Nodes))
 	e.nodeVer = make([]int, len(cl.Nodes))
+	e.life = make([]scheduler.NodeLife, len(cl.Nodes))
+	for i := range e.life {
+		e.life[i].State = gpufleet.NodeReady
+	}
 	for i, n := range cl.Nodes {
 		n.GPUs = slices.Clone(n.GPUs)
 		e.nodes[i] = n
@@ -650,9 +662,19 @@ func (e *engine) handle(ev event) {
 		if ev.version != e.nodeVer[ev.node] || n.State != scheduler.Ready {
 			return
 		}
+		l, ok := scheduler.Quarantine(e.life[ev.node], "simulated health drain")
+		if !ok {
+			return
+		}
+		if q := scheduler.Breaker(e.fleetView(), len(n.GPUs), e.cfg.QuarantineMaxFraction); !q.Allowed {
+			e.drainsRefused++
+			e.pushNodeEvents(ev.node)
+			return
+		}
 		e.drains++
 		e.draining++
-		e.setNode(ev.node, scheduler.Draining, "simulated health drain")
+		e.life[ev.node] = l
+		e.setNode(ev.node, scheduler.StateOf(l.State), l.Reason)
 		e.decide = true
 	case evWake:
 		if ev.t == e.wakeAt {
@@ -664,7 +686,11 @@ func (e *engine) handle(ev event) {
 			e.runFailed(js)
 		}
 	case evRepair:
-		e.setNode(ev.node, scheduler.Ready, "")
+		if l, err := scheduler.Repaired(e.life[ev.node], "simulator"); err == nil {
+			// Repaired after RepairTime; its validation passes.
+			e.life[ev.node], _ = scheduler.Validated(l, true, "")
+		}
+		e.setNode(ev.node, scheduler.StateOf(e.life[ev.node].State), "")
 		e.nodes[ev.node].LastSeen = time.Time{}
 		e.pushNodeEvents(ev.node)
 	}
@@ -712,19 +738,28 @@ func (e *engine) setNode(i int, state scheduler.GPUState, reason string) {
 	}
 }
 
-// down takes node i down for repair; its pending failure and drain events
-// go stale.
+// down takes node i down (it went silent) until RepairTime passes; its
+// pending failure and drain events go stale. Its place on the repair path
+// (e.life) is kept: a draining node that comes back still drains.
 func (e *engine) down(i int) {
-	if e.nodes[i].State == scheduler.Draining {
-		e.draining--
-	}
 	e.nodeVer[i]++
 	e.setNode(i, scheduler.Down, "")
 	e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: i})
 }
 
-// repairDrained takes every draining node that no job holds any more down
-// for repair.
+// fleetView is the fleet as the quarantine circuit breaker counts it:
+// each node's GPUs and its place on the repair path.
+func (e *engine) fleetView() []gpufleet.Node {
+	out := make([]gpufleet.Node, len(e.nodes))
+	for i, n := range e.nodes {
+		out[i] = gpufleet.Node{Name: n.Name, State: e.life[i].State, StateCause: e.life[i].Cause, GPUs: make([]gpufleet.NodeGPU, len(n.GPUs))}
+	}
+	return out
+}
+
+// repairDrained moves every draining node that no job holds any more to
+// repair (scheduler.Drained) for RepairTime; its pending failure and
+// drain events go stale.
 func (e *engine) repairDrained() {
 	held := map[int]bool{}
 	for _, js := range e.running {
@@ -732,10 +767,16 @@ func (e *engine) repairDrained() {
 			held[g.node] = true
 		}
 	}
-	for i, n := range e.nodes {
-		if n.State == scheduler.Draining && !held[i] {
-			e.down(i)
+	for i := range e.nodes {
+		l, ok := scheduler.Drained(e.life[i], held[i])
+		if !ok || e.nodes[i].State == scheduler.Down {
+			continue
 		}
+		e.life[i] = l
+		e.draining--
+		e.nodeVer[i]++
+		e.setNode(i, scheduler.StateOf(l.State), l.Reason)
+		e.push(event{t: e.now + max(e.cfg.RepairTime, 1), kind: evRepair, node: i})
 	}
 }
 

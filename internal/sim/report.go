@@ -96,8 +96,11 @@ type Report struct {
 	// (scheduler.AfterRun, with the job's retries); the others ended their
 	// job (Ended's retries_exhausted).
 	FailedRuns int `json:"failed_runs"`
-	Retries    int `json:"retries"`
-	Drains     int `json:"drains"`
+	// DrainsRefused counts health drains the quarantine circuit breaker
+	// refused (scheduler.Breaker).
+	DrainsRefused int `json:"drains_refused"`
+	Retries       int `json:"retries"`
+	Drains        int `json:"drains"`
 	// WaitReasons counts, by reason code, why jobs that queued at their
 	// submission waited then, as the scheduler told them.
 	WaitReasons   map[string]int `json:"wait_reasons"`
@@ -144,7 +147,7 @@ func (e *engine) result() *Result {
 		Policy: e.cfg.Policy.Name, Trace: e.tr.Name, Format: e.tr.Format,
 		Jobs: len(e.jobs), Skipped: e.tr.Skipped, BadLines: e.tr.BadLines, InvalidRows: e.tr.Invalid,
 		CapacityGPUs: e.total, Preemptions: e.preemptions, Failures: e.failures, Lost: e.lost, Drains: e.drains,
-		FailedRuns: e.runFails, Retries: e.retried,
+		FailedRuns: e.runFails, Retries: e.retried, DrainsRefused: e.drainsRefused,
 		Stops: e.stopCodes, Ended: e.endCodes, WaitReasons: e.waitCodes,
 		Cycles: e.cycles, Decisions: e.decisions,
 		FinalAllocatedGPUs: e.allocated, UnallocatedGPUs: float64(e.total) - e.allocated,

@@ -35,18 +35,18 @@ func (r nodeRow) node() gpufleet.Node {
 	return n
 }
 
-const nodeCols = `name, state, health, state_reason, health_reason, metrics_url, labels, versions, gpus`
+const nodeCols = `name, state, health, state_reason, state_cause, health_reason, metrics_url, labels, versions, gpus`
 
 func scanNode(r scanner) (nodeRow, error) {
 	var (
 		row                    nodeRow
-		state, health          string
+		state, health, cause   string
 		labels, versions, gpus string
 	)
-	if err := r.Scan(&row.n.Name, &state, &health, &row.stateReason, &row.healthReason, &row.n.MetricsURL, &labels, &versions, &gpus); err != nil {
+	if err := r.Scan(&row.n.Name, &state, &health, &row.stateReason, &cause, &row.healthReason, &row.n.MetricsURL, &labels, &versions, &gpus); err != nil {
 		return row, err
 	}
-	row.n.State, row.n.Health = gpufleet.NodeState(state), gpufleet.Health(health)
+	row.n.State, row.n.Health, row.n.StateCause = gpufleet.NodeState(state), gpufleet.Health(health), gpufleet.StateCause(cause)
 	for _, x := range []struct {
 		src string
 		dst any
@@ -72,8 +72,14 @@ func normalizeNode(n *gpufleet.Node) {
 		n.GPUs = []gpufleet.NodeGPU{}
 	}
 	for i := range n.GPUs {
-		if n.GPUs[i].MIGInstances == nil {
-			n.GPUs[i].MIGInstances = []gpufleet.MIGInstance{}
+		g := &n.GPUs[i]
+		if g.MIGInstances == nil {
+			g.MIGInstances = []gpufleet.MIGInstance{}
+		}
+		if g.StateCause == "" && g.State != gpufleet.NodeReady && strings.HasPrefix(g.StateReason, "health:") {
+			// Written before causes were kept (migration 0017 says the
+			// same of nodes): the health rules' drains began so.
+			g.StateCause = gpufleet.CauseHealth
 		}
 	}
 }
@@ -127,7 +133,7 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 		gpus := make([]gpufleet.NodeGPU, len(n.GPUs))
 		for i, g := range n.GPUs {
 			if o, ok := oldGPUs[g.UUID]; ok && g.UUID != "" {
-				g.State, g.Health, g.Reason = o.State, o.Health, o.Reason
+				g.State, g.StateReason, g.StateCause, g.Health, g.Reason = o.State, o.StateReason, o.StateCause, o.Health, o.Reason
 			}
 			if g.State == "" {
 				g.State = gpufleet.NodeReady
@@ -153,7 +159,7 @@ func (s *SQL) PutNode(ctx context.Context, n gpufleet.Node) error {
 		} else {
 			var res sql.Result
 			res, err = tx.ExecContext(ctx, s.q(`INSERT INTO nodes (`+nodeCols+`, registered_at, updated_at)
-	VALUES (?, 'ready', 'healthy', '', '', ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
+	VALUES (?, 'ready', 'healthy', '', '', '', ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 				n.Name, n.MetricsURL, string(labels), string(versions), string(gj), nanos(now), nanos(now))
 			if err == nil {
 				if k, _ := res.RowsAffected(); k == 0 {
@@ -225,7 +231,7 @@ var validNodeStates = map[gpufleet.NodeState]bool{
 // SetNodeState changes a node's state and state reason, with a
 // "node.<state>" event (node.cordoned, node.ready...). Setting the state
 // and reason it already has changes nothing.
-func (s *SQL) SetNodeState(ctx context.Context, name string, state gpufleet.NodeState, reason, actor string, at time.Time) error {
+func (s *SQL) SetNodeState(ctx context.Context, name string, state gpufleet.NodeState, cause gpufleet.StateCause, reason, actor string, at time.Time) error {
 	if !validNodeStates[state] {
 		return invalid("node %s: state %q", name, state)
 	}
@@ -235,11 +241,11 @@ func (s *SQL) SetNodeState(ctx context.Context, name string, state gpufleet.Node
 		if err != nil {
 			return err
 		}
-		if old.n.State == state && old.stateReason == reason {
+		if old.n.State == state && old.stateReason == reason && old.n.StateCause == cause {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE nodes SET state = ?, state_reason = ?, updated_at = ? WHERE name = ?`),
-			string(state), reason, nanos(at), name); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE nodes SET state = ?, state_reason = ?, state_cause = ?, updated_at = ? WHERE name = ?`),
+			string(state), reason, string(cause), nanos(at), name); err != nil {
 			return fmt.Errorf("set node %s state: %w", name, err)
 		}
 		detail := fmt.Sprintf("%s -> %s", old.n.State, state)
@@ -324,7 +330,7 @@ func (s *SQL) SetNodeHealth(ctx context.Context, name string, health gpufleet.He
 				events = append(events, gpufleet.Event{At: at, Actor: "health", Kind: "gpu." + string(h), Object: cur[i].UUID, Detail: detail})
 			}
 			cur[i].Health, cur[i].Reason = h, g.Reason
-			if g.State != "" && (g.State != cur[i].State || g.StateReason != cur[i].StateReason) {
+			if g.State != "" && (g.State != cur[i].State || g.StateReason != cur[i].StateReason || g.StateCause != cur[i].StateCause) {
 				if !validNodeStates[g.State] {
 					return invalid("node %s gpu %d: state %q", name, cur[i].Index, g.State)
 				}
@@ -335,7 +341,7 @@ func (s *SQL) SetNodeHealth(ctx context.Context, name string, health gpufleet.He
 					}
 					events = append(events, gpufleet.Event{At: at, Actor: "health", Kind: "gpu." + string(g.State), Object: cur[i].UUID, Detail: detail})
 				}
-				cur[i].State, cur[i].StateReason = g.State, g.StateReason
+				cur[i].State, cur[i].StateReason, cur[i].StateCause = g.State, g.StateReason, g.StateCause
 			}
 		}
 		gj, err := json.Marshal(cur)

@@ -284,7 +284,7 @@ type Store interface {
 	PutNode(ctx context.Context, n gpufleet.Node) error
 	Node(ctx context.Context, name string) (gpufleet.Node, error)
 	Nodes(ctx context.Context) ([]gpufleet.Node, error)
-	SetNodeState(ctx context.Context, name string, state gpufleet.NodeState, reason, actor string, at time.Time) error
+	SetNodeState(ctx context.Context, name string, state gpufleet.NodeState, cause gpufleet.StateCause, reason, actor string, at time.Time) error
 	SetNodeHealth(ctx context.Context, name string, health gpufleet.Health, reason string, gpus []gpufleet.NodeGPU, at time.Time) error
 
 	// SubmitJobs stores new jobs in one transaction. A job whose (team,

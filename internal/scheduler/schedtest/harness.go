@@ -55,6 +55,12 @@ import (
 //	gpudraw MODEL CLASS=WATTS ...        what a GPU of MODEL adds to its rack's draw per class
 //	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
 //	                                     its runs are lost after config lost-after=
+//	quarantine n1 reason=WORDS [max=0.1] the health rules take the node out of service
+//	----                                 (scheduler.Quarantine within scheduler.Breaker)
+//	node n1 draining health: WORDS
+//	repaired n1 / validated n1 pass|fail [detail=WORDS]
+//	----                                 the repair path (scheduler.Repaired, Validated);
+//	node n1 validating operator: ...     a schedule first moves drained nodes to repairing
 //	cancel j0                            the job's cancel is requested (scheduler.Cancel:
 //	                                     a queued job ends at once, a running one is stopped)
 //	schedule at=10s [dry] [recheck]      recheck prints Output.Recheck
@@ -73,6 +79,11 @@ type Harness struct {
 	in     scheduler.Input
 	policy string
 	cfgOps [][2]string
+	// life is each node's place on the repair path (scheduler.NodeLife),
+	// for nodes the lifecycle commands moved; maxQuarantine the breaker's
+	// fraction (0: the health rules' default).
+	life          map[string]scheduler.NodeLife
+	maxQuarantine float64
 }
 
 // NewHarness returns a harness with the mini catalog and policy gpufleet.
@@ -109,7 +120,7 @@ func (h *Harness) Run(script string) (string, error) {
 			continue
 		}
 		fields := strings.Fields(trim)
-		if fields[0] != "schedule" && fields[0] != "advance" && fields[0] != "ended" {
+		if !blockCommands[fields[0]] {
 			if err := h.command(fields); err != nil {
 				return "", fmt.Errorf("line %d: %w", lineNo, err)
 			}
@@ -122,6 +133,8 @@ func (h *Harness) Run(script string) (string, error) {
 			got, err = h.schedule(fields[1:])
 		case "ended":
 			got, err = h.ended(fields[1:])
+		case "quarantine", "repaired", "validated":
+			got, err = h.nodeLife(fields[0], fields[1:])
 		default:
 			got, err = h.advance(fields[1:])
 		}
@@ -646,6 +659,7 @@ func (h *Harness) schedule(f []string) (string, error) {
 	}
 	var b strings.Builder
 	h.moveTo(now, &b)
+	h.drained(&b)
 	in := h.in
 	in.Config = cfg
 	out := scheduler.Schedule(in)
@@ -701,6 +715,108 @@ func (h *Harness) advance(f []string) (string, error) {
 		b.WriteString("nothing to do\n")
 	}
 	return b.String(), nil
+}
+
+// blockCommands are the commands followed by an expected block.
+var blockCommands = map[string]bool{"schedule": true, "advance": true, "ended": true, "quarantine": true, "repaired": true, "validated": true}
+
+// lifeOf is node i's place on the repair path.
+func (h *Harness) lifeOf(name string) scheduler.NodeLife {
+	if l, ok := h.life[name]; ok {
+		return l
+	}
+	return scheduler.NodeLife{State: gpufleet.NodeReady}
+}
+
+// setLife moves a node along the repair path, and the scheduler's view of
+// it with it (scheduler.StateOf), and says so: "node N STATE CAUSE: REASON".
+func (h *Harness) setLife(name string, l scheduler.NodeLife, b *strings.Builder) {
+	if h.life == nil {
+		h.life = map[string]scheduler.NodeLife{}
+	}
+	h.life[name] = l
+	for i := range h.in.Nodes {
+		if h.in.Nodes[i].Name == name {
+			h.in.Nodes[i].State, h.in.Nodes[i].Reason = scheduler.StateOf(l.State), l.Reason
+		}
+	}
+	fmt.Fprintf(b, "node %s %s", name, l.State)
+	if l.Cause != "" || l.Reason != "" {
+		fmt.Fprintf(b, " %s: %s", l.Cause, l.Reason)
+	}
+	b.WriteString("\n")
+}
+
+// nodeLife runs quarantine, repaired and validated.
+func (h *Harness) nodeLife(cmd string, f []string) (string, error) {
+	if len(f) < 1 {
+		return "", fmt.Errorf("%s NODE", cmd)
+	}
+	name := f[0]
+	if !slices.ContainsFunc(h.in.Nodes, func(n scheduler.Node) bool { return n.Name == name }) {
+		return "", fmt.Errorf("%s: no node %s", cmd, name)
+	}
+	a, flags := parseArgs(f[1:])
+	words := strings.ReplaceAll(a["reason"]+a["detail"], "_", " ")
+	var b strings.Builder
+	cur := h.lifeOf(name)
+	switch cmd {
+	case "quarantine":
+		if v, ok := a["max"]; ok {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return "", fmt.Errorf("quarantine max: %w", err)
+			}
+			h.maxQuarantine = x
+		}
+		l, ok := scheduler.Quarantine(cur, words)
+		if !ok {
+			return fmt.Sprintf("node %s stays %s\n", name, cur.State), nil
+		}
+		var fleet []gpufleet.Node
+		adding := 0
+		for _, n := range h.in.Nodes {
+			nl := h.lifeOf(n.Name)
+			fleet = append(fleet, gpufleet.Node{Name: n.Name, State: nl.State, StateCause: nl.Cause, GPUs: make([]gpufleet.NodeGPU, len(n.GPUs))})
+			if n.Name == name {
+				adding = len(n.GPUs)
+			}
+		}
+		if q := scheduler.Breaker(fleet, adding, h.maxQuarantine); !q.Allowed {
+			return "refused: " + q.Reason + "\n", nil
+		}
+		h.setLife(name, l, &b)
+	case "repaired":
+		l, err := scheduler.Repaired(cur, "admin")
+		if err != nil {
+			return "refused: " + err.Error() + "\n", nil
+		}
+		h.setLife(name, l, &b)
+	case "validated":
+		l, ok := scheduler.Validated(cur, flags["pass"], words)
+		if !ok {
+			return fmt.Sprintf("node %s stays %s\n", name, cur.State), nil
+		}
+		h.setLife(name, l, &b)
+	}
+	return b.String(), nil
+}
+
+// drained moves every draining node on the repair path that no running
+// job holds any more to repairing (scheduler.Drained), as the server
+// does at the start of its cycle.
+func (h *Harness) drained(b *strings.Builder) {
+	busy := map[string]bool{}
+	for _, j := range h.in.Jobs {
+		for _, p := range j.Placement {
+			busy[p.Node] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(h.life)) {
+		if l, ok := scheduler.Drained(h.life[name], busy[name]); ok {
+			h.setLife(name, l, b)
+		}
+	}
 }
 
 // ended ends a running job's run with scheduler.Ended and says what

@@ -400,8 +400,8 @@ func testNodes(t *testing.T, s store.Store) {
 		t.Errorf("new node (-want +got):\n%s", diff)
 	}
 
-	wantErr(t, "cordon", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, "maintenance", "admin", T0), nil)
-	wantErr(t, "cordon again", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, "maintenance", "admin", T0), nil)
+	wantErr(t, "cordon", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, gpufleet.CauseOperator, "maintenance", "admin", T0), nil)
+	wantErr(t, "cordon again", s.SetNodeState(ctx, "n2", gpufleet.NodeCordoned, gpufleet.CauseOperator, "maintenance", "admin", T0), nil)
 	wantErr(t, "gpu unhealthy", s.SetNodeHealth(ctx, "n2", gpufleet.Degraded, "gpu 1 xid 79",
 		[]gpufleet.NodeGPU{{UUID: "n2-gpu1", Health: gpufleet.Unhealthy, Reason: "xid 79"}}, T0), nil)
 	// Re-registration with a new driver and a third GPU keeps state and health.
@@ -412,7 +412,7 @@ func testNodes(t *testing.T, s store.Store) {
 	wantErr(t, "node", err, nil)
 	want.Versions = n.Versions
 	want.State, want.Health, want.Reason = gpufleet.NodeCordoned, gpufleet.Degraded, "gpu 1 xid 79"
-	want.StateReason, want.HealthReason = "maintenance", "gpu 1 xid 79"
+	want.StateReason, want.StateCause, want.HealthReason = "maintenance", gpufleet.CauseOperator, "gpu 1 xid 79"
 	want.GPUs[1].Health, want.GPUs[1].Reason = gpufleet.Unhealthy, "xid 79"
 	want.GPUs = append(want.GPUs, gpufleet.NodeGPU{Index: 2, UUID: "n2-gpu2", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30, State: gpufleet.NodeReady, Health: gpufleet.Healthy})
 	if diff := cmp.Diff(want, got, equateEmpty); diff != "" {
@@ -423,11 +423,11 @@ func testNodes(t *testing.T, s store.Store) {
 	if len(all) != 2 || all[0].Name != "n1" || all[1].Name != "n2" {
 		t.Errorf("nodes %v, want n1, n2", all)
 	}
-	wantErr(t, "unknown node state", s.SetNodeState(ctx, "nope", gpufleet.NodeCordoned, "", "admin", T0), gpufleet.ErrNotFound)
-	wantErr(t, "bad state", s.SetNodeState(ctx, "n2", "asleep", "", "admin", T0), gpufleet.ErrInvalid)
+	wantErr(t, "unknown node state", s.SetNodeState(ctx, "nope", gpufleet.NodeCordoned, gpufleet.CauseOperator, "", "admin", T0), gpufleet.ErrNotFound)
+	wantErr(t, "bad state", s.SetNodeState(ctx, "n2", "asleep", gpufleet.CauseOperator, "", "admin", T0), gpufleet.ErrInvalid)
 	_, err = s.Node(ctx, "nope")
 	wantErr(t, "unknown node", err, gpufleet.ErrNotFound)
-	wantErr(t, "uncordon", s.SetNodeState(ctx, "n2", gpufleet.NodeReady, "", "admin", T0), nil)
+	wantErr(t, "uncordon", s.SetNodeState(ctx, "n2", gpufleet.NodeReady, gpufleet.CauseOperator, "", "admin", T0), nil)
 	if got := kinds(events(t, s, store.EventFilter{Object: "n2"})); !cmp.Equal(got, []string{"node.registered", "node.cordoned", "node.degraded", "node.registered", "node.versions", "node.ready"}) {
 		t.Errorf("node events %v", got)
 	}
@@ -473,7 +473,7 @@ func testNodeHealth(t *testing.T, s store.Store) {
 	})
 	ctx := t.Context()
 	wantErr(t, "put", s.PutNode(ctx, testNode("n1")), nil)
-	wantErr(t, "cordon", s.SetNodeState(ctx, "n1", gpufleet.NodeCordoned, "by admin", "admin", T0), nil)
+	wantErr(t, "cordon", s.SetNodeState(ctx, "n1", gpufleet.NodeCordoned, gpufleet.CauseOperator, "by admin", "admin", T0), nil)
 	wantErr(t, "unhealthy", s.SetNodeHealth(ctx, "n1", gpufleet.Unhealthy, "ecc", nil, T0), nil)
 	n, _ := s.Node(ctx, "n1")
 	if n.Reason != "ecc" {
@@ -750,7 +750,7 @@ func testFencedWrites(t *testing.T, s store.Store) {
 		f := store.Fenced(ctx, tc.epoch)
 		before, err := s.LastEventID(ctx)
 		wantErr(t, "last event", err, nil)
-		wantErr(t, "node state", s.SetNodeState(f, "n1", gpufleet.NodeDraining, "health", "health", T0), tc.want)
+		wantErr(t, "node state", s.SetNodeState(f, "n1", gpufleet.NodeDraining, gpufleet.CauseOperator, "health", "health", T0), tc.want)
 		wantErr(t, "node health", s.SetNodeHealth(f, "n1", gpufleet.Degraded, "xid 79", nil, T0), tc.want)
 		wantErr(t, "versions", s.SetNodeVersions(f, "n1", map[string]string{"driver": "550.54.15"}, T0), tc.want)
 		wantErr(t, "rollout", s.PutRollout(f, r, "leader", "step"), tc.want)
