@@ -83,7 +83,9 @@ func OutOfService(s gpufleet.NodeState) bool {
 // out of service: on the repair path with cause health (the node's, or
 // the GPU's own).
 func Quarantined(nodes []gpufleet.Node) (total, out int) {
-	held := func(s gpufleet.NodeState, c gpufleet.StateCause) bool { return OutOfService(s) && c == gpufleet.CauseHealth }
+	held := func(s gpufleet.NodeState, c gpufleet.StateCause) bool {
+		return OutOfService(s) && c == gpufleet.CauseHealth
+	}
 	for _, n := range nodes {
 		total += len(n.GPUs)
 		if held(n.State, n.StateCause) {
