@@ -56,6 +56,38 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// FormatDuration writes d for people, in its two largest units, rounded
+// to the second from one second up: 250ms, 45s, 1m30s, 2h5m, 3d4h (a zero
+// second unit is left out: 4h, 2d). It is the one formatter of durations
+// for tables, pages, reasons and explanations; ParseDuration reads what it
+// writes below a day. Negative durations take a minus sign.
+func FormatDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + FormatDuration(-d)
+	}
+	if d < time.Second {
+		return d.String()
+	}
+	d = d.Round(time.Second)
+	units := [...]struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}}
+	for i, u := range units {
+		if d < u.d {
+			continue
+		}
+		out := strconv.FormatInt(int64(d/u.d), 10) + u.name
+		if i+1 < len(units) {
+			if rest := (d % u.d) / units[i+1].d; rest > 0 {
+				out += strconv.FormatInt(int64(rest), 10) + units[i+1].name
+			}
+		}
+		return out
+	}
+	return "0s"
+}
+
 // Duration is a span of time in a request. JSON and job files carry it as
 // a string in ParseDuration's forms or as a number of seconds; it is
 // written back as a Go duration ("4h0m0s"). Zero means not given.

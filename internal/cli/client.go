@@ -187,9 +187,9 @@ func (c *clientEnv) ago(t *time.Time) string {
 	}
 	d := c.now().Sub(*t)
 	if d < 0 {
-		return "in " + roughDuration(-d)
+		return "in " + gpufleet.FormatDuration(-d)
 	}
-	return roughDuration(d) + " ago"
+	return gpufleet.FormatDuration(d) + " ago"
 }
 
 // eta prints when t is, in relative words ("in 12m", "now", "unknown").
@@ -203,7 +203,7 @@ func (c *clientEnv) eta(e gpufleet.QueueEntry) string {
 	}
 	in := func(t time.Time) string {
 		if d := t.Sub(c.now()); d > 30*time.Second {
-			return "in " + roughDuration(d)
+			return "in " + gpufleet.FormatDuration(d)
 		}
 		return "now"
 	}
@@ -224,34 +224,12 @@ func confidence(e gpufleet.QueueEntry) string {
 	return fmt.Sprintf("%.0f%%", *e.ETAConfidence*100)
 }
 
-// roughDuration prints d in its two largest units, rounded down: 45s, 12m,
-// 3h05m, 2d04h.
-func roughDuration(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		h := int(d.Hours())
-		if m := int(d.Minutes()) % 60; m != 0 {
-			return fmt.Sprintf("%dh%02dm", h, m)
-		}
-		return fmt.Sprintf("%dh", h)
-	}
-	days := int(d.Hours()) / 24
-	if h := int(d.Hours()) % 24; h != 0 {
-		return fmt.Sprintf("%dd%02dh", days, h)
-	}
-	return fmt.Sprintf("%dd", days)
-}
-
 // seconds prints an optional duration in seconds.
 func seconds(v *float64) string {
 	if v == nil {
 		return "-"
 	}
-	return roughDuration(time.Duration(*v * float64(time.Second)))
+	return gpufleet.FormatDuration(time.Duration(*v * float64(time.Second)))
 }
 
 // orDash prints s, or - when empty.

@@ -167,7 +167,7 @@ func heartbeat(age *float64) string {
 	if age == nil {
 		return "never"
 	}
-	return roughDuration(time.Duration(*age*float64(time.Second))) + " ago"
+	return gpufleet.FormatDuration(time.Duration(*age*float64(time.Second))) + " ago"
 }
 
 func newNodeActionCmd(c *clientEnv, a api.NodeAction) *cobra.Command {

@@ -227,9 +227,9 @@ func (e *gpuEval) xids() {
 	c, fired, growth, span := track("app-xids", pc, true, pc.Last+app, e.now, e.cfg.AppXIDWindow, e.cfg.AppXIDBurst)
 	e.next.Counters = append(e.next.Counters, c)
 	if fired {
-		e.add("xid-app-burst", fmt.Sprintf("%d application XIDs in %s", growth, fmtDur(span)), fmt.Sprintf(
+		e.add("xid-app-burst", fmt.Sprintf("%d application XIDs in %s", growth, gpufleet.FormatDuration(span)), fmt.Sprintf(
 			"GPU %d raised %d application-class XIDs in %s (threshold %d per %s): check whether they come from one job or many, and drain the GPU for diagnostics if many.",
-			e.ev.Index, growth, fmtDur(span), e.cfg.AppXIDBurst, fmtDur(e.cfg.AppXIDWindow)))
+			e.ev.Index, growth, gpufleet.FormatDuration(span), e.cfg.AppXIDBurst, gpufleet.FormatDuration(e.cfg.AppXIDWindow)))
 	}
 }
 
@@ -299,9 +299,9 @@ func (e *gpuEval) memory() {
 		v          *uint64
 	}{{"ecc-corrected-volatile", "volatile", g.ECCCorrectedVolatile}, {"ecc-corrected-aggregate", "aggregate", g.ECCCorrectedAggregate}} {
 		if fired, from, to, span := e.counter(c.name, c.v, e.cfg.ECCCorrectedWindow, e.cfg.ECCCorrectedGrowth); fired {
-			e.add("ecc-sbe-rate", fmt.Sprintf("correctable ECC errors +%d in %s", to-from, fmtDur(span)), fmt.Sprintf(
+			e.add("ecc-sbe-rate", fmt.Sprintf("correctable ECC errors +%d in %s", to-from, gpufleet.FormatDuration(span)), fmt.Sprintf(
 				"GPU %d's correctable ECC count (%s) rose by %d in %s (threshold %d per %s): watch for row remaps and plan a reset with diagnostics.",
-				i, c.kind, to-from, fmtDur(span), e.cfg.ECCCorrectedGrowth, fmtDur(e.cfg.ECCCorrectedWindow)))
+				i, c.kind, to-from, gpufleet.FormatDuration(span), e.cfg.ECCCorrectedGrowth, gpufleet.FormatDuration(e.cfg.ECCCorrectedWindow)))
 		}
 	}
 	if isTrue(g.RowRemapFailure) {
@@ -351,8 +351,8 @@ func (e *gpuEval) throttle() {
 	} {
 		since, on := e.run(t.run, has(t.mask))
 		if d := e.now.Sub(since); on && d >= e.cfg.ThrottleSustain {
-			h := e.add(t.rule, fmt.Sprintf("%s for %s", t.short, fmtDur(d)), fmt.Sprintf(
-				"GPU %d has %s (clock event reasons %#x) for %s: %s.", i, t.what, *r, fmtDur(d), t.advice))
+			h := e.add(t.rule, fmt.Sprintf("%s for %s", t.short, gpufleet.FormatDuration(d)), fmt.Sprintf(
+				"GPU %d has %s (clock event reasons %#x) for %s: %s.", i, t.what, *r, gpufleet.FormatDuration(d), t.advice))
 			h.Since = since
 		}
 	}
@@ -367,13 +367,13 @@ func (e *gpuEval) pcie() {
 	if d := e.now.Sub(since); on && d >= e.cfg.PCIeDowngradeSustain {
 		link := fmt.Sprintf("gen %s x%s of gen %s x%s", optInt(g.PCIeGen), optInt(g.PCIeWidth), optInt(g.PCIeMaxGen), optInt(g.PCIeMaxWidth))
 		h := e.add("pcie-downgrade", "PCIe link at "+link, fmt.Sprintf(
-			"GPU %d's PCIe link has run at %s for %s: reseat the GPU or its riser and check the slot and BIOS link settings.", i, link, fmtDur(d)))
+			"GPU %d's PCIe link has run at %s for %s: reseat the GPU or its riser and check the slot and BIOS link settings.", i, link, gpufleet.FormatDuration(d)))
 		h.Since = since
 	}
 	if fired, from, to, span := e.counter("pcie-replay", g.PCIeReplayCount, e.cfg.PCIeReplayWindow, e.cfg.PCIeReplayGrowth); fired {
-		e.add("pcie-replay", fmt.Sprintf("PCIe replays +%d in %s", to-from, fmtDur(span)), fmt.Sprintf(
+		e.add("pcie-replay", fmt.Sprintf("PCIe replays +%d in %s", to-from, gpufleet.FormatDuration(span)), fmt.Sprintf(
 			"GPU %d's PCIe replay counter rose by %d in %s (threshold %d per %s): check the link width and generation and reseat the GPU or its riser.",
-			i, to-from, fmtDur(span), e.cfg.PCIeReplayGrowth, fmtDur(e.cfg.PCIeReplayWindow)))
+			i, to-from, gpufleet.FormatDuration(span), e.cfg.PCIeReplayGrowth, gpufleet.FormatDuration(e.cfg.PCIeReplayWindow)))
 	}
 }
 
@@ -385,9 +385,9 @@ func (e *gpuEval) nvlink() {
 			i, *g.NVLinkLinksUp, *g.NVLinkLinksTotal))
 	}
 	if fired, from, to, span := e.counter("nvlink-errors", g.NVLinkErrors, e.cfg.NVLinkErrorWindow, e.cfg.NVLinkErrorGrowth); fired {
-		e.add("nvlink-errors", fmt.Sprintf("NVLink errors +%d in %s", to-from, fmtDur(span)), fmt.Sprintf(
+		e.add("nvlink-errors", fmt.Sprintf("NVLink errors +%d in %s", to-from, gpufleet.FormatDuration(span)), fmt.Sprintf(
 			"GPU %d's NVLink error counter rose by %d in %s (threshold %d per %s): find the link with nvidia-smi nvlink -e and reset the GPU when convenient.",
-			i, to-from, fmtDur(span), e.cfg.NVLinkErrorGrowth, fmtDur(e.cfg.NVLinkErrorWindow)))
+			i, to-from, gpufleet.FormatDuration(span), e.cfg.NVLinkErrorGrowth, gpufleet.FormatDuration(e.cfg.NVLinkErrorWindow)))
 	}
 }
 
@@ -404,9 +404,9 @@ func nodeHits(ev NodeEvidence, listed int, now time.Time, cfg Config) []hit {
 		grace = cfg.HeartbeatGrace
 	}
 	if ev.HeartbeatAge > grace {
-		h := newHit("heartbeat-lost", NodeGPU, "", "no heartbeat for "+fmtDur(ev.HeartbeatAge), fmt.Sprintf(
+		h := newHit("heartbeat-lost", NodeGPU, "", "no heartbeat for "+gpufleet.FormatDuration(ev.HeartbeatAge), fmt.Sprintf(
 			"Node %s has sent no heartbeat for %s (grace %s): check that it is up, reachable and running the gpufleet agent.",
-			nodeName(ev.Node), fmtDur(ev.HeartbeatAge), fmtDur(grace)))
+			nodeName(ev.Node), gpufleet.FormatDuration(ev.HeartbeatAge), gpufleet.FormatDuration(grace)))
 		h.Since = now.Add(grace - ev.HeartbeatAge)
 		out = append(out, h)
 	}
@@ -472,27 +472,4 @@ func nodeName(s string) string {
 		return "(unnamed)"
 	}
 	return s
-}
-
-// fmtDur writes a duration the short way: 5m, 1h, 1h30m, 90s, 2.5s.
-func fmtDur(d time.Duration) string {
-	if d < 0 {
-		return "-" + fmtDur(-d)
-	}
-	if d < time.Second {
-		return d.String()
-	}
-	d = d.Round(time.Second)
-	h, m, s := d/time.Hour, (d%time.Hour)/time.Minute, (d%time.Minute)/time.Second
-	out := ""
-	if h > 0 {
-		out += strconv.FormatInt(int64(h), 10) + "h"
-	}
-	if m > 0 {
-		out += strconv.FormatInt(int64(m), 10) + "m"
-	}
-	if s > 0 || out == "" {
-		out += strconv.FormatInt(int64(s), 10) + "s"
-	}
-	return out
 }

@@ -3,6 +3,8 @@ package health
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // RunbookFile is one generated runbook page.
@@ -100,7 +102,7 @@ func section(b *strings.Builder, r Rule, c Config) {
 	}
 	fmt.Fprintf(b, "**Severity:** %s. **Action:** `%s` (%s).", r.Severity, r.Action, out)
 	if r.Held {
-		fmt.Fprintf(b, " The condition is held for %s after the event was last seen, or until the GPU is marked repaired.\n\n", fmtDur(c.EventHold))
+		fmt.Fprintf(b, " The condition is held for %s after the event was last seen, or until the GPU is marked repaired.\n\n", gpufleet.FormatDuration(c.EventHold))
 	} else if r.Event {
 		b.WriteString(" The condition is reported once, with the evaluation that sees the event, and not held.\n\n")
 	} else {
@@ -118,7 +120,7 @@ func runbookIndex(rules []Rule, c Config) string {
 		"Each condition names its rule id (`xid-79`, `ecc-dbe`, ...); find it below.\n\n")
 	b.WriteString("A condition has a severity (what it says about the GPU or node: `healthy`, `degraded`, `unhealthy`) and an action (what gpufleet does about it). " +
 		"When several conditions hit one GPU or node, the worst severity is its health and the most severe action is carried out. " +
-		"A rule of kind *event, held* (an XID, a counter rising too fast) holds its condition for " + fmtDur(c.EventHold) + " after the event was last seen, or until the GPU is marked repaired; " +
+		"A rule of kind *event, held* (an XID, a counter rising too fast) holds its condition for " + gpufleet.FormatDuration(c.EventHold) + " after the event was last seen, or until the GPU is marked repaired; " +
 		"an *event, once* (an XID that is the application's fault) is reported with the heartbeat that brought it; a rule of kind *reading* (a pending remap, a link down) lasts as long as the reading shows it. A reading the GPU does not report never fires a rule.\n\n")
 
 	b.WriteString("## Actions\n\nFrom mildest to most severe.\n\n| Action | Scope | Out of service | What gpufleet does |\n|---|---|---|---|\n")

@@ -152,7 +152,7 @@ func plot(title string, h forecast.Series, fc forecast.Forecast, capacity float6
 }
 
 func replayText(r capacity.Replay) string {
-	return fmt.Sprintf("%d GPUs: p90 wait %s, allocation %.0f%%", r.GPUs, fmtDuration(time.Duration(r.WaitP90S*float64(time.Second))), 100*r.Allocation)
+	return fmt.Sprintf("%d GPUs: p90 wait %s, allocation %.0f%%", r.GPUs, gpufleet.FormatDuration(time.Duration(r.WaitP90S*float64(time.Second))), 100*r.Allocation)
 }
 
 func optDate(t *time.Time) string {

@@ -94,11 +94,11 @@ func TestUtilClassAndEta(t *testing.T) {
 	}
 	now := time.Now()
 	soon := now.Add(90 * time.Minute)
-	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, ReasonCode: "quota"}, now); got != "in 1h 30m" || !strings.Contains(title, "not calibrated yet") {
+	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, ReasonCode: "quota"}, now); got != "in 1h30m" || !strings.Contains(title, "not calibrated yet") {
 		t.Errorf("eta %q (%s)", got, title)
 	}
 	later, low, high := now.Add(5*time.Hour), 0.2, 0.7
-	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, EstimatedStartP90: &later, ETAConfidence: &high}, now); got != "in 1h 30m (90% by 5h 00m)" ||
+	if got, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, EstimatedStartP90: &later, ETAConfidence: &high}, now); got != "in 1h30m (90% by 5h)" ||
 		!strings.Contains(title, "70% of similar recent jobs") {
 		t.Errorf("eta range %q (%s)", got, title)
 	}

@@ -1,12 +1,13 @@
 package web
 
 import (
-	"fmt"
 	"html/template"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // funcs are the template helpers. They format values; none builds markup.
@@ -18,7 +19,7 @@ var funcs = template.FuncMap{
 	"energy":   fmtEnergy,
 	"hours":    fmtHours,
 	"usd":      fmtUSD,
-	"dur":      fmtDuration,
+	"dur":      gpufleet.FormatDuration,
 	"secs":     fmtSecondsPtr,
 	"clock":    fmtClock,
 	"clockptr": fmtClockPtr,
@@ -29,7 +30,7 @@ var funcs = template.FuncMap{
 	"numptr":   fmtNumPtr,
 	"intptr":   fmtIntPtr,
 	"list":     func(v ...string) []string { return v },
-	"secs3":    func(ms int64) string { return fmtDuration(time.Duration(ms) * time.Millisecond) },
+	"secs3":    func(ms int64) string { return gpufleet.FormatDuration(time.Duration(ms) * time.Millisecond) },
 	"healthClass": func(h string) string {
 		switch h {
 		case "healthy", "ready", "", "none", "keep", "low", "ok":
@@ -151,36 +152,12 @@ func fmtIntPtr(v *int) string {
 	return strconv.Itoa(*v)
 }
 
-// fmtDuration writes a duration as "3d 4h", "2h 05m", "7m 03s" or "12s".
-func fmtDuration(d time.Duration) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	d = d.Round(time.Second)
-	var s string
-	switch {
-	case d >= 48*time.Hour:
-		s = fmt.Sprintf("%dd %dh", d/(24*time.Hour), (d%(24*time.Hour))/time.Hour)
-	case d >= time.Hour:
-		s = fmt.Sprintf("%dh %02dm", d/time.Hour, (d%time.Hour)/time.Minute)
-	case d >= time.Minute:
-		s = fmt.Sprintf("%dm %02ds", d/time.Minute, (d%time.Minute)/time.Second)
-	default:
-		s = fmt.Sprintf("%ds", d/time.Second)
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
-
 // fmtSecondsPtr writes optional seconds as a duration.
 func fmtSecondsPtr(v *float64) string {
 	if v == nil {
 		return dash
 	}
-	return fmtDuration(time.Duration(*v * float64(time.Second)))
+	return gpufleet.FormatDuration(time.Duration(*v * float64(time.Second)))
 }
 
 // fmtClock writes a time in UTC, to the second, with the date when it is

@@ -229,7 +229,7 @@ func newAttemptRow(a gpufleet.Attempt, unit string, now time.Time) attemptRow {
 		if a.FinishedAt != nil {
 			end = *a.FinishedAt
 		}
-		row.Took = fmtDuration(end.Sub(*a.StartedAt))
+		row.Took = gpufleet.FormatDuration(end.Sub(*a.StartedAt))
 	}
 	if a.ExitCode != nil {
 		row.Exit = gpufleet.ExitText(*a.ExitCode)

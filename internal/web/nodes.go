@@ -75,7 +75,7 @@ func newNodeRow(n gpufleet.Node, admin bool) nodeRow {
 		row.Health = string(gpufleet.Healthy)
 	}
 	if n.HeartbeatAgeS != nil {
-		row.Heartbeat = fmtDuration(time.Duration(*n.HeartbeatAgeS*float64(time.Second))) + " ago"
+		row.Heartbeat = gpufleet.FormatDuration(time.Duration(*n.HeartbeatAgeS*float64(time.Second))) + " ago"
 		row.Stale = *n.HeartbeatAgeS > 10
 	}
 	count := map[string]int{}

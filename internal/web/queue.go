@@ -55,7 +55,7 @@ func etaText(e gpufleet.QueueEntry, now time.Time) (string, string) {
 	}
 	in := func(t time.Time) string {
 		if d := t.Sub(now); d > 0 {
-			return "in " + fmtDuration(d)
+			return "in " + gpufleet.FormatDuration(d)
 		}
 		return "any moment"
 	}
@@ -96,7 +96,7 @@ func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
 			Reason: e.Reason, ReasonCode: e.ReasonCode}
 		if j, ok := byID[e.ID]; ok {
 			row.Name, row.GPUs = j.Name, j.Resources.GPUs
-			row.Waiting = fmtDuration(now.Sub(j.SubmittedAt))
+			row.Waiting = gpufleet.FormatDuration(now.Sub(j.SubmittedAt))
 		}
 		row.ETA, row.ETATitle = etaText(e, now)
 		qv.Pending = append(qv.Pending, row)
@@ -132,13 +132,13 @@ func newRunningRow(j gpufleet.Job, now time.Time) runningRow {
 	if start != nil {
 		row.Started = fmtClock(*start)
 		el := now.Sub(*start)
-		row.Elapsed = fmtDuration(el)
+		row.Elapsed = gpufleet.FormatDuration(el)
 		if j.EstimateS != nil {
 			left := time.Duration(*j.EstimateS*float64(time.Second)) - el
 			if left >= 0 {
-				row.Estimate = "about " + fmtDuration(left) + " left"
+				row.Estimate = "about " + gpufleet.FormatDuration(left) + " left"
 			} else {
-				row.Estimate = fmtDuration(-left) + " over its estimate"
+				row.Estimate = gpufleet.FormatDuration(-left) + " over its estimate"
 			}
 		}
 	}
@@ -187,7 +187,7 @@ func (u *UI) jobsPage(r *http.Request, v *viewer) (view, error) {
 			if j.FinishedAt != nil {
 				end = *j.FinishedAt
 			}
-			row.Took = fmtDuration(end.Sub(*j.StartedAt))
+			row.Took = gpufleet.FormatDuration(end.Sub(*j.StartedAt))
 		}
 		jv.Jobs = append(jv.Jobs, row)
 	}
