@@ -77,7 +77,7 @@ func normalizeNode(n *gpufleet.Node) {
 			g.MIGInstances = []gpufleet.MIGInstance{}
 		}
 		if g.StateCause == "" && g.State != gpufleet.NodeReady && strings.HasPrefix(g.StateReason, "health:") {
-			// Written before causes were kept (migration 0017 says the
+			// Written before causes were kept (migration 0018 says the
 			// same of nodes): the health rules' drains began so.
 			g.StateCause = gpufleet.CauseHealth
 		}
