@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/gpufleet/gpufleet"
@@ -17,6 +18,34 @@ const (
 	Inference Mode = "inference"
 	Training  Mode = "training"
 )
+
+// ParseMode reads a mode, case-insensitively: inference or training. The
+// CLI, the dashboard and admission read a request's mode with it.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case Inference, Training:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, s)
+}
+
+// ParseBatch reads a batch as users give it: a positive number of
+// concurrent sequences, "max" for the largest batch that fits, or empty
+// for the default (0, false).
+func ParseBatch(s string) (n int, batchMax bool, err error) {
+	switch b := strings.ToLower(strings.TrimSpace(s)); b {
+	case "":
+		return 0, false, nil
+	case "max":
+		return 0, true, nil
+	default:
+		n, err := strconv.Atoi(b)
+		if err != nil || n <= 0 || n > maxBatch {
+			return 0, false, fmt.Errorf("%w: batch %q: expected 1 to %d or max", gpufleet.ErrInvalid, s, maxBatch)
+		}
+		return n, false, nil
+	}
+}
 
 // Format is a numeric format for weights or KV cache. It adds the
 // weight-only format int4 to the catalog's compute precisions.

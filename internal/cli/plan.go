@@ -124,10 +124,7 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 		return r, err
 	}
 	r.Model = cfg
-	switch p.mode {
-	case "inference", "training":
-		r.Mode = planner.Mode(p.mode)
-	default:
+	if r.Mode, err = planner.ParseMode(p.mode); err != nil {
 		return r, usageErr("--mode %q: expected inference or training", p.mode)
 	}
 	for _, id := range splitComma(p.gpu) {
@@ -143,16 +140,8 @@ func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
 	if r.KVPrecision, err = planner.ParseFormat(p.kvPrecision); err != nil {
 		return r, fmt.Errorf("--kv-precision: %w", err)
 	}
-	switch b := strings.TrimSpace(p.batch); b {
-	case "":
-	case "max":
-		r.BatchMax = true
-	default:
-		n, err := strconv.Atoi(b)
-		if err != nil || n <= 0 {
-			return r, usageErr("--batch %q: expected a positive integer or max", p.batch)
-		}
-		r.Batch = n
+	if r.Batch, r.BatchMax, err = planner.ParseBatch(p.batch); err != nil {
+		return r, usageErr("--batch %q: expected a positive integer or max", p.batch)
 	}
 	if r.Tokens, err = parseCount("--tokens", p.tokens); err != nil {
 		return r, err

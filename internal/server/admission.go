@@ -65,10 +65,15 @@ func modelConfig(m *api.ModelRequest) (*model.Config, error) {
 
 // planRequest turns the job's model block into a planner request.
 func planRequest(cfg *model.Config, m *api.ModelRequest) (planner.Request, error) {
-	r := planner.Request{Model: cfg, Mode: planner.Mode(m.Mode), Batch: m.Batch, InputTokens: m.InputTokens,
+	r := planner.Request{Model: cfg, Batch: m.Batch, InputTokens: m.InputTokens,
 		OutputTokens: m.OutputTokens, Seq: m.Seq, MicroBatch: m.MicroBatch, GlobalBatch: m.GlobalBatch,
 		Optimizer: planner.Optimizer(m.Optimizer), ZeRO: m.ZeRO, Recompute: planner.Recompute(m.Recompute), TP: m.TP, PP: m.PP}
 	var err error
+	if m.Mode != "" { // empty: inference (planner.Request.Validate)
+		if r.Mode, err = planner.ParseMode(m.Mode); err != nil {
+			return r, fmt.Errorf("model.mode: %w", err)
+		}
+	}
 	if m.Precision != "" {
 		if r.Precision, err = planner.ParseFormat(m.Precision); err != nil {
 			return r, fmt.Errorf("model.precision: %w", err)

@@ -280,11 +280,8 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 	} else if r.Model, err = model.Builtin(f.Model); err != nil {
 		return r, fmt.Errorf("model: %w", err)
 	}
-	switch f.Mode {
-	case "inference", "training":
-		r.Mode = planner.Mode(f.Mode)
-	default:
-		return r, fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, f.Mode)
+	if r.Mode, err = planner.ParseMode(f.Mode); err != nil {
+		return r, err
 	}
 	for _, id := range strings.FieldsFunc(f.GPU, func(c rune) bool { return c == ',' || c == ' ' }) {
 		g, err := cat.Lookup(id)
@@ -318,16 +315,8 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 		}
 		*x.dst = n
 	}
-	switch b := strings.ToLower(f.Batch); b {
-	case "":
-	case "max":
-		r.BatchMax = true
-	default:
-		n, err := strconv.Atoi(b)
-		if err != nil || n <= 0 {
-			return r, fmt.Errorf("%w: batch %q: expected a positive number or max", gpufleet.ErrInvalid, f.Batch)
-		}
-		r.Batch = n
+	if r.Batch, r.BatchMax, err = planner.ParseBatch(f.Batch); err != nil {
+		return r, err
 	}
 	if r.Tokens, err = gpufleet.ParseCount(orDefault(f.Tokens, "1T")); err != nil {
 		return r, gpufleet.InField("tokens", err)
