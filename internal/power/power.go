@@ -171,6 +171,12 @@ type GPUReading struct {
 	// Held says a job holds the GPU; Class is that job's.
 	Held  bool
 	Class gpufleet.Priority
+	// PeakWatts is the highest reading taken since the job holding the
+	// GPU started on it; nil until one was (the job is then charged the
+	// GPU's limit, Charging).
+	PeakWatts *float64
+	// LimitWatts is the power limit in force on the GPU; 0: its TDP.
+	LimitWatts float64
 }
 
 // NodeReading is one node of a rack as a projection sees it.
@@ -181,22 +187,16 @@ type NodeReading struct {
 }
 
 // ProjectRack is a rack's projected draw now: per node the host
-// overhead, and per GPU its measured draw, at least the expected draw of
-// its job's class while a job holds it (a job that has just started has
-// not ramped up yet), and the idle draw where nothing was measured.
-func ProjectRack(nodes []NodeReading, l *Learner) float64 {
+// overhead, and per GPU what Charging charges it: a held GPU its limit
+// until it was measured under its job (a job that has just started has
+// not ramped up, and readings lag), then its measured peak with the
+// margin; a free GPU its reading, else its idle draw.
+func ProjectRack(nodes []NodeReading, c Charging) float64 {
 	w := 0.0
 	for _, n := range nodes {
 		w += n.HostWatts
 		for _, g := range n.GPUs {
-			measured := Idle(g.Model)
-			if g.Watts != nil {
-				measured = *g.Watts
-			}
-			if g.Held {
-				measured = max(measured, l.Expected(g.Model, g.Class))
-			}
-			w += measured
+			w += c.Charge(g)
 		}
 	}
 	return w

@@ -289,6 +289,54 @@ func (s *sched) chosenPowerOK(chosen []nodeCand, m int32, take func(nodeCand) in
 	return true
 }
 
+// powerSpread picks n of cands, in their order, for a job spread over
+// racks anywhere: each next node whose rack can still take take(c) GPUs
+// of model m beside the nodes already chosen in it, so that a job too
+// large for any one rack's budget spreads over as many racks as it
+// needs. Without budgets it is cands[:n]; when power leaves fewer than n
+// it is cands[:n] too, which the whole placement's check then refuses
+// (and powerWhy names the rack).
+func (s *sched) powerSpread(cands []nodeCand, m, n int32, take func(nodeCand) int32) []nodeCand {
+	p := &s.pw
+	if !p.on || p.off {
+		return slices.Clone(cands[:n])
+	}
+	var chosen []nodeCand
+	for _, c := range cands {
+		if int32(len(chosen)) == n {
+			break
+		}
+		if s.powerRoomWith(chosen, c, m, take(c), take) {
+			chosen = append(chosen, c)
+		}
+	}
+	if int32(len(chosen)) < n {
+		return slices.Clone(cands[:n])
+	}
+	return chosen
+}
+
+// powerRoomWith reports whether node c's rack can take units GPUs of
+// model m more for the current job beside what the chosen nodes in the
+// same rack take (take(x) each).
+func (s *sched) powerRoomWith(chosen []nodeCand, c nodeCand, m int32, gpus int32, take func(nodeCand) int32) bool {
+	p := &s.pw
+	if !p.on || p.off {
+		return true
+	}
+	r := p.rackOf[c.ni]
+	if r < 0 {
+		return true
+	}
+	w := float64(gpus*unit) * p.perUnit(m)
+	for _, x := range chosen {
+		if p.rackOf[x.ni] == r {
+			w += float64(take(x)*unit) * p.perUnit(m)
+		}
+	}
+	return p.draw[r]+w <= p.limit(r)+1e-6
+}
+
 // rackWatts is a grant's draw on one rack.
 type rackWatts struct {
 	rack int32

@@ -3,34 +3,43 @@ package sim
 import (
 	"math"
 
-	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // The simulator's power model (Config.RackBudget): every rack (the nodes
 // of a group's Node.Rack) has a budget, a fraction of its rated draw (its
-// GPUs at TDP and each node's host overhead, power.RatedNode). A running
-// job's GPUs draw the TDP (the prior holds) or, with Config.DrawNoise, the
-// TDP times a factor drawn once per job, capped at the TDP (a GPU does not
-// draw past its power limit). Idle GPUs draw their idle figure. Each
-// cycle the scheduler gets every rack's measured draw (scheduler.Rack) and
-// what a placed GPU adds, learned from the draws seen so far with the TDP
-// as the prior (power.Learner), as the server learns it from telemetry.
-// The report counts the minutes any rack spent over its budget.
+// GPUs at TDP and each node's host overhead, power.RatedNode), less
+// Config.RackReserve of it for production work. A running job's GPUs draw
+// the TDP or, with Config.DrawNoise, the TDP times a factor drawn once per
+// job, capped at the TDP (a GPU does not draw past its power limit). Idle
+// GPUs draw their idle figure.
+//
+// Each cycle the scheduler gets what the server's leader gives it, built
+// by the same function (power.SchedulerRacks): every rack's projected
+// draw, where a job's GPUs count their limit until they are measured,
+// Config.TelemetryLag after the job started (readings arrive late), and
+// then their measured draw with Config.PeakMargin; a placement adds a
+// GPU's TDP less its idle draw. The report counts the minutes any rack's
+// true draw spent over its budget.
+
+// DefaultTelemetryLag is how late the simulated scheduler sees a job's
+// draw, in seconds: a minute, the server's settle time before a holder's
+// readings count (two heartbeats, at least a minute).
+const DefaultTelemetryLag = 60
 
 // rackPower is the simulator's racks.
 type rackPower struct {
-	names   []string
-	index   map[string]int
-	budget  []float64
-	rated   []float64
-	nodeOf  []int // rack of each node, -1 without one
-	learner power.Learner
+	names  []string
+	index  map[string]int
+	budget []float64
+	rated  []float64
+	nodeOf []int // rack of each node, -1 without one
 	// over is the rack-seconds spent over budget; overMax the largest
 	// excess seen, in watts.
 	over, overMax float64
-	draw          []float64 // each rack's draw since the last cycle
+	draw          []float64 // each rack's true draw since the last cycle
+	lag           float64
 }
 
 // newRackPower builds the racks when cfg.RackBudget is set.
@@ -38,7 +47,10 @@ func (e *engine) newRackPower() *rackPower {
 	if e.cfg.RackBudget <= 0 {
 		return nil
 	}
-	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes))}
+	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes)), lag: e.cfg.TelemetryLag}
+	if rp.lag == 0 {
+		rp.lag = DefaultTelemetryLag
+	}
 	for i, n := range e.nodes {
 		rp.nodeOf[i] = -1
 		if n.Rack == "" || len(n.GPUs) == 0 {
@@ -69,24 +81,41 @@ func (e *engine) jobDraw(js *jobState, m string) float64 {
 	return min(tdp*js.drawFactor, tdp)
 }
 
-// measure is every rack's draw now: host overheads, running jobs' GPUs at
-// their draw, the rest idle. It feeds the learner with the running jobs'
-// draws.
+// gpuLoad is one GPU's running work: what its jobs draw on it (each its
+// share) and whether every one of them has been measured.
+type gpuLoad struct {
+	watts    float64
+	held     bool
+	measured bool
+}
+
+// loads is each node's GPUs' running work now.
+func (e *engine) loads() [][]gpuLoad {
+	busy := make([][]gpuLoad, len(e.nodes))
+	for _, js := range e.running {
+		measured := e.power.lag < 0 || e.now >= js.start+e.power.lag
+		for i, g := range js.gpus {
+			if busy[g.node] == nil {
+				busy[g.node] = make([]gpuLoad, len(e.nodes[g.node].GPUs))
+				for k := range busy[g.node] {
+					busy[g.node][k].measured = true
+				}
+			}
+			l := &busy[g.node][g.gpu]
+			l.watts += e.jobDraw(js, e.nodes[g.node].GPUs[g.gpu].Model) * js.fractions[i]
+			l.held = true
+			l.measured = l.measured && measured
+		}
+	}
+	return busy
+}
+
+// measure is every rack's true draw now: host overheads, running jobs'
+// GPUs at their draw, the rest idle.
 func (e *engine) measure() []float64 {
 	rp := e.power
 	draw := make([]float64, len(rp.names))
-	busy := make([][]float64, len(e.nodes))
-	for _, js := range e.running {
-		for i, g := range js.gpus {
-			if busy[g.node] == nil {
-				busy[g.node] = make([]float64, len(e.nodes[g.node].GPUs))
-			}
-			m := e.nodes[g.node].GPUs[g.gpu].Model
-			w := e.jobDraw(js, m) * js.fractions[i]
-			busy[g.node][g.gpu] += w
-			rp.learner.Observe(m, js.j.Class, e.jobDraw(js, m))
-		}
-	}
+	busy := e.loads()
 	for ni, n := range e.nodes {
 		r := rp.nodeOf[ni]
 		if r < 0 {
@@ -95,8 +124,8 @@ func (e *engine) measure() []float64 {
 		draw[r] += float64(power.HostOverhead(e.models[n.GPUs[0].Model], len(n.GPUs)))
 		for gi, g := range n.GPUs {
 			idle := power.Idle(e.models[g.Model])
-			if busy[ni] != nil && busy[ni][gi] > 0 {
-				draw[r] += max(busy[ni][gi], idle)
+			if busy[ni] != nil && busy[ni][gi].held {
+				draw[r] += max(busy[ni][gi].watts, idle)
 			} else {
 				draw[r] += idle
 			}
@@ -105,20 +134,47 @@ func (e *engine) measure() []float64 {
 	return draw
 }
 
-// powerInput gives the scheduler the racks' budgets, their measured draw
-// and the learned draw per model and class.
+// readings is every rack as the leader would see it: its budget and its
+// nodes' GPUs, a running job's GPUs with the reading of their draw once
+// it has arrived (TelemetryLag after the job started).
+func (e *engine) readings() []power.RackInput {
+	rp := e.power
+	out := make([]power.RackInput, len(rp.names))
+	for r, name := range rp.names {
+		out[r] = power.RackInput{Name: name, BudgetWatts: rp.budget[r], ProductionReserveW: e.cfg.RackReserve * rp.budget[r]}
+	}
+	busy := e.loads()
+	for ni, n := range e.nodes {
+		r := rp.nodeOf[ni]
+		if r < 0 {
+			continue
+		}
+		nr := power.NodeReading{HostWatts: float64(power.HostOverhead(e.models[n.GPUs[0].Model], len(n.GPUs)))}
+		for gi, g := range n.GPUs {
+			gr := power.GPUReading{Model: e.models[g.Model]}
+			if busy[ni] != nil && busy[ni][gi].held {
+				gr.Held = true
+				if busy[ni][gi].measured {
+					w := max(busy[ni][gi].watts, power.Idle(gr.Model))
+					gr.Watts, gr.PeakWatts = &w, &w
+				}
+			}
+			nr.GPUs = append(nr.GPUs, gr)
+		}
+		out[r].Nodes = append(out[r].Nodes, nr)
+	}
+	return out
+}
+
+// powerInput gives the scheduler the racks' budgets, their projected draw
+// and what a placed GPU adds, as the server does (power.SchedulerRacks).
 func (e *engine) powerInput(in *scheduler.Input) {
 	rp := e.power
 	if rp == nil {
 		return
 	}
-	draw := e.measure()
-	rp.draw = draw
-	in.Racks = make([]scheduler.Rack, len(rp.names))
-	for r, name := range rp.names {
-		in.Racks[r] = scheduler.Rack{Name: name, BudgetWatts: rp.budget[r], DrawWatts: draw[r]}
-	}
-	in.GPUDraw = scheduler.GPUDraw(rp.learner.Add(e.models, gpufleet.Priorities()))
+	rp.draw = e.measure()
+	in.Racks, in.GPUDraw, _ = power.SchedulerRacks(e.readings(), e.models, power.Charging{PeakMargin: e.cfg.PeakMargin})
 }
 
 // powerAdvance integrates the time racks spent over budget over dt
@@ -149,7 +205,13 @@ type RackPower struct {
 	// BudgetFraction is each rack's budget as a share of its rated draw.
 	BudgetFraction float64 `json:"budget_fraction"`
 	DrawNoise      float64 `json:"draw_noise"`
-	Racks          int     `json:"racks"`
+	// ReserveFraction is the share of each budget reserved for production;
+	// TelemetryLagS how late draws are seen; PeakMargin the charge above a
+	// measured draw.
+	ReserveFraction float64 `json:"reserve_fraction,omitempty"`
+	TelemetryLagS   float64 `json:"telemetry_lag_s"`
+	PeakMargin      float64 `json:"peak_margin"`
+	Racks           int     `json:"racks"`
 	// RatedWatts and BudgetWatts are summed over the racks.
 	RatedWatts  float64 `json:"rated_watts"`
 	BudgetWatts float64 `json:"budget_watts"`
@@ -165,6 +227,7 @@ func (e *engine) powerReport() *RackPower {
 		return nil
 	}
 	out := &RackPower{BudgetFraction: e.cfg.RackBudget, DrawNoise: e.cfg.DrawNoise, Racks: len(rp.names),
+		ReserveFraction: e.cfg.RackReserve, TelemetryLagS: max(rp.lag, 0), PeakMargin: e.cfg.PeakMargin,
 		MinutesOverBudget: rp.over / 60, MaxOverWatts: rp.overMax}
 	for r := range rp.names {
 		out.RatedWatts += rp.rated[r]

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// syntheticTrace writes the synthetic power trace (traces/synthetic/README.md):
+// jobs jobs arriving over days days, gangs of them 32-GPU gangs over 4
+// nodes, the rest 1, 2, 4 or 8 GPUs, from a PCG seeded with seed.
+func syntheticTrace(seed uint64, jobs, gangs int, days float64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 0x35))
+	var b bytes.Buffer
+	b.WriteString("id,submit_s,duration_s,gpus,nodes,team,priority\n")
+	isGang := make([]bool, jobs)
+	for _, i := range rng.Perm(jobs)[:gangs] {
+		isGang[i] = true
+	}
+	teams := []string{"vision", "speech", "llm", "recsys"}
+	span := days * 86400
+	t := 0.0
+	for i := range jobs {
+		// Poisson arrivals at the mean rate that spreads jobs over span.
+		t += rng.ExpFloat64() * span / float64(jobs)
+		gpus, nodes := 0, 0
+		var dur float64
+		prio := "training"
+		if isGang[i] {
+			gpus, nodes = 32, 4
+			dur = 1800 * math.Exp(0.8*rng.NormFloat64()) // median 30 min
+		} else {
+			switch p := rng.Float64(); {
+			case p < 0.40:
+				gpus = 1
+			case p < 0.65:
+				gpus = 2
+			case p < 0.85:
+				gpus = 4
+			default:
+				gpus = 8
+			}
+			dur = 2400 * math.Exp(1.0*rng.NormFloat64()) // median 40 min
+			switch p := rng.Float64(); {
+			case p < 0.10:
+				prio = "production"
+			case p < 0.30:
+				prio = "batch"
+			}
+		}
+		dur = math.Round(min(max(dur, 60), 48*3600))
+		fmt.Fprintf(&b, "s%04d,%.0f,%.0f,%d,%d,%s,%s\n", i+1, t, dur, gpus, nodes, teams[rng.IntN(len(teams))], prio)
+	}
+	return b.Bytes()
+}
+
+// TestSyntheticTraces checks the committed synthetic traces are what the
+// generator makes; -update rewrites them.
+func TestSyntheticTraces(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		seed uint64
+	}{
+		{"h100-power.csv", 1},         // tuned on
+		{"h100-power-heldout.csv", 2}, // held out: never tuned on
+	} {
+		path := filepath.Join("..", "..", "traces", "synthetic", tc.file)
+		got := syntheticTrace(tc.seed, 3000, 328, 10)
+		if *update {
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./internal/sim -run TestSyntheticTraces -update)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the generator's output; run go test ./internal/sim -run TestSyntheticTraces -update", path)
+		}
+	}
+}
