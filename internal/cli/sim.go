@@ -28,7 +28,8 @@ type simFlags struct {
 	demandOut                                   string
 	estimateError, timeScale, fill, scalingEff  float64
 	rackBudget, drawNoise                       float64
-	rackReserve, peakMargin                     float64
+	rackReserve, peakMargin, drawSwing          float64
+	powerCaps                                   bool
 	telemetryLag                                string
 	seed                                        uint64
 	skipBad, keepInvalid                        bool
@@ -135,6 +136,8 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.drawNoise, "draw-noise", 0, "sigma of the lognormal factor on each job's draw around 0.75 of the TDP (0 = every busy GPU draws its TDP)")
 	fs.Float64Var(&sf.rackReserve, "rack-reserve", 0, "reserve this share of every rack's budget for production work (the racks' --production-reserve)")
 	fs.Float64Var(&sf.peakMargin, "peak-margin", power.DefaultPeakMargin, "charge a running job's measured GPUs their draw times 1 + this (negative: always their TDP)")
+	fs.Float64Var(&sf.drawSwing, "draw-swing", 0, "move each busy GPU's draw every telemetry period by up to this share, up or down (0 = constant per job)")
+	fs.BoolVar(&sf.powerCaps, "power-caps", false, "model power limits: a measured GPU's draw is clipped to the charge it was measured at (NVML power management limit)")
 	fs.StringVar(&sf.telemetryLag, "telemetry-lag", "", "how late the scheduler sees a job's draw; its GPUs count their TDP until then, e.g. 2m (default 60s; 0 for none)")
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
@@ -198,8 +201,8 @@ func runSim(e *env, sf *simFlags) error {
 	if !(sf.rackBudget >= 0 && sf.rackBudget <= 10) || !(sf.drawNoise >= 0 && sf.drawNoise <= 5) {
 		return usageErr("--rack-budget %v, --draw-noise %v: expected 0 to 10 and 0 to 5", sf.rackBudget, sf.drawNoise)
 	}
-	if !(sf.rackReserve >= 0 && sf.rackReserve <= 1) || !(sf.peakMargin <= 10) {
-		return usageErr("--rack-reserve %v, --peak-margin %v: expected 0 to 1 and at most 10", sf.rackReserve, sf.peakMargin)
+	if !(sf.rackReserve >= 0 && sf.rackReserve <= 1) || !(sf.peakMargin <= 10) || !(sf.drawSwing >= 0 && sf.drawSwing <= 1) {
+		return usageErr("--rack-reserve %v, --peak-margin %v, --draw-swing %v: expected 0 to 1, at most 10, 0 to 1", sf.rackReserve, sf.peakMargin, sf.drawSwing)
 	}
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
@@ -242,6 +245,7 @@ func runSim(e *env, sf *simFlags) error {
 	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
 		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise, RackReserve: sf.rackReserve, PeakMargin: sf.peakMargin,
+		DrawSwing: sf.drawSwing, PowerCaps: sf.powerCaps,
 		TimeLimitFactor: sf.timeLimitFactor}
 	switch lag, err := parseSimDuration("telemetry-lag", sf.telemetryLag); {
 	case err != nil:

@@ -80,6 +80,13 @@ type Config struct {
 	// are charged (power.Charging.PeakMargin); negative: always their
 	// limit.
 	PeakMargin float64
+	// DrawSwing moves each running GPU's draw every telemetry period by a
+	// uniform share of up to this much, up or down (a job's phases), so a
+	// job can draw more than it was measured at; 0: constant per job.
+	DrawSwing float64
+	// PowerCaps models power limits set through NVML: a measured GPU's
+	// draw is clipped to the charge its job was measured at.
+	PowerCaps bool
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
 	// second, sampled with replacement from the trace, until the GPUs they
 	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.

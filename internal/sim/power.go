@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -40,6 +41,7 @@ type rackPower struct {
 	over, overMax float64
 	draw          []float64 // each rack's true draw since the last cycle
 	lag           float64
+	jobs          map[*jobState]*jobPower
 }
 
 // newRackPower builds the racks when cfg.RackBudget is set.
@@ -47,7 +49,7 @@ func (e *engine) newRackPower() *rackPower {
 	if e.cfg.RackBudget <= 0 {
 		return nil
 	}
-	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes)), lag: e.cfg.TelemetryLag}
+	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes)), lag: e.cfg.TelemetryLag, jobs: map[*jobState]*jobPower{}}
 	if rp.lag == 0 {
 		rp.lag = DefaultTelemetryLag
 	}
@@ -81,19 +83,120 @@ func (e *engine) jobDraw(js *jobState, m string) float64 {
 	return min(tdp*js.drawFactor, tdp)
 }
 
-// gpuLoad is one GPU's running work: what its jobs draw on it (each its
-// share) and whether every one of them has been measured.
-type gpuLoad struct {
-	watts    float64
-	held     bool
-	measured bool
+// period is the telemetry period draws swing and are read at, in seconds.
+func (rp *rackPower) period() float64 {
+	return max(rp.lag, DefaultTelemetryLag)
 }
 
-// loads is each node's GPUs' running work now.
-func (e *engine) loads() [][]gpuLoad {
+// demand is what GPU i of a running job would draw in telemetry period
+// k: jobDraw, moved by Config.DrawSwing, at most the TDP.
+func (e *engine) demand(js *jobState, i int, m string, k int64) float64 {
+	w := e.jobDraw(js, m)
+	if sw := e.cfg.DrawSwing; sw > 0 {
+		w *= 1 + sw*(2*swingUnit(js.j.ID, i, k)-1)
+	}
+	return min(w, power.TDP(e.models[m]))
+}
+
+// swingUnit is a uniform number in [0, 1) fixed by a job, a GPU of it and
+// a period, so that draws do not depend on the order of events.
+func swingUnit(id string, i int, k int64) float64 {
+	h := uint64(14695981039346656037)
+	for _, b := range []byte(id) {
+		h = (h ^ uint64(b)) * 1099511628211
+	}
+	h ^= uint64(i)*0x9e3779b97f4a7c15 ^ uint64(k)*0xbf58476d1ce4e5b9
+	h ^= h >> 31
+	h *= 0x94d049bb133111eb
+	h ^= h >> 29
+	return float64(h>>11) / (1 << 53)
+}
+
+// jobPower is what the racks know of a running job's GPUs: the peak of
+// the readings folded so far (through period upTo) and, with power caps,
+// the limit each GPU was capped at once measured.
+type jobPower struct {
+	start float64
+	upTo  int64
+	peak  []float64
+	caps  []float64 // 0 until measured
+}
+
+// jobPowerOf is js's record for its current run.
+func (e *engine) jobPowerOf(js *jobState) *jobPower {
+	rp := e.power
+	jp := rp.jobs[js]
+	if jp == nil || jp.start != js.start {
+		jp = &jobPower{start: js.start, upTo: int64(math.Floor(js.start/rp.period())) - 1,
+			peak: make([]float64, len(js.gpus)), caps: make([]float64, len(js.gpus))}
+		rp.jobs[js] = jp
+	}
+	return jp
+}
+
+// measured reports whether js's draw has been read by now (TelemetryLag
+// after its start).
+func (e *engine) measured(js *jobState) bool {
+	return e.power.lag < 0 || e.now >= js.start+e.power.lag
+}
+
+// fold reads js's GPUs up to now: the readings of the periods the lag
+// lets the scheduler see join their peak, and, with power caps, a GPU
+// measured for the first time is capped at its charge.
+func (e *engine) fold(js *jobState) *jobPower {
+	rp := e.power
+	jp := e.jobPowerOf(js)
+	if !e.measured(js) {
+		return jp
+	}
+	seen := int64(math.Floor((e.now - max(rp.lag, 0)) / rp.period()))
+	if e.cfg.DrawSwing <= 0 && jp.upTo < seen {
+		jp.upTo = seen - 1 // constant draws: one period reads them all
+	}
+	for k := jp.upTo + 1; k <= seen; k++ {
+		for i, g := range js.gpus {
+			m := e.nodes[g.node].GPUs[g.gpu].Model
+			jp.peak[i] = max(jp.peak[i], e.gpuDraw(js, jp, i, m, k))
+		}
+	}
+	jp.upTo = max(jp.upTo, seen)
+	if e.cfg.PowerCaps {
+		for i, g := range js.gpus {
+			if jp.caps[i] == 0 {
+				md := e.models[e.nodes[g.node].GPUs[g.gpu].Model]
+				jp.caps[i] = power.Charging{PeakMargin: e.cfg.PeakMargin}.Charge(power.GPUReading{Model: md, Held: true, PeakWatts: &jp.peak[i]})
+			}
+		}
+	}
+	return jp
+}
+
+// gpuDraw is what GPU i of js draws in period k: its demand, clipped to
+// its power cap once it has one.
+func (e *engine) gpuDraw(js *jobState, jp *jobPower, i int, m string, k int64) float64 {
+	w := e.demand(js, i, m, k)
+	if jp != nil && jp.caps[i] > 0 {
+		w = min(w, jp.caps[i])
+	}
+	return w
+}
+
+// gpuLoad is one GPU's running work: what its jobs draw on it now (each
+// its share), what the scheduler has read of it (the jobs' peaks) and
+// whether every job on it has been measured.
+type gpuLoad struct {
+	watts, peak float64
+	held        bool
+	measured    bool
+}
+
+// loads is each node's GPUs' running work at time t.
+func (e *engine) loads(t float64) [][]gpuLoad {
 	busy := make([][]gpuLoad, len(e.nodes))
+	k := int64(math.Floor(t / e.power.period()))
 	for _, js := range e.running {
-		measured := e.power.lag < 0 || e.now >= js.start+e.power.lag
+		jp := e.jobPowerOf(js)
+		measured := e.measured(js)
 		for i, g := range js.gpus {
 			if busy[g.node] == nil {
 				busy[g.node] = make([]gpuLoad, len(e.nodes[g.node].GPUs))
@@ -102,7 +205,8 @@ func (e *engine) loads() [][]gpuLoad {
 				}
 			}
 			l := &busy[g.node][g.gpu]
-			l.watts += e.jobDraw(js, e.nodes[g.node].GPUs[g.gpu].Model) * js.fractions[i]
+			l.watts += e.gpuDraw(js, jp, i, e.nodes[g.node].GPUs[g.gpu].Model, k) * js.fractions[i]
+			l.peak += jp.peak[i] * js.fractions[i]
 			l.held = true
 			l.measured = l.measured && measured
 		}
@@ -112,10 +216,14 @@ func (e *engine) loads() [][]gpuLoad {
 
 // measure is every rack's true draw now: host overheads, running jobs'
 // GPUs at their draw, the rest idle.
-func (e *engine) measure() []float64 {
+func (e *engine) measure() []float64 { return e.measureAt(e.now) }
+
+// measureAt is every rack's true draw at time t (of the current run's
+// telemetry period).
+func (e *engine) measureAt(t float64) []float64 {
 	rp := e.power
 	draw := make([]float64, len(rp.names))
-	busy := e.loads()
+	busy := e.loads(t)
 	for ni, n := range e.nodes {
 		r := rp.nodeOf[ni]
 		if r < 0 {
@@ -143,7 +251,15 @@ func (e *engine) readings() []power.RackInput {
 	for r, name := range rp.names {
 		out[r] = power.RackInput{Name: name, BudgetWatts: rp.budget[r], ProductionReserveW: e.cfg.RackReserve * rp.budget[r]}
 	}
-	busy := e.loads()
+	for js := range rp.jobs {
+		if js.start != rp.jobs[js].start || !slices.Contains(e.running, js) {
+			delete(rp.jobs, js) // ended or restarted
+		}
+	}
+	for _, js := range e.running {
+		e.fold(js)
+	}
+	busy := e.loads(e.now)
 	for ni, n := range e.nodes {
 		r := rp.nodeOf[ni]
 		if r < 0 {
@@ -154,9 +270,12 @@ func (e *engine) readings() []power.RackInput {
 			gr := power.GPUReading{Model: e.models[g.Model]}
 			if busy[ni] != nil && busy[ni][gi].held {
 				gr.Held = true
-				if busy[ni][gi].measured {
-					w := max(busy[ni][gi].watts, power.Idle(gr.Model))
-					gr.Watts, gr.PeakWatts = &w, &w
+				if l := busy[ni][gi]; l.measured {
+					peak := max(l.peak, power.Idle(gr.Model))
+					gr.PeakWatts = &peak
+					if e.cfg.DrawSwing == 0 {
+						gr.Watts = &peak // constant draws: the latest reading is the peak
+					}
 				}
 			}
 			nr.GPUs = append(nr.GPUs, gr)
@@ -178,17 +297,30 @@ func (e *engine) powerInput(in *scheduler.Input) {
 }
 
 // powerAdvance integrates the time racks spent over budget over dt
-// seconds, at the draw after the last cycle.
+// seconds, at the draw after the last cycle; with Config.DrawSwing, draws
+// change every telemetry period and are integrated period by period.
 func (e *engine) powerAdvance(dt float64) {
 	rp := e.power
 	if rp == nil || dt <= 0 {
 		return
 	}
-	for r, d := range rp.draw {
-		if d > rp.budget[r]+1e-6 {
-			rp.over += dt
-			rp.overMax = max(rp.overMax, d-rp.budget[r])
+	over := func(draw []float64, dt float64) {
+		for r, d := range draw {
+			if d > rp.budget[r]+1e-6 {
+				rp.over += dt
+				rp.overMax = max(rp.overMax, d-rp.budget[r])
+			}
 		}
+	}
+	if e.cfg.DrawSwing <= 0 || len(e.running) == 0 {
+		over(rp.draw, dt)
+		return
+	}
+	p := rp.period()
+	for t, end := e.now, e.now+dt; t < end; {
+		next := min((math.Floor(t/p)+1)*p, end)
+		over(e.measureAt(t), next-t)
+		t = next
 	}
 }
 
@@ -209,9 +341,12 @@ type RackPower struct {
 	// TelemetryLagS how late draws are seen; PeakMargin the charge above a
 	// measured draw.
 	ReserveFraction float64 `json:"reserve_fraction,omitempty"`
-	TelemetryLagS   float64 `json:"telemetry_lag_s"`
-	PeakMargin      float64 `json:"peak_margin"`
-	Racks           int     `json:"racks"`
+	// DrawSwing and PowerCaps are Config's.
+	DrawSwing     float64 `json:"draw_swing,omitempty"`
+	PowerCaps     bool    `json:"power_caps,omitempty"`
+	TelemetryLagS float64 `json:"telemetry_lag_s"`
+	PeakMargin    float64 `json:"peak_margin"`
+	Racks         int     `json:"racks"`
 	// RatedWatts and BudgetWatts are summed over the racks.
 	RatedWatts  float64 `json:"rated_watts"`
 	BudgetWatts float64 `json:"budget_watts"`
@@ -227,7 +362,7 @@ func (e *engine) powerReport() *RackPower {
 		return nil
 	}
 	out := &RackPower{BudgetFraction: e.cfg.RackBudget, DrawNoise: e.cfg.DrawNoise, Racks: len(rp.names),
-		ReserveFraction: e.cfg.RackReserve, TelemetryLagS: max(rp.lag, 0), PeakMargin: e.cfg.PeakMargin,
+		ReserveFraction: e.cfg.RackReserve, DrawSwing: e.cfg.DrawSwing, PowerCaps: e.cfg.PowerCaps, TelemetryLagS: max(rp.lag, 0), PeakMargin: e.cfg.PeakMargin,
 		MinutesOverBudget: rp.over / 60, MaxOverWatts: rp.overMax}
 	for r := range rp.names {
 		out.RatedWatts += rp.rated[r]

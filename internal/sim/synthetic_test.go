@@ -120,3 +120,29 @@ func TestNoisyDrawsStayUnderBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestPowerCapsHoldSwingingDraws: when draws rise past what a job was
+// measured at (DrawSwing), a peak margin no longer keeps racks under
+// their budget unless the GPUs are capped at their charge (PowerCaps,
+// NVML's power limit): with caps, no minute over budget.
+func TestPowerCapsHoldSwingingDraws(t *testing.T) {
+	cluster := `{"node_groups": [{"name": "h100", "count": 16, "gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nvlink_domain_gpus": 8, "nodes_per_rack": 2}]}`
+	trace := string(syntheticTrace(7, 600, 60, 1))
+	pc, _ := scheduler.PolicyConfig("gpufleet")
+	pc.ETA = false
+	run := func(caps bool) Report {
+		res, err := Run(mustTrace(t, trace), mustCluster(t, cluster), Config{Policy: pc, RackBudget: 0.8, DrawNoise: 0.2,
+			DrawSwing: 0.4, PowerCaps: caps, PeakMargin: 0.1, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report
+	}
+	uncapped, capped := run(false), run(true)
+	if uncapped.RackPower.MinutesOverBudget == 0 {
+		t.Errorf("uncapped swinging draws: 0 minutes over budget; the test no longer shows what caps are for")
+	}
+	if capped.RackPower.MinutesOverBudget != 0 || capped.NeverStarted != 0 {
+		t.Errorf("capped: %.1f minutes over budget, %d never started: want 0 and 0", capped.RackPower.MinutesOverBudget, capped.NeverStarted)
+	}
+}
