@@ -80,7 +80,7 @@ func PlacementDraw(models map[string]catalog.GPU, classes []gpufleet.Priority) s
 // its members' readings.
 type RackInput struct {
 	Name                            string
-	BudgetWatts, ProductionReserveW float64
+	BudgetWatts, ProductionReserveW gpufleet.Watts
 	Nodes                           []NodeReading
 }
 
@@ -90,8 +90,8 @@ type RackInput struct {
 // scheduler.Input.Racks and GPUDraw with it, so a replay judges power as
 // the leader does. projected holds every rack's projected draw, budget or
 // not, in the order given.
-func SchedulerRacks(racks []RackInput, models map[string]catalog.GPU, c Charging) (in []scheduler.Rack, draw scheduler.GPUDraw, projected []float64) {
-	projected = make([]float64, len(racks))
+func SchedulerRacks(racks []RackInput, models map[string]catalog.GPU, c Charging) (in []scheduler.Rack, draw scheduler.GPUDraw, projected []gpufleet.Watts) {
+	projected = make([]gpufleet.Watts, len(racks))
 	for i, r := range racks {
 		projected[i] = ProjectRack(r.Nodes, c)
 		if r.BudgetWatts <= 0 {

@@ -191,7 +191,7 @@ type NodeReading struct {
 // until it was measured under its job (a job that has just started has
 // not ramped up, and readings lag), then its measured peak with the
 // margin; a free GPU its reading, else its idle draw.
-func ProjectRack(nodes []NodeReading, c Charging) float64 {
+func ProjectRack(nodes []NodeReading, c Charging) gpufleet.Watts {
 	w := 0.0
 	for _, n := range nodes {
 		w += n.HostWatts
@@ -199,7 +199,7 @@ func ProjectRack(nodes []NodeReading, c Charging) float64 {
 			w += c.Charge(g)
 		}
 	}
-	return w
+	return gpufleet.Watts(w)
 }
 
 // rackUnits is the height of the 8-GPU systems of hostOverhead, from the

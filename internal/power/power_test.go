@@ -122,7 +122,7 @@ func TestProjectRack(t *testing.T) {
 		{Model: h},               // idle, not measured
 	}}}
 	want := 4600 + 520*1.1 + 700 + 80 + Idle(h)
-	if got := ProjectRack(nodes, Charging{PeakMargin: DefaultPeakMargin}); math.Abs(got-want) > 1e-9 {
+	if got := float64(ProjectRack(nodes, Charging{PeakMargin: DefaultPeakMargin})); math.Abs(got-want) > 1e-9 {
 		t.Errorf("ProjectRack = %v, want %v", got, want)
 	}
 }
@@ -168,10 +168,10 @@ func TestSchedulerRacks(t *testing.T) {
 	}
 	in, draw, projected := SchedulerRacks(racks, map[string]catalog.GPU{h.ID: h}, Charging{PeakMargin: 0.1})
 	want := 4600.0 + 700 + 70
-	if len(in) != 1 || in[0].Name != "r1" || in[0].BudgetWatts != 6000 || in[0].ProductionReserveWatts != 500 || math.Abs(in[0].DrawWatts-want) > 1e-9 {
+	if len(in) != 1 || in[0].Name != "r1" || in[0].BudgetWatts != 6000 || in[0].ProductionReserveWatts != 500 || math.Abs(float64(in[0].DrawWatts)-want) > 1e-9 {
 		t.Errorf("racks = %+v, want r1 of 6 kW, 500 W reserved, drawing %v", in, want)
 	}
-	if len(projected) != 2 || math.Abs(projected[1]-want) > 1e-9 {
+	if len(projected) != 2 || math.Abs(float64(projected[1])-want) > 1e-9 {
 		t.Errorf("projected = %v", projected)
 	}
 	if got := draw[h.ID][gpufleet.Batch]; got != 630 {

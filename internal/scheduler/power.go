@@ -17,17 +17,17 @@ const ReasonRackPower = "rack_power"
 type Rack struct {
 	Name string `json:"name"`
 	// BudgetWatts is the most the rack may draw; 0 means no budget.
-	BudgetWatts float64 `json:"budget_watts"`
+	BudgetWatts gpufleet.Watts `json:"budget_watts"`
 	// ProductionReserveWatts is the part of the budget only production
 	// work may use: other classes are placed as if the budget were
 	// BudgetWatts - ProductionReserveWatts.
-	ProductionReserveWatts float64 `json:"production_reserve_watts,omitempty"`
+	ProductionReserveWatts gpufleet.Watts `json:"production_reserve_watts,omitempty"`
 	// DrawWatts is the rack's projected draw now, as the caller projects
 	// it: the measured draw of what runs there, the idle draw of the rest
 	// of its GPUs and a host overhead per node (internal/power). Work the
 	// scheduler places adds GPUDraw on top; work that ends, in the ETA's
 	// simulation, takes it off again.
-	DrawWatts float64 `json:"draw_watts"`
+	DrawWatts gpufleet.Watts `json:"draw_watts"`
 }
 
 // GPUDraw is what one GPU adds to its rack's draw when a job runs on it,
@@ -102,9 +102,9 @@ func (s *sched) buildPower() {
 		}
 		byName[r.Name] = int32(len(p.names))
 		p.names = append(p.names, r.Name)
-		p.budget = append(p.budget, r.BudgetWatts)
-		p.reserve = append(p.reserve, min(max(r.ProductionReserveWatts, 0), r.BudgetWatts))
-		p.draw = append(p.draw, max(r.DrawWatts, 0))
+		p.budget = append(p.budget, float64(r.BudgetWatts))
+		p.reserve = append(p.reserve, float64(min(max(r.ProductionReserveWatts, 0), r.BudgetWatts)))
+		p.draw = append(p.draw, float64(max(r.DrawWatts, 0)))
 		p.resv = append(p.resv, 0)
 	}
 	if len(p.names) == 0 {

@@ -159,7 +159,7 @@ func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
 // readings.
 func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.Priority) (float64, bool) {
 	leads := s.Leader()
-	return power.ProjectRack(s.nodeReadings(nodes, held), s.charging()), leads
+	return float64(power.ProjectRack(s.nodeReadings(nodes, held), s.charging())), leads
 }
 
 // charging is how the server charges held GPUs (Config.PowerPeakMargin).
@@ -269,8 +269,8 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
-			ProductionReserveW: r.ProductionReserveWatts, Nodes: s.nodeReadings(ns, held)})
+		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: gpufleet.Watts(r.PowerBudgetWatts),
+			ProductionReserveW: gpufleet.Watts(r.ProductionReserveWatts), Nodes: s.nodeReadings(ns, held)})
 	}
 	// The simulator builds its input with the same function.
 	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, s.charging())
@@ -281,7 +281,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: projected[i]})
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: float64(projected[i])})
 	}
 	s.metrics.setRacks(gauges)
 	return nil

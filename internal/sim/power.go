@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/gpufleet/gpufleet"
+
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
@@ -249,7 +251,7 @@ func (e *engine) readings() []power.RackInput {
 	rp := e.power
 	out := make([]power.RackInput, len(rp.names))
 	for r, name := range rp.names {
-		out[r] = power.RackInput{Name: name, BudgetWatts: rp.budget[r], ProductionReserveW: e.cfg.RackReserve * rp.budget[r]}
+		out[r] = power.RackInput{Name: name, BudgetWatts: gpufleet.Watts(rp.budget[r]), ProductionReserveW: gpufleet.Watts(e.cfg.RackReserve * rp.budget[r])}
 	}
 	for js := range rp.jobs {
 		if js.start != rp.jobs[js].start || !slices.Contains(e.running, js) {
