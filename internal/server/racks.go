@@ -134,15 +134,21 @@ func (s *Server) ratedDraw(nodes []gpufleet.Node) float64 {
 	return w
 }
 
+// heldGPU is who holds a GPU: the job's priority class and the attempt.
+type heldGPU struct {
+	class   gpufleet.Priority
+	attempt string
+}
+
 // heldBy maps each GPU (physical UUID or MIG instance) an active attempt
-// holds to its job's priority class.
-func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
-	out := map[string]gpufleet.Priority{}
+// holds to its job's priority class and the attempt.
+func heldBy(jobs []gpufleet.Job) map[string]heldGPU {
+	out := map[string]heldGPU{}
 	for _, j := range jobs {
 		if a := activeAttempt(j); a != nil {
 			for _, n := range a.Nodes {
 				for _, u := range n.GPUs {
-					out[u] = j.Priority
+					out[u] = heldGPU{class: j.Priority, attempt: a.ID}
 				}
 			}
 		}
@@ -157,7 +163,7 @@ func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
 // (power.Charging), idle draws where there is no reading, and host
 // overheads. ok is false on a replica that does not lead: it has no live
 // readings.
-func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.Priority) (float64, bool) {
+func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (float64, bool) {
 	leads := s.Leader()
 	return float64(power.ProjectRack(s.nodeReadings(nodes, held), s.charging())), leads
 }
@@ -170,7 +176,7 @@ func (s *Server) charging() power.Charging {
 // nodeReadings is what power.ProjectRack reads of nodes: their host
 // overheads and each GPU's model, latest reading, holder's class and
 // measured peak.
-func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]gpufleet.Priority) []power.NodeReading {
+func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	s.teleMu.Lock()
@@ -194,16 +200,25 @@ func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]gpufleet.Pr
 			}
 			switch {
 			case held != nil:
-				r.Class, r.Held = held[g.UUID]
+				// The peak counts when it was read under one of the
+				// GPU's holders now (it may have changed since the
+				// last snapshot).
+				h, ok := held[g.UUID]
+				r.Class, r.Held = h.class, ok
+				same := ok && h.attempt == s.gpus[g.UUID].holder
 				for _, m := range g.MIGInstances {
-					if c, ok := held[m.UUID]; ok && !r.Held {
-						r.Class, r.Held = c, true
+					if h, ok := held[m.UUID]; ok {
+						if !r.Held {
+							r.Class, r.Held = h.class, true
+						}
+						same = same || h.attempt == s.gpus[g.UUID].holder
 					}
+				}
+				if same {
+					r.PeakWatts = s.measuredPeak(g.UUID)
 				}
 			case s.gpus[g.UUID].team != "":
 				r.Held, r.Class = true, s.gpus[g.UUID].class
-			}
-			if r.Held {
 				r.PeakWatts = s.measuredPeak(g.UUID)
 			}
 			nr.GPUs = append(nr.GPUs, r)
@@ -236,7 +251,7 @@ func (s *Server) setNodePUE(m map[string]float64) {
 
 // powerInput gives the scheduler the racks with a budget, their members'
 // Node.Rack, their projected draw and what placed GPUs add.
-func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]gpufleet.Priority) error {
+func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) error {
 	racks, err := s.st.Racks(ctx)
 	if err != nil {
 		return err
