@@ -10,10 +10,10 @@ import (
 )
 
 // DefaultPeakMargin is how far above its measured peak a held GPU is
-// charged once measured (Charging.PeakMargin): a tenth, about the spread
-// of an LLM training step's draw around its mean. A choice, stated in
-// docs/POWER.md; where the node enforces the charge as a power limit the
-// margin only costs headroom, never the budget.
+// charged once measured (Charging.PeakMargin): a tenth. A choice, not a
+// measurement of real jobs, stated as such in docs/POWER.md; where the
+// node enforces the charge as a power limit the margin only costs
+// headroom, never the budget.
 const DefaultPeakMargin = 0.10
 
 // Charging says what a GPU a job holds counts for in its rack's projected
