@@ -146,3 +146,36 @@ func TestPowerCapsHoldSwingingDraws(t *testing.T) {
 		t.Errorf("capped: %.1f minutes over budget, %d never started: want 0 and 0", capped.RackPower.MinutesOverBudget, capped.NeverStarted)
 	}
 }
+
+// TestUnmeasuredJobsCountTheirLimit: a telemetry lag longer than any job
+// runs means no job is ever measured, so every running GPU counts its
+// TDP: the replay decides exactly as one that charges the limit always
+// (PeakMargin < 0). A short lag lets measured jobs make room.
+func TestUnmeasuredJobsCountTheirLimit(t *testing.T) {
+	cluster := `{"node_groups": [{"name": "h100", "count": 8, "gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nvlink_domain_gpus": 8, "nodes_per_rack": 2}]}`
+	trace := string(syntheticTrace(3, 200, 10, 0.5))
+	pc, _ := scheduler.PolicyConfig("gpufleet")
+	pc.ETA = false
+	run := func(lag, margin float64) Report {
+		res, err := Run(mustTrace(t, trace), mustCluster(t, cluster), Config{Policy: pc, RackBudget: 0.8, DrawNoise: 0.2,
+			TelemetryLag: lag, PeakMargin: margin, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Report
+		r.SimWallS = 0
+		return r
+	}
+	never, limit, short := run(1e9, 0.1), run(60, -1), run(60, 0.1)
+	if *never.AvgJCTS != *limit.AvgJCTS || never.Cycles != limit.Cycles || never.WaitReasons[scheduler.ReasonRackPower] != limit.WaitReasons[scheduler.ReasonRackPower] {
+		t.Errorf("never measured: avg JCT %v, %d cycles; always the limit: %v, %d: want the same replay", *never.AvgJCTS, never.Cycles, *limit.AvgJCTS, limit.Cycles)
+	}
+	if *short.AvgJCTS >= *never.AvgJCTS {
+		t.Errorf("measured after 60 s: avg JCT %v, not below never measured %v", *short.AvgJCTS, *never.AvgJCTS)
+	}
+	for _, r := range []Report{never, limit, short} {
+		if r.RackPower.MinutesOverBudget != 0 || r.NeverStarted != 0 {
+			t.Errorf("%.1f minutes over budget, %d never started: want 0 and 0", r.RackPower.MinutesOverBudget, r.NeverStarted)
+		}
+	}
+}
