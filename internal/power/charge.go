@@ -75,6 +75,19 @@ func PlacementDraw(models map[string]catalog.GPU, classes []gpufleet.Priority) s
 	return out
 }
 
+// IdleRack is what a rack's nodes draw with no job: host overheads and
+// every GPU at its idle figure.
+func IdleRack(nodes []NodeReading) gpufleet.Watts {
+	w := 0.0
+	for _, n := range nodes {
+		w += n.HostWatts
+		for _, g := range n.GPUs {
+			w += Idle(g.Model)
+		}
+	}
+	return gpufleet.Watts(w)
+}
+
 // RackInput is one rack as a caller (the server's leader, the simulator)
 // sees it: its budget, the part of it reserved for production work, and
 // its members' readings.
@@ -98,7 +111,7 @@ func SchedulerRacks(racks []RackInput, models map[string]catalog.GPU, c Charging
 			continue
 		}
 		in = append(in, scheduler.Rack{Name: r.Name, BudgetWatts: r.BudgetWatts,
-			ProductionReserveWatts: r.ProductionReserveW, DrawWatts: projected[i]})
+			ProductionReserveWatts: r.ProductionReserveW, DrawWatts: projected[i], IdleWatts: IdleRack(r.Nodes)})
 	}
 	return in, PlacementDraw(models, gpufleet.Priorities()), projected
 }

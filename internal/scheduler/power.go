@@ -28,6 +28,11 @@ type Rack struct {
 	// scheduler places adds GPUDraw on top; work that ends, in the ETA's
 	// simulation, takes it off again.
 	DrawWatts gpufleet.Watts `json:"draw_watts"`
+	// IdleWatts is what the rack draws with no job on it: its host
+	// overheads and idle GPUs; 0: unknown. A job that would take even the
+	// idle rack over its budget is told so in its reason: it cannot start
+	// there until the budget changes.
+	IdleWatts gpufleet.Watts `json:"idle_watts,omitempty"`
 }
 
 // GPUDraw is what one GPU adds to its rack's draw when a job runs on it,
@@ -47,6 +52,7 @@ type powerState struct {
 	budget  []float64 // per rack, less the production reserve for other classes
 	reserve []float64
 	draw    []float64
+	idle    []float64 // per rack, its draw with no job (0: unknown)
 	rackOf  []int32 // per fleet node; -1: no budget
 	// add is per model index the draw one GPU adds, per priority class
 	// (classIdx); a class missing takes addAny.
@@ -105,6 +111,7 @@ func (s *sched) buildPower() {
 		p.budget = append(p.budget, float64(r.BudgetWatts))
 		p.reserve = append(p.reserve, float64(min(max(r.ProductionReserveWatts, 0), r.BudgetWatts)))
 		p.draw = append(p.draw, float64(max(r.DrawWatts, 0)))
+		p.idle = append(p.idle, float64(max(r.IdleWatts, 0)))
 		p.resv = append(p.resv, 0)
 	}
 	if len(p.names) == 0 {
@@ -496,11 +503,57 @@ func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
 			if !p.curProd && p.reserve[r] > 0 {
 				budget = fmt.Sprintf("the %s of its %s budget not reserved for production", gpufleet.Watts(p.limit(r)), gpufleet.Watts(p.budget[r]))
 			}
-			return why{code: ReasonRackPower, text: fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
-				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)}, true
+			text := fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
+				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)
+			if least, ok := s.leastRackShare(sh, pl.model); ok && !s.idleRackHolds(pl.model, least) {
+				text += fmt.Sprintf("; no rack with its GPUs can hold %s of it (%d GPUs) even idle, so it cannot start until a budget grows",
+					gpufleet.Watts(toTen(float64(least*unit)*p.perUnit(pl.model))), least)
+			}
+			return why{code: ReasonRackPower, text: text}, true
 		}
 	}
 	return why{}, false
+}
+
+// leastRackShare is the fewest GPUs of a job one rack must take: a node's
+// share of a job spread over nodes, all of a job that stays on one node;
+// ok is false for shapes that can split finer (fewest nodes, shares).
+func (s *sched) leastRackShare(sh *shape, m int32) (int32, bool) {
+	switch {
+	case sh.kind == gpufleet.MIG || sh.kind == gpufleet.TimeSlice:
+		return 0, false
+	case sh.multi:
+		return max(sh.perNode, 1), true
+	case sh.nodes == 1 || sh.gpus <= s.f.maxK[m]:
+		return sh.gpus, true
+	}
+	return 0, false
+}
+
+// idleRackHolds reports whether some rack with GPUs of model m, idle
+// (Rack.IdleWatts), has room for gpus of them for the current job; true
+// when a rack's idle draw is unknown or a node has no budget.
+func (s *sched) idleRackHolds(m, gpus int32) bool {
+	p := &s.pw
+	if p.open {
+		return true
+	}
+	w := float64(gpus*unit) * p.perUnit(m)
+	for r, nodes := range p.rackNodes {
+		has := false
+		for _, ni := range nodes {
+			for gi := range s.f.nodes[ni].gpus {
+				has = has || s.f.nodes[ni].gpus[gi].model == m
+			}
+		}
+		if !has {
+			continue
+		}
+		if p.idle[r] <= 0 || p.idle[r]+w <= p.limit(int32(r))+1e-6 {
+			return true
+		}
+	}
+	return false
 }
 
 // toTen rounds a power to 10 W, for words.

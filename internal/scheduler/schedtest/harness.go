@@ -197,7 +197,7 @@ func (h *Harness) command(f []string) error {
 		}
 	case "rack":
 		r := scheduler.Rack{Name: f[1]}
-		for k, dst := range map[string]*gpufleet.Watts{"budget": &r.BudgetWatts, "reserve": &r.ProductionReserveWatts, "draw": &r.DrawWatts} {
+		for k, dst := range map[string]*gpufleet.Watts{"budget": &r.BudgetWatts, "reserve": &r.ProductionReserveWatts, "draw": &r.DrawWatts, "idle": &r.IdleWatts} {
 			if v, ok := args[k]; ok {
 				w, err := gpufleet.ParsePower(v)
 				if err != nil {
