@@ -53,6 +53,9 @@ type powerState struct {
 	reserve []float64
 	draw    []float64
 	idle    []float64 // per rack, its draw with no job (0: unknown)
+	// rackHas is per rack which models its nodes have, built on the first
+	// reason that needs it (idleRackHolds).
+	rackHas [][]bool
 	rackOf  []int32 // per fleet node; -1: no budget
 	// add is per model index the draw one GPU adds, per priority class
 	// (classIdx); a class missing takes addAny.
@@ -538,15 +541,20 @@ func (s *sched) idleRackHolds(m, gpus int32) bool {
 	if p.open {
 		return true
 	}
-	w := float64(gpus*unit) * p.perUnit(m)
-	for r, nodes := range p.rackNodes {
-		has := false
-		for _, ni := range nodes {
-			for gi := range s.f.nodes[ni].gpus {
-				has = has || s.f.nodes[ni].gpus[gi].model == m
+	if p.rackHas == nil {
+		p.rackHas = make([][]bool, len(p.rackNodes))
+		for r, nodes := range p.rackNodes {
+			p.rackHas[r] = make([]bool, len(s.f.models))
+			for _, ni := range nodes {
+				for gi := range s.f.nodes[ni].gpus {
+					p.rackHas[r][s.f.nodes[ni].gpus[gi].model] = true
+				}
 			}
 		}
-		if !has {
+	}
+	w := float64(gpus*unit) * p.perUnit(m)
+	for r := range p.rackNodes {
+		if !p.rackHas[r][m] {
 			continue
 		}
 		if p.idle[r] <= 0 || p.idle[r]+w <= p.limit(int32(r))+1e-6 {
