@@ -131,9 +131,8 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 		r.Effective.Add(effective(g.SMActivity, g.Utilization))
 		r.PowerWatts.Add(g.PowerWatts)
 		if info := s.gpus[g.UUID]; info.team != "" && g.PowerWatts != nil {
-			// What a job of this class draws on this model: the racks'
-			// expected draw of new work (power.Learner).
-			s.drawLearner.Observe(info.model, info.class, *g.PowerWatts)
+			// The holder's peak: what its rack is charged for the GPU once
+			// measured (power.Charging).
 			s.observePeak(g.UUID, info.holder, *g.PowerWatts, now)
 		}
 		if g.MemoryUsedBytes != nil && (r.MemoryUsedBytesMax == nil || *g.MemoryUsedBytes > *r.MemoryUsedBytesMax) {

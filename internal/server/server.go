@@ -207,9 +207,6 @@ type Server struct {
 	gpus           map[string]gpuInfo
 	pendingRollups map[rollupKey]*store.RollupRow
 	lastPrune      time.Time
-	// drawLearner learns what allocated GPUs draw per model and class
-	// from the heartbeats, with the TDP as the prior (internal/power).
-	drawLearner power.Learner
 	// drawPeaks is per GPU the highest reading under its holder
 	// (rollups.go), what a measured GPU is charged from.
 	drawPeaks map[string]drawPeak
