@@ -1,14 +1,15 @@
 // Package power holds gpufleet's power and energy arithmetic: what a node
-// draws beyond its GPUs, a rack's projected draw, the draw work of a model
-// and class is expected to add (learned from telemetry, with the TDP as
-// the prior), the facility energy and CO2e of GPU energy, and the
-// facility check of a plan (how many nodes a rack's power, cooling and
-// space hold).
+// draws beyond its GPUs, a rack's projected draw (each held GPU charged
+// its limit until measured, then its peak with a margin: Charging), the
+// scheduler's power input (SchedulerRacks), the facility energy and CO2e
+// of GPU energy, and the facility check of a plan (how many nodes a
+// rack's power, cooling and space hold).
 //
 // The package is pure: figures in, figures out, no I/O and no clock. The
-// server feeds it telemetry and passes its projections to the scheduler
-// (scheduler.Rack, scheduler.GPUDraw); the simulator and the planner use
-// the same functions. docs/POWER.md gives every default with its source.
+// server feeds it telemetry and the simulator its simulated readings; both
+// build the scheduler's input (scheduler.Rack, scheduler.GPUDraw) with
+// SchedulerRacks, and the planner uses the same figures. docs/POWER.md
+// gives every default with its source.
 package power
 
 import (
@@ -100,6 +101,7 @@ const SafetySigmas = 2.0
 // Learner learns the draw of allocated GPUs per model and priority class
 // from telemetry, with the TDP as the prior: expected = (n·(mean +
 // SafetySigmas·sd) + k·TDP) / (n + k), k = PriorWeight, at most the TDP.
+// Placements used it until Charging replaced it; nothing feeds it now.
 // It is a plain value the caller owns and feeds.
 type Learner struct {
 	sum, sq map[learnKey]float64
