@@ -47,6 +47,8 @@ type serverFlags struct {
 	// Energy accounting.
 	pue, gridIntensity float64
 	gridIntensityFile  string
+	// peakMargin is Config.PowerPeakMargin.
+	peakMargin float64
 	// seed, when set (gpufleet dev --seed-history), fills the store before
 	// the server starts.
 	seed func(ctx context.Context, st store.Store) error
@@ -82,6 +84,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
 	durationFlag(fs, &f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
+	fs.Float64Var(&f.peakMargin, "power-peak-margin", d.PowerPeakMargin, "charge a measured GPU a job holds its peak reading times 1 + this in its rack's draw (negative: always its power limit; docs/POWER.md)")
 	fs.Float64Var(&f.pue, "pue", d.PUE, "facility PUE for racks that set none (default: Uptime Institute 2023 global average)")
 	fs.Float64Var(&f.gridIntensity, "grid-intensity", d.Intensity.Constant, "grid carbon intensity, g CO2e per kWh (default: Ember 2024 world average for 2023)")
 	fs.StringVar(&f.gridIntensityFile, "grid-intensity-file", "", "hourly grid intensity, CSV with columns hour (RFC 3339) and g_co2e_per_kwh; --grid-intensity fills the hours it lacks")
@@ -196,6 +199,10 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	if cfg.PUE, cfg.Intensity, err = f.energy(); err != nil {
 		return err
 	}
+	if !(f.peakMargin <= 10) {
+		return usageErr("--power-peak-margin %g: expected at most 10", f.peakMargin)
+	}
+	cfg.PowerPeakMargin = f.peakMargin
 	spare, err := parseKV(f.spare)
 	if err != nil {
 		return fmt.Errorf("%w: --spare %s", gpufleet.ErrInvalid, detail(err))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/sim"
 )
@@ -27,6 +28,9 @@ type simFlags struct {
 	demandOut                                   string
 	estimateError, timeScale, fill, scalingEff  float64
 	rackBudget, drawNoise                       float64
+	rackReserve, peakMargin, drawSwing          float64
+	powerCaps                                   bool
+	telemetryLag                                string
 	seed                                        uint64
 	skipBad, keepInvalid                        bool
 	ablate                                      []string
@@ -130,6 +134,11 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
 	fs.Float64Var(&sf.rackBudget, "rack-budget", 0, "give every rack a power budget of this fraction of its rated draw (0 = none; racks from the cluster's nodes_per_rack)")
 	fs.Float64Var(&sf.drawNoise, "draw-noise", 0, "sigma of the lognormal factor on each job's draw around 0.75 of the TDP (0 = every busy GPU draws its TDP)")
+	fs.Float64Var(&sf.rackReserve, "rack-reserve", 0, "reserve this share of every rack's budget for production work (the racks' --production-reserve)")
+	fs.Float64Var(&sf.peakMargin, "peak-margin", power.DefaultPeakMargin, "charge a running job's measured GPUs their draw times 1 + this (negative: always their TDP)")
+	fs.Float64Var(&sf.drawSwing, "draw-swing", 0, "move each busy GPU's draw every telemetry period by up to this share, up or down (0 = constant per job)")
+	fs.BoolVar(&sf.powerCaps, "power-caps", false, "model power limits: a measured GPU's draw is clipped to the charge it was measured at (NVML power management limit)")
+	fs.StringVar(&sf.telemetryLag, "telemetry-lag", "", "how late the scheduler sees a job's draw; its GPUs count their TDP until then, e.g. 2m (default 60s; 0 for none)")
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
 	fs.BoolVar(&sf.skipBad, "skip-bad-lines", false, "count malformed trace rows instead of stopping at the first")
@@ -192,6 +201,9 @@ func runSim(e *env, sf *simFlags) error {
 	if !(sf.rackBudget >= 0 && sf.rackBudget <= 10) || !(sf.drawNoise >= 0 && sf.drawNoise <= 5) {
 		return usageErr("--rack-budget %v, --draw-noise %v: expected 0 to 10 and 0 to 5", sf.rackBudget, sf.drawNoise)
 	}
+	if !(sf.rackReserve >= 0 && sf.rackReserve <= 1) || !(sf.peakMargin <= 10) || !(sf.drawSwing >= 0 && sf.drawSwing <= 1) {
+		return usageErr("--rack-reserve %v, --peak-margin %v, --draw-swing %v: expected 0 to 1, at most 10, 0 to 1", sf.rackReserve, sf.peakMargin, sf.drawSwing)
+	}
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
 	}
@@ -232,8 +244,17 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
-		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise,
+		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise, RackReserve: sf.rackReserve, PeakMargin: sf.peakMargin,
+		DrawSwing: sf.drawSwing, PowerCaps: sf.powerCaps,
 		TimeLimitFactor: sf.timeLimitFactor}
+	switch lag, err := parseSimDuration("telemetry-lag", sf.telemetryLag); {
+	case err != nil:
+		return err
+	case sf.telemetryLag != "" && lag == 0:
+		cfg.TelemetryLag = -1 // none
+	default:
+		cfg.TelemetryLag = lag
+	}
 	if cfg.NodeMTBF, err = parseSimDuration("mtbf", sf.mtbf); err != nil {
 		return err
 	}

@@ -1,14 +1,15 @@
 // Package power holds gpufleet's power and energy arithmetic: what a node
-// draws beyond its GPUs, a rack's projected draw, the draw work of a model
-// and class is expected to add (learned from telemetry, with the TDP as
-// the prior), the facility energy and CO2e of GPU energy, and the
-// facility check of a plan (how many nodes a rack's power, cooling and
-// space hold).
+// draws beyond its GPUs, a rack's projected draw (each held GPU charged
+// its limit until measured, then its peak with a margin: Charging), the
+// scheduler's power input (SchedulerRacks), the facility energy and CO2e
+// of GPU energy, and the facility check of a plan (how many nodes a
+// rack's power, cooling and space hold).
 //
 // The package is pure: figures in, figures out, no I/O and no clock. The
-// server feeds it telemetry and passes its projections to the scheduler
-// (scheduler.Rack, scheduler.GPUDraw); the simulator and the planner use
-// the same functions. docs/POWER.md gives every default with its source.
+// server feeds it telemetry and the simulator its simulated readings; both
+// build the scheduler's input (scheduler.Rack, scheduler.GPUDraw) with
+// SchedulerRacks, and the planner uses the same figures. docs/POWER.md
+// gives every default with its source.
 package power
 
 import (
@@ -100,6 +101,7 @@ const SafetySigmas = 2.0
 // Learner learns the draw of allocated GPUs per model and priority class
 // from telemetry, with the TDP as the prior: expected = (n·(mean +
 // SafetySigmas·sd) + k·TDP) / (n + k), k = PriorWeight, at most the TDP.
+// Placements used it until Charging replaced it; nothing feeds it now.
 // It is a plain value the caller owns and feeds.
 type Learner struct {
 	sum, sq map[learnKey]float64
@@ -171,6 +173,12 @@ type GPUReading struct {
 	// Held says a job holds the GPU; Class is that job's.
 	Held  bool
 	Class gpufleet.Priority
+	// PeakWatts is the highest reading taken since the job holding the
+	// GPU started on it; nil until one was (the job is then charged the
+	// GPU's limit, Charging).
+	PeakWatts *float64
+	// LimitWatts is the power limit in force on the GPU; 0: its TDP.
+	LimitWatts float64
 }
 
 // NodeReading is one node of a rack as a projection sees it.
@@ -181,25 +189,19 @@ type NodeReading struct {
 }
 
 // ProjectRack is a rack's projected draw now: per node the host
-// overhead, and per GPU its measured draw, at least the expected draw of
-// its job's class while a job holds it (a job that has just started has
-// not ramped up yet), and the idle draw where nothing was measured.
-func ProjectRack(nodes []NodeReading, l *Learner) float64 {
+// overhead, and per GPU what Charging charges it: a held GPU its limit
+// until it was measured under its job (a job that has just started has
+// not ramped up, and readings lag), then its measured peak with the
+// margin; a free GPU its reading, else its idle draw.
+func ProjectRack(nodes []NodeReading, c Charging) gpufleet.Watts {
 	w := 0.0
 	for _, n := range nodes {
 		w += n.HostWatts
 		for _, g := range n.GPUs {
-			measured := Idle(g.Model)
-			if g.Watts != nil {
-				measured = *g.Watts
-			}
-			if g.Held {
-				measured = max(measured, l.Expected(g.Model, g.Class))
-			}
-			w += measured
+			w += c.Charge(g)
 		}
 	}
-	return w
+	return gpufleet.Watts(w)
 }
 
 // rackUnits is the height of the 8-GPU systems of hostOverhead, from the

@@ -116,18 +116,66 @@ func TestProjectRack(t *testing.T) {
 	h := gpu(t, "h100-sxm-80gb")
 	w := func(v float64) *float64 { return &v }
 	nodes := []NodeReading{{HostWatts: 4600, GPUs: []GPUReading{
-		{Model: h, Watts: w(690), Held: true, Class: gpufleet.Batch},      // below the expected 700
-		{Model: h, Watts: w(100), Held: true, Class: gpufleet.Production}, // just started
+		{Model: h, Watts: w(500), PeakWatts: w(520), Held: true, Class: gpufleet.Batch}, // measured: its peak + 10 %
+		{Model: h, Watts: w(100), Held: true, Class: gpufleet.Production},               // just started: its limit
 		{Model: h, Watts: w(80)}, // idle, measured
 		{Model: h},               // idle, not measured
 	}}}
-	var l Learner
-	for range 1000 {
-		l.Observe(h.ID, gpufleet.Batch, 600) // batch learned near 600 W
-	}
-	want := 4600 + 690 + 700 + 80 + Idle(h)
-	if got := ProjectRack(nodes, &l); math.Abs(got-want) > 1e-9 {
+	want := 4600 + 520*1.1 + 700 + 80 + Idle(h)
+	if got := float64(ProjectRack(nodes, Charging{PeakMargin: DefaultPeakMargin})); math.Abs(got-want) > 1e-9 {
 		t.Errorf("ProjectRack = %v, want %v", got, want)
+	}
+}
+
+// TestCharge: a held GPU counts its limit until measured under its job,
+// then its peak with the margin, never above the limit nor below what it
+// draws now.
+func TestCharge(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	w := func(v float64) *float64 { return &v }
+	c := Charging{PeakMargin: 0.1}
+	for _, tc := range []struct {
+		name string
+		c    Charging
+		g    GPUReading
+		want float64
+	}{
+		{"free, not measured: idle", c, GPUReading{Model: h}, 70},
+		{"free, measured", c, GPUReading{Model: h, Watts: w(90)}, 90},
+		{"held, not measured: TDP", c, GPUReading{Model: h, Held: true}, 700},
+		{"held, read before its job ran: TDP", c, GPUReading{Model: h, Held: true, Watts: w(80)}, 700},
+		{"held, power limit set: the limit", c, GPUReading{Model: h, Held: true, LimitWatts: 500}, 500},
+		{"held, measured: peak + margin", c, GPUReading{Model: h, Held: true, Watts: w(400), PeakWatts: w(450)}, 495},
+		{"held, measured near the limit: the limit", c, GPUReading{Model: h, Held: true, Watts: w(680), PeakWatts: w(690)}, 700},
+		{"held, drawing over its charge: the draw", c, GPUReading{Model: h, Held: true, Watts: w(600), PeakWatts: w(300)}, 600},
+		{"held, measured, negative margin: the limit", Charging{PeakMargin: -1}, GPUReading{Model: h, Held: true, Watts: w(400), PeakWatts: w(400)}, 700},
+		{"held, tiny peak: at least idle", c, GPUReading{Model: h, Held: true, Watts: w(10), PeakWatts: w(10)}, 70},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.c.Charge(tc.g); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("Charge = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSchedulerRacks(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	node := NodeReading{HostWatts: 4600, GPUs: []GPUReading{{Model: h, Held: true}, {Model: h}}}
+	racks := []RackInput{
+		{Name: "r1", BudgetWatts: 6000, ProductionReserveW: 500, Nodes: []NodeReading{node}},
+		{Name: "r2", Nodes: []NodeReading{node}}, // no budget: projected, not given
+	}
+	in, draw, projected := SchedulerRacks(racks, map[string]catalog.GPU{h.ID: h}, Charging{PeakMargin: 0.1})
+	want := 4600.0 + 700 + 70
+	if len(in) != 1 || in[0].Name != "r1" || in[0].BudgetWatts != 6000 || in[0].ProductionReserveWatts != 500 || math.Abs(float64(in[0].DrawWatts)-want) > 1e-9 {
+		t.Errorf("racks = %+v, want r1 of 6 kW, 500 W reserved, drawing %v", in, want)
+	}
+	if len(projected) != 2 || math.Abs(float64(projected[1])-want) > 1e-9 {
+		t.Errorf("projected = %v", projected)
+	}
+	if got := draw[h.ID][gpufleet.Batch]; got != 630 {
+		t.Errorf("a placed H100 adds %v, want TDP - idle = 630", got)
 	}
 }
 

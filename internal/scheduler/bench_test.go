@@ -156,7 +156,7 @@ func withRacks(in scheduler.Input, frac float64) scheduler.Input {
 		draw[n.Rack] += float64(power.HostOverhead(g, k)) + b*power.TDP(g) + (float64(k)-b)*power.Idle(g)
 	}
 	for _, r := range racks {
-		in.Racks = append(in.Racks, scheduler.Rack{Name: r, BudgetWatts: frac * rated[r], DrawWatts: draw[r]})
+		in.Racks = append(in.Racks, scheduler.Rack{Name: r, BudgetWatts: gpufleet.Watts(frac * rated[r]), DrawWatts: gpufleet.Watts(draw[r])})
 	}
 	return in
 }

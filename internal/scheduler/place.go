@@ -414,7 +414,7 @@ func (s *sched) searchSpread(sh *shape, m int32, best *cand) {
 		if s.cfg.Packing == PackFirstFit {
 			slices.SortFunc(cands, func(a, b nodeCand) int { return cmp.Compare(a.ni, b.ni) })
 		}
-		chosen = slices.Clone(cands[:sh.nodes])
+		chosen = s.powerSpread(cands, m, sh.nodes, func(nodeCand) int32 { return sh.perNode })
 		score = [4]int64{2}
 	}
 	if !best.better(score) {
@@ -465,10 +465,19 @@ func (s *sched) searchFewestNodes(sh *shape, m int32, best *cand) {
 		}
 		var got int64
 		for i := len(cands) - 1; i >= 0 && got < int64(sh.gpus); i-- {
-			if c := cands[i]; level == 2 || groupOf(c, level) == bestG {
-				chosen = append(chosen, c)
-				got += int64(c.free)
+			c := cands[i]
+			if level < 2 && groupOf(c, level) != bestG {
+				continue
 			}
+			if level == 2 && !s.powerRoomWith(chosen, c, m, min(c.free, int32(int64(sh.gpus)-got)), func(x nodeCand) int32 { return x.free }) {
+				continue // its rack lacks the power with the nodes chosen there: another rack's node
+			}
+			chosen = append(chosen, c)
+			got += int64(c.free)
+		}
+		if got < int64(sh.gpus) {
+			chosen = nil // power leaves too few nodes
+			continue
 		}
 		left := sh.gpus
 		if !s.chosenPowerOK(chosen, m, func(c nodeCand) int32 {

@@ -17,17 +17,22 @@ const ReasonRackPower = "rack_power"
 type Rack struct {
 	Name string `json:"name"`
 	// BudgetWatts is the most the rack may draw; 0 means no budget.
-	BudgetWatts float64 `json:"budget_watts"`
+	BudgetWatts gpufleet.Watts `json:"budget_watts"`
 	// ProductionReserveWatts is the part of the budget only production
 	// work may use: other classes are placed as if the budget were
 	// BudgetWatts - ProductionReserveWatts.
-	ProductionReserveWatts float64 `json:"production_reserve_watts,omitempty"`
+	ProductionReserveWatts gpufleet.Watts `json:"production_reserve_watts,omitempty"`
 	// DrawWatts is the rack's projected draw now, as the caller projects
 	// it: the measured draw of what runs there, the idle draw of the rest
 	// of its GPUs and a host overhead per node (internal/power). Work the
 	// scheduler places adds GPUDraw on top; work that ends, in the ETA's
 	// simulation, takes it off again.
-	DrawWatts float64 `json:"draw_watts"`
+	DrawWatts gpufleet.Watts `json:"draw_watts"`
+	// IdleWatts is what the rack draws with no job on it: its host
+	// overheads and idle GPUs; 0: unknown. A job that would take even the
+	// idle rack over its budget is told so in its reason: it cannot start
+	// there until the budget changes.
+	IdleWatts gpufleet.Watts `json:"idle_watts,omitempty"`
 }
 
 // GPUDraw is what one GPU adds to its rack's draw when a job runs on it,
@@ -47,6 +52,10 @@ type powerState struct {
 	budget  []float64 // per rack, less the production reserve for other classes
 	reserve []float64
 	draw    []float64
+	idle    []float64 // per rack, its draw with no job (0: unknown)
+	// rackHas is per rack which models its nodes have, built on the first
+	// reason that needs it (idleRackHolds).
+	rackHas [][]bool
 	rackOf  []int32 // per fleet node; -1: no budget
 	// add is per model index the draw one GPU adds, per priority class
 	// (classIdx); a class missing takes addAny.
@@ -102,9 +111,10 @@ func (s *sched) buildPower() {
 		}
 		byName[r.Name] = int32(len(p.names))
 		p.names = append(p.names, r.Name)
-		p.budget = append(p.budget, r.BudgetWatts)
-		p.reserve = append(p.reserve, min(max(r.ProductionReserveWatts, 0), r.BudgetWatts))
-		p.draw = append(p.draw, max(r.DrawWatts, 0))
+		p.budget = append(p.budget, float64(r.BudgetWatts))
+		p.reserve = append(p.reserve, float64(min(max(r.ProductionReserveWatts, 0), r.BudgetWatts)))
+		p.draw = append(p.draw, float64(max(r.DrawWatts, 0)))
+		p.idle = append(p.idle, float64(max(r.IdleWatts, 0)))
 		p.resv = append(p.resv, 0)
 	}
 	if len(p.names) == 0 {
@@ -289,6 +299,54 @@ func (s *sched) chosenPowerOK(chosen []nodeCand, m int32, take func(nodeCand) in
 	return true
 }
 
+// powerSpread picks n of cands, in their order, for a job spread over
+// racks anywhere: each next node whose rack can still take take(c) GPUs
+// of model m beside the nodes already chosen in it, so that a job too
+// large for any one rack's budget spreads over as many racks as it
+// needs. Without budgets it is cands[:n]; when power leaves fewer than n
+// it is cands[:n] too, which the whole placement's check then refuses
+// (and powerWhy names the rack).
+func (s *sched) powerSpread(cands []nodeCand, m, n int32, take func(nodeCand) int32) []nodeCand {
+	p := &s.pw
+	if !p.on || p.off {
+		return slices.Clone(cands[:n])
+	}
+	var chosen []nodeCand
+	for _, c := range cands {
+		if int32(len(chosen)) == n {
+			break
+		}
+		if s.powerRoomWith(chosen, c, m, take(c), take) {
+			chosen = append(chosen, c)
+		}
+	}
+	if int32(len(chosen)) < n {
+		return slices.Clone(cands[:n])
+	}
+	return chosen
+}
+
+// powerRoomWith reports whether node c's rack can take units GPUs of
+// model m more for the current job beside what the chosen nodes in the
+// same rack take (take(x) each).
+func (s *sched) powerRoomWith(chosen []nodeCand, c nodeCand, m int32, gpus int32, take func(nodeCand) int32) bool {
+	p := &s.pw
+	if !p.on || p.off {
+		return true
+	}
+	r := p.rackOf[c.ni]
+	if r < 0 {
+		return true
+	}
+	w := float64(gpus*unit) * p.perUnit(m)
+	for _, x := range chosen {
+		if p.rackOf[x.ni] == r {
+			w += float64(take(x)*unit) * p.perUnit(m)
+		}
+	}
+	return p.draw[r]+w <= p.limit(r)+1e-6
+}
+
 // rackWatts is a grant's draw on one rack.
 type rackWatts struct {
 	rack int32
@@ -448,11 +506,62 @@ func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
 			if !p.curProd && p.reserve[r] > 0 {
 				budget = fmt.Sprintf("the %s of its %s budget not reserved for production", gpufleet.Watts(p.limit(r)), gpufleet.Watts(p.budget[r]))
 			}
-			return why{code: ReasonRackPower, text: fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
-				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)}, true
+			text := fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
+				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)
+			if least, ok := s.leastRackShare(sh, pl.model); ok && !s.idleRackHolds(pl.model, least) {
+				text += fmt.Sprintf("; no rack with its GPUs can hold %s of it (%d GPUs) even idle, so it cannot start until a budget grows",
+					gpufleet.Watts(toTen(float64(least*unit)*p.perUnit(pl.model))), least)
+			}
+			return why{code: ReasonRackPower, text: text}, true
 		}
 	}
 	return why{}, false
+}
+
+// leastRackShare is the fewest GPUs of a job one rack must take: a node's
+// share of a job spread over nodes, all of a job that stays on one node;
+// ok is false for shapes that can split finer (fewest nodes, shares).
+func (s *sched) leastRackShare(sh *shape, m int32) (int32, bool) {
+	switch {
+	case sh.kind == gpufleet.MIG || sh.kind == gpufleet.TimeSlice:
+		return 0, false
+	case sh.multi:
+		return max(sh.perNode, 1), true
+	case sh.nodes == 1 || sh.gpus <= s.f.maxK[m]:
+		return sh.gpus, true
+	}
+	return 0, false
+}
+
+// idleRackHolds reports whether some rack with GPUs of model m, idle
+// (Rack.IdleWatts), has room for gpus of them for the current job; true
+// when a rack's idle draw is unknown or a node has no budget.
+func (s *sched) idleRackHolds(m, gpus int32) bool {
+	p := &s.pw
+	if p.open {
+		return true
+	}
+	if p.rackHas == nil {
+		p.rackHas = make([][]bool, len(p.rackNodes))
+		for r, nodes := range p.rackNodes {
+			p.rackHas[r] = make([]bool, len(s.f.models))
+			for _, ni := range nodes {
+				for gi := range s.f.nodes[ni].gpus {
+					p.rackHas[r][s.f.nodes[ni].gpus[gi].model] = true
+				}
+			}
+		}
+	}
+	w := float64(gpus*unit) * p.perUnit(m)
+	for r := range p.rackNodes {
+		if !p.rackHas[r][m] {
+			continue
+		}
+		if p.idle[r] <= 0 || p.idle[r]+w <= p.limit(int32(r))+1e-6 {
+			return true
+		}
+	}
+	return false
 }
 
 // toTen rounds a power to 10 W, for words.

@@ -26,10 +26,10 @@ func TestPropertyRacksStayUnderBudget(t *testing.T) {
 			}
 		}
 		for _, name := range sortedSet(racks) {
-			budget := float64(rapid.IntRange(0, 12).Draw(t, "budget_kw")) * 1000
+			budget := gpufleet.Watts(rapid.IntRange(0, 12).Draw(t, "budget_kw")) * 1000
 			in.Racks = append(in.Racks, scheduler.Rack{Name: name, BudgetWatts: budget,
-				ProductionReserveWatts: float64(rapid.IntRange(0, 2).Draw(t, "reserve_kw")) * 1000,
-				DrawWatts:              float64(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
+				ProductionReserveWatts: gpufleet.Watts(rapid.IntRange(0, 2).Draw(t, "reserve_kw")) * 1000,
+				DrawWatts:              gpufleet.Watts(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
 		}
 		in.GPUDraw = scheduler.GPUDraw{}
 		for _, m := range propModels {
@@ -77,11 +77,11 @@ func TestPropertyRacksStayUnderBudget(t *testing.T) {
 			if r.BudgetWatts <= 0 || added[r.Name] == 0 {
 				continue
 			}
-			limit := r.BudgetWatts
+			limit := float64(r.BudgetWatts)
 			if !prod[r.Name] {
-				limit -= min(r.ProductionReserveWatts, r.BudgetWatts)
+				limit -= float64(min(r.ProductionReserveWatts, r.BudgetWatts))
 			}
-			if r.DrawWatts+added[r.Name] > limit+1 {
+			if float64(r.DrawWatts)+added[r.Name] > limit+1 {
 				t.Fatalf("rack %s: draw %.0f W + %.0f W started > limit %.0f W", r.Name, r.DrawWatts, added[r.Name], limit)
 			}
 		}
@@ -144,9 +144,9 @@ func TestPropertyPowerNodes(t *testing.T) {
 		}
 		for r := range racks {
 			in.Racks = append(in.Racks, scheduler.Rack{Name: fmt.Sprintf("r%d", r),
-				BudgetWatts:            float64(rapid.IntRange(1, 12).Draw(t, "budget_kw")) * 1000,
-				ProductionReserveWatts: float64(rapid.IntRange(0, 2).Draw(t, "reserve_kw")) * 1000,
-				DrawWatts:              float64(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
+				BudgetWatts:            gpufleet.Watts(rapid.IntRange(1, 12).Draw(t, "budget_kw")) * 1000,
+				ProductionReserveWatts: gpufleet.Watts(rapid.IntRange(0, 2).Draw(t, "reserve_kw")) * 1000,
+				DrawWatts:              gpufleet.Watts(rapid.IntRange(0, 10).Draw(t, "draw_kw")) * 1000})
 		}
 		in.Config.ETA = true
 		indexed, scanned := scheduleRacksBothWays(in)

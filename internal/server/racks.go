@@ -134,15 +134,21 @@ func (s *Server) ratedDraw(nodes []gpufleet.Node) float64 {
 	return w
 }
 
+// heldGPU is who holds a GPU: the job's priority class and the attempt.
+type heldGPU struct {
+	class   gpufleet.Priority
+	attempt string
+}
+
 // heldBy maps each GPU (physical UUID or MIG instance) an active attempt
-// holds to its job's priority class.
-func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
-	out := map[string]gpufleet.Priority{}
+// holds to its job's priority class and the attempt.
+func heldBy(jobs []gpufleet.Job) map[string]heldGPU {
+	out := map[string]heldGPU{}
 	for _, j := range jobs {
 		if a := activeAttempt(j); a != nil {
 			for _, n := range a.Nodes {
 				for _, u := range n.GPUs {
-					out[u] = j.Priority
+					out[u] = heldGPU{class: j.Priority, attempt: a.ID}
 				}
 			}
 		}
@@ -151,13 +157,26 @@ func heldBy(jobs []gpufleet.Job) map[string]gpufleet.Priority {
 }
 
 // projectedDraw is nodes' projected draw now (power.ProjectRack): the
-// measured draw of every GPU the leader has a reading of, at least the
-// expected draw of its job's class while one holds it (held; nil: the
-// holders the leader last recorded), idle draws where there is no
-// reading, and host overheads. ok is false on a replica that does not
-// lead: it has no live readings.
-func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.Priority) (float64, bool) {
+// measured draw of every GPU the leader has a reading of, a held GPU (held;
+// nil: the holders the leader last recorded) charged its limit until
+// measured under its holder and then its peak with the margin
+// (power.Charging), idle draws where there is no reading, and host
+// overheads. ok is false on a replica that does not lead: it has no live
+// readings.
+func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (float64, bool) {
 	leads := s.Leader()
+	return float64(power.ProjectRack(s.nodeReadings(nodes, held), s.charging())), leads
+}
+
+// charging is how the server charges held GPUs (Config.PowerPeakMargin).
+func (s *Server) charging() power.Charging {
+	return power.Charging{PeakMargin: s.cfg.PowerPeakMargin}
+}
+
+// nodeReadings is what power.ProjectRack reads of nodes: their host
+// overheads and each GPU's model, latest reading, holder's class and
+// measured peak.
+func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	s.teleMu.Lock()
@@ -181,20 +200,32 @@ func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]gpufleet.P
 			}
 			switch {
 			case held != nil:
-				r.Class, r.Held = held[g.UUID]
+				// The peak counts when it was read under one of the
+				// GPU's holders now (it may have changed since the
+				// last snapshot).
+				h, ok := held[g.UUID]
+				r.Class, r.Held = h.class, ok
+				same := ok && h.attempt == s.gpus[g.UUID].holder
 				for _, m := range g.MIGInstances {
-					if c, ok := held[m.UUID]; ok && !r.Held {
-						r.Class, r.Held = c, true
+					if h, ok := held[m.UUID]; ok {
+						if !r.Held {
+							r.Class, r.Held = h.class, true
+						}
+						same = same || h.attempt == s.gpus[g.UUID].holder
 					}
+				}
+				if same {
+					r.PeakWatts = s.measuredPeak(g.UUID)
 				}
 			case s.gpus[g.UUID].team != "":
 				r.Held, r.Class = true, s.gpus[g.UUID].class
+				r.PeakWatts = s.measuredPeak(g.UUID)
 			}
 			nr.GPUs = append(nr.GPUs, r)
 		}
 		readings = append(readings, nr)
 	}
-	return power.ProjectRack(readings, &s.drawLearner), leads
+	return readings
 }
 
 // racksPUE is the PUE of each node in a rack that gives one.
@@ -220,7 +251,7 @@ func (s *Server) setNodePUE(m map[string]float64) {
 
 // powerInput gives the scheduler the racks with a budget, their members'
 // Node.Rack, their projected draw and what placed GPUs add.
-func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]gpufleet.Priority) error {
+func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) error {
 	racks, err := s.st.Racks(ctx)
 	if err != nil {
 		return err
@@ -247,23 +278,26 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	gauges := make([]rackPower, 0, len(racks))
+	inputs := make([]power.RackInput, 0, len(racks))
 	for _, r := range racks {
 		var ns []gpufleet.Node
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		draw, _ := s.projectedDraw(ns, held)
-		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: draw})
-		if r.PowerBudgetWatts <= 0 {
-			continue
+		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: gpufleet.Watts(r.PowerBudgetWatts),
+			ProductionReserveW: gpufleet.Watts(r.ProductionReserveWatts), Nodes: s.nodeReadings(ns, held)})
+	}
+	// The simulator builds its input with the same function.
+	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, s.charging())
+	in.Racks, in.GPUDraw = append(in.Racks, rs...), draw
+	gauges := make([]rackPower, 0, len(racks))
+	for i, r := range racks {
+		var ns []gpufleet.Node
+		for _, m := range members[r.Name] {
+			ns = append(ns, byName[m])
 		}
-		in.Racks = append(in.Racks, scheduler.Rack{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
-			ProductionReserveWatts: r.ProductionReserveWatts, DrawWatts: draw})
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: float64(projected[i])})
 	}
 	s.metrics.setRacks(gauges)
-	s.teleMu.Lock()
-	in.GPUDraw = scheduler.GPUDraw(s.drawLearner.Add(in.Models, gpufleet.Priorities()))
-	s.teleMu.Unlock()
 	return nil
 }

@@ -68,3 +68,51 @@ func TestRackAtItsBudgetWaitsForPower(t *testing.T) {
 		t.Fatalf("starts after the first job ended: %+v, want the second job", hb.Start)
 	}
 }
+
+// TestMeasuredJobIsChargedItsPeak: a running job's GPUs count their TDP
+// until readings taken a settle time after it started arrive, then their
+// peak plus the margin, which makes room for a second job.
+func TestMeasuredJobIsChargedItsPeak(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	node := f.node("n1", "h100-sxm-80gb", 8)
+	// 9 kW: 4.6 kW host + 8 x 70 W idle + 4 x 630 W for the first job
+	// (7.68 kW); a second 4-GPU job needs 2.52 kW more.
+	if _, err := f.srv.PutRack(ctx, f.admin, gpufleet.Rack{Name: "r1", PowerBudgetWatts: 9000, Nodes: []string{"n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	first := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4}})
+	f.cycle()
+	hb, err := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if err != nil || len(hb.Start) != 1 {
+		t.Fatalf("starts %+v, %v: want the first job", hb.Start, err)
+	}
+	run := api.AttemptReport{AttemptID: hb.Start[0].AttemptID, JobID: first.ID, State: gpufleet.AttemptRunning}
+	var samples []api.GPUSample
+	for _, u := range hb.Start[0].GPUs {
+		w := 300.0
+		samples = append(samples, api.GPUSample{UUID: u, PowerWatts: &w})
+	}
+	beat := func() {
+		if _, err := f.srv.Heartbeat(ctx, node, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Attempts: []api.AttemptReport{run}, Samples: samples}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat()
+	second := f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 4}})
+	f.clk.Advance(time.Second)
+	f.cycle()
+	if q := f.job(second.ID).Queue; q == nil || q.ReasonCode != scheduler.ReasonRackPower {
+		t.Fatalf("second job's queue entry %+v: want rack_power while the first is unmeasured (charged 700 W a GPU)", q)
+	}
+	// Past the settle time the readings count: 4 x 330 W (300 W + 10 %).
+	for range 3 {
+		f.clk.Advance(time.Minute)
+		beat()
+	}
+	f.cycle()
+	if q := f.job(second.ID).Queue; q != nil {
+		t.Fatalf("second job still queued (%s): want it started once the first was measured", q.Reason)
+	}
+}

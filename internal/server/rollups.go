@@ -25,6 +25,51 @@ type rollupKey struct {
 type gpuInfo struct {
 	node, model, team string
 	class             gpufleet.Priority // the holder's priority class
+	holder            string            // the holding attempt's id
+}
+
+// drawPeak is the highest reading of a GPU under one holder: readings
+// count from settle after the server first saw that holder on it (the
+// job ramps up, and the first heartbeat may predate its start); peak is
+// nil until one did.
+type drawPeak struct {
+	holder string
+	settle time.Time
+	peak   *float64
+}
+
+// peakSettle is how long after a holder first appears on a GPU its
+// readings start to count as measured: two heartbeats, at least a minute.
+func (s *Server) peakSettle() time.Duration { return max(2*s.cfg.Heartbeat, time.Minute) }
+
+// observePeak keeps a GPU's peak reading under its holder. teleMu must be
+// held.
+func (s *Server) observePeak(uuid, holder string, watts float64, now time.Time) {
+	if s.drawPeaks == nil {
+		s.drawPeaks = map[string]drawPeak{}
+	}
+	p, ok := s.drawPeaks[uuid]
+	if !ok || p.holder != holder {
+		s.drawPeaks[uuid] = drawPeak{holder: holder, settle: now.Add(s.peakSettle())}
+		return
+	}
+	if now.Before(p.settle) {
+		return
+	}
+	if p.peak == nil || watts > *p.peak {
+		p.peak = &watts
+		s.drawPeaks[uuid] = p
+	}
+}
+
+// measuredPeak is a GPU's peak reading under its current holder; nil
+// when it has not been measured under it. teleMu must be held.
+func (s *Server) measuredPeak(uuid string) *float64 {
+	info := s.gpus[uuid]
+	if p, ok := s.drawPeaks[uuid]; ok && info.holder != "" && p.holder == info.holder {
+		return p.peak
+	}
+	return nil
 }
 
 // xidAt is an XID a GPU raised, and when the server heard of it.
@@ -86,9 +131,9 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 		r.Effective.Add(effective(g.SMActivity, g.Utilization))
 		r.PowerWatts.Add(g.PowerWatts)
 		if info := s.gpus[g.UUID]; info.team != "" && g.PowerWatts != nil {
-			// What a job of this class draws on this model: the racks'
-			// expected draw of new work (power.Learner).
-			s.drawLearner.Observe(info.model, info.class, *g.PowerWatts)
+			// The holder's peak: what its rack is charged for the GPU once
+			// measured (power.Charging).
+			s.observePeak(g.UUID, info.holder, *g.PowerWatts, now)
 		}
 		if g.MemoryUsedBytes != nil && (r.MemoryUsedBytesMax == nil || *g.MemoryUsedBytes > *r.MemoryUsedBytesMax) {
 			v := *g.MemoryUsedBytes
@@ -221,7 +266,7 @@ func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 					u = p
 				}
 				if info, ok := gpus[u]; ok && info.team == "" {
-					info.team, info.class = j.Team, j.Priority
+					info.team, info.class, info.holder = j.Team, j.Priority, a.ID
 					gpus[u] = info
 				}
 			}
@@ -229,6 +274,11 @@ func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 	}
 	s.teleMu.Lock()
 	s.gpus = gpus
+	for u, p := range s.drawPeaks {
+		if gpus[u].holder != p.holder {
+			delete(s.drawPeaks, u) // the holder left: a new one starts unmeasured
+		}
+	}
 	s.teleMu.Unlock()
 }
 

@@ -38,6 +38,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Heartbeat is how often agents report.
 	Heartbeat time.Duration
+	// PowerPeakMargin is how far above its measured peak a GPU a job holds
+	// is charged in its rack's projected draw once measured
+	// (power.Charging); negative: always its power limit.
+	PowerPeakMargin float64
 	// HeartbeatGrace is how long a node may be silent before it is down.
 	HeartbeatGrace time.Duration
 	// FenceAfter is how long an agent keeps running attempts without the
@@ -105,6 +109,7 @@ func Default() Config {
 		RollupRetention: 7 * 24 * time.Hour,
 		BenchRetention:  90 * 24 * time.Hour,
 		PUE:             power.DefaultPUE,
+		PowerPeakMargin: power.DefaultPeakMargin,
 		Intensity:       power.Intensity{Constant: power.DefaultIntensity},
 		Health:          health.DefaultConfig(),
 		CredentialTTL:   24 * time.Hour,
@@ -202,9 +207,9 @@ type Server struct {
 	gpus           map[string]gpuInfo
 	pendingRollups map[rollupKey]*store.RollupRow
 	lastPrune      time.Time
-	// drawLearner learns what allocated GPUs draw per model and class
-	// from the heartbeats, with the TDP as the prior (internal/power).
-	drawLearner power.Learner
+	// drawPeaks is per GPU the highest reading under its holder
+	// (rollups.go), what a measured GPU is charged from.
+	drawPeaks map[string]drawPeak
 
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth

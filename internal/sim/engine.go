@@ -71,6 +71,25 @@ type Config struct {
 	// per GPU around 0.75 of the TDP (capped at the TDP); 0 means every
 	// running GPU draws its TDP, the prior the scheduler starts from.
 	DrawNoise float64
+	// RackReserve is the share of each rack's budget reserved for
+	// production work (scheduler.Rack.ProductionReserveWatts); 0: none.
+	RackReserve float64
+	// TelemetryLag is how late the scheduler sees a GPU's draw, in
+	// seconds: a job's GPUs are measured that long after it starts and
+	// are charged their limit until then (power.Charging). 0 means
+	// DefaultTelemetryLag; negative, no lag.
+	TelemetryLag float64
+	// PeakMargin is how far above its measured draw a running job's GPUs
+	// are charged (power.Charging.PeakMargin); negative: always their
+	// limit.
+	PeakMargin float64
+	// DrawSwing moves each running GPU's draw every telemetry period by a
+	// uniform share of up to this much, up or down (a job's phases), so a
+	// job can draw more than it was measured at; 0: constant per job.
+	DrawSwing float64
+	// PowerCaps models power limits set through NVML: a measured GPU's
+	// draw is clipped to the charge its job was measured at.
+	PowerCaps bool
 	// Fill runs the FGD experiment: jobs never finish and arrive one per
 	// second, sampled with replacement from the trace, until the GPUs they
 	// ask for reach Fill times the cluster's GPUs. 0 means a normal replay.

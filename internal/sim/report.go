@@ -38,6 +38,12 @@ type Report struct {
 	// fill never ends them), or ended unfinished (Ended says how).
 	Completed  int `json:"completed"`
 	Unfinished int `json:"unfinished"`
+	// NeverStarted counts the jobs still queued, never started, when the
+	// replay ended (it runs until the queue drains or nothing more can
+	// start); jobs cancelled or refused before they started are in Ended
+	// instead. NeverStartedBySize is the same by GPUs asked.
+	NeverStarted       int            `json:"never_started"`
+	NeverStartedBySize map[string]int `json:"never_started_by_gpus,omitempty"`
 	// Ended counts the jobs that ended unfinished by code: time_limit,
 	// cancelled, invalid_request.
 	Ended    map[string]int `json:"ended"`
@@ -172,6 +178,13 @@ func (e *engine) result() *Result {
 			end = max(end, js.finish)
 		} else {
 			rep.Unfinished++
+		}
+		if !js.started && js.phase != phaseEnded {
+			rep.NeverStarted++
+			if rep.NeverStartedBySize == nil {
+				rep.NeverStartedBySize = map[string]int{}
+			}
+			rep.NeverStartedBySize[strconv.Itoa(js.j.GPUs)]++
 		}
 		if js.started {
 			waits = append(waits, js.firstStart-js.submit)

@@ -218,13 +218,13 @@ func (h *Harness) command(f []string) error {
 		}
 	case "rack":
 		r := scheduler.Rack{Name: f[1]}
-		for k, dst := range map[string]*float64{"budget": &r.BudgetWatts, "reserve": &r.ProductionReserveWatts, "draw": &r.DrawWatts} {
+		for k, dst := range map[string]*gpufleet.Watts{"budget": &r.BudgetWatts, "reserve": &r.ProductionReserveWatts, "draw": &r.DrawWatts, "idle": &r.IdleWatts} {
 			if v, ok := args[k]; ok {
 				w, err := gpufleet.ParsePower(v)
 				if err != nil {
 					return fmt.Errorf("rack %s %s: %w", f[1], k, err)
 				}
-				*dst = float64(w)
+				*dst = w
 			}
 		}
 		h.in.Racks = slices.DeleteFunc(h.in.Racks, func(x scheduler.Rack) bool { return x.Name == r.Name })
