@@ -55,9 +55,9 @@ type Explanation struct {
 	// NodesEvaluated is the number of nodes of the fleet looked at;
 	// NodesFiltered how many each filter left out, in filter order, each
 	// node under the first it fails (a code with no node is left out).
-	NodesEvaluated int             `json:"nodes_evaluated"`
-	NodesFiltered  []FilterCount   `json:"nodes_filtered"`
-	Exhausted      Dimension       `json:"exhausted,omitempty"`
+	NodesEvaluated int           `json:"nodes_evaluated"`
+	NodesFiltered  []FilterCount `json:"nodes_filtered"`
+	Exhausted      Dimension     `json:"exhausted,omitempty"`
 	// Need is what the job needs of the exhausted dimension (GPUs,
 	// instances, nodes); Most the most any node (domain, set of nodes)
 	// has of it; PerNode the GPUs per node of a multi-node job.

@@ -238,10 +238,10 @@ type sched struct {
 	events       eventHeap
 	resv         *reservation
 	fails        map[failKey]failEntry
-	preemptFails map[preemptKey]bool // failed preemption searches this cycle
-	explain      bool                // build reason texts (off in the ETA simulation)
+	preemptFails map[preemptKey]bool              // failed preemption searches this cycle
+	explain      bool                             // build reason texts (off in the ETA simulation)
 	codeEx       map[string]*gpufleet.Explanation // codeExplanation's, per code
-	brief        bool                // the job being placed is past Config.ReasonDepth
+	brief        bool                             // the job being placed is past Config.ReasonDepth
 	texts        briefTexts
 	claims       []claimAt  // GPUs held for preemptors until their victims stop
 	state        runState   // nodes and GPUs by name, when any drains or is silent
