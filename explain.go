@@ -250,3 +250,16 @@ func countNoun(n int, word string) string {
 
 // toTenWatts rounds a power to 10 W, for words.
 func toTenWatts(w float64) float64 { return float64(int64(w/10+0.5)) * 10 }
+
+// ExplainedError is an error with its reason as data: a submission no node
+// of the fleet can ever run (ErrUnsatisfiable) carries the explanation the
+// API sends in its error body.
+type ExplainedError struct {
+	Err         error
+	Explanation *Explanation
+}
+
+func (e *ExplainedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error the explanation is about.
+func (e *ExplainedError) Unwrap() error { return e.Err }
