@@ -177,14 +177,6 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		e.Detail = "no GPU model in the fleet matches " + describe(r)
 		return exWhy(e)
 	}
-	if sh.container {
-		sh.container = false
-		some := s.anySelected(sh)
-		sh.container = true
-		if some && !s.anySelected(sh) {
-			return &why{code: ReasonRuntimeMissing, text: "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"}
-		}
-	}
 	if len(sh.selector) > 0 || sh.stackOK != nil || sh.isoOK != nil || sh.container {
 		// The filters that no state of the fleet changes: each node is
 		// counted under the first it fails, and the latest filter that
@@ -260,24 +252,6 @@ func describe(r *gpufleet.Resources) string {
 		return "the request"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// anySelected reports whether some node carries every label the shape
-// selects and has a GPU of a model the shape may use, in whatever state.
-func (s *sched) anySelected(sh *shape) bool {
-	allowed := s.modelSet(sh.models)
-	for ni := range s.f.nodes {
-		n := &s.f.nodes[ni]
-		if !sh.selects(n) {
-			continue
-		}
-		for gi := range n.gpus {
-			if allowed[n.gpus[gi].model] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // isolationText says what the job requires and what the fleet's other
