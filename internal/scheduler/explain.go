@@ -128,36 +128,63 @@ func (s *sched) staticFilter(sh *shape, r *gpufleet.Resources, n *nodeSlot, shap
 	return fPass
 }
 
+// staticScan is a shape's judgement by the filters no state of the fleet
+// changes, made once per call: the nodes each left out, and the nodes
+// that pass them all, in fleet order.
+type staticScan struct {
+	counts [nFilters]int
+	pass   []int32
+}
+
+// staticOf judges the shape's static filters on every node, once.
+func (s *sched) staticOf(sh *shape, r *gpufleet.Resources) *staticScan {
+	if sh.scan != nil {
+		return sh.scan
+	}
+	st := &staticScan{}
+	shapeModels := append([]bool(nil), s.modelSet(sh.models)...)
+	for ni := range s.f.nodes {
+		k := s.staticFilter(sh, r, &s.f.nodes[ni], shapeModels)
+		st.counts[k]++
+		if k == fPass {
+			st.pass = append(st.pass, int32(ni))
+		}
+	}
+	sh.scan = st
+	return st
+}
+
 // scanNodes counts, over every node of the fleet, the first filter each
 // fails for a shape that may use models now (slow: the models it waits
 // out as too slow; the shape's other models are held by quota). With
 // dynamic false only the filters that are not about the fleet's state
-// apply.
+// apply. The static filters are judged once per shape (staticOf), so a
+// scan visits only the nodes that pass them.
 func (s *sched) scanNodes(sh *shape, r *gpufleet.Resources, models, slow []int32, dynamic bool, mode fitMode) scan {
 	var sc scan
 	sc.rack = -1
-	shapeModels := append([]bool(nil), s.modelSet(sh.models)...)
+	st := s.staticOf(sh, r)
+	sc.counts = st.counts
+	if !dynamic {
+		return sc
+	}
+	sc.counts[fPass] = 0
 	allowed := s.modelSet(models)
 	need := sh.gpus
 	if sh.multi {
 		need = sh.perNode
 	}
 	// Per-node power applies to the shapes that take all their GPUs on one
-	// node; a spread's racks add up (powerWhy explains those).
-	// The budget is the rack's (less the production reserve for other
-	// classes): a rack the reservation's draw alone keeps the job off is
-	// counted under reservation.
+	// node; a spread's racks add up (powerWhy explains those). The budget
+	// is the rack's (less the production reserve for other classes): a
+	// rack the reservation's draw alone keeps the job off is counted under
+	// reservation.
 	perNodePower := s.pw.on && !s.pw.off && !sh.multi && sh.kind == gpufleet.Exclusive
 	long := s.pw.long
 	s.pw.long = false
 	defer func() { s.pw.long = long }()
-	for ni := range s.f.nodes {
-		n := &s.f.nodes[ni]
-		k := s.staticFilter(sh, r, n, shapeModels)
-		if k == fPass && dynamic {
-			k = s.dynamicFilter(sh, n, int32(ni), allowed, slow, need, perNodePower, mode, &sc)
-		}
-		sc.counts[k]++
+	for _, ni := range st.pass {
+		sc.counts[s.dynamicFilter(sh, &s.f.nodes[ni], ni, allowed, slow, need, perNodePower, mode, &sc)]++
 	}
 	return sc
 }

@@ -50,6 +50,7 @@ type shape struct {
 	static     *why // unplaceable on an empty fleet (nil = placeable); set lazily
 	staticSet  bool
 	quotaNever []quotaNeverEntry // per team, set lazily (staticWhy)
+	scan       *staticScan       // the static filters per node, set lazily (staticOf)
 	group      *simGroup
 }
 
