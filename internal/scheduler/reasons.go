@@ -333,6 +333,12 @@ func (s *sched) diagnose(sh *shape, r *gpufleet.Resources, models, slow []int32,
 			most = max(most, c)
 		}
 		e.Exhausted, e.Most, e.Share = gpufleet.DimTimeSlice, most, float64(sh.units)/unit
+	case !never && !sh.nvlink && !sh.multi && !s.spreadsAll(sh) && sc.counts[fPass] == 0 && sc.counts[fRackPower] > 0 && sc.lastFilter() == fRackPower:
+		// The GPUs are there, their racks' power is not.
+		code = ReasonRackPower
+		e.Exhausted = gpufleet.DimRackPower
+		e.Rack = &gpufleet.RackShortfall{Rack: s.pw.names[sc.rack], DrawWatts: sc.draw, AddWatts: sc.add,
+			LimitWatts: sc.limit, BudgetWatts: sc.budget}
 	default:
 		var most, dom, spread int32
 		var total int64
@@ -370,12 +376,6 @@ func (s *sched) diagnose(sh *shape, r *gpufleet.Resources, models, slow []int32,
 		case sh.nvlink:
 			code = ReasonTopology
 			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(dom)
-		case !never && sc.counts[fPass] == 0 && sc.counts[fRackPower] > 0 && sc.lastFilter() == fRackPower:
-			// The GPUs are there, their racks' power is not.
-			code = ReasonRackPower
-			e.Exhausted = gpufleet.DimRackPower
-			e.Rack = &gpufleet.RackShortfall{Rack: s.pw.names[sc.rack], DrawWatts: sc.draw, AddWatts: sc.add,
-				LimitWatts: sc.limit, BudgetWatts: sc.budget}
 		default:
 			e.Exhausted, e.Most = gpufleet.DimGPUs, int(most)
 		}
