@@ -76,6 +76,11 @@ const (
 // scan is one pass of the filters over the fleet's nodes for a shape.
 type scan struct {
 	counts [nFilters]int
+	// The figures of the words, over the ready nodes that pass the
+	// static filters: the most free GPUs (instances, GPUs with room for
+	// the share) on one node, the free GPUs in all, the nodes with a
+	// multi-node job's GPUs per node free, the largest free NVLink set.
+	most, total, spread, dom int64
 	// rack power: the rack with the most headroom among the nodes the
 	// power filter left out, and its figures for this job.
 	rack              int32
@@ -227,6 +232,7 @@ func (s *sched) dynamicFilter(sh *shape, n *nodeSlot, ni int32, allowed []bool, 
 				}
 			}
 		}
+		sc.most = max(sc.most, int64(c))
 		if c < need {
 			return fCapacity
 		}
@@ -239,10 +245,24 @@ func (s *sched) dynamicFilter(sh *shape, n *nodeSlot, ni int32, allowed []bool, 
 				c++
 			}
 		}
+		sc.most = max(sc.most, int64(c))
 		if c < need {
 			return fCapacity
 		}
 		return fPass
+	}
+	for _, mf := range n.mfree {
+		if !allowed[mf.model] {
+			continue
+		}
+		sc.most = max(sc.most, int64(mf.free))
+		sc.total += int64(mf.free)
+		if sh.multi && mf.free >= sh.perNode {
+			sc.spread++
+		}
+		if sh.nvlink && int64(mf.free) > sc.dom {
+			sc.dom = max(sc.dom, int64(largestDomain(n, mf.model)))
+		}
 	}
 	if sh.multi || sh.nodes != 1 && s.spreadsAll(sh) {
 		// A spread: every node with a free GPU of its models helps.

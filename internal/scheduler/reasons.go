@@ -295,44 +295,9 @@ func (s *sched) diagnose(sh *shape, r *gpufleet.Resources, models, slow []int32,
 	e := &gpufleet.Explanation{Need: int(sh.gpus), Never: never}
 	switch {
 	case sh.kind == gpufleet.MIG:
-		most := int32(0)
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !n.ready || !sh.selects(n) {
-				continue
-			}
-			var c int32
-			for gi := range n.gpus {
-				g := &n.gpus[gi]
-				if !g.ready || !allowed[g.model] {
-					continue
-				}
-				for _, in := range g.mig {
-					if in.profile == sh.profile && !in.used {
-						c++
-					}
-				}
-			}
-			most = max(most, c)
-		}
-		e.Exhausted, e.Most, e.Profile = gpufleet.DimMIGInstances, int(most), f.profiles[sh.profile]
+		e.Exhausted, e.Most, e.Profile = gpufleet.DimMIGInstances, int(sc.most), f.profiles[sh.profile]
 	case sh.kind == gpufleet.TimeSlice:
-		most := 0
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !sh.selects(n) {
-				continue
-			}
-			c := 0
-			for gi := range n.gpus {
-				g := &n.gpus[gi]
-				if allowed[g.model] && countable(n, g) && !g.excl && g.used+sh.units <= unit && (g.used > 0 || !g.reserved) {
-					c++
-				}
-			}
-			most = max(most, c)
-		}
-		e.Exhausted, e.Most, e.Share = gpufleet.DimTimeSlice, most, float64(sh.units)/unit
+		e.Exhausted, e.Most, e.Share = gpufleet.DimTimeSlice, int(sc.most), float64(sh.units)/unit
 	case !never && !sh.nvlink && !sh.multi && !s.spreadsAll(sh) && sc.counts[fPass] == 0 && sc.counts[fRackPower] > 0 && sc.lastFilter() == fRackPower:
 		// The GPUs are there, their racks' power is not.
 		code = ReasonRackPower
@@ -340,44 +305,23 @@ func (s *sched) diagnose(sh *shape, r *gpufleet.Resources, models, slow []int32,
 		e.Rack = &gpufleet.RackShortfall{Rack: s.pw.names[sc.rack], DrawWatts: sc.draw, AddWatts: sc.add,
 			LimitWatts: sc.limit, BudgetWatts: sc.budget}
 	default:
-		var most, dom, spread int32
-		var total int64
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !sh.selects(n) {
-				continue
-			}
-			for _, mf := range n.mfree {
-				if !allowed[mf.model] {
-					continue
-				}
-				most = max(most, mf.free)
-				total += int64(mf.free)
-				if sh.multi && mf.free >= sh.perNode {
-					spread++
-				}
-				if sh.nvlink && mf.free > dom {
-					dom = max(dom, largestDomain(n, mf.model))
-				}
-			}
-		}
 		auto := true
 		for _, m := range models {
 			auto = auto && sh.spreads(f, m)
 		}
 		switch {
-		case sh.nvlink && sh.gpus > 1 && dom < 2 && !sh.multi:
+		case sh.nvlink && sh.gpus > 1 && sc.dom < 2 && !sh.multi:
 			code = ReasonTopology
-			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(dom)
+			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(sc.dom)
 		case sh.multi:
-			e.Exhausted, e.Need, e.PerNode, e.Most = gpufleet.DimNodes, int(sh.nodes), int(sh.perNode), int(spread)
+			e.Exhausted, e.Need, e.PerNode, e.Most = gpufleet.DimNodes, int(sh.nodes), int(sh.perNode), int(sc.spread)
 		case auto:
-			e.Exhausted, e.Most = gpufleet.DimFleetGPUs, int(total)
+			e.Exhausted, e.Most = gpufleet.DimFleetGPUs, int(sc.total)
 		case sh.nvlink:
 			code = ReasonTopology
-			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(dom)
+			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(sc.dom)
 		default:
-			e.Exhausted, e.Most = gpufleet.DimGPUs, int(most)
+			e.Exhausted, e.Most = gpufleet.DimGPUs, int(sc.most)
 		}
 	}
 	if never {
