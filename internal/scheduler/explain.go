@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"slices"
+
 	"github.com/gpufleet/gpufleet"
 )
 
@@ -198,20 +200,20 @@ func (s *sched) scanNodes(sh *shape, r *gpufleet.Resources, models, slow []int32
 // (fPass when none).
 func (s *sched) dynamicFilter(sh *shape, n *nodeSlot, ni int32, allowed []bool, slow []int32, need int32, power bool, mode fitMode, sc *scan) int {
 	usable := false
-	slowOnly := false
-	for gi := range n.gpus {
-		m := n.gpus[gi].model
-		if allowed[m] {
-			usable = true
-			break
+	if sh.kind == gpufleet.MIG { // GPUs in MIG mode have no entry in mfree
+		for gi := range n.gpus {
+			usable = usable || allowed[n.gpus[gi].model]
 		}
-		for _, x := range slow {
-			slowOnly = slowOnly || x == m
+	} else {
+		for _, mf := range n.mfree { // one entry per model of its whole GPUs
+			usable = usable || allowed[mf.model]
 		}
 	}
 	if !usable {
-		if slowOnly {
-			return fSlower
+		for gi := range n.gpus {
+			if slices.Contains(slow, n.gpus[gi].model) {
+				return fSlower
+			}
 		}
 		return fQuota
 	}

@@ -211,6 +211,9 @@ type failKey struct {
 type failEntry struct {
 	epoch uint32
 	why   why
+	// brief: made for a job past Config.ReasonDepth, whose rack-power
+	// reason has no node counts; a job within the depth makes its own.
+	brief bool
 }
 
 // sched is the state of one Schedule call.
@@ -640,7 +643,7 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 		return placement{}, s.reservationWhy(j), false
 	}
 	key := failKey{sh.id, u.mask, mode, s.powerKey()}
-	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
+	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch && (!e.brief || s.brief) {
 		if e.why.code == ReasonSlowerModel {
 			return placement{}, s.slowerWhy(j, e.why.model), false // its own wait
 		}
@@ -746,14 +749,28 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 		// One scan of the nodes counts what each filter left out; rack
 		// power over a spread's racks and the mechanisms of nodes the
 		// filters left out take a search of their own.
+		if s.brief {
+			// Past the reason depth a rack-power hold is told without
+			// counting the nodes: the search powerWhy makes is cheaper
+			// than a scan of the fleet, and most jobs of a long queue
+			// are here.
+			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
+				pw.ex = s.codeExplanation(ReasonRackPower)
+				s.fails[key] = failEntry{epoch: s.f.epoch, why: pw, brief: true}
+				return pw
+			}
+		}
 		w = s.diagnose(sh, &j.job.Resources, u.models, u.slow, false, mode)
-		if w.code != ReasonRackPower {
+		if w.code != ReasonRackPower && !s.brief { // brief: tried above
 			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
 				ex := *w.ex
 				ex.Code, ex.Exhausted, ex.Need, ex.Most = ReasonRackPower, gpufleet.DimRackPower, 0, 0
 				pw.ex = &ex
 				w = pw
-			} else if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
+			}
+		}
+		if w.code != ReasonRackPower {
+			if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
 				ex := *w.ex
 				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Detail = ReasonIsolation, "", 0, 0, iw.text
 				w = *exWhy(&ex)
