@@ -161,6 +161,18 @@ func (s *sched) staticOf(sh *shape, r *gpufleet.Resources) *staticScan {
 	return st
 }
 
+// anyPass reports whether some node passes the shape's static filters,
+// stopping at the first (most shapes have one early in the fleet).
+func (s *sched) anyPass(sh *shape, r *gpufleet.Resources) bool {
+	shapeModels := s.modelSet(sh.models)
+	for ni := range s.f.nodes {
+		if s.staticFilter(sh, r, &s.f.nodes[ni], shapeModels) == fPass {
+			return true
+		}
+	}
+	return false
+}
+
 // scanNodes counts, over every node of the fleet, the first filter each
 // fails for a shape that may use models now (slow: the models it waits
 // out as too slow; the shape's other models are held by quota). With

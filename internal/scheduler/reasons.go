@@ -178,27 +178,8 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		return exWhy(e)
 	}
 	if len(sh.selector) > 0 || sh.stackOK != nil || sh.isoOK != nil || sh.container {
-		// The filters that no state of the fleet changes: each node is
-		// counted under the first it fails, and the latest filter that
-		// left out the nodes that came closest is the reason.
-		sc := s.scanNodes(sh, r, sh.models, nil, false, modeNormal)
-		if sc.counts[fPass] == 0 {
-			var e *gpufleet.Explanation
-			switch sc.lastFilter() {
-			case fRuntime:
-				e = s.explanation(ReasonRuntimeMissing, &sc)
-				e.Detail = "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
-			case fIsolation, fOverhead:
-				e = s.explanation(ReasonIsolation, &sc)
-				e.Never, e.Detail = true, s.isolationText(sh)
-			case fStack:
-				e = s.explanation(ReasonStackMismatch, &sc)
-				e.Detail = sh.stackWhy
-			default:
-				e = s.explanation(ReasonUnplaceable, &sc)
-				e.Selector = selectorText(sh.selector)
-			}
-			return exWhy(e)
+		if w := s.filteredOut(sh, r); w != nil {
+			return w
 		}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
@@ -216,6 +197,37 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 	}
 	w := s.diagnose(sh, r, sh.models, nil, true, modeNormal)
 	return &w
+}
+
+// filteredOut explains a shape the filters that no state of the fleet
+// changes leave no node for, or nil: each node is counted under the first
+// it fails, and the latest filter that left out the nodes that came
+// closest is the reason. When some node passes (most shapes have one early
+// in the fleet) the counts wait for a fit that fails.
+func (s *sched) filteredOut(sh *shape, r *gpufleet.Resources) *why {
+	if sh.scan == nil && s.anyPass(sh, r) {
+		return nil
+	}
+	sc := s.scanNodes(sh, r, sh.models, nil, false, modeNormal)
+	if sc.counts[fPass] > 0 {
+		return nil
+	}
+	var e *gpufleet.Explanation
+	switch sc.lastFilter() {
+	case fRuntime:
+		e = s.explanation(ReasonRuntimeMissing, &sc)
+		e.Detail = "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
+	case fIsolation, fOverhead:
+		e = s.explanation(ReasonIsolation, &sc)
+		e.Never, e.Detail = true, s.isolationText(sh)
+	case fStack:
+		e = s.explanation(ReasonStackMismatch, &sc)
+		e.Detail = sh.stackWhy
+	default:
+		e = s.explanation(ReasonUnplaceable, &sc)
+		e.Selector = selectorText(sh.selector)
+	}
+	return exWhy(e)
 }
 
 // exWhy is the reason an explanation gives, its sentence written once.
