@@ -275,6 +275,10 @@ type QueueEntry struct {
 	EstimatedStart    *time.Time `json:"estimated_start"`
 	EstimatedStartP90 *time.Time `json:"estimated_start_p90"`
 	ETAConfidence     *float64   `json:"eta_confidence"`
+	// Explanation is the reason as data (docs/JOBS.md#why-a-job-waits):
+	// the nodes evaluated, the nodes each filter left out, the dimension
+	// exhausted. Absent before the scheduler's first cycle decided it.
+	Explanation *Explanation `json:"explanation,omitempty"`
 }
 
 // StateCause says who put a node or a GPU in its state: the quarantine

@@ -267,6 +267,7 @@ func readError(resp *http.Response) error {
 	var b ErrorBody
 	if json.Unmarshal(data, &b) == nil && (b.Error != "" || b.Code != "") {
 		e.Code, e.Message = cleanMessage(b.Code, maxCodeLen), cleanMessage(b.Error, maxErrorMessage+len("..."))
+		e.Explanation = b.Explanation
 	} else {
 		e.Message = strings.TrimSpace(string(data))
 		if e.Message == "" || len(e.Message) > 200 {

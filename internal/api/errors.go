@@ -41,10 +41,14 @@ const (
 	CodeInternal         = "internal"
 )
 
-// ErrorBody is the JSON body of every error response.
+// ErrorBody is the JSON body of every error response. A submission no
+// node can ever run (422 unsatisfiable) carries its reason as data:
+// reason_code and explanation (docs/JOBS.md#why-a-job-waits).
 type ErrorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
+	Error       string                `json:"error"`
+	Code        string                `json:"code"`
+	ReasonCode  string                `json:"reason_code,omitempty"`
+	Explanation *gpufleet.Explanation `json:"explanation,omitempty"`
 }
 
 // errorStatus maps an error to its HTTP status and code. It is the one place
@@ -116,6 +120,9 @@ type Error struct {
 	Status  int    // HTTP status
 	Code    string // not_found, invalid, ...
 	Message string // the server's message
+	// Explanation is the reason as data of a refused submission, when the
+	// server sent one.
+	Explanation *gpufleet.Explanation
 }
 
 func (e *Error) Error() string {

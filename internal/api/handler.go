@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // HandlerOptions configures NewHandler. The zero value is usable.
@@ -289,7 +291,12 @@ func (h *handler) fail(w *statusWriter, r *http.Request, rt routeDef, err error)
 	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 	}
-	writeErrorBody(w, status, code, msg)
+	body := ErrorBody{Code: code}
+	var ex *gpufleet.ExplainedError
+	if status < 500 && errors.As(err, &ex) && ex.Explanation != nil {
+		body.ReasonCode, body.Explanation = ex.Explanation.Code, ex.Explanation
+	}
+	writeBody(w, status, body, msg)
 }
 
 // maxErrorMessage bounds an error message in a response: messages quote
@@ -298,10 +305,16 @@ func (h *handler) fail(w *statusWriter, r *http.Request, rt routeDef, err error)
 const maxErrorMessage = 2048
 
 func writeErrorBody(w http.ResponseWriter, status int, code, msg string) {
+	writeBody(w, status, ErrorBody{Code: code}, msg)
+}
+
+// writeBody writes an error body with its message cut to maxErrorMessage.
+func writeBody(w http.ResponseWriter, status int, b ErrorBody, msg string) {
 	if len(msg) > maxErrorMessage {
 		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + "..."
 	}
-	body, _ := encodeJSON(ErrorBody{Error: msg, Code: code})
+	b.Error = msg
+	body, _ := encodeJSON(b)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

@@ -153,6 +153,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"LifecycleReport": capacity.LifecycleReport{},
 		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},
 		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{}, "SDTarget": SDTarget{},
+		"Explanation": gpufleet.Explanation{}, "FilterCount": gpufleet.FilterCount{}, "RackShortfall": gpufleet.RackShortfall{},
+		"QuotaShortfall": gpufleet.QuotaShortfall{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -103,6 +103,10 @@ func (f *fakeService) SubmitJob(_ context.Context, p api.Principal, r api.Submit
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastSubmit = r
+	if r.Resources.GPUs == 99 {
+		return api.SubmitResponse{}, &gpufleet.ExplainedError{Err: fmt.Errorf("%w: no node of the fleet can ever run this job as submitted", gpufleet.ErrUnsatisfiable),
+			Explanation: fakeExplanation("unplaceable")}
+	}
 	j := f.job("j-42")
 	j.State, j.StartedAt, j.Attempts = gpufleet.JobQueued, nil, nil
 	return api.SubmitResponse{Job: j, Warnings: []string{"plan needs 2 GPUs, request has 1"}}, nil
@@ -134,7 +138,8 @@ func (f *fakeService) CancelJob(ctx context.Context, p api.Principal, id string)
 func (f *fakeService) Queue(context.Context, api.Principal) ([]gpufleet.QueueEntry, error) {
 	eta := f.now.Add(12*time.Minute + 30*time.Second)
 	return []gpufleet.QueueEntry{
-		{ID: "j-7", Team: "team-a", Priority: "training", Position: 1, TeamPosition: 1, Reason: "waiting for 8 h100-sxm-80gb GPUs (4 free)", ReasonCode: "capacity", EstimatedStart: &eta},
+		{ID: "j-7", Team: "team-a", Priority: "training", Position: 1, TeamPosition: 1, Reason: "waiting for 8 h100-sxm-80gb GPUs (4 free)", ReasonCode: "capacity", EstimatedStart: &eta,
+			Explanation: fakeExplanation("capacity")},
 		{ID: "j-8", Team: "team-b", Priority: "batch", Position: 2, TeamPosition: 1, Reason: "team-b is over its quota", ReasonCode: "quota"},
 	}, nil
 }
@@ -372,4 +377,11 @@ func (f *fakeService) RolloutAction(ctx context.Context, p api.Principal, id, ac
 	f.lastAction = action
 	f.mu.Unlock()
 	return f.Rollout(ctx, p, id)
+}
+
+// fakeExplanation is a reason as data: of 3 nodes the selector left out
+// one and capacity two, whose most free is 4 of the 8 GPUs asked.
+func fakeExplanation(code string) *gpufleet.Explanation {
+	return &gpufleet.Explanation{Code: code, NodesEvaluated: 3, Exhausted: gpufleet.DimGPUs, Need: 8, Most: 4,
+		NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 1}, {Code: gpufleet.FilterCapacity, Nodes: 2}}}
 }

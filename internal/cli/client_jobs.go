@@ -392,6 +392,15 @@ Prints the job id; warnings go to stderr. -o json prints the job.`,
 				return err
 			}
 			resp, err := cl.SubmitJob(cmd.Context(), req)
+			var refused *api.Error
+			if err != nil && c.output == outputJSON && errors.As(err, &refused) && refused.Explanation != nil {
+				// The refusal as data, as the API sent it; the message
+				// goes to stderr as for any error.
+				if werr := writeJSON(c.stdout, api.ErrorBody{Error: refused.Message, Code: refused.Code,
+					ReasonCode: refused.Explanation.Code, Explanation: refused.Explanation}); werr != nil {
+					return werr
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -588,6 +597,9 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	if j.Queue != nil {
 		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s (confidence %s): %s",
 			j.Queue.Position, j.Queue.TeamPosition, c.eta(*j.Queue), confidence(*j.Queue), j.Queue.Reason)})
+		if e := j.Queue.Explanation; e != nil && (e.NodesEvaluated > 0 || e.Exhausted != "") {
+			rows = append(rows, [2]string{"why", explanationCounts(e)})
+		}
 	}
 	for _, row := range rows {
 		kv.row(row[0], row[1])
@@ -807,7 +819,7 @@ func newQueueCmd(c *clientEnv) *cobra.Command {
 func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
 	cols := []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE"}
 	if c.output == outputWide {
-		cols = append(cols, "REASON CODE", "ESTIMATED START", "ESTIMATED START P90")
+		cols = append(cols, "REASON CODE", "ESTIMATED START", "ESTIMATED START P90", "NODES")
 	}
 	t := newTable(c.stdout, cols...)
 	for _, e := range q {
@@ -824,7 +836,11 @@ func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
 				}
 				return t.UTC().Format(time.RFC3339)
 			}
-			row = append(row, orDash(e.ReasonCode), stamp(e.EstimatedStart), stamp(e.EstimatedStartP90))
+			nodes := "-"
+			if e.Explanation != nil && e.Explanation.NodesEvaluated > 0 {
+				nodes = explanationCounts(e.Explanation)
+			}
+			row = append(row, orDash(e.ReasonCode), stamp(e.EstimatedStart), stamp(e.EstimatedStartP90), nodes)
 		}
 		t.row(row...)
 	}
@@ -917,4 +933,35 @@ func requireText(component, constraint string) string {
 		return component + constraint
 	}
 	return component + "=" + constraint
+}
+
+// explanationCounts writes an explanation's counts for people: "3 nodes
+// evaluated; filtered: selector 1, overhead 2; exhausted gpus (needs 8,
+// most 0)".
+func explanationCounts(e *gpufleet.Explanation) string {
+	var parts []string
+	if e.NodesEvaluated > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes evaluated", e.NodesEvaluated))
+	}
+	if len(e.NodesFiltered) > 0 {
+		f := make([]string, len(e.NodesFiltered))
+		for i, c := range e.NodesFiltered {
+			f[i] = fmt.Sprintf("%s %d", c.Code, c.Nodes)
+		}
+		parts = append(parts, "filtered: "+strings.Join(f, ", "))
+	}
+	switch e.Exhausted {
+	case "":
+	case gpufleet.DimRackPower:
+		if e.Rack != nil {
+			parts = append(parts, fmt.Sprintf("exhausted rack_power (rack %s)", e.Rack.Rack))
+		} else {
+			parts = append(parts, "exhausted rack_power")
+		}
+	case gpufleet.DimQuota:
+		parts = append(parts, "exhausted quota")
+	default:
+		parts = append(parts, fmt.Sprintf("exhausted %s (needs %d, most %d)", e.Exhausted, e.Need, e.Most))
+	}
+	return strings.Join(parts, "; ")
 }

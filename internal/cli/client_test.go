@@ -486,3 +486,35 @@ func TestRepairedWait(t *testing.T) {
 		t.Errorf("repaired n2 --wait: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestExplanationAsData: -o json of the queue and of a refused submission
+// carry the explanation (nodes evaluated, filtered per code, the dimension
+// exhausted) beside the reason; -o wide counts the nodes.
+func TestExplanationAsData(t *testing.T) {
+	srv, _ := startFake(t)
+	want := fakeExplanation("capacity")
+	out, errOut, code := run(t, "-o", "json", "--server", srv.URL, "--token", fakeMember, "queue")
+	var q []gpufleet.QueueEntry
+	if code != 0 || json.Unmarshal([]byte(out), &q) != nil || len(q) == 0 {
+		t.Fatalf("queue -o json: exit %d %s %s", code, out, errOut)
+	}
+	if diff := cmp.Diff(want, q[0].Explanation); diff != "" {
+		t.Errorf("queue entry's explanation (-want +got):\n%s", diff)
+	}
+	out, errOut, code = run(t, "-o", "json", "--server", srv.URL, "--token", fakeMember, "submit", "--gpus", "99", "--", "true")
+	var eb api.ErrorBody
+	if code == 0 || json.Unmarshal([]byte(out), &eb) != nil || !strings.Contains(errOut, "no node of the fleet") {
+		t.Fatalf("refused submit -o json: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	want.Code = "unplaceable"
+	if eb.Code != api.CodeUnsatisfiable || eb.ReasonCode != "unplaceable" {
+		t.Errorf("refusal body %+v: want code unsatisfiable, reason_code unplaceable", eb)
+	}
+	if diff := cmp.Diff(want, eb.Explanation); diff != "" {
+		t.Errorf("refusal's explanation (-want +got):\n%s", diff)
+	}
+	out, errOut, code = run(t, "-o", "wide", "--server", srv.URL, "--token", fakeMember, "queue")
+	if code != 0 || !strings.Contains(out, "NODES") || !strings.Contains(out, "filtered: selector 1, capacity 2; exhausted gpus (needs 8, most 4)") {
+		t.Errorf("queue -o wide: exit %d %s %s", code, out, errOut)
+	}
+}

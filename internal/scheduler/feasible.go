@@ -1,6 +1,10 @@
 package scheduler
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpufleet/gpufleet"
+)
 
 // Feasible says why no state of in's fleet could ever run j as it asks:
 // the reason code (ReasonUnplaceable, or ReasonQuotaExceeded when the
@@ -11,14 +15,28 @@ import "time"
 // at submit, to refuse what could never run (a 422) rather than queue it
 // silently.
 func Feasible(in Input, j Job) (code, reason string) {
+	e, reason := Explain(in, j)
+	if e == nil {
+		return "", ""
+	}
+	return e.Code, reason
+}
+
+// Explain is Feasible with the reason as data: the explanation (nil when
+// some state could run j) and its sentence, the same a pending job would
+// show. The server sends the explanation in a submission's 422.
+func Explain(in Input, j Job) (*gpufleet.Explanation, string) {
 	j.Placement, j.Started = nil, time.Time{}
 	in.Jobs = []Job{j}
 	in.Config.ETA = false
 	s := newSched(&in)
 	s.explain = true
+	if len(s.pending) == 0 {
+		return nil, "" // failed as invalid: the caller's validation says why
+	}
 	w := s.pending[0].static
 	if w == nil {
-		return "", ""
+		return nil, ""
 	}
-	return w.code, s.words(*w)
+	return s.explanationOf(*w, false), s.words(*w)
 }

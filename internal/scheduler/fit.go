@@ -50,6 +50,7 @@ type shape struct {
 	static     *why // unplaceable on an empty fleet (nil = placeable); set lazily
 	staticSet  bool
 	quotaNever []quotaNeverEntry // per team, set lazily (staticWhy)
+	scan       *staticScan       // the static filters per node, set lazily (staticOf)
 	group      *simGroup
 }
 
@@ -383,8 +384,9 @@ func (sh *shape) selects(n *nodeSlot) bool {
 }
 
 // isolationWhy explains a job that fits the free GPUs only on nodes whose
-// mechanism does not meet its isolation or overhead requirement. ok is
-// false when isolation is not the reason.
+// mechanism does not meet its isolation or overhead requirement: its text
+// is what the job requires and the mechanisms give (Explanation.Detail).
+// ok is false when isolation is not the reason.
 func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
 	if sh.isoOK == nil {
 		return why{}, false
@@ -396,7 +398,7 @@ func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (why, bool
 	if !ok {
 		return why{}, false
 	}
-	return why{code: ReasonIsolation, text: "GPUs are free, but not under a mechanism it accepts: " + s.isolationText(sh)}, true
+	return why{code: ReasonIsolation, text: s.isolationText(sh)}, true
 }
 
 // isolationNeeds judges a request's isolation and overhead requirements

@@ -518,6 +518,26 @@ func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
 	return why{}, false
 }
 
+// neverRack is, when no rack with the GPUs of any of models can hold the
+// least share of sh even idle, that share in GPUs and the least it draws;
+// 0, 0 when some rack could.
+func (s *sched) neverRack(sh *shape, models []int32) (int, float64) {
+	gpus, watts := 0, math.Inf(1)
+	for _, m := range models {
+		least, ok := s.leastRackShare(sh, m)
+		if !ok || s.idleRackHolds(m, least) {
+			return 0, 0
+		}
+		if w := float64(least*unit) * s.pw.perUnit(m); w < watts {
+			gpus, watts = int(least), w
+		}
+	}
+	if gpus == 0 {
+		return 0, 0
+	}
+	return gpus, watts
+}
+
 // leastRackShare is the fewest GPUs of a job one rack must take: a node's
 // share of a job spread over nodes, all of a job that stays on one node;
 // ok is false for shapes that can split finer (fewest nodes, shares).

@@ -96,6 +96,9 @@ type why struct {
 	// (used, asked, quota, then borrowed and limit, or free and waiting),
 	// formatted only for the jobs that stay pending (see words).
 	quota *[5]int64
+	// ex is the reason as data, when the scheduler made it (shared by
+	// every job of the reason: read only); text is then its sentence.
+	ex *gpufleet.Explanation
 }
 
 // words is a reason's sentence, in full.
@@ -103,13 +106,31 @@ func (s *sched) words(w why) string {
 	if w.text != "" || w.quota == nil {
 		return w.text
 	}
-	n, class := w.quota, s.classes[w.class]
+	return s.quotaExplanation(w).String()
+}
+
+// quotaExplanation is a quota reason with its team's figures as data.
+func (s *sched) quotaExplanation(w why) *gpufleet.Explanation {
+	n := w.quota
+	g := func(milli int64) *float64 { v := float64(milli) / unit; return &v }
+	q := &gpufleet.QuotaShortfall{Class: s.classes[w.class], Used: *g(n[0]), Asked: *g(n[1]), Quota: *g(n[2])}
 	if w.limit {
-		return fmt.Sprintf("team quota for %s exhausted (%s used + %s asked > %s) and borrowing limit reached (%s borrowed, limit %s)",
-			class, gpus(n[0]), gpus(n[1]), gpus(n[2]), gpus(n[3]), gpus(n[4]))
+		q.Borrowed, q.Limit = g(n[3]), g(n[4])
+	} else {
+		q.Free, q.Waiting = g(n[3]), g(n[4])
 	}
-	return fmt.Sprintf("team quota for %s exhausted (%s used + %s asked > %s); the %s free GPUs are held for teams under their quota (%s waiting)",
-		class, gpus(n[0]), gpus(n[1]), gpus(n[2]), gpus(n[3]), gpus(n[4]))
+	return &gpufleet.Explanation{Code: w.code, NodesFiltered: []gpufleet.FilterCount{}, Exhausted: gpufleet.DimQuota, Quota: q}
+}
+
+// explanationOf is a pending job's reason as data.
+func (s *sched) explanationOf(w why, brief bool) *gpufleet.Explanation {
+	switch {
+	case w.ex != nil:
+		return w.ex
+	case w.quota != nil && !brief:
+		return s.quotaExplanation(w)
+	}
+	return s.codeExplanation(w.code)
 }
 
 // capacity reports a reason that more free GPUs would cure.
@@ -155,35 +176,14 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
 			return &why{code: ReasonUnplaceable, text: "the fleet has no GPU: no node has joined"}
 		}
-		return &why{code: ReasonUnplaceable, text: "no GPU model in the fleet matches " + describe(r)}
+		sc := s.scanNodes(sh, r, nil, nil, false, modeNormal)
+		e := s.explanation(ReasonUnplaceable, &sc)
+		e.Detail = "no GPU model in the fleet matches " + describe(r)
+		return exWhy(e)
 	}
-	if sh.container {
-		sh.container = false
-		some := s.anySelected(sh)
-		sh.container = true
-		if some && !s.anySelected(sh) {
-			return &why{code: ReasonRuntimeMissing, text: "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"}
-		}
-	}
-	if len(sh.selector) > 0 || sh.stackOK != nil {
-		stack := sh.stackOK
-		sh.stackOK = nil // the labels alone first
-		labelled := len(sh.selector) == 0 || s.anySelected(sh)
-		sh.stackOK = stack
-		switch {
-		case !labelled:
-			return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no node with a matching GPU carries node_selector %s", selectorText(sh.selector))}
-		case !s.anySelected(sh):
-			return &why{code: ReasonStackMismatch, text: sh.stackWhy}
-		}
-	}
-	if sh.isoOK != nil {
-		iso := sh.isoOK
-		sh.isoOK = nil
-		some := s.anySelected(sh)
-		sh.isoOK = iso
-		if some && !s.anySelected(sh) {
-			return &why{code: ReasonIsolation, text: "no node can give it: " + s.isolationText(sh)}
+	if len(sh.selector) > 0 || sh.stackOK != nil || sh.isoOK != nil || sh.container {
+		if w := s.filteredOut(sh, r); w != nil {
+			return w
 		}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
@@ -199,8 +199,44 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 			return nil
 		}
 	}
-	w := s.diagnose(sh, sh.models, true)
+	w := s.diagnose(sh, r, sh.models, nil, true, modeNormal)
 	return &w
+}
+
+// filteredOut explains a shape the filters that no state of the fleet
+// changes leave no node for, or nil: each node is counted under the first
+// it fails, and the latest filter that left out the nodes that came
+// closest is the reason. When some node passes (most shapes have one early
+// in the fleet) the counts wait for a fit that fails.
+func (s *sched) filteredOut(sh *shape, r *gpufleet.Resources) *why {
+	if sh.scan == nil && s.anyPass(sh, r) {
+		return nil
+	}
+	sc := s.scanNodes(sh, r, sh.models, nil, false, modeNormal)
+	if sc.counts[fPass] > 0 {
+		return nil
+	}
+	var e *gpufleet.Explanation
+	switch sc.lastFilter() {
+	case fRuntime:
+		e = s.explanation(ReasonRuntimeMissing, &sc)
+		e.Detail = "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
+	case fIsolation, fOverhead:
+		e = s.explanation(ReasonIsolation, &sc)
+		e.Never, e.Detail = true, s.isolationText(sh)
+	case fStack:
+		e = s.explanation(ReasonStackMismatch, &sc)
+		e.Detail = sh.stackWhy
+	default:
+		e = s.explanation(ReasonUnplaceable, &sc)
+		e.Selector = selectorText(sh.selector)
+	}
+	return exWhy(e)
+}
+
+// exWhy is the reason an explanation gives, its sentence written once.
+func exWhy(e *gpufleet.Explanation) *why {
+	return &why{code: e.Code, text: e.String(), ex: e}
 }
 
 // describe lists a request's constraints in words.
@@ -234,24 +270,6 @@ func describe(r *gpufleet.Resources) string {
 	return strings.Join(parts, ", ")
 }
 
-// anySelected reports whether some node carries every label the shape
-// selects and has a GPU of a model the shape may use, in whatever state.
-func (s *sched) anySelected(sh *shape) bool {
-	allowed := s.modelSet(sh.models)
-	for ni := range s.f.nodes {
-		n := &s.f.nodes[ni]
-		if !sh.selects(n) {
-			continue
-		}
-		for gi := range n.gpus {
-			if allowed[n.gpus[gi].model] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // isolationText says what the job requires and what the fleet's other
 // mechanisms give, such as "isolation hard; vgpu:A100-4C/exclusive gives
 // soft (5% overhead)".
@@ -282,114 +300,56 @@ func selectorText(sel [][2]string) string {
 	return strings.Join(parts, ",")
 }
 
-// diagnose explains why a shape does not fit the current fleet, with the
-// counts that matter. never says the fleet is empty: it can never fit.
-func (s *sched) diagnose(sh *shape, models []int32, never bool) why {
+// diagnose explains why a shape does not fit the current fleet on models
+// (slow: those it waits out as too slow), with the counts that matter.
+// never says the fleet is empty: it can never fit.
+func (s *sched) diagnose(sh *shape, r *gpufleet.Resources, models, slow []int32, never bool, mode fitMode) why {
 	f := s.f
+	sc := s.scanNodes(sh, r, models, slow, true, mode)
 	allowed := s.modelSet(models)
 	code := ReasonCapacity
-	var text string
-	free := "free "
-	if never {
-		free = ""
-	}
+	e := &gpufleet.Explanation{Need: int(sh.gpus), Never: never}
 	switch {
 	case sh.kind == gpufleet.MIG:
-		most := int32(0)
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !n.ready || !sh.selects(n) {
-				continue
-			}
-			var c int32
-			for gi := range n.gpus {
-				g := &n.gpus[gi]
-				if !g.ready || !allowed[g.model] {
-					continue
-				}
-				for _, in := range g.mig {
-					if in.profile == sh.profile && !in.used {
-						c++
-					}
-				}
-			}
-			most = max(most, c)
-		}
-		text = fmt.Sprintf("needs %d %sMIG %s %s on one node; the most on a matching node is %d", sh.gpus, free, f.profiles[sh.profile], plural(sh.gpus, "instance")[len(fmt.Sprint(sh.gpus))+1:], most)
+		e.Exhausted, e.Most, e.Profile = gpufleet.DimMIGInstances, int(sc.most), f.profiles[sh.profile]
 	case sh.kind == gpufleet.TimeSlice:
-		most := 0
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !sh.selects(n) {
-				continue
-			}
-			c := 0
-			for gi := range n.gpus {
-				g := &n.gpus[gi]
-				if allowed[g.model] && countable(n, g) && !g.excl && g.used+sh.units <= unit && (g.used > 0 || !g.reserved) {
-					c++
-				}
-			}
-			most = max(most, c)
-		}
-		text = fmt.Sprintf("needs %s with a %s%.2f time-slice share on one node; the most on a matching node is %d", plural(sh.gpus, "GPU"), free, float64(sh.units)/unit, most)
+		e.Exhausted, e.Most, e.Share = gpufleet.DimTimeSlice, int(sc.most), float64(sh.units)/unit
+	case !never && !sh.nvlink && !sh.multi && !s.spreadsAll(sh) && sc.counts[fPass] == 0 && sc.counts[fRackPower] > 0 && sc.lastFilter() == fRackPower:
+		// The GPUs are there, their racks' power is not.
+		code = ReasonRackPower
+		e.Exhausted = gpufleet.DimRackPower
+		e.Rack = &gpufleet.RackShortfall{Rack: s.pw.names[sc.rack], DrawWatts: sc.draw, AddWatts: sc.add,
+			LimitWatts: sc.limit, BudgetWatts: sc.budget}
+		e.Rack.NeverGPUs, e.Rack.NeverWatts = s.neverRack(sh, models)
 	default:
-		var most, dom, spread int32
-		var total int64
-		for ni := range f.nodes {
-			n := &f.nodes[ni]
-			if !sh.selects(n) {
-				continue
-			}
-			for _, mf := range n.mfree {
-				if !allowed[mf.model] {
-					continue
-				}
-				most = max(most, mf.free)
-				total += int64(mf.free)
-				if sh.multi && mf.free >= sh.perNode {
-					spread++
-				}
-				if sh.nvlink && mf.free > dom {
-					dom = max(dom, largestDomain(n, mf.model))
-				}
-			}
-		}
 		auto := true
 		for _, m := range models {
 			auto = auto && sh.spreads(f, m)
 		}
 		switch {
-		case sh.nvlink && sh.gpus > 1 && dom < 2 && !sh.multi:
+		case sh.nvlink && sh.gpus > 1 && sc.dom < 2 && !sh.multi:
 			code = ReasonTopology
-			text = fmt.Sprintf("needs %d GPUs in one NVLink domain; no %smatching GPU has an NVLink peer (PCIe only)", sh.gpus, free)
+			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(sc.dom)
 		case sh.multi:
-			text = fmt.Sprintf("needs %d nodes with %d %sGPUs each; %d matching nodes have that many", sh.nodes, sh.perNode, free, spread)
+			e.Exhausted, e.Need, e.PerNode, e.Most = gpufleet.DimNodes, int(sh.nodes), int(sh.perNode), int(sc.spread)
 		case auto:
-			text = fmt.Sprintf("needs %d GPUs over as few nodes as possible; %d are free on matching nodes", sh.gpus, total)
-			if never {
-				text = fmt.Sprintf("needs %d GPUs over as few nodes as possible; matching nodes hold %d", sh.gpus, total)
-			}
+			e.Exhausted, e.Most = gpufleet.DimFleetGPUs, int(sc.total)
 		case sh.nvlink:
 			code = ReasonTopology
-			text = fmt.Sprintf("needs %d GPUs in one NVLink domain; the largest %sset is %d", sh.gpus, free, dom)
+			e.Exhausted, e.Most = gpufleet.DimNVLinkDomain, int(sc.dom)
 		default:
-			text = fmt.Sprintf("needs %s on one node; the most %son a matching node is %d", plural(sh.gpus, "GPU"), free, most)
+			e.Exhausted, e.Most = gpufleet.DimGPUs, int(sc.most)
 		}
 	}
 	if never {
-		return why{code: ReasonUnplaceable, text: "never fits the fleet: " + text}
+		code = ReasonUnplaceable
+	} else if f.notReady {
+		e.NotReady = s.notReadyMatching(sh, allowed)
 	}
-	if f.notReady {
-		switch n := s.notReadyMatching(sh, allowed); n {
-		case 0:
-		case 1:
-			text += "; 1 matching node is not ready (cordoned, draining or down)"
-		default:
-			text += fmt.Sprintf("; %d matching nodes are not ready (cordoned, draining or down)", n)
-		}
-	}
-	return why{code: code, text: text}
+	ex := s.explanation(code, &sc)
+	ex.Exhausted, ex.Need, ex.Most, ex.PerNode, ex.Never, ex.NotReady = e.Exhausted, e.Need, e.Most, e.PerNode, e.Never, e.NotReady
+	ex.Profile, ex.Share, ex.Rack = e.Profile, e.Share, e.Rack
+	return *exWhy(ex)
 }
 
 // notReadyMatching counts the nodes the shape may use that are not ready

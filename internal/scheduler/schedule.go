@@ -44,7 +44,8 @@ func Schedule(in Input) Output {
 		} else {
 			reason = s.words(j.why)
 		}
-		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason}
+		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason,
+			Explanation: s.explanationOf(j.why, j.brief)}
 		if j.started && s.cfg.ETA {
 			s.etaOf(&p, j, cal)
 		}
@@ -210,6 +211,9 @@ type failKey struct {
 type failEntry struct {
 	epoch uint32
 	why   why
+	// brief: made for a job past Config.ReasonDepth, whose rack-power
+	// reason has no node counts; a job within the depth makes its own.
+	brief bool
 }
 
 // sched is the state of one Schedule call.
@@ -237,9 +241,10 @@ type sched struct {
 	events       eventHeap
 	resv         *reservation
 	fails        map[failKey]failEntry
-	preemptFails map[preemptKey]bool // failed preemption searches this cycle
-	explain      bool                // build reason texts (off in the ETA simulation)
-	brief        bool                // the job being placed is past Config.ReasonDepth
+	preemptFails map[preemptKey]bool              // failed preemption searches this cycle
+	explain      bool                             // build reason texts (off in the ETA simulation)
+	codeEx       map[string]*gpufleet.Explanation // codeExplanation's, per code
+	brief        bool                             // the job being placed is past Config.ReasonDepth
 	texts        briefTexts
 	claims       []claimAt  // GPUs held for preemptors until their victims stop
 	state        runState   // nodes and GPUs by name, when any drains or is silent
@@ -638,7 +643,7 @@ func (s *sched) tryPlace(j *pjob, mode fitMode) (placement, why, bool) {
 		return placement{}, s.reservationWhy(j), false
 	}
 	key := failKey{sh.id, u.mask, mode, s.powerKey()}
-	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch {
+	if e, ok := s.fails[key]; ok && e.epoch == s.f.epoch && (!e.brief || s.brief) {
 		if e.why.code == ReasonSlowerModel {
 			return placement{}, s.slowerWhy(j, e.why.model), false // its own wait
 		}
@@ -741,12 +746,35 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 	if w.code == ReasonCapacity && s.explain {
 		// The ETA simulation (explain off) needs no words, and rack power
 		// and capacity are the same to it: it waits for the next end.
-		if pw, ok := s.powerWhy(sh, u.models, mode); ok {
-			w = pw
-		} else if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
-			w = iw
-		} else {
-			w = s.diagnose(sh, u.models, false)
+		// One scan of the nodes counts what each filter left out; rack
+		// power over a spread's racks and the mechanisms of nodes the
+		// filters left out take a search of their own.
+		if s.brief {
+			// Past the reason depth a rack-power hold is told without
+			// counting the nodes: the search powerWhy makes is cheaper
+			// than a scan of the fleet, and most jobs of a long queue
+			// are here.
+			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
+				pw.ex = s.codeExplanation(ReasonRackPower)
+				s.fails[key] = failEntry{epoch: s.f.epoch, why: pw, brief: true}
+				return pw
+			}
+		}
+		w = s.diagnose(sh, &j.job.Resources, u.models, u.slow, false, mode)
+		if w.code != ReasonRackPower && !s.brief { // brief: tried above
+			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
+				ex := *w.ex
+				ex.Code, ex.Exhausted, ex.Need, ex.Most = ReasonRackPower, gpufleet.DimRackPower, 0, 0
+				pw.ex = &ex
+				w = pw
+			}
+		}
+		if w.code != ReasonRackPower {
+			if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
+				ex := *w.ex
+				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Detail = ReasonIsolation, "", 0, 0, iw.text
+				w = *exWhy(&ex)
+			}
 		}
 	}
 	s.fails[key] = failEntry{epoch: s.f.epoch, why: w}
@@ -859,7 +887,7 @@ func (s *sched) placeCycle() {
 				continue
 			}
 			if s.out.Stats.PreemptionSearchesSkipped > skipped {
-				j.why.text = s.searchLimitText(j.why.text)
+				j.why.text = s.searchLimitText(s.words(j.why))
 			}
 		}
 		if s.resv != nil && w.code != ReasonRackPower && s.starvePreempt(j, mode) {

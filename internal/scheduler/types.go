@@ -409,6 +409,10 @@ type Pending struct {
 	TeamPosition int    `json:"team_position"` // within its team, from 1
 	ReasonCode   string `json:"reason_code"`
 	Reason       string `json:"reason"` // e.g. "needs 8 GPUs in one NVLink domain; the largest free set is 5"
+	// Explanation is the reason as data: the nodes looked at, the nodes
+	// each filter left out, the dimension that ran out. Never nil; shared
+	// by the jobs of one reason (read only).
+	Explanation *gpufleet.Explanation `json:"explanation"`
 	// EstimatedStart is the median estimated start: the forward
 	// simulation's start calibrated on recent waits (etarange.go). It is
 	// nil when no start can be estimated (nothing in the fleet can ever

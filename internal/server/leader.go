@@ -384,7 +384,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		j := byID[p.Job]
 		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
 			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart,
-			EstimatedStartP90: p.EstimatedStartP90, ETAConfidence: p.ETAConfidence})
+			EstimatedStartP90: p.EstimatedStartP90, ETAConfidence: p.ETAConfidence, Explanation: p.Explanation})
 	}
 	// Starts are stamped after the snapshot was read, so that an attempt
 	// never appears to begin before the one it replaces ended.

@@ -73,8 +73,9 @@ func (s *Server) satisfiable(ctx context.Context, j *gpufleet.Job, allow bool) e
 			return err
 		}
 		sj, _ := toSchedJob(*j)
-		if code, reason := scheduler.Feasible(in, sj); code != "" {
-			return fmt.Errorf("%w: no node of the fleet can ever run this job as submitted (%s: %s)", gpufleet.ErrUnsatisfiable, code, reason)
+		if e, reason := scheduler.Explain(in, sj); e != nil {
+			return &gpufleet.ExplainedError{Explanation: e,
+				Err: fmt.Errorf("%w: no node of the fleet can ever run this job as submitted (%s: %s)", gpufleet.ErrUnsatisfiable, e.Code, reason)}
 		}
 		return nil
 	}

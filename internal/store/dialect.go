@@ -42,6 +42,8 @@ type ddlTypes struct {
 	Serial string
 	// Bytes is a binary string column.
 	Bytes string
+	// JSON is a column of JSON text, kept as written.
+	JSON string
 }
 
 // sqliteDialect is SQLite through modernc.org/sqlite (pure Go).
@@ -51,6 +53,7 @@ var sqliteDialect = dialect{
 	ddl: ddlTypes{
 		Serial: "INTEGER PRIMARY KEY AUTOINCREMENT",
 		Bytes:  "BLOB",
+		JSON:   "TEXT",
 	},
 }
 
@@ -65,6 +68,7 @@ var postgresDialect = dialect{
 	ddl: ddlTypes{
 		Serial: "BIGSERIAL PRIMARY KEY",
 		Bytes:  "BYTEA",
+		JSON:   "JSON",
 	},
 }
 

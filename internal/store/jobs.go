@@ -45,7 +45,7 @@ func specOf(j gpufleet.Job) jobSpec {
 const jobCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
 	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
 	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
-	queue_estimated_start_p90, queue_eta_confidence, end_reason, end_reason_code`
+	queue_estimated_start_p90, queue_eta_confidence, end_reason, end_reason_code, queue_explanation`
 
 // activeStates are the job states ActiveJobs returns, as SQL.
 const activeStates = `('queued', 'scheduled', 'running')`
@@ -61,14 +61,14 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 		submitted                   int64
 		qpos, qteam, qest, qest90   sql.NullInt64
 		qconf                       sql.NullFloat64
-		qreason, qcode              sql.NullString
+		qreason, qcode, qex         sql.NullString
 		state                       string
 		retriesMax, used, interrupt int64
 	)
 	var priority string
 	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &priority, &j.RequestID, &spec,
 		&retriesMax, &used, &interrupt, &submitted, &started, &finished,
-		&qpos, &qteam, &qreason, &qcode, &qest, &qest90, &qconf, &j.Reason, &j.ReasonCode); err != nil {
+		&qpos, &qteam, &qreason, &qcode, &qest, &qest90, &qconf, &j.Reason, &j.ReasonCode, &qex); err != nil {
 		return j, err
 	}
 	j.Priority = gpufleet.Priority(priority)
@@ -96,6 +96,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 			Position: int(qpos.Int64), TeamPosition: int(qteam.Int64),
 			Reason: qreason.String, ReasonCode: qcode.String,
 			EstimatedStart: ptrTime(qest), EstimatedStartP90: ptrTime(qest90), ETAConfidence: ptrFloat(qconf),
+			Explanation: explanationOf(qex),
 		}
 	}
 	return j, nil
@@ -297,7 +298,7 @@ func (s *SQL) submitTx(reqs []*submitReq) error {
 	ctx := context.Background() // the group outlives any one caller
 	return s.write(ctx, func(tx *sql.Tx) error {
 		ins, err := s.prepare(ctx, tx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
-	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', ?)
+	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL, ?)
 	ON CONFLICT DO NOTHING`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)
@@ -628,7 +629,7 @@ func (s *SQL) ActiveJobs(ctx context.Context) ([]gpufleet.Job, error) {
 // ordered by position.
 func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 	rows, err := s.rd.QueryContext(ctx, `SELECT id, team, priority, queue_position, queue_team_position,
-	queue_reason, queue_reason_code, queue_estimated_start, queue_estimated_start_p90, queue_eta_confidence
+	queue_reason, queue_reason_code, queue_estimated_start, queue_estimated_start_p90, queue_eta_confidence, queue_explanation
 	FROM jobs WHERE state = 'queued' AND queue_position IS NOT NULL ORDER BY queue_position, id`)
 	if err != nil {
 		return nil, fmt.Errorf("read queue: %w", err)
@@ -641,16 +642,18 @@ func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 			pos  int64
 			tpos sql.NullInt64
 			r, c sql.NullString
+			ex   sql.NullString
 			est  sql.NullInt64
 			p90  sql.NullInt64
 			conf sql.NullFloat64
 		)
-		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est, &p90, &conf); err != nil {
+		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est, &p90, &conf, &ex); err != nil {
 			return nil, fmt.Errorf("read queue: %w", err)
 		}
 		e.Position, e.TeamPosition = int(pos), int(tpos.Int64)
 		e.Reason, e.ReasonCode, e.EstimatedStart = r.String, c.String, ptrTime(est)
 		e.EstimatedStartP90, e.ETAConfidence = ptrTime(p90), ptrFloat(conf)
+		e.Explanation = explanationOf(ex)
 		out = append(out, e)
 	}
 	return out, rows.Err()
@@ -752,4 +755,18 @@ func (s *SQL) requestStop(ctx context.Context, tx *sql.Tx, attemptID, team, reas
 		detail = code + ": " + reason
 	}
 	return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "attempt.stop_requested", Object: attemptID, Team: team, Detail: detail})
+}
+
+// explanationOf decodes a stored queue_explanation; nil when there is none
+// (a row written before it was kept) or it does not decode, which leaves
+// the reason and its code to say why the job waits.
+func explanationOf(v sql.NullString) *gpufleet.Explanation {
+	if !v.Valid || v.String == "" {
+		return nil
+	}
+	var e gpufleet.Explanation
+	if err := json.Unmarshal([]byte(v.String), &e); err != nil {
+		return nil
+	}
+	return &e
 }

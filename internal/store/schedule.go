@@ -345,12 +345,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		pos, team int64
 		reason    string
 		code      string
+		ex        string // the explanation's JSON
 		est, p90  sql.NullInt64
 		conf      sql.NullFloat64
 	}
 	old := map[string]info{}
 	rows, err := tx.QueryContext(ctx, `SELECT id, queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
-	queue_estimated_start_p90, queue_eta_confidence FROM jobs WHERE queue_position IS NOT NULL`)
+	queue_estimated_start_p90, queue_eta_confidence, queue_explanation FROM jobs WHERE queue_position IS NOT NULL`)
 	if err != nil {
 		return fmt.Errorf("read queue: %w", err)
 	}
@@ -360,12 +361,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			in         info
 			team       sql.NullInt64
 			reason, cd sql.NullString
+			ex         sql.NullString
 		)
-		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est, &in.p90, &in.conf); err != nil {
+		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est, &in.p90, &in.conf, &ex); err != nil {
 			rows.Close()
 			return fmt.Errorf("read queue: %w", err)
 		}
-		in.team, in.reason, in.code = team.Int64, reason.String, cd.String
+		in.team, in.reason, in.code, in.ex = team.Int64, reason.String, cd.String, ex.String
 		old[id] = in
 	}
 	rows.Close()
@@ -385,6 +387,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		if e.ETAConfidence != nil {
 			in.conf = sql.NullFloat64{Float64: *e.ETAConfidence, Valid: true}
 		}
+		if e.Explanation != nil {
+			b, err := json.Marshal(e.Explanation)
+			if err != nil {
+				return fmt.Errorf("write queue entry %s: %w", e.ID, err)
+			}
+			in.ex = string(b)
+		}
 		prev, had := old[e.ID]
 		delete(old, e.ID)
 		if had && prev == in {
@@ -392,15 +401,15 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		}
 		if set == nil {
 			set, err = s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
-	queue_reason_code = ?, queue_estimated_start = ?, queue_estimated_start_p90 = ?, queue_eta_confidence = ?
-	WHERE id = ? AND state = 'queued'`))
+	queue_reason_code = ?, queue_estimated_start = ?, queue_estimated_start_p90 = ?, queue_eta_confidence = ?,
+	queue_explanation = ? WHERE id = ? AND state = 'queued'`))
 			if err != nil {
 				return fmt.Errorf("write queue: %w", err)
 			}
 			defer set.Close()
 		}
 		if _, err := set.ExecContext(ctx, in.pos, in.team, in.reason, in.code, nullNanos(e.EstimatedStart), nullNanos(e.EstimatedStartP90),
-			in.conf, e.ID); err != nil {
+			in.conf, sql.NullString{String: in.ex, Valid: in.ex != ""}, e.ID); err != nil {
 			return fmt.Errorf("write queue entry %s: %w", e.ID, err)
 		}
 	}
@@ -408,7 +417,8 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		return nil
 	}
 	clear, err := s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
-	queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL WHERE id = ?`))
+	queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL,
+	queue_explanation = NULL WHERE id = ?`))
 	if err != nil {
 		return fmt.Errorf("clear queue: %w", err)
 	}

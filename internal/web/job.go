@@ -103,6 +103,7 @@ func (u *UI) job(r *http.Request, v *viewer, charts bool) (view, error) {
 	if j.Queue != nil {
 		e := *j.Queue
 		row := pendingRow{ID: j.ID, Position: e.Position, TeamPosition: e.TeamPosition, Reason: e.Reason, ReasonCode: e.ReasonCode}
+		row.explained(e.Explanation)
 		row.ETA, row.ETATitle = etaText(e, now)
 		jv.Queue = &row
 	} else if j.State == gpufleet.JobQueued {

@@ -20,6 +20,31 @@ type pendingRow struct {
 	Reason, ReasonCode       string
 	ETA, ETATitle            string
 	Waiting                  string
+	// The reason as data: nodes evaluated, left out per filter, and the
+	// dimension exhausted with what the job needs and the most there is.
+	Evaluated int
+	Filtered  []gpufleet.FilterCount
+	Exhausted string
+}
+
+// explained fills a row's counts from its queue entry's explanation.
+func (r *pendingRow) explained(e *gpufleet.Explanation) {
+	if e == nil {
+		return
+	}
+	r.Evaluated, r.Filtered = e.NodesEvaluated, e.NodesFiltered
+	switch e.Exhausted {
+	case "":
+	case gpufleet.DimRackPower:
+		r.Exhausted = "rack power"
+		if e.Rack != nil {
+			r.Exhausted += " (rack " + e.Rack.Rack + ")"
+		}
+	case gpufleet.DimQuota:
+		r.Exhausted = "quota"
+	default:
+		r.Exhausted = fmt.Sprintf("%s (needs %d, most %d)", e.Exhausted, e.Need, e.Most)
+	}
 }
 
 // runningRow is one job holding GPUs.
@@ -94,6 +119,7 @@ func (u *UI) queuePage(r *http.Request, v *viewer) (view, error) {
 	for _, e := range entries {
 		row := pendingRow{ID: e.ID, Team: e.Team, Priority: string(e.Priority), Position: e.Position, TeamPosition: e.TeamPosition,
 			Reason: e.Reason, ReasonCode: e.ReasonCode}
+		row.explained(e.Explanation)
 		if j, ok := byID[e.ID]; ok {
 			row.Name, row.GPUs = j.Name, j.Resources.GPUs
 			row.Waiting = gpufleet.FormatDuration(now.Sub(j.SubmittedAt))

@@ -307,10 +307,16 @@ func TestMemberSeesOnlyOwnTeam(t *testing.T) {
 		t.Errorf("member capacity page:\n%s", capBody)
 	}
 	body := readBody(t, get(t, c, f.srv.URL+"/queue"))
-	for _, want := range []string{"j-a1", "no node has 16 free GPUs in one NVLink domain", "in 25m", "alpha-serve", "about 50m"} {
+	for _, want := range []string{"j-a1", "no node has 16 free GPUs in one NVLink domain", "in 25m", "alpha-serve", "about 50m",
+		// the reason as data: the counts per filter and what ran out
+		"2 nodes evaluated", `data-filter="capacity">capacity 1</span>`, `data-filter="topology">topology 1</span>`,
+		`out of <span class="exhausted">nvlink_domain (needs 16, most 8)</span>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("queue page lacks %q", want)
 		}
+	}
+	if job := readBody(t, get(t, c, f.srv.URL+"/jobs/j-a1")); !strings.Contains(job, `data-filter="topology">topology 1</span>`) {
+		t.Errorf("job page lacks the explanation's counts")
 	}
 	for _, p := range f.svc.principals() {
 		if p.TokenID != "tok-a" || p.IsAdmin() {

@@ -63,7 +63,12 @@ import (
 //	node n1 validating operator: ...     a schedule first moves drained nodes to repairing
 //	cancel j0                            the job's cancel is requested (scheduler.Cancel:
 //	                                     a queued job ends at once, a running one is stopped)
-//	schedule at=10s [dry] [recheck]      recheck prints Output.Recheck
+//	schedule at=10s [dry] [recheck] [explain]
+//	                                     recheck prints Output.Recheck; explain
+//	                                     each pending job's explanation (counts)
+//	feasible j9 team=a gpus=1 ...        the submit-time check of a job (not
+//	                                     queued): "refused" with its
+//	                                     explanation, or "feasible"
 //	----
 //	expected output, up to a blank line
 //	advance at=40s
@@ -77,6 +82,7 @@ import (
 // cancel). advance moves time alone and says which jobs left their GPUs.
 type Harness struct {
 	in     scheduler.Input
+	check  scheduler.Job // the job of the last feasible command
 	policy string
 	cfgOps [][2]string
 	// life is each node's place on the repair path (scheduler.NodeLife),
@@ -135,6 +141,8 @@ func (h *Harness) Run(script string) (string, error) {
 			got, err = h.ended(fields[1:])
 		case "quarantine", "repaired", "validated":
 			got, err = h.nodeLife(fields[0], fields[1:])
+		case "feasible":
+			got, err = h.feasible(fields[1:])
 		default:
 			got, err = h.advance(fields[1:])
 		}
@@ -566,6 +574,9 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 	case "arrived":
 		h.in.Arrivals = append(h.in.Arrivals, *j)
 		return nil
+	case "feasible":
+		h.check = *j
+		return nil
 	case "run":
 		j.Started = T0.Add(since)
 		if j.Placement, err = h.placeRunning(j, a["on"]); err != nil {
@@ -689,6 +700,9 @@ func (h *Harness) schedule(f []string) (string, error) {
 			eta += fmt.Sprintf("..%s@%.2f", p.EstimatedStartP90.Sub(T0), *p.ETAConfidence)
 		}
 		fmt.Fprintf(&b, "pending %s pos=%d team-pos=%d eta=%s %s: %s\n", p.Job, p.Position, p.TeamPosition, eta, p.ReasonCode, p.Reason)
+		if flags["explain"] {
+			fmt.Fprintf(&b, "  explained %s\n", FormatExplanation(p.Explanation))
+		}
 	}
 	if flags["recheck"] && !out.Recheck.IsZero() {
 		fmt.Fprintf(&b, "recheck at %s\n", out.Recheck.Sub(T0))
@@ -718,7 +732,8 @@ func (h *Harness) advance(f []string) (string, error) {
 }
 
 // blockCommands are the commands followed by an expected block.
-var blockCommands = map[string]bool{"schedule": true, "advance": true, "ended": true, "quarantine": true, "repaired": true, "validated": true}
+var blockCommands = map[string]bool{"schedule": true, "advance": true, "ended": true, "quarantine": true, "repaired": true,
+	"validated": true, "feasible": true}
 
 // lifeOf is node i's place on the repair path.
 func (h *Harness) lifeOf(name string) scheduler.NodeLife {
@@ -953,4 +968,62 @@ func stackVersions(s string) gpufleet.StackVersions {
 		v[gpufleet.StackComponent(k)] = ver
 	}
 	return v
+}
+
+// feasible runs the submit-time check (scheduler.Explain) on a job that is
+// not queued.
+func (h *Harness) feasible(f []string) (string, error) {
+	if len(f) < 1 {
+		return "", fmt.Errorf("feasible: want a job id")
+	}
+	args, flags := parseArgs(f[1:])
+	if _, ok := args["at"]; !ok {
+		args["at"] = "0s"
+		if h.in.Now.After(T0) {
+			args["at"] = h.in.Now.Sub(T0).String()
+		}
+	}
+	if err := h.job("feasible", f[0], args, flags); err != nil {
+		return "", err
+	}
+	cfg, err := h.config()
+	if err != nil {
+		return "", err
+	}
+	in := h.in
+	in.Config = cfg
+	e, reason := scheduler.Explain(in, h.check)
+	if e == nil {
+		return "feasible\n", nil
+	}
+	return fmt.Sprintf("refused %s: %s\n  explained %s\n", e.Code, reason, FormatExplanation(e)), nil
+}
+
+// FormatExplanation writes an explanation's counts on one line:
+// "rack_power: evaluated=2 capacity=1 rack_power=1 exhausted=rack_power rack=r1".
+func FormatExplanation(e *gpufleet.Explanation) string {
+	if e == nil {
+		return "none"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: evaluated=%d", e.Code, e.NodesEvaluated)
+	for _, c := range e.NodesFiltered {
+		fmt.Fprintf(&b, " %s=%d", c.Code, c.Nodes)
+	}
+	if e.Exhausted != "" {
+		fmt.Fprintf(&b, " exhausted=%s", e.Exhausted)
+		switch e.Exhausted {
+		case gpufleet.DimRackPower:
+			if e.Rack != nil {
+				fmt.Fprintf(&b, " rack=%s", e.Rack.Rack)
+			}
+		case gpufleet.DimQuota:
+		default:
+			fmt.Fprintf(&b, " need=%d most=%d", e.Need, e.Most)
+		}
+	}
+	if e.Never {
+		b.WriteString(" never")
+	}
+	return b.String()
 }

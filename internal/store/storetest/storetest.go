@@ -842,7 +842,11 @@ func testQueue(t *testing.T, s store.Store) {
 	eta, p90, conf := T0.Add(time.Hour), T0.Add(3*time.Hour), 0.62
 	q1 := []gpufleet.QueueEntry{
 		{ID: jobs[2].ID, Team: "team-a", Priority: "batch", Position: 1, TeamPosition: 1, Reason: "waiting for 1 gpu", ReasonCode: "capacity",
-			EstimatedStart: &eta, EstimatedStartP90: &p90, ETAConfidence: &conf},
+			EstimatedStart: &eta, EstimatedStartP90: &p90, ETAConfidence: &conf,
+			// The reason as data comes back as it went in (a JSON column).
+			Explanation: &gpufleet.Explanation{Code: "capacity", NodesEvaluated: 3,
+				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 1}, {Code: gpufleet.FilterCapacity, Nodes: 2}},
+				Exhausted:     gpufleet.DimGPUs, Need: 1}},
 		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 2, Reason: "behind c", ReasonCode: "order"},
 		{ID: jobs[1].ID, Team: "team-b", Priority: "batch", Position: 3, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"},
 	}
