@@ -13,9 +13,7 @@
 package power
 
 import (
-	"maps"
 	"math"
-	"slices"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -86,83 +84,6 @@ func Idle(g catalog.GPU) float64 {
 // the GPUs' TDPs and the host overhead.
 func RatedNode(g catalog.GPU, gpus int) gpufleet.Watts {
 	return gpufleet.Watts(float64(gpus)*TDP(g)) + HostOverhead(g, gpus)
-}
-
-// PriorWeight is how many telemetry samples the TDP prior counts for in a
-// learned expectation: with fewer samples than this the prior dominates.
-const PriorWeight = 30
-
-// SafetySigmas is how far above the mean of the readings the learned draw
-// sits: placements budget for the mean plus this many standard deviations
-// (about the 98th percentile of a normal spread), never more than the TDP,
-// so that work drawing more than the average does not take a rack over.
-const SafetySigmas = 2.0
-
-// Learner learns the draw of allocated GPUs per model and priority class
-// from telemetry, with the TDP as the prior: expected = (n·(mean +
-// SafetySigmas·sd) + k·TDP) / (n + k), k = PriorWeight, at most the TDP.
-// Placements used it until Charging replaced it; nothing feeds it now.
-// It is a plain value the caller owns and feeds.
-type Learner struct {
-	sum, sq map[learnKey]float64
-	n       map[learnKey]int
-}
-
-type learnKey struct {
-	model string
-	class gpufleet.Priority
-}
-
-// Observe records one reading of a GPU of model held by a job of class.
-func (l *Learner) Observe(model string, class gpufleet.Priority, watts float64) {
-	if math.IsNaN(watts) || math.IsInf(watts, 0) || watts < 0 || watts > float64(gpufleet.MaxWatts) {
-		return
-	}
-	if l.sum == nil {
-		l.sum, l.sq, l.n = map[learnKey]float64{}, map[learnKey]float64{}, map[learnKey]int{}
-	}
-	k := learnKey{model, class}
-	l.sum[k] += watts
-	l.sq[k] += watts * watts
-	l.n[k]++
-}
-
-// Expected is the draw one GPU of model g is budgeted at while a job of
-// class runs on it.
-func (l *Learner) Expected(g catalog.GPU, class gpufleet.Priority) float64 {
-	k := learnKey{g.ID, class}
-	tdp := TDP(g)
-	n := float64(l.n[k])
-	if n == 0 {
-		return tdp
-	}
-	mean := l.sum[k] / n
-	sd := math.Sqrt(max(l.sq[k]/n-mean*mean, 0))
-	high := mean + SafetySigmas*sd
-	if tdp > 0 {
-		high = min(high, tdp)
-	}
-	return (n*high + PriorWeight*tdp) / (n + PriorWeight)
-}
-
-// Add is, per model and class, what a placed GPU adds to its rack's
-// draw above idle: the learned expectation less the idle draw, for the
-// scheduler (scheduler.GPUDraw). Models without a TDP are left out (the
-// scheduler then counts nothing for them).
-func (l *Learner) Add(models map[string]catalog.GPU, classes []gpufleet.Priority) map[string]map[gpufleet.Priority]float64 {
-	out := map[string]map[gpufleet.Priority]float64{}
-	for _, id := range slices.Sorted(maps.Keys(models)) {
-		g := models[id]
-		if TDP(g) <= 0 {
-			continue
-		}
-		m := map[gpufleet.Priority]float64{}
-		for _, c := range classes {
-			m[c] = max(l.Expected(g, c)-Idle(g), 0)
-		}
-		out[id] = m
-	}
-	return out
 }
 
 // GPUReading is one GPU as a rack projection sees it.

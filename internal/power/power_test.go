@@ -62,56 +62,6 @@ func TestIdle(t *testing.T) {
 	}
 }
 
-func TestLearnerMovesFromPriorToMeasurement(t *testing.T) {
-	h := gpu(t, "h100-sxm-80gb")
-	var l Learner
-	if got := l.Expected(h, gpufleet.Batch); got != 700 {
-		t.Fatalf("prior = %v, want the TDP", got)
-	}
-	for range PriorWeight {
-		l.Observe(h.ID, gpufleet.Batch, 400)
-	}
-	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-550) > 1e-9 {
-		t.Errorf("after PriorWeight readings of 400 W = %v, want half way, 550", got)
-	}
-	// Other classes keep the prior; bad readings are dropped.
-	if got := l.Expected(h, gpufleet.Production); got != 700 {
-		t.Errorf("production = %v, want the prior", got)
-	}
-	for _, w := range []float64{math.NaN(), math.Inf(1), -1, 2e9} {
-		l.Observe(h.ID, gpufleet.Batch, w)
-	}
-	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-550) > 1e-9 {
-		t.Errorf("bad readings moved the expectation to %v", got)
-	}
-	add := l.Add(map[string]catalog.GPU{h.ID: h, "none": {ID: "none"}}, []gpufleet.Priority{gpufleet.Batch})
-	if _, ok := add["none"]; ok {
-		t.Error("a model without a TDP has an expected draw")
-	}
-	if got := add[h.ID][gpufleet.Batch]; math.Abs(got-(550-Idle(h))) > 1e-9 {
-		t.Errorf("Add = %v, want the expectation less idle", got)
-	}
-}
-
-func TestLearnerBudgetsForTheSpread(t *testing.T) {
-	h := gpu(t, "h100-sxm-80gb")
-	var l Learner
-	for i := range 1000 {
-		l.Observe(h.ID, gpufleet.Batch, float64(300+200*(i%2))) // mean 400 W, sd 100 W
-	}
-	want := (1000*(400+SafetySigmas*100) + PriorWeight*700) / (1000 + PriorWeight)
-	if got := l.Expected(h, gpufleet.Batch); math.Abs(got-want) > 1e-6 {
-		t.Errorf("Expected = %v, want the mean plus %v sd shrunk to the prior, %v", got, SafetySigmas, want)
-	}
-	var wide Learner
-	for i := range 1000 {
-		wide.Observe(h.ID, gpufleet.Batch, float64(100+600*(i%2))) // mean 400 W, sd 300 W: capped at the TDP
-	}
-	if got := wide.Expected(h, gpufleet.Batch); math.Abs(got-700) > 1e-6 {
-		t.Errorf("a wide spread gives %v, want the TDP", got)
-	}
-}
-
 func TestProjectRack(t *testing.T) {
 	h := gpu(t, "h100-sxm-80gb")
 	w := func(v float64) *float64 { return &v }
