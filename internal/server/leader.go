@@ -678,7 +678,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 // pending is left out: the store ends it.
 func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.SubmittedAt,
-		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Resources: j.Resources, CancelRequested: j.CancelRequested,
+		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Retries: j.Retries, Resources: j.Resources, CancelRequested: j.CancelRequested,
 		Invalid: j.Defect}
 	if j.TimeLimitS != nil {
 		sj.TimeLimit = seconds(*j.TimeLimitS)

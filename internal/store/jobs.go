@@ -52,8 +52,11 @@ const activeStates = `('queued', 'scheduled', 'running')`
 
 type scanner interface{ Scan(dest ...any) error }
 
-// scanJob reads one row of jobCols. Attempts is empty, never nil.
-func scanJob(r scanner) (gpufleet.Job, error) {
+// scanJob reads one row of jobCols. Attempts is empty, never nil. ex
+// keeps the explanations decoded so far (nil: none kept): most queued
+// jobs share a few (the same reason past the scheduler's reason depth),
+// and a list of 50,000 decodes each once, sharing it.
+func scanJob(r scanner, ex explanations) (gpufleet.Job, error) {
 	var (
 		j                           gpufleet.Job
 		spec                        string
@@ -96,7 +99,7 @@ func scanJob(r scanner) (gpufleet.Job, error) {
 			Position: int(qpos.Int64), TeamPosition: int(qteam.Int64),
 			Reason: qreason.String, ReasonCode: qcode.String,
 			EstimatedStart: ptrTime(qest), EstimatedStartP90: ptrTime(qest90), ETAConfidence: ptrFloat(qconf),
-			Explanation: explanationOf(qex),
+			Explanation: ex.of(qex),
 		}
 	}
 	return j, nil
@@ -402,7 +405,7 @@ func (s *SQL) jobByRequest(ctx context.Context, tx *sql.Tx, team, requestID stri
 
 // jobTx reads one job with its attempts through q (a transaction).
 func (s *SQL) jobTx(ctx context.Context, q queryer, id string) (gpufleet.Job, error) {
-	j, err := scanJob(q.QueryRowContext(ctx, s.q(`SELECT `+jobCols+` FROM jobs WHERE id = ?`), id))
+	j, err := scanJob(q.QueryRowContext(ctx, s.q(`SELECT `+jobCols+` FROM jobs WHERE id = ?`), id), nil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, notFound("job", id)
 	}
@@ -503,8 +506,9 @@ func (s *SQL) jobs(ctx context.Context, tx *sql.Tx, query string, args []any, at
 	}
 	var out []gpufleet.Job
 	index := map[string]int{}
+	ex := explanations{}
 	for rows.Next() {
-		j, err := scanJob(rows)
+		j, err := scanJob(rows, ex)
 		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list jobs: %w", err)
@@ -636,6 +640,7 @@ func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 	}
 	defer rows.Close()
 	out := []gpufleet.QueueEntry{}
+	exs := explanations{}
 	for rows.Next() {
 		var (
 			e    gpufleet.QueueEntry
@@ -653,7 +658,7 @@ func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 		e.Position, e.TeamPosition = int(pos), int(tpos.Int64)
 		e.Reason, e.ReasonCode, e.EstimatedStart = r.String, c.String, ptrTime(est)
 		e.EstimatedStartP90, e.ETAConfidence = ptrTime(p90), ptrFloat(conf)
-		e.Explanation = explanationOf(ex)
+		e.Explanation = exs.of(ex)
 		out = append(out, e)
 	}
 	return out, rows.Err()
@@ -757,16 +762,27 @@ func (s *SQL) requestStop(ctx context.Context, tx *sql.Tx, attemptID, team, reas
 	return s.insertEvent(ctx, tx, gpufleet.Event{At: at, Actor: actor, Kind: "attempt.stop_requested", Object: attemptID, Team: team, Detail: detail})
 }
 
-// explanationOf decodes a stored queue_explanation; nil when there is none
-// (a row written before it was kept) or it does not decode, which leaves
-// the reason and its code to say why the job waits.
-func explanationOf(v sql.NullString) *gpufleet.Explanation {
+// explanations are stored queue explanations decoded, by their JSON; a
+// nil one keeps none.
+type explanations map[string]*gpufleet.Explanation
+
+// of decodes a stored queue_explanation; nil when there is none (a row
+// written before it was kept) or it does not decode, which leaves the
+// reason and its code to say why the job waits. The result may be shared
+// with other rows of the same JSON: callers only read it.
+func (ex explanations) of(v sql.NullString) *gpufleet.Explanation {
 	if !v.Valid || v.String == "" {
 		return nil
+	}
+	if e, ok := ex[v.String]; ok {
+		return e
 	}
 	var e gpufleet.Explanation
 	if err := json.Unmarshal([]byte(v.String), &e); err != nil {
 		return nil
+	}
+	if ex != nil {
+		ex[v.String] = &e
 	}
 	return &e
 }

@@ -375,6 +375,9 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		return fmt.Errorf("read queue: %w", err)
 	}
 	var set stmt
+	// The scheduler shares one explanation between the jobs past its
+	// reason depth that wait for the same reason: marshal each once.
+	marshalled := map[*gpufleet.Explanation]string{}
 	for _, e := range q {
 		opt := func(t *time.Time) sql.NullInt64 {
 			if t == nil {
@@ -388,11 +391,16 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			in.conf = sql.NullFloat64{Float64: *e.ETAConfidence, Valid: true}
 		}
 		if e.Explanation != nil {
-			b, err := json.Marshal(e.Explanation)
-			if err != nil {
-				return fmt.Errorf("write queue entry %s: %w", e.ID, err)
+			ex, ok := marshalled[e.Explanation]
+			if !ok {
+				b, err := json.Marshal(e.Explanation)
+				if err != nil {
+					return fmt.Errorf("write queue entry %s: %w", e.ID, err)
+				}
+				ex = string(b)
+				marshalled[e.Explanation] = ex
 			}
-			in.ex = string(b)
+			in.ex = ex
 		}
 		prev, had := old[e.ID]
 		delete(old, e.ID)
