@@ -57,7 +57,8 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 // FormatDuration writes d for people, in its two largest units, rounded
-// to the second from one second up: 250ms, 45s, 1m30s, 2h5m, 3d4h (a zero
+// to the millisecond below a second and to the second from one second
+// up: 250ms, 45s, 1m30s, 2h5m, 3d4h (a zero
 // second unit is left out: 4h, 2d). It is the one formatter of durations
 // for tables, pages, reasons and explanations; ParseDuration reads what it
 // writes below a day. Negative durations take a minus sign.
@@ -66,6 +67,9 @@ func FormatDuration(d time.Duration) string {
 		return "-" + FormatDuration(-d)
 	}
 	if d < time.Second {
+		if d >= time.Millisecond {
+			d = d.Round(time.Millisecond)
+		}
 		return d.String()
 	}
 	d = d.Round(time.Second)
