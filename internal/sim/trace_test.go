@@ -240,6 +240,7 @@ func FuzzParseDLRM(f *testing.F) {
 
 func FuzzParseCSV(f *testing.F) {
 	f.Add("id,submit_s,duration_s,gpus,nodes,team,priority,gpu_model,sharing,estimate_s,preemptible\nj,0,10,2,1,a,batch,t4|a10,exclusive,12,true\n")
+	f.Add("id,submit_s,duration_s,gpus,retries,fails,fail_after_s\nj,0,100,1,2,3,10\nk,1,50,2,0,1,\n")
 	fuzzReader(f, "csv")
 }
 
@@ -256,7 +257,8 @@ func fuzzReader(f *testing.F, format string) {
 				continue
 			}
 			for _, j := range tr.Jobs {
-				if j.Submit < 0 || !(j.Duration >= 1) || j.ID == "" || j.checkTimes() != nil {
+				if j.Submit < 0 || !(j.Duration >= 1) || j.ID == "" || j.checkTimes() != nil ||
+					j.Retries < 0 || j.Retries > gpufleet.MaxRetries || j.Fails < 0 || j.Fails > maxFails {
 					t.Fatalf("accepted a bad job %+v", j)
 				}
 				if j.Invalid != "" {
