@@ -24,11 +24,43 @@ import (
 //   - a failed job ends.
 //
 // The simulator and the schedtest harness drive the scheduler with it;
-// the server writes the same decisions to its store, whose transitions
-// mean the same (docs/ARCHITECTURE.md). Apply with an empty Output only
+// the server stops at Decided, learning from agents when a run is over
+// (docs/ARCHITECTURE.md). Apply with an empty Output only
 // moves time: graces that end by now are carried out. It does not change
 // in; the result shares nothing with it but Nodes, Models and Classes.
 func Apply(in Input, out Output, now time.Time) Input {
+	next := Decided(in, out)
+	kept := next.Jobs[:0]
+	for _, j := range next.Jobs {
+		if j.Running() && !j.StopAt.IsZero() && !j.StopAt.After(now) {
+			end := AfterRun(j.Retries, j.CancelRequested, RunEnd{State: gpufleet.AttemptStopped, Stop: j.StopCode})
+			if end.State != gpufleet.JobQueued {
+				continue // timed out, cancelled or invalid: it ends
+			}
+			j.Attained += runGPUTime(j.Placement, j.StopAt.Sub(j.Started))
+			if j.StopCode.IsPreemption() {
+				j.Preemptions++
+				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
+			}
+			j.Requeued, j.Queued = j.Requeued || end.Interrupted, j.StopAt
+			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
+		}
+		kept = append(kept, j)
+	}
+	next.Jobs = kept
+	next.Now = now
+	return next
+}
+
+// Decided is the fleet the instant a decision is carried out: out, made
+// by Schedule(in), applied at in.Now, and no time moved. A start puts its
+// job on its placement (Started = in.Now); a stop marks its job stopping
+// (StopAt = in.Now + Stop.Grace, StopCode); a failed job leaves. A job
+// whose grace has ended stays on its GPUs: whether its run is over is
+// for the caller to learn (the server from the agent's report, through
+// Ended) or to assume (Apply). The server's view of the fleet between
+// cycles is this. It does not change in.
+func Decided(in Input, out Output) Input {
 	// The decisions are few and the jobs many: index the decisions.
 	starts := make(map[string][]Placement, len(out.Starts))
 	for _, st := range out.Starts {
@@ -44,6 +76,9 @@ func Apply(in Input, out Output, now time.Time) Input {
 	}
 	kept := make([]Job, 0, len(in.Jobs))
 	for _, j := range in.Jobs {
+		if len(failed) > 0 && failed[j.ID] {
+			continue
+		}
 		if len(starts) > 0 {
 			if pl, ok := starts[j.ID]; ok {
 				j.Placement, j.Started = slices.Clone(pl), in.Now
@@ -55,26 +90,9 @@ func Apply(in Input, out Output, now time.Time) Input {
 				j.StopAt, j.StopCode = in.Now.Add(st.Grace), st.Code
 			}
 		}
-		switch {
-		case len(failed) > 0 && failed[j.ID]:
-			continue
-		case j.Running() && !j.StopAt.IsZero() && !j.StopAt.After(now):
-			next := AfterRun(j.Retries, j.CancelRequested, RunEnd{State: gpufleet.AttemptStopped, Stop: j.StopCode})
-			if next.State != gpufleet.JobQueued {
-				continue // timed out, cancelled or invalid: it ends
-			}
-			j.Attained += runGPUTime(j.Placement, j.StopAt.Sub(j.Started))
-			if j.StopCode.IsPreemption() {
-				j.Preemptions++
-				j.RecentPreemptions = recentSince(j.RecentPreemptions, now.Add(-PreemptionWindow), j.StopAt)
-			}
-			j.Requeued, j.Queued = j.Requeued || next.Interrupted, j.StopAt
-			j.Placement, j.Started, j.StopAt, j.StopCode = nil, time.Time{}, time.Time{}, ""
-		}
 		kept = append(kept, j)
 	}
 	in.Jobs = kept
-	in.Now = now
 	return in
 }
 

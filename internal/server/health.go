@@ -364,11 +364,10 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 	return nil
 }
 
-// advanceStates moves nodes and GPUs along the repair path: a draining node
-// or GPU that no longer holds an active attempt goes to repairing. It
-// reports whether it moved any.
-func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (bool, error) {
-	moved := false
+// advanceStates moves nodes and GPUs along the repair path, in the store
+// and in m: a draining node or GPU that no longer holds an active attempt
+// goes to repairing.
+func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, m *nodeMoves, now time.Time) error {
 	busyNode := map[string]bool{}
 	busyGPU := map[string]bool{} // GPU or MIG UUID
 	for _, j := range jobs {
@@ -381,12 +380,12 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 			}
 		}
 	}
-	for _, n := range nodes {
+	for _, n := range m.nodes {
 		if l, ok := scheduler.Drained(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, busyNode[n.Name]); ok {
 			if err := s.st.SetNodeState(ctx, n.Name, l.State, l.Cause, l.Reason, "system", now); err != nil {
-				return moved, err
+				return err
 			}
-			moved = true
+			m.set(n.Name, l)
 			continue
 		}
 		var done []gpufleet.NodeGPU
@@ -399,12 +398,64 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, nodes [
 		}
 		if len(done) > 0 {
 			if err := s.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
-				return moved, err
+				return err
 			}
-			moved = true
+			m.setGPUs(n.Name, done)
 		}
 	}
-	return moved, nil
+	return nil
+}
+
+// nodeMoves is the nodes as the leader's cycle has moved them so far. Its
+// writes take effect when the cycle commits; what it schedules next must
+// see them now.
+type nodeMoves struct {
+	nodes  []gpufleet.Node
+	cloned bool
+}
+
+// node returns the node named name, ready to change, or nil.
+func (m *nodeMoves) node(name string) *gpufleet.Node {
+	if !m.cloned {
+		m.nodes, m.cloned = slices.Clone(m.nodes), true
+	}
+	for i := range m.nodes {
+		if m.nodes[i].Name == name {
+			return &m.nodes[i]
+		}
+	}
+	return nil
+}
+
+// set moves node name to l.
+func (m *nodeMoves) set(name string, l scheduler.NodeLife) {
+	if n := m.node(name); n != nil {
+		n.State, n.StateCause, n.StateReason = l.State, l.Cause, l.Reason
+	}
+}
+
+// setGPUs moves node name's GPUs in gpus to their states, as the store's
+// SetNodeHealth does (by UUID; health "" keeps the GPU's).
+func (m *nodeMoves) setGPUs(name string, gpus []gpufleet.NodeGPU) {
+	n := m.node(name)
+	if n == nil {
+		return
+	}
+	n.GPUs = slices.Clone(n.GPUs)
+	for _, g := range gpus {
+		for i := range n.GPUs {
+			if n.GPUs[i].UUID != g.UUID {
+				continue
+			}
+			if g.Health != "" {
+				n.GPUs[i].Health = g.Health
+			}
+			n.GPUs[i].Reason = g.Reason
+			if g.State != "" {
+				n.GPUs[i].State, n.GPUs[i].StateReason, n.GPUs[i].StateCause = g.State, g.StateReason, g.StateCause
+			}
+		}
+	}
 }
 
 // validationOrder is the check the node's agent must run now: every GPU

@@ -262,28 +262,29 @@ func (s *Server) cycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.judgeSilent(ctx, nodes, now); err != nil {
-		return err
-	}
-	moved, err := s.advanceStates(ctx, jobs, nodes, now)
-	if err != nil {
-		return err
-	}
-	stepped, err := s.stepRolloutsSafely(ctx, jobs, nodes, now)
-	if errors.Is(err, store.ErrFenced) {
-		return err
-	}
-	if err != nil {
-		// Rollouts wait for the next cycle; scheduling does not.
-		s.log.Warn("stepping rollouts", "err", err)
-	}
-	moved = moved || stepped
-	if moved {
-		if nodes, err = s.st.Nodes(ctx); err != nil {
+	// The cycle's writes (node moves, health, rollouts, the decision) are
+	// one transaction at its end, fenced; what it publishes to agents
+	// follows the commit.
+	var publish func()
+	err = s.st.Batch(ctx, func(ctx context.Context) error {
+		if err := s.judgeSilent(ctx, nodes, now); err != nil {
 			return err
 		}
+		m := &nodeMoves{nodes: nodes}
+		if err := s.advanceStates(ctx, jobs, m, now); err != nil {
+			return err
+		}
+		if err := s.stepRolloutsSafely(ctx, jobs, m, now); err != nil {
+			// Rollouts wait for the next cycle; scheduling does not.
+			s.log.Warn("stepping rollouts", "err", err)
+		}
+		var err error
+		publish, err = s.schedule(ctx, lease.Epoch, now, jobs, m.nodes)
+		return err
+	})
+	if err == nil {
+		publish()
 	}
-	err = s.schedule(ctx, lease.Epoch, now, jobs, nodes)
 	s.metrics.cycle.Observe(time.Since(start).Seconds())
 	if ferr := s.flushUsage(acct); ferr != nil {
 		s.log.Warn("flushing usage", "err", ferr)
@@ -321,13 +322,14 @@ func (s *Server) due(ctx context.Context, now time.Time) bool {
 	return err != nil || id != lastEvent
 }
 
-// schedule snapshots the store, runs the scheduler and persists the
-// decision fenced by epoch.
-func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) error {
+// schedule runs the scheduler on the cycle's snapshot and writes its
+// decision fenced by epoch; publish, once the decision is committed, makes
+// it what agents are told and what the leader remembers.
+func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs []gpufleet.Job, nodes []gpufleet.Node) (publish func(), err error) {
 	jobs = s.screen(jobs)
 	in, byID, err := s.snapshot(ctx, now, jobs, nodes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.leaderMu.Lock()
 	in.WaitHistory = s.leader.eta.history(in)
@@ -335,18 +337,21 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	s.leaderMu.Unlock()
 	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out = endLeftOut(out, leftOut, byID, in.Config.DefaultGrace)
 	d := store.Decision{At: now}
-	// The last resort: a job the scheduler panics on even as invalid is
-	// ended here, as the scheduler would end an invalid one.
-	for _, id := range slices.Sorted(maps.Keys(leftOut)) {
-		if a := activeAttempt(byID[id]); a != nil {
-			if !a.StopRequested {
-				d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: leftOut[id], ReasonCode: scheduler.StopInvalid, Grace: in.Config.DefaultGrace})
+	// What the core's view of a running job lacks for its agent's orders:
+	// the attempt's id and its stop's words, from the store, or from the
+	// decision being written.
+	refs := make(map[string]attemptRef, len(byID))
+	for id, j := range byID {
+		if a := activeAttempt(j); a != nil {
+			ref := attemptRef{id: a.ID, starting: a.State == gpufleet.AttemptStarting, reason: a.Reason}
+			if a.StopRequested && a.StopGraceS != nil {
+				ref.grace = *a.StopGraceS
 			}
-		} else {
-			d.Fails = append(d.Fails, store.Fail{JobID: id, Reason: leftOut[id], ReasonCode: scheduler.FailInvalid})
+			refs[id] = ref
 		}
 	}
 	for _, st := range out.Starts {
@@ -359,6 +364,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 			}
 		}
 		d.Starts = append(d.Starts, start)
+		refs[st.Job] = attemptRef{id: start.AttemptID, starting: true}
 		s.log.Info("placing", "job", j.ID, "team", j.Team, "attempt", start.AttemptID, "nodes", len(start.Nodes))
 	}
 	// Every stop is the scheduler's: preemptions, drains, time limits,
@@ -366,15 +372,19 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	// grace for the stop order the agent gets and for the scheduler's next
 	// view of the job; a lost attempt has nobody to stop it and is over.
 	for _, st := range out.Stops {
-		if a := activeAttempt(byID[st.Job]); a != nil {
-			d.Stops = append(d.Stops, store.Stop{AttemptID: a.ID, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace,
-				Lost: st.Code == scheduler.StopNodeLost})
-			if st.Bound != "" {
-				// The job's owner sees in its events why it is no longer
-				// preempted (Config.MaxPreemptionsPerJob, PerDay).
-				d.Events = append(d.Events, gpufleet.Event{Actor: "scheduler", Kind: "job.preemption_bound", Object: st.Job,
-					Team: byID[st.Job].Team, Detail: st.Bound})
-			}
+		ref, ok := refs[st.Job]
+		if !ok {
+			continue
+		}
+		d.Stops = append(d.Stops, store.Stop{AttemptID: ref.id, Reason: st.Reason, ReasonCode: st.Code, Grace: st.Grace,
+			Lost: st.Code == scheduler.StopNodeLost})
+		ref.reason, ref.grace = st.Reason, st.Grace.Seconds()
+		refs[st.Job] = ref
+		if st.Bound != "" {
+			// The job's owner sees in its events why it is no longer
+			// preempted (Config.MaxPreemptionsPerJob, PerDay).
+			d.Events = append(d.Events, gpufleet.Event{Actor: "scheduler", Kind: "job.preemption_bound", Object: st.Job,
+				Team: byID[st.Job].Team, Detail: st.Bound})
 		}
 	}
 	for _, f := range out.Fails {
@@ -390,60 +400,73 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	// never appears to begin before the one it replaces ended.
 	d.At = s.now()
 	if err := s.st.ApplySchedule(ctx, epoch, d); err != nil {
-		return err
+		return nil, err
 	}
-	s.leaderMu.Lock()
-	s.leader.eta.observe(in, out, now)
-	s.leaderMu.Unlock()
-	s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
-	for _, sp := range d.Stops {
-		if sp.Lost {
-			s.metrics.ended.WithLabelValues(string(gpufleet.AttemptLost), string(sp.ReasonCode)).Inc()
-		}
-	}
-	after := applied(jobs, d)
 	teams, err := s.st.Teams(ctx)
 	if err != nil {
 		s.log.Warn("reading the teams' uid offsets and registry credentials", "err", err)
 	}
-	s.setOrders(after, nodes, in.Config.DefaultGrace, teamsByName(teams))
-	s.setGPUs(after, nodes)
-	return nil
-}
-
-// applied returns the jobs as the store holds them after d: new attempts
-// starting, stopped attempts asked to stop.
-func applied(jobs []gpufleet.Job, d store.Decision) []gpufleet.Job {
-	starts := map[string]store.Start{}
-	for _, st := range d.Starts {
-		starts[st.JobID] = st
-	}
-	stops := map[string]store.Stop{}
-	for _, st := range d.Stops {
-		stops[st.AttemptID] = st
-	}
-	out := make([]gpufleet.Job, len(jobs))
-	for i, j := range jobs {
-		if st, ok := starts[j.ID]; ok {
-			at := d.At
-			j.State = gpufleet.JobScheduled
-			j.Attempts = append(slices.Clone(j.Attempts), gpufleet.Attempt{ID: st.AttemptID, JobID: j.ID, State: gpufleet.AttemptStarting,
-				Nodes: st.Nodes, StartedAt: &at, Fraction: st.Fraction})
-		}
-		cloned := false
-		for k := range j.Attempts {
-			if stop, ok := stops[j.Attempts[k].ID]; ok && !j.Attempts[k].State.Terminal() {
-				if !cloned {
-					j.Attempts, cloned = slices.Clone(j.Attempts), true
-				}
-				g, at := stop.Grace.Seconds(), d.At
-				j.Attempts[k].StopRequested, j.Attempts[k].Reason, j.Attempts[k].ReasonCode = true, stop.Reason, string(stop.ReasonCode)
-				j.Attempts[k].StopGraceS, j.Attempts[k].StopRequestedAt = &g, &at
+	return func() {
+		s.leaderMu.Lock()
+		s.leader.eta.observe(in, out, now)
+		s.leaderMu.Unlock()
+		s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
+		for _, sp := range d.Stops {
+			if sp.Lost {
+				s.metrics.ended.WithLabelValues(string(gpufleet.AttemptLost), string(sp.ReasonCode)).Inc()
 			}
 		}
-		out[i] = j
+		// Until the next cycle the fleet is what the core says the
+		// decision made of it.
+		v := fleetView{Input: scheduler.Decided(in, out), specs: byID, attempts: refs}
+		s.setOrders(v, nodes, teamsByName(teams))
+		s.setGPUs(v, nodes)
+	}, nil
+}
+
+// endLeftOut adds to out what the scheduler would have decided for the
+// jobs it panicked on even as invalid (leftOut: id to why): the last
+// resort, a stop with the default grace for a running one that is not
+// already stopping, a failure for a queued one.
+func endLeftOut(out scheduler.Output, leftOut map[string]string, jobs map[string]gpufleet.Job, grace time.Duration) scheduler.Output {
+	for _, id := range slices.Sorted(maps.Keys(leftOut)) {
+		if a := activeAttempt(jobs[id]); a != nil {
+			if !a.StopRequested {
+				out.Stops = append(out.Stops, scheduler.Stop{Job: id, Code: scheduler.StopInvalid, Reason: leftOut[id], Grace: grace})
+			}
+		} else {
+			out.Fails = append(out.Fails, scheduler.Fail{Job: id, Code: scheduler.FailInvalid, Reason: leftOut[id]})
+		}
 	}
 	return out
+}
+
+// attemptRef is what a running job's orders need beyond the core's view
+// of it: its attempt's id, whether its agent has yet to start it, and its
+// stop's words and grace (seconds) once a stop is decided.
+type attemptRef struct {
+	id       string
+	starting bool
+	reason   string
+	grace    float64
+}
+
+// fleetView is the leader's view of the fleet between cycles: the core's
+// (scheduler.Decided), the jobs' specs and their attempts' names.
+type fleetView struct {
+	scheduler.Input
+	specs    map[string]gpufleet.Job
+	attempts map[string]attemptRef
+}
+
+// running calls fn for every job holding GPUs in v, with its spec and
+// attempt.
+func (v fleetView) running(fn func(j scheduler.Job, spec gpufleet.Job, a attemptRef)) {
+	for _, j := range v.Jobs {
+		if a, ok := v.attempts[j.ID]; ok && j.Running() {
+			fn(j, v.specs[j.ID], a)
+		}
+	}
 }
 
 // activeAttempt is a job's non-terminal attempt, if any.
@@ -465,11 +488,11 @@ func teamsByName(teams []gpufleet.Team) map[string]gpufleet.Team {
 	return out
 }
 
-// setOrders rebuilds what each node's heartbeat answers with; a start
-// carries the grace its stops will give (the job's, else defaultGrace),
-// its team's uid offset, and for an image its team's credentials for the
-// image's registry.
-func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGrace time.Duration, teams map[string]gpufleet.Team) {
+// setOrders rebuilds what each node's heartbeat answers with, from v: a
+// start carries the grace its stops will give (the job's, else the
+// policy's default), its team's uid offset, and for an image its team's
+// credentials for the image's registry.
+func (s *Server) setOrders(v fleetView, nodes []gpufleet.Node, teams map[string]gpufleet.Team) {
 	modelOf := modelsByUUID(nodes)
 	infos := map[string]attemptInfo{}
 	orders := map[string]nodeOrders{}
@@ -480,50 +503,47 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 		}
 		return o
 	}
-	for _, j := range jobs {
-		a := activeAttempt(j)
-		if a == nil {
-			continue
-		}
-		if len(a.Nodes) > 0 && len(a.Nodes[0].GPUs) > 0 {
-			infos[a.ID] = attemptInfo{team: j.Team, model: modelOf[a.Nodes[0].GPUs[0]]}
+	v.running(func(j scheduler.Job, spec gpufleet.Job, a attemptRef) {
+		if len(j.Placement[0].GPUs) > 0 {
+			infos[a.id] = attemptInfo{team: j.Team, model: modelOf[j.Placement[0].GPUs[0]]}
 		}
 		// A stop's grace is the one the scheduler decided with it; a start
 		// carries the grace the job's stops will give.
-		grace := defaultGrace.Seconds()
-		if j.GraceS != nil {
-			grace = *j.GraceS
+		stopping := !j.StopAt.IsZero()
+		grace := v.Config.DefaultGrace.Seconds()
+		if j.Grace > 0 {
+			grace = j.Grace.Seconds()
 		}
-		if a.StopRequested && a.StopGraceS != nil {
-			grace = *a.StopGraceS
+		if stopping && a.grace > 0 {
+			grace = a.grace
 		}
-		for rank, n := range a.Nodes {
-			o := get(n.Name)
-			o.active[a.ID] = true
+		for rank, p := range j.Placement {
+			o := get(p.Node)
+			o.active[a.id] = true
 			switch {
-			case a.StopRequested:
-				o.stop = append(o.stop, api.StopOrder{AttemptID: a.ID, Reason: a.Reason, ReasonCode: a.ReasonCode, GraceS: grace})
-			case a.State == gpufleet.AttemptStarting:
-				o.start = append(o.start, api.Assignment{AttemptID: a.ID, JobID: j.ID, Command: j.Command, Env: j.Env,
-					Workdir: j.Workdir, Launch: j.Launch, Team: j.Team, Priority: j.Priority, GPUs: n.GPUs, Fraction: fracOr1(a.Fraction), TimeLimitS: j.TimeLimitS,
-					GraceS: grace, SimLoad: string(j.SimLoad), CPUs: j.Resources.CPUs, MemoryBytes: int64(j.Resources.MemoryBytes), NodeRank: rank, NNodes: len(a.Nodes), GPUsPerNode: len(n.GPUs),
-					MasterAddr: a.Nodes[0].Name, MasterPort: masterPort(a.ID), Work: j.Work})
+			case stopping:
+				o.stop = append(o.stop, api.StopOrder{AttemptID: a.id, Reason: a.reason, ReasonCode: string(j.StopCode), GraceS: grace})
+			case a.starting:
+				o.start = append(o.start, api.Assignment{AttemptID: a.id, JobID: j.ID, Command: spec.Command, Env: spec.Env,
+					Workdir: spec.Workdir, Launch: spec.Launch, Team: j.Team, Priority: j.Priority, GPUs: p.GPUs, Fraction: fracOr1(p.Fraction), TimeLimitS: spec.TimeLimitS,
+					GraceS: grace, SimLoad: string(spec.SimLoad), CPUs: spec.Resources.CPUs, MemoryBytes: int64(spec.Resources.MemoryBytes), NodeRank: rank, NNodes: len(j.Placement), GPUsPerNode: len(p.GPUs),
+					MasterAddr: j.Placement[0].Node, MasterPort: masterPort(a.id), Work: spec.Work})
 				as := &o.start[len(o.start)-1]
 				if t, ok := teams[j.Team]; ok {
 					off := t.UIDOffset
 					as.TeamUIDOffset = &off
-					if c, ok := t.RegistryAuth[gpufleet.ImageRegistry(j.Image)]; ok && j.Container() {
-						as.RegistryAuth = &api.RegistryAuth{Registry: gpufleet.ImageRegistry(j.Image), Username: c.Username, Password: c.Password}
+					if c, ok := t.RegistryAuth[gpufleet.ImageRegistry(spec.Image)]; ok && spec.Container() {
+						as.RegistryAuth = &api.RegistryAuth{Registry: gpufleet.ImageRegistry(spec.Image), Username: c.Username, Password: c.Password}
 					}
 				}
 			}
-			orders[n.Name] = o
+			orders[p.Node] = o
 		}
-	}
+	})
 	for _, n := range nodes {
-		if v := s.validationOrder(n); v != nil {
+		if vo := s.validationOrder(n); vo != nil {
 			o := get(n.Name)
-			o.validate = v
+			o.validate = vo
 			orders[n.Name] = o
 		}
 	}
@@ -551,14 +571,20 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 		return !ok
 	})
 	s.acctMu.Unlock()
+	s.setJobMetrics(v, nodes)
+}
+
+// setJobMetrics replaces the queue and job series from v.
+func (s *Server) setJobMetrics(v fleetView, nodes []gpufleet.Node) {
 	depth := map[[2]string]float64{}
 	oldest := map[string]float64{}
-	now := s.now()
-	for _, j := range jobs {
-		if j.State == gpufleet.JobQueued {
+	count := map[[2]string]int{}
+	for _, j := range v.Jobs {
+		if !j.Running() {
 			depth[[2]string{string(j.Priority), j.Team}]++
 			p := string(j.Priority)
-			oldest[p] = max(oldest[p], now.Sub(j.SubmittedAt).Seconds())
+			oldest[p] = max(oldest[p], v.Now.Sub(j.Submitted).Seconds())
+			count[[2]string{string(gpufleet.JobQueued), p}]++
 		}
 	}
 	s.metrics.setQueue(depth, oldest)
@@ -574,7 +600,21 @@ func (s *Server) setOrders(jobs []gpufleet.Job, nodes []gpufleet.Node, defaultGr
 			}
 		}
 	}
-	s.metrics.setJobs(jobs, ids)
+	held := map[string]float64{}
+	v.running(func(j scheduler.Job, _ gpufleet.Job, a attemptRef) {
+		state := gpufleet.JobRunning
+		if a.starting {
+			state = gpufleet.JobScheduled
+		}
+		count[[2]string{string(state), string(j.Priority)}]++
+		for _, p := range j.Placement {
+			for _, id := range p.GPUs {
+				g := ids[id]
+				held[g.model] += fracOr1(p.Fraction) * g.share
+			}
+		}
+	})
+	s.metrics.setJobs(count, held)
 }
 
 // masterPort derives a rendezvous port from the attempt id, in the

@@ -303,25 +303,7 @@ type gpuShare struct {
 
 // setJobs replaces the active-job and allocated-GPU series, every state
 // and priority present.
-func (m *metrics) setJobs(jobs []gpufleet.Job, ids map[string]gpuShare) {
-	count := map[[2]string]int{}
-	held := map[string]float64{}
-	for _, j := range jobs {
-		count[[2]string{string(j.State), string(j.Priority)}]++
-		for _, a := range j.Attempts {
-			if a.State != gpufleet.AttemptStarting && a.State != gpufleet.AttemptRunning {
-				continue
-			}
-			frac := a.Fraction
-			if frac <= 0 {
-				frac = 1
-			}
-			for _, id := range a.AllGPUs() {
-				g := ids[id]
-				held[g.model] += frac * g.share
-			}
-		}
-	}
+func (m *metrics) setJobs(count map[[2]string]int, held map[string]float64) {
 	for _, st := range []gpufleet.JobState{gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning} {
 		for _, p := range gpufleet.Priorities() {
 			m.jobs.WithLabelValues(string(st), string(p)).Set(float64(count[[2]string{string(st), string(p)}]))

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/rollout"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/stack"
 )
 
@@ -151,24 +152,25 @@ func (s *Server) RolloutAction(ctx context.Context, p api.Principal, id, action 
 
 // stepRolloutsSafely runs stepRollouts and turns a panic into an error,
 // so a rollout that trips a bug pauses rollouts, not the scheduler.
-func (s *Server) stepRolloutsSafely(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (moved bool, err error) {
+func (s *Server) stepRolloutsSafely(ctx context.Context, jobs []gpufleet.Job, m *nodeMoves, now time.Time) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("stepping rollouts panicked", "panic", v, "stack", string(debug.Stack()))
-			moved, err = true, fmt.Errorf("stepping rollouts panicked: %v", v)
+			err = fmt.Errorf("stepping rollouts panicked: %v", v)
 		}
 	}()
-	return s.stepRollouts(ctx, jobs, nodes, now)
+	return s.stepRollouts(ctx, jobs, m, now)
 }
 
 // stepRollouts advances the active rollouts by what the fleet shows now,
-// applies their actions (drain, cordon, back to ready) and records each
-// rollout that changed. It reports whether a node's state changed, and
-// keeps the rollouts for the update orders heartbeats carry.
-func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []gpufleet.Node, now time.Time) (bool, error) {
+// applies their actions (drain, cordon, back to ready) to the store and
+// to m, records each rollout that changed, and keeps the rollouts for the
+// update orders heartbeats carry.
+func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, m *nodeMoves, now time.Time) error {
+	nodes := m.nodes
 	all, err := s.st.Rollouts(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	var active []rollout.Rollout
 	for _, r := range all {
@@ -178,7 +180,7 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 	}
 	if len(active) == 0 {
 		s.setRollouts(nil)
-		return false, nil
+		return nil
 	}
 	running, production, busy := map[string]int{}, map[string]bool{}, map[string]bool{}
 	for _, j := range jobs {
@@ -194,7 +196,7 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 	}
 	spare, err := s.spareShort(ctx, nodes, busy, now)
 	if err != nil {
-		return false, err
+		return err
 	}
 	views := map[string]rollout.View{}
 	for _, n := range nodes {
@@ -210,7 +212,6 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 		}
 		views[n.Name] = rv
 	}
-	moved := false
 	for i, r := range active {
 		next, acts := rollout.Step(r, views, now)
 		for _, a := range acts {
@@ -218,10 +219,11 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 			// runs (the node returns to ready when it passes).
 			state := map[rollout.ActionKind]gpufleet.NodeState{rollout.Drain: gpufleet.NodeDraining, rollout.Cordon: gpufleet.NodeCordoned,
 				rollout.Validate: gpufleet.NodeValidating}[a.Kind]
-			if err := s.st.SetNodeState(ctx, a.Node, state, gpufleet.CauseRollout, a.Reason, "rollout:"+r.ID, now); err != nil {
-				return moved, fmt.Errorf("rollout %s: %s %s: %w", r.ID, a.Kind, a.Node, err)
+			l := scheduler.NodeLife{State: state, Cause: gpufleet.CauseRollout, Reason: a.Reason}
+			if err := s.st.SetNodeState(ctx, a.Node, l.State, l.Cause, l.Reason, "rollout:"+r.ID, now); err != nil {
+				return fmt.Errorf("rollout %s: %s %s: %w", r.ID, a.Kind, a.Node, err)
 			}
-			moved = true
+			m.set(a.Node, l)
 		}
 		if !rolloutChanged(r, next) {
 			continue
@@ -234,7 +236,7 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 					detail += ": " + n.Reason
 				}
 				if err := s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "rollout:" + r.ID, Kind: "rollout.step", Object: r.ID, Detail: detail}); err != nil {
-					return moved, err
+					return err
 				}
 			}
 		}
@@ -247,12 +249,12 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, nodes []
 			}
 		}
 		if err := s.st.PutRollout(ctx, next, "rollout:"+r.ID, detail); err != nil {
-			return moved, err
+			return err
 		}
 		active[i] = next
 	}
 	s.setRollouts(active)
-	return moved, nil
+	return nil
 }
 
 // rolloutChanged reports whether a step changed a rollout's state.

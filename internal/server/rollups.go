@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -244,7 +245,7 @@ func merge(p *store.RollupRow, r store.RollupRow) {
 // setGPUs records, from the leader's snapshot, each GPU's node and model
 // and the team of the attempt holding it (or one of its MIG instances or
 // time-slice shares; the first in job order when several teams share).
-func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
+func (s *Server) setGPUs(v fleetView, nodes []gpufleet.Node) {
 	gpus := map[string]gpuInfo{}
 	parent := map[string]string{}
 	for _, n := range nodes {
@@ -255,23 +256,19 @@ func (s *Server) setGPUs(jobs []gpufleet.Job, nodes []gpufleet.Node) {
 			}
 		}
 	}
-	for _, j := range jobs {
-		a := activeAttempt(j)
-		if a == nil {
-			continue
-		}
-		for _, n := range a.Nodes {
-			for _, u := range n.GPUs {
+	v.running(func(j scheduler.Job, _ gpufleet.Job, a attemptRef) {
+		for _, p := range j.Placement {
+			for _, u := range p.GPUs {
 				if p, ok := parent[u]; ok {
 					u = p
 				}
 				if info, ok := gpus[u]; ok && info.team == "" {
-					info.team, info.class, info.holder = j.Team, j.Priority, a.ID
+					info.team, info.class, info.holder = j.Team, j.Priority, a.id
 					gpus[u] = info
 				}
 			}
 		}
-	}
+	})
 	s.teleMu.Lock()
 	s.gpus = gpus
 	for u, p := range s.drawPeaks {

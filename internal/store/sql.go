@@ -277,6 +277,9 @@ func (s *SQL) closeDBs() error {
 // transaction, fn from the start) after a deadlock or serialization
 // failure.
 func (s *SQL) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if b, _ := ctx.Value(batchKey{}).(*batch); b != nil {
+		return b.add(ctx, fn)
+	}
 	if s.d.name != "postgres" {
 		return s.writeOnce(ctx, fn)
 	}
@@ -294,6 +297,56 @@ func (s *SQL) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		}
 	}
 	return err
+}
+
+// batchKey carries, in a context, the batch of a Batch call that its
+// writes join (nil: none, as when the batch commits).
+type batchKey struct{}
+
+// batch is the writes a Batch call collected, and the epoch they are
+// fenced by (fenced false: none).
+type batch struct {
+	fns    []func(tx *sql.Tx) error
+	epoch  int64
+	fenced bool
+}
+
+// add defers fn to the batch's commit, with ctx's fence.
+func (b *batch) add(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if e, ok := fenceOf(ctx); ok {
+		if b.fenced && e != b.epoch {
+			return fmt.Errorf("%w: one batch fenced by epochs %d and %d", ErrFenced, b.epoch, e)
+		}
+		b.epoch, b.fenced = e, true
+	}
+	b.fns = append(b.fns, fn)
+	return nil
+}
+
+// Batch implements Store.
+func (s *SQL) Batch(ctx context.Context, fn func(ctx context.Context) error) error {
+	b := &batch{}
+	if e, ok := fenceOf(ctx); ok {
+		b.epoch, b.fenced = e, true
+	}
+	if err := fn(context.WithValue(ctx, batchKey{}, b)); err != nil {
+		return err
+	}
+	if len(b.fns) == 0 {
+		return nil
+	}
+	ctx = context.WithValue(ctx, batchKey{}, (*batch)(nil))
+	if b.fenced {
+		ctx = Fenced(ctx, b.epoch)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		for _, fn := range b.fns {
+			if err := fn(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func (s *SQL) writeOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {

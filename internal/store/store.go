@@ -4,10 +4,11 @@
 // default) and a PostgreSQL dialect (highly available control plane), and a
 // conformance suite (storetest) that every dialect passes.
 //
-// Every job and attempt transition is one transaction. Scheduling writes
-// are fenced by the leadership epoch: ApplySchedule fails with ErrFenced
-// when the caller's epoch is no longer current, so a deposed leader can
-// never commit a decision.
+// Every job and attempt transition is one transaction. A leader's writes
+// are fenced by the leadership epoch (Fenced; ApplySchedule takes it): they
+// fail with ErrFenced when the caller's epoch is no longer current, so a
+// deposed leader can never commit a decision. Batch makes a leader's whole
+// cycle one transaction.
 package store
 
 import (
@@ -320,11 +321,16 @@ type Store interface {
 	// ApplySchedule writes a cycle's decision in one transaction, fenced by
 	// epoch (ErrFenced when it is stale).
 	ApplySchedule(ctx context.Context, epoch int64, d Decision) error
-	// UpdateAttempt applies an attempt transition and its effect on the job
-	// in one transaction: a failure uses the retry budget (requeue while
-	// retries remain, else the job fails); stopped and lost requeue the job
-	// without using it; success finishes the job; a cancel-requested job
-	// turns cancelled once its attempts are terminal.
+	// Batch runs fn and then commits every write fn made with the context
+	// it was given in one transaction, fenced by the epoch of ctx or of
+	// any of those writes (Fenced; they must agree), in the order made.
+	// The writes return nil as they are made and take effect only then:
+	// reads in fn see the store without them, and when fn or the commit
+	// fails none of them happens. The leader's cycle is one Batch.
+	Batch(ctx context.Context, fn func(ctx context.Context) error) error
+	// UpdateAttempt applies an attempt transition and, in the same
+	// transaction, its effect on the job as scheduler.AfterRun decides it
+	// (success, retry, failure, requeue, cancel).
 	UpdateAttempt(ctx context.Context, u AttemptUpdate) (gpufleet.Job, error)
 
 	AppendEvent(ctx context.Context, e gpufleet.Event) error

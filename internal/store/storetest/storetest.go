@@ -7,6 +7,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"lease":                            testLease,
 		"schedule is fenced":               testFenced,
 		"every leader write is fenced":     testFencedWrites,
+		"a batch commits all or nothing":   testBatch,
 		"schedule starts attempts":         testScheduleStart,
 		"schedule with a stale start":      testScheduleStale,
 		"schedule stores the queue":        testQueue,
@@ -764,6 +766,70 @@ func testFencedWrites(t *testing.T, s store.Store) {
 		if tc.want == nil && (n.State != gpufleet.NodeDraining || n.Health != gpufleet.Degraded) {
 			t.Errorf("current epoch did not write: node %s %s", n.State, n.Health)
 		}
+	}
+}
+
+// testBatch: a cycle's writes take effect together at the end, fenced,
+// or not at all.
+func testBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wantErr(t, "put n1", s.PutNode(ctx, testNode("n1")), nil)
+	jobs := submit(t, s, newJob("team-a", "a", ""))
+	epoch := lead(t, s)
+	writes := func(ctx context.Context) error {
+		if err := s.SetNodeState(ctx, "n1", gpufleet.NodeDraining, gpufleet.CauseRollout, "rollout", "rollout:r", T0); err != nil {
+			return err
+		}
+		if err := s.AppendEvent(ctx, gpufleet.Event{At: T0, Actor: "leader", Kind: "test.batch", Object: "n1"}); err != nil {
+			return err
+		}
+		d := store.Decision{At: T0, Starts: []store.Start{{JobID: jobs[0].ID, AttemptID: "a-batch", Nodes: []gpufleet.AttemptNode{{Name: "n1", GPUs: []string{"n1-g0"}}}}}}
+		if err := s.ApplySchedule(ctx, epoch, d); err != nil {
+			return err
+		}
+		// Reads in the batch see the store without its writes.
+		if n := getNode(t, s, "n1"); n.State == gpufleet.NodeDraining {
+			t.Error("a read in the batch saw its uncommitted write")
+		}
+		return nil
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if n, j := getNode(t, s, "n1"), getJob(t, s, jobs[0].ID); n.State == gpufleet.NodeDraining || len(j.Attempts) != 0 {
+			t.Errorf("%s: node %s, %d attempts: a write happened", what, n.State, len(j.Attempts))
+		}
+	}
+	before, err := s.LastEventID(ctx)
+	wantErr(t, "last event", err, nil)
+	// fn fails: nothing happens.
+	boom := errors.New("boom")
+	wantErr(t, "failing fn", s.Batch(store.Fenced(ctx, epoch), func(ctx context.Context) error {
+		if err := writes(ctx); err != nil {
+			return err
+		}
+		return boom
+	}), boom)
+	unchanged("failing fn")
+	// Stale epoch: refused at the commit, nothing happens.
+	wantErr(t, "stale", s.Batch(store.Fenced(ctx, epoch+1), writes), store.ErrFenced)
+	unchanged("stale epoch")
+	// One write of a stale epoch in a batch fenced by the current one.
+	if err := s.Batch(store.Fenced(ctx, epoch), func(ctx context.Context) error {
+		return s.AppendEvent(store.Fenced(ctx, epoch-1), gpufleet.Event{At: T0, Actor: "leader", Kind: "test.batch", Object: "n1"})
+	}); err == nil {
+		t.Error("a batch with writes of two epochs was committed")
+	}
+	if after, _ := s.LastEventID(ctx); after != before {
+		t.Errorf("mixed epochs wrote: events %d -> %d", before, after)
+	}
+	unchanged("mixed epochs")
+	// Current epoch: every write at once.
+	wantErr(t, "current", s.Batch(store.Fenced(ctx, epoch), writes), nil)
+	if n, j := getNode(t, s, "n1"), getJob(t, s, jobs[0].ID); n.State != gpufleet.NodeDraining || len(j.Attempts) != 1 || j.Attempts[0].ID != "a-batch" {
+		t.Errorf("current epoch: node %s, attempts %+v", n.State, j.Attempts)
+	}
+	if after, _ := s.LastEventID(ctx); after <= before {
+		t.Errorf("current epoch: no events written (%d -> %d)", before, after)
 	}
 }
 
