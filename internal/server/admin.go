@@ -262,14 +262,14 @@ func (s *Server) Usage(ctx context.Context, p api.Principal, q api.UsageQuery) (
 	if q.From.IsZero() {
 		q.From = q.To.Add(-30 * 24 * time.Hour)
 	}
-	if err := s.flushUsage(ctx); err != nil {
+	if err := s.acct.flush(ctx); err != nil {
 		return api.UsageReport{}, err
 	}
 	rows, err := s.st.Usage(ctx, team, q.From, q.To)
 	if err != nil {
 		return api.UsageReport{}, err
 	}
-	if err := s.flushRollups(ctx, s.now(), true); err != nil {
+	if err := s.tele.flush(ctx, s.now(), true); err != nil {
 		return api.UsageReport{}, err
 	}
 	idle, err := s.st.IdleAllocated(ctx, team, q.From, q.To)

@@ -241,7 +241,7 @@ func (s *Server) cycle(ctx context.Context) error {
 	acct, cancel := context.WithDeadline(ctx, asked.Add(s.cfg.LeaseTTL/2))
 	defer cancel()
 	ctx = store.Fenced(acct, lease.Epoch)
-	if err := s.flushRollups(acct, s.now(), false); err != nil {
+	if err := s.tele.flush(acct, s.now(), false); err != nil {
 		s.log.Warn("flushing rollups", "err", err)
 	}
 
@@ -286,7 +286,7 @@ func (s *Server) cycle(ctx context.Context) error {
 		publish()
 	}
 	s.metrics.cycle.Observe(time.Since(start).Seconds())
-	if ferr := s.flushUsage(acct); ferr != nil {
+	if ferr := s.acct.flush(acct); ferr != nil {
 		s.log.Warn("flushing usage", "err", ferr)
 	}
 	if err != nil {
@@ -557,20 +557,7 @@ func (s *Server) setOrders(v fleetView, nodes []gpufleet.Node, teams map[string]
 		}
 	}
 	s.leaderMu.Unlock()
-	s.acctMu.Lock()
-	for id, info := range infos {
-		s.attempts[id] = info
-	}
-	for id := range s.attempts {
-		if _, ok := infos[id]; !ok {
-			delete(s.attempts, id)
-		}
-	}
-	maps.DeleteFunc(s.accounted, func(k acctKey, _ api.AttemptReport) bool {
-		_, ok := infos[k.attempt]
-		return !ok
-	})
-	s.acctMu.Unlock()
+	s.acct.setAttempts(infos)
 	s.setJobMetrics(v, nodes)
 }
 

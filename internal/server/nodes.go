@@ -410,15 +410,13 @@ func (s *Server) recordBeat(node string, r api.HeartbeatRequest, now time.Time) 
 		ln.metricsURL = r.MetricsURL
 	}
 	var changed []api.AttemptReport
-	s.acctMu.Lock()
-	defer s.acctMu.Unlock()
 	for _, a := range r.Attempts {
 		if ln.reported[a.AttemptID] != a.State {
 			changed = append(changed, a)
 		}
 		ln.totals[a.AttemptID] = a
-		s.account(node, a, now)
 	}
+	s.acct.account(node, r.Attempts, now)
 	return ln, changed
 }
 

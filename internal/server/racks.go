@@ -179,52 +179,52 @@ func (s *Server) charging() power.Charging {
 func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
-	s.teleMu.Lock()
-	defer s.teleMu.Unlock()
 	readings := make([]power.NodeReading, 0, len(nodes))
-	for _, n := range nodes {
-		model := s.nodeModel(n)
-		nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
-		var samples []api.GPUSample
-		if ln := s.nodes[n.Name]; ln != nil {
-			samples = ln.samples
-		}
-		for _, g := range n.GPUs {
-			gm := model
-			if g.Model != model.ID {
-				gm, _ = s.cat.Lookup(g.Model)
+	s.tele.read(func(v gpuView) {
+		for _, n := range nodes {
+			model := s.nodeModel(n)
+			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
+			var samples []api.GPUSample
+			if ln := s.nodes[n.Name]; ln != nil {
+				samples = ln.samples
 			}
-			r := power.GPUReading{Model: gm}
-			if i := slices.IndexFunc(samples, func(x api.GPUSample) bool { return x.UUID == g.UUID }); i >= 0 {
-				r.Watts = samples[i].PowerWatts
-			}
-			switch {
-			case held != nil:
-				// The peak counts when it was read under one of the
-				// GPU's holders now (it may have changed since the
-				// last snapshot).
-				h, ok := held[g.UUID]
-				r.Class, r.Held = h.class, ok
-				same := ok && h.attempt == s.gpus[g.UUID].holder
-				for _, m := range g.MIGInstances {
-					if h, ok := held[m.UUID]; ok {
-						if !r.Held {
-							r.Class, r.Held = h.class, true
+			for _, g := range n.GPUs {
+				gm := model
+				if g.Model != model.ID {
+					gm, _ = s.cat.Lookup(g.Model)
+				}
+				r := power.GPUReading{Model: gm}
+				if i := slices.IndexFunc(samples, func(x api.GPUSample) bool { return x.UUID == g.UUID }); i >= 0 {
+					r.Watts = samples[i].PowerWatts
+				}
+				switch {
+				case held != nil:
+					// The peak counts when it was read under one of the
+					// GPU's holders now (it may have changed since the
+					// last snapshot).
+					h, ok := held[g.UUID]
+					r.Class, r.Held = h.class, ok
+					same := ok && h.attempt == v.info(g.UUID).holder
+					for _, m := range g.MIGInstances {
+						if h, ok := held[m.UUID]; ok {
+							if !r.Held {
+								r.Class, r.Held = h.class, true
+							}
+							same = same || h.attempt == v.info(g.UUID).holder
 						}
-						same = same || h.attempt == s.gpus[g.UUID].holder
 					}
+					if same {
+						r.PeakWatts = v.peak(g.UUID)
+					}
+				case v.info(g.UUID).team != "":
+					r.Held, r.Class = true, v.info(g.UUID).class
+					r.PeakWatts = v.peak(g.UUID)
 				}
-				if same {
-					r.PeakWatts = s.measuredPeak(g.UUID)
-				}
-			case s.gpus[g.UUID].team != "":
-				r.Held, r.Class = true, s.gpus[g.UUID].class
-				r.PeakWatts = s.measuredPeak(g.UUID)
+				nr.GPUs = append(nr.GPUs, r)
 			}
-			nr.GPUs = append(nr.GPUs, r)
+			readings = append(readings, nr)
 		}
-		readings = append(readings, nr)
-	}
+	})
 	return readings
 }
 
@@ -242,13 +242,6 @@ func racksPUE(racks []gpufleet.Rack, members map[string][]string) map[string]flo
 	return out
 }
 
-// setNodePUE keeps the nodes' PUE for accounting.
-func (s *Server) setNodePUE(m map[string]float64) {
-	s.acctMu.Lock()
-	s.nodePUE = m
-	s.acctMu.Unlock()
-}
-
 // powerInput gives the scheduler the racks with a budget, their members'
 // Node.Rack, their projected draw and what placed GPUs add.
 func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) error {
@@ -258,7 +251,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 	}
 	if len(racks) == 0 {
 		s.metrics.setRacks(nil)
-		s.setNodePUE(nil)
+		s.acct.setNodePUE(nil)
 		return nil
 	}
 	members := rackMembers(racks, nodes)
@@ -268,7 +261,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 			rackOf[n] = r
 		}
 	}
-	s.setNodePUE(racksPUE(racks, members))
+	s.acct.setNodePUE(racksPUE(racks, members))
 	for i := range in.Nodes {
 		if r, ok := rackOf[in.Nodes[i].Name]; ok {
 			in.Nodes[i].Rack = r

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -39,19 +41,69 @@ type drawPeak struct {
 	peak   *float64
 }
 
-// peakSettle is how long after a holder first appears on a GPU its
-// readings start to count as measured: two heartbeats, at least a minute.
-func (s *Server) peakSettle() time.Duration { return max(2*s.cfg.Heartbeat, time.Minute) }
+// rollupStore is what telemetry writes.
+type rollupStore interface {
+	AddRollups(ctx context.Context, rows []store.RollupRow) error
+	PruneRollups(ctx context.Context, before time.Time) (int64, error)
+	PruneBenchResults(ctx context.Context, before time.Time) (int64, error)
+}
 
-// observePeak keeps a GPU's peak reading under its holder. teleMu must be
-// held.
-func (s *Server) observePeak(uuid, holder string, watts float64, now time.Time) {
-	if s.drawPeaks == nil {
-		s.drawPeaks = map[string]drawPeak{}
+// telemetry is the per-GPU telemetry the leader keeps between writes, under
+// its own lock: each GPU's node, model and holder from the leader's last
+// cycle, the open minute rollups, when rollups past retention were last
+// pruned, and each held GPU's peak draw under its holder (what a measured
+// GPU's rack is charged from).
+type telemetry struct {
+	st  rollupStore
+	log *slog.Logger
+	// settle is how long after a holder first appears on a GPU its
+	// readings start to count as measured; retention and benchRetention
+	// bound the rollups and bench results kept (0: for ever).
+	settle, retention, benchRetention time.Duration
+
+	mu        sync.Mutex
+	gpus      map[string]gpuInfo
+	pending   map[rollupKey]*store.RollupRow
+	lastPrune time.Time
+	drawPeaks map[string]drawPeak
+}
+
+func newTelemetry(st rollupStore, cfg Config, log *slog.Logger) *telemetry {
+	return &telemetry{st: st, log: log, settle: max(2*cfg.Heartbeat, time.Minute), retention: cfg.RollupRetention,
+		benchRetention: cfg.BenchRetention, gpus: map[string]gpuInfo{}, pending: map[rollupKey]*store.RollupRow{},
+		drawPeaks: map[string]drawPeak{}}
+}
+
+// gpuView answers, while telemetry's lock is held, what telemetry knows of
+// a GPU.
+type gpuView struct{ t *telemetry }
+
+// info is the GPU's node, model and holder.
+func (v gpuView) info(uuid string) gpuInfo { return v.t.gpus[uuid] }
+
+// peak is a GPU's peak reading under its current holder; nil when it has
+// not been measured under it.
+func (v gpuView) peak(uuid string) *float64 {
+	info := v.t.gpus[uuid]
+	if p, ok := v.t.drawPeaks[uuid]; ok && info.holder != "" && p.holder == info.holder {
+		return p.peak
 	}
-	p, ok := s.drawPeaks[uuid]
+	return nil
+}
+
+// read calls fn with a view of the GPUs, under telemetry's lock.
+func (t *telemetry) read(fn func(gpuView)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(gpuView{t})
+}
+
+// observePeak keeps a GPU's peak reading under its holder. t.mu must be
+// held.
+func (t *telemetry) observePeak(uuid, holder string, watts float64, now time.Time) {
+	p, ok := t.drawPeaks[uuid]
 	if !ok || p.holder != holder {
-		s.drawPeaks[uuid] = drawPeak{holder: holder, settle: now.Add(s.peakSettle())}
+		t.drawPeaks[uuid] = drawPeak{holder: holder, settle: now.Add(t.settle)}
 		return
 	}
 	if now.Before(p.settle) {
@@ -59,18 +111,8 @@ func (s *Server) observePeak(uuid, holder string, watts float64, now time.Time) 
 	}
 	if p.peak == nil || watts > *p.peak {
 		p.peak = &watts
-		s.drawPeaks[uuid] = p
+		t.drawPeaks[uuid] = p
 	}
-}
-
-// measuredPeak is a GPU's peak reading under its current holder; nil
-// when it has not been measured under it. teleMu must be held.
-func (s *Server) measuredPeak(uuid string) *float64 {
-	info := s.gpus[uuid]
-	if p, ok := s.drawPeaks[uuid]; ok && info.holder != "" && p.holder == info.holder {
-		return p.peak
-	}
-	return nil
 }
 
 // xidAt is an XID a GPU raised, and when the server heard of it.
@@ -94,10 +136,9 @@ func effective(sm, util *float64) *float64 {
 }
 
 // fold adds a heartbeat's samples to the open minute rollups and keeps the
-// node's recent XIDs. s.liveMu must be held (ln is the node's record); it
-// takes teleMu.
+// node's recent XIDs and energy counters. s.liveMu must be held (ln is the
+// node's record).
 func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now time.Time) {
-	minute := now.Truncate(time.Minute)
 	// The samples cover the interval since the node's last heartbeat (at
 	// most two intervals: a longer silence is not held time we saw).
 	span := s.cfg.Heartbeat
@@ -105,50 +146,16 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 		span = min(now.Sub(ln.prevBeat), 2*s.cfg.Heartbeat)
 	}
 	ln.prevBeat = now
-	s.teleMu.Lock()
-	defer s.teleMu.Unlock()
-	for _, g := range samples {
+	energy := make([]float64, len(samples))
+	for i, g := range samples {
 		if g.UUID == "" {
 			continue
-		}
-		k := rollupKey{gpu: g.UUID, minute: minute}
-		r := s.pendingRollups[k]
-		if r == nil {
-			info := s.gpus[g.UUID]
-			r = &store.RollupRow{GPU: g.UUID, Minute: minute, Node: node, Model: info.model, Team: info.team}
-			s.pendingRollups[k] = r
-		}
-		r.Samples++
-		if info := s.gpus[g.UUID]; info.team != "" {
-			r.AllocatedS += span.Seconds()
-			if eff := effective(g.SMActivity, g.Utilization); eff != nil && *eff < api.IdleThreshold {
-				r.IdleAllocatedS += span.Seconds()
-			}
-		}
-		r.Utilization.Add(g.Utilization)
-		r.SMActivity.Add(g.SMActivity)
-		r.DRAMActivity.Add(g.DRAMActivity)
-		r.TensorActivity.Add(g.TensorActivity)
-		r.Effective.Add(effective(g.SMActivity, g.Utilization))
-		r.PowerWatts.Add(g.PowerWatts)
-		if info := s.gpus[g.UUID]; info.team != "" && g.PowerWatts != nil {
-			// The holder's peak: what its rack is charged for the GPU once
-			// measured (power.Charging).
-			s.observePeak(g.UUID, info.holder, *g.PowerWatts, now)
-		}
-		if g.MemoryUsedBytes != nil && (r.MemoryUsedBytesMax == nil || *g.MemoryUsedBytes > *r.MemoryUsedBytesMax) {
-			v := *g.MemoryUsedBytes
-			r.MemoryUsedBytesMax = &v
-		}
-		if g.TemperatureC != nil && (r.TemperatureCMax == nil || *g.TemperatureC > *r.TemperatureCMax) {
-			v := *g.TemperatureC
-			r.TemperatureCMax = &v
 		}
 		if g.EnergyJoulesTotal != nil {
 			// The counter is monotonic until the driver reloads; a drop
 			// starts it again and counts nothing for that interval.
 			if prev, ok := ln.energy[g.UUID]; ok && *g.EnergyJoulesTotal >= prev {
-				r.EnergyJoules += *g.EnergyJoulesTotal - prev
+				energy[i] = *g.EnergyJoulesTotal - prev
 			}
 			ln.energy[g.UUID] = *g.EnergyJoulesTotal
 		}
@@ -165,53 +172,101 @@ func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now ti
 			ln.xids[g.UUID] = xs
 		}
 	}
+	s.tele.fold(node, samples, energy, span, now)
 }
 
-// flushRollups writes the rollups of closed minutes, or all of them when
-// all is set (before a read). A failed write keeps them for the next try.
-func (s *Server) flushRollups(ctx context.Context, now time.Time, all bool) error {
-	open := now.Truncate(time.Minute)
-	s.teleMu.Lock()
-	var rows []store.RollupRow
-	for k, r := range s.pendingRollups {
-		if all || k.minute.Before(open) {
-			rows = append(rows, *r)
-			delete(s.pendingRollups, k)
+// fold adds a node's samples, covering span before now, to the open
+// minute rollups; energy[i] is the joules sample i's counter advanced.
+func (t *telemetry) fold(node string, samples []api.GPUSample, energy []float64, span time.Duration, now time.Time) {
+	minute := now.Truncate(time.Minute)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, g := range samples {
+		if g.UUID == "" {
+			continue
 		}
-	}
-	prune := s.cfg.RollupRetention > 0 && now.Sub(s.lastPrune) >= pruneEvery
-	if prune {
-		s.lastPrune = now
-	}
-	s.teleMu.Unlock()
-	if err := s.st.AddRollups(ctx, rows); err != nil {
-		s.teleMu.Lock()
-		for _, r := range rows {
-			k := rollupKey{gpu: r.GPU, minute: r.Minute}
-			if p := s.pendingRollups[k]; p != nil {
-				merge(p, r)
-			} else {
-				s.pendingRollups[k] = &r
+		info := t.gpus[g.UUID]
+		k := rollupKey{gpu: g.UUID, minute: minute}
+		r := t.pending[k]
+		if r == nil {
+			r = &store.RollupRow{GPU: g.UUID, Minute: minute, Node: node, Model: info.model, Team: info.team}
+			t.pending[k] = r
+		}
+		r.Samples++
+		if info.team != "" {
+			r.AllocatedS += span.Seconds()
+			if eff := effective(g.SMActivity, g.Utilization); eff != nil && *eff < api.IdleThreshold {
+				r.IdleAllocatedS += span.Seconds()
 			}
 		}
-		s.teleMu.Unlock()
+		r.Utilization.Add(g.Utilization)
+		r.SMActivity.Add(g.SMActivity)
+		r.DRAMActivity.Add(g.DRAMActivity)
+		r.TensorActivity.Add(g.TensorActivity)
+		r.Effective.Add(effective(g.SMActivity, g.Utilization))
+		r.PowerWatts.Add(g.PowerWatts)
+		if info.team != "" && g.PowerWatts != nil {
+			// The holder's peak: what its rack is charged for the GPU once
+			// measured (power.Charging).
+			t.observePeak(g.UUID, info.holder, *g.PowerWatts, now)
+		}
+		if g.MemoryUsedBytes != nil && (r.MemoryUsedBytesMax == nil || *g.MemoryUsedBytes > *r.MemoryUsedBytesMax) {
+			v := *g.MemoryUsedBytes
+			r.MemoryUsedBytesMax = &v
+		}
+		if g.TemperatureC != nil && (r.TemperatureCMax == nil || *g.TemperatureC > *r.TemperatureCMax) {
+			v := *g.TemperatureC
+			r.TemperatureCMax = &v
+		}
+		r.EnergyJoules += energy[i]
+	}
+}
+
+// flush writes the rollups of closed minutes, or all of them when
+// all is set (before a read). A failed write keeps them for the next try.
+func (t *telemetry) flush(ctx context.Context, now time.Time, all bool) error {
+	open := now.Truncate(time.Minute)
+	t.mu.Lock()
+	var rows []store.RollupRow
+	for k, r := range t.pending {
+		if all || k.minute.Before(open) {
+			rows = append(rows, *r)
+			delete(t.pending, k)
+		}
+	}
+	prune := t.retention > 0 && now.Sub(t.lastPrune) >= pruneEvery
+	if prune {
+		t.lastPrune = now
+	}
+	t.mu.Unlock()
+	if err := t.st.AddRollups(ctx, rows); err != nil {
+		t.mu.Lock()
+		for _, r := range rows {
+			k := rollupKey{gpu: r.GPU, minute: r.Minute}
+			if p := t.pending[k]; p != nil {
+				merge(p, r)
+			} else {
+				t.pending[k] = &r
+			}
+		}
+		t.mu.Unlock()
 		return fmt.Errorf("write rollups: %w", err)
 	}
 	if prune {
-		n, err := s.st.PruneRollups(ctx, now.Add(-s.cfg.RollupRetention))
+		n, err := t.st.PruneRollups(ctx, now.Add(-t.retention))
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			s.log.Debug("pruned rollups", "rows", n, "retention", s.cfg.RollupRetention)
+			t.log.Debug("pruned rollups", "rows", n, "retention", t.retention)
 		}
-		if s.cfg.BenchRetention > 0 {
-			n, err := s.st.PruneBenchResults(ctx, now.Add(-s.cfg.BenchRetention))
+		if t.benchRetention > 0 {
+			n, err := t.st.PruneBenchResults(ctx, now.Add(-t.benchRetention))
 			if err != nil {
 				return err
 			}
 			if n > 0 {
-				s.log.Debug("pruned bench results", "rows", n, "retention", s.cfg.BenchRetention)
+				t.log.Debug("pruned bench results", "rows", n, "retention", t.benchRetention)
 			}
 		}
 	}
@@ -242,7 +297,7 @@ func merge(p *store.RollupRow, r store.RollupRow) {
 	}
 }
 
-// setGPUs records, from the leader's snapshot, each GPU's node and model
+// setGPUs records, from the leader's view, each GPU's node and model
 // and the team of the attempt holding it (or one of its MIG instances or
 // time-slice shares; the first in job order when several teams share).
 func (s *Server) setGPUs(v fleetView, nodes []gpufleet.Node) {
@@ -269,32 +324,38 @@ func (s *Server) setGPUs(v fleetView, nodes []gpufleet.Node) {
 			}
 		}
 	})
-	s.teleMu.Lock()
-	s.gpus = gpus
-	for u, p := range s.drawPeaks {
+	s.tele.setGPUs(gpus)
+}
+
+// setGPUs replaces what telemetry knows of each GPU; a peak read under a
+// holder that left is forgotten: a new holder starts unmeasured.
+func (t *telemetry) setGPUs(gpus map[string]gpuInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gpus = gpus
+	for u, p := range t.drawPeaks {
 		if gpus[u].holder != p.holder {
-			delete(s.drawPeaks, u) // the holder left: a new one starts unmeasured
+			delete(t.drawPeaks, u)
 		}
 	}
-	s.teleMu.Unlock()
 }
 
 // withLive fills each GPU's latest telemetry and holder as p may see them.
 func (s *Server) withLive(p api.Principal, n gpufleet.Node) gpufleet.Node {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
-	s.teleMu.Lock()
-	defer s.teleMu.Unlock()
-	ln := s.nodes[n.Name]
-	for i := range n.GPUs {
-		n.GPUs[i].Live = s.liveGPU(p, ln, n.GPUs[i].UUID)
-	}
+	s.tele.read(func(v gpuView) {
+		ln := s.nodes[n.Name]
+		for i := range n.GPUs {
+			n.GPUs[i].Live = liveGPU(p, ln, v, n.GPUs[i].UUID)
+		}
+	})
 	return n
 }
 
 // liveGPU is a GPU's latest telemetry and holder as p may see them;
-// s.liveMu and s.teleMu must be held.
-func (s *Server) liveGPU(p api.Principal, ln *liveNode, uuid string) *gpufleet.GPULive {
+// s.liveMu must be held.
+func liveGPU(p api.Principal, ln *liveNode, v gpuView, uuid string) *gpufleet.GPULive {
 	if ln == nil {
 		return nil
 	}
@@ -303,7 +364,7 @@ func (s *Server) liveGPU(p api.Principal, ln *liveNode, uuid string) *gpufleet.G
 		return nil
 	}
 	g := ln.samples[i]
-	info := s.gpus[uuid]
+	info := v.info(uuid)
 	l := &gpufleet.GPULive{Utilization: g.Utilization, SMActivity: g.SMActivity,
 		EffectiveUtilization: effective(g.SMActivity, g.Utilization), MemoryUsedBytes: g.MemoryUsedBytes,
 		PowerWatts: g.PowerWatts, TemperatureC: g.TemperatureC, ThrottleReasons: g.ThrottleReasons,
@@ -337,7 +398,7 @@ func (s *Server) Rollups(ctx context.Context, p api.Principal, q api.RollupQuery
 	if (q.JobID == "") == (q.Node == "") {
 		return nil, fmt.Errorf("%w: rollups: expected exactly one of node or job", gpufleet.ErrInvalid)
 	}
-	if err := s.flushRollups(ctx, now, true); err != nil {
+	if err := s.tele.flush(ctx, now, true); err != nil {
 		return nil, err
 	}
 	var rows []store.RollupRow

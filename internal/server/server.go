@@ -170,7 +170,7 @@ type Server struct {
 	dirty atomic.Bool   // something changed since the last full cycle
 
 	// Each mutex guards the fields below it. Lock order: liveMu before
-	// teleMu or acctMu; leaderMu and authMu are never held with another.
+	// tele's lock; leaderMu and authMu are never held with another.
 
 	// liveMu guards what heartbeats leave in memory: each node's record
 	// (liveNode and its nodeHealth), and firstLeaderAt, when this replica
@@ -190,26 +190,11 @@ type Server struct {
 	capMu    sync.Mutex
 	capFacts capacityFacts
 
-	// acctMu guards accounting: what each running attempt is (team,
-	// model), what of its reported totals has been counted, usage not yet
-	// flushed, and the PUE of each node in a rack that gives one
-	// (usage.go).
-	acctMu       sync.Mutex
-	nodePUE      map[string]float64
-	attempts     map[string]attemptInfo
-	accounted    map[acctKey]api.AttemptReport
-	pendingUsage map[usageKey]store.UsageRow
+	// acct turns attempts' reported totals into usage (usage.go).
+	acct *accounting
 
-	// teleMu guards telemetry: each GPU's node, model and holder from the
-	// leader's last snapshot, the open per-GPU minute rollups, and when
-	// rollups past retention were last pruned (rollups.go).
-	teleMu         sync.Mutex
-	gpus           map[string]gpuInfo
-	pendingRollups map[rollupKey]*store.RollupRow
-	lastPrune      time.Time
-	// drawPeaks is per GPU the highest reading under its holder
-	// (rollups.go), what a measured GPU is charged from.
-	drawPeaks map[string]drawPeak
+	// tele keeps per-GPU telemetry between writes (rollups.go).
+	tele *telemetry
 
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth
@@ -251,18 +236,15 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 	}
 	s := &Server{
 		cfg: cfg, st: st, cat: cat, log: log.With("component", "server"),
-		adminHash:    hashSecret(adminToken),
-		wake:         make(chan struct{}, 1),
-		nodes:        map[string]*liveNode{},
-		metrics:      newMetrics(),
-		authCache:    map[string]cachedAuth{},
-		attempts:     map[string]attemptInfo{},
-		accounted:    map[acctKey]api.AttemptReport{},
-		pendingUsage: map[usageKey]store.UsageRow{},
-		gpus:         map[string]gpuInfo{},
+		adminHash: hashSecret(adminToken),
+		wake:      make(chan struct{}, 1),
+		acct:      newAccounting(st, cfg.PUE),
+		tele:      newTelemetry(st, cfg, log.With("component", "server")),
+		nodes:     map[string]*liveNode{},
+		metrics:   newMetrics(),
+		authCache: map[string]cachedAuth{},
 
-		pendingRollups: map[rollupKey]*store.RollupRow{},
-		decide:         scheduler.Schedule,
+		decide: scheduler.Schedule,
 	}
 	s.metrics.reg.MustRegister(stackCollector{s}, benchCollector{s})
 	return s, nil

@@ -2,12 +2,41 @@ package server
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/power"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
+
+// usageStore is what accounting writes.
+type usageStore interface {
+	AddUsage(ctx context.Context, rows []store.UsageRow) error
+}
+
+// accounting turns the totals agents report for their attempts into
+// per-team, per-model, per-day usage, kept in memory until flushed. Its
+// state is its own, under its own lock: what each running attempt is (the
+// leader's last cycle says), what of each attempt's totals has been
+// counted, the usage not yet flushed, and the PUE of each node in a rack
+// that gives one.
+type accounting struct {
+	st  usageStore
+	pue float64 // for nodes whose rack gives none
+
+	mu        sync.Mutex
+	nodePUE   map[string]float64
+	attempts  map[string]attemptInfo
+	accounted map[acctKey]api.AttemptReport
+	pending   map[usageKey]store.UsageRow
+}
+
+func newAccounting(st usageStore, pue float64) *accounting {
+	return &accounting{st: st, pue: pue, attempts: map[string]attemptInfo{}, accounted: map[acctKey]api.AttemptReport{},
+		pending: map[usageKey]store.UsageRow{}}
+}
 
 // attemptInfo is what accounting needs to know about a running attempt.
 type attemptInfo struct {
@@ -24,37 +53,64 @@ type usageKey struct {
 	day         time.Time
 }
 
-// account turns an attempt's reported totals into per-team usage
-// increments, kept in memory until the next flush; node is the node that
-// reports. s.acctMu must be held.
-func (s *Server) account(node string, a api.AttemptReport, now time.Time) {
-	info, ok := s.attempts[a.AttemptID]
+// setAttempts replaces the running attempts accounting knows, forgetting
+// what it counted of the others.
+func (a *accounting) setAttempts(infos map[string]attemptInfo) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attempts = infos
+	maps.DeleteFunc(a.accounted, func(k acctKey, _ api.AttemptReport) bool {
+		_, ok := infos[k.attempt]
+		return !ok
+	})
+}
+
+// setNodePUE replaces the nodes' PUE.
+func (a *accounting) setNodePUE(m map[string]float64) {
+	a.mu.Lock()
+	a.nodePUE = m
+	a.mu.Unlock()
+}
+
+// account turns the attempts' reported totals into usage increments; node
+// is the node that reports.
+func (a *accounting) account(node string, reports []api.AttemptReport, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range reports {
+		a.add(node, r, now)
+	}
+}
+
+// add is account for one report. a.mu must be held.
+func (a *accounting) add(node string, r api.AttemptReport, now time.Time) {
+	info, ok := a.attempts[r.AttemptID]
 	if !ok {
 		return // not known yet: the next report carries the totals again
 	}
-	key := acctKey{a.AttemptID, node}
-	prev := s.accounted[key]
+	key := acctKey{r.AttemptID, node}
+	prev := a.accounted[key]
 	d := store.UsageRow{
-		GPUSeconds:          a.GPUSeconds - prev.GPUSeconds,
-		EffectiveGPUSeconds: a.EffectiveGPUSeconds - prev.EffectiveGPUSeconds,
-		EnergyJoules:        a.EnergyJoules - prev.EnergyJoules,
+		GPUSeconds:          r.GPUSeconds - prev.GPUSeconds,
+		EffectiveGPUSeconds: r.EffectiveGPUSeconds - prev.EffectiveGPUSeconds,
+		EnergyJoules:        r.EnergyJoules - prev.EnergyJoules,
 	}
 	if d.GPUSeconds <= 0 && d.EnergyJoules <= 0 {
 		return
 	}
-	s.accounted[key] = a
-	pue, ok := s.nodePUE[node]
+	a.accounted[key] = r
+	pue, ok := a.nodePUE[node]
 	if !ok {
-		pue = s.cfg.PUE
+		pue = a.pue
 	}
 	k := usageKey{team: info.team, model: info.model, day: now.Truncate(24 * time.Hour)}
-	row := s.pendingUsage[k]
+	row := a.pending[k]
 	row.Team, row.Model, row.Day = k.team, k.model, k.day
 	row.GPUSeconds += max(0, d.GPUSeconds)
 	row.EffectiveGPUSeconds += max(0, d.EffectiveGPUSeconds)
 	row.EnergyJoules += max(0, d.EnergyJoules)
 	row.FacilityJoules = addFloat(row.FacilityJoules, power.FacilityJoules(max(0, d.EnergyJoules), pue))
-	s.pendingUsage[k] = row
+	a.pending[k] = row
 }
 
 // addFloat adds v to *p, a nil p counting as 0.
@@ -65,24 +121,24 @@ func addFloat(p *float64, v float64) *float64 {
 	return &v
 }
 
-// flushUsage writes the usage accumulated since the last flush.
-func (s *Server) flushUsage(ctx context.Context) error {
-	s.acctMu.Lock()
-	rows := make([]store.UsageRow, 0, len(s.pendingUsage))
-	for _, r := range s.pendingUsage {
+// flush writes the usage accumulated since the last flush; what the store
+// refuses is kept for the next one, so that nothing is lost.
+func (a *accounting) flush(ctx context.Context) error {
+	a.mu.Lock()
+	rows := make([]store.UsageRow, 0, len(a.pending))
+	for _, r := range a.pending {
 		rows = append(rows, r)
 	}
-	s.pendingUsage = map[usageKey]store.UsageRow{}
-	s.acctMu.Unlock()
+	a.pending = map[usageKey]store.UsageRow{}
+	a.mu.Unlock()
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := s.st.AddUsage(ctx, rows); err != nil {
-		// Put them back so that nothing is lost.
-		s.acctMu.Lock()
+	if err := a.st.AddUsage(ctx, rows); err != nil {
+		a.mu.Lock()
 		for _, r := range rows {
 			k := usageKey{team: r.Team, model: r.Model, day: r.Day}
-			p := s.pendingUsage[k]
+			p := a.pending[k]
 			p.Team, p.Model, p.Day = r.Team, r.Model, r.Day
 			p.GPUSeconds += r.GPUSeconds
 			p.EffectiveGPUSeconds += r.EffectiveGPUSeconds
@@ -90,9 +146,9 @@ func (s *Server) flushUsage(ctx context.Context) error {
 			if r.FacilityJoules != nil {
 				p.FacilityJoules = addFloat(p.FacilityJoules, *r.FacilityJoules)
 			}
-			s.pendingUsage[k] = p
+			a.pending[k] = p
 		}
-		s.acctMu.Unlock()
+		a.mu.Unlock()
 		return err
 	}
 	return nil
