@@ -191,7 +191,7 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	defer srvLog.Close()
 	d := server.Default()
 	sf := serverFlags{listen: f.listen, dataDir: filepath.Join(dir, "server"), adminToken: admin, policy: d.Policy, logLevel: "info",
-		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: d.LeaseTTL,
+		tick: 500 * time.Millisecond, heartbeat: time.Second, heartbeatGrace: 3 * time.Second, fenceAfter: 5 * time.Second, leaseTTL: 3 * time.Second, // server.MinFence: 3s + 2 x 500ms + 1s
 		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL,
 		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
 		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow,

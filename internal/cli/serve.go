@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -177,8 +178,12 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return err
 	}
 	cfg := server.Default()
+	replica, err := replicaName(f.dataDir)
+	if err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
-	cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	cfg.ID = store.Holder(replica, fmt.Sprintf("%s-%d", host, os.Getpid()))
 	cfg.LogDir = filepath.Join(f.dataDir, "logs")
 	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -278,7 +283,13 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- srv.Run(runCtx) }()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		if err := srv.Run(runCtx); err != nil {
+			errc <- err
+		}
+	}()
 
 	if err := agent.WriteFileAtomic(filepath.Join(f.dataDir, "server.url"), []byte(url+"\n"), 0o644); err != nil {
 		return err
@@ -294,6 +305,10 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 			return err
 		}
 	}
+	// The leader loop ends first and gives the lease up, so that another
+	// replica, or this one restarted, leads at once; then the listeners.
+	cancel()
+	<-ran
 	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	_ = hs.Shutdown(shut)
@@ -370,6 +385,29 @@ func failpoints(spec string) (func(string), error) {
 
 // adminToken returns the given admin token, or the one in DIR/admin-token,
 // generating and writing it (mode 0600) on first start.
+// replicaName is this replica's name in the leadership lease, kept in
+// dir/replica-id from its first start: a restarted replica is the same
+// one, and takes its own lease back at once (store.Holder). Two servers
+// must not share a data directory.
+func replicaName(dir string) (string, error) {
+	path := filepath.Join(dir, "replica-id")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" || strings.ContainsAny(id, "/ \t") || !utf8.ValidString(id) {
+			return "", fmt.Errorf("%w: %s: %q is not a replica id", gpufleet.ErrInvalid, path, id)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("--data-dir: %w", err)
+	}
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := "r-" + hex.EncodeToString(b)
+	return id, agent.WriteFileAtomic(path, []byte(id+"\n"), 0o644)
+}
+
 func adminToken(dir, given string) (string, error) {
 	if given != "" {
 		if len(given) < 16 {

@@ -31,8 +31,13 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-// haLeaseTTL keeps the HA tests short; the default is 8s.
-const haLeaseTTL = "3s"
+// haLeaseTTL keeps the HA tests short (the default is 8s), and haFence
+// survives a leader's death with it (server.MinFence: 3s + 2 x 100ms +
+// 200ms).
+const (
+	haLeaseTTL = "3s"
+	haFence    = "4s"
+)
 
 // ha is several `gpufleet server --db postgres://...` replicas on one
 // database.
@@ -62,7 +67,7 @@ func startHA(t *testing.T, dsn string, n int, pause bool) *ha {
 		if pause {
 			env = append(env, "GPUFLEET_TEST_PAUSE_AT=schedule.before-commit="+filepath.Join(dir, "pause"))
 		}
-		p := startServer(t, dir, env, "--db", dsn, "--lease-ttl", haLeaseTTL)
+		p := startServer(t, dir, env, "--db", dsn, "--lease-ttl", haLeaseTTL, "--fence-after", haFence)
 		h.reps = append(h.reps, p)
 		urls = append(urls, p.url)
 	}
@@ -483,4 +488,40 @@ func TestHAThousandJobs(t *testing.T) {
 		t.Errorf("%d jobs, %d attempts; want 1,000 of each", jobs, attempts)
 	}
 	checkAgents(t, agents)
+}
+
+// TestHAHandover stops the leader of two replicas with SIGTERM while jobs
+// run: it gives its lease up and the other replica leads within 2s (its
+// lease was 3s; before leases were given up, handovers took the whole
+// lease), and every job runs exactly once.
+func TestHAHandover(t *testing.T) {
+	h := startHA(t, pgtest.Database(t), 2, false)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	old, oldEpoch := h.leader()
+	agents := h.agents(ctx, old, 2, 4, time.Second)
+	h.waitDone(ctx, h.submit(ctx, h.team, "before", 8), 30*time.Second)
+	during := h.submit(ctx, h.team, "during", 8)
+	old.stop(syscall.SIGTERM)
+	_, epoch, took := h.waitLeaderOtherThan(old, 15*time.Second)
+	t.Logf("new leader (epoch %d after %d) %s after SIGTERM", epoch, oldEpoch, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("handover took %s, want within 2s", took.Round(time.Millisecond))
+	}
+	if log := readLog(t, old); !strings.Contains(log, "gave the lease up") {
+		t.Log(log[max(0, len(log)-3000):])
+		t.Error("the stopped leader's log does not say it gave the lease up")
+	}
+	h.waitDone(ctx, append(during, h.submit(ctx, h.team, "after", 8)...), 40*time.Second)
+	checkAgents(t, agents)
+}
+
+// readLog is a server's log so far.
+func readLog(t *testing.T, p *serverProc) string {
+	t.Helper()
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

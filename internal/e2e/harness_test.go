@@ -71,7 +71,7 @@ func (p *serverProc) start() {
 	t.Helper()
 	os.Remove(filepath.Join(p.dir, "server.url"))
 	args := append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", p.dir, "--admin-token", adminToken,
-		"--tick", "100ms", "--heartbeat", "200ms", "--heartbeat-grace", "2s", "--fence-after", "2s"}, p.args...)
+		"--tick", "100ms", "--heartbeat", "200ms", "--heartbeat-grace", "2s", "--fence-after", "2s", "--lease-ttl", "1500ms"}, p.args...)
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -170,10 +170,31 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			s.stepDown(context.WithoutCancel(ctx))
 			return nil
 		case <-t.C:
 		case <-s.wake:
 		}
+	}
+}
+
+// stepDown gives the lease up if this replica holds it in the store (the
+// last cycle, cut short by the shutdown, may have forgotten it): Run calls
+// it as it ends, once no cycle runs, so that a server that stops hands
+// over at once instead of making the others (or itself, restarted) wait
+// out the lease.
+func (s *Server) stepDown(ctx context.Context) {
+	s.leaderMu.Lock()
+	s.leader.held, s.leader.ready = false, false
+	s.leaderMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	released, err := s.st.ReleaseLease(ctx, s.cfg.ID)
+	switch {
+	case err != nil:
+		s.log.Warn("giving the lease up", "err", err)
+	case released:
+		s.log.Info("gave the lease up")
 	}
 }
 

@@ -126,6 +126,16 @@ func Default() Config {
 	}
 }
 
+// MinFence is the shortest fence (Config.FenceAfter) that survives a
+// leader's death: another replica takes the lease once it expires (at
+// most leaseTTL), notices within a tick, leads from its next cycle, and
+// each agent needs one heartbeat answered by it. A stopping server gives
+// its lease up and a restarted replica takes its own back at once, so
+// only a crash of the leader with another replica left waits this long.
+func MinFence(leaseTTL, tick, heartbeat time.Duration) time.Duration {
+	return leaseTTL + 2*tick + heartbeat
+}
+
 // Validate checks the settings.
 func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"tick": c.Tick, "lease-ttl": c.LeaseTTL, "heartbeat": c.Heartbeat,
@@ -136,6 +146,11 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatGrace < c.Heartbeat {
 		return fmt.Errorf("%w: heartbeat-grace %s is shorter than the heartbeat %s", gpufleet.ErrInvalid, c.HeartbeatGrace, c.Heartbeat)
+	}
+	if need := MinFence(c.LeaseTTL, c.Tick, c.Heartbeat); c.FenceAfter < need {
+		return fmt.Errorf("%w: fence-after %s is shorter than lease-ttl %s + 2 ticks of %s + a heartbeat of %s (%s): "+
+			"if the leader died without giving up its lease, agents would stop every running attempt before another replica may lead; "+
+			"raise --fence-after or lower --lease-ttl", gpufleet.ErrInvalid, c.FenceAfter, c.LeaseTTL, c.Tick, c.Heartbeat, need)
 	}
 	if err := c.Health.Validate(); err != nil {
 		return fmt.Errorf("%w: health: %v", gpufleet.ErrInvalid, err)

@@ -61,6 +61,7 @@ func newFixtureB(t testing.TB) *fixture {
 	cfg := Default()
 	cfg.Now = clk.Now
 	cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LostMargin = time.Second, 3*time.Second, 5*time.Second, time.Second
+	cfg.LeaseTTL = 2 * time.Second // a fence of 5s survives a leader's death (MinFence)
 	srv, err := New(ctx, cfg, st, catalog.Default(), testAdmin, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -503,5 +504,34 @@ func TestDrainStopsAndRequeuesWithoutUsingRetries(t *testing.T) {
 	f.cycle()
 	if hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion}); len(hb.Start) != 0 {
 		t.Errorf("a draining node got new work: %+v", hb.Start)
+	}
+}
+
+// TestFenceMustSurviveALeaderDeath: a fence shorter than the lease plus
+// two ticks and a heartbeat would have agents stop every attempt whenever
+// a leader dies; the server refuses it, naming both flags.
+func TestFenceMustSurviveALeaderDeath(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		lease, tick, beat, fence time.Duration
+		ok                       bool
+	}{
+		{"defaults", 8 * time.Second, time.Second, 5 * time.Second, 60 * time.Second, true},
+		{"dev", 3 * time.Second, 500 * time.Millisecond, time.Second, 5 * time.Second, true},
+		{"the report's dev", 8 * time.Second, 500 * time.Millisecond, time.Second, 5 * time.Second, false},
+		{"exactly enough", 2 * time.Second, time.Second, time.Second, 5 * time.Second, true},
+		{"a millisecond short", 2 * time.Second, time.Second, time.Second, 5*time.Second - time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.LeaseTTL, c.Tick, c.Heartbeat, c.HeartbeatGrace, c.FenceAfter = tc.lease, tc.tick, tc.beat, 3*tc.beat, tc.fence
+			err := c.Validate()
+			if tc.ok != (err == nil) {
+				t.Fatalf("Validate: %v, want ok %v", err, tc.ok)
+			}
+			if err != nil && (!errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "fence-after") || !strings.Contains(err.Error(), "--lease-ttl")) {
+				t.Errorf("error %q: want invalid, naming fence-after and --lease-ttl", err)
+			}
+		})
 	}
 }

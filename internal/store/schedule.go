@@ -110,7 +110,7 @@ func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (L
 				return fmt.Errorf("renew lease: %w", err)
 			}
 			return nil
-		case !now.Before(cur.ExpiresAt):
+		case !now.Before(cur.ExpiresAt) || sameReplica(cur.Holder, holder):
 			out = Lease{Holder: holder, Epoch: cur.Epoch + 1, ExpiresAt: exp}
 			_, err = tx.ExecContext(ctx, s.q(`UPDATE leader_lease SET holder = ?, epoch = ?, expires_at = ? WHERE id = 1`),
 				holder, out.Epoch, nanos(exp))
@@ -122,13 +122,45 @@ func (s *SQL) TryLease(ctx context.Context, holder string, ttl time.Duration) (L
 			return fmt.Errorf("take lease: %w", err)
 		}
 		held = true
+		detail := fmt.Sprintf("epoch %d", out.Epoch)
+		if found && now.Before(cur.ExpiresAt) {
+			detail += fmt.Sprintf(", from %s, an earlier process of this replica", cur.Holder)
+		}
 		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: holder, Kind: "lease.acquired", Object: holder,
-			Detail: fmt.Sprintf("epoch %d", out.Epoch)})
+			Detail: detail})
 	})
 	if err != nil {
 		return Lease{}, false, err
 	}
 	return out, held, nil
+}
+
+// ReleaseLease implements Store.
+func (s *SQL) ReleaseLease(ctx context.Context, holder string) (bool, error) {
+	released := false
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cur, found, err := s.leaseTx(ctx, tx, s.d.forUpdate)
+		if err != nil || !found || cur.Holder != holder {
+			return err
+		}
+		now, err := s.dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !now.Before(cur.ExpiresAt) {
+			return nil // expired already: nothing to give up
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE leader_lease SET expires_at = ? WHERE id = 1`), nanos(now)); err != nil {
+			return fmt.Errorf("release lease: %w", err)
+		}
+		released = true
+		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: holder, Kind: "lease.released", Object: holder,
+			Detail: fmt.Sprintf("epoch %d", cur.Epoch)})
+	})
+	if err != nil {
+		return false, err
+	}
+	return released, nil
 }
 
 // leaseTx reads the lease row.

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -208,14 +209,35 @@ type Lease struct {
 	ExpiresAt time.Time
 }
 
+// Holder names a lease holder: REPLICA/INSTANCE, the replica stable across
+// its restarts (kept in its data directory) and the instance one process
+// of it. A holder names its replica so that a restarted replica takes its
+// own lease back at once instead of waiting for it to expire.
+func Holder(replica, instance string) string { return replica + "/" + instance }
+
+// sameReplica reports whether holders a and b are processes of one
+// replica (both of the REPLICA/INSTANCE form).
+func sameReplica(a, b string) bool {
+	ra, _, okA := strings.Cut(a, "/")
+	rb, _, okB := strings.Cut(b, "/")
+	return okA && okB && ra != "" && ra == rb
+}
+
 // Store is gpufleet's state. Methods are safe for concurrent use.
 type Store interface {
 	Close() error
 
 	// TryLease acquires or renews the leadership lease for holder with ttl,
 	// measured by the store's clock. It returns the lease and whether
-	// holder now holds it; a new holder gets epoch+1.
+	// holder now holds it. A new holder gets epoch+1; it may take the lease
+	// once it has expired or been released, or at once when the current
+	// holder is an earlier process of its own replica (Holder): that
+	// process has restarted, and its writes are fenced by the new epoch.
 	TryLease(ctx context.Context, holder string, ttl time.Duration) (Lease, bool, error)
+	// ReleaseLease gives the lease up if holder holds it, so that another
+	// replica (or holder's replica restarted) leads at once; it reports
+	// whether it did. The epoch stays: the next holder's is epoch+1.
+	ReleaseLease(ctx context.Context, holder string) (bool, error)
 	// Lease reads the current lease.
 	Lease(ctx context.Context) (Lease, error)
 

@@ -717,6 +717,35 @@ func testLease(t *testing.T, s store.Store) {
 	wantErr(t, "no holder", err, gpufleet.ErrInvalid)
 	_, _, err = s.TryLease(ctx, "a", 0)
 	wantErr(t, "no ttl", err, gpufleet.ErrInvalid)
+
+	// Released: another replica leads at once; the release of a lease
+	// one does not hold is a no-op.
+	if ok, err := s.ReleaseLease(ctx, "a"); err != nil || ok {
+		t.Fatalf("release by a non-holder: released %v, %v", ok, err)
+	}
+	if ok, err := s.ReleaseLease(ctx, "b"); err != nil || !ok {
+		t.Fatalf("release by the holder: released %v, %v", ok, err)
+	}
+	l, held, err = s.TryLease(ctx, "a", time.Hour)
+	if err != nil || !held || l.Epoch != 3 {
+		t.Fatalf("after a release: %+v held %v err %v, want a at epoch 3", l, held, err)
+	}
+	// A restarted replica takes its own unexpired lease back at once,
+	// with a new epoch; another replica does not.
+	r1, r1again, r2 := store.Holder("r1", "host-10"), store.Holder("r1", "host-11"), store.Holder("r2", "host-12")
+	if ok, err := s.ReleaseLease(ctx, "a"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if l, held, err = s.TryLease(ctx, r1, time.Hour); err != nil || !held || l.Epoch != 4 {
+		t.Fatalf("r1: %+v held %v err %v", l, held, err)
+	}
+	if l, held, err = s.TryLease(ctx, r2, time.Hour); err != nil || held || l.Holder != r1 {
+		t.Fatalf("another replica took an unexpired lease: %+v held %v err %v", l, held, err)
+	}
+	if l, held, err = s.TryLease(ctx, r1again, time.Hour); err != nil || !held || l.Holder != r1again || l.Epoch != 5 {
+		t.Fatalf("restarted r1: %+v held %v err %v, want it at epoch 5", l, held, err)
+	}
+	wantErr(t, "the old process's writes", s.ApplySchedule(ctx, 4, store.Decision{At: T0}), store.ErrFenced)
 }
 
 func testFenced(t *testing.T, s store.Store) {
