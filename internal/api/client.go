@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,8 +38,11 @@ type Client struct {
 	timeout    time.Duration
 	userAgent  string
 	log        *slog.Logger
-	// current is the index of the server that answered last.
+	// current is the index of the server that answered last, or of the
+	// leader its answer named (LeaderHeader) when that is one of servers;
+	// leader is the last leader named.
 	current *atomic.Int32
+	leader  *atomic.Pointer[string]
 }
 
 // ClientOption configures NewClient.
@@ -77,7 +81,7 @@ func NewClient(servers []string, token string, opts ...ClientOption) (*Client, e
 		token: token, hc: &http.Client{}, attempts: 4,
 		backoff: 200 * time.Millisecond, maxBackoff: 5 * time.Second, timeout: 30 * time.Second,
 		userAgent: "gpufleet/" + gpufleet.Version, log: slog.New(slog.DiscardHandler),
-		current: new(atomic.Int32),
+		current: new(atomic.Int32), leader: new(atomic.Pointer[string]),
 	}
 	for _, s := range servers {
 		s = strings.TrimSpace(s)
@@ -108,6 +112,15 @@ func (c *Client) WithToken(token string) *Client {
 	cc := *c
 	cc.token = token
 	return &cc
+}
+
+// Leader is the base URL of the replica that led when a server last
+// answered ("" before any said: a single server, or an older one).
+func (c *Client) Leader() string {
+	if l := c.leader.Load(); l != nil {
+		return *l
+	}
+	return ""
 }
 
 // Servers returns the base URLs the client fails over between.
@@ -178,6 +191,12 @@ func (c *Client) send(ctx context.Context, req request) (*http.Response, context
 			resp, cancel, err := c.once(ctx, c.servers[idx], req, payload)
 			if err == nil {
 				c.current.Store(int32(idx))
+				if l := strings.TrimRight(resp.Header.Get(LeaderHeader), "/"); l != "" {
+					c.leader.Store(&l)
+					if k := slices.Index(c.servers, l); k >= 0 {
+						c.current.Store(int32(k)) // straight to the leader next time
+					}
+				}
 				return resp, cancel, nil
 			}
 			lastErr = err

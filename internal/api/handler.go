@@ -40,6 +40,13 @@ type HandlerOptions struct {
 	// /metrics, /openapi.json): the web dashboard. Nil: those paths are
 	// JSON 404s.
 	UI http.Handler
+	// Leader, when set, makes a follower a proxy of the leader: every
+	// request but /healthz, /readyz, /metrics and the API document,
+	// dashboard and agents included, is answered by the leader, so that a
+	// follower never shows what only the leader knows (liveness, live
+	// telemetry, orders) from its own stale memory. Nil: this replica
+	// answers everything (a single server).
+	Leader LeaderFunc
 }
 
 // DefaultMaxBodyBytes is the request body cap when HandlerOptions leaves it 0.
@@ -53,6 +60,7 @@ type handler struct {
 	logs   LogService
 	watch  WatchService
 	opts   HandlerOptions
+	fwd    *forwarder // nil: no forwarding
 	log    *slog.Logger
 	mux    *http.ServeMux
 	// registered lists what was handed to the mux, for the route test.
@@ -93,6 +101,9 @@ func NewHandler(svc Service, agents AgentService, logs LogService, watch WatchSe
 	}
 	h := &handler{svc: svc, agents: agents, logs: logs, watch: watch, opts: opts,
 		log: log.With("component", "api"), mux: http.NewServeMux()}
+	if opts.Leader != nil {
+		h.fwd = &forwarder{leader: opts.Leader}
+	}
 	for _, rt := range h.table() {
 		h.mux.Handle(rt.Method+" "+rt.Pattern, h.wrap(rt))
 		h.registered = append(h.registered, rt.Route)
@@ -189,6 +200,9 @@ func (h *handler) table() []routeDef {
 // ServeHTTP answers unknown paths and methods with JSON errors and hands
 // everything else to the mux.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.fwd != nil && h.fwd.serve(w, r) {
+		return // the leader's answer, its headers with it
+	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if h.opts.UI != nil && !isAPIPath(r.URL.Path) {
 		h.opts.UI.ServeHTTP(w, r)

@@ -615,3 +615,58 @@ func TestObserveRequest(t *testing.T) {
 		t.Errorf("observed %q, want %q", seen, want)
 	}
 }
+
+// TestFollowerForwards: with a LeaderFunc, a follower answers its own
+// health, readiness and metrics, forwards everything else to the leader
+// once (a forwarded request is not forwarded again), and says 503 when
+// nobody leads.
+func TestFollowerForwards(t *testing.T) {
+	var got []string
+	leaderSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" fwd="+r.Header.Get("X-Gpufleet-Forwarded"))
+		w.Header().Set(LeaderHeader, "http://leader")
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	defer leaderSrv.Close()
+	leads := func(context.Context) (string, bool, error) { return leaderSrv.URL, false, nil }
+	nobody := func(context.Context) (string, bool, error) {
+		return "", false, fmt.Errorf("%w: no replica leads now", ErrUnavailable)
+	}
+	for _, tc := range []struct {
+		name   string
+		leader LeaderFunc
+		method string
+		path   string
+		hdr    string
+		status int
+	}{
+		{"health is its own", leads, "GET", "/healthz", "", 200},
+		{"a read goes to the leader", leads, "GET", "/api/v1/nodes?watch=1", "", http.StatusTeapot},
+		{"a write goes to the leader", leads, "POST", "/api/v1/jobs", "", http.StatusTeapot},
+		{"the dashboard goes to the leader", leads, "GET", "/nodes", "", http.StatusTeapot},
+		{"forwarded once only", leads, "GET", "/api/v1/nodes", "1", http.StatusServiceUnavailable},
+		{"nobody leads", nobody, "GET", "/api/v1/nodes", "", http.StatusServiceUnavailable},
+		{"nobody leads, health still answers", nobody, "GET", "/healthz", "", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			h := NewHandler(nil, nil, nil, nil, HandlerOptions{Leader: tc.leader})
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader("{}"))
+			if tc.hdr != "" {
+				req.Header.Set("X-Gpufleet-Forwarded", tc.hdr)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, tc.status, w.Body)
+			}
+			if tc.status == http.StatusTeapot {
+				if len(got) != 1 || got[0] != tc.method+" "+tc.path+" fwd=1" || w.Header().Get(LeaderHeader) != "http://leader" {
+					t.Errorf("the leader saw %q and answered with leader %q", got, w.Header().Get(LeaderHeader))
+				}
+			} else if len(got) != 0 {
+				t.Errorf("forwarded %q", got)
+			}
+		})
+	}
+}

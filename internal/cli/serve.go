@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,9 +35,9 @@ import (
 // serverFlags are the flags of `gpufleet server` (and the server part of
 // `gpufleet dev`).
 type serverFlags struct {
-	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel string
-	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention, credentialTTL     time.Duration
-	benchRetention                                                                            time.Duration
+	listen, dataDir, adminToken, db, tlsCert, tlsKey, metricsListen, config, policy, logLevel, advertise string
+	tick, heartbeat, heartbeatGrace, fenceAfter, leaseTTL, rollupRetention, credentialTTL                time.Duration
+	benchRetention                                                                                       time.Duration
 	// Health and failover.
 	spare              []string // MODEL=N
 	isolation          []string // CLASS=LEVEL
@@ -65,6 +66,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (serves HTTPS with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics without a token on this separate address")
+	fs.StringVar(&f.advertise, "advertise-url", "", "the URL other replicas reach this one at, to forward requests to it when it leads (default: the listen address, with this host's name when it listens on all addresses)")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (flags beat GPUFLEET_* env, which beats the file)")
 	fs.StringVar(&f.policy, "policy", d.Policy, "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -256,11 +258,23 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		scheme = "https"
 	}
 	url := scheme + "://" + ln.Addr().String()
+	adv, err := advertiseURL(f.advertise, scheme, ln.Addr())
+	if err != nil {
+		return err
+	}
+	if err := srv.Advertise(ctx, adv); err != nil {
+		return fmt.Errorf("--advertise-url: %w", err)
+	}
 	ui, err := web.New(web.Options{Service: srv, Logs: srv, Catalog: cat, Logger: log})
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	opts := api.HandlerOptions{Logger: log, Ready: srv.Ready, UI: ui, ObserveRequest: srv.ObserveRequest}
+	if store.Shared(dsn) {
+		// Several replicas may share the database: a follower forwards
+		// what it is asked to the leader (docs/HA.md).
+		opts.Leader = srv.LeaderURL
+	}
 	if f.metricsListen == "" {
 		opts.MetricsHandler = srv.MetricsHandler()
 	}
@@ -385,6 +399,28 @@ func failpoints(spec string) (func(string), error) {
 
 // adminToken returns the given admin token, or the one in DIR/admin-token,
 // generating and writing it (mode 0600) on first start.
+// advertiseURL is the URL other replicas reach this one at: given, or the
+// listen address addr, with this host's name for an unspecified IP.
+func advertiseURL(given, scheme string, addr net.Addr) (string, error) {
+	if given != "" {
+		u, err := neturl.Parse(given)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+			return "", usageErr("--advertise-url %q: expected a base URL such as https://gpufleet-1.example:7070", given)
+		}
+		return strings.TrimRight(u.String(), "/"), nil
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
 // replicaName is this replica's name in the leadership lease, kept in
 // dir/replica-id from its first start: a restarted replica is the same
 // one, and takes its own lease back at once (store.Holder). Two servers

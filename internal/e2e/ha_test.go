@@ -525,3 +525,69 @@ func readLog(t *testing.T, p *serverProc) string {
 	}
 	return string(b)
 }
+
+// TestHAFollowerTellsTheTruth reads nodes and the queue through the
+// follower of two replicas: it forwards them to the leader, so it shows the
+// nodes alive (it has heard no heartbeat itself) and the queue the leader
+// decided, and its answers name the leader.
+func TestHAFollowerTellsTheTruth(t *testing.T) {
+	h := startHA(t, pgtest.Database(t), 2, false)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	leader, _ := h.leader()
+	var follower *serverProc
+	for _, r := range h.reps {
+		if r != leader {
+			follower = r
+		}
+	}
+	h.agents(ctx, leader, 2, 2, time.Hour)  // the jobs hold their GPUs
+	ids := h.submit(ctx, h.team, "hold", 6) // 4 run, 2 queue
+	_ = ids
+	viaLeader, viaFollower := h.client([]string{leader.url}, adminToken), h.client([]string{follower.url}, adminToken)
+	eventually(t, 20*time.Second, "two jobs queued behind four running", func() error {
+		q, err := viaLeader.Queue(ctx)
+		if err != nil {
+			return err
+		}
+		if len(q) != 2 {
+			return fmt.Errorf("%d queued", len(q))
+		}
+		return nil
+	})
+	ln, err := viaLeader.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := viaFollower.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fn) != 2 || len(ln) != 2 {
+		t.Fatalf("nodes: %d through the follower, %d through the leader", len(fn), len(ln))
+	}
+	for i := range fn {
+		if fn[i].Name != ln[i].Name || fn[i].State != ln[i].State || fn[i].State != gpufleet.NodeReady {
+			t.Errorf("node %s: %s through the follower, %s through the leader; want ready in both", fn[i].Name, fn[i].State, ln[i].State)
+		}
+	}
+	lq, err := viaLeader.Queue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fq, err := viaFollower.Queue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fq) != len(lq) {
+		t.Fatalf("queue: %d entries through the follower, %d through the leader", len(fq), len(lq))
+	}
+	for i := range fq {
+		if fq[i].ID != lq[i].ID || fq[i].Position != lq[i].Position || fq[i].ReasonCode != lq[i].ReasonCode {
+			t.Errorf("queue entry %d: %+v through the follower, %+v through the leader", i, fq[i], lq[i])
+		}
+	}
+	if got := viaFollower.Leader(); got != leader.url {
+		t.Errorf("the follower's answers name the leader %q, want %q", got, leader.url)
+	}
+}

@@ -156,6 +156,42 @@ func (s *Server) Leader() bool {
 	return s.leader.held && time.Since(s.leader.renewedAt) < s.cfg.LeaseTTL/2
 }
 
+// Advertise records url as where this replica answers, for followers to
+// forward requests to when it leads (api.HandlerOptions.Leader).
+func (s *Server) Advertise(ctx context.Context, url string) error {
+	s.leaderMu.Lock()
+	s.selfURL = url
+	s.leaderMu.Unlock()
+	return s.st.PutReplica(ctx, s.cfg.ID, url, s.now())
+}
+
+// LeaderURL says where the leader answers (api.LeaderFunc): this replica
+// when it leads or holds the lease in the store (its first cycle is under
+// way), else the lease holder's advertised URL; an error wrapping
+// api.ErrUnavailable when nobody leads now.
+func (s *Server) LeaderURL(ctx context.Context) (string, bool, error) {
+	s.leaderMu.Lock()
+	self := s.selfURL
+	s.leaderMu.Unlock()
+	if s.Leader() {
+		return self, true, nil
+	}
+	l, err := s.st.Lease(ctx)
+	switch {
+	case errors.Is(err, gpufleet.ErrNotFound):
+		return "", false, fmt.Errorf("%w: no replica has led yet", api.ErrUnavailable)
+	case err != nil:
+		return "", false, fmt.Errorf("%w: reading the lease: %v", api.ErrUnavailable, err)
+	case l.Holder == s.cfg.ID:
+		return self, true, nil
+	case !time.Now().Before(l.ExpiresAt):
+		return "", false, fmt.Errorf("%w: no replica leads now (the lease of %s, epoch %d, has ended)", api.ErrUnavailable, l.Holder, l.Epoch)
+	case l.URL == "":
+		return "", false, fmt.Errorf("%w: the leader %s gave no URL to forward to", api.ErrUnavailable, l.Holder)
+	}
+	return l.URL, false, nil
+}
+
 // Run drives the leader loop until ctx is done: it takes or renews the
 // lease every tick and, while leader, marks silent nodes, declares lost
 // attempts and runs the scheduler. Submissions, cancels and finished

@@ -199,6 +199,7 @@ type Server struct {
 	// and the leader loop's memory.
 	leaderMu sync.Mutex
 	leader   leaderState
+	selfURL  string // where this replica answers (Advertise)
 
 	// capMu guards capFacts, the capacity decisions audits reuse
 	// (auditCapacity).

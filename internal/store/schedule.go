@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -180,8 +181,8 @@ func (s *SQL) leaseTx(ctx context.Context, q queryer, lock string) (Lease, bool,
 	return l, true, nil
 }
 
-// Lease reads the current lease; before anyone has taken it, an error
-// wrapping gpufleet.ErrNotFound.
+// Lease reads the current lease, with its holder's URL; before anyone
+// has taken it, an error wrapping gpufleet.ErrNotFound.
 func (s *SQL) Lease(ctx context.Context) (Lease, error) {
 	l, found, err := s.leaseTx(ctx, s.rd, "")
 	if err != nil {
@@ -190,7 +191,33 @@ func (s *SQL) Lease(ctx context.Context) (Lease, error) {
 	if !found {
 		return Lease{}, notFound("lease", "leader")
 	}
+	err = s.rd.QueryRowContext(ctx, s.q(`SELECT url FROM replicas WHERE holder = ?`), l.Holder).Scan(&l.URL)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, fmt.Errorf("read the leader's url: %w", err)
+	}
 	return l, nil
+}
+
+// PutReplica implements Store.
+func (s *SQL) PutReplica(ctx context.Context, holder, url string, at time.Time) error {
+	replica, _, ok := strings.Cut(holder, "/")
+	if !ok || replica == "" {
+		return invalid("replica holder %q: expected REPLICA/INSTANCE", holder)
+	}
+	if url == "" || len(url) > 2048 || !utf8.ValidString(url) {
+		return invalid("replica %s: url %q", holder, url)
+	}
+	at = s.orNow(at)
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM replicas WHERE replica = ? OR holder = ?`), replica, holder); err != nil {
+			return fmt.Errorf("put replica: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO replicas (holder, replica, url, started_at) VALUES (?, ?, ?, ?)`),
+			holder, replica, url, nanos(at)); err != nil {
+			return fmt.Errorf("put replica: %w", err)
+		}
+		return nil
+	})
 }
 
 // ApplySchedule writes one scheduling decision in one transaction.

@@ -115,6 +115,10 @@ func WithFullSync() Option {
 	return func(o *options) { o.fullSync = true }
 }
 
+// Shared reports whether dsn names a database several servers may share
+// (PostgreSQL), where one leads and the others follow.
+func Shared(dsn string) bool { return isPostgresDSN(dsn) }
+
 // Open opens the store named by dsn and brings its schema up to date.
 //
 //   - "PATH", "sqlite:PATH" or a "file:" URI: SQLite in WAL mode.

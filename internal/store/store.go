@@ -202,11 +202,13 @@ func Requeued(j gpufleet.Job) bool {
 	return s == gpufleet.AttemptStopped || s == gpufleet.AttemptLost
 }
 
-// Lease is the leadership lease.
+// Lease is the leadership lease. URL is where its holder answers (from
+// PutReplica; empty when it gave none).
 type Lease struct {
 	Holder    string
 	Epoch     int64
 	ExpiresAt time.Time
+	URL       string
 }
 
 // Holder names a lease holder: REPLICA/INSTANCE, the replica stable across
@@ -240,6 +242,9 @@ type Store interface {
 	ReleaseLease(ctx context.Context, holder string) (bool, error)
 	// Lease reads the current lease.
 	Lease(ctx context.Context) (Lease, error)
+	// PutReplica records where holder (Holder: REPLICA/INSTANCE) answers,
+	// replacing the earlier processes of its replica.
+	PutReplica(ctx context.Context, holder, url string, at time.Time) error
 
 	PutTeam(ctx context.Context, t gpufleet.Team, actor string) error
 	Team(ctx context.Context, name string) (gpufleet.Team, error)

@@ -746,6 +746,20 @@ func testLease(t *testing.T, s store.Store) {
 		t.Fatalf("restarted r1: %+v held %v err %v, want it at epoch 5", l, held, err)
 	}
 	wantErr(t, "the old process's writes", s.ApplySchedule(ctx, 4, store.Decision{At: T0}), store.ErrFenced)
+
+	// The lease names where its holder answers; a restarted replica's
+	// new process replaces its old one's address.
+	if got, _ := s.Lease(ctx); got.URL != "" {
+		t.Errorf("url %q before any replica gave one", got.URL)
+	}
+	wantErr(t, "put r1", s.PutReplica(ctx, r1, "http://r1:7070", T0), nil)
+	wantErr(t, "put r1 again", s.PutReplica(ctx, r1again, "http://r1:7071", T0), nil)
+	wantErr(t, "put r2", s.PutReplica(ctx, r2, "http://r2:7070", T0), nil)
+	if got, _ := s.Lease(ctx); got.Holder != r1again || got.URL != "http://r1:7071" {
+		t.Errorf("lease %+v, want r1's new process at http://r1:7071", got)
+	}
+	wantErr(t, "no instance", s.PutReplica(ctx, "r3", "http://r3", T0), gpufleet.ErrInvalid)
+	wantErr(t, "no url", s.PutReplica(ctx, r2, "", T0), gpufleet.ErrInvalid)
 }
 
 func testFenced(t *testing.T, s store.Store) {
