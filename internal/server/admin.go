@@ -233,12 +233,18 @@ func (s *Server) CreateJoinToken(ctx context.Context, p api.Principal, r api.Joi
 		exp := now.Add(r.TTL.Std())
 		jt.ExpiresAt = &exp
 	}
+	return s.issueJoinToken(ctx, jt, actor(p))
+}
+
+// issueJoinToken stores jt with a fresh secret and returns it with the
+// secret, the only time it is shown.
+func (s *Server) issueJoinToken(ctx context.Context, jt store.JoinToken, actor string) (api.JoinTokenResponse, error) {
 	id, token, hash := newSecret(joinPrefix)
 	jt.ID, jt.Hash = id, hash
-	if err := s.st.CreateJoinToken(ctx, jt, actor(p)); err != nil {
+	if err := s.st.CreateJoinToken(ctx, jt, actor); err != nil {
 		return api.JoinTokenResponse{}, err
 	}
-	return api.JoinTokenResponse{ID: id, Token: token, Node: r.Node, ExpiresAt: jt.ExpiresAt, SingleUse: jt.SingleUse}, nil
+	return api.JoinTokenResponse{ID: id, Token: token, Node: jt.Node, ExpiresAt: jt.ExpiresAt, SingleUse: jt.SingleUse}, nil
 }
 
 // Usage reports GPU-hours, effective GPU-hours and energy by team and GPU

@@ -117,7 +117,7 @@ func TestBadInputThroughTheAPI(t *testing.T) {
 		{"agent protocol", "POST", "/api/v1/agent/heartbeat", "agent", "", `{"protocol_version":2,"node":"n1","attempts":[{"attempt_id":"a\u0000","state":"running"}]}`, 400, "attempts[0].attempt_id"},
 		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"N1!"}`, 400, `node "N1!"`},
 		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"n9","gpus":[{"index":0,"uuid":""}]}`, 400, "gpus[0].uuid: required"},
-		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"n1"}`, 403, "cannot take over a live node"},
+		{"agent protocol", "POST", "/api/v1/agent/register", "join", "", `{"protocol_version":2,"node":"n1"}`, 403, "does not take over an existing node"},
 	}
 	tokens := map[string]string{"member": member, "admin": testAdmin, "agent": agentCred, "join": jt.Token}
 	before := f.jobCount()

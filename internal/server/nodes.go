@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"slices"
@@ -202,21 +203,41 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		return api.RegisterResponse{}, err
 	}
 	now := s.now()
-	takeover, err := s.mayTakeName(ctx, r, now)
-	if err != nil {
+	old, err := s.st.Node(ctx, r.Node)
+	exists := err == nil
+	if err != nil && !errors.Is(err, gpufleet.ErrNotFound) {
 		return api.RegisterResponse{}, err
 	}
-	if _, err := s.st.UseJoinToken(ctx, id, hashSecret(secret), r.Node, now, takeover); err != nil {
+	proven := exists && s.provesNode(ctx, r)
+	if proven {
+		if why := hardwareChange(old.GPUs, r.GPUs); why != "" {
+			return api.RegisterResponse{}, fmt.Errorf("%w: node %s registers with %s: a change of hardware is held for an admin; "+
+				"if another machine now carries the name, run gpufleet nodes replace %s and join it with the token that prints",
+				api.ErrForbidden, gpufleet.Quote(r.Node), why, r.Node)
+		}
+	}
+	jt, err := s.st.UseJoinToken(ctx, id, hashSecret(secret), r.Node, now, proven)
+	if err != nil {
 		switch {
 		case errors.Is(err, gpufleet.ErrNotFound):
 			return api.RegisterResponse{}, errUnauthorized
 		case errors.Is(err, store.ErrNameInUse):
-			age, _ := s.heartbeatAge(r.Node, now)
-			return api.RegisterResponse{}, fmt.Errorf("%w: node %s heartbeated %s ago; a join token bound to no name cannot take over a live node: "+
-				"register with a token bound to the name (gpufleet join-tokens create --node %s) or let an admin run gpufleet nodes replace %s",
-				api.ErrForbidden, gpufleet.Quote(r.Node), age.Round(time.Second), r.Node, r.Node)
+			seen := "has not heartbeated since this server started"
+			if age, known := s.heartbeatAge(r.Node, now); known {
+				seen = "heartbeated " + gpufleet.FormatDuration(age) + " ago"
+			}
+			return api.RegisterResponse{}, fmt.Errorf("%w: node %s exists (it %s): a join token does not take over an existing node, live or quiet. "+
+				"The node's own agent comes back with its stored credential; to put another machine in its place, an admin runs gpufleet nodes replace %s",
+				api.ErrForbidden, gpufleet.Quote(r.Node), seen, r.Node)
 		}
 		return api.RegisterResponse{}, err
+	}
+	if exists && !proven {
+		// The replacement nodes replace admitted.
+		if err := s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "agent:" + r.Node, Kind: "node.replaced", Object: r.Node,
+			Detail: fmt.Sprintf("another machine took the name with join token %s: %s", jt.ID, inventory(r.GPUs))}); err != nil {
+			return api.RegisterResponse{}, err
+		}
 	}
 	for _, g := range r.GPUs {
 		if _, err := s.cat.Lookup(g.Model); err != nil {
@@ -248,27 +269,51 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		ExpiresAt: cred.ExpiresAt, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}, nil
 }
 
-// mayTakeName reports whether a join token bound to no name may register
-// r.Node: when no node of that name is alive (it heartbeated within the
-// grace), or when the agent proves it is that node with the node's
-// credential (a restart). Only the leader knows heartbeats: a follower
-// asked to judge a name in use sends the agent to another replica.
-func (s *Server) mayTakeName(ctx context.Context, r api.RegisterRequest, now time.Time) (bool, error) {
-	if _, err := s.st.Node(ctx, r.Node); errors.Is(err, gpufleet.ErrNotFound) {
-		return true, nil
-	} else if err != nil {
-		return false, err
+// provesNode reports whether the registering agent shows the node's own
+// credential: it is that node, restarted. The node's latest credential
+// proves it even past its expiry (a machine switched off for longer than
+// the credential lasts comes back as itself, with its join token); nodes
+// replace revokes it by replacing it.
+func (s *Server) provesNode(ctx context.Context, r api.RegisterRequest) bool {
+	rest, ok := strings.CutPrefix(r.Credential, nodePrefix)
+	i := strings.LastIndexByte(rest, '.') // node names may hold dots; secrets do not
+	if !ok || i <= 0 || rest[:i] != r.Node {
+		return false
 	}
-	if r.Credential != "" {
-		if p, err := s.Authenticate(ctx, r.Credential); err == nil && p.Node == r.Node {
-			return true, nil
+	node, secret := rest[:i], rest[i+1:]
+	if p, err := s.Authenticate(ctx, r.Credential); err == nil {
+		return p.Node == r.Node
+	}
+	cred, err := s.st.NodeCredential(ctx, node)
+	return err == nil && subtle.ConstantTimeCompare(hashSecret(secret), cred.Hash) == 1
+}
+
+// hardwareChange says how a node's GPUs as it registers again differ from
+// what it had in count or models ("" when they do not): a restarted node
+// claims the hardware it had.
+func hardwareChange(had, claims []gpufleet.NodeGPU) string {
+	if len(had) == 0 || inventory(had) == inventory(claims) {
+		return ""
+	}
+	return fmt.Sprintf("%s where it had %s", inventory(claims), inventory(had))
+}
+
+// inventory is GPUs in words, by model in index order: "8 x h100-sxm-80gb".
+func inventory(gpus []gpufleet.NodeGPU) string {
+	if len(gpus) == 0 {
+		return "no GPUs"
+	}
+	sorted := slices.SortedFunc(slices.Values(gpus), func(a, b gpufleet.NodeGPU) int { return a.Index - b.Index })
+	var parts []string
+	for i := 0; i < len(sorted); {
+		j := i
+		for j < len(sorted) && sorted[j].Model == sorted[i].Model {
+			j++
 		}
+		parts = append(parts, fmt.Sprintf("%d x %s", j-i, sorted[i].Model))
+		i = j
 	}
-	if !s.Leader() {
-		return false, fmt.Errorf("%w: only the leader knows whether node %s is alive", api.ErrUnavailable, gpufleet.Quote(r.Node))
-	}
-	age, known := s.heartbeatAge(r.Node, now)
-	return known && age > s.cfg.HeartbeatGrace, nil
+	return strings.Join(parts, " + ")
 }
 
 // ReplaceNode is `gpufleet nodes replace NAME`: the node's credential is
@@ -293,7 +338,8 @@ func (s *Server) ReplaceNode(ctx context.Context, p api.Principal, name string) 
 	if err != nil {
 		return api.JoinTokenResponse{}, err
 	}
-	jt, err := s.CreateJoinToken(ctx, p, api.JoinTokenRequest{Node: name, TTL: gpufleet.Duration(time.Hour)})
+	exp := s.now().Add(time.Hour)
+	jt, err := s.issueJoinToken(ctx, store.JoinToken{Node: name, SingleUse: true, Replaces: true, ExpiresAt: &exp, CreatedAt: s.now()}, actor(p))
 	if err != nil {
 		return api.JoinTokenResponse{}, err
 	}

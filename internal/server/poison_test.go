@@ -224,19 +224,28 @@ func TestUnsatisfiableRequestsAreRefusedAtSubmit(t *testing.T) {
 	}
 }
 
-// TestUnboundTokenCannotTakeALiveNode: the report of a node-name takeover.
-// A join token bound to no name may register a new name, or a name whose
-// node has gone silent past the grace, or the node itself again (it shows
-// its credential); a live node of that name is replaced only with a token
-// bound to the name, or after an admin's nodes replace.
-func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
+// TestNoJoinTokenTakesAnExistingNode: the report of a node-name takeover
+// (an unbound join token registered as the quiet node n3 claiming 8 GPUs
+// instead of 1, and the real n3 was refused when it came back). A join
+// token, bound to the name or not, registers only a new name; an existing
+// node, live or quiet, is taken again only by its own agent showing its
+// credential, with the hardware it had, or after an admin's nodes replace.
+func TestNoJoinTokenTakesAnExistingNode(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	f.cycle() // lead
 	cred := f.nodeCred("n1")
-	reg := func(tok, credential string) error {
-		_, err := f.srv.Register(ctx, tok, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Credential: credential,
-			GPUs: []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-other", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30}}})
+	n1, err := f.st.Node(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	had := n1.GPUs // 8 x h100
+	more := make([]gpufleet.NodeGPU, 16)
+	for i := range more {
+		more[i] = gpufleet.NodeGPU{Index: i, UUID: fmt.Sprintf("GPU-evil-%d", i), Model: "h100-sxm-80gb", MemoryBytes: 80 << 30}
+	}
+	reg := func(tok, credential string, gpus []gpufleet.NodeGPU) error {
+		_, err := f.srv.Register(ctx, tok, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n1", Credential: credential, GPUs: gpus})
 		return err
 	}
 	token := func(node string) string {
@@ -247,21 +256,29 @@ func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
 		return jt.Token
 	}
 	unbound := token("")
-	if err := reg(unbound, ""); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "nodes replace n1") {
-		t.Fatalf("unbound token took a live node: %v", err)
+	for _, quiet := range []bool{false, true} {
+		if quiet {
+			f.clk.Advance(f.srv.cfg.HeartbeatGrace + f.srv.cfg.FenceAfter + time.Minute) // n1 has gone quiet
+		}
+		if err := reg(unbound, "", more); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "gpufleet nodes replace n1") ||
+			!strings.Contains(err.Error(), `node "n1" exists`) {
+			t.Fatalf("quiet %v: an unbound token took the node: %v", quiet, err)
+		}
+		if err := reg(token("n1"), "", had); !errors.Is(err, api.ErrForbidden) {
+			t.Fatalf("quiet %v: a token bound to the name took the existing node: %v", quiet, err)
+		}
+		if err := reg(unbound, "gpn_wrong", had); !errors.Is(err, api.ErrForbidden) {
+			t.Fatalf("quiet %v: a wrong credential proved the node: %v", quiet, err)
+		}
 	}
-	if err := reg(unbound, "gpn_wrong"); !errors.Is(err, api.ErrForbidden) {
-		t.Fatalf("a wrong credential proved the node: %v", err)
+	if err := reg(unbound, cred, more); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "16 x h100-sxm-80gb where it had 8 x h100-sxm-80gb") {
+		t.Fatalf("the node's credential with other hardware: %v", err)
 	}
-	if err := reg(unbound, cred); err != nil {
-		t.Fatalf("the node itself, showing its credential, with the refused (so unspent) token: %v", err)
+	if err := reg(unbound, cred, had); err != nil {
+		t.Fatalf("the real node returning with its credential and its hardware: %v", err)
 	}
-	if err := reg(token("n1"), ""); err != nil {
-		t.Fatalf("a token bound to the name: %v", err)
-	}
-	f.clk.Advance(f.srv.cfg.HeartbeatGrace + time.Second)
-	if err := reg(token(""), ""); err != nil {
-		t.Fatalf("an unbound token for a node silent past its grace: %v", err)
+	if n, _ := f.st.Node(ctx, "n1"); len(n.GPUs) != len(had) {
+		t.Errorf("n1 has %d GPUs after the refused claims, want %d", len(n.GPUs), len(had))
 	}
 
 	// nodes replace: the credential is revoked, the old agent's join token
@@ -282,11 +299,16 @@ func TestUnboundTokenCannotTakeALiveNode(t *testing.T) {
 	if _, err := f.srv.Register(ctx, oldBound.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err == nil {
 		t.Errorf("the replaced agent registered again with its bound join token")
 	}
-	if _, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err != nil {
-		t.Errorf("the replacement registers with the issued token: %v", err)
+	if _, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2",
+		GPUs: []gpufleet.NodeGPU{{Index: 0, UUID: "GPU-new-0", Model: "h100-sxm-80gb", MemoryBytes: 80 << 30}}}); err != nil {
+		t.Errorf("the replacement registers with the issued token, other hardware and all: %v", err)
+	}
+	if _, err := f.srv.Register(ctx, jt.Token, api.RegisterRequest{ProtocolVersion: api.ProtocolVersion, Node: "n2"}); err == nil {
+		t.Errorf("the replace token worked twice")
 	}
 	evs, _ := f.st.Events(ctx, store.EventFilter{Object: "n2"})
-	if !slices.ContainsFunc(evs, func(e gpufleet.Event) bool { return e.Kind == "node.replace" && e.Actor != "" }) {
+	if !slices.ContainsFunc(evs, func(e gpufleet.Event) bool { return e.Kind == "node.replace" && e.Actor != "" }) ||
+		!slices.ContainsFunc(evs, func(e gpufleet.Event) bool { return e.Kind == "node.replaced" }) {
 		t.Errorf("no node.replace event: %+v", evs)
 	}
 	if _, err := f.srv.ReplaceNode(ctx, f.team("team-a", nil), "n2"); !errors.Is(err, api.ErrForbidden) {

@@ -44,6 +44,7 @@ type fixture struct {
 	dbPath string // the SQLite file
 	clk    *clock
 	admin  api.Principal
+	creds  map[string]string // node: the credential of its last registration
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureB(t) }

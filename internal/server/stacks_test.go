@@ -26,10 +26,16 @@ func (f *fixture) registerVersions(name, model string, versions map[string]strin
 		gpus = append(gpus, gpufleet.NodeGPU{Index: i, UUID: "GPU-" + name + "-" + string(rune('a'+i)), Model: model,
 			MemoryBytes: 80 << 30, NVLinkDomain: name + "-nvl", State: gpufleet.NodeReady, Health: gpufleet.Healthy})
 	}
-	resp, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus, Versions: versions})
+	// Registering again, the node shows its credential (a restart).
+	resp, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: name, GPUs: gpus, Versions: versions,
+		Credential: f.creds[name]})
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if f.creds == nil {
+		f.creds = map[string]string{}
+	}
+	f.creds[name] = resp.Credential
 	p, err := f.srv.Authenticate(f.t.Context(), resp.Credential)
 	if err != nil {
 		f.t.Fatal(err)

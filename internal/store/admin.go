@@ -266,9 +266,9 @@ func (s *SQL) CreateJoinToken(ctx context.Context, t JoinToken, actor string) er
 	}
 	created := s.orNow(t.CreatedAt)
 	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO join_tokens (id, hash, node, single_use, expires_at, used_at, created_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
-			t.ID, t.Hash, t.Node, t.SingleUse, nullNanos(t.ExpiresAt), nullNanos(t.UsedAt), nanos(created))
+		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO join_tokens (id, hash, node, single_use, expires_at, used_at, created_at, replaces)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
+			t.ID, t.Hash, t.Node, t.SingleUse, nullNanos(t.ExpiresAt), nullNanos(t.UsedAt), nanos(created), t.Replaces)
 		if err != nil {
 			return fmt.Errorf("create join token %s: %w", t.ID, err)
 		}
@@ -282,11 +282,14 @@ func (s *SQL) CreateJoinToken(ctx context.Context, t JoinToken, actor string) er
 		if t.Node != "" {
 			detail += " node=" + t.Node
 		}
+		if t.Replaces {
+			detail += ", replaces the node"
+		}
 		return s.insertEvent(ctx, tx, gpufleet.Event{At: created, Actor: actor, Kind: "join_token.created", Object: t.ID, Detail: detail})
 	})
 }
 
-const joinTokenCols = `id, hash, node, single_use, expires_at, used_at, created_at`
+const joinTokenCols = `id, hash, node, single_use, expires_at, used_at, created_at, replaces`
 
 func scanJoinToken(r scanner) (JoinToken, error) {
 	var (
@@ -294,7 +297,7 @@ func scanJoinToken(r scanner) (JoinToken, error) {
 		expires, used sql.NullInt64
 		created       int64
 	)
-	if err := r.Scan(&t.ID, &t.Hash, &t.Node, &t.SingleUse, &expires, &used, &created); err != nil {
+	if err := r.Scan(&t.ID, &t.Hash, &t.Node, &t.SingleUse, &expires, &used, &created, &t.Replaces); err != nil {
 		return t, err
 	}
 	t.ExpiresAt, t.UsedAt, t.CreatedAt = ptrTime(expires), ptrTime(used), fromNanos(created)
@@ -310,7 +313,7 @@ func scanJoinToken(r scanner) (JoinToken, error) {
 // token, the last use) and returns the token. Every refusal wraps
 // gpufleet.ErrNotFound, so a caller cannot tell a wrong id from a wrong
 // secret or a spent token.
-func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, takeover bool) (JoinToken, error) {
+func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, proven bool) (JoinToken, error) {
 	at = s.orNow(at)
 	var out JoinToken
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -330,8 +333,16 @@ func (s *SQL) UseJoinToken(ctx context.Context, id string, hash []byte, node str
 			return fmt.Errorf("%w: join token %q is spent", gpufleet.ErrNotFound, id)
 		case t.Node != "" && t.Node != node:
 			return fmt.Errorf("%w: join token %q is bound to another node", gpufleet.ErrNotFound, id)
-		case t.Node == "" && !takeover:
-			return fmt.Errorf("%w: node %s is alive, and join token %q is bound to no name", ErrNameInUse, gpufleet.Quote(node), id)
+		}
+		if !proven && !(t.Replaces && t.Node == node) {
+			var one int
+			err := tx.QueryRowContext(ctx, s.q(`SELECT 1 FROM nodes WHERE name = ?`), node).Scan(&one)
+			switch {
+			case err == nil:
+				return fmt.Errorf("%w: node %s exists, and join token %q does not replace it", ErrNameInUse, gpufleet.Quote(node), id)
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("use join token %s: %w", id, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE join_tokens SET used_at = ? WHERE id = ?`), nanos(at), id); err != nil {
 			return fmt.Errorf("use join token %s: %w", id, err)

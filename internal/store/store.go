@@ -34,8 +34,9 @@ var ErrFenced = fmt.Errorf("%w: leadership epoch is stale", gpufleet.ErrUnavaila
 // leader takes a fresh snapshot and decides again.
 var ErrStale = errors.New("decision is stale")
 
-// ErrNameInUse means a join token bound to no name was offered for the
-// name of a live node: only a token bound to that name may replace it.
+// ErrNameInUse means a join token was offered for the name of an existing
+// node, by an agent that is not that node: only the token nodes replace
+// issues (JoinToken.Replaces) puts another machine in its place.
 var ErrNameInUse = errors.New("node name in use")
 
 // ErrClosed means the store was closed.
@@ -57,6 +58,9 @@ type JoinToken struct {
 	Hash      []byte
 	Node      string // when set, only this node name may use it
 	SingleUse bool
+	// Replaces marks the token nodes replace issues for Node: the only
+	// kind that registers a name a node already holds.
+	Replaces  bool
 	ExpiresAt *time.Time
 	UsedAt    *time.Time
 	CreatedAt time.Time
@@ -293,8 +297,12 @@ type Store interface {
 	// UseJoinToken checks a join token's secret hash (in constant time),
 	// marks it used by node at time at and returns it; it fails with
 	// gpufleet.ErrNotFound when the token does not exist, the hash does not
-	// match, or it is spent, expired, or bound to another node.
-	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, takeover bool) (JoinToken, error)
+	// match, or it is spent, expired, or bound to another node. When a node
+	// of that name exists it fails with ErrNameInUse unless proven (the
+	// agent showed the node's own credential: it is that node, restarted)
+	// or the token Replaces it: no other join token, bound to the name or
+	// not, takes an existing node's name.
+	UseJoinToken(ctx context.Context, id string, hash []byte, node string, at time.Time, proven bool) (JoinToken, error)
 	// ExpireJoinTokens expires every usable join token bound to a node
 	// name (nodes replace) and returns how many.
 	ExpireJoinTokens(ctx context.Context, node string, at time.Time, actor string) (int, error)

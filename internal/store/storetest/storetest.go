@@ -287,32 +287,38 @@ func testJoinTokens(t *testing.T, s store.Store) {
 		{ID: "many", Hash: []byte("h-many"), CreatedAt: T0.Add(1)},
 		{ID: "expiring", Hash: []byte("h-exp"), ExpiresAt: &exp, CreatedAt: T0.Add(2)},
 		{ID: "bound", Hash: []byte("h-bound"), Node: "n1", CreatedAt: T0.Add(3)},
+		{ID: "replace", Hash: []byte("h-repl"), Node: "n9", Replaces: true, CreatedAt: T0.Add(4)},
 	} {
 		wantErr(t, "create join token", s.CreateJoinToken(ctx, jt, "admin"), nil)
 	}
 	wantErr(t, "duplicate join token", s.CreateJoinToken(ctx, store.JoinToken{ID: "once", Hash: []byte("x")}, "admin"), gpufleet.ErrInvalid)
 	// Steps run in order; each names token, hash, node, time and outcome.
+	// n1 and n9 exist; n2, n3 do not.
+	wantErr(t, "put n1", s.PutNode(ctx, testNode("n1")), nil)
+	wantErr(t, "put n9", s.PutNode(ctx, testNode("n9")), nil)
 	steps := []struct {
 		name, id, hash, node string
 		at                   time.Time
-		live                 bool // a live node holds the name: no takeover
+		proven               bool // the agent showed the node's credential
 		want                 error
 	}{
-		{"unbound cannot take a live name", "once", "h-once", "n1", T0, true, store.ErrNameInUse},
-		{"single use works once", "once", "h-once", "n1", T0, false, nil},
+		{"unbound cannot take an existing name", "once", "h-once", "n1", T0, false, store.ErrNameInUse},
+		{"single use works once", "once", "h-once", "n1", T0, true, nil},
 		{"single use is then spent", "once", "h-once", "n2", T0, false, gpufleet.ErrNotFound},
-		{"multi use works", "many", "h-many", "n1", T0, false, nil},
-		{"multi use works again", "many", "h-many", "n2", T0.Add(time.Minute), false, nil},
+		{"multi use works", "many", "h-many", "n1", T0, true, nil},
+		{"multi use works again, for a new name", "many", "h-many", "n2", T0.Add(time.Minute), false, nil},
 		{"wrong secret", "many", "h-wrong", "n3", T0, false, gpufleet.ErrNotFound},
-		{"wrong secret for a live name", "many", "h-wrong", "n3", T0, true, gpufleet.ErrNotFound},
-		{"before expiry", "expiring", "h-exp", "n1", T0, false, nil},
-		{"at expiry", "expiring", "h-exp", "n1", exp, false, gpufleet.ErrNotFound},
+		{"wrong secret for an existing name", "many", "h-wrong", "n1", T0, false, gpufleet.ErrNotFound},
+		{"before expiry", "expiring", "h-exp", "n3", T0, false, nil},
+		{"at expiry", "expiring", "h-exp", "n3", exp, false, gpufleet.ErrNotFound},
 		{"bound to another node", "bound", "h-bound", "n2", T0, false, gpufleet.ErrNotFound},
-		{"bound takes its live name", "bound", "h-bound", "n1", T0, true, nil},
+		{"bound does not take its existing name", "bound", "h-bound", "n1", T0, false, store.ErrNameInUse},
+		{"bound, with the node's credential", "bound", "h-bound", "n1", T0, true, nil},
+		{"a replace token takes its name", "replace", "h-repl", "n9", T0, false, nil},
 		{"unknown", "nope", "x", "n1", T0, false, gpufleet.ErrNotFound},
 	}
 	for _, st := range steps {
-		jt, err := s.UseJoinToken(ctx, st.id, []byte(st.hash), st.node, st.at, !st.live)
+		jt, err := s.UseJoinToken(ctx, st.id, []byte(st.hash), st.node, st.at, st.proven)
 		wantErr(t, st.name, err, st.want)
 		if st.want == nil && (jt.UsedAt == nil || !jt.UsedAt.Equal(st.at)) {
 			t.Errorf("%s: used_at %v, want %v", st.name, jt.UsedAt, st.at)
@@ -324,7 +330,7 @@ func testJoinTokens(t *testing.T, s store.Store) {
 	for _, jt := range all {
 		ids = append(ids, jt.ID)
 	}
-	if !cmp.Equal(ids, []string{"once", "many", "expiring", "bound"}) {
+	if !cmp.Equal(ids, []string{"once", "many", "expiring", "bound", "replace"}) || !all[4].Replaces || all[3].Replaces {
 		t.Errorf("join tokens %v", ids)
 	}
 	if all[1].UsedAt == nil || !all[1].UsedAt.Equal(T0.Add(time.Minute)) {
@@ -333,7 +339,7 @@ func testJoinTokens(t *testing.T, s store.Store) {
 
 	// Expiring the tokens bound to a name (nodes replace): the bound one
 	// stops working, the others are untouched, and a second call finds none.
-	wantErr(t, "another bound token", s.CreateJoinToken(ctx, store.JoinToken{ID: "bound2", Hash: []byte("h-b2"), Node: "n1", CreatedAt: T0.Add(4)}, "admin"), nil)
+	wantErr(t, "another bound token", s.CreateJoinToken(ctx, store.JoinToken{ID: "bound2", Hash: []byte("h-b2"), Node: "n1", CreatedAt: T0.Add(5)}, "admin"), nil)
 	n, err := s.ExpireJoinTokens(ctx, "n1", T0.Add(2*time.Minute), "admin")
 	if err != nil || n != 2 {
 		t.Errorf("expire join tokens of n1: %d, %v; want 2", n, err)
