@@ -92,7 +92,7 @@ func (s *sched) reserveFor(h *pjob, t time.Time) bool {
 		}
 	}
 	s.applyReservation(r)
-	s.resvGen++
+	s.eta.resvGen++
 	return true
 }
 

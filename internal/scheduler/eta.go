@@ -20,6 +20,30 @@ import (
 // same shape are grouped, so a moment at which a shape cannot fit costs
 // one cached check, not one per queued job.
 
+// etaSim is what only the ETA simulation of one Schedule call uses: the
+// queue it walks, the groups of one shape it looks at again only when
+// capacity or quota they could use moves, the teams' simulated usage and
+// the arrivals it expects. It is the sched's (sched.eta): estimate builds
+// it from the queue the cycle leaves, on the cycle's fleet, teams and
+// events. classGen and resvGen are versions the groups compare: the
+// cycle's grants and reservation move them as well as the simulation's,
+// and only the simulation reads them.
+type etaSim struct {
+	groups []*simGroup // every group made so far; those of the queue have subs
+	queue  []*pjob     // in the simulation's cluster order (reorder sorts it again)
+	open   openList    // queue's jobs not started yet
+	left   int         // how many of them
+	sheap  subHeap     // groupPhase's sub-queues, by position
+	use    simUse
+	real   int     // queued jobs not yet started in the simulation, not counting expected ones
+	future []*pjob // expected arrivals not yet in the queue, by arrival
+	// classGen grows when a class's quota reserve may shrink.
+	classGen []uint32
+	// resvGen grows when the backfill reservation is made, taken or
+	// dropped.
+	resvGen uint32
+}
+
 // simGroup is the queued jobs of one shape, split by team (quotas differ
 // per team).
 type simGroup struct {
@@ -48,7 +72,7 @@ type quotaWait struct {
 // quotaMoved reports whether any quota that held the group has moved.
 func (s *sched) quotaMoved(g *simGroup) bool {
 	for _, w := range g.waits {
-		if w.limit && s.teams[w.team].gen != w.gen || !w.limit && s.classGen[w.class] != w.gen {
+		if w.limit && s.teams[w.team].gen != w.gen || !w.limit && s.eta.classGen[w.class] != w.gen {
 			return true
 		}
 	}
@@ -155,22 +179,22 @@ func (s *sched) estimate() {
 			queue = append(queue, j)
 		}
 	}
-	s.real = len(queue)
-	s.future = s.expectedArrivals()
-	s.simIndex(queue)
-	s.use = simUse{at: s.now, usage: make([]float64, len(s.teams)), rate: make([]float64, len(s.teams))}
+	s.eta.real = len(queue)
+	s.eta.future = s.expectedArrivals()
+	s.eta.index(queue)
+	s.eta.use = simUse{at: s.now, usage: make([]float64, len(s.teams)), rate: make([]float64, len(s.teams))}
 	for i := range s.teams {
-		s.use.usage[i] = s.teams[i].usage
+		s.eta.use.usage[i] = s.teams[i].usage
 	}
 	for _, e := range s.events.ev {
 		if e.gen == e.g.gen {
-			s.use.rate[e.g.team] += allocGPUs(e.g.allocs)
+			s.eta.use.rate[e.g.team] += allocGPUs(e.g.allocs)
 		}
 	}
 	t := s.now
 	next := s.now.Add(ETAReorderFirst) // the next re-ordering
 	for {
-		if (s.orderMoves() || len(s.future) > 0) && !t.Before(next) {
+		if (s.orderMoves() || len(s.eta.future) > 0) && !t.Before(next) {
 			s.reorder(t)
 			for h := next.Sub(s.now); !t.Before(next); next = s.now.Add(h) {
 				if h >= maxETA {
@@ -183,7 +207,7 @@ func (s *sched) estimate() {
 			}
 		}
 		s.simCycle(t)
-		if s.real == 0 {
+		if s.eta.real == 0 {
 			return
 		}
 		for s.events.len() > 0 && s.events.peek().gen != s.events.peek().g.gen {
@@ -193,12 +217,12 @@ func (s *sched) estimate() {
 			return // the rest can never start (quota)
 		}
 		t = s.events.peek().at
-		s.accrue(t)
+		s.eta.use.accrue(t, s.cfg.UsageHalfLife)
 		for s.events.len() > 0 && !s.events.peek().at.After(t) {
 			e := s.events.pop()
 			if e.gen == e.g.gen {
 				s.releaseGrant(e.g)
-				s.use.rate[e.g.team] -= allocGPUs(e.g.allocs)
+				s.eta.use.rate[e.g.team] -= allocGPUs(e.g.allocs)
 			}
 		}
 	}
@@ -274,11 +298,11 @@ func KeepArrivals(arrivals []Job, j Job, now time.Time, window time.Duration) []
 // arrivals are expected again.
 const ArrivalHistory = 4096
 
-// simIndex makes queue, in cluster order, the simulation's queue: its
+// index makes queue, in cluster order, the simulation's queue: its
 // shapes' groups and their team sub-queues, the open lists and the trees
 // of estimates.
-func (s *sched) simIndex(queue []*pjob) {
-	for _, g := range s.groups {
+func (e *etaSim) index(queue []*pjob) {
+	for _, g := range e.groups {
 		g.subs, g.left, g.checked, g.prod = g.subs[:0], 0, false, false
 	}
 	for i, j := range queue {
@@ -287,7 +311,7 @@ func (s *sched) simIndex(queue []*pjob) {
 		if g == nil {
 			g = &simGroup{sh: j.shape}
 			j.shape.group = g
-			s.groups = append(s.groups, g)
+			e.groups = append(e.groups, g)
 		}
 		g.left++
 		g.prod = g.prod || j.prod
@@ -305,7 +329,7 @@ func (s *sched) simIndex(queue []*pjob) {
 		j.sub, j.subIdx = sub, int32(len(sub.jobs))
 		sub.jobs = append(sub.jobs, j)
 	}
-	for _, g := range s.groups {
+	for _, g := range e.groups {
 		for _, sub := range g.subs {
 			sub.open = newOpenList(len(sub.jobs))
 			ests := make([]int64, len(sub.jobs))
@@ -315,7 +339,7 @@ func (s *sched) simIndex(queue []*pjob) {
 			sub.ests = newMinTree(ests)
 		}
 	}
-	s.queue, s.open, s.left = queue, newOpenList(len(queue)), len(queue)
+	e.queue, e.open, e.left = queue, newOpenList(len(queue)), len(queue)
 }
 
 // orderMoves reports whether the cluster order changes as time passes:
@@ -333,14 +357,7 @@ func (s *sched) orderMoves() bool {
 // reservation is dropped: the next simulated moment reserves for the new
 // head.
 func (s *sched) reorder(t time.Time) {
-	left := make([]*pjob, 0, s.left)
-	for i := s.open.find(0); int(i) < len(s.queue); i = s.open.find(i + 1) {
-		left = append(left, s.queue[i])
-	}
-	for len(s.future) > 0 && s.future[0].submit <= t.UnixNano() {
-		left = append(left, s.future[0])
-		s.future = s.future[1:]
-	}
+	left := s.eta.unstarted(t)
 	qs := make([]queued, len(left))
 	for i, j := range left {
 		qs[i] = queued{job: j.job, shape: j.shape, rank: int32(j.rank), team: j.team, est: j.est, submit: j.submit, prod: j.prod}
@@ -348,11 +365,11 @@ func (s *sched) reorder(t time.Time) {
 	now := s.now
 	s.now = t
 	for i := range s.teams {
-		s.teams[i].usage, s.use.usage[i] = s.use.usage[i], s.teams[i].usage
+		s.teams[i].usage, s.eta.use.usage[i] = s.eta.use.usage[i], s.teams[i].usage
 	}
 	perm := s.order(qs)
 	for i := range s.teams {
-		s.teams[i].usage, s.use.usage[i] = s.use.usage[i], s.teams[i].usage
+		s.teams[i].usage, s.eta.use.usage[i] = s.eta.use.usage[i], s.teams[i].usage
 	}
 	s.now = now
 	queue := make([]*pjob, len(perm))
@@ -361,9 +378,23 @@ func (s *sched) reorder(t time.Time) {
 	}
 	if s.resv != nil {
 		s.dropReservation()
-		s.resvGen++
+		s.eta.resvGen++
 	}
-	s.simIndex(queue)
+	s.eta.index(queue)
+}
+
+// unstarted is the queue's jobs not started yet, in its order, then the
+// expected arrivals submitted by t, which leave future.
+func (e *etaSim) unstarted(t time.Time) []*pjob {
+	left := make([]*pjob, 0, e.left)
+	for i := e.open.find(0); int(i) < len(e.queue); i = e.open.find(i + 1) {
+		left = append(left, e.queue[i])
+	}
+	for len(e.future) > 0 && e.future[0].submit <= t.UnixNano() {
+		left = append(left, e.future[0])
+		e.future = e.future[1:]
+	}
+	return left
 }
 
 // simUse is the teams' decayed usage as the simulation runs: what they had
@@ -375,22 +406,23 @@ type simUse struct {
 	usage, rate []float64
 }
 
-// accrue brings the simulated usage forward to t.
-func (s *sched) accrue(t time.Time) {
-	dt := t.Sub(s.use.at).Seconds()
+// accrue brings the simulated usage forward to t, halved every halfLife
+// (none: no decay).
+func (u *simUse) accrue(t time.Time, halfLife time.Duration) {
+	dt := t.Sub(u.at).Seconds()
 	if dt <= 0 {
 		return
 	}
-	h := s.cfg.UsageHalfLife.Seconds()
-	for i, r := range s.use.rate {
+	h := halfLife.Seconds()
+	for i, r := range u.rate {
 		if h > 0 {
 			d := math.Exp2(-dt / h)
-			s.use.usage[i] = s.use.usage[i]*d + r*h/math.Ln2*(1-d)
+			u.usage[i] = u.usage[i]*d + r*h/math.Ln2*(1-d)
 		} else {
-			s.use.usage[i] += r * dt
+			u.usage[i] += r * dt
 		}
 	}
-	s.use.at = t
+	u.at = t
 }
 
 // allocGPUs is what a placement adds to its team's usage rate, in GPUs:
@@ -411,13 +443,19 @@ func allocGPUs(allocs []alloc) float64 {
 // simStart starts a job in the simulation.
 func (s *sched) simStart(j *pjob, p placement, t time.Time) {
 	s.start(j, p, t)
-	s.use.rate[j.team] += allocGPUs(p.allocs)
+	s.eta.started(j, p.allocs)
+}
+
+// started takes j, just started on allocs, off the queue, its group and
+// its sub-queue, and adds its GPUs to its team's usage rate.
+func (e *etaSim) started(j *pjob, allocs []alloc) {
+	e.use.rate[j.team] += allocGPUs(allocs)
 	if !j.expected {
-		s.real--
+		e.real--
 	}
-	s.left--
+	e.left--
 	j.shape.group.left--
-	s.open.close(j.simIdx)
+	e.open.close(j.simIdx)
 	j.sub.open.close(j.subIdx)
 	j.sub.ests.set(int(j.subIdx), math.MaxInt64)
 }
@@ -433,15 +471,15 @@ func (s *sched) simCycle(t time.Time) {
 		held := s.dropReservation()
 		if p, _, ok := s.place(r.job, modeNormal); ok {
 			s.simStart(r.job, p, t)
-			s.resvGen++
+			s.eta.resvGen++
 		} else {
 			s.applyReservation(held)
 		}
 	}
 	if s.cfg.Backfill || s.cfg.StrictOrder {
 		skipped := 0
-		for i := s.open.find(0); int(i) < len(s.queue) && skipped < 32; i = s.open.find(i + 1) {
-			j := s.queue[i]
+		for i := s.eta.open.find(0); int(i) < len(s.eta.queue) && skipped < 32; i = s.eta.open.find(i + 1) {
+			j := s.eta.queue[i]
 			var held *reservation
 			if s.resv != nil && s.resv.job == j {
 				held = s.dropReservation()
@@ -476,17 +514,17 @@ func (s *sched) simCycle(t time.Time) {
 
 // groupPhase starts what fits now, shape by shape, in cluster order.
 func (s *sched) groupPhase(t time.Time) {
-	h := &s.sheap
+	h := &s.eta.sheap
 	h.subs = h.subs[:0]
 	loose := modeNormal
 	if s.resv != nil {
 		loose = modeShort
 	}
-	for _, g := range s.groups {
+	for _, g := range s.eta.groups {
 		if g.left == 0 {
 			continue
 		}
-		st := s.f.stamp(g.sh) + uint64(s.resvGen) + s.pw.freed
+		st := s.f.stamp(g.sh) + uint64(s.eta.resvGen) + s.pw.freed
 		if g.checked && st == g.stamp && !s.quotaMoved(g) {
 			continue
 		}
@@ -528,7 +566,7 @@ func (s *sched) groupPhase(t time.Time) {
 					if w.limit {
 						qw.gen = s.teams[j.team].gen
 					} else if w.class >= 0 {
-						qw.gen = s.classGen[w.class]
+						qw.gen = s.eta.classGen[w.class]
 					}
 					g.waits = append(g.waits, qw)
 					continue // quota: this team's jobs of the shape wait

@@ -17,6 +17,34 @@ const (
 	PreemptReclaim  = gpufleet.StopPreemptedReclaim  // borrowed capacity returned to its owner
 )
 
+// preemptSearch is what only the preemption searches of one Schedule call
+// use: priority and reclaim preemption (preempt), starvation preemption
+// (starvePreempt) and its bound on estimated starts (starveBound). It is
+// the sched's (sched.pre): buildRunning lists the possible victims, the
+// searches of the cycle fill the rest as they run; the ETA simulation
+// does not preempt and leaves it alone.
+type preemptSearch struct {
+	// nodeRuns lists per node, by index, the running jobs a search may
+	// stop there or count on, as the cycle began: the preemptible ones
+	// neither stopping nor protected, and the stopping ones (victimsOn
+	// judges each again; the preemption index is built from it);
+	// victimAt is the nodes with any, in index order.
+	nodeRuns [][]*rjob
+	victimAt []int32
+	fails    map[preemptKey]bool // failed searches this cycle (preemptKeyOf)
+	// starveTries counts the starvation preemption searches this cycle
+	// (Config.StarvationMaxTries).
+	starveTries int
+	// boundVictims are the preemptible running jobs, longest running
+	// first, for starveBound; built lazily.
+	boundVictims []*rjob
+
+	// scratch of victimsOn and pickFrom
+	victimBuf []*rjob
+	availBuf  []bool
+	domBuf    []int32
+}
+
 // scanAllVictimNodes makes preempt visit every node with preemptible work
 // and cache failed searches per team, as it did before the preemption
 // index and its cache key: tests compare the two (export_test.go). It is
@@ -100,7 +128,7 @@ func (s *sched) preemptKeyOf(x *preemptIndex, j *pjob) preemptKey {
 // everyVictimNode visits every node with preemptible or stopping work, in
 // index order: the scan the preemption index replaces (scanAllVictimNodes).
 func (s *sched) everyVictimNode(_ *pjob, _ int32, _ bool, _ int32, visit func(ni int32) bool) {
-	for _, ni := range s.victimAt {
+	for _, ni := range s.pre.victimAt {
 		if !visit(ni) {
 			return
 		}
@@ -131,7 +159,7 @@ type victimSet struct {
 // cluster order.
 func (s *sched) preempt(j *pjob) bool {
 	sh := j.shape
-	if sh.kind != gpufleet.Exclusive || sh.multi || len(s.victimAt) == 0 {
+	if sh.kind != gpufleet.Exclusive || sh.multi || len(s.pre.victimAt) == 0 {
 		return false
 	}
 	x := s.preemptIdx()
@@ -139,7 +167,7 @@ func (s *sched) preempt(j *pjob) bool {
 	if scanAllVictimNodes {
 		key, walk = preemptKey{shape: sh.id, rank: int32(j.rank), team: j.team}, s.everyVictimNode
 	}
-	if s.preemptFails[key] {
+	if s.pre.fails[key] {
 		return false
 	}
 	if limit := s.cfg.MaxPreemptionSearches; limit > 0 && s.out.Stats.PreemptionSearches >= limit {
@@ -176,7 +204,7 @@ func (s *sched) preempt(j *pjob) bool {
 		}
 	}
 	if !best.ok {
-		s.preemptFails[key] = true
+		s.pre.fails[key] = true
 		return false
 	}
 	var allocs []alloc
@@ -279,9 +307,9 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 	if s.f.mfIndex(n, m) < 0 || !j.shape.selects(n) {
 		return victimSet{}
 	}
-	cands := s.victimBuf[:0]
-	defer func() { s.victimBuf = cands[:0] }()
-	for _, v := range s.nodeRuns[ni] {
+	cands := s.pre.victimBuf[:0]
+	defer func() { s.pre.victimBuf = cands[:0] }()
+	for _, v := range s.pre.nodeRuns[ni] {
 		if (v.stopping && !v.claimed || s.mayPreempt(v, j, reclaim, class)) && holdsWhole(v, ni, n, m) {
 			cands = append(cands, v)
 		}
@@ -313,11 +341,11 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 		}
 		return strings.Compare(a.job.ID, b.job.ID)
 	})
-	avail := s.availBuf[:0]
+	avail := s.pre.availBuf[:0]
 	for range n.gpus {
 		avail = append(avail, false)
 	}
-	s.availBuf = avail
+	s.pre.availBuf = avail
 	for gi := range n.gpus {
 		avail[gi] = n.gpus[gi].model == m && wholeFree(n, &n.gpus[gi], false)
 	}
@@ -327,7 +355,7 @@ func (s *sched) victimsOn(j *pjob, ni, m int32, reclaim bool, class int32) victi
 				avail[a.gpu] = true
 			}
 		}
-		gpus, ok := s.pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
+		gpus, ok := s.pre.pickFrom(n, m, avail, j.shape.gpus, j.shape.nvlink)
 		if !ok {
 			continue
 		}
@@ -362,8 +390,8 @@ func holdsWhole(v *rjob, ni int32, n *nodeSlot, m int32) bool {
 // domain when one holds them (required when nvlink): the domain with the
 // fewest available GPUs that holds them, the lowest domain first; its
 // GPUs in index order. The slice returned is the caller's.
-func (s *sched) pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
-	count := s.domBuf[:0] // per domain, available GPUs of model m
+func (ps *preemptSearch) pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink bool) ([]int32, bool) {
+	count := ps.domBuf[:0] // per domain, available GPUs of model m
 	var all int32
 	for gi, ok := range avail {
 		if !ok || n.gpus[gi].model != m {
@@ -377,7 +405,7 @@ func (s *sched) pickFrom(n *nodeSlot, m int32, avail []bool, need int32, nvlink 
 			count[d]++
 		}
 	}
-	s.domBuf = count
+	ps.domBuf = count
 	if all < need {
 		return nil, false
 	}

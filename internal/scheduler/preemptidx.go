@@ -94,7 +94,7 @@ func (s *sched) preemptIdx() *preemptIndex {
 			x.ownLow[i], x.borTop[i] = -1, x.nR
 		}
 	}
-	for ni, rs := range s.nodeRuns {
+	for ni, rs := range s.pre.nodeRuns {
 		n := &f.nodes[ni]
 		for i, mf := range n.mfree {
 			sl := x.base[ni] + int32(i)

@@ -91,13 +91,13 @@ func (s *sched) starveBound(j *pjob) (time.Time, bool) {
 	if at.Before(s.now) {
 		at = s.now
 	}
-	if s.boundVictims == nil {
+	if s.pre.boundVictims == nil {
 		for _, v := range s.running {
 			if v.job.Preemptible && !v.stopping {
-				s.boundVictims = append(s.boundVictims, v)
+				s.pre.boundVictims = append(s.pre.boundVictims, v)
 			}
 		}
-		slices.SortFunc(s.boundVictims, func(a, b *rjob) int {
+		slices.SortFunc(s.pre.boundVictims, func(a, b *rjob) int {
 			if c := a.job.Started.Compare(b.job.Started); c != 0 {
 				return c
 			}
@@ -105,7 +105,7 @@ func (s *sched) starveBound(j *pjob) (time.Time, bool) {
 		})
 	}
 	need := time.Duration(s.cfg.StarvationLeftFactor*float64(j.est)) + s.cfg.RestartCost
-	for i, v := range s.boundVictims {
+	for i, v := range s.pre.boundVictims {
 		if i == maxBoundVictims {
 			break
 		}
@@ -216,7 +216,13 @@ type failEntry struct {
 	brief bool
 }
 
-// sched is the state of one Schedule call.
+// sched is the state of one Schedule call. Its own fields are the
+// cycle's state, which the ETA pass goes on from: the fleet, the teams and
+// their quota use, the queued and running jobs, the release events, the
+// caches of failed fits, the backfill reservation, the explanations, rack
+// power and the output; with them the scratch of the placement searches,
+// which the cycle and the ETA pass share. What only the ETA simulation
+// uses is in eta, what only the preemption searches use in pre.
 type sched struct {
 	in  *Input
 	cfg Config
@@ -231,48 +237,30 @@ type sched struct {
 	teamIdx map[string]int32
 	classes []string
 
-	shapes       []*shape
-	shapeIdx     map[string]*shape
-	stackCache   map[string]stackNeed // per stack-requirement wording
-	pending      []*pjob              // cluster order
-	running      []*rjob              // by id
-	nodeRuns     [][]*rjob
-	victimAt     []int32 // nodes with preemptible running work, by index
-	events       eventHeap
-	resv         *reservation
-	fails        map[failKey]failEntry
-	preemptFails map[preemptKey]bool              // failed preemption searches this cycle
-	explain      bool                             // build reason texts (off in the ETA simulation)
-	codeEx       map[string]*gpufleet.Explanation // codeExplanation's, per code
-	brief        bool                             // the job being placed is past Config.ReasonDepth
-	texts        briefTexts
-	claims       []claimAt  // GPUs held for preemptors until their victims stop
-	state        runState   // nodes and GPUs by name, when any drains or is silent
-	pw           powerState // racks' budgets and draws (Input.Racks)
-	out          Output
+	shapes     []*shape
+	shapeIdx   map[string]*shape
+	stackCache map[string]stackNeed // per stack-requirement wording
+	pending    []*pjob              // cluster order
+	running    []*rjob              // by id
+	events     eventHeap
+	resv       *reservation
+	fails      map[failKey]failEntry
+	explain    bool                             // build reason texts (off in the ETA simulation)
+	codeEx     map[string]*gpufleet.Explanation // codeExplanation's, per code
+	brief      bool                             // the job being placed is past Config.ReasonDepth
+	texts      briefTexts
+	claims     []claimAt  // GPUs held for preemptors until their victims stop
+	state      runState   // nodes and GPUs by name, when any drains or is silent
+	pw         powerState // racks' budgets and draws (Input.Racks)
+	out        Output
 
-	// ETA simulation
-	groups []*simGroup
-	queue  []*pjob
-	open   openList
-	left   int
-	sheap  subHeap
-	use    simUse
-	real   int     // queued jobs not yet started in the simulation, not counting expected ones
-	future []*pjob // expected arrivals not yet in the queue, by arrival
-	// classGen grows when a class's quota reserve may shrink.
-	classGen []uint32
-	resvGen  uint32
-
-	starveTries int // starvation preemption searches this cycle
-	// boundVictims are the preemptible running jobs, longest running
-	// first, for starveBound; built lazily.
-	boundVictims []*rjob
+	eta etaSim        // the ETA simulation (eta.go)
+	pre preemptSearch // the preemption searches (preempt.go, starve.go)
 
 	fgdS  *fgdState // workload mix for fragmentation-gradient packing
 	spare spareHold // Config.Spare, held while lower classes are placed
 
-	// scratch
+	// scratch of the placement searches (place.go, fit.go, fgd.go)
 	best     cand
 	doms     [][2]int32
 	gpuBuf   []int32
@@ -283,15 +271,11 @@ type sched struct {
 	allowBuf []int32
 	keyBuf   []byte
 	subsets  map[string]uint64 // see subsetID
-	// preemption search scratch
-	victimBuf []*rjob
-	availBuf  []bool
-	domBuf    []int32
 }
 
 func newSched(in *Input) *sched {
 	s := &sched{in: in, cfg: in.Config.withDefaults(), now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{},
-		preemptFails: map[preemptKey]bool{}}
+		pre: preemptSearch{fails: map[preemptKey]bool{}}}
 	if s.cfg.Packing == "" {
 		s.cfg.Packing = PackFirstFit
 	}
@@ -310,7 +294,7 @@ func newSched(in *Input) *sched {
 	}
 	s.buildTeams()
 	s.f, s.ever = s.fleetFor(in)
-	s.classGen = make([]uint32, len(s.classes))
+	s.eta.classGen = make([]uint32, len(s.classes))
 	s.buildPower()
 	s.buildRunning()
 	s.buildPending()
@@ -339,7 +323,7 @@ func (s *sched) estimateOf(j *Job) time.Duration {
 // buildRunning applies running jobs to the capacity model and queues their
 // ends as release events.
 func (s *sched) buildRunning() {
-	s.nodeRuns = make([][]*rjob, len(s.f.nodes))
+	s.pre.nodeRuns = make([][]*rjob, len(s.f.nodes))
 	// By id, then input order.
 	type idKey struct {
 		id string
@@ -439,16 +423,16 @@ func (s *sched) buildRunning() {
 			last := int32(-1)
 			for _, a := range g.allocs {
 				if a.inst < 0 && a.node != last {
-					s.nodeRuns[a.node] = append(s.nodeRuns[a.node], r)
+					s.pre.nodeRuns[a.node] = append(s.pre.nodeRuns[a.node], r)
 					last = a.node
 				}
 			}
 		}
 	}
 	s.markBorrowed()
-	for ni, rs := range s.nodeRuns {
+	for ni, rs := range s.pre.nodeRuns {
 		if len(rs) > 0 {
-			s.victimAt = append(s.victimAt, int32(ni))
+			s.pre.victimAt = append(s.pre.victimAt, int32(ni))
 		}
 	}
 }
@@ -623,7 +607,7 @@ func (s *sched) releaseGrant(g *grant) {
 	if g.class >= 0 {
 		s.teams[g.team].used[g.class] -= g.charge
 		s.teams[g.team].gen++
-		s.classGen[g.class]++
+		s.eta.classGen[g.class]++
 	}
 }
 
@@ -795,7 +779,7 @@ func (s *sched) start(j *pjob, p placement, t time.Time) {
 	ts := &s.teams[j.team]
 	for _, c := range j.classes {
 		ts.demand[c] -= j.demand
-		s.classGen[c]++
+		s.eta.classGen[c]++
 	}
 	s.events.push(event{at: t.Add(j.est), g: g, gen: g.gen})
 }

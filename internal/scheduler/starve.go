@@ -53,10 +53,10 @@ func (s *sched) slowdownAt(est time.Duration, submitted time.Time) float64 {
 // requeued ones (see order). At most StarvationMaxTries jobs try per cycle.
 func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	sh := j.shape
-	if sh.kind != gpufleet.Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.starveTries >= s.cfg.StarvationMaxTries || !s.starving(j) {
+	if sh.kind != gpufleet.Exclusive || !s.cfg.Preemption || !s.cfg.ResponseRatio || s.pre.starveTries >= s.cfg.StarvationMaxTries || !s.starving(j) {
 		return false
 	}
-	s.starveTries++
+	s.pre.starveTries++
 	head := s.resv != nil && s.resv.job == j
 	wait := s.now.Sub(j.job.Queued)
 	if j.job.Queued.IsZero() {
