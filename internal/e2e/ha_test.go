@@ -427,12 +427,7 @@ func TestHAThousandJobs(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	leader, _ := h.leader()
-	var follower *serverProc
-	for _, r := range h.reps {
-		if r != leader {
-			follower = r
-		}
-	}
+	follower := h.follower(leader)
 	viaLeader := h.team
 	tok := h.team
 	_ = tok
@@ -516,6 +511,17 @@ func TestHAHandover(t *testing.T) {
 	checkAgents(t, agents)
 }
 
+// follower is a replica of h other than leader.
+func (h *ha) follower(leader *serverProc) *serverProc {
+	for _, r := range h.reps {
+		if r != leader {
+			return r
+		}
+	}
+	h.t.Fatal("no follower")
+	return nil
+}
+
 // readLog is a server's log so far.
 func readLog(t *testing.T, p *serverProc) string {
 	t.Helper()
@@ -535,12 +541,7 @@ func TestHAFollowerTellsTheTruth(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	leader, _ := h.leader()
-	var follower *serverProc
-	for _, r := range h.reps {
-		if r != leader {
-			follower = r
-		}
-	}
+	follower := h.follower(leader)
 	h.agents(ctx, leader, 2, 2, time.Hour)  // the jobs hold their GPUs
 	ids := h.submit(ctx, h.team, "hold", 6) // 4 run, 2 queue
 	_ = ids
