@@ -427,7 +427,14 @@ func (s *Stack) Validate() error {
 		if _, err := ParseStackComponent(k); err != nil {
 			return fmt.Errorf("versions: %w", err)
 		}
-		if _, err := ParseSoftwareVersion(s.Versions[k]); err != nil {
+		v := s.Versions[k]
+		if err := CheckText("versions."+k, v, versionMaxLen, false); err != nil {
+			return err
+		}
+		if strings.TrimSpace(v) != v {
+			return fmt.Errorf("%w: versions.%s %s: leading or trailing space", ErrInvalid, k, Quote(v))
+		}
+		if _, err := ParseSoftwareVersion(v); err != nil {
 			return fmt.Errorf("versions.%s: %w", k, err)
 		}
 	}

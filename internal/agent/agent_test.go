@@ -307,6 +307,23 @@ func TestAccounting(t *testing.T) {
 	}
 }
 
+// TestAKilledJobNamesTheSignal: a job that dies of a signal reads "killed
+// by SIGKILL" (exit 137), not Go's description of it ("killed by killed").
+func TestAKilledJobNamesTheSignal(t *testing.T) {
+	r := testRunner(t, t.TempDir(), time.Now)
+	r.Start(api.Assignment{AttemptID: "a-1", JobID: "j-1", Team: "team-a", GPUs: []string{"GPU-1"},
+		Command: []string{"sh", "-c", "kill -KILL $$"}})
+	rep := waitState(t, r, "a-1", gpufleet.AttemptFailed)
+	if rep.ExitCode == nil || *rep.ExitCode != 137 || rep.Reason != "killed by SIGKILL" {
+		t.Errorf("report %+v, want exit 137 killed by SIGKILL", rep)
+	}
+	for sig, want := range map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGSEGV: "SIGSEGV", syscall.Signal(99): "99"} {
+		if got := sigName(sig); got != want {
+			t.Errorf("sigName(%d) = %q, want %q", sig, got, want)
+		}
+	}
+}
+
 func TestRunnerRunsOnAssignedGPUsAndRecordsExit(t *testing.T) {
 	data, out := t.TempDir(), sharedDir(t)
 	r := testRunner(t, data, time.Now)

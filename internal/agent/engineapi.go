@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpufleet/gpufleet/internal/api"
 )
 
@@ -340,12 +342,14 @@ func AttemptAttach(dir string) int {
 }
 
 // signalName is a signal's name without "SIG", as the engine API takes it.
-func signalName(s syscall.Signal) string {
-	for name, n := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT,
-		"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "XCPU": syscall.SIGXCPU, "WINCH": syscall.SIGWINCH, "PWR": syscall.SIGPWR} {
-		if n == s {
-			return name
-		}
+func signalName(s syscall.Signal) string { return strings.TrimPrefix(sigName(s), "SIG") }
+
+// sigName is a signal's name as kill(1) and the stop_signal field write
+// it ("SIGKILL"), or its number for one without a name. (Go's
+// Signal.String gives a description, "killed", not a name.)
+func sigName(s syscall.Signal) string {
+	if name := unix.SignalName(s); name != "" {
+		return name
 	}
 	return strconv.Itoa(int(s))
 }

@@ -129,7 +129,7 @@ func FuzzPIDRecord(f *testing.F) {
 func FuzzExitRecord(f *testing.F) {
 	finished := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for _, ex := range []exitRecord{
-		{ExitCode: 0, FinishedAt: finished}, {ExitCode: 137, Signal: "killed", FinishedAt: finished},
+		{ExitCode: 0, FinishedAt: finished}, {ExitCode: 137, Signal: "SIGKILL", FinishedAt: finished},
 		{ExitCode: 127, Error: "start x: no such file", FinishedAt: finished}, {ExitCode: 143, Signal: "terminated", Fenced: "no word from the agent for 5s (fence 5s)"},
 	} {
 		f.Add(jsonIndent(f, ex))

@@ -268,7 +268,7 @@ func supervise(dir string) (exitRecord, error) {
 	case errors.As(werr, &ee):
 		ws, _ := ee.Sys().(syscall.WaitStatus)
 		if ws.Signaled() {
-			out.ExitCode, out.Signal = 128+int(ws.Signal()), ws.Signal().String()
+			out.ExitCode, out.Signal = 128+int(ws.Signal()), sigName(ws.Signal())
 		} else {
 			out.ExitCode = ws.ExitStatus()
 		}
@@ -290,7 +290,7 @@ func supervise(dir string) (exitRecord, error) {
 		}
 	}
 	if spec.Init != nil && out.Signal == "" && out.ExitCode > 128 && out.ExitCode < 128+65 {
-		out.Signal = syscall.Signal(out.ExitCode - 128).String() // as the init reports it
+		out.Signal = sigName(syscall.Signal(out.ExitCode - 128)) // as the init reports it
 	}
 	if spec.DeviceCgroupV1 != "" {
 		removeCgroupDir(spec.DeviceCgroupV1, logf)

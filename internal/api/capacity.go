@@ -95,11 +95,12 @@ func number(field, s string, lo, hi float64) (float64, error) {
 	return v, nil
 }
 
-// pairs reads repeated MODEL=VALUE parameters.
+// pairs reads repeated MODEL=VALUE parameters, each model once.
 func pairs(field string, vs []string, read func(model, value string) error) error {
 	if len(vs) > maxPairs {
 		return fmt.Errorf("%w: %s: at most %d", gpufleet.ErrInvalid, field, maxPairs)
 	}
+	seen := map[string]bool{}
 	for _, kv := range vs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -108,6 +109,10 @@ func pairs(field string, vs []string, read func(model, value string) error) erro
 		if err := gpufleet.CheckText(field, k, maxIDLen, false); err != nil {
 			return err
 		}
+		if seen[k] {
+			return fmt.Errorf("%w: %s: %s given twice: one value per model", gpufleet.ErrInvalid, field, gpufleet.Quote(k))
+		}
+		seen[k] = true
 		if err := read(k, v); err != nil {
 			return err
 		}

@@ -253,6 +253,9 @@ func (h *handler) wrap(rt routeDef) http.Handler {
 		}
 		p, err := h.authenticate(r, rt.Auth)
 		if err == nil {
+			err = h.checkQuery(rt, r)
+		}
+		if err == nil {
 			if r.Body != nil {
 				r.Body = http.MaxBytesReader(sw, r.Body, h.opts.MaxBodyBytes)
 			}

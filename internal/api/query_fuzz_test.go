@@ -120,6 +120,9 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"DELETE", "/api/v1/nodes/n1/faults", "admin"}, {"POST", "/api/v1/agent/logs/" + attempt, "agent"},
 		{"GET", "/api/v1/forecast", "member"}, {"GET", "/api/v1/procure", "admin"}, {"GET", "/api/v1/lifecycle", "admin"},
 		{"GET", "/api/v1/audit", "admin"}, {"GET", "/api/v1/sd/agents", "admin"},
+		{"GET", "/api/v1/bench/results", "member"}, {"GET", "/api/v1/stacks/check", "member"}, {"GET", "/api/v1/racks", "member"},
+		{"GET", "/api/v1/stacks", "member"}, {"GET", "/api/v1/rollouts", "member"}, {"GET", "/api/v1/jobs/" + jobs[0], "member"},
+		{"GET", "/api/v1/bench/workloads", "member"},
 	}
 	return q
 }
@@ -157,6 +160,26 @@ func (q *queryFleet) serve(rt queryRoute, rawQuery, lastEventID string) *httptes
 	return rec
 }
 
+// TestEveryRouteRefusesUnknownQueryParameters: a parameter a route does
+// not declare in openapi.json is a 400 naming it on every route, before
+// the route does anything.
+func TestEveryRouteRefusesUnknownQueryParameters(t *testing.T) {
+	q := newQueryFleet(t)
+	for _, rt := range api.Routes() {
+		auth := map[api.AuthKind]string{api.AuthMember: "member", api.AuthAdmin: "admin", api.AuthMonitor: "admin", api.AuthAgent: "agent", api.AuthNone: "admin"}[rt.Auth]
+		if auth == "" {
+			continue // a join token is used up by the request
+		}
+		path := strings.NewReplacer("{id}", "x-1", "{name}", "n1").Replace(rt.Pattern)
+		rec := q.serve(queryRoute{rt.Method, path, auth}, "quantlie=0.9", "")
+		var e api.ErrorBody
+		_ = json.Unmarshal(rec.Body.Bytes(), &e)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(e.Error, `unknown query parameter "quantlie"`) {
+			t.Errorf("%s %s?quantlie=0.9: %d %.200s, want 400 naming quantlie", rt.Method, rt.Pattern, rec.Code, rec.Body.Bytes())
+		}
+	}
+}
+
 // FuzzListQuery sends random query strings to the list routes (and the
 // other routes that read query parameters: usage, rollups, fault clearing,
 // agent log shipping; not a job's log, whose follow=1 waits for output) of
@@ -183,7 +206,8 @@ func FuzzListQuery(f *testing.F) {
 		"target=allocation<NaN", "target=p0-wait<1s", "quantile=0.99", "quantile=1", "quantile=NaN", "lead_time=h100-sxm-80gb=30d", "lead_time=nope=30d",
 		"lead_time=h100-sxm-80gb=0d", "lead_time==", "price=h100-sxm-80gb=25000", "price=h100-sxm-80gb=-1", "price=h100-sxm-80gb=1e400",
 		"since=30d", "since=0d", "energy_price=0.2", "energy_price=Inf", "depreciation_years=0", "repair_hours=1e9", "gpu_model=h100-sxm-80gb",
-		"%zz=1&limit=2", "limit=1;all=1", "watch=1&since=1", "a=1&a=2&" + strings.Repeat("b=1&", 2000),
+		"%zz=1&limit=2", "limit=1;all=1", "quantlie=0.9", "context=1000000000000", "x=1", "horizon=28d&horizon=7d", "node=n1&history=1&limit=5",
+		"history=maybe", "limit=100001", "team=%ff%fe", "gpu_model=\x1b[2J", "watch=1&since=1", "a=1&a=2&" + strings.Repeat("b=1&", 2000),
 	} {
 		for route := range len(q.routes) {
 			f.Add(uint8(route), s, "")

@@ -70,9 +70,9 @@ func readJSONBody(r *http.Request) ([]byte, error) {
 func decodeStrictBytes(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	w := strictWalker{dec: dec}
+	w := strictWalker{dec: dec, data: data}
 	t := reflect.TypeOf(v).Elem()
-	first, err := w.token()
+	first, err := w.token("")
 	if err != nil {
 		return err
 	}
@@ -96,12 +96,21 @@ func decodeStrictBytes(data []byte, v any) error {
 // strictWalker checks a JSON document against a Go type token by token.
 type strictWalker struct {
 	dec    *json.Decoder
-	tokens int // read so far
+	data   []byte // the body, to see a string as it was sent
+	tokens int    // read so far
 }
 
-func (w *strictWalker) token() (json.Token, error) {
+// token reads the next token; path names the value it belongs to.
+func (w *strictWalker) token(path string) (json.Token, error) {
+	from := w.dec.InputOffset()
 	tok, err := w.dec.Token()
 	w.tokens++
+	if s, ok := tok.(string); ok && err == nil && rewritten(w.data[from:w.dec.InputOffset()], s) {
+		if path == "" {
+			path = "body"
+		}
+		return nil, fmt.Errorf("%w: %s: invalid UTF-8 or a lone UTF-16 surrogate in a string; it would not be kept as sent", gpufleet.ErrInvalid, path)
+	}
 	if err != nil {
 		var syntax *json.SyntaxError
 		switch {
@@ -129,7 +138,7 @@ func (w *strictWalker) value(t reflect.Type, path string, depth int) error {
 	if depth > maxJSONDepth {
 		return fmt.Errorf("%w: %s: nested more than %d levels", gpufleet.ErrInvalid, path, maxJSONDepth)
 	}
-	tok, err := w.token()
+	tok, err := w.token(path)
 	if err != nil {
 		return err
 	}
@@ -164,7 +173,7 @@ func (w *strictWalker) value(t reflect.Type, path string, depth int) error {
 				return err
 			}
 		}
-		_, err := w.token()
+		_, err := w.token(path)
 		return err
 	case reflect.Interface:
 		if isDelim {
@@ -247,7 +256,7 @@ func (w *strictWalker) object(t reflect.Type, path string, depth int) error {
 	fields := jsonFields(t)
 	seen := map[string]bool{}
 	for w.dec.More() {
-		tok, err := w.token()
+		tok, err := w.token(keyOf(path))
 		if err != nil {
 			return err
 		}
@@ -268,7 +277,7 @@ func (w *strictWalker) object(t reflect.Type, path string, depth int) error {
 			return err
 		}
 	}
-	_, err := w.token()
+	_, err := w.token(path)
 	return err
 }
 
@@ -278,7 +287,7 @@ func (w *strictWalker) mapping(t reflect.Type, path string, depth int) error {
 	seen := map[string]bool{}
 	kt := reflect.PointerTo(t.Key())
 	for w.dec.More() {
-		tok, err := w.token()
+		tok, err := w.token(keyOf(path))
 		if err != nil {
 			return err
 		}
@@ -297,7 +306,7 @@ func (w *strictWalker) mapping(t reflect.Type, path string, depth int) error {
 			return err
 		}
 	}
-	_, err := w.token()
+	_, err := w.token(path)
 	return err
 }
 
@@ -311,7 +320,7 @@ func (w *strictWalker) free(open json.Delim, path string, depth int) error {
 	for i := 0; w.dec.More(); i++ {
 		sub := fmt.Sprintf("%s[%d]", path, i)
 		if open == '{' {
-			tok, err := w.token()
+			tok, err := w.token(keyOf(path))
 			if err != nil {
 				return err
 			}
@@ -322,7 +331,7 @@ func (w *strictWalker) free(open json.Delim, path string, depth int) error {
 			}
 			seen[key] = true
 		}
-		tok, err := w.token()
+		tok, err := w.token(sub)
 		if err != nil {
 			return err
 		}
@@ -332,7 +341,7 @@ func (w *strictWalker) free(open json.Delim, path string, depth int) error {
 			}
 		}
 	}
-	_, err := w.token()
+	_, err := w.token(path)
 	return err
 }
 
@@ -412,4 +421,34 @@ func jsonFields(t reflect.Type) fieldSet {
 	add(t)
 	fieldCache.Store(t, fs)
 	return fs
+}
+
+// rewritten reports whether decoding raw (a JSON string token and the
+// separators before it) replaced something with U+FFFD: invalid UTF-8 or
+// a lone surrogate escape such as \udc00. encoding/json does that
+// silently, so a command or name would be stored other than as sent.
+func rewritten(raw []byte, decoded string) bool {
+	n := strings.Count(decoded, "\uFFFD")
+	if n == 0 {
+		return false
+	}
+	sent := bytes.Count(raw, []byte("\uFFFD")) // the character itself, valid UTF-8
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 >= len(raw) {
+			continue
+		}
+		if raw[i+1] == 'u' && i+6 <= len(raw) && strings.EqualFold(string(raw[i+2:i+6]), "fffd") {
+			sent++
+		}
+		i++ // skip the escaped character
+	}
+	return n > sent
+}
+
+// keyOf names the keys of the object at path, for errors about a key.
+func keyOf(path string) string {
+	if path == "" {
+		return "a field name"
+	}
+	return "a key in " + path
 }
