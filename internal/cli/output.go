@@ -93,7 +93,7 @@ func (e *env) setOutput(cmd *cobra.Command) error {
 		return nil
 	case format == outputJSONPath:
 		if !hasArg || arg == "" {
-			return usageErr("-o jsonpath needs a template: -o jsonpath='{.id}' (docs/CLI.md#output)")
+			return usageErr("-o jsonpath needs a template: -o jsonpath='{.id}' (docs/SERVER.md#output-formats)")
 		}
 		t, err := parseTemplate(arg)
 		if err != nil {
