@@ -190,7 +190,7 @@ func newNameWriter(out io.Writer, k objectKind) *docWriter {
 }
 
 // newJSONPathWriter writes each document through the template t.
-func newJSONPathWriter(out io.Writer, t template) *docWriter {
+func newJSONPathWriter(out io.Writer, t jsonpathTemplate) *docWriter {
 	return &docWriter{out: out, format: "-o jsonpath", emit: func(w io.Writer, doc []byte, _ int) error {
 		v, err := decodeDoc(doc)
 		if err != nil {
@@ -203,7 +203,7 @@ func newJSONPathWriter(out io.Writer, t template) *docWriter {
 	}}
 }
 
-// template is a kubectl-style JSONPath template: text printed as it is,
+// jsonpathTemplate is a kubectl-style JSONPath template: text printed as it is,
 // with {EXPR} parts evaluated, EXPR an RFC 9535 JSONPath query
 // (github.com/theory/jsonpath) whose leading $ may be left out ({.id},
 // {[*].id}, {..name}), a quoted string ({"\n"}, {'\t'} as written), or
@@ -212,21 +212,21 @@ func newJSONPathWriter(out io.Writer, t template) *docWriter {
 // of one query print separated by blanks, as kubectl prints them; strings
 // print bare, numbers and booleans as JSON, null as nothing, objects and
 // lists as compact JSON.
-type template []tnode
+type jsonpathTemplate []tnode
 
 // tnode is one part of a template: text, a query, or a range over a
 // query with its body.
 type tnode struct {
-	text  string
-	path  *jsonpath.Path
-	root  bool // the query starts at the document ($), not the current value
-	body  template
-	isRng bool
+	text    string
+	path    *jsonpath.Path
+	root    bool // the query starts at the document ($), not the current value
+	body    jsonpathTemplate
+	isRange bool
 }
 
 // parseTemplate reads a template; errors name the part refused.
-func parseTemplate(s string) (template, error) {
-	stack := []template{nil}
+func parseTemplate(s string) (jsonpathTemplate, error) {
+	stack := []jsonpathTemplate{nil}
 	for len(s) > 0 {
 		open := strings.IndexByte(s, '{')
 		if open < 0 {
@@ -256,7 +256,7 @@ func parseTemplate(s string) (template, error) {
 			if err != nil {
 				return nil, fmt.Errorf("{%s}: %w", expr, err)
 			}
-			n.isRng = true
+			n.isRange = true
 			stack[len(stack)-1] = append(stack[len(stack)-1], n)
 			stack = append(stack, nil)
 		case strings.HasPrefix(expr, `"`):
@@ -324,7 +324,7 @@ func parseQuery(expr string) (tnode, error) {
 }
 
 // exec writes t for the current value cur of the document root.
-func (t template) exec(b *strings.Builder, root, cur any) {
+func (t jsonpathTemplate) exec(b *strings.Builder, root, cur any) {
 	for _, n := range t {
 		if n.path == nil {
 			b.WriteString(n.text)
@@ -335,7 +335,7 @@ func (t template) exec(b *strings.Builder, root, cur any) {
 			from = root
 		}
 		vals := n.path.Select(from)
-		if n.isRng {
+		if n.isRange {
 			for _, v := range vals {
 				n.body.exec(b, root, v)
 			}
