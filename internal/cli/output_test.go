@@ -219,3 +219,20 @@ func TestOutputErrors(t *testing.T) {
 		})
 	}
 }
+
+// FuzzTemplate: any -o jsonpath template either parses, and then prints
+// any JSON document without panicking, or is refused with an error.
+func FuzzTemplate(f *testing.F) {
+	for _, s := range []string{`{[*].id}`, `{range [*]}{.id}{"\n"}{end}`, `{..x}`, `{$.a[?@.b>1]}`, `{`, `}{`, `{end}`, `{range}`, `{"\x"}`, `{'}'}`, `a{.b}c`} {
+		f.Add(s, `[{"id":"j-1","a":{"b":2},"x":[1,"2",null,true]}]`)
+	}
+	f.Fuzz(func(t *testing.T, tmpl, doc string) {
+		tm, err := parseTemplate(tmpl)
+		if err != nil {
+			return
+		}
+		var out bytes.Buffer
+		w := newJSONPathWriter(&out, tm)
+		_, _ = w.Write([]byte(doc))
+	})
+}
