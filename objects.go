@@ -166,6 +166,7 @@ type Job struct {
 	CancelRequested bool              `json:"cancel_requested"`
 	Priority        Priority          `json:"priority"`
 	RequestID       string            `json:"request_id,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"` // as submitted (labels.go)
 	Resources       Resources         `json:"resources"`
 	Command         []string          `json:"command"`
 	Env             map[string]string `json:"env,omitempty"`

@@ -106,6 +106,7 @@ type JobRequest struct {
 	Team      string            `json:"team,omitempty"`
 	Priority  Priority          `json:"priority,omitempty"`
 	RequestID string            `json:"request_id,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"` // what label selectors pick the job by (labels.go)
 	Resources Resources         `json:"resources"`
 	Command   []string          `json:"command"`
 	Env       map[string]string `json:"env,omitempty"`
@@ -180,6 +181,9 @@ func (r *JobRequest) Validate() error {
 		return InField("priority", err)
 	}
 	if err := CheckText("request_id", r.RequestID, MaxRequestIDLen, false); err != nil {
+		return err
+	}
+	if err := ValidateLabels("labels", r.Labels); err != nil {
 		return err
 	}
 	if err := validateCommand(r.Command); err != nil {
@@ -441,6 +445,9 @@ func (j *Job) Validate() error {
 		return InField("priority", err)
 	}
 	if err := j.Resources.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateLabels("labels", j.Labels); err != nil {
 		return err
 	}
 	if err := validateCommand(j.Command); err != nil {

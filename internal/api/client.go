@@ -344,6 +344,9 @@ func (c *Client) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
 	if q.All {
 		v.Set("all", "1")
 	}
+	if !q.Selector.Empty() {
+		v.Set("selector", q.Selector.String())
+	}
 	setPage(v, q.Limit, q.NextToken)
 	var out JobList
 	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/jobs", query: v, idempotent: true}, &out)
@@ -378,6 +381,25 @@ func (c *Client) Job(ctx context.Context, id string) (gpufleet.Job, error) {
 func (c *Client) CancelJob(ctx context.Context, id string) (gpufleet.Job, error) {
 	var out gpufleet.Job
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/jobs/" + url.PathEscape(id) + "/cancel", idempotent: true}, &out)
+	return out, err
+}
+
+// CancelJobs cancels every active job that q's label selector (required)
+// picks, narrowed by q.Team and q.States, and returns them as the cancel
+// left them (idempotent).
+func (c *Client) CancelJobs(ctx context.Context, q JobQuery) (JobList, error) {
+	v := url.Values{}
+	v.Set("selector", q.Selector.String())
+	setNonEmpty(v, "team", q.Team)
+	if len(q.States) > 0 {
+		s := make([]string, len(q.States))
+		for i, st := range q.States {
+			s[i] = string(st)
+		}
+		v.Set("state", strings.Join(s, ","))
+	}
+	var out JobList
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/jobs/cancel", query: v, idempotent: true}, &out)
 	return out, err
 }
 

@@ -136,9 +136,10 @@ func (h *handler) table() []routeDef {
 		r("GET", v1+"/openapi.json", AuthNone, "This API's OpenAPI 3.1 document", h.openapi),
 
 		r("POST", v1+"/jobs", AuthMember, "Submit a job", h.submitJob),
-		r("GET", v1+"/jobs", AuthMember, "List jobs; watch=1 streams snapshots as server-sent events", h.listJobs),
+		r("GET", v1+"/jobs", AuthMember, "List jobs (selector= picks them by label); watch=1 streams snapshots as server-sent events", h.listJobs),
 		r("GET", v1+"/jobs/{id}", AuthMember, "Get a job with its attempts", h.getJob),
 		r("POST", v1+"/jobs/{id}/cancel", AuthMember, "Request a job's cancellation", h.cancelJob),
+		r("POST", v1+"/jobs/cancel", AuthMember, "Cancel every active job a label selector picks (selector=, required; members: their team's)", h.cancelJobs),
 		r("GET", v1+"/jobs/{id}/logs", AuthMember, "A job's log (latest attempt, previous=1 or attempt=ID; tail=N lines; since=10m or since_time=T); follow=1 streams it", h.jobLogs),
 		r("GET", v1+"/queue", AuthMember, "The queue with positions, reasons and ETAs; watch=1 streams snapshots", h.queue),
 

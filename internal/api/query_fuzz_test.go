@@ -95,8 +95,9 @@ func newQueryFleet(t testing.TB) *queryFleet {
 	member, err := srv.Authenticate(ctx, q.tokens["member"])
 	must(err)
 	var jobs []string
-	for _, gpus := range []int{4, 4, 8, 2} {
-		resp, err := srv.SubmitJob(ctx, member, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: gpus}, Command: []string{"python", "train.py"}})
+	for i, gpus := range []int{4, 4, 8, 2} {
+		resp, err := srv.SubmitJob(ctx, member, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: gpus}, Command: []string{"python", "train.py"},
+			Labels: map[string]string{"sweep": []string{"a", "b"}[i%2], "example.com/run": string(rune('0' + i))}})
 		must(err)
 		jobs = append(jobs, resp.Job.ID)
 	}
@@ -122,7 +123,7 @@ func newQueryFleet(t testing.TB) *queryFleet {
 		{"GET", "/api/v1/audit", "admin"}, {"GET", "/api/v1/sd/agents", "admin"},
 		{"GET", "/api/v1/bench/results", "member"}, {"GET", "/api/v1/stacks/check", "member"}, {"GET", "/api/v1/racks", "member"},
 		{"GET", "/api/v1/stacks", "member"}, {"GET", "/api/v1/rollouts", "member"}, {"GET", "/api/v1/jobs/" + jobs[0], "member"},
-		{"GET", "/api/v1/bench/workloads", "member"},
+		{"GET", "/api/v1/bench/workloads", "member"}, {"POST", "/api/v1/jobs/cancel", "member"},
 	}
 	return q
 }
@@ -208,6 +209,9 @@ func FuzzListQuery(f *testing.F) {
 		"since=30d", "since=0d", "energy_price=0.2", "energy_price=Inf", "depreciation_years=0", "repair_hours=1e9", "gpu_model=h100-sxm-80gb",
 		"%zz=1&limit=2", "limit=1;all=1", "quantlie=0.9", "context=1000000000000", "x=1", "horizon=28d&horizon=7d", "node=n1&history=1&limit=5",
 		"history=maybe", "limit=100001", "team=%ff%fe", "gpu_model=\x1b[2J", "watch=1&since=1", "a=1&a=2&" + strings.Repeat("b=1&", 2000),
+		"selector=sweep%3Da", "selector=sweep!%3Da&all=1", "selector=sweep+in+(a,b),!gone&limit=1", "selector=example.com/run+notin+(0)",
+		"selector=sweep%3Db&state=queued", "selector=sweep%3Db&state=succeeded", "selector=", "selector=%20", "selector=a&selector=b",
+		"selector=a+in+((b))", "selector=" + strings.Repeat("a,", 100), "selector=" + strings.Repeat("x", 5000), "selector=a%3D%ff",
 	} {
 		for route := range len(q.routes) {
 			f.Add(uint8(route), s, "")

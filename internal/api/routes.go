@@ -75,6 +75,9 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, p Principal) 
 	if jq.All, err = boolParam(r, "all"); err != nil {
 		return err
 	}
+	if jq.Selector, err = selectorParam(r); err != nil {
+		return err
+	}
 	for _, s := range splitList(q["state"]) {
 		jq.States = append(jq.States, gpufleet.JobState(s))
 	}
@@ -102,6 +105,49 @@ func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, p Principal)
 		return err
 	}
 	return writeJSON(w, http.StatusOK, job)
+}
+
+// cancelJobs cancels the active jobs a label selector picks, as
+// GET /api/v1/jobs?selector= would list them.
+func (h *handler) cancelJobs(w http.ResponseWriter, r *http.Request, p Principal) error {
+	jc, ok := h.svc.(JobCanceller)
+	if !ok {
+		return fmt.Errorf("%w: this server cancels by id only", gpufleet.ErrUnsupported)
+	}
+	q := r.URL.Query()
+	sel, err := selectorParam(r)
+	if err != nil {
+		return err
+	}
+	if sel.Empty() {
+		return fmt.Errorf("%w: selector: required (an empty selector would cancel every job; cancel by id instead)", gpufleet.ErrInvalid)
+	}
+	jq := JobQuery{Team: q.Get("team"), Selector: sel}
+	for _, s := range splitList(q["state"]) {
+		jq.States = append(jq.States, gpufleet.JobState(s))
+	}
+	list, err := jc.CancelJobs(r.Context(), p, jq)
+	if err != nil {
+		return err
+	}
+	if list.Jobs == nil {
+		list.Jobs = []gpufleet.Job{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+// selectorParam reads ?selector=, a label selector (gpufleet.ParseLabelSelector);
+// absent or blank is the empty selector. It may be given once.
+func selectorParam(r *http.Request) (gpufleet.LabelSelector, error) {
+	vals := r.URL.Query()["selector"]
+	switch len(vals) {
+	case 0:
+		return nil, nil
+	case 1:
+	default:
+		return nil, fmt.Errorf("%w: selector given %d times: join its requirements with commas", gpufleet.ErrInvalid, len(vals))
+	}
+	return gpufleet.ParseLabelSelector(vals[0])
 }
 
 func (h *handler) queue(w http.ResponseWriter, r *http.Request, p Principal) error {

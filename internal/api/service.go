@@ -46,11 +46,21 @@ type JobList struct {
 
 // JobQuery filters GET /api/v1/jobs.
 type JobQuery struct {
-	Team      string
-	States    []gpufleet.JobState
+	Team   string
+	States []gpufleet.JobState
+	// Selector keeps the jobs whose labels it matches (?selector=).
+	Selector  gpufleet.LabelSelector
 	All       bool // include finished jobs
 	NextToken string
 	Limit     int
+}
+
+// JobCanceller cancels the jobs a label selector picks: POST
+// /api/v1/jobs/cancel?selector=. q.Selector must not be empty; q.Team and
+// q.States narrow it to a team and active states. A member cancels only
+// its own team's jobs. A server without it answers 422.
+type JobCanceller interface {
+	CancelJobs(ctx context.Context, p Principal, q JobQuery) (JobList, error)
 }
 
 // TeamRequest creates or updates a team.

@@ -29,7 +29,7 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	output  string // table, json or wide
+	output  string // table, json or wide once setOutput has read -o
 	server  string
 	token   string
 	catalog string // --catalog FILE
@@ -90,31 +90,25 @@ Commands that need no server: catalog, plan, version.`,
 			if e.token == "" {
 				e.token = os.Getenv("GPUFLEET_TOKEN")
 			}
-			switch e.output {
-			case outputTable, outputJSON, outputWide:
-				return nil
-			case outputYAML:
-				// Commands write JSON; the writer turns it into YAML.
-				e.output, e.stdout = outputJSON, &yamlWriter{out: e.stdout}
-				return nil
-			}
-			return fmt.Errorf("%w: -o/--output %q: expected table, json, yaml or wide", gpufleet.ErrInvalid, e.output)
+			// Commands write JSON for yaml, name and jsonpath; a writer
+			// rewrites it.
+			return e.setOutput(cmd)
 		},
 		PersistentPostRunE: func(*cobra.Command, []string) error {
-			if y, ok := e.stdout.(*yamlWriter); ok {
-				return y.Close()
+			if d, ok := e.stdout.(*docWriter); ok {
+				return d.Close()
 			}
 			return nil
 		},
 	}
 	root.SetVersionTemplate("gpufleet {{.Version}}\n")
 	pf := root.PersistentFlags()
-	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: table, json, yaml or wide")
+	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: "+outputWant+" (kubectl's JSONPath templates: -o jsonpath='{[*].id}')")
 	pf.StringVar(&e.server, "server", "", "server URL[,URL...] (env GPUFLEET_SERVER)")
 	pf.StringVar(&e.token, "token", "", "API token (env GPUFLEET_TOKEN)")
 	pf.StringVar(&e.catalog, "catalog", "", "CSV or JSON file that adds or overrides GPU catalog entries")
 	_ = root.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{outputTable, outputJSON, outputYAML, outputWide}, cobra.ShellCompDirectiveNoFileComp
+		return []string{outputTable, outputJSON, outputYAML, outputWide, outputName, outputJSONPath + "="}, cobra.ShellCompDirectiveNoFileComp
 	})
 
 	root.AddCommand(

@@ -96,7 +96,7 @@ func TestCatalogShow(t *testing.T) {
 		"unknown id suggests":    {args: []string{"catalog", "show", "h100-sxm"}, wantCode: 1, wantErr: []string{"unknown GPU", "did you mean h100-sxm-80gb"}},
 		"flags after subcommand": {args: []string{"catalog", "show", "l4", "-o", "json"}, wantOut: []string{`"id": "l4"`}},
 		"flags before command":   {args: []string{"-o", "json", "catalog", "show", "l4"}, wantOut: []string{`"id": "l4"`}},
-		"bad output format":      {args: []string{"catalog", "-o", "xml"}, wantCode: 1, wantErr: []string{"-o/--output", "table, json, yaml or wide"}},
+		"bad output format":      {args: []string{"catalog", "-o", "xml"}, wantCode: 1, wantErr: []string{"-o/--output", "table, wide, json, yaml, name or jsonpath=TEMPLATE"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -23,6 +23,7 @@ type fakeService struct {
 	mu          sync.Mutex
 	lastSubmit  api.SubmitRequest
 	lastJobs    api.JobQuery
+	lastCancel  api.JobQuery
 	lastUsage   api.UsageQuery
 	lastRollup  api.RollupQuery
 	lastTeam    api.TeamRequest
@@ -45,6 +46,7 @@ var (
 	_ api.Service      = (*fakeService)(nil)
 	_ api.LogService   = (*fakeService)(nil)
 	_ api.WatchService = (*fakeService)(nil)
+	_ api.JobCanceller = (*fakeService)(nil)
 )
 
 // startFake serves the API over a fakeService and isolates the test from
@@ -88,7 +90,7 @@ func (f *fakeService) job(id string) gpufleet.Job {
 	limit := 14400.0
 	exit := 0
 	return gpufleet.Job{
-		ID: id, Team: "team-a", Name: "train", State: gpufleet.JobRunning, Priority: "training",
+		ID: id, Team: "team-a", Name: "train", State: gpufleet.JobRunning, Priority: "training", Labels: map[string]string{"sweep": "lr-7", "run": id},
 		Resources:   gpufleet.Resources{GPUs: 16, Nodes: 2, GPUModels: []string{"h100-sxm-80gb"}, GPUMemoryMinBytes: 80 << 30},
 		Command:     []string{"torchrun", "train.py"},
 		TimeLimitS:  &limit,
@@ -133,6 +135,20 @@ func (f *fakeService) CancelJob(ctx context.Context, p api.Principal, id string)
 	j, err := f.Job(ctx, p, id)
 	j.CancelRequested = true
 	return j, err
+}
+
+// CancelJobs records the query and answers as if j-1 and j-2 matched.
+func (f *fakeService) CancelJobs(_ context.Context, _ api.Principal, q api.JobQuery) (api.JobList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastCancel = q
+	var out []gpufleet.Job
+	for _, id := range []string{"j-1", "j-2"} {
+		j := f.job(id)
+		j.CancelRequested = true
+		out = append(out, j)
+	}
+	return api.JobList{Jobs: out}, nil
 }
 
 func (f *fakeService) Queue(context.Context, api.Principal) ([]gpufleet.QueueEntry, error) {

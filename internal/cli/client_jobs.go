@@ -30,7 +30,7 @@ type submitFlags struct {
 	cpus                                                                  float64
 	gpuModels, gpuMemory, minCC, precision, interconnect, sharing, prefer string
 	memory                                                                string
-	nodeSelector, env, requires                                           []string
+	nodeSelector, env, requires, labels                                   []string
 	stack, isolation, overhead                                            string
 	priority, team, timeLimit, estimate, grace                            string
 	workdir, requestID, simLoad, name                                     string
@@ -82,6 +82,7 @@ func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.requestID, "request-id", "", "idempotency key: resubmitting with the same id returns the same job")
 	fs.StringVar(&f.simLoad, "sim-load", "", "load on simulated GPUs: compute, memory or idle")
 	fs.StringVar(&f.name, "name", "", "job name")
+	fs.StringArrayVarP(&f.labels, "labels", "l", nil, "labels KEY=VALUE the job carries, for selectors (jobs -l, cancel -l): repeatable and comma-separated, as kubectl's (team=nlp,sweep=7)")
 	fs.StringVar(&f.workMetric, "work-metric", "", "regular expression for the work the job prints, its first group the running count ('tokens=([0-9]+)'): energy per unit of work")
 	fs.StringVar(&f.workUnit, "work-unit", "", "what --work-metric counts: tokens, samples, images (default units)")
 	fs.BoolVar(&f.strict, "strict", false, "reject the job when its request is smaller than the planner's plan (default: warn)")
@@ -189,6 +190,11 @@ func (f *submitFlags) request(e *env, fs *pflag.FlagSet, fileArgs, command []str
 		{"request-id", func() error { req.RequestID = f.requestID; return nil }},
 		{"sim-load", text(&req.SimLoad, f.simLoad)},
 		{"name", func() error { req.Name = f.name; return nil }},
+		{"labels", func() error {
+			m, err := parseLabelFlags(f.labels)
+			req.Labels = mergeKV(req.Labels, m)
+			return err
+		}},
 		{"work-metric", func() error { req.Work = workCounter(req.Work); req.Work.Metric = f.workMetric; return nil }},
 		{"work-unit", func() error { req.Work = workCounter(req.Work); req.Work.Unit = f.workUnit; return nil }},
 		{"strict", func() error { req.Strict = f.strict; return nil }},
@@ -350,6 +356,41 @@ func mergeKV(dst, src map[string]string) map[string]string {
 	return dst
 }
 
+// parseLabelFlags reads -l values, each KEY=VALUE pairs separated by
+// commas (gpufleet.ParseLabels); a key given twice, in one value or two,
+// is refused.
+func parseLabelFlags(vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		m, err := gpufleet.ParseLabels(v)
+		if err != nil {
+			return nil, err
+		}
+		for k, val := range m {
+			if _, dup := out[k]; dup {
+				return nil, fmt.Errorf("%w: label key %s given twice", gpufleet.ErrInvalid, gpufleet.Quote(k))
+			}
+			out[k] = val
+		}
+	}
+	return out, nil
+}
+
+// selectorFlag registers -l/--selector: a label selector, repeatable (the
+// selectors given must all hold).
+func selectorFlag(fs *pflag.FlagSet, dst *[]string, what string) {
+	fs.StringArrayVarP(dst, "selector", "l", nil, what+" whose labels match this selector: k=v, k==v, k!=v, k, !k, 'k in (a,b)', 'k notin (a,b)', comma-separated (all must hold; repeatable)")
+}
+
+// parseSelectorFlag reads the -l values as one selector.
+func parseSelectorFlag(vals []string) (gpufleet.LabelSelector, error) {
+	sel, err := gpufleet.ParseLabelSelector(strings.Join(vals, ","))
+	if err != nil {
+		return nil, gpufleet.InField("--selector", err)
+	}
+	return sel, nil
+}
+
 // readJobFile opens and parses a job file ("-": stdin).
 func readJobFile(e *env, path string) (api.SubmitRequest, error) {
 	if path == "-" {
@@ -424,11 +465,19 @@ func newJobsCmd(c *clientEnv) *cobra.Command {
 		state string
 		watch bool
 	)
+	var selector []string
 	cmd := &cobra.Command{
-		Use:   "jobs [--all] [--team T] [--state S,S] [--watch]",
+		Use:   "jobs [--all] [--team T] [--state S,S] [-l SELECTOR] [--watch]",
 		Short: "List jobs (active ones; --all adds finished)",
-		Args:  cobra.NoArgs,
+		Example: `  gpufleet jobs -l sweep=lr-7,run!=3
+  gpufleet jobs --all -l 'team in (nlp,cv)' -o name
+  gpufleet jobs -o jsonpath='{range [*]}{.id}{"\t"}{.labels}{"\n"}{end}'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if q.Selector, err = parseSelectorFlag(selector); err != nil {
+				return err
+			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
@@ -453,6 +502,7 @@ func newJobsCmd(c *clientEnv) *cobra.Command {
 	fs.BoolVar(&q.All, "all", false, "include finished jobs")
 	fs.StringVar(&q.Team, "team", "", "only this team's jobs")
 	fs.StringVar(&state, "state", "", "only these states, comma-separated")
+	selectorFlag(fs, &selector, "only jobs")
 	fs.BoolVarP(&watch, "watch", "w", false, "print again whenever something changes")
 	return cmd
 }
@@ -460,14 +510,14 @@ func newJobsCmd(c *clientEnv) *cobra.Command {
 func (c *clientEnv) printJobs(jobs []gpufleet.Job) error {
 	cols := []string{"ID", "NAME", "TEAM", "STATE", "PRIORITY", "GPUS", "SUBMITTED"}
 	if c.output == outputWide {
-		cols = append(cols, "STARTED", "MODELS", "SHARING", "RETRIES", "NODES")
+		cols = append(cols, "STARTED", "MODELS", "SHARING", "RETRIES", "NODES", "LABELS")
 	}
 	t := newTable(c.stdout, cols...)
 	for _, j := range jobs {
 		row := []string{j.ID, orDash(j.Name), j.Team, jobState(j), orDash(string(j.Priority)), gpuCount(j.Resources), c.ago(&j.SubmittedAt)}
 		if c.output == outputWide {
 			row = append(row, c.ago(j.StartedAt), orDash(strings.Join(j.Resources.GPUModels, ",")), orDash(sharingText(j.Resources.Sharing)),
-				fmt.Sprintf("%d/%d", j.Retries.Used, j.Retries.Max), attemptNodes(j))
+				fmt.Sprintf("%d/%d", j.Retries.Used, j.Retries.Max), attemptNodes(j), kvList(j.Labels))
 		}
 		t.row(row...)
 	}
@@ -565,7 +615,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 		res = append(res, "prefer "+string(r.Prefer))
 	}
 	rows := [][2]string{
-		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"state", jobState(j)}, {"priority", orDash(string(j.Priority))},
+		{"id", j.ID}, {"name", orDash(j.Name)}, {"team", j.Team}, {"labels", kvList(j.Labels)}, {"state", jobState(j)}, {"priority", orDash(string(j.Priority))},
 		{"resources", strings.Join(res, ", ")}, {"command", orDash(strings.Join(j.Command, " "))},
 		{"submitted", c.ago(&j.SubmittedAt)}, {"started", c.ago(j.StartedAt)}, {"finished", c.ago(j.FinishedAt)},
 		{"time limit", seconds(j.TimeLimitS)}, {"estimate", seconds(j.EstimateS)},
@@ -639,33 +689,59 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 
 func newCancelCmd(c *clientEnv) *cobra.Command {
 	var name, team string
-	var states []string
+	var states, selector []string
 	cmd := &cobra.Command{
-		Use:   "cancel ID [ID...] | --name NAME [--state queued|running] [--team T]",
+		Use:   "cancel ID [ID...] | -l SELECTOR | --name NAME [--state queued|running] [--team T]",
 		Short: "Cancel jobs by id or by selector (each turns cancelled once its attempts have stopped)",
 		Long: `Cancel the jobs named by id, or those a selector picks among the active
-(queued, scheduled and running) jobs you can see: --name (exact), --state
-(queued or running; repeatable) and, for admins, --team. Every job is tried;
-the ones that could not be cancelled are reported on stderr and the command
-exits 1. With -o json one id prints the job, several print an array.`,
+(queued, scheduled and running) jobs you can see: -l (a label selector, as
+kubectl's: the server cancels what it picks, POST /api/v1/jobs/cancel),
+--name (exact), --state (queued or running; repeatable) and, for admins,
+--team. A member's selector picks only its own team's jobs. Every job is
+tried; the ones that could not be cancelled are reported on stderr and the
+command exits 1. With -o json one id prints the job, several (or a
+selector) print an array.`,
 		Example: `  gpufleet cancel j-01m8z5zcptp1x4sq
   gpufleet cancel j-01m8z5zcptp1x4sq j-01m8z5zcrsrdnwxf
+  gpufleet cancel -l sweep=lr-7,run!=3
   gpufleet cancel --name sweep-7 --state queued`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			selector := name != "" || len(states) > 0 || team != ""
-			if len(args) > 0 && selector {
-				return usageErr("cancel: give ids or a selector (--name, --state, --team), not both")
+			bySelector := cmd.Flags().Changed("selector")
+			picking := name != "" || len(states) > 0 || team != "" || bySelector
+			if len(args) > 0 && picking {
+				return usageErr("cancel: give ids or a selector (-l, --name, --state, --team), not both")
 			}
-			if len(args) == 0 && !selector {
-				return usageErr("cancel: give job ids, or a selector (--name, --state, --team)")
+			if len(args) == 0 && !picking {
+				return usageErr("cancel: give job ids, or a selector (-l, --name, --state, --team)")
+			}
+			sel, err := parseSelectorFlag(selector)
+			if err != nil {
+				return err
+			}
+			if bySelector && sel.Empty() {
+				return usageErr("--selector: empty: it would cancel every job (give ids, or a selector with a requirement)")
+			}
+			qStates, err := cancelStates(states)
+			if err != nil {
+				return err
 			}
 			cl, err := c.client(cmd)
 			if err != nil {
 				return err
 			}
+			if bySelector && name == "" {
+				list, err := cl.CancelJobs(cmd.Context(), api.JobQuery{Selector: sel, Team: team, States: qStates})
+				if err != nil {
+					return err
+				}
+				if len(list.Jobs) == 0 {
+					fmt.Fprintln(c.stderr, "no active job matches")
+				}
+				return c.printCancelled(list.Jobs, false)
+			}
 			ids := args
-			if selector {
-				if ids, err = selectJobs(cmd.Context(), cl, name, team, states); err != nil {
+			if picking {
+				if ids, err = selectJobs(cmd.Context(), cl, api.JobQuery{Team: team, States: qStates, Selector: sel}, name); err != nil {
 					return err
 				}
 				if len(ids) == 0 {
@@ -683,23 +759,9 @@ exits 1. With -o json one id prints the job, several print an array.`,
 					continue
 				}
 				done = append(done, j)
-				if c.output != outputJSON {
-					fmt.Fprintf(c.stdout, "job %s: %s\n", j.ID, jobState(j))
-				}
 			}
-			if c.output == outputJSON {
-				var err error
-				if len(args) == 1 && len(done) == 1 {
-					err = writeJSON(c.stdout, done[0])
-				} else {
-					if done == nil {
-						done = []gpufleet.Job{}
-					}
-					err = writeJSON(c.stdout, done)
-				}
-				if err != nil {
-					return err
-				}
+			if err := c.printCancelled(done, len(args) == 1 && len(done) == 1); err != nil {
+				return err
 			}
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("cancel: %d of %d job(s) not cancelled", failed, len(ids))}
@@ -708,32 +770,63 @@ exits 1. With -o json one id prints the job, several print an array.`,
 		},
 	}
 	fs := cmd.Flags()
+	selectorFlag(fs, &selector, "cancel the active jobs")
 	fs.StringVar(&name, "name", "", "cancel the active jobs with this name")
 	fs.StringArrayVar(&states, "state", nil, "cancel only jobs in this state: queued or running (repeatable)")
 	fs.StringVar(&team, "team", "", "cancel only this team's jobs (admins)")
 	return cmd
 }
 
-// selectJobs lists the ids of the active jobs a cancel selector picks.
-func selectJobs(ctx context.Context, cl *api.Client, name, team string, states []string) ([]string, error) {
-	q := api.JobQuery{Team: team}
+// printCancelled prints the jobs a cancel reached: a line each, or with
+// -o json the job (one) or an array.
+func (c *clientEnv) printCancelled(jobs []gpufleet.Job, one bool) error {
+	if c.output == outputJSON {
+		if one {
+			return writeJSON(c.stdout, jobs[0])
+		}
+		if jobs == nil {
+			jobs = []gpufleet.Job{}
+		}
+		return writeJSON(c.stdout, jobs)
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	for _, j := range jobs {
+		if _, err := fmt.Fprintf(c.stdout, "job %s: %s\n", j.ID, jobState(j)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cancelStates reads cancel's --state values: queued, or running (which
+// takes scheduled jobs too).
+func cancelStates(states []string) ([]gpufleet.JobState, error) {
+	var out []gpufleet.JobState
 	for _, s := range states {
 		switch st := gpufleet.JobState(s); st {
 		case gpufleet.JobQueued:
-			q.States = append(q.States, st)
+			out = append(out, st)
 		case gpufleet.JobRunning:
-			q.States = append(q.States, gpufleet.JobScheduled, gpufleet.JobRunning)
+			out = append(out, gpufleet.JobScheduled, gpufleet.JobRunning)
 		default:
 			return nil, usageErr("--state %s: expected queued or running", gpufleet.Quote(s))
 		}
 	}
+	return out, nil
+}
+
+// selectJobs lists the ids of the active jobs q picks with the given name
+// (any when empty), not already cancelling.
+func selectJobs(ctx context.Context, cl *api.Client, q api.JobQuery, name string) ([]string, error) {
 	jobs, err := cl.AllJobs(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, j := range jobs {
-		if (name == "" || j.Name == name) && (team == "" || j.Team == team) && !j.State.Terminal() && !j.CancelRequested {
+		if (name == "" || j.Name == name) && (q.Team == "" || j.Team == q.Team) && !j.State.Terminal() && !j.CancelRequested {
 			ids = append(ids, j.ID)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 func TestYAMLWriter(t *testing.T) {
 	in := "{\"b\": 1, \"a\": \"123\", \"list\": [true, null, \"x\"]}\n{\"second\": {\"nested\": 2.5}}\n"
 	var out bytes.Buffer
-	y := &yamlWriter{out: &out}
+	y := newYAMLWriter(&out)
 	for i := 0; i < len(in); i += 7 {
 		if _, err := y.Write([]byte(in[i:min(i+7, len(in))])); err != nil {
 			t.Fatal(err)
@@ -27,7 +27,7 @@ func TestYAMLWriter(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
-	y = &yamlWriter{out: &out}
+	y = newYAMLWriter(&out)
 	y.Write([]byte(`{"open": [1, 2`))
 	if err := y.Close(); err == nil {
 		t.Error("an unfinished document closed cleanly")
@@ -53,7 +53,7 @@ func TestOutputYAML(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Errorf("-o yaml differs from -o json")
 	}
-	if _, errOut, code := run(t, "catalog", "-o", "xml"); code == 0 || !strings.Contains(errOut, "table, json, yaml or wide") {
+	if _, errOut, code := run(t, "catalog", "-o", "xml"); code == 0 || !strings.Contains(errOut, "expected table, wide, json, yaml, name or jsonpath=TEMPLATE") {
 		t.Errorf("-o xml: exit %d, %q", code, errOut)
 	}
 }

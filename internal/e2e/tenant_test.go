@@ -88,6 +88,14 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b = do("GET", "/api/v1/jobs?team=team-b", "", tokA)
 			noLeak(t, c, b)
 		},
+		"POST /api/v1/jobs/cancel": func(t *testing.T) {
+			// A selector every job matches (team-b's too), as team-a and
+			// naming team-b: nothing of team-b's is picked or cancelled.
+			c, b := do("POST", "/api/v1/jobs/cancel?selector=%21absent", "", tokA)
+			want(t, c, 200, b)
+			c, b = do("POST", "/api/v1/jobs/cancel?selector=%21absent&team=team-b", "", tokA)
+			want(t, c, 200, b)
+		},
 		"GET /api/v1/jobs/{id}":              func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id, "", tokA); want(t, c, 404, b) },
 		"POST /api/v1/jobs/{id}/cancel":      func(t *testing.T) { c, b := do("POST", "/api/v1/jobs/"+id+"/cancel", "", tokA); want(t, c, 404, b) },
 		"GET /api/v1/jobs/{id}/logs":         func(t *testing.T) { c, b := do("GET", "/api/v1/jobs/"+id+"/logs", "", tokA); want(t, c, 404, b) },
@@ -258,7 +266,7 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			}
 		}
 		for _, r := range [][2]string{{"GET", "/api/v1/jobs"}, {"GET", "/api/v1/jobs/" + id}, {"GET", "/api/v1/jobs/" + id + "/logs"},
-			{"POST", "/api/v1/jobs/" + id + "/cancel"}, {"GET", "/api/v1/nodes"}, {"POST", "/api/v1/nodes/n1/drain"}, {"GET", "/api/v1/audit"}} {
+			{"POST", "/api/v1/jobs/" + id + "/cancel"}, {"POST", "/api/v1/jobs/cancel?selector=%21absent"}, {"GET", "/api/v1/nodes"}, {"POST", "/api/v1/nodes/n1/drain"}, {"GET", "/api/v1/audit"}} {
 			c, b := do(r[0], r[1], "", mon.Token)
 			want(t, c, 403, b)
 		}

@@ -17,7 +17,7 @@ import (
 // meet the isolation its class requires by default.
 func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time) (gpufleet.Job, error) {
 	j := gpufleet.Job{
-		Team: team, Name: r.Name, State: gpufleet.JobQueued, Priority: r.Priority,
+		Team: team, Name: r.Name, Labels: r.Labels, State: gpufleet.JobQueued, Priority: r.Priority,
 		RequestID: r.RequestID, Resources: r.Resources, Command: r.Command, Env: r.Env, Workdir: r.Workdir, Launch: r.Launch,
 		Preemptible: r.Preemptible, Retries: gpufleet.Retries{Max: r.Retries}, SimLoad: r.SimLoad, Work: r.Work, SubmittedAt: now,
 	}
@@ -124,13 +124,11 @@ func (s *Server) Jobs(ctx context.Context, p api.Principal, q api.JobQuery) (api
 		return api.JobList{}, fmt.Errorf("%w: next_token %s: not a token this server issued", gpufleet.ErrInvalid, gpufleet.Quote(q.NextToken))
 	}
 	for _, st := range q.States {
-		switch st {
-		case gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning, gpufleet.JobSucceeded, gpufleet.JobFailed, gpufleet.JobCancelled:
-		default:
+		if !validJobState(st) {
 			return api.JobList{}, fmt.Errorf("%w: state %s: expected queued, scheduled, running, succeeded, failed or cancelled", gpufleet.ErrInvalid, gpufleet.Quote(string(st)))
 		}
 	}
-	f := store.JobFilter{Team: q.Team, States: q.States, After: q.NextToken, Limit: q.Limit}
+	f := store.JobFilter{Team: q.Team, States: q.States, Selector: q.Selector, After: q.NextToken, Limit: q.Limit}
 	if !p.IsAdmin() {
 		if q.Team != "" && q.Team != p.Team {
 			return api.JobList{Jobs: []gpufleet.Job{}}, nil
@@ -201,6 +199,64 @@ func (s *Server) CancelJob(ctx context.Context, p api.Principal, id string) (gpu
 		s.nudge()
 	}
 	return j, err
+}
+
+var _ api.JobCanceller = (*Server)(nil)
+
+// CancelJobs cancels every active job visible to p that q picks: its label
+// selector, which must not be empty (an empty one would pick every job),
+// and optionally a team and active states (default queued, scheduled and
+// running). A member cancels only its own team's jobs. It returns the jobs
+// picked, as the cancel left them; cancelling again changes nothing.
+func (s *Server) CancelJobs(ctx context.Context, p api.Principal, q api.JobQuery) (api.JobList, error) {
+	if err := requireUser(p); err != nil {
+		return api.JobList{}, err
+	}
+	if q.Selector.Empty() {
+		return api.JobList{}, fmt.Errorf("%w: selector: required (an empty selector would cancel every job; cancel by id instead)", gpufleet.ErrInvalid)
+	}
+	for _, st := range q.States {
+		if st.Terminal() || !validJobState(st) {
+			return api.JobList{}, fmt.Errorf("%w: state %s: expected queued, scheduled or running", gpufleet.ErrInvalid, gpufleet.Quote(string(st)))
+		}
+	}
+	if len(q.States) == 0 {
+		q.States = []gpufleet.JobState{gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning}
+	}
+	q.All, q.NextToken, q.Limit = false, "", api.MaxPageLimit
+	var picked []gpufleet.Job
+	for {
+		page, err := s.Jobs(ctx, p, q)
+		if err != nil {
+			return api.JobList{}, err
+		}
+		picked = append(picked, page.Jobs...)
+		if page.NextToken == "" {
+			break
+		}
+		q.NextToken = page.NextToken
+	}
+	out := make([]gpufleet.Job, 0, len(picked))
+	for _, j := range picked {
+		c, err := s.st.RequestCancel(ctx, j.ID, actor(p), s.now())
+		if err != nil {
+			return api.JobList{}, fmt.Errorf("cancel job %s: %w", j.ID, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) > 0 {
+		s.nudge()
+	}
+	return api.JobList{Jobs: out}, nil
+}
+
+// validJobState reports whether st is a job state.
+func validJobState(st gpufleet.JobState) bool {
+	switch st {
+	case gpufleet.JobQueued, gpufleet.JobScheduled, gpufleet.JobRunning, gpufleet.JobSucceeded, gpufleet.JobFailed, gpufleet.JobCancelled:
+		return true
+	}
+	return false
 }
 
 // Queue lists every pending job visible to p with its position, reason and

@@ -58,6 +58,9 @@ func (s *SQL) ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor stri
 				nanos(j.SubmittedAt), started, nanos(*j.FinishedAt), j.Reason, j.ReasonCode, nanos(now)); err != nil {
 				return fmt.Errorf("import job: %w", err)
 			}
+			if err := s.insertLabels(ctx, tx, id, j.Labels); err != nil {
+				return err
+			}
 			for k, a := range j.Attempts {
 				aid := s.attemptIDs.next(*a.StartedAt)
 				nodes, err := json.Marshal(a.Nodes)

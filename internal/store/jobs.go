@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ import (
 // document in jobs.spec. What changes (state, retries, times, queue
 // information) has columns of its own.
 type jobSpec struct {
+	Labels    map[string]string  `json:"labels,omitempty"` // job_labels indexes them
 	Resources gpufleet.Resources `json:"resources"`
 	Command   []string           `json:"command"`
 	Env       map[string]string  `json:"env,omitempty"`
@@ -35,7 +38,7 @@ type jobSpec struct {
 // specOf is the part of j that jobs.spec holds (its plan apart).
 func specOf(j gpufleet.Job) jobSpec {
 	return jobSpec{
-		Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir, Launch: j.Launch,
+		Labels: j.Labels, Resources: j.Resources, Command: j.Command, Env: j.Env, Workdir: j.Workdir, Launch: j.Launch,
 		TimeLimitS: j.TimeLimitS, EstimateS: j.EstimateS, Preemptible: j.Preemptible,
 		GraceS: j.GraceS, SimLoad: j.SimLoad, Work: j.Work,
 	}
@@ -83,7 +86,7 @@ func scanJob(r scanner, ex explanations) (gpufleet.Job, error) {
 		sp = jobSpec{}
 	}
 	j.State = gpufleet.JobState(state)
-	j.Resources, j.Command, j.Env, j.Workdir, j.Launch = sp.Resources, sp.Command, sp.Env, sp.Workdir, sp.Launch
+	j.Labels, j.Resources, j.Command, j.Env, j.Workdir, j.Launch = sp.Labels, sp.Resources, sp.Command, sp.Env, sp.Workdir, sp.Launch
 	j.TimeLimitS, j.EstimateS, j.Preemptible, j.GraceS, j.SimLoad, j.Work = sp.TimeLimitS, sp.EstimateS, sp.Preemptible, sp.GraceS, sp.SimLoad, sp.Work
 	if len(sp.Plan) > 0 {
 		j.Plan = sp.Plan
@@ -374,6 +377,9 @@ func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev stmt, j gpuflee
 		}
 		return SubmitResult{Err: invalid("job id %q is in use", j.ID)}, nil
 	}
+	if err := s.insertLabels(ctx, tx, j.ID, j.Labels); err != nil {
+		return SubmitResult{}, err
+	}
 	detail := fmt.Sprintf("%s gpus=%d priority=%s", j.Name, j.Resources.GPUs, j.Priority)
 	if _, err := ev.ExecContext(ctx, nanos(now), actor, j.ID, j.Team, detail); err != nil {
 		return SubmitResult{}, fmt.Errorf("append event: %w", err)
@@ -388,6 +394,47 @@ func (s *SQL) insertJob(ctx context.Context, tx *sql.Tx, ins, ev stmt, j gpuflee
 		j.Plan = sp.Plan
 	}
 	return SubmitResult{Job: j, Created: true}, nil
+}
+
+// insertLabels writes a new job's rows of job_labels, the index label
+// selectors query (its spec holds the labels it is read with).
+func (s *SQL) insertLabels(ctx context.Context, tx *sql.Tx, id string, labels map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO job_labels (job_id, label, value) VALUES (?, ?, ?)`), id, k, labels[k]); err != nil {
+			return fmt.Errorf("insert job label: %w", err)
+		}
+	}
+	return nil
+}
+
+// selectorSQL is a label selector as conditions on jobs, one per
+// requirement, over job_labels: a requirement on a label the job lacks
+// holds for !=, notin and ! (as in Kubernetes).
+func selectorSQL(sel gpufleet.LabelSelector) (where []string, args []any) {
+	for _, r := range sel {
+		cond, neg := `l.label = ?`, false
+		args = append(args, r.Key)
+		switch r.Op {
+		case gpufleet.OpEquals, gpufleet.OpNotEquals:
+			cond += ` AND l.value = ?`
+			args = append(args, r.Values[0])
+			neg = r.Op == gpufleet.OpNotEquals
+		case gpufleet.OpIn, gpufleet.OpNotIn:
+			cond += ` AND l.value IN (` + placeholders(len(r.Values)) + `)`
+			for _, v := range r.Values {
+				args = append(args, v)
+			}
+			neg = r.Op == gpufleet.OpNotIn
+		case gpufleet.OpNotExists:
+			neg = true
+		}
+		exists := `EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = jobs.id AND ` + cond + `)`
+		if neg {
+			exists = `NOT ` + exists
+		}
+		where = append(where, exists)
+	}
+	return where, args
 }
 
 // jobByRequest reads the job with a team's request id, inside tx.
@@ -569,10 +616,18 @@ var validJobStates = map[gpufleet.JobState]bool{
 	gpufleet.JobSucceeded: true, gpufleet.JobFailed: true, gpufleet.JobCancelled: true,
 }
 
+// validSelectorOps are the operators a JobFilter's selector may use.
+var validSelectorOps = map[gpufleet.SelectorOp]bool{
+	gpufleet.OpEquals: true, gpufleet.OpNotEquals: true, gpufleet.OpIn: true, gpufleet.OpNotIn: true,
+	gpufleet.OpExists: true, gpufleet.OpNotExists: true,
+}
+
 // ListJobs returns up to f.Limit jobs (default 100, at most 1000) in id
 // order, which is submission order, after the cursor f.After, with their
 // attempts. The second result is the cursor for the next page, empty when
-// there is none. An unknown state in f.States wraps gpufleet.ErrInvalid.
+// there is none. f.Selector is applied in the query, so pages hold only
+// matching jobs. An unknown state in f.States, or a selector requirement
+// ParseLabelSelector would not return, wraps gpufleet.ErrInvalid.
 func (s *SQL) ListJobs(ctx context.Context, f JobFilter) ([]gpufleet.Job, string, error) {
 	var (
 		where []string
@@ -593,6 +648,13 @@ func (s *SQL) ListJobs(ctx context.Context, f JobFilter) ([]gpufleet.Job, string
 	if f.After != "" {
 		where, args = append(where, "id > ?"), append(args, f.After)
 	}
+	for _, r := range f.Selector {
+		if !validSelectorOps[r.Op] || (r.Op != gpufleet.OpExists && r.Op != gpufleet.OpNotExists && len(r.Values) == 0) {
+			return nil, "", invalid("label selector requirement %q", r.String())
+		}
+	}
+	sw, sargs := selectorSQL(f.Selector)
+	where, args = append(where, sw...), append(args, sargs...)
 	limit := pageLimit(f.Limit)
 	query := `SELECT ` + jobCols + ` FROM jobs`
 	if len(where) > 0 {

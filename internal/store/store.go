@@ -81,6 +81,8 @@ type NodeCredential struct {
 type JobFilter struct {
 	Team   string
 	States []gpufleet.JobState
+	// Selector keeps the jobs whose labels it matches.
+	Selector gpufleet.LabelSelector
 	// After is the pagination cursor (a job id) returned as next_token.
 	After string
 	Limit int // default 100

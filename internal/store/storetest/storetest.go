@@ -630,12 +630,17 @@ func testSubmitInvalid(t *testing.T, s store.Store) {
 func testListJobs(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	var all []gpufleet.Job
+	labels := []map[string]string{
+		{"app": "web", "tier": "front"}, {"app": "db"}, {"app": "web"}, nil, {"app": "web", "tier": "front"}, {"app": "cache"}, {"app": "web"},
+	}
 	for i := range 7 {
 		team := "team-a"
 		if i%3 == 2 {
 			team = "team-b"
 		}
-		all = append(all, submit(t, s, newJob(team, fmt.Sprint(i), ""))...)
+		j := newJob(team, fmt.Sprint(i), "")
+		j.Labels = labels[i]
+		all = append(all, submit(t, s, j)...)
 	}
 	epoch := lead(t, s)
 	place(t, s, epoch, all[0].ID, "n1")
@@ -663,6 +668,20 @@ func testListJobs(t *testing.T, s store.Store) {
 		"after a cursor":     {f: store.JobFilter{After: all[4].ID}, pages: [][]string{{"5", "6"}}},
 		"nothing matches":    {f: store.JobFilter{Team: "team-z"}, pages: [][]string{nil}},
 		"limit above max ok": {f: store.JobFilter{Limit: 5000}, pages: [][]string{{"0", "1", "2", "3", "4", "5", "6"}}},
+		"label equals":       {f: store.JobFilter{Selector: sel(t, "app=web")}, pages: [][]string{{"0", "2", "4", "6"}}},
+		"label pages hold only matches": {f: store.JobFilter{Selector: sel(t, "app=web"), Limit: 2},
+			pages: [][]string{{"0", "2"}, {"4", "6"}}},
+		"label not equal, or lacking it": {f: store.JobFilter{Selector: sel(t, "app!=web")}, pages: [][]string{{"1", "3", "5"}}},
+		"label exists":                   {f: store.JobFilter{Selector: sel(t, "tier")}, pages: [][]string{{"0", "4"}}},
+		"label does not exist":           {f: store.JobFilter{Selector: sel(t, "!app")}, pages: [][]string{{"3"}}},
+		"label in":                       {f: store.JobFilter{Selector: sel(t, "app in (db,cache)")}, pages: [][]string{{"1", "5"}}},
+		"label notin, or lacking it":     {f: store.JobFilter{Selector: sel(t, "app notin (web,db)")}, pages: [][]string{{"3", "5"}}},
+		"labels all hold":                {f: store.JobFilter{Selector: sel(t, "app=web,tier=front")}, pages: [][]string{{"0", "4"}}},
+		"label and a missing one":        {f: store.JobFilter{Selector: sel(t, "app=web,!tier")}, pages: [][]string{{"2", "6"}}},
+		"label, team and state": {f: store.JobFilter{Team: "team-b", States: []gpufleet.JobState{gpufleet.JobQueued}, Selector: sel(t, "app=web")},
+			pages: [][]string{{"2"}}},
+		"label after a cursor": {f: store.JobFilter{Selector: sel(t, "app=web"), After: all[2].ID}, pages: [][]string{{"4", "6"}}},
+		"no job has the label": {f: store.JobFilter{Selector: sel(t, "app=nope")}, pages: [][]string{nil}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := tc.f
@@ -685,8 +704,28 @@ func testListJobs(t *testing.T, s store.Store) {
 	if len(js[0].Attempts) != 1 {
 		t.Errorf("listed job has %d attempts, want 1", len(js[0].Attempts))
 	}
+	if diff := cmp.Diff(labels[0], js[0].Labels); diff != "" {
+		t.Errorf("listed job's labels (-want +got):\n%s", diff)
+	}
+	if j, err := s.Job(ctx, all[4].ID); err != nil || !cmp.Equal(j.Labels, labels[4]) {
+		t.Errorf("job %s read with labels %v, %v; want %v", all[4].ID, j.Labels, err, labels[4])
+	}
 	_, _, err = s.ListJobs(ctx, store.JobFilter{States: []gpufleet.JobState{"sleeping"}})
 	wantErr(t, "unknown state", err, gpufleet.ErrInvalid)
+	_, _, err = s.ListJobs(ctx, store.JobFilter{Selector: gpufleet.LabelSelector{{Key: "app", Op: "like"}}})
+	wantErr(t, "unknown selector operator", err, gpufleet.ErrInvalid)
+	_, _, err = s.ListJobs(ctx, store.JobFilter{Selector: gpufleet.LabelSelector{{Key: "app", Op: gpufleet.OpIn}}})
+	wantErr(t, "in without values", err, gpufleet.ErrInvalid)
+}
+
+// sel parses a label selector.
+func sel(t *testing.T, s string) gpufleet.LabelSelector {
+	t.Helper()
+	v, err := gpufleet.ParseLabelSelector(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func testLease(t *testing.T, s store.Store) {
