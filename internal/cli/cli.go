@@ -33,6 +33,9 @@ type env struct {
 	server  string
 	token   string
 	catalog string // --catalog FILE
+	// started: the command line parsed and a command began (errors
+	// before it are usage errors).
+	started bool
 }
 
 // exitError carries an exit code other than 1 through cobra.
@@ -56,19 +59,24 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return 0
+		return ExitOK
+	}
+	if !e.started {
+		// cobra refused the command line (an unknown command, a bad flag
+		// or argument count) before any command ran.
+		err = asUsage(err)
 	}
 	var ee *exitError
-	if errors.As(err, &ee) && ee.silent {
-		return ee.code
+	if !errors.As(err, &ee) || !ee.silent {
+		fmt.Fprintf(stderr, "gpufleet: %v\n", err)
 	}
-	fmt.Fprintf(stderr, "gpufleet: %v\n", err)
-	if errors.As(err, &ee) {
-		return ee.code
+	code := exitCode(err)
+	if code == ExitUsage && cmd != nil {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
-	return 1
+	return code
 }
 
 func newRoot(e *env) *cobra.Command {
@@ -79,7 +87,9 @@ func newRoot(e *env) *cobra.Command {
 characteristics in every decision: memory capacity and bandwidth, interconnect,
 precision support, power and heat, and failure modes.
 
-Commands that need no server: catalog, plan, version.`,
+Commands that need no server: catalog, plan, version.
+
+` + exitCodeHelp(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       gpufleet.Version,
@@ -92,7 +102,11 @@ Commands that need no server: catalog, plan, version.`,
 			}
 			// Commands write JSON for yaml, name and jsonpath; a writer
 			// rewrites it.
-			return e.setOutput(cmd)
+			if err := e.setOutput(cmd); err != nil {
+				return asUsage(err)
+			}
+			e.started = true
+			return nil
 		},
 		PersistentPostRunE: func(*cobra.Command, []string) error {
 			if d, ok := e.stdout.(*docWriter); ok {
@@ -101,7 +115,8 @@ Commands that need no server: catalog, plan, version.`,
 			return nil
 		},
 	}
-	root.SetVersionTemplate("gpufleet {{.Version}}\n")
+	root.SetVersionTemplate(strings.NewReplacer("{{", "", "}}", "").Replace(buildVersion().line()) + "\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
 	pf := root.PersistentFlags()
 	pf.StringVarP(&e.output, "output", "o", outputTable, "output format: "+outputWant+" (kubectl's JSONPath templates: -o jsonpath='{[*].id}')")
 	pf.StringVar(&e.server, "server", "", "server URL[,URL...] (env GPUFLEET_SERVER)")
@@ -167,10 +182,10 @@ func subcommandNames(c *cobra.Command) string {
 	return strings.Join(names, ", ")
 }
 
-// usageErr is an invalid-input error: the message names the flag or field
-// and what was expected.
+// usageErr is a command line refused before any request (exit 2): the
+// message names the flag or argument and what was expected.
 func usageErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", gpufleet.ErrInvalid, fmt.Sprintf(format, args...))
+	return &usageError{fmt.Errorf("%w: %s", gpufleet.ErrInvalid, fmt.Sprintf(format, args...))}
 }
 
 // joinComma splits a comma-separated flag value, trimming blanks.

@@ -30,7 +30,7 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "gpufleet v") {
 		t.Fatalf("version: code %d, out %q", code, out)
 	}
-	if flag, _, code := run(t, "--version"); code != 0 || flag != "gpufleet "+gpufleet.Version+"\n" || !strings.HasPrefix(out, strings.TrimSpace(flag)+" (") {
+	if flag, _, code := run(t, "--version"); code != 0 || flag != out || !strings.HasPrefix(flag, "gpufleet "+gpufleet.Version+" (") {
 		t.Errorf("--version: code %d, %q; version: %q", code, flag, out)
 	}
 	out, _, _ = run(t, "version", "-o", "json")
@@ -93,10 +93,10 @@ func TestCatalogShow(t *testing.T) {
 	}{
 		"by id":                  {args: []string{"catalog", "show", "h100-sxm-80gb"}, wantOut: []string{"Hopper", "mig 1g.10gb", "source"}},
 		"by NVML name":           {args: []string{"catalog", "show", "NVIDIA H100 80GB HBM3"}, wantOut: []string{"h100-sxm-80gb"}},
-		"unknown id suggests":    {args: []string{"catalog", "show", "h100-sxm"}, wantCode: 1, wantErr: []string{"unknown GPU", "did you mean h100-sxm-80gb"}},
+		"unknown id suggests":    {args: []string{"catalog", "show", "h100-sxm"}, wantCode: ExitNotFound, wantErr: []string{"unknown GPU", "did you mean h100-sxm-80gb"}},
 		"flags after subcommand": {args: []string{"catalog", "show", "l4", "-o", "json"}, wantOut: []string{`"id": "l4"`}},
 		"flags before command":   {args: []string{"-o", "json", "catalog", "show", "l4"}, wantOut: []string{`"id": "l4"`}},
-		"bad output format":      {args: []string{"catalog", "-o", "xml"}, wantCode: 1, wantErr: []string{"-o/--output", "table, wide, json, yaml, name or jsonpath=TEMPLATE"}},
+		"bad output format":      {args: []string{"catalog", "-o", "xml"}, wantCode: ExitUsage, wantErr: []string{"-o/--output", "table, wide, json, yaml, name or jsonpath=TEMPLATE"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

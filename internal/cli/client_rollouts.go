@@ -74,7 +74,12 @@ func newRolloutCmd(c *clientEnv) *cobra.Command {
 	status := &cobra.Command{
 		Use:   "status [ID] [--watch]",
 		Short: "Show a rollout (the newest without an id): waves, nodes, gates and reasons",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Show a rollout (the newest without an id): waves, nodes, gates and reasons.
+
+Exits 0 while the rollout runs, is paused or is done, and 1 (after showing
+it) when it halted, was aborted or rolled back: the stack is not in place.
+With --watch it waits until the rollout stops moving first.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
 			if err != nil {
@@ -101,7 +106,7 @@ func newRolloutCmd(c *clientEnv) *cobra.Command {
 					return err
 				}
 				if !watch || (r.State != rollout.Running && r.State != rollout.RollingBack && r.State != rollout.Paused) {
-					return nil
+					return rolloutOutcome(r)
 				}
 				select {
 				case <-cmd.Context().Done():
@@ -221,4 +226,18 @@ func (c *clientEnv) showRollout(r rollout.Rollout) error {
 		t.row(n.Name, strconv.Itoa(n.Wave), string(n.Phase), since, orDash(why))
 	}
 	return t.flush()
+}
+
+// rolloutOutcome is status's verdict on a rollout it showed: an error
+// (exit 1) when it stopped without its stack in place.
+func rolloutOutcome(r rollout.Rollout) error {
+	switch r.State {
+	case rollout.Halted, rollout.Aborted, rollout.RolledBack:
+		why := ""
+		if r.Reason != "" {
+			why = ": " + r.Reason
+		}
+		return &exitError{code: ExitError, err: fmt.Errorf("rollout %s %s%s", r.ID, r.State, why)}
+	}
+	return nil
 }
