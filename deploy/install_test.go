@@ -44,7 +44,7 @@ func TestReadmeInstallFromClone(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", line, err, out)
 	}
 	out, err := exec.Command(filepath.Join(gobin, "gpufleet"), "--version").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`^gpufleet v\S+\n$`).Match(out) {
+	if err != nil || !regexp.MustCompile(`^gpufleet v\S+ \(go[^)]+\)\n$`).Match(out) {
 		t.Fatalf("gpufleet --version: %v: %q", err, out)
 	}
 }
