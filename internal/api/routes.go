@@ -503,14 +503,8 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, p Principal) err
 		return err
 	}
 	uq.Period = string(period)
-	if uq.From, err = timeParam(r, "from"); err != nil {
+	if uq.From, uq.To, err = windowParams(r); err != nil {
 		return err
-	}
-	if uq.To, err = timeParam(r, "to"); err != nil {
-		return err
-	}
-	if !uq.From.IsZero() && !uq.To.IsZero() && uq.To.Before(uq.From) {
-		return fmt.Errorf("%w: to %s is before from %s", gpufleet.ErrInvalid, uq.To.Format(time.RFC3339), uq.From.Format(time.RFC3339))
 	}
 	rep, err := h.svc.Usage(r.Context(), p, uq)
 	if err != nil {
@@ -536,10 +530,7 @@ func (h *handler) rollups(key string) func(w http.ResponseWriter, r *http.Reques
 			q.JobID = r.PathValue(key)
 		}
 		var err error
-		if q.From, err = timeParam(r, "from"); err != nil {
-			return err
-		}
-		if q.To, err = timeParam(r, "to"); err != nil {
+		if q.From, q.To, err = windowParams(r); err != nil {
 			return err
 		}
 		out, err := h.svc.Rollups(r.Context(), p, q)
@@ -731,6 +722,21 @@ func timeParam(r *http.Request, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%w: %s %s: expected an RFC 3339 time from year 1 to 9999, such as 2025-01-31T00:00:00Z", gpufleet.ErrInvalid, name, gpufleet.Quote(s))
 	}
 	return t.UTC(), nil
+}
+
+// windowParams reads ?from= and ?to= (RFC 3339, each optional), refusing
+// a window that ends before it begins.
+func windowParams(r *http.Request) (from, to time.Time, err error) {
+	if from, err = timeParam(r, "from"); err != nil {
+		return from, to, err
+	}
+	if to, err = timeParam(r, "to"); err != nil {
+		return from, to, err
+	}
+	if !from.IsZero() && !to.IsZero() && to.Before(from) {
+		return from, to, fmt.Errorf("%w: to %s is before from %s", gpufleet.ErrInvalid, to.Format(time.RFC3339), from.Format(time.RFC3339))
+	}
+	return from, to, nil
 }
 
 // splitList flattens repeated and comma-separated query values, each

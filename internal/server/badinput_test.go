@@ -123,6 +123,7 @@ func TestBadInputThroughTheAPI(t *testing.T) {
 		{"strict query", "GET", "/api/v1/forecast?horizon=28d&horizon=7d", "admin", "", ``, 400, `query parameter "horizon" given 2 times`},
 		{"strict query", "GET", "/api/v1/jobs?limit=%zz", "member", "", ``, 400, "query string"},
 		{"strict query", "GET", "/api/v1/usage?from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z", "admin", "", ``, 400, "is before from"},
+		{"strict query", "GET", "/api/v1/nodes/n1/rollups?from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z", "member", "", ``, 400, "is before from"},
 		{"strict query", "GET", "/api/v1/procure?target=allocation%3C0%25", "admin", "", ``, 400, "allocation: expected a share above 0%"},
 		{"strict query", "GET", "/api/v1/procure?lead_time=a100-sxm-80gb=30d&lead_time=a100-sxm-80gb=60d", "admin", "", ``, 400, `lead_time: "a100-sxm-80gb" given twice`},
 		{"strict query", "GET", "/api/v1/lifecycle?price=h100-sxm-80gb=30000&price=h100-sxm-80gb=1", "admin", "", ``, 400, `price: "h100-sxm-80gb" given twice`},
