@@ -329,18 +329,24 @@ func (c *Client) SubmitJob(ctx context.Context, r SubmitRequest) (SubmitResponse
 	return out, err
 }
 
+// setStates sets ?state= to the states, comma-separated (none: unset).
+func setStates(v url.Values, states []gpufleet.JobState) {
+	if len(states) == 0 {
+		return
+	}
+	s := make([]string, len(states))
+	for i, st := range states {
+		s[i] = string(st)
+	}
+	v.Set("state", strings.Join(s, ","))
+}
+
 // Jobs returns one page of jobs; pass the page's NextToken back in
 // q.NextToken for the next.
 func (c *Client) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
 	v := url.Values{}
 	setNonEmpty(v, "team", q.Team)
-	if len(q.States) > 0 {
-		s := make([]string, len(q.States))
-		for i, st := range q.States {
-			s[i] = string(st)
-		}
-		v.Set("state", strings.Join(s, ","))
-	}
+	setStates(v, q.States)
 	if q.All {
 		v.Set("all", "1")
 	}
@@ -391,13 +397,7 @@ func (c *Client) CancelJobs(ctx context.Context, q JobQuery) (JobList, error) {
 	v := url.Values{}
 	v.Set("selector", q.Selector.String())
 	setNonEmpty(v, "team", q.Team)
-	if len(q.States) > 0 {
-		s := make([]string, len(q.States))
-		for i, st := range q.States {
-			s[i] = string(st)
-		}
-		v.Set("state", strings.Join(s, ","))
-	}
+	setStates(v, q.States)
 	var out JobList
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/jobs/cancel", query: v, idempotent: true}, &out)
 	return out, err

@@ -3,19 +3,13 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpufleet/gpufleet"
-	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/rollout"
-	"github.com/gpufleet/gpufleet/internal/server"
-	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 func TestExitCode(t *testing.T) {
@@ -68,32 +62,8 @@ func TestRolloutStatusFailsUnlessItsStackIsInPlace(t *testing.T) {
 // TestExitCodesAgainstTheServer runs the real command line against a real
 // server and checks the status a script reads for each kind of failure.
 func TestExitCodesAgainstTheServer(t *testing.T) {
-	isolateClientEnv(t)
-	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "gpufleet.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	const adminToken = "admin-token-for-cli-tests-0123456789"
-	srv, err := server.New(ctx, server.Default(), st, catalog.Default(), adminToken, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := srv.Authenticate(ctx, adminToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.PutTeam(ctx, admin, api.TeamRequest{Name: "team-a"}); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := srv.CreateToken(ctx, admin, api.TokenRequest{Team: "team-a", Role: gpufleet.RoleMember})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(api.NewHandler(srv, srv, srv, srv, api.HandlerOptions{}))
-	defer hs.Close()
-	member := []string{"--server", hs.URL, "--token", tok.Token}
+	hsURL, tokens := realServer(t, "team-a")
+	member := []string{"--server", hsURL, "--token", tokens["team-a"]}
 	tests := []struct {
 		name    string
 		args    []string
@@ -106,11 +76,11 @@ func TestExitCodesAgainstTheServer(t *testing.T) {
 		{"missing argument", append([]string{"job"}, member...), ExitUsage, "accepts 1 arg(s)"},
 		{"bad output", append([]string{"jobs", "-o", "xml"}, member...), ExitUsage, "-o/--output"},
 		{"not found", append([]string{"job", "j-nope"}, member...), ExitNotFound, "j-nope"},
-		{"wrong token", []string{"jobs", "--server", hs.URL, "--token", "gpt_wrong"}, ExitAuth, "token"},
+		{"wrong token", []string{"jobs", "--server", hsURL, "--token", "gpt_wrong"}, ExitAuth, "token"},
 		{"admin only", append([]string{"tokens"}, member...), ExitAuth, "admin"},
 		{"unsatisfiable", append(append([]string{"submit", "--gpus", "4"}, member...), "--", "true"), ExitUnsatisfiable, ""},
 		{"invalid", append([]string{"usage", "--from", "2026-02-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z"}, member...), ExitInvalid, "before"},
-		{"unreachable", []string{"jobs", "--server", "http://127.0.0.1:1", "--token", tok.Token}, ExitUnreachable, "connection refused"},
+		{"unreachable", []string{"jobs", "--server", "http://127.0.0.1:1", "--token", tokens["team-a"]}, ExitUnreachable, "connection refused"},
 	}
 	for _, tc := range tests {
 		_, errOut, code := run(t, tc.args...)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -135,6 +136,59 @@ func TestSelectorFlags(t *testing.T) {
 // the selector matches, and nothing of another team's that carry the same
 // labels, nor its own that do not match.
 func TestCancelBySelectorAgainstTheServer(t *testing.T) {
+	hsURL, tokens := realServer(t, "team-a", "team-b")
+
+	submit := func(team, name, labels string) string {
+		t.Helper()
+		out, errOut, code := run(t, "submit", "--server", hsURL, "--token", tokens[team], "--name", name, "-l", labels,
+			"--gpus", "1", "--queue-anyway", "--", "sleep", "60")
+		if code != 0 {
+			t.Fatalf("submit %s: exit %d: %s", name, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	ids := map[string]string{
+		"a-x1": submit("team-a", "a-x1", "team=x,run=1"),
+		"a-x2": submit("team-a", "a-x2", "team=x,run=2"),
+		"a-y":  submit("team-a", "a-y", "team=y"),
+		"b-x":  submit("team-b", "b-x", "team=x,run=1"),
+	}
+	out, errOut, code := run(t, "jobs", "-l", "team=x", "-o", "name", "--server", hsURL, "--token", tokens["team-a"])
+	if wantOut := "job/" + ids["a-x1"] + "\njob/" + ids["a-x2"] + "\n"; code != 0 || out != wantOut {
+		t.Errorf("jobs -l team=x -o name as team-a: exit %d %q (%s), want %q", code, out, errOut, wantOut)
+	}
+	out, errOut, code = run(t, "cancel", "-l", "team=x", "--server", hsURL, "--token", tokens["team-a"])
+	if code != 0 {
+		t.Fatalf("cancel -l team=x: exit %d: %s", code, errOut)
+	}
+	if wantOut := "job " + ids["a-x1"] + ": cancelled\njob " + ids["a-x2"] + ": cancelled\n"; out != wantOut {
+		t.Errorf("cancel -l team=x printed %q, want %q", out, wantOut)
+	}
+	// Naming the other team picks nothing of it.
+	if out, errOut, code := run(t, "cancel", "-l", "team=x", "--team", "team-b", "--server", hsURL, "--token", tokens["team-a"]); code != 0 || out != "" ||
+		!strings.Contains(errOut, "no active job matches") {
+		t.Errorf("cancel -l team=x --team team-b as team-a: exit %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = run(t, "jobs", "--all", "-o", "json", "--server", hsURL, "--token", tokens["admin"])
+	var list []gpufleet.Job
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil {
+		t.Fatalf("jobs --all as admin: exit %d %v %s", code, err, errOut)
+	}
+	got := map[string]gpufleet.JobState{}
+	for _, j := range list {
+		got[j.Name] = j.State
+	}
+	want := map[string]gpufleet.JobState{"a-x1": gpufleet.JobCancelled, "a-x2": gpufleet.JobCancelled, "a-y": gpufleet.JobQueued, "b-x": gpufleet.JobQueued}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("job states after cancel -l team=x as team-a (-want +got):\n%s", diff)
+	}
+}
+
+// realServer starts a real server (SQLite, the real HTTP handler) for the
+// command line to talk to, with a member token for each team named; the
+// admin token is tokens["admin"].
+func realServer(t *testing.T, teams ...string) (url string, tokens map[string]string) {
+	t.Helper()
 	isolateClientEnv(t)
 	ctx := t.Context()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "gpufleet.db"))
@@ -151,8 +205,8 @@ func TestCancelBySelectorAgainstTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens := map[string]string{}
-	for _, team := range []string{"team-a", "team-b"} {
+	tokens = map[string]string{"admin": adminToken}
+	for _, team := range teams {
 		if _, err := srv.PutTeam(ctx, admin, api.TeamRequest{Name: team}); err != nil {
 			t.Fatal(err)
 		}
@@ -163,49 +217,6 @@ func TestCancelBySelectorAgainstTheServer(t *testing.T) {
 		tokens[team] = tok.Token
 	}
 	hs := httptest.NewServer(api.NewHandler(srv, srv, srv, srv, api.HandlerOptions{}))
-	defer hs.Close()
-
-	submit := func(team, name, labels string) string {
-		t.Helper()
-		out, errOut, code := run(t, "submit", "--server", hs.URL, "--token", tokens[team], "--name", name, "-l", labels,
-			"--gpus", "1", "--queue-anyway", "--", "sleep", "60")
-		if code != 0 {
-			t.Fatalf("submit %s: exit %d: %s", name, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
-	ids := map[string]string{
-		"a-x1": submit("team-a", "a-x1", "team=x,run=1"),
-		"a-x2": submit("team-a", "a-x2", "team=x,run=2"),
-		"a-y":  submit("team-a", "a-y", "team=y"),
-		"b-x":  submit("team-b", "b-x", "team=x,run=1"),
-	}
-	out, errOut, code := run(t, "jobs", "-l", "team=x", "-o", "name", "--server", hs.URL, "--token", tokens["team-a"])
-	if wantOut := "job/" + ids["a-x1"] + "\njob/" + ids["a-x2"] + "\n"; code != 0 || out != wantOut {
-		t.Errorf("jobs -l team=x -o name as team-a: exit %d %q (%s), want %q", code, out, errOut, wantOut)
-	}
-	out, errOut, code = run(t, "cancel", "-l", "team=x", "--server", hs.URL, "--token", tokens["team-a"])
-	if code != 0 {
-		t.Fatalf("cancel -l team=x: exit %d: %s", code, errOut)
-	}
-	if wantOut := "job " + ids["a-x1"] + ": cancelled\njob " + ids["a-x2"] + ": cancelled\n"; out != wantOut {
-		t.Errorf("cancel -l team=x printed %q, want %q", out, wantOut)
-	}
-	// Naming the other team picks nothing of it.
-	if out, errOut, code := run(t, "cancel", "-l", "team=x", "--team", "team-b", "--server", hs.URL, "--token", tokens["team-a"]); code != 0 || out != "" ||
-		!strings.Contains(errOut, "no active job matches") {
-		t.Errorf("cancel -l team=x --team team-b as team-a: exit %d %q %q", code, out, errOut)
-	}
-	list, err := srv.Jobs(ctx, admin, api.JobQuery{All: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]gpufleet.JobState{}
-	for _, j := range list.Jobs {
-		got[j.Name] = j.State
-	}
-	want := map[string]gpufleet.JobState{"a-x1": gpufleet.JobCancelled, "a-x2": gpufleet.JobCancelled, "a-y": gpufleet.JobQueued, "b-x": gpufleet.JobQueued}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("job states after cancel -l team=x as team-a (-want +got):\n%s", diff)
-	}
+	t.Cleanup(hs.Close)
+	return hs.URL, tokens
 }
