@@ -56,11 +56,11 @@ type nodeHealth struct {
 const healthEvery = 10 * time.Second
 
 // loadHealth reads a node's inventory and the rules' memory from the store
-// the first time this replica hears from it. s.liveMu must NOT be held.
+// the first time this replica hears from it. s.live.mu must NOT be held.
 func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, error) {
-	s.liveMu.Lock()
-	h := s.live(node).health
-	s.liveMu.Unlock()
+	s.live.mu.Lock()
+	h := s.live.node(node).health
+	s.live.mu.Unlock()
 	if h.loaded {
 		return h, nil
 	}
@@ -79,11 +79,11 @@ func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, erro
 			st = health.State{}
 		}
 	}
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	h.inventory, h.state, h.loaded = n.GPUs, st, true
 	h.summary = storedSummary(n)
 	benchLoaded := h.benchLoaded
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if !benchLoaded {
 		if _, err := s.refreshBench(ctx, node); err != nil {
 			return nil, err
@@ -135,7 +135,7 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 	}
 	// Unchanged evidence, no XID and the same missing GPUs: the finding
 	// cannot change but with time, so the rules run every healthEvery.
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	if h.evidence == nil {
 		h.evidence = map[string]api.GPUEvidence{}
 	}
@@ -158,7 +158,7 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 		last = maps.Clone(h.evidence)
 	}
 	prev, inv, shortfalls := h.state, h.inventory, slices.Clone(h.bench)
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if !due || len(inv) == 0 {
 		return nil
 	}
@@ -171,9 +171,9 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 // wantsEvidence reports whether this replica lacks a reporting GPU's
 // evidence, so that the agent should send all of it.
 func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	h := s.live(node).health
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
+	h := s.live.node(node).health
 	for _, smp := range r.Samples {
 		if _, ok := h.evidence[smp.UUID]; !ok && smp.Evidence == nil {
 			return true
@@ -186,11 +186,11 @@ func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
 // acts on it.
 func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next health.State, conds []health.Condition, now time.Time) error {
 	sum := health.Summarize(conds)
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	h.state = next
 	same := sameSummary(h.summary, sum)
 	inv := h.inventory
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if same {
 		return nil
 	}
@@ -216,9 +216,9 @@ func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next he
 	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
 		return err
 	}
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	h.summary = sum
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	for _, c := range conds {
 		s.log.Warn("health condition", "node", node, "gpu", c.GPU, "rule", c.Rule, "severity", c.Severity, "action", c.Action, "reason", c.Reason)
 	}
@@ -334,9 +334,9 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 		if err != nil {
 			return err
 		}
-		s.liveMu.Lock()
+		s.live.mu.Lock()
 		prev := h.state
-		s.liveMu.Unlock()
+		s.live.mu.Unlock()
 		_, conds := health.Evaluate(prev, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
 		// The node's GPUs were not heard: keep their findings, add the
 		// heartbeat's.
@@ -346,17 +346,17 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 			}
 		}
 		sum := health.Summarize(conds)
-		s.liveMu.Lock()
+		s.live.mu.Lock()
 		hadIt := strings.Contains(h.summary.Reason, "no heartbeat") || h.summary.Health == gpufleet.Unhealthy
-		s.liveMu.Unlock()
+		s.live.mu.Unlock()
 		if hadIt && sum.Health == gpufleet.Unhealthy {
 			continue // said once; the age in the reason would change every cycle
 		}
 		// The rules' memory stays as the last heartbeat left it: silence
 		// says nothing about the GPUs.
-		s.liveMu.Lock()
+		s.live.mu.Lock()
 		h.silent = true
-		s.liveMu.Unlock()
+		s.live.mu.Unlock()
 		if err := s.record(ctx, n.Name, h, prev, conds, now); err != nil {
 			return err
 		}
@@ -473,9 +473,9 @@ func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
 		}
 	}
 	epoch := s.epoch()
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	h := s.live(n.Name).health
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
+	h := s.live.node(n.Name).health
 	if h.validation != nil && slices.Equal(h.validation.GPUs, gpus) {
 		return h.validation
 	}
@@ -487,10 +487,10 @@ func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
 // validated applies the agent's validation results: a pass returns the
 // node or GPUs to ready and healthy, a failure sends them back to repair.
 func (s *Server) validated(ctx context.Context, node string, results []api.ValidationResult, now time.Time) error {
-	s.liveMu.Lock()
-	h := s.live(node).health
+	s.live.mu.Lock()
+	h := s.live.node(node).health
 	order := h.validation
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if order == nil {
 		return nil
 	}
@@ -537,7 +537,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 		return err
 	}
 	nodeHealth, nodeReason := n.Health, n.HealthReason
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	if res.Passed {
 		// The repair is done: the rules forget what they held about it,
 		// and the node's health is what remains (other GPUs' conditions).
@@ -564,7 +564,7 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	}
 	h.validation = nil
 	state := hl.state
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if n.State == gpufleet.NodeValidating && !res.Passed {
 		nodeHealth = gpufleet.Unhealthy
 		nodeReason = next.Reason

@@ -289,9 +289,7 @@ func (s *Server) cycle(ctx context.Context) error {
 	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, asked
 	s.leaderMu.Unlock()
 	if fresh {
-		s.liveMu.Lock()
-		s.firstLeaderAt = s.now()
-		s.liveMu.Unlock()
+		s.live.led(s.now())
 	}
 	// Accounting (rollups, usage) is what this replica measured, not a
 	// decision: it is written unfenced. Everything else is fenced.

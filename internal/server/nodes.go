@@ -39,33 +39,14 @@ type liveNode struct {
 // the later of its last heartbeat and this replica's leadership start (a
 // new leader gives every node a grace window).
 func (s *Server) heartbeatAge(name string, now time.Time) (time.Duration, bool) {
-	age, known, _ := s.silence(name, now)
+	age, known, _ := s.live.silence(name, now)
 	return age, known
-}
-
-// silence is heartbeatAge, and whether this replica has led at all.
-func (s *Server) silence(name string, now time.Time) (age time.Duration, known, led bool) {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	ln := s.nodes[name]
-	var seen time.Time
-	if ln != nil {
-		seen = ln.lastSeen
-	}
-	known, led = !seen.IsZero(), !s.firstLeaderAt.IsZero()
-	if s.firstLeaderAt.After(seen) {
-		seen = s.firstLeaderAt
-	}
-	if seen.IsZero() {
-		return 0, false, led
-	}
-	return now.Sub(seen), known, led
 }
 
 // view fills the live parts of a stored node: heartbeat age, the derived
 // down state and the metrics URL.
 func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
-	age, known, led := s.silence(n.Name, now)
+	age, known, led := s.live.silence(n.Name, now)
 	if known {
 		a := age.Seconds()
 		n.HeartbeatAgeS = &a
@@ -80,11 +61,11 @@ func (s *Server) view(n gpufleet.Node, now time.Time) gpufleet.Node {
 			n.StateReason = n.Reason
 		}
 	}
-	s.liveMu.Lock()
-	if ln := s.nodes[n.Name]; ln != nil && ln.metricsURL != "" {
+	s.live.mu.Lock()
+	if ln := s.live.nodes[n.Name]; ln != nil && ln.metricsURL != "" {
 		n.MetricsURL = ln.metricsURL
 	}
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
@@ -254,11 +235,11 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 		return api.RegisterResponse{}, err
 	}
 	s.forget(nodePrefix + r.Node)
-	s.liveMu.Lock()
-	ln := s.live(r.Node)
+	s.live.mu.Lock()
+	ln := s.live.node(r.Node)
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
 	ln.health.loaded = false // the inventory may have changed
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	if r.Bench != nil && len(r.Bench.Measurements) > 0 {
 		if _, err := s.recordBench(ctx, r.Node, bench.TriggerJoin, *r.Bench, now); err != nil {
 			return api.RegisterResponse{}, err
@@ -380,17 +361,6 @@ func (s *Server) nodeCredential(node string) (store.NodeCredential, string) {
 	return store.NodeCredential{Node: node, Hash: hashSecret(secret)}, nodePrefix + node + "." + secret
 }
 
-// live returns the in-memory record of a node; s.liveMu must be held.
-func (s *Server) live(name string) *liveNode {
-	ln := s.nodes[name]
-	if ln == nil {
-		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{},
-			energy: map[string]float64{}, xids: map[string][]xidAt{}, health: &nodeHealth{}}
-		s.nodes[name] = ln
-	}
-	return ln
-}
-
 // Heartbeat records a node's report and answers with the attempts it must
 // start or stop. It touches the store only when something changed. The
 // steps: check who reports, record the beat in memory (liveness,
@@ -443,9 +413,9 @@ func (s *Server) mayReport(p api.Principal, r api.HeartbeatRequest) error {
 // accounting. It returns the node's record and the attempts whose state
 // changed since the node last reported them.
 func (s *Server) recordBeat(node string, r api.HeartbeatRequest, now time.Time) (*liveNode, []api.AttemptReport) {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	ln := s.live(node)
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
+	ln := s.live.node(node)
 	if now.Sub(ln.lastSeen) > s.cfg.HeartbeatGrace {
 		defer s.nudge() // back from down (or first seen since a restart): place work there
 	}
@@ -511,12 +481,12 @@ func (s *Server) storeReports(ctx context.Context, p api.Principal, ln *liveNode
 			}
 			s.metrics.ended.WithLabelValues(string(a.State), code).Inc()
 		}
-		s.liveMu.Lock()
+		s.live.mu.Lock()
 		ln.reported[a.AttemptID] = a.State
 		if a.State.Terminal() {
 			delete(ln.totals, a.AttemptID)
 		}
-		s.liveMu.Unlock()
+		s.live.mu.Unlock()
 		if a.State.Terminal() {
 			s.nudge()
 		}
@@ -532,13 +502,13 @@ func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptRepor
 	s.leaderMu.Lock()
 	o, ready := s.leader.orders[node], s.leader.ready
 	s.leaderMu.Unlock()
-	s.liveMu.Lock()
+	s.live.mu.Lock()
 	for _, as := range o.start {
 		if _, seen := ln.reported[as.AttemptID]; !seen {
 			resp.Start = append(resp.Start, as)
 		}
 	}
-	s.liveMu.Unlock()
+	s.live.mu.Unlock()
 	resp.Stop = slices.Clone(o.stop)
 	if o.validate != nil {
 		resp.Validate = []api.ValidationOrder{*o.validate}

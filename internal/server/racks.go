@@ -177,15 +177,15 @@ func (s *Server) charging() power.Charging {
 // overheads and each GPU's model, latest reading, holder's class and
 // measured peak.
 func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
 	readings := make([]power.NodeReading, 0, len(nodes))
 	s.tele.read(func(v gpuView) {
 		for _, n := range nodes {
 			model := s.nodeModel(n)
 			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
 			var samples []api.GPUSample
-			if ln := s.nodes[n.Name]; ln != nil {
+			if ln := s.live.nodes[n.Name]; ln != nil {
 				samples = ln.samples
 			}
 			for _, g := range n.GPUs {

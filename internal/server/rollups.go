@@ -136,7 +136,7 @@ func effective(sm, util *float64) *float64 {
 }
 
 // fold adds a heartbeat's samples to the open minute rollups and keeps the
-// node's recent XIDs and energy counters. s.liveMu must be held (ln is the
+// node's recent XIDs and energy counters. s.live.mu must be held (ln is the
 // node's record).
 func (s *Server) fold(node string, ln *liveNode, samples []api.GPUSample, now time.Time) {
 	// The samples cover the interval since the node's last heartbeat (at
@@ -342,10 +342,10 @@ func (t *telemetry) setGPUs(gpus map[string]gpuInfo) {
 
 // withLive fills each GPU's latest telemetry and holder as p may see them.
 func (s *Server) withLive(p api.Principal, n gpufleet.Node) gpufleet.Node {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
 	s.tele.read(func(v gpuView) {
-		ln := s.nodes[n.Name]
+		ln := s.live.nodes[n.Name]
 		for i := range n.GPUs {
 			n.GPUs[i].Live = liveGPU(p, ln, v, n.GPUs[i].UUID)
 		}
@@ -354,7 +354,7 @@ func (s *Server) withLive(p api.Principal, n gpufleet.Node) gpufleet.Node {
 }
 
 // liveGPU is a GPU's latest telemetry and holder as p may see them;
-// s.liveMu must be held.
+// s.live.mu must be held.
 func liveGPU(p api.Principal, ln *liveNode, v gpuView, uuid string) *gpufleet.GPULive {
 	if ln == nil {
 		return nil

@@ -184,16 +184,10 @@ type Server struct {
 	wake  chan struct{} // nudges the leader loop
 	dirty atomic.Bool   // something changed since the last full cycle
 
-	// Each mutex guards the fields below it. Lock order: liveMu before
-	// tele's lock; leaderMu and authMu are never held with another.
-
-	// liveMu guards what heartbeats leave in memory: each node's record
-	// (liveNode and its nodeHealth), and firstLeaderAt, when this replica
-	// last became leader (nodes get a grace window after it before
-	// anything is declared lost).
-	liveMu        sync.Mutex
-	nodes         map[string]*liveNode
-	firstLeaderAt time.Time
+	// live is what heartbeats leave in memory (live.go). Each mutex
+	// guards the fields below it; leaderMu and authMu are never held with
+	// another.
+	live *liveness
 
 	// leaderMu guards this replica's leadership, the orders agents get
 	// and the leader loop's memory.
@@ -256,7 +250,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		wake:      make(chan struct{}, 1),
 		acct:      newAccounting(st, cfg.PUE),
 		tele:      newTelemetry(st, cfg, log.With("component", "server")),
-		nodes:     map[string]*liveNode{},
+		live:      newLiveness(),
 		metrics:   newMetrics(),
 		authCache: map[string]cachedAuth{},
 
