@@ -168,10 +168,10 @@ func (s *Server) capacityFacts(ctx context.Context, admin api.Principal, now tim
 // recordedWaits is the leader's record of recent waits against the ETA
 // each job was shown (none on a replica that does not lead).
 func (s *Server) recordedWaits() []audit.Wait {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	defer s.lead.mu.Unlock()
 	var out []audit.Wait
-	for _, w := range s.leader.eta.waits {
+	for _, w := range s.lead.eta.waits {
 		out = append(out, audit.Wait{Predicted: w.Predicted, Actual: w.Actual, Censored: w.Censored})
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -17,6 +18,28 @@ import (
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
+
+// leadership is this replica's leadership and what the leader keeps
+// between cycles: a component with its own lock, which guards every field.
+type leadership struct {
+	mu sync.Mutex
+	leaderState
+}
+
+// current is this replica's leadership epoch (0 before it first led).
+func (l *leadership) current() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// leads reports whether this replica holds the lease, renewed within
+// half its ttl, at now (monotonic).
+func (l *leadership) leads(now time.Time, ttl time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held && now.Sub(l.renewedAt) < ttl/2
+}
 
 // leaderState is what the leader keeps between cycles.
 type leaderState struct {
@@ -143,25 +166,19 @@ type nodeOrders struct {
 }
 
 // epoch is this replica's leadership epoch (0 before it first led).
-func (s *Server) epoch() int64 {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	return s.leader.epoch
-}
+func (s *Server) epoch() int64 { return s.lead.current() }
 
 // Leader reports whether this replica currently holds the lease.
 func (s *Server) Leader() bool {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	return s.leader.held && time.Since(s.leader.renewedAt) < s.cfg.LeaseTTL/2
+	return s.lead.leads(time.Now(), s.cfg.LeaseTTL)
 }
 
 // Advertise records url as where this replica answers, for followers to
 // forward requests to when it leads (api.HandlerOptions.Leader).
 func (s *Server) Advertise(ctx context.Context, url string) error {
-	s.leaderMu.Lock()
+	s.lead.mu.Lock()
 	s.selfURL = url
-	s.leaderMu.Unlock()
+	s.lead.mu.Unlock()
 	return s.st.PutReplica(ctx, s.cfg.ID, url, s.now())
 }
 
@@ -170,9 +187,9 @@ func (s *Server) Advertise(ctx context.Context, url string) error {
 // way), else the lease holder's advertised URL; an error wrapping
 // api.ErrUnavailable when nobody leads now.
 func (s *Server) LeaderURL(ctx context.Context) (string, bool, error) {
-	s.leaderMu.Lock()
+	s.lead.mu.Lock()
 	self := s.selfURL
-	s.leaderMu.Unlock()
+	s.lead.mu.Unlock()
 	if s.Leader() {
 		return self, true, nil
 	}
@@ -220,9 +237,9 @@ func (s *Server) Run(ctx context.Context) error {
 // over at once instead of making the others (or itself, restarted) wait
 // out the lease.
 func (s *Server) stepDown(ctx context.Context) {
-	s.leaderMu.Lock()
-	s.leader.held, s.leader.ready = false, false
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	s.lead.held, s.lead.ready = false, false
+	s.lead.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	released, err := s.st.ReleaseLease(ctx, s.cfg.ID)
@@ -255,9 +272,9 @@ func (s *Server) safeCycle(ctx context.Context) (err error) {
 func (s *Server) Cycle(ctx context.Context) error {
 	err := s.cycle(ctx)
 	if errors.Is(err, store.ErrFenced) {
-		s.leaderMu.Lock()
-		s.leader.held, s.leader.ready = false, false
-		s.leaderMu.Unlock()
+		s.lead.mu.Lock()
+		s.lead.held, s.lead.ready = false, false
+		s.lead.mu.Unlock()
 		s.log.Warn("lost leadership during the cycle: its writes were refused", "err", err)
 		return nil
 	}
@@ -272,22 +289,22 @@ func (s *Server) cycle(ctx context.Context) error {
 	// database or to this process (a pause, a slow network) meanwhile.
 	asked := time.Now()
 	lease, held, err := s.st.TryLease(ctx, s.cfg.ID, s.cfg.LeaseTTL)
-	s.leaderMu.Lock()
+	s.lead.mu.Lock()
 	if err != nil || !held {
-		s.leader.held, s.leader.ready = false, false
-		s.leaderMu.Unlock()
+		s.lead.held, s.lead.ready = false, false
+		s.lead.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("lease: %w", err)
 		}
 		return nil
 	}
-	fresh := !s.leader.held || s.leader.epoch != lease.Epoch
+	fresh := !s.lead.held || s.lead.epoch != lease.Epoch
 	if fresh {
-		s.leader = leaderState{usage: s.leader.usage, usageAt: s.leader.usageAt}
+		s.lead.leaderState = leaderState{usage: s.lead.usage, usageAt: s.lead.usageAt}
 		s.log.Info("leading", "epoch", lease.Epoch)
 	}
-	s.leader.held, s.leader.epoch, s.leader.renewedAt = true, lease.Epoch, asked
-	s.leaderMu.Unlock()
+	s.lead.held, s.lead.epoch, s.lead.renewedAt = true, lease.Epoch, asked
+	s.lead.mu.Unlock()
 	if fresh {
 		s.live.led(s.now())
 	}
@@ -348,9 +365,9 @@ func (s *Server) cycle(ctx context.Context) error {
 		s.dirty.Store(true) // try again next tick
 		return err
 	}
-	s.leaderMu.Lock()
-	s.leader.lastFull, s.leader.lastEvent = now, mark
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	s.lead.lastFull, s.lead.lastEvent = now, mark
+	s.lead.mu.Unlock()
 	return nil
 }
 
@@ -358,13 +375,13 @@ func (s *Server) cycle(ctx context.Context) error {
 // another replica changed the store (a new audit event), IdleCycle has
 // passed, or a node holding work has gone silent long enough to matter.
 func (s *Server) due(ctx context.Context, now time.Time) bool {
-	s.leaderMu.Lock()
-	last, lastEvent, ready := s.leader.lastFull, s.leader.lastEvent, s.leader.ready
+	s.lead.mu.Lock()
+	last, lastEvent, ready := s.lead.lastFull, s.lead.lastEvent, s.lead.ready
 	var nodes []string
-	for n := range s.leader.withWork {
+	for n := range s.lead.withWork {
 		nodes = append(nodes, n)
 	}
-	s.leaderMu.Unlock()
+	s.lead.mu.Unlock()
 	if !ready || now.Sub(last) >= s.cfg.IdleCycle || now.Before(last) {
 		return true
 	}
@@ -386,10 +403,10 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if err != nil {
 		return nil, err
 	}
-	s.leaderMu.Lock()
-	in.WaitHistory = s.leader.eta.history(in)
-	in.Arrivals = s.leader.eta.arrived(in)
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	in.WaitHistory = s.lead.eta.history(in)
+	in.Arrivals = s.lead.eta.arrived(in)
+	s.lead.mu.Unlock()
 	out, leftOut, err := s.scheduleSafely(ctx, in)
 	if err != nil {
 		return nil, err
@@ -462,9 +479,9 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		s.log.Warn("reading the teams' uid offsets and registry credentials", "err", err)
 	}
 	return func() {
-		s.leaderMu.Lock()
-		s.leader.eta.observe(in, out, now)
-		s.leaderMu.Unlock()
+		s.lead.mu.Lock()
+		s.lead.eta.observe(in, out, now)
+		s.lead.mu.Unlock()
 		s.metrics.decisions.Add(float64(len(d.Starts) + len(d.Stops)))
 		for _, sp := range d.Stops {
 			if sp.Lost {
@@ -602,16 +619,16 @@ func (s *Server) setOrders(v fleetView, nodes []gpufleet.Node, teams map[string]
 			orders[n.Name] = o
 		}
 	}
-	s.leaderMu.Lock()
-	s.leader.orders = orders
-	s.leader.ready = true
-	s.leader.withWork = map[string]bool{}
+	s.lead.mu.Lock()
+	s.lead.orders = orders
+	s.lead.ready = true
+	s.lead.withWork = map[string]bool{}
 	for n, o := range orders {
 		if len(o.active) > 0 {
-			s.leader.withWork[n] = true
+			s.lead.withWork[n] = true
 		}
 	}
-	s.leaderMu.Unlock()
+	s.lead.mu.Unlock()
 	s.acct.setAttempts(infos)
 	s.setJobMetrics(v, nodes)
 }
@@ -817,16 +834,16 @@ func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
 // decayUsage advances each team's decayed GPU-seconds to now from the
 // GPUs its running jobs hold.
 func (s *Server) decayUsage(jobs []gpufleet.Job, now time.Time, halfLife time.Duration) map[string]float64 {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	if s.leader.usage == nil {
-		s.leader.usage = map[string]float64{}
+	s.lead.mu.Lock()
+	defer s.lead.mu.Unlock()
+	if s.lead.usage == nil {
+		s.lead.usage = map[string]float64{}
 	}
 	dt := 0.0
-	if !s.leader.usageAt.IsZero() {
-		dt = now.Sub(s.leader.usageAt).Seconds()
+	if !s.lead.usageAt.IsZero() {
+		dt = now.Sub(s.lead.usageAt).Seconds()
 	}
-	s.leader.usageAt = now
+	s.lead.usageAt = now
 	if halfLife <= 0 {
 		halfLife = 7 * 24 * time.Hour
 	}
@@ -842,13 +859,13 @@ func (s *Server) decayUsage(jobs []gpufleet.Job, now time.Time, halfLife time.Du
 		}
 	}
 	out := map[string]float64{}
-	for t, u := range s.leader.usage {
-		s.leader.usage[t] = u * decay
+	for t, u := range s.lead.usage {
+		s.lead.usage[t] = u * decay
 	}
 	for t, g := range held {
-		s.leader.usage[t] += g * dt
+		s.lead.usage[t] += g * dt
 	}
-	for t, u := range s.leader.usage {
+	for t, u := range s.lead.usage {
 		out[t] = u
 	}
 	return out

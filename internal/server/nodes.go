@@ -499,9 +499,9 @@ func (s *Server) storeReports(ctx context.Context, p api.Principal, ln *liveNode
 // the leader does not know.
 func (s *Server) ordersFor(node string, ln *liveNode, running []api.AttemptReport) api.HeartbeatResponse {
 	resp := api.HeartbeatResponse{ProtocolVersion: api.ProtocolVersion, HeartbeatS: s.cfg.Heartbeat.Seconds(), FenceAfterS: s.cfg.FenceAfter.Seconds()}
-	s.leaderMu.Lock()
-	o, ready := s.leader.orders[node], s.leader.ready
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	o, ready := s.lead.orders[node], s.lead.ready
+	s.lead.mu.Unlock()
 	s.live.mu.Lock()
 	for _, as := range o.start {
 		if _, seen := ln.reported[as.AttemptID]; !seen {

@@ -32,9 +32,9 @@ const maxCulprits = 4
 // placement reaches the scheduler. Jobs valid earlier in this leadership
 // are not checked again (a job's request never changes).
 func (s *Server) screen(jobs []gpufleet.Job) []gpufleet.Job {
-	s.leaderMu.Lock()
-	seen := s.leader.valid
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	seen := s.lead.valid
+	s.lead.mu.Unlock()
 	valid := make(map[string]bool, len(jobs))
 	out := make([]gpufleet.Job, 0, len(jobs))
 	for _, j := range jobs {
@@ -57,9 +57,9 @@ func (s *Server) screen(jobs []gpufleet.Job) []gpufleet.Job {
 		j.Defect = why
 		out = append(out, j)
 	}
-	s.leaderMu.Lock()
-	s.leader.valid = valid
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	s.lead.valid = valid
+	s.lead.mu.Unlock()
 	return out
 }
 
@@ -88,9 +88,9 @@ type suspect struct {
 // cannot make. Suspects are remembered for the leadership, so later cycles
 // do not panic on them again.
 func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (out scheduler.Output, leftOut map[string]string, err error) {
-	s.leaderMu.Lock()
-	known := maps.Clone(s.leader.culprits)
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	known := maps.Clone(s.lead.culprits)
+	s.lead.mu.Unlock()
 	if known == nil {
 		known = map[string]suspect{}
 	}
@@ -108,9 +108,9 @@ func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (out sc
 		s.log.Error("the scheduler panicked; trying again without the expected arrivals", "panic", perr.value, "stack", perr.stack)
 		in.Arrivals = nil
 		if out, perr = runSchedule(s.decide, in); perr == nil {
-			s.leaderMu.Lock()
-			s.leader.eta.arrivals = nil
-			s.leaderMu.Unlock()
+			s.lead.mu.Lock()
+			s.lead.eta.arrivals = nil
+			s.lead.mu.Unlock()
 		}
 	}
 	last := ""
@@ -148,9 +148,9 @@ func (s *Server) scheduleSafely(ctx context.Context, in scheduler.Input) (out sc
 		in.Jobs = markCulprits(all, known)
 		out, perr = runSchedule(s.decide, in)
 	}
-	s.leaderMu.Lock()
-	s.leader.culprits = known
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	s.lead.culprits = known
+	s.lead.mu.Unlock()
 	for id, sus := range known {
 		if sus.tier == culpritLeftOut {
 			if leftOut == nil {

@@ -391,9 +391,9 @@ func TestSchedulerPanicOnExpectedArrivals(t *testing.T) {
 			t.Errorf("job %s is %s, want scheduled", id, j.State)
 		}
 	}
-	f.srv.leaderMu.Lock()
-	kept := len(f.srv.leader.eta.arrivals)
-	f.srv.leaderMu.Unlock()
+	f.srv.lead.mu.Lock()
+	kept := len(f.srv.lead.eta.arrivals)
+	f.srv.lead.mu.Unlock()
 	if kept != 0 {
 		t.Errorf("the leader still keeps %d arrivals after they made the scheduler panic", kept)
 	}

@@ -273,18 +273,18 @@ func rolloutChanged(a, b rollout.Rollout) bool {
 
 // setRollouts keeps the active rollouts for update orders.
 func (s *Server) setRollouts(rs []rollout.Rollout) {
-	s.leaderMu.Lock()
-	s.leader.rollouts = rs
-	s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	s.lead.rollouts = rs
+	s.lead.mu.Unlock()
 }
 
 // updateOrders are the stack updates a node must run now.
 func (s *Server) updateOrders(node string) []api.UpdateOrder {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
+	s.lead.mu.Lock()
+	defer s.lead.mu.Unlock()
 	var out []api.UpdateOrder
-	for i := range s.leader.rollouts {
-		if o, ok := s.leader.rollouts[i].Order(node); ok {
+	for i := range s.lead.rollouts {
+		if o, ok := s.lead.rollouts[i].Order(node); ok {
 			out = append(out, api.UpdateOrder{Key: o.Key, Command: o.Command, Versions: o.Versions})
 		}
 	}

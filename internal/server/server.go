@@ -184,16 +184,14 @@ type Server struct {
 	wake  chan struct{} // nudges the leader loop
 	dirty atomic.Bool   // something changed since the last full cycle
 
-	// live is what heartbeats leave in memory (live.go). Each mutex
-	// guards the fields below it; leaderMu and authMu are never held with
-	// another.
-	live *liveness
-
-	// leaderMu guards this replica's leadership, the orders agents get
-	// and the leader loop's memory.
-	leaderMu sync.Mutex
-	leader   leaderState
-	selfURL  string // where this replica answers (Advertise)
+	// live is what heartbeats leave in memory (live.go); lead is this
+	// replica's leadership, the orders agents get and the leader loop's
+	// memory (leader.go). Each holds its own lock: lead's is never held
+	// with another, nor is authMu. Each mutex below guards the fields
+	// below it.
+	live    *liveness
+	lead    *leadership
+	selfURL string // where this replica answers (Advertise)
 
 	// capMu guards capFacts, the capacity decisions audits reuse
 	// (auditCapacity).
@@ -251,6 +249,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		acct:      newAccounting(st, cfg.PUE),
 		tele:      newTelemetry(st, cfg, log.With("component", "server")),
 		live:      newLiveness(),
+		lead:      &leadership{},
 		metrics:   newMetrics(),
 		authCache: map[string]cachedAuth{},
 
