@@ -44,7 +44,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 			}
 			for _, f := range []struct {
 				flag string
-				dst  *float64
+				dst  *gpufleet.Watts
 				v    string
 			}{{"power-budget", &r.PowerBudgetWatts, budget}, {"production-reserve", &r.ProductionReserveWatts, reserve}} {
 				if cmd.Flags().Changed(f.flag) {
@@ -52,7 +52,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 					if err != nil {
 						return gpufleet.InField("--"+f.flag, err)
 					}
-					*f.dst = float64(w)
+					*f.dst = w
 				}
 			}
 			if cmd.Flags().Changed("cooling") {
@@ -60,8 +60,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 				if err != nil {
 					return gpufleet.InField("--cooling", err)
 				}
-				v := float64(w)
-				r.CoolingWatts = &v
+				r.CoolingWatts = &w
 			}
 			if cmd.Flags().Changed("pue") {
 				r.PUE = &pue
@@ -141,11 +140,11 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	return cmd
 }
 
-func watts(v *float64) string {
+func watts(v *gpufleet.Watts) string {
 	if v == nil {
 		return "-"
 	}
-	return gpufleet.Watts(*v).Human()
+	return v.Human()
 }
 
 func (c *clientEnv) printRacks(racks []gpufleet.Rack) error {
@@ -153,7 +152,7 @@ func (c *clientEnv) printRacks(racks []gpufleet.Rack) error {
 	for _, r := range racks {
 		used := "-"
 		if r.DrawWatts != nil && r.PowerBudgetWatts > 0 {
-			used = fmt.Sprintf("%.0f%%", *r.DrawWatts/r.PowerBudgetWatts*100)
+			used = fmt.Sprintf("%.0f%%", float64(*r.DrawWatts/r.PowerBudgetWatts)*100)
 		}
 		pue := "-"
 		if r.PUE != nil {

@@ -65,7 +65,7 @@ var devFleet = []devNode{
 // projected draw nears 17.3 kW, and keeps 1.4 kW (two H100s) for
 // production; the others are rated under their budget.
 var devRacks = []gpufleet.Rack{
-	{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 1400, CoolingWatts: ptrTo(20000.0)},
+	{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 1400, CoolingWatts: ptrTo(gpufleet.Watts(20000))},
 	{Name: "r2", PowerBudgetWatts: 17300},
 	{Name: "r3", PowerBudgetWatts: 17300},
 	{Name: "r4", PowerBudgetWatts: 17300},

@@ -126,10 +126,10 @@ func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
 
 // ratedDraw is what nodes draw at their rating (GPUs at TDP and host
 // overheads).
-func (s *Server) ratedDraw(nodes []gpufleet.Node) float64 {
-	w := 0.0
+func (s *Server) ratedDraw(nodes []gpufleet.Node) gpufleet.Watts {
+	var w gpufleet.Watts
 	for _, n := range nodes {
-		w += float64(power.RatedNode(s.nodeModel(n), len(n.GPUs)))
+		w += power.RatedNode(s.nodeModel(n), len(n.GPUs))
 	}
 	return w
 }
@@ -163,9 +163,9 @@ func heldBy(jobs []gpufleet.Job) map[string]heldGPU {
 // (power.Charging), idle draws where there is no reading, and host
 // overheads. ok is false on a replica that does not lead: it has no live
 // readings.
-func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (float64, bool) {
+func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (gpufleet.Watts, bool) {
 	leads := s.Leader()
-	return float64(power.ProjectRack(s.nodeReadings(nodes, held), s.charging())), leads
+	return power.ProjectRack(s.nodeReadings(nodes, held), s.charging()), leads
 }
 
 // charging is how the server charges held GPUs (Config.PowerPeakMargin).
@@ -277,8 +277,8 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: gpufleet.Watts(r.PowerBudgetWatts),
-			ProductionReserveW: gpufleet.Watts(r.ProductionReserveWatts), Nodes: s.nodeReadings(ns, held)})
+		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
+			ProductionReserveW: r.ProductionReserveWatts, Nodes: s.nodeReadings(ns, held)})
 	}
 	// The simulator builds its input with the same function.
 	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, s.charging())
@@ -289,7 +289,7 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: float64(projected[i])})
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: projected[i]})
 	}
 	s.metrics.setRacks(gauges)
 	return nil

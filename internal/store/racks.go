@@ -26,11 +26,10 @@ func (s *SQL) PutRack(ctx context.Context, r gpufleet.Rack, actor string) error 
 	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET power_budget_watts = excluded.power_budget_watts,
 	production_reserve_watts = excluded.production_reserve_watts, cooling_watts = excluded.cooling_watts, pue = excluded.pue,
 	nodes = excluded.nodes, updated_at = excluded.updated_at`),
-			r.Name, r.PowerBudgetWatts, r.ProductionReserveWatts, nullFloat(r.CoolingWatts), nullFloat(r.PUE), string(nj), nanos(now)); err != nil {
+			r.Name, float64(r.PowerBudgetWatts), float64(r.ProductionReserveWatts), nullFloat(r.CoolingWatts), nullFloat(r.PUE), string(nj), nanos(now)); err != nil {
 			return fmt.Errorf("put rack %s: %w", r.Name, err)
 		}
-		detail := fmt.Sprintf("budget %s, production reserve %s, %d nodes listed", gpufleet.Watts(r.PowerBudgetWatts),
-			gpufleet.Watts(r.ProductionReserveWatts), len(nodes))
+		detail := fmt.Sprintf("budget %s, production reserve %s, %d nodes listed", r.PowerBudgetWatts, r.ProductionReserveWatts, len(nodes))
 		return s.insertEvent(ctx, tx, gpufleet.Event{At: now, Actor: actor, Kind: "rack.put", Object: r.Name, Detail: detail})
 	})
 }
@@ -40,14 +39,19 @@ func (s *SQL) Racks(ctx context.Context) ([]gpufleet.Rack, error) {
 	return list(ctx, s.rd, `SELECT name, power_budget_watts, production_reserve_watts, cooling_watts, pue, nodes FROM racks ORDER BY name`, nil,
 		func(r scanner) (gpufleet.Rack, error) {
 			var (
-				k            gpufleet.Rack
-				cooling, pue sql.NullFloat64
-				nodes        string
+				k               gpufleet.Rack
+				budget, reserve float64
+				cooling, pue    sql.NullFloat64
+				nodes           string
 			)
-			if err := r.Scan(&k.Name, &k.PowerBudgetWatts, &k.ProductionReserveWatts, &cooling, &pue, &nodes); err != nil {
+			if err := r.Scan(&k.Name, &budget, &reserve, &cooling, &pue, &nodes); err != nil {
 				return k, err
 			}
-			k.CoolingWatts, k.PUE = ptrFloat(cooling), ptrFloat(pue)
+			k.PowerBudgetWatts, k.ProductionReserveWatts = gpufleet.Watts(budget), gpufleet.Watts(reserve)
+			k.PUE = ptrFloat(pue)
+			if c := ptrFloat(cooling); c != nil {
+				k.CoolingWatts = new(gpufleet.Watts(*c))
+			}
 			if err := json.Unmarshal([]byte(nodes), &k.Nodes); err != nil {
 				return k, fmt.Errorf("rack %s: nodes: %w", k.Name, err)
 			}
@@ -71,9 +75,9 @@ func (s *SQL) DeleteRack(ctx context.Context, name, actor string) error {
 	})
 }
 
-func nullFloat(v *float64) any {
+func nullFloat[F ~float64](v *F) any {
 	if v == nil {
 		return nil
 	}
-	return *v
+	return float64(*v)
 }

@@ -271,7 +271,7 @@ func (s *fakeService) Classes(_ context.Context, p api.Principal) ([]gpufleet.Cl
 }
 
 func (s *fakeService) Racks(_ context.Context, p api.Principal) ([]gpufleet.Rack, error) {
-	draw := 9800.0
+	draw := gpufleet.Watts(9800)
 	return []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, RatedWatts: 10200, DrawWatts: &draw, Members: []string{"n1"}}}, s.record(p)
 }
 

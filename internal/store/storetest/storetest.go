@@ -1738,7 +1738,7 @@ func testConcurrent(t *testing.T, s store.Store) {
 
 func testRacks(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	cooling, pue := 20000.0, 1.3
+	cooling, pue := gpufleet.Watts(20000), 1.3
 	r1 := gpufleet.Rack{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 2000, CoolingWatts: &cooling, PUE: &pue, Nodes: []string{"n1", "n2"}}
 	wantErr(t, "put r1", s.PutRack(ctx, r1, "admin"), nil)
 	wantErr(t, "put r0", s.PutRack(ctx, gpufleet.Rack{Name: "r0", PowerBudgetWatts: 10000}, "admin"), nil)
