@@ -677,9 +677,12 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 	if err != nil {
 		return in, nil, err
 	}
-	if err := s.powerInput(ctx, &in, nodes, heldBy(jobs)); err != nil {
+	gauges, pue, err := s.racks.input(ctx, &in, nodes, heldBy(jobs))
+	if err != nil {
 		return in, nil, err
 	}
+	s.metrics.setRacks(gauges)
+	s.acct.setNodePUE(pue)
 	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)
 	for i := range in.Teams {
 		in.Teams[i].Usage = usage[in.Teams[i].Name]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -12,17 +13,47 @@ import (
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
+// rackStore is what racks reads and writes.
+type rackStore interface {
+	Racks(ctx context.Context) ([]gpufleet.Rack, error)
+	Nodes(ctx context.Context) ([]gpufleet.Node, error)
+	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
+	DeleteRack(ctx context.Context, name, actor string) error
+}
+
+// racks is the power domains: their changes, and their projection (each
+// rack's members, rated draw and projected draw), for the API, the
+// scheduler's input and the accounting's PUE. Racks live in the store;
+// what racks reads of the nodes' draw now comes through readings (the
+// server's latest samples and telemetry's holders and peaks). Its lock
+// serialises changes.
+type racks struct {
+	st       rackStore
+	cat      *catalog.Catalog
+	charging power.Charging // how held GPUs are charged (Config.PowerPeakMargin)
+	// readings is what power.ProjectRack reads of nodes now (held: who
+	// holds each GPU; nil: the holders the leader last recorded).
+	readings func(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading
+
+	// mu serialises changes: what a change checks holds until it is
+	// written.
+	mu sync.Mutex
+}
+
+func newRacks(st rackStore, cat *catalog.Catalog, charging power.Charging, readings func([]gpufleet.Node, map[string]heldGPU) []power.NodeReading) *racks {
+	return &racks{st: st, cat: cat, charging: charging, readings: readings}
+}
+
 // PutRack creates or replaces a rack (admin).
 func (s *Server) PutRack(ctx context.Context, p api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Rack{}, err
 	}
-	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
-	if err := s.st.PutRack(ctx, r, actor(p)); err != nil {
+	if err := s.racks.put(ctx, r, actor(p)); err != nil {
 		return gpufleet.Rack{}, err
 	}
 	s.nudge()
-	return s.rack(ctx, r.Name)
+	return s.racks.get(ctx, r.Name, s.Leader())
 }
 
 // DeleteRack removes a rack (admin): its nodes have no budget any more.
@@ -30,7 +61,7 @@ func (s *Server) DeleteRack(ctx context.Context, p api.Principal, name string) e
 	if err := requireAdmin(p); err != nil {
 		return err
 	}
-	if err := s.st.DeleteRack(ctx, name, actor(p)); err != nil {
+	if err := s.racks.delete(ctx, name, actor(p)); err != nil {
 		return err
 	}
 	s.nudge()
@@ -43,11 +74,32 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 	if err := requireUser(p); err != nil {
 		return nil, err
 	}
-	racks, err := s.st.Racks(ctx)
+	return s.racks.list(ctx, s.Leader())
+}
+
+// put creates or replaces a rack.
+func (k *racks) put(ctx context.Context, r gpufleet.Rack, actor string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
+	return k.st.PutRack(ctx, r, actor)
+}
+
+// delete removes a rack.
+func (k *racks) delete(ctx context.Context, name, actor string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.st.DeleteRack(ctx, name, actor)
+}
+
+// list is the racks with their members, rated draw and projected draw now
+// (only where leads: a replica that does not lead has no live readings).
+func (k *racks) list(ctx context.Context, leads bool) ([]gpufleet.Rack, error) {
+	racks, err := k.st.Racks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := s.st.Nodes(ctx)
+	nodes, err := k.st.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,17 +115,17 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 		for _, m := range r.Members {
 			ns = append(ns, byName[m])
 		}
-		r.RatedWatts = s.ratedDraw(ns)
-		if d, ok := s.projectedDraw(ns, nil); ok {
-			r.DrawWatts = &d
+		r.RatedWatts = k.ratedDraw(ns)
+		if leads {
+			r.DrawWatts = new(power.ProjectRack(k.readings(ns, nil), k.charging))
 		}
 	}
 	return racks, nil
 }
 
-// rack is one rack as Racks gives it.
-func (s *Server) rack(ctx context.Context, name string) (gpufleet.Rack, error) {
-	all, err := s.Racks(ctx, api.Principal{Role: gpufleet.RoleAdmin})
+// get is one rack as list gives it.
+func (k *racks) get(ctx context.Context, name string, leads bool) (gpufleet.Rack, error) {
+	all, err := k.list(ctx, leads)
 	if err != nil {
 		return gpufleet.Rack{}, err
 	}
@@ -113,11 +165,11 @@ func rackMembers(racks []gpufleet.Rack, nodes []gpufleet.Node) map[string][]stri
 }
 
 // nodeModel is the catalog entry of a node's GPUs (its first GPU's).
-func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
+func nodeModel(cat *catalog.Catalog, n gpufleet.Node) catalog.GPU {
 	if len(n.GPUs) == 0 {
 		return catalog.GPU{}
 	}
-	g, err := s.cat.Lookup(n.GPUs[0].Model)
+	g, err := cat.Lookup(n.GPUs[0].Model)
 	if err != nil {
 		return catalog.GPU{ID: n.GPUs[0].Model, Name: n.GPUs[0].Model}
 	}
@@ -126,10 +178,10 @@ func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
 
 // ratedDraw is what nodes draw at their rating (GPUs at TDP and host
 // overheads).
-func (s *Server) ratedDraw(nodes []gpufleet.Node) gpufleet.Watts {
+func (k *racks) ratedDraw(nodes []gpufleet.Node) gpufleet.Watts {
 	var w gpufleet.Watts
 	for _, n := range nodes {
-		w += power.RatedNode(s.nodeModel(n), len(n.GPUs))
+		w += power.RatedNode(nodeModel(k.cat, n), len(n.GPUs))
 	}
 	return w
 }
@@ -156,33 +208,19 @@ func heldBy(jobs []gpufleet.Job) map[string]heldGPU {
 	return out
 }
 
-// projectedDraw is nodes' projected draw now (power.ProjectRack): the
-// measured draw of every GPU the leader has a reading of, a held GPU (held;
-// nil: the holders the leader last recorded) charged its limit until
-// measured under its holder and then its peak with the margin
-// (power.Charging), idle draws where there is no reading, and host
-// overheads. ok is false on a replica that does not lead: it has no live
-// readings.
-func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (gpufleet.Watts, bool) {
-	leads := s.Leader()
-	return power.ProjectRack(s.nodeReadings(nodes, held), s.charging()), leads
-}
-
-// charging is how the server charges held GPUs (Config.PowerPeakMargin).
-func (s *Server) charging() power.Charging {
-	return power.Charging{PeakMargin: s.cfg.PowerPeakMargin}
-}
-
-// nodeReadings is what power.ProjectRack reads of nodes: their host
+// nodeReadings is what power.ProjectRack reads of nodes now: their host
 // overheads and each GPU's model, latest reading, holder's class and
-// measured peak.
+// measured peak: the measured draw of every GPU the leader has a reading
+// of, idle draws where there is none, and a held GPU (held; nil: the
+// holders the leader last recorded) charged by power.Charging once it
+// was measured under its holder.
 func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	readings := make([]power.NodeReading, 0, len(nodes))
 	s.tele.read(func(v gpuView) {
 		for _, n := range nodes {
-			model := s.nodeModel(n)
+			model := nodeModel(s.cat, n)
 			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
 			var samples []api.GPUSample
 			if ln := s.nodes[n.Name]; ln != nil {
@@ -242,17 +280,14 @@ func racksPUE(racks []gpufleet.Rack, members map[string][]string) map[string]flo
 	return out
 }
 
-// powerInput gives the scheduler the racks with a budget, their members'
-// Node.Rack, their projected draw and what placed GPUs add.
-func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) error {
-	racks, err := s.st.Racks(ctx)
-	if err != nil {
-		return err
-	}
-	if len(racks) == 0 {
-		s.metrics.setRacks(nil)
-		s.acct.setNodePUE(nil)
-		return nil
+// input gives the scheduler the racks with a budget, their members'
+// Node.Rack, their projected draw and what placed GPUs add (held: who
+// holds each GPU as the cycle sees it). It returns each rack's figures
+// for the metrics and each node's PUE (nil without racks).
+func (k *racks) input(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) ([]rackPower, map[string]float64, error) {
+	racks, err := k.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return nil, nil, err
 	}
 	members := rackMembers(racks, nodes)
 	rackOf := map[string]string{}
@@ -261,7 +296,6 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 			rackOf[n] = r
 		}
 	}
-	s.acct.setNodePUE(racksPUE(racks, members))
 	for i := range in.Nodes {
 		if r, ok := rackOf[in.Nodes[i].Name]; ok {
 			in.Nodes[i].Rack = r
@@ -278,10 +312,10 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 			ns = append(ns, byName[m])
 		}
 		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
-			ProductionReserveW: r.ProductionReserveWatts, Nodes: s.nodeReadings(ns, held)})
+			ProductionReserveW: r.ProductionReserveWatts, Nodes: k.readings(ns, held)})
 	}
 	// The simulator builds its input with the same function.
-	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, s.charging())
+	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, k.charging)
 	in.Racks, in.GPUDraw = append(in.Racks, rs...), draw
 	gauges := make([]rackPower, 0, len(racks))
 	for i, r := range racks {
@@ -289,8 +323,21 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: projected[i]})
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: k.ratedDraw(ns), projected: projected[i]})
 	}
-	s.metrics.setRacks(gauges)
-	return nil
+	return gauges, racksPUE(racks, members), nil
+}
+
+// nodesPUE is the PUE of each node in a rack that gives one, from the
+// stored racks (a follower answers usage too).
+func (k *racks) nodesPUE(ctx context.Context) (map[string]float64, error) {
+	racks, err := k.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return nil, err
+	}
+	nodes, err := k.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return racksPUE(racks, rackMembers(racks, nodes)), nil
 }

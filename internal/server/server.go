@@ -184,8 +184,9 @@ type Server struct {
 	wake  chan struct{} // nudges the leader loop
 	dirty atomic.Bool   // something changed since the last full cycle
 
-	// Each mutex guards the fields below it. Lock order: liveMu before
-	// tele's lock; leaderMu and authMu are never held with another.
+	// Each mutex guards the fields below it. Lock order: racks' lock
+	// before liveMu before tele's lock; leaderMu and authMu are never held
+	// with another.
 
 	// liveMu guards what heartbeats leave in memory: each node's record
 	// (liveNode and its nodeHealth), and firstLeaderAt, when this replica
@@ -211,6 +212,9 @@ type Server struct {
 
 	// tele keeps per-GPU telemetry between writes (rollups.go).
 	tele *telemetry
+
+	// racks is the power domains: changes and projection (racks.go).
+	racks *racks
 
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth
@@ -262,6 +266,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 
 		decide: scheduler.Schedule,
 	}
+	s.racks = newRacks(st, cat, power.Charging{PeakMargin: cfg.PowerPeakMargin}, s.nodeReadings)
 	s.metrics.reg.MustRegister(stackCollector{s}, benchCollector{s})
 	return s, nil
 }
