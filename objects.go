@@ -386,7 +386,8 @@ type Class struct {
 
 // Rack is a power domain (a rack, a PDU, a row) whose nodes' placements
 // keep its projected draw under its budget (docs/POWER.md). Its nodes are
-// those named in Nodes and those whose rack label is its name.
+// those named in Nodes, and only those: a node is listed by one rack at
+// most, and its RackLabel only ever adds it to a list.
 type Rack struct {
 	Name             string `json:"name"`
 	PowerBudgetWatts Watts  `json:"power_budget_watts"`
@@ -399,13 +400,20 @@ type Rack struct {
 	CoolingWatts *Watts   `json:"cooling_watts"`
 	PUE          *float64 `json:"pue"`
 	Nodes        []string `json:"nodes"`
-	// Members, RatedWatts and DrawWatts are read-only: every node of the
-	// rack (listed or labelled), its GPUs and hosts at their rating, and
-	// the projected draw now (null when the server does not lead).
+	// Members, RatedWatts and DrawWatts are read-only: the nodes listed
+	// that have registered, their GPUs and hosts at their rating, and the
+	// projected draw now (null when the server does not lead).
 	Members    []string `json:"members"`
 	RatedWatts Watts    `json:"rated_watts"`
 	DrawWatts  *Watts   `json:"draw_watts"`
 }
+
+// RackLabel is the node label that names a node's first rack: unless a
+// rack lists the node, it joins the list of the rack the label names when
+// the node first registers, or when that rack is created
+// (docs/POWER.md#racks). Later registrations leave the lists alone, and
+// the label never takes a node from the rack that lists it.
+const RackLabel = "rack"
 
 // MaxPUE bounds a PUE: no facility spends twice its IT power again on
 // overhead and stays in use.

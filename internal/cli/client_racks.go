@@ -22,8 +22,13 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	set := &cobra.Command{
 		Use:     "create NAME --power-budget 17.3kW [--production-reserve 2kW] [--cooling 20kW] [--pue 1.3] [--nodes N1,N2]",
 		Aliases: []string{"set"},
-		Short:   "Create or change a rack (admin); its nodes are those listed and those labelled rack=NAME",
-		Args:    cobra.ExactArgs(1),
+		Short:   "Create or change a rack (admin); its nodes are those it lists (--nodes)",
+		Long: `Create or change a rack (admin). A rack holds the nodes it lists, and only
+those: --nodes replaces the list (set keeps what it is not given). A rack
+created lists, besides --nodes, the nodes labelled rack=NAME that no rack
+lists; a node's rack label counts at its first registration too, never
+after (docs/POWER.md#racks).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
 			if err != nil {
@@ -86,7 +91,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	set.Flags().StringVar(&reserve, "production-reserve", "", "the part of the budget only production work may use, such as 2kW")
 	set.Flags().StringVar(&cooling, "cooling", "", "the heat the rack's cooling removes, such as 20kW")
 	set.Flags().Float64Var(&pue, "pue", 0, "the facility's power usage effectiveness for this rack's energy (1 to 3)")
-	set.Flags().StringVar(&nodes, "nodes", "", "nodes of the rack, comma-separated (nodes labelled rack=NAME belong too)")
+	set.Flags().StringVar(&nodes, "nodes", "", "the nodes of the rack, comma-separated: the whole list")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},

@@ -59,8 +59,9 @@ var devFleet = []devNode{
 	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "purchased=2025-01"}},
 }
 
-// devRacks are the dev fleet's racks, found by the nodes' rack labels:
-// 17.3 kW each, a common facility provision (docs/POWER.md). The two
+// devRacks are the dev fleet's racks, each listing the nodes whose rack
+// label names it (devRackNodes; the lists decide, and dev puts them at
+// every start): 17.3 kW each, a common facility provision (docs/POWER.md). The two
 // H100 boxes of r1 are rated 20.4 kW, so r1 holds back work once its
 // projected draw nears 17.3 kW, and keeps 1.4 kW (two H100s) for
 // production; the others are rated under their budget.
@@ -72,6 +73,17 @@ var devRacks = []gpufleet.Rack{
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// devRackNodes is the dev nodes whose rack label names rack.
+func devRackNodes(rack string) []string {
+	var out []string
+	for _, n := range devFleet {
+		if slices.Contains(n.Labels, gpufleet.RackLabel+"="+rack) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
 
 // devState is DIR/dev.json.
 type devState struct {
@@ -252,6 +264,7 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		st.Teams[team] = tok
 	}
 	for _, r := range devRacks {
+		r.Nodes = devRackNodes(r.Name)
 		if _, err := client.PutRack(ctx, r); err != nil {
 			return fmt.Errorf("seed rack %s: %w", r.Name, err)
 		}

@@ -711,7 +711,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)
-		sn := scheduler.Node{Name: n.Name, State: scheduler.StateOf(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
+		sn := scheduler.Node{Name: n.Name, State: scheduler.StateOf(v.State), Block: n.Labels["block"], Labels: n.Labels,
 			Reason: v.StateReason, Stack: gpufleet.NodeStack(n.Versions)}
 		if age, _ := s.heartbeatAge(n.Name, now); age > 0 {
 			sn.LastSeen = now.Add(-age)

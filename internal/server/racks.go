@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -18,7 +19,9 @@ type rackStore interface {
 	Racks(ctx context.Context) ([]gpufleet.Rack, error)
 	Nodes(ctx context.Context) ([]gpufleet.Node, error)
 	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
+	AssignRack(ctx context.Context, node, rack, actor string) (string, error)
 	DeleteRack(ctx context.Context, name, actor string) error
+	AppendEvent(ctx context.Context, e gpufleet.Event) error
 }
 
 // racks is the power domains: their changes, and their projection (each
@@ -77,12 +80,51 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 	return s.racks.list(ctx, s.Leader())
 }
 
-// put creates or replaces a rack.
+// put creates or replaces a rack. A rack created lists, beside the nodes
+// it is given, the nodes labelled with its name that no rack lists.
 func (k *racks) put(ctx context.Context, r gpufleet.Rack, actor string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
+	racks, err := k.st.Racks(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(racks, func(x gpufleet.Rack) bool { return x.Name == r.Name }) {
+		nodes, err := k.st.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		listed := rackOf(racks)
+		r.Nodes = slices.Clone(r.Nodes)
+		for _, n := range nodes {
+			if _, ok := listed[n.Name]; !ok && n.Labels[gpufleet.RackLabel] == r.Name && !slices.Contains(r.Nodes, n.Name) {
+				r.Nodes = append(r.Nodes, n.Name)
+			}
+		}
+	}
 	return k.st.PutRack(ctx, r, actor)
+}
+
+// assign honours the rack label of a node that registers for the first
+// time: unless a rack lists it already, it joins the list of the rack the
+// label names, if that rack exists. A label naming another rack than the
+// one that lists the node changes nothing; an event says so.
+func (k *racks) assign(ctx context.Context, node string, labels map[string]string, at time.Time) error {
+	want := labels[gpufleet.RackLabel]
+	if want == "" {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	who := "agent:" + node
+	in, err := k.st.AssignRack(ctx, node, want, who)
+	if err != nil || in == "" || in == want {
+		return err
+	}
+	return k.st.AppendEvent(ctx, gpufleet.Event{At: at, Actor: who, Kind: "node.rack_label_ignored", Object: node,
+		Detail: fmt.Sprintf("its rack label names rack %s, but rack %s lists the node: a rack's nodes list alone says what it holds "+
+			"(to move the node, list it in rack %s: gpufleet racks set %s --nodes ... --force)", gpufleet.Quote(want), gpufleet.Quote(in), want, want)})
 }
 
 // delete removes a rack.
@@ -136,29 +178,32 @@ func (k *racks) get(ctx context.Context, name string, leads bool) (gpufleet.Rack
 	return all[i], nil
 }
 
-// rackMembers is each rack's nodes: those it lists, then those whose rack
-// label names it and that no rack lists.
+// rackMembers is each rack's members: the registered nodes it lists, in
+// the nodes' order. It is the one place membership is read from (the
+// API's racks, the scheduler's Node.Rack and power input, the PUE of
+// usage): a rack's nodes list alone says what it holds; a node's rack
+// label only ever adds it to a list, at its first registration or when
+// its rack is created (racks.assign, racks.put).
 func rackMembers(racks []gpufleet.Rack, nodes []gpufleet.Node) map[string][]string {
-	listed := map[string]string{}
+	listed := rackOf(racks)
 	out := map[string][]string{}
+	for _, n := range nodes {
+		if r, ok := listed[n.Name]; ok {
+			out[r] = append(out[r], n.Name)
+		}
+	}
+	return out
+}
+
+// rackOf maps each listed node to the rack that lists it. The store lists
+// a node in one rack at most; were it in two, the first by name has it.
+func rackOf(racks []gpufleet.Rack) map[string]string {
+	out := map[string]string{}
 	for _, r := range racks {
 		for _, n := range r.Nodes {
-			if _, ok := listed[n]; !ok {
-				listed[n] = r.Name
+			if _, ok := out[n]; !ok {
+				out[n] = r.Name
 			}
-		}
-	}
-	known := map[string]bool{}
-	for _, r := range racks {
-		known[r.Name] = true
-	}
-	for _, n := range nodes {
-		rack, ok := listed[n.Name]
-		if !ok {
-			rack = n.Labels["rack"]
-		}
-		if known[rack] {
-			out[rack] = append(out[rack], n.Name)
 		}
 	}
 	return out

@@ -2,13 +2,17 @@ package server
 
 import (
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // TestRackAtItsBudgetWaitsForPower: an H100 node in a rack of 8 kW (its
@@ -114,5 +118,129 @@ func TestMeasuredJobIsChargedItsPeak(t *testing.T) {
 	f.cycle()
 	if q := f.job(second.ID).Queue; q != nil {
 		t.Fatalf("second job still queued (%s): want it started once the first was measured", q.Reason)
+	}
+}
+
+// TestRackMembersAreTheRacksLists: a rack's nodes list alone says which
+// nodes it holds. A node's rack label lists it once, at its first
+// registration or when its rack is created, and only where no rack lists
+// it; taking a node off a list takes it out of the rack, label or not.
+func TestRackMembersAreTheRacksLists(t *testing.T) {
+	type step func(f *fixture)
+	put := func(name string, nodes ...string) step {
+		return func(f *fixture) {
+			f.t.Helper()
+			if _, err := f.srv.PutRack(f.t.Context(), f.admin, gpufleet.Rack{Name: name, PowerBudgetWatts: 100000, Nodes: nodes}); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+	register := func(node, rack string) step {
+		return func(f *fixture) {
+			f.t.Helper()
+			labels := map[string]string{}
+			if rack != "" {
+				labels[gpufleet.RackLabel] = rack
+			}
+			if f.creds == nil {
+				f.creds = map[string]string{}
+			}
+			if f.creds[node] == "" {
+				f.creds[node] = f.registerLabelled(node, "l4", 1, labels)
+				return
+			}
+			// Its agent restarts: it shows its credential.
+			jt, err := f.srv.CreateJoinToken(f.t.Context(), f.admin, api.JoinTokenRequest{})
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			gpus := []gpufleet.NodeGPU{{UUID: "GPU-" + node + "-a", Model: "l4", MemoryBytes: 24 << 30, State: gpufleet.NodeReady, Health: gpufleet.Healthy}}
+			resp, err := f.srv.Register(f.t.Context(), jt.Token, api.RegisterRequest{ProtocolVersion: 1, Node: node, GPUs: gpus, Labels: labels,
+				Versions: map[string]string{"driver": "580.65"}, Credential: f.creds[node]})
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			f.creds[node] = resp.Credential
+		}
+	}
+	for name, tc := range map[string]struct {
+		steps       []step
+		wantMembers map[string][]string
+		wantEvent   string // a node's event kind, when one is due
+	}{
+		"a node's first registration lists it in the rack its label names": {
+			steps:       []step{put("r1"), register("n1", "r1")},
+			wantMembers: map[string][]string{"r1": {"n1"}},
+		},
+		"a rack created lists the nodes labelled with its name": {
+			steps:       []step{register("n1", "r1"), register("n2", "r2"), put("r1")},
+			wantMembers: map[string][]string{"r1": {"n1"}},
+		},
+		"a node taken off its rack's list leaves the rack, whatever its label": {
+			steps:       []step{register("n1", "r1"), put("r1"), put("r1", "n2")},
+			wantMembers: map[string][]string{"r1": nil},
+		},
+		"a later registration leaves the lists alone": {
+			steps:       []step{register("n1", "r1"), put("r1"), put("r1"), register("n1", "r1")},
+			wantMembers: map[string][]string{"r1": nil},
+		},
+		"a label never takes a node from the rack that lists it": {
+			steps:       []step{put("r1", "n1"), put("r2"), register("n1", "r2")},
+			wantMembers: map[string][]string{"r1": {"n1"}, "r2": nil},
+			wantEvent:   "node.rack_label_ignored",
+		},
+		"a node listed elsewhere does not join the rack its label names when that rack is created": {
+			steps:       []step{register("n1", "r1"), put("r2", "n1"), put("r1")},
+			wantMembers: map[string][]string{"r1": nil, "r2": {"n1"}},
+		},
+		"a label naming no rack lists nothing": {
+			steps:       []step{register("n1", "r9"), put("r1")},
+			wantMembers: map[string][]string{"r1": nil},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			for _, s := range tc.steps {
+				s(f)
+			}
+			racks, err := f.srv.Racks(t.Context(), f.admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]string{}
+			for _, r := range racks {
+				got[r.Name] = r.Members
+			}
+			if diff := cmp.Diff(tc.wantMembers, got); diff != "" {
+				t.Errorf("members (-want +got):\n%s", diff)
+			}
+			// The scheduler sees the same racks.
+			nodes, err := f.st.Nodes(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, _, err := f.srv.snapshot(t.Context(), f.clk.Now(), nil, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range in.Nodes {
+				want := ""
+				for r, ms := range tc.wantMembers {
+					if slices.Contains(ms, n.Name) {
+						want = r
+					}
+				}
+				if n.Rack != want {
+					t.Errorf("the scheduler puts %s in rack %q, want %q", n.Name, n.Rack, want)
+				}
+			}
+			evs, err := f.st.Events(t.Context(), store.EventFilter{Object: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := slices.ContainsFunc(evs, func(e gpufleet.Event) bool { return e.Kind == tc.wantEvent }); tc.wantEvent != "" && !has {
+				t.Errorf("events of n1 %+v, want a %s", evs, tc.wantEvent)
+			}
+		})
 	}
 }
