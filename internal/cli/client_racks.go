@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
 )
 
 // newRacksCmd is `gpufleet racks`: power domains with a budget that
@@ -19,15 +20,21 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	}
 	var budget, reserve, cooling, nodes string
 	var pue float64
+	var force bool
 	set := &cobra.Command{
-		Use:     "create NAME --power-budget 17.3kW [--production-reserve 2kW] [--cooling 20kW] [--pue 1.3] [--nodes N1,N2]",
+		Use:     "create NAME --power-budget 17.3kW [--production-reserve 2kW] [--cooling 20kW] [--pue 1.3] [--nodes N1,N2] [--force]",
 		Aliases: []string{"set"},
 		Short:   "Create or change a rack (admin); its nodes are those it lists (--nodes)",
 		Long: `Create or change a rack (admin). A rack holds the nodes it lists, and only
 those: --nodes replaces the list (set keeps what it is not given). A rack
 created lists, besides --nodes, the nodes labelled rack=NAME that no rack
 lists; a node's rack label counts at its first registration too, never
-after (docs/POWER.md#racks).`,
+after (docs/POWER.md#racks).
+
+A change that takes nodes from another rack's list, or that leaves the
+rack's projected draw (what its nodes draw now) over its budget, is refused
+with the nodes, the draw and the budget named; --force makes it, and an
+event records what was forced.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
@@ -77,7 +84,7 @@ after (docs/POWER.md#racks).`,
 				return usageErr("--power-budget: required, such as 17.3kW")
 			}
 			r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
-			out, err := cl.PutRack(cmd.Context(), r)
+			out, err := cl.PutRack(cmd.Context(), api.PutRackRequest{Rack: r, Force: force})
 			if err != nil {
 				return err
 			}
@@ -92,6 +99,7 @@ after (docs/POWER.md#racks).`,
 	set.Flags().StringVar(&cooling, "cooling", "", "the heat the rack's cooling removes, such as 20kW")
 	set.Flags().Float64Var(&pue, "pue", 0, "the facility's power usage effectiveness for this rack's energy (1 to 3)")
 	set.Flags().StringVar(&nodes, "nodes", "", "the nodes of the rack, comma-separated: the whole list")
+	set.Flags().BoolVar(&force, "force", false, "make a change that moves nodes from another rack or leaves the rack's projected draw over its budget")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},

@@ -265,7 +265,9 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 	}
 	for _, r := range devRacks {
 		r.Nodes = devRackNodes(r.Name)
-		if _, err := client.PutRack(ctx, r); err != nil {
+		// Forced: dev's racks are what they are, even when a restart finds
+		// running jobs that are not measured yet (charged their limit).
+		if _, err := client.PutRack(ctx, api.PutRackRequest{Rack: r, Force: true}); err != nil {
 			return fmt.Errorf("seed rack %s: %w", r.Name, err)
 		}
 	}

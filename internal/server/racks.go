@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,12 +48,14 @@ func newRacks(st rackStore, cat *catalog.Catalog, charging power.Charging, readi
 	return &racks{st: st, cat: cat, charging: charging, readings: readings}
 }
 
-// PutRack creates or replaces a rack (admin).
-func (s *Server) PutRack(ctx context.Context, p api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+// PutRack creates or replaces a rack (admin). A change that moves nodes
+// from another rack or leaves the rack's projected draw over its budget
+// needs r.Force.
+func (s *Server) PutRack(ctx context.Context, p api.Principal, r api.PutRackRequest) (gpufleet.Rack, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Rack{}, err
 	}
-	if err := s.racks.put(ctx, r, actor(p)); err != nil {
+	if err := s.racks.put(ctx, r.Rack, r.Force, actor(p), s.now()); err != nil {
 		return gpufleet.Rack{}, err
 	}
 	s.nudge()
@@ -81,8 +84,14 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 }
 
 // put creates or replaces a rack. A rack created lists, beside the nodes
-// it is given, the nodes labelled with its name that no rack lists.
-func (k *racks) put(ctx context.Context, r gpufleet.Rack, actor string) error {
+// it is given, the nodes labelled with its name that no rack lists. A
+// change that takes nodes from another rack's list, or that leaves the
+// rack's projected draw over its budget, is refused unless forced; a
+// forced one is recorded (rack.forced) with what it forced.
+func (k *racks) put(ctx context.Context, r gpufleet.Rack, force bool, actor string, at time.Time) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
@@ -90,20 +99,68 @@ func (k *racks) put(ctx context.Context, r gpufleet.Rack, actor string) error {
 	if err != nil {
 		return err
 	}
+	nodes, err := k.st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	listed := rackOf(racks)
+	r.Nodes = slices.Clone(r.Nodes)
 	if !slices.ContainsFunc(racks, func(x gpufleet.Rack) bool { return x.Name == r.Name }) {
-		nodes, err := k.st.Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		listed := rackOf(racks)
-		r.Nodes = slices.Clone(r.Nodes)
 		for _, n := range nodes {
 			if _, ok := listed[n.Name]; !ok && n.Labels[gpufleet.RackLabel] == r.Name && !slices.Contains(r.Nodes, n.Name) {
 				r.Nodes = append(r.Nodes, n.Name)
 			}
 		}
 	}
-	return k.st.PutRack(ctx, r, actor)
+	var ch rackChange
+	for _, n := range r.Nodes {
+		if from, ok := listed[n]; ok && from != r.Name {
+			ch.moves = append(ch.moves, fmt.Sprintf("node %s from rack %s", gpufleet.Quote(n), gpufleet.Quote(from)))
+		}
+	}
+	var members []gpufleet.Node
+	for _, n := range nodes {
+		if slices.Contains(r.Nodes, n.Name) {
+			members = append(members, n)
+		}
+	}
+	if draw := power.ProjectRack(k.readings(members, nil), k.charging); r.PowerBudgetWatts > 0 && draw > r.PowerBudgetWatts {
+		ch.over, ch.draw, ch.budget = true, draw, r.PowerBudgetWatts
+	}
+	if ch.forced() && !force {
+		return fmt.Errorf("%w: rack %s: %s: pass --force (gpufleet racks set %s ... --force) or \"force\": true to do it anyway",
+			gpufleet.ErrUnsatisfiable, gpufleet.Quote(r.Name), ch, r.Name)
+	}
+	if err := k.st.PutRack(ctx, r, actor); err != nil {
+		return err
+	}
+	if !ch.forced() {
+		return nil
+	}
+	return k.st.AppendEvent(ctx, gpufleet.Event{At: at, Actor: actor, Kind: "rack.forced", Object: r.Name, Detail: "forced: " + ch.String()})
+}
+
+// rackChange is what a rack's change does that needs force: the nodes it
+// takes from other racks, and whether it leaves the rack's projected draw
+// over its budget.
+type rackChange struct {
+	moves        []string // "node N from rack R"
+	over         bool
+	draw, budget gpufleet.Watts
+}
+
+func (c rackChange) forced() bool { return len(c.moves) > 0 || c.over }
+
+// String says what the change does, in words.
+func (c rackChange) String() string {
+	var parts []string
+	if len(c.moves) > 0 {
+		parts = append(parts, "it moves "+strings.Join(c.moves, ", "))
+	}
+	if c.over {
+		parts = append(parts, fmt.Sprintf("its projected draw, %s, would be over its %s budget", c.draw.Human(), c.budget.Human()))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // assign honours the rack label of a node that registers for the first

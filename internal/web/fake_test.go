@@ -275,8 +275,8 @@ func (s *fakeService) Racks(_ context.Context, p api.Principal) ([]gpufleet.Rack
 	return []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, RatedWatts: 10200, DrawWatts: &draw, Members: []string{"n1"}}}, s.record(p)
 }
 
-func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
-	return r, nil
+func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r api.PutRackRequest) (gpufleet.Rack, error) {
+	return r.Rack, nil
 }
 
 func (s *fakeService) DeleteRack(context.Context, api.Principal, string) error { return nil }
