@@ -387,26 +387,34 @@ type Class struct {
 
 // Rack is a power domain (a rack, a PDU, a row) whose nodes' placements
 // keep its projected draw under its budget (docs/POWER.md). Its nodes are
-// those named in Nodes and those whose rack label is its name.
+// those named in Nodes, and only those: a node is listed by one rack at
+// most, and its RackLabel only ever adds it to a list.
 type Rack struct {
-	Name             string  `json:"name"`
-	PowerBudgetWatts float64 `json:"power_budget_watts"`
+	Name             string `json:"name"`
+	PowerBudgetWatts Watts  `json:"power_budget_watts"`
 	// ProductionReserveWatts is the part of the budget only production
 	// work may use.
-	ProductionReserveWatts float64 `json:"production_reserve_watts"`
+	ProductionReserveWatts Watts `json:"production_reserve_watts"`
 	// CoolingWatts is the heat the rack's cooling removes; null when not
 	// given. PUE is the facility's power usage effectiveness for the
 	// rack's energy; null means the server's default.
-	CoolingWatts *float64 `json:"cooling_watts"`
+	CoolingWatts *Watts   `json:"cooling_watts"`
 	PUE          *float64 `json:"pue"`
 	Nodes        []string `json:"nodes"`
-	// Members, RatedWatts and DrawWatts are read-only: every node of the
-	// rack (listed or labelled), its GPUs and hosts at their rating, and
-	// the projected draw now (null when the server does not lead).
+	// Members, RatedWatts and DrawWatts are read-only: the nodes listed
+	// that have registered, their GPUs and hosts at their rating, and the
+	// projected draw now (null when the server does not lead).
 	Members    []string `json:"members"`
-	RatedWatts float64  `json:"rated_watts"`
-	DrawWatts  *float64 `json:"draw_watts"`
+	RatedWatts Watts    `json:"rated_watts"`
+	DrawWatts  *Watts   `json:"draw_watts"`
 }
+
+// RackLabel is the node label that names a node's first rack: unless a
+// rack lists the node, it joins the list of the rack the label names when
+// the node first registers, or when that rack is created
+// (docs/POWER.md#racks). Later registrations leave the lists alone, and
+// the label never takes a node from the rack that lists it.
+const RackLabel = "rack"
 
 // MaxPUE bounds a PUE: no facility spends twice its IT power again on
 // overhead and stays in use.
@@ -419,17 +427,17 @@ func (r *Rack) Validate() error {
 	}
 	for _, f := range []struct {
 		name string
-		v    float64
+		v    Watts
 	}{{"power_budget_watts", r.PowerBudgetWatts}, {"production_reserve_watts", r.ProductionReserveWatts}} {
-		if !(f.v >= 0 && Watts(f.v) <= MaxWatts) {
-			return fmt.Errorf("%w: %s %g: expected 0 to %g", ErrInvalid, f.name, f.v, float64(MaxWatts))
+		if !(f.v >= 0 && f.v <= MaxWatts) {
+			return fmt.Errorf("%w: %s %g: expected 0 to %g", ErrInvalid, f.name, float64(f.v), float64(MaxWatts))
 		}
 	}
 	if r.ProductionReserveWatts > r.PowerBudgetWatts {
-		return fmt.Errorf("%w: production_reserve_watts %g: expected at most the budget, %g", ErrInvalid, r.ProductionReserveWatts, r.PowerBudgetWatts)
+		return fmt.Errorf("%w: production_reserve_watts %g: expected at most the budget, %g", ErrInvalid, float64(r.ProductionReserveWatts), float64(r.PowerBudgetWatts))
 	}
-	if c := r.CoolingWatts; c != nil && !(*c >= 0 && Watts(*c) <= MaxWatts) {
-		return fmt.Errorf("%w: cooling_watts %g: expected 0 to %g", ErrInvalid, *c, float64(MaxWatts))
+	if c := r.CoolingWatts; c != nil && !(*c >= 0 && *c <= MaxWatts) {
+		return fmt.Errorf("%w: cooling_watts %g: expected 0 to %g", ErrInvalid, float64(*c), float64(MaxWatts))
 	}
 	if p := r.PUE; p != nil && !(*p >= 1 && *p <= MaxPUE) {
 		return fmt.Errorf("%w: pue %g: expected 1 to %g", ErrInvalid, *p, MaxPUE)

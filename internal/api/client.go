@@ -499,8 +499,9 @@ func (c *Client) Racks(ctx context.Context) ([]gpufleet.Rack, error) {
 	return allPages(ctx, c, "/api/v1/racks", func(l *RackList) ([]gpufleet.Rack, string) { return l.Racks, l.NextToken })
 }
 
-// PutRack creates or replaces a rack (admin).
-func (c *Client) PutRack(ctx context.Context, r gpufleet.Rack) (gpufleet.Rack, error) {
+// PutRack creates or replaces a rack (admin); r.Force makes a change that
+// moves nodes from another rack or leaves the rack over its budget.
+func (c *Client) PutRack(ctx context.Context, r PutRackRequest) (gpufleet.Rack, error) {
 	var out gpufleet.Rack
 	err := c.do(ctx, request{method: http.MethodPut, path: "/api/v1/racks/" + url.PathEscape(r.Name), body: r, idempotent: true}, &out)
 	return out, err

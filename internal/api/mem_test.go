@@ -270,14 +270,14 @@ func (s *memService) Racks(context.Context, Principal) ([]gpufleet.Rack, error) 
 	return slices.Clone(s.racks), nil
 }
 
-func (s *memService) PutRack(_ context.Context, _ Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+func (s *memService) PutRack(_ context.Context, _ Principal, r PutRackRequest) (gpufleet.Rack, error) {
 	if err := r.Validate(); err != nil {
 		return gpufleet.Rack{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.racks = append(s.racks, r)
-	return r, nil
+	s.racks = append(s.racks, r.Rack)
+	return r.Rack, nil
 }
 
 func (s *memService) DeleteRack(_ context.Context, _ Principal, name string) error {

@@ -298,7 +298,7 @@ func (h *handler) listRacks(w http.ResponseWriter, r *http.Request, p Principal)
 }
 
 func (h *handler) putRack(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var k gpufleet.Rack
+	var k PutRackRequest
 	if err := decodeStrict(r, &k); err != nil {
 		return err
 	}

@@ -222,7 +222,10 @@ type Service interface {
 	Classes(ctx context.Context, p Principal) ([]gpufleet.Class, error)
 	PutClass(ctx context.Context, p Principal, c gpufleet.Class) (gpufleet.Class, error)
 	Racks(ctx context.Context, p Principal) ([]gpufleet.Rack, error)
-	PutRack(ctx context.Context, p Principal, r gpufleet.Rack) (gpufleet.Rack, error)
+	// PutRack creates or replaces a rack; a change that moves nodes from
+	// another rack or leaves the rack's projected draw over its budget
+	// needs r.Force (else it wraps gpufleet.ErrUnsatisfiable).
+	PutRack(ctx context.Context, p Principal, r PutRackRequest) (gpufleet.Rack, error)
 	DeleteRack(ctx context.Context, p Principal, name string) error
 	// Stacks lists the named stacks with the nodes running each;
 	// CreateStack records one (admin); ValidateStack validates one for a

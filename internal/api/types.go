@@ -34,6 +34,15 @@ type ClassList struct {
 	NextToken string           `json:"next_token"`
 }
 
+// PutRackRequest is the body of PUT /api/v1/racks/{name}: the rack, and
+// Force to make a change that moves nodes from another rack or leaves the
+// rack's projected draw over its budget (refused without it, 422
+// unsatisfiable, docs/POWER.md#racks).
+type PutRackRequest struct {
+	gpufleet.Rack
+	Force bool `json:"force,omitempty"`
+}
+
 // RackList is a page of racks.
 type RackList struct {
 	Racks     []gpufleet.Rack `json:"racks"`

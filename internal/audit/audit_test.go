@@ -131,7 +131,7 @@ func TestChecks(t *testing.T) {
 			s.Usage = minutes("h1", "h100-sxm-80gb", "team-a", []string{"GPU-h1-4"}, start, 20*time.Minute, 0, nil, nil, 60<<30, false)
 		}, map[string]Severity{"energy-unmeasured": Low}},
 		{"rack over budget, another near", func(s *Snapshot) {
-			s.Racks = []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, DrawWatts: f(10500)}, {Name: "r2", PowerBudgetWatts: 10000, DrawWatts: f(9300)}}
+			s.Racks = []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, DrawWatts: new(gpufleet.Watts(10500))}, {Name: "r2", PowerBudgetWatts: 10000, DrawWatts: new(gpufleet.Watts(9300))}}
 		}, map[string]Severity{"rack-power": High}},
 		{"thermal slowdown now", func(s *Snapshot) {
 			s.Nodes[0].GPUs[2].Live = &gpufleet.GPULive{ThrottleReasons: []string{"sw_power_cap", "hw_thermal_slowdown"}}

@@ -414,20 +414,20 @@ func rackPower(s *Snapshot) ([]Finding, string) {
 		}
 		sub := Subject{Kind: "rack", Name: r.Name}
 		if r.DrawWatts != nil {
-			share := *r.DrawWatts / r.PowerBudgetWatts
+			share := float64(*r.DrawWatts / r.PowerBudgetWatts)
 			switch {
 			case share > 1:
-				out = append(out, Finding{Severity: High, Subject: sub, Summary: fmt.Sprintf("projected draw %s over its %s budget", gpufleet.Watts(*r.DrawWatts), gpufleet.Watts(r.PowerBudgetWatts)),
+				out = append(out, Finding{Severity: High, Subject: sub, Summary: fmt.Sprintf("projected draw %s over its %s budget", *r.DrawWatts, r.PowerBudgetWatts),
 					Evidence: fmt.Sprintf("%.0f%% of budget; nodes %s", share*100, strings.Join(r.Members, ", "))})
 				continue
 			case share >= RackNear:
-				out = append(out, Finding{Severity: Medium, Subject: sub, Summary: fmt.Sprintf("projected draw %s is %.0f%% of its %s budget", gpufleet.Watts(*r.DrawWatts), share*100, gpufleet.Watts(r.PowerBudgetWatts)),
+				out = append(out, Finding{Severity: Medium, Subject: sub, Summary: fmt.Sprintf("projected draw %s is %.0f%% of its %s budget", *r.DrawWatts, share*100, r.PowerBudgetWatts),
 					Evidence: "nodes " + strings.Join(r.Members, ", ")})
 				continue
 			}
 		}
 		if r.RatedWatts > r.PowerBudgetWatts {
-			out = append(out, Finding{Severity: Low, Subject: sub, Summary: fmt.Sprintf("rated %s against a %s budget: the scheduler holds work back to stay under it", gpufleet.Watts(r.RatedWatts), gpufleet.Watts(r.PowerBudgetWatts)),
+			out = append(out, Finding{Severity: Low, Subject: sub, Summary: fmt.Sprintf("rated %s against a %s budget: the scheduler holds work back to stay under it", r.RatedWatts, r.PowerBudgetWatts),
 				Evidence: "nodes " + strings.Join(r.Members, ", "), Fix: "move a node to a rack with headroom, or cap GPU power, to use every GPU at once"})
 		}
 	}

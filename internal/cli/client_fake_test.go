@@ -29,6 +29,7 @@ type fakeService struct {
 	lastTeam    api.TeamRequest
 	lastClass   gpufleet.Class
 	racks       []gpufleet.Rack
+	lastRack    api.PutRackRequest
 	stacks      []gpufleet.Stack
 	lastRollout api.RolloutRequest
 	lastToken   api.TokenRequest
@@ -217,14 +218,15 @@ func (f *fakeService) Racks(context.Context, api.Principal) ([]gpufleet.Rack, er
 	return f.racks, nil
 }
 
-func (f *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+func (f *fakeService) PutRack(_ context.Context, _ api.Principal, r api.PutRackRequest) (gpufleet.Rack, error) {
 	if err := r.Validate(); err != nil {
 		return gpufleet.Rack{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.racks = append(f.racks, r)
-	return r, nil
+	f.racks = append(f.racks, r.Rack)
+	f.lastRack = r
+	return r.Rack, nil
 }
 
 func (f *fakeService) DeleteRack(context.Context, api.Principal, string) error { return nil }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/internal/api"
 )
 
 // newRacksCmd is `gpufleet racks`: power domains with a budget that
@@ -19,11 +20,22 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	}
 	var budget, reserve, cooling, nodes string
 	var pue float64
+	var force bool
 	set := &cobra.Command{
-		Use:     "create NAME --power-budget 17.3kW [--production-reserve 2kW] [--cooling 20kW] [--pue 1.3] [--nodes N1,N2]",
+		Use:     "create NAME --power-budget 17.3kW [--production-reserve 2kW] [--cooling 20kW] [--pue 1.3] [--nodes N1,N2] [--force]",
 		Aliases: []string{"set"},
-		Short:   "Create or change a rack (admin); its nodes are those listed and those labelled rack=NAME",
-		Args:    cobra.ExactArgs(1),
+		Short:   "Create or change a rack (admin); its nodes are those it lists (--nodes)",
+		Long: `Create or change a rack (admin). A rack holds the nodes it lists, and only
+those: --nodes replaces the list (set keeps what it is not given). A rack
+created lists, besides --nodes, the nodes labelled rack=NAME that no rack
+lists; a node's rack label counts at its first registration too, never
+after (docs/POWER.md#racks).
+
+A change that takes nodes from another rack's list, or that leaves the
+rack's projected draw (what its nodes draw now) over its budget, is refused
+with the nodes, the draw and the budget named; --force makes it, and an
+event records what was forced.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
 			if err != nil {
@@ -44,7 +56,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 			}
 			for _, f := range []struct {
 				flag string
-				dst  *float64
+				dst  *gpufleet.Watts
 				v    string
 			}{{"power-budget", &r.PowerBudgetWatts, budget}, {"production-reserve", &r.ProductionReserveWatts, reserve}} {
 				if cmd.Flags().Changed(f.flag) {
@@ -52,7 +64,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 					if err != nil {
 						return gpufleet.InField("--"+f.flag, err)
 					}
-					*f.dst = float64(w)
+					*f.dst = w
 				}
 			}
 			if cmd.Flags().Changed("cooling") {
@@ -60,8 +72,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 				if err != nil {
 					return gpufleet.InField("--cooling", err)
 				}
-				v := float64(w)
-				r.CoolingWatts = &v
+				r.CoolingWatts = &w
 			}
 			if cmd.Flags().Changed("pue") {
 				r.PUE = &pue
@@ -73,7 +84,7 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 				return usageErr("--power-budget: required, such as 17.3kW")
 			}
 			r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
-			out, err := cl.PutRack(cmd.Context(), r)
+			out, err := cl.PutRack(cmd.Context(), api.PutRackRequest{Rack: r, Force: force})
 			if err != nil {
 				return err
 			}
@@ -87,7 +98,8 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	set.Flags().StringVar(&reserve, "production-reserve", "", "the part of the budget only production work may use, such as 2kW")
 	set.Flags().StringVar(&cooling, "cooling", "", "the heat the rack's cooling removes, such as 20kW")
 	set.Flags().Float64Var(&pue, "pue", 0, "the facility's power usage effectiveness for this rack's energy (1 to 3)")
-	set.Flags().StringVar(&nodes, "nodes", "", "nodes of the rack, comma-separated (nodes labelled rack=NAME belong too)")
+	set.Flags().StringVar(&nodes, "nodes", "", "the nodes of the rack, comma-separated: the whole list")
+	set.Flags().BoolVar(&force, "force", false, "make a change that moves nodes from another rack or leaves the rack's projected draw over its budget")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -141,11 +153,11 @@ func newRacksCmd(c *clientEnv) *cobra.Command {
 	return cmd
 }
 
-func watts(v *float64) string {
+func watts(v *gpufleet.Watts) string {
 	if v == nil {
 		return "-"
 	}
-	return gpufleet.Watts(*v).Human()
+	return v.Human()
 }
 
 func (c *clientEnv) printRacks(racks []gpufleet.Rack) error {
@@ -153,7 +165,7 @@ func (c *clientEnv) printRacks(racks []gpufleet.Rack) error {
 	for _, r := range racks {
 		used := "-"
 		if r.DrawWatts != nil && r.PowerBudgetWatts > 0 {
-			used = fmt.Sprintf("%.0f%%", *r.DrawWatts/r.PowerBudgetWatts*100)
+			used = fmt.Sprintf("%.0f%%", float64(*r.DrawWatts/r.PowerBudgetWatts)*100)
 		}
 		pue := "-"
 		if r.PUE != nil {

@@ -309,6 +309,20 @@ func TestAdminCommandsSendRequests(t *testing.T) {
 	if diff := cmp.Diff(gpufleet.Class{Name: "hopper", Models: []string{"h100-sxm-80gb", "h200-sxm-141gb"}}, fake.lastClass); diff != "" {
 		t.Errorf("class (-want +got):\n%s", diff)
 	}
+	for _, tc := range []struct {
+		args []string
+		want api.PutRackRequest
+	}{
+		{[]string{"racks", "create", "r7", "--power-budget", "17.3kW", "--nodes", "n1,n2"},
+			api.PutRackRequest{Rack: gpufleet.Rack{Name: "r7", PowerBudgetWatts: 17300, Nodes: []string{"n1", "n2"}}}},
+		{[]string{"racks", "create", "r8", "--power-budget", "1W", "--nodes", "n1", "--force"},
+			api.PutRackRequest{Rack: gpufleet.Rack{Name: "r8", PowerBudgetWatts: 1, Nodes: []string{"n1"}}, Force: true}},
+	} {
+		mustRun(tc.args...)
+		if diff := cmp.Diff(tc.want, fake.lastRack); diff != "" {
+			t.Errorf("%v: rack request (-want +got):\n%s", tc.args, diff)
+		}
+	}
 	mustRun("tokens", "create", "--role", "admin")
 	if fake.lastToken.Role != gpufleet.RoleAdmin {
 		t.Errorf("token request %+v", fake.lastToken)

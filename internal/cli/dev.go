@@ -59,19 +59,31 @@ var devFleet = []devNode{
 	{"dev-h200-0", "h200-sxm-141gb:8:mig=1g.18gb*7@0-1", []string{"rack=r4", "block=b2", "purchased=2025-01"}},
 }
 
-// devRacks are the dev fleet's racks, found by the nodes' rack labels:
-// 17.3 kW each, a common facility provision (docs/POWER.md). The two
+// devRacks are the dev fleet's racks, each listing the nodes whose rack
+// label names it (devRackNodes; the lists decide, and dev puts them at
+// every start): 17.3 kW each, a common facility provision (docs/POWER.md). The two
 // H100 boxes of r1 are rated 20.4 kW, so r1 holds back work once its
 // projected draw nears 17.3 kW, and keeps 1.4 kW (two H100s) for
 // production; the others are rated under their budget.
 var devRacks = []gpufleet.Rack{
-	{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 1400, CoolingWatts: ptrTo(20000.0)},
+	{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 1400, CoolingWatts: ptrTo(gpufleet.Watts(20000))},
 	{Name: "r2", PowerBudgetWatts: 17300},
 	{Name: "r3", PowerBudgetWatts: 17300},
 	{Name: "r4", PowerBudgetWatts: 17300},
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// devRackNodes is the dev nodes whose rack label names rack.
+func devRackNodes(rack string) []string {
+	var out []string
+	for _, n := range devFleet {
+		if slices.Contains(n.Labels, gpufleet.RackLabel+"="+rack) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
 
 // devState is DIR/dev.json.
 type devState struct {
@@ -252,7 +264,10 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		st.Teams[team] = tok
 	}
 	for _, r := range devRacks {
-		if _, err := client.PutRack(ctx, r); err != nil {
+		r.Nodes = devRackNodes(r.Name)
+		// Forced: dev's racks are what they are, even when a restart finds
+		// running jobs that are not measured yet (charged their limit).
+		if _, err := client.PutRack(ctx, api.PutRackRequest{Rack: r, Force: true}); err != nil {
 			return fmt.Errorf("seed rack %s: %w", r.Name, err)
 		}
 	}

@@ -351,7 +351,7 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 	units := map[string]string{}
 	switch q.By {
 	case api.EnergyByJob:
-		pue, err := s.nodesPUE(ctx)
+		pue, err := s.racks.nodesPUE(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -408,20 +408,6 @@ func (s *Server) energy(ctx context.Context, team string, q api.UsageQuery, rows
 		out = append(out, e)
 	}
 	return out, nil
-}
-
-// nodesPUE is the PUE of each node in a rack that gives one, from the
-// stored racks (a follower answers usage too).
-func (s *Server) nodesPUE(ctx context.Context) (map[string]float64, error) {
-	racks, err := s.st.Racks(ctx)
-	if err != nil || len(racks) == 0 {
-		return nil, err
-	}
-	nodes, err := s.st.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return racksPUE(racks, rackMembers(racks, nodes)), nil
 }
 
 // attemptPUE is the mean PUE of an attempt's nodes (def outside racks).

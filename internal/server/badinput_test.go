@@ -99,6 +99,7 @@ func TestBadInputThroughTheAPI(t *testing.T) {
 		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":64},` + ok + `}`, 422, "needs 64 GPUs"},
 		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"gpu_memory_min_bytes":"200GiB"},` + ok + `}`, 422, "gpu_memory_min_bytes"},
 		{"unsatisfiable", "POST", "/api/v1/jobs", "member", "", `{"resources":{"gpus":1,"node_selector":{"rack":"r12"}},` + ok + `}`, 422, "node_selector rack=r12"},
+		{"unsatisfiable", "PUT", "/api/v1/racks/r1", "admin", "", `{"power_budget_watts":1,"nodes":["n1"]}`, 422, `projected draw, 5.16kW, would be over its 1W budget: pass --force`},
 		{"paging", "GET", "/api/v1/jobs?next_token=garbage", "member", "", ``, 400, `next_token "garbage"`},
 		{"paging", "GET", "/api/v1/jobs?next_token=" + big[:10000], "member", "", ``, 400, "next_token"},
 		{"paging", "GET", "/api/v1/queue?next_token=garbage", "member", "", ``, 400, "next_token"},

@@ -22,7 +22,7 @@ func TestEnergyPerUnitOfWork(t *testing.T) {
 	a := f.team("team-a", nil)
 	l4, h100 := f.node("n1", "l4", 8), f.node("n2", "h100-sxm-80gb", 8)
 	pue := 1.5
-	if _, err := f.srv.PutRack(ctx, f.admin, gpufleet.Rack{Name: "h100-rack", PowerBudgetWatts: 100000, PUE: &pue, Nodes: []string{"n2"}}); err != nil {
+	if _, err := f.srv.PutRack(ctx, f.admin, api.PutRackRequest{Rack: gpufleet.Rack{Name: "h100-rack", PowerBudgetWatts: 100000, PUE: &pue, Nodes: []string{"n2"}}}); err != nil {
 		t.Fatal(err)
 	}
 	counter := &gpufleet.WorkCounter{Metric: `tokens=(\d+)`, Unit: "tokens"}

@@ -692,9 +692,12 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 	if err != nil {
 		return in, nil, err
 	}
-	if err := s.powerInput(ctx, &in, nodes, heldBy(jobs)); err != nil {
+	gauges, pue, err := s.racks.input(ctx, &in, nodes, heldBy(jobs))
+	if err != nil {
 		return in, nil, err
 	}
+	s.metrics.setRacks(gauges)
+	s.acct.setNodePUE(pue)
 	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)
 	for i := range in.Teams {
 		in.Teams[i].Usage = usage[in.Teams[i].Name]
@@ -723,7 +726,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)
-		sn := scheduler.Node{Name: n.Name, State: scheduler.StateOf(v.State), Rack: n.Labels["rack"], Block: n.Labels["block"], Labels: n.Labels,
+		sn := scheduler.Node{Name: n.Name, State: scheduler.StateOf(v.State), Block: n.Labels["block"], Labels: n.Labels,
 			Reason: v.StateReason, Stack: gpufleet.NodeStack(n.Versions)}
 		if age, _ := s.heartbeatAge(n.Name, now); age > 0 {
 			sn.LastSeen = now.Add(-age)

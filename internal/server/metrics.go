@@ -132,15 +132,15 @@ func (m *metrics) setNodes(nodes []gpufleet.Node) {
 // rackPower is one rack's figures for setRacks.
 type rackPower struct {
 	name                              string
-	budget, reserve, rated, projected float64
+	budget, reserve, rated, projected gpufleet.Watts
 }
 
 // setRacks replaces the rack power series.
 func (m *metrics) setRacks(racks []rackPower) {
 	m.rack.Reset()
 	for _, r := range racks {
-		for kind, v := range map[string]float64{"budget": r.budget, "production_reserve": r.reserve, "rated": r.rated, "projected": r.projected} {
-			m.rack.WithLabelValues(r.name, kind).Set(v)
+		for kind, v := range map[string]gpufleet.Watts{"budget": r.budget, "production_reserve": r.reserve, "rated": r.rated, "projected": r.projected} {
+			m.rack.WithLabelValues(r.name, kind).Set(float64(v))
 		}
 	}
 }

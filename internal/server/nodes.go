@@ -229,6 +229,13 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	if err := s.st.PutNode(ctx, n); err != nil {
 		return api.RegisterResponse{}, err
 	}
+	if !exists {
+		// A rack label is the node's first rack, nothing more: later
+		// registrations leave the racks' lists alone.
+		if err := s.racks.assign(ctx, r.Node, r.Labels, now); err != nil {
+			return api.RegisterResponse{}, err
+		}
+	}
 	cred, secretOut := s.nodeCredential(r.Node)
 	cred.ExpiresAt = now.Add(s.cfg.CredentialTTL)
 	if err := s.st.PutNodeCredential(ctx, cred); err != nil {

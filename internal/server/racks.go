@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -12,17 +15,51 @@ import (
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
-// PutRack creates or replaces a rack (admin).
-func (s *Server) PutRack(ctx context.Context, p api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
+// rackStore is what racks reads and writes.
+type rackStore interface {
+	Racks(ctx context.Context) ([]gpufleet.Rack, error)
+	Nodes(ctx context.Context) ([]gpufleet.Node, error)
+	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
+	AssignRack(ctx context.Context, node, rack, actor string) (string, error)
+	DeleteRack(ctx context.Context, name, actor string) error
+	AppendEvent(ctx context.Context, e gpufleet.Event) error
+}
+
+// racks is the power domains: their changes, and their projection (each
+// rack's members, rated draw and projected draw), for the API, the
+// scheduler's input and the accounting's PUE. Racks live in the store;
+// what racks reads of the nodes' draw now comes through readings (the
+// server's latest samples and telemetry's holders and peaks). Its lock
+// serialises changes.
+type racks struct {
+	st       rackStore
+	cat      *catalog.Catalog
+	charging power.Charging // how held GPUs are charged (Config.PowerPeakMargin)
+	// readings is what power.ProjectRack reads of nodes now (held: who
+	// holds each GPU; nil: the holders the leader last recorded).
+	readings func(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading
+
+	// mu serialises changes: what a change checks holds until it is
+	// written.
+	mu sync.Mutex
+}
+
+func newRacks(st rackStore, cat *catalog.Catalog, charging power.Charging, readings func([]gpufleet.Node, map[string]heldGPU) []power.NodeReading) *racks {
+	return &racks{st: st, cat: cat, charging: charging, readings: readings}
+}
+
+// PutRack creates or replaces a rack (admin). A change that moves nodes
+// from another rack or leaves the rack's projected draw over its budget
+// needs r.Force.
+func (s *Server) PutRack(ctx context.Context, p api.Principal, r api.PutRackRequest) (gpufleet.Rack, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Rack{}, err
 	}
-	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
-	if err := s.st.PutRack(ctx, r, actor(p)); err != nil {
+	if err := s.racks.put(ctx, r.Rack, r.Force, actor(p), s.now()); err != nil {
 		return gpufleet.Rack{}, err
 	}
 	s.nudge()
-	return s.rack(ctx, r.Name)
+	return s.racks.get(ctx, r.Name, s.Leader())
 }
 
 // DeleteRack removes a rack (admin): its nodes have no budget any more.
@@ -30,7 +67,7 @@ func (s *Server) DeleteRack(ctx context.Context, p api.Principal, name string) e
 	if err := requireAdmin(p); err != nil {
 		return err
 	}
-	if err := s.st.DeleteRack(ctx, name, actor(p)); err != nil {
+	if err := s.racks.delete(ctx, name, actor(p)); err != nil {
 		return err
 	}
 	s.nudge()
@@ -43,11 +80,125 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 	if err := requireUser(p); err != nil {
 		return nil, err
 	}
-	racks, err := s.st.Racks(ctx)
+	return s.racks.list(ctx, s.Leader())
+}
+
+// put creates or replaces a rack. A rack created lists, beside the nodes
+// it is given, the nodes labelled with its name that no rack lists. A
+// change that takes nodes from another rack's list, or that leaves the
+// rack's projected draw over its budget, is refused unless forced; a
+// forced one is recorded (rack.forced) with what it forced.
+func (k *racks) put(ctx context.Context, r gpufleet.Rack, force bool, actor string, at time.Time) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r.Members, r.RatedWatts, r.DrawWatts = nil, 0, nil
+	racks, err := k.st.Racks(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := k.st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	listed := rackOf(racks)
+	r.Nodes = slices.Clone(r.Nodes)
+	if !slices.ContainsFunc(racks, func(x gpufleet.Rack) bool { return x.Name == r.Name }) {
+		for _, n := range nodes {
+			if _, ok := listed[n.Name]; !ok && n.Labels[gpufleet.RackLabel] == r.Name && !slices.Contains(r.Nodes, n.Name) {
+				r.Nodes = append(r.Nodes, n.Name)
+			}
+		}
+	}
+	var ch rackChange
+	for _, n := range r.Nodes {
+		if from, ok := listed[n]; ok && from != r.Name {
+			ch.moves = append(ch.moves, fmt.Sprintf("node %s from rack %s", gpufleet.Quote(n), gpufleet.Quote(from)))
+		}
+	}
+	var members []gpufleet.Node
+	for _, n := range nodes {
+		if slices.Contains(r.Nodes, n.Name) {
+			members = append(members, n)
+		}
+	}
+	if draw := power.ProjectRack(k.readings(members, nil), k.charging); r.PowerBudgetWatts > 0 && draw > r.PowerBudgetWatts {
+		ch.over, ch.draw, ch.budget = true, draw, r.PowerBudgetWatts
+	}
+	if ch.forced() && !force {
+		return fmt.Errorf("%w: rack %s: %s: pass --force (gpufleet racks set %s ... --force) or \"force\": true to do it anyway",
+			gpufleet.ErrUnsatisfiable, gpufleet.Quote(r.Name), ch, r.Name)
+	}
+	if err := k.st.PutRack(ctx, r, actor); err != nil {
+		return err
+	}
+	if !ch.forced() {
+		return nil
+	}
+	return k.st.AppendEvent(ctx, gpufleet.Event{At: at, Actor: actor, Kind: "rack.forced", Object: r.Name, Detail: "forced: " + ch.String()})
+}
+
+// rackChange is what a rack's change does that needs force: the nodes it
+// takes from other racks, and whether it leaves the rack's projected draw
+// over its budget.
+type rackChange struct {
+	moves        []string // "node N from rack R"
+	over         bool
+	draw, budget gpufleet.Watts
+}
+
+func (c rackChange) forced() bool { return len(c.moves) > 0 || c.over }
+
+// String says what the change does, in words.
+func (c rackChange) String() string {
+	var parts []string
+	if len(c.moves) > 0 {
+		parts = append(parts, "it moves "+strings.Join(c.moves, ", "))
+	}
+	if c.over {
+		parts = append(parts, fmt.Sprintf("its projected draw, %s, would be over its %s budget", c.draw.Human(), c.budget.Human()))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// assign honours the rack label of a node that registers for the first
+// time: unless a rack lists it already, it joins the list of the rack the
+// label names, if that rack exists. A label naming another rack than the
+// one that lists the node changes nothing; an event says so.
+func (k *racks) assign(ctx context.Context, node string, labels map[string]string, at time.Time) error {
+	want := labels[gpufleet.RackLabel]
+	if want == "" {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	who := "agent:" + node
+	in, err := k.st.AssignRack(ctx, node, want, who)
+	if err != nil || in == "" || in == want {
+		return err
+	}
+	return k.st.AppendEvent(ctx, gpufleet.Event{At: at, Actor: who, Kind: "node.rack_label_ignored", Object: node,
+		Detail: fmt.Sprintf("its rack label names rack %s, but rack %s lists the node: a rack's nodes list alone says what it holds "+
+			"(to move the node, list it in rack %s: gpufleet racks set %s --nodes ... --force)", gpufleet.Quote(want), gpufleet.Quote(in), want, want)})
+}
+
+// delete removes a rack.
+func (k *racks) delete(ctx context.Context, name, actor string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.st.DeleteRack(ctx, name, actor)
+}
+
+// list is the racks with their members, rated draw and projected draw now
+// (only where leads: a replica that does not lead has no live readings).
+func (k *racks) list(ctx context.Context, leads bool) ([]gpufleet.Rack, error) {
+	racks, err := k.st.Racks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := s.st.Nodes(ctx)
+	nodes, err := k.st.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,17 +214,17 @@ func (s *Server) Racks(ctx context.Context, p api.Principal) ([]gpufleet.Rack, e
 		for _, m := range r.Members {
 			ns = append(ns, byName[m])
 		}
-		r.RatedWatts = s.ratedDraw(ns)
-		if d, ok := s.projectedDraw(ns, nil); ok {
-			r.DrawWatts = &d
+		r.RatedWatts = k.ratedDraw(ns)
+		if leads {
+			r.DrawWatts = new(power.ProjectRack(k.readings(ns, nil), k.charging))
 		}
 	}
 	return racks, nil
 }
 
-// rack is one rack as Racks gives it.
-func (s *Server) rack(ctx context.Context, name string) (gpufleet.Rack, error) {
-	all, err := s.Racks(ctx, api.Principal{Role: gpufleet.RoleAdmin})
+// get is one rack as list gives it.
+func (k *racks) get(ctx context.Context, name string, leads bool) (gpufleet.Rack, error) {
+	all, err := k.list(ctx, leads)
 	if err != nil {
 		return gpufleet.Rack{}, err
 	}
@@ -84,40 +235,43 @@ func (s *Server) rack(ctx context.Context, name string) (gpufleet.Rack, error) {
 	return all[i], nil
 }
 
-// rackMembers is each rack's nodes: those it lists, then those whose rack
-// label names it and that no rack lists.
+// rackMembers is each rack's members: the registered nodes it lists, in
+// the nodes' order. It is the one place membership is read from (the
+// API's racks, the scheduler's Node.Rack and power input, the PUE of
+// usage): a rack's nodes list alone says what it holds; a node's rack
+// label only ever adds it to a list, at its first registration or when
+// its rack is created (racks.assign, racks.put).
 func rackMembers(racks []gpufleet.Rack, nodes []gpufleet.Node) map[string][]string {
-	listed := map[string]string{}
+	listed := rackOf(racks)
 	out := map[string][]string{}
+	for _, n := range nodes {
+		if r, ok := listed[n.Name]; ok {
+			out[r] = append(out[r], n.Name)
+		}
+	}
+	return out
+}
+
+// rackOf maps each listed node to the rack that lists it. The store lists
+// a node in one rack at most; were it in two, the first by name has it.
+func rackOf(racks []gpufleet.Rack) map[string]string {
+	out := map[string]string{}
 	for _, r := range racks {
 		for _, n := range r.Nodes {
-			if _, ok := listed[n]; !ok {
-				listed[n] = r.Name
+			if _, ok := out[n]; !ok {
+				out[n] = r.Name
 			}
-		}
-	}
-	known := map[string]bool{}
-	for _, r := range racks {
-		known[r.Name] = true
-	}
-	for _, n := range nodes {
-		rack, ok := listed[n.Name]
-		if !ok {
-			rack = n.Labels["rack"]
-		}
-		if known[rack] {
-			out[rack] = append(out[rack], n.Name)
 		}
 	}
 	return out
 }
 
 // nodeModel is the catalog entry of a node's GPUs (its first GPU's).
-func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
+func nodeModel(cat *catalog.Catalog, n gpufleet.Node) catalog.GPU {
 	if len(n.GPUs) == 0 {
 		return catalog.GPU{}
 	}
-	g, err := s.cat.Lookup(n.GPUs[0].Model)
+	g, err := cat.Lookup(n.GPUs[0].Model)
 	if err != nil {
 		return catalog.GPU{ID: n.GPUs[0].Model, Name: n.GPUs[0].Model}
 	}
@@ -126,10 +280,10 @@ func (s *Server) nodeModel(n gpufleet.Node) catalog.GPU {
 
 // ratedDraw is what nodes draw at their rating (GPUs at TDP and host
 // overheads).
-func (s *Server) ratedDraw(nodes []gpufleet.Node) float64 {
-	w := 0.0
+func (k *racks) ratedDraw(nodes []gpufleet.Node) gpufleet.Watts {
+	var w gpufleet.Watts
 	for _, n := range nodes {
-		w += float64(power.RatedNode(s.nodeModel(n), len(n.GPUs)))
+		w += power.RatedNode(nodeModel(k.cat, n), len(n.GPUs))
 	}
 	return w
 }
@@ -156,33 +310,19 @@ func heldBy(jobs []gpufleet.Job) map[string]heldGPU {
 	return out
 }
 
-// projectedDraw is nodes' projected draw now (power.ProjectRack): the
-// measured draw of every GPU the leader has a reading of, a held GPU (held;
-// nil: the holders the leader last recorded) charged its limit until
-// measured under its holder and then its peak with the margin
-// (power.Charging), idle draws where there is no reading, and host
-// overheads. ok is false on a replica that does not lead: it has no live
-// readings.
-func (s *Server) projectedDraw(nodes []gpufleet.Node, held map[string]heldGPU) (float64, bool) {
-	leads := s.Leader()
-	return float64(power.ProjectRack(s.nodeReadings(nodes, held), s.charging())), leads
-}
-
-// charging is how the server charges held GPUs (Config.PowerPeakMargin).
-func (s *Server) charging() power.Charging {
-	return power.Charging{PeakMargin: s.cfg.PowerPeakMargin}
-}
-
-// nodeReadings is what power.ProjectRack reads of nodes: their host
+// nodeReadings is what power.ProjectRack reads of nodes now: their host
 // overheads and each GPU's model, latest reading, holder's class and
-// measured peak.
+// measured peak: the measured draw of every GPU the leader has a reading
+// of, idle draws where there is none, and a held GPU (held; nil: the
+// holders the leader last recorded) charged by power.Charging once it
+// was measured under its holder.
 func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []power.NodeReading {
 	s.live.mu.Lock()
 	defer s.live.mu.Unlock()
 	readings := make([]power.NodeReading, 0, len(nodes))
 	s.tele.read(func(v gpuView) {
 		for _, n := range nodes {
-			model := s.nodeModel(n)
+			model := nodeModel(s.cat, n)
 			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
 			var samples []api.GPUSample
 			if ln := s.live.nodes[n.Name]; ln != nil {
@@ -242,17 +382,14 @@ func racksPUE(racks []gpufleet.Rack, members map[string][]string) map[string]flo
 	return out
 }
 
-// powerInput gives the scheduler the racks with a budget, their members'
-// Node.Rack, their projected draw and what placed GPUs add.
-func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) error {
-	racks, err := s.st.Racks(ctx)
-	if err != nil {
-		return err
-	}
-	if len(racks) == 0 {
-		s.metrics.setRacks(nil)
-		s.acct.setNodePUE(nil)
-		return nil
+// input gives the scheduler the racks with a budget, their members'
+// Node.Rack, their projected draw and what placed GPUs add (held: who
+// holds each GPU as the cycle sees it). It returns each rack's figures
+// for the metrics and each node's PUE (nil without racks).
+func (k *racks) input(ctx context.Context, in *scheduler.Input, nodes []gpufleet.Node, held map[string]heldGPU) ([]rackPower, map[string]float64, error) {
+	racks, err := k.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return nil, nil, err
 	}
 	members := rackMembers(racks, nodes)
 	rackOf := map[string]string{}
@@ -261,7 +398,6 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 			rackOf[n] = r
 		}
 	}
-	s.acct.setNodePUE(racksPUE(racks, members))
 	for i := range in.Nodes {
 		if r, ok := rackOf[in.Nodes[i].Name]; ok {
 			in.Nodes[i].Rack = r
@@ -277,11 +413,11 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: gpufleet.Watts(r.PowerBudgetWatts),
-			ProductionReserveW: gpufleet.Watts(r.ProductionReserveWatts), Nodes: s.nodeReadings(ns, held)})
+		inputs = append(inputs, power.RackInput{Name: r.Name, BudgetWatts: r.PowerBudgetWatts,
+			ProductionReserveW: r.ProductionReserveWatts, Nodes: k.readings(ns, held)})
 	}
 	// The simulator builds its input with the same function.
-	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, s.charging())
+	rs, draw, projected := power.SchedulerRacks(inputs, in.Models, k.charging)
 	in.Racks, in.GPUDraw = append(in.Racks, rs...), draw
 	gauges := make([]rackPower, 0, len(racks))
 	for i, r := range racks {
@@ -289,8 +425,21 @@ func (s *Server) powerInput(ctx context.Context, in *scheduler.Input, nodes []gp
 		for _, m := range members[r.Name] {
 			ns = append(ns, byName[m])
 		}
-		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: s.ratedDraw(ns), projected: float64(projected[i])})
+		gauges = append(gauges, rackPower{name: r.Name, budget: r.PowerBudgetWatts, reserve: r.ProductionReserveWatts, rated: k.ratedDraw(ns), projected: projected[i]})
 	}
-	s.metrics.setRacks(gauges)
-	return nil
+	return gauges, racksPUE(racks, members), nil
+}
+
+// nodesPUE is the PUE of each node in a rack that gives one, from the
+// stored racks (a follower answers usage too).
+func (k *racks) nodesPUE(ctx context.Context) (map[string]float64, error) {
+	racks, err := k.st.Racks(ctx)
+	if err != nil || len(racks) == 0 {
+		return nil, err
+	}
+	nodes, err := k.st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return racksPUE(racks, rackMembers(racks, nodes)), nil
 }

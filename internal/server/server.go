@@ -186,9 +186,9 @@ type Server struct {
 
 	// live is what heartbeats leave in memory (live.go); lead is this
 	// replica's leadership, the orders agents get and the leader loop's
-	// memory (leader.go). Each holds its own lock: lead's is never held
-	// with another, nor is authMu. Each mutex below guards the fields
-	// below it.
+	// memory (leader.go). Each holds its own lock. Lock order: racks'
+	// before live's before tele's; lead's and authMu are never held with
+	// another. Each mutex below guards the fields below it.
 	live    *liveness
 	lead    *leadership
 	selfURL string // where this replica answers (Advertise)
@@ -203,6 +203,9 @@ type Server struct {
 
 	// tele keeps per-GPU telemetry between writes (rollups.go).
 	tele *telemetry
+
+	// racks is the power domains: changes and projection (racks.go).
+	racks *racks
 
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth
@@ -255,6 +258,7 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 
 		decide: scheduler.Schedule,
 	}
+	s.racks = newRacks(st, cat, power.Charging{PeakMargin: cfg.PowerPeakMargin}, s.nodeReadings)
 	s.metrics.reg.MustRegister(stackCollector{s}, benchCollector{s})
 	return s, nil
 }

@@ -44,6 +44,9 @@ type ddlTypes struct {
 	Bytes string
 	// JSON is a column of JSON text, kept as written.
 	JSON string
+	// Postgres is set for PostgreSQL: a migration whose statement differs
+	// there (JSON functions) branches on it.
+	Postgres bool
 }
 
 // sqliteDialect is SQLite through modernc.org/sqlite (pure Go).
@@ -66,9 +69,10 @@ var postgresDialect = dialect{
 	forUpdate: " FOR UPDATE",
 	nowSQL:    "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000",
 	ddl: ddlTypes{
-		Serial: "BIGSERIAL PRIMARY KEY",
-		Bytes:  "BYTEA",
-		JSON:   "JSON",
+		Serial:   "BIGSERIAL PRIMARY KEY",
+		Bytes:    "BYTEA",
+		JSON:     "JSON",
+		Postgres: true,
 	},
 }
 

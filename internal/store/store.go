@@ -255,8 +255,10 @@ type Store interface {
 	PutTeam(ctx context.Context, t gpufleet.Team, actor string) error
 	Team(ctx context.Context, name string) (gpufleet.Team, error)
 	Teams(ctx context.Context) ([]gpufleet.Team, error)
-	// PutRack creates or replaces a rack; Racks lists them by name;
-	// DeleteRack removes one (ErrNotFound when there is none).
+	// PutRack creates or replaces a rack, taking the nodes it lists out
+	// of every other rack's list (a node is listed by one rack at most);
+	// Racks lists them by name; DeleteRack removes one (ErrNotFound when
+	// there is none).
 	// CreateStack records a stack (a candidate; the same versions again
 	// return it, other versions under its name are invalid); Stacks lists
 	// them by name; ValidateStack records a GPU model's evidence;
@@ -286,6 +288,10 @@ type Store interface {
 	// node.versions event when they changed.
 	SetNodeVersions(ctx context.Context, name string, versions map[string]string, at time.Time) error
 	PutRack(ctx context.Context, r gpufleet.Rack, actor string) error
+	// AssignRack lists a node in a rack unless a rack lists it already,
+	// and returns the rack that lists it ("" for none): a node's rack
+	// label at registration.
+	AssignRack(ctx context.Context, node, rack, actor string) (string, error)
 	Racks(ctx context.Context) ([]gpufleet.Rack, error)
 	DeleteRack(ctx context.Context, name, actor string) error
 	PutClass(ctx context.Context, c gpufleet.Class, actor string) error

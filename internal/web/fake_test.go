@@ -271,12 +271,12 @@ func (s *fakeService) Classes(_ context.Context, p api.Principal) ([]gpufleet.Cl
 }
 
 func (s *fakeService) Racks(_ context.Context, p api.Principal) ([]gpufleet.Rack, error) {
-	draw := 9800.0
+	draw := gpufleet.Watts(9800)
 	return []gpufleet.Rack{{Name: "r1", PowerBudgetWatts: 10000, RatedWatts: 10200, DrawWatts: &draw, Members: []string{"n1"}}}, s.record(p)
 }
 
-func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r gpufleet.Rack) (gpufleet.Rack, error) {
-	return r, nil
+func (s *fakeService) PutRack(_ context.Context, _ api.Principal, r api.PutRackRequest) (gpufleet.Rack, error) {
+	return r.Rack, nil
 }
 
 func (s *fakeService) DeleteRack(context.Context, api.Principal, string) error { return nil }

@@ -109,11 +109,11 @@ func rackRows(racks []gpufleet.Rack, nodes []gpufleet.Node) []rackRow {
 	}
 	var out []rackRow
 	for _, r := range racks {
-		row := rackRow{Name: r.Name, Budget: gpufleet.Watts(r.PowerBudgetWatts).Human(), Rated: gpufleet.Watts(r.RatedWatts).Human(), Draw: dash, Nodes: len(r.Members)}
+		row := rackRow{Name: r.Name, Budget: r.PowerBudgetWatts.Human(), Rated: r.RatedWatts.Human(), Draw: dash, Nodes: len(r.Members)}
 		if r.DrawWatts != nil {
-			row.Draw = gpufleet.Watts(*r.DrawWatts).Human()
+			row.Draw = r.DrawWatts.Human()
 			if r.PowerBudgetWatts > 0 {
-				f := *r.DrawWatts / r.PowerBudgetWatts
+				f := float64(*r.DrawWatts / r.PowerBudgetWatts)
 				row.UsedPct, row.Near, row.Over = int(math.Round(100*f)), f >= nearBudget, f > 1
 			}
 		}

@@ -108,7 +108,7 @@ func rackDraw(racks []gpufleet.Rack, nodes []gpufleet.Node, byNode map[string][]
 		}
 		s := seriesData{Name: r.Name}
 		for _, t := range slices.SortedFunc(maps.Keys(watts), time.Time.Compare) {
-			f := watts[t] / r.PowerBudgetWatts
+			f := watts[t] / float64(r.PowerBudgetWatts)
 			top = math.Max(top, f)
 			s.Points = append(s.Points, point{T: t, V: f})
 		}

@@ -1777,7 +1777,7 @@ func testConcurrent(t *testing.T, s store.Store) {
 
 func testRacks(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	cooling, pue := 20000.0, 1.3
+	cooling, pue := gpufleet.Watts(20000), 1.3
 	r1 := gpufleet.Rack{Name: "r1", PowerBudgetWatts: 17300, ProductionReserveWatts: 2000, CoolingWatts: &cooling, PUE: &pue, Nodes: []string{"n1", "n2"}}
 	wantErr(t, "put r1", s.PutRack(ctx, r1, "admin"), nil)
 	wantErr(t, "put r0", s.PutRack(ctx, gpufleet.Rack{Name: "r0", PowerBudgetWatts: 10000}, "admin"), nil)
@@ -1800,6 +1800,34 @@ func testRacks(t *testing.T, s store.Store) {
 	evs, _ := s.Events(ctx, store.EventFilter{Object: "r1"})
 	if len(evs) != 2 || evs[0].Kind != "rack.put" {
 		t.Errorf("rack events %+v, want two rack.put", evs)
+	}
+
+	// A node is listed by one rack at most: a rack that lists it takes it
+	// from another's list, and a rack label lists it only where none does.
+	wantErr(t, "put r1 with n1, n2", s.PutRack(ctx, gpufleet.Rack{Name: "r1", PowerBudgetWatts: 15000, Nodes: []string{"n1", "n2"}}, "admin"), nil)
+	wantErr(t, "put r2 taking n2", s.PutRack(ctx, gpufleet.Rack{Name: "r2", PowerBudgetWatts: 15000, Nodes: []string{"n2", "n3"}}, "admin"), nil)
+	for name, tc := range map[string]struct{ node, rack, want string }{
+		"a node no rack lists joins its label's rack": {node: "n4", rack: "r2", want: "r2"},
+		"a node another rack lists stays there":       {node: "n1", rack: "r2", want: "r1"},
+		"a rack that does not exist lists nothing":    {node: "n5", rack: "r9", want: ""},
+	} {
+		got, err := s.AssignRack(ctx, tc.node, tc.rack, "agent:"+tc.node)
+		wantErr(t, name, err, nil)
+		if got != tc.want {
+			t.Errorf("%s: AssignRack(%s, %s) = %q, want %q", name, tc.node, tc.rack, got, tc.want)
+		}
+	}
+	got, _ = s.Racks(ctx)
+	lists := map[string][]string{}
+	for _, r := range got {
+		lists[r.Name] = r.Nodes
+	}
+	if diff := cmp.Diff(map[string][]string{"r1": {"n1"}, "r2": {"n2", "n3", "n4"}}, lists); diff != "" {
+		t.Errorf("racks' nodes (-want +got):\n%s", diff)
+	}
+	evs, _ = s.Events(ctx, store.EventFilter{Object: "r2"})
+	if len(evs) != 2 || evs[0].Kind != "rack.put" || !strings.Contains(evs[0].Detail, "moved n2 from r1") || evs[1].Kind != "rack.assigned" || !strings.Contains(evs[1].Detail, "n4") {
+		t.Errorf("r2's events %+v, want rack.put naming n2 moved from r1, then rack.assigned naming n4", evs)
 	}
 }
 
