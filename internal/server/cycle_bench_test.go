@@ -43,6 +43,15 @@ func BenchmarkLeaderCycle(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			for r := 0; r*32 < tc.nodes; r++ { // the racks list their nodes (a budget of 0: none)
+				rack := gpufleet.Rack{Name: fmt.Sprintf("r%03d", r)}
+				for i := r * 32; i < min(r*32+32, tc.nodes); i++ {
+					rack.Nodes = append(rack.Nodes, fmt.Sprintf("n%05d", i))
+				}
+				if err := f.st.PutRack(ctx, rack, "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
 			est := 3600.0
 			total := tc.nodes + tc.queued // one 8-GPU job per node runs
 			for i := 0; i < total; i += 500 {
