@@ -146,13 +146,18 @@ func TestDevIsolationAndAudit(t *testing.T) {
 		}
 		getJSON(t, d, "/api/v1/jobs/"+idle+"/rollups", &rr)
 		var idleS float64
+		gpus := map[string]bool{}
 		for _, r := range rr.Rollups {
+			gpus[r.GPU] = true
 			if r.EffectiveUtilization != nil && *r.EffectiveUtilization < api.IdleThreshold && !r.Minute.Add(time.Minute).After(rep.Now) {
 				idleS += 60
 			}
 		}
-		// The first minute is partial; a minute may close between the two reads.
-		if got, want := *f.GPUHours*3600, idleS; got > want+1 || got < want-4*60-1 {
+		// Per GPU, the first minute is partial, a minute may close between
+		// the two reads, and the usage the audit reads lags the rollups by
+		// the agent's last unaccounted report (up to half a minute when
+		// the machine is loaded: seen 252 s short for 2 GPUs under CI).
+		if got, want := *f.GPUHours*3600, idleS; got > want+1 || got < want-float64(len(gpus))*150-1 {
 			t.Errorf("idle finding says %.0f GPU-seconds, the rollups %.0f (evidence %q)", got, want, f.Evidence)
 		}
 	}

@@ -546,13 +546,18 @@ func TestHAFollowerTellsTheTruth(t *testing.T) {
 	ids := h.submit(ctx, h.team, "hold", 6) // 4 run, 2 queue
 	_ = ids
 	viaLeader, viaFollower := h.client([]string{leader.url}, adminToken), h.client([]string{follower.url}, adminToken)
-	eventually(t, 20*time.Second, "two jobs queued behind four running", func() error {
+	eventually(t, 20*time.Second, "two jobs queued behind four running, both decided", func() error {
 		q, err := viaLeader.Queue(ctx)
 		if err != nil {
 			return err
 		}
 		if len(q) != 2 {
 			return fmt.Errorf("%d queued", len(q))
+		}
+		for _, e := range q {
+			if e.ReasonCode == "pending" {
+				return fmt.Errorf("%s not yet decided", e.ID) // a cycle after its submit will place it in the queue
+			}
 		}
 		return nil
 	})
