@@ -153,29 +153,9 @@ func TestBadInputThroughTheAPI(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(fmt.Sprintf("%02d %s", i, tc.class), func(t *testing.T) {
 			counts[tc.class]++
-			var body io.Reader
-			if tc.body != "" {
-				body = strings.NewReader(tc.body)
-			}
-			req, _ := http.NewRequestWithContext(t.Context(), tc.method, srv.URL+tc.path, body)
-			req.Header.Set("Authorization", "Bearer "+tokens[tc.token])
-			switch tc.contentType {
-			case "":
-				req.Header.Set("Content-Type", "application/json")
-			case "-":
-			default:
-				req.Header.Set("Content-Type", tc.contentType)
-			}
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var eb api.ErrorBody
-			_ = json.Unmarshal(raw, &eb)
-			if resp.StatusCode != tc.status || !strings.Contains(eb.Error, tc.want) {
-				t.Fatalf("%s %s: %d %.300s, want %d naming %q", tc.method, tc.path[:min(len(tc.path), 80)], resp.StatusCode, raw, tc.status, tc.want)
+			status, raw, eb := callAPI(t, srv, tc.method, tc.path, tokens[tc.token], tc.contentType, tc.body)
+			if status != tc.status || !strings.Contains(eb.Error, tc.want) {
+				t.Fatalf("%s %s: %d %.300s, want %d naming %q", tc.method, tc.path[:min(len(tc.path), 80)], status, raw, tc.status, tc.want)
 			}
 			if len(raw) > 1200 {
 				t.Errorf("error body of %d bytes: it quotes too much of the input", len(raw))
@@ -214,4 +194,33 @@ func (f *fixture) jobCount() int {
 		f.t.Fatal(err)
 	}
 	return len(list.Jobs)
+}
+
+// callAPI sends one request to the real handler behind srv and returns
+// its status, body and error body (zero unless it is one). contentType ""
+// sends application/json, "-" none.
+func callAPI(t *testing.T, srv *httptest.Server, method, path, token, contentType, body string) (int, []byte, api.ErrorBody) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	switch contentType {
+	case "":
+		req.Header.Set("Content-Type", "application/json")
+	case "-":
+	default:
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var eb api.ErrorBody
+	_ = json.Unmarshal(raw, &eb)
+	return resp.StatusCode, raw, eb
 }

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -309,19 +306,9 @@ func TestRackChangeNeedsForce(t *testing.T) {
 			}
 			srv := httptest.NewServer(api.NewHandler(f.srv, f.srv, f.srv, f.srv, api.HandlerOptions{}))
 			defer srv.Close()
-			req, _ := http.NewRequestWithContext(ctx, "PUT", srv.URL+tc.path, strings.NewReader(tc.body))
-			req.Header.Set("Authorization", "Bearer "+testAdmin)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var eb api.ErrorBody
-			_ = json.Unmarshal(raw, &eb)
-			if resp.StatusCode != tc.wantStatus || !strings.Contains(eb.Error, tc.wantErr) {
-				t.Fatalf("PUT %s: %d %s, want %d naming %q", tc.path, resp.StatusCode, raw, tc.wantStatus, tc.wantErr)
+			status, raw, eb := callAPI(t, srv, "PUT", tc.path, testAdmin, "", tc.body)
+			if status != tc.wantStatus || !strings.Contains(eb.Error, tc.wantErr) {
+				t.Fatalf("PUT %s: %d %s, want %d naming %q", tc.path, status, raw, tc.wantStatus, tc.wantErr)
 			}
 			racks, err := f.srv.Racks(ctx, f.admin)
 			if err != nil {
