@@ -281,11 +281,12 @@ func (s *sched) expectedArrivals() []*pjob {
 	return out
 }
 
-// KeepArrivals is how callers keep Input.Arrivals: j appended (a job just
-// submitted), then the jobs submitted more than window before now dropped,
-// and the oldest beyond ArrivalHistory.
-func KeepArrivals(arrivals []Job, j Job, now time.Time, window time.Duration) []Job {
-	arrivals = append(arrivals, j)
+// KeepArrivals is how callers keep Input.Arrivals: js appended (jobs just
+// submitted, oldest first), then the jobs submitted more than window
+// before now dropped, and the oldest beyond ArrivalHistory. A leader that
+// takes over a queue of 50k passes them at once: one trim, not one each.
+func KeepArrivals(arrivals []Job, now time.Time, window time.Duration, js ...Job) []Job {
+	arrivals = append(arrivals, js...)
 	from := now.Add(-window)
 	i := 0
 	for i < len(arrivals) && (arrivals[i].Submitted.Before(from) || len(arrivals)-i > ArrivalHistory) {

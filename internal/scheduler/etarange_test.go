@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -66,12 +67,20 @@ func TestKeepArrivals(t *testing.T) {
 	var a []Job
 	for i := range ArrivalHistory + 10 {
 		now := t0.Add(time.Duration(i) * time.Second)
-		a = KeepArrivals(a, Job{ID: fmt.Sprint(i), Submitted: now}, now, 24*time.Hour)
+		a = KeepArrivals(a, now, 24*time.Hour, Job{ID: fmt.Sprint(i), Submitted: now})
 	}
 	if len(a) != ArrivalHistory || a[0].ID != "10" {
 		t.Fatalf("%d arrivals, first %s; want %d, first 10", len(a), a[0].ID, ArrivalHistory)
 	}
-	a = KeepArrivals(a, Job{ID: "late", Submitted: t0.Add(48 * time.Hour)}, t0.Add(48*time.Hour), 24*time.Hour)
+	// At once, as a leader taking over a queue passes them: the same.
+	var all []Job
+	for i := range ArrivalHistory + 10 {
+		all = append(all, Job{ID: fmt.Sprint(i), Submitted: t0.Add(time.Duration(i) * time.Second)})
+	}
+	if b := KeepArrivals(nil, all[len(all)-1].Submitted, 24*time.Hour, all...); !slices.EqualFunc(a, b, func(x, y Job) bool { return x.ID == y.ID }) {
+		t.Errorf("at once: %d arrivals, first %s; want one at a time's %d, first %s", len(b), b[0].ID, len(a), a[0].ID)
+	}
+	a = KeepArrivals(a, t0.Add(48*time.Hour), 24*time.Hour, Job{ID: "late", Submitted: t0.Add(48 * time.Hour)})
 	if len(a) != 1 || a[0].ID != "late" {
 		t.Errorf("a day later: %d arrivals, want the new one alone", len(a))
 	}

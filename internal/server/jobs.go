@@ -269,14 +269,22 @@ func (s *Server) Queue(ctx context.Context, p api.Principal) ([]gpufleet.QueueEn
 	if err != nil {
 		return nil, err
 	}
+	stored, err := s.st.Queue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	decided := make(map[string]gpufleet.QueueEntry, len(stored))
+	for _, e := range stored {
+		decided[e.ID] = e
+	}
 	out := []gpufleet.QueueEntry{}
 	for _, j := range jobs {
 		if j.State != gpufleet.JobQueued || !visible(p, j.Team) {
 			continue
 		}
-		e := gpufleet.QueueEntry{ID: j.ID, Team: j.Team, Priority: j.Priority, Reason: "waiting for the scheduler", ReasonCode: "pending"}
-		if j.Queue != nil {
-			e = *j.Queue
+		e, ok := decided[j.ID]
+		if !ok {
+			e = gpufleet.QueueEntry{ID: j.ID, Team: j.Team, Priority: j.Priority, Reason: "waiting for the scheduler", ReasonCode: "pending"}
 		}
 		e.Name, e.GPUs = j.Name, j.Resources.GPUs
 		out = append(out, e)

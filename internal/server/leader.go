@@ -102,11 +102,14 @@ func (h *etaHistory) arrived(in scheduler.Input) []scheduler.Job {
 		}
 	}
 	slices.SortFunc(fresh, func(a, b *scheduler.Job) int { return a.Submitted.Compare(b.Submitted) })
-	for _, j := range fresh {
-		a := *j
-		a.Placement = nil
-		h.arrivals = scheduler.KeepArrivals(h.arrivals, a, in.Now, w)
+	// Only the newest ArrivalHistory can be kept.
+	fresh = fresh[max(0, len(fresh)-scheduler.ArrivalHistory):]
+	add := make([]scheduler.Job, len(fresh))
+	for i, j := range fresh {
+		add[i] = *j
+		add[i].Placement = nil
 	}
+	h.arrivals = scheduler.KeepArrivals(h.arrivals, in.Now, w, add...)
 	maps.DeleteFunc(h.seen, func(_ string, at time.Time) bool { return at.Before(in.Now.Add(-w)) })
 	return h.arrivals
 }
@@ -535,7 +538,10 @@ type fleetView struct {
 // attempt.
 func (v fleetView) running(fn func(j scheduler.Job, spec gpufleet.Job, a attemptRef)) {
 	for _, j := range v.Jobs {
-		if a, ok := v.attempts[j.ID]; ok && j.Running() {
+		if !j.Running() {
+			continue
+		}
+		if a, ok := v.attempts[j.ID]; ok {
 			fn(j, v.specs[j.ID], a)
 		}
 	}

@@ -266,24 +266,46 @@ func rackOf(racks []gpufleet.Rack) map[string]string {
 	return out
 }
 
-// nodeModel is the catalog entry of a node's GPUs (its first GPU's).
-func nodeModel(cat *catalog.Catalog, n gpufleet.Node) catalog.GPU {
+// modelCache looks GPU models up in the catalog once each (a lookup
+// copies the entry): a cycle reads the model of every GPU of the fleet.
+type modelCache struct {
+	cat *catalog.Catalog
+	m   map[string]catalog.GPU
+}
+
+func newModelCache(cat *catalog.Catalog) modelCache {
+	return modelCache{cat: cat, m: map[string]catalog.GPU{}}
+}
+
+// gpu is model id's catalog entry; an unknown id gets an entry of its
+// name only.
+func (c modelCache) gpu(id string) catalog.GPU {
+	g, ok := c.m[id]
+	if !ok {
+		var err error
+		if g, err = c.cat.Lookup(id); err != nil {
+			g = catalog.GPU{ID: id, Name: id}
+		}
+		c.m[id] = g
+	}
+	return g
+}
+
+// node is the catalog entry of a node's GPUs (its first GPU's).
+func (c modelCache) node(n gpufleet.Node) catalog.GPU {
 	if len(n.GPUs) == 0 {
 		return catalog.GPU{}
 	}
-	g, err := cat.Lookup(n.GPUs[0].Model)
-	if err != nil {
-		return catalog.GPU{ID: n.GPUs[0].Model, Name: n.GPUs[0].Model}
-	}
-	return g
+	return c.gpu(n.GPUs[0].Model)
 }
 
 // ratedDraw is what nodes draw at their rating (GPUs at TDP and host
 // overheads).
 func (k *racks) ratedDraw(nodes []gpufleet.Node) gpufleet.Watts {
 	var w gpufleet.Watts
+	models := newModelCache(k.cat)
 	for _, n := range nodes {
-		w += power.RatedNode(nodeModel(k.cat, n), len(n.GPUs))
+		w += power.RatedNode(models.node(n), len(n.GPUs))
 	}
 	return w
 }
@@ -320,9 +342,10 @@ func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []
 	s.live.mu.Lock()
 	defer s.live.mu.Unlock()
 	readings := make([]power.NodeReading, 0, len(nodes))
+	models := newModelCache(s.cat)
 	s.tele.read(func(v gpuView) {
 		for _, n := range nodes {
-			model := nodeModel(s.cat, n)
+			model := models.node(n)
 			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
 			var samples []api.GPUSample
 			if ln := s.live.nodes[n.Name]; ln != nil {
@@ -331,7 +354,7 @@ func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []
 			for _, g := range n.GPUs {
 				gm := model
 				if g.Model != model.ID {
-					gm, _ = s.cat.Lookup(g.Model)
+					gm = models.gpu(g.Model)
 				}
 				r := power.GPUReading{Model: gm}
 				if i := slices.IndexFunc(samples, func(x api.GPUSample) bool { return x.UUID == g.UUID }); i >= 0 {

@@ -870,7 +870,7 @@ func (e *engine) cycle(arrived []*jobState) error {
 	// only in cycles that have arrivals.
 	in.Config.ETA = in.Config.ETA && len(arrived) > 0
 	for _, js := range arrived {
-		e.arrivals = scheduler.KeepArrivals(e.arrivals, e.schedJob(js), in.Now, in.Config.ArrivalWindow)
+		e.arrivals = scheduler.KeepArrivals(e.arrivals, in.Now, in.Config.ArrivalWindow, e.schedJob(js))
 	}
 	if in.Config.ETA {
 		in.WaitHistory = e.waitHistory()

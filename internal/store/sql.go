@@ -38,6 +38,8 @@ type SQL struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	specs specMemo // ActiveJobs' decoded specs
 }
 
 var _ Store = (*SQL)(nil)

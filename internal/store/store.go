@@ -345,7 +345,8 @@ type Store interface {
 	// once, a running one once its attempts stop.
 	RequestCancel(ctx context.Context, id, actor string, at time.Time) (gpufleet.Job, error)
 	// ActiveJobs returns every queued, scheduled or running job with its
-	// attempts: the scheduler's snapshot.
+	// attempts: the scheduler's snapshot. It leaves out the stored queue
+	// entries (Job.Queue is nil): Queue reads those.
 	ActiveJobs(ctx context.Context) ([]gpufleet.Job, error)
 	// Queue returns the queue information the last decision stored for
 	// the jobs still queued, ordered by position.
