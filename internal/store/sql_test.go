@@ -15,6 +15,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpufleet/gpufleet"
 )
 
@@ -431,5 +433,47 @@ func TestFleetSizeLimit(t *testing.T) {
 	}
 	if err := s.PutNode(ctx, gpufleet.Node{Name: "n-first", Labels: map[string]string{"rack": "r1"}}); err != nil {
 		t.Errorf("a known node at the limit: %v", err)
+	}
+}
+
+// TestActiveJobsSpecMemo: ActiveJobs read through the spec memo returns
+// what a fresh decode does, keeps only the specs of jobs still active, and
+// leaves the stored queue to Queue.
+func TestActiveJobsSpecMemo(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	var jobs []gpufleet.Job
+	for i := range 3 {
+		jobs = append(jobs, gpufleet.Job{Team: "a", RequestID: fmt.Sprint(i), Command: []string{"train", fmt.Sprint(i)},
+			Env: map[string]string{"SEED": fmt.Sprint(i)}, Resources: gpufleet.Resources{GPUs: 1}})
+	}
+	res, err := s.SubmitJobs(ctx, jobs, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.ActiveJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.ActiveJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(first, second) || len(second) != 3 {
+		t.Fatalf("second read differs from the first:\n%s", cmp.Diff(first, second))
+	}
+	for i, j := range second {
+		if j.Command[1] != fmt.Sprint(i) || j.Env["SEED"] != fmt.Sprint(i) || j.Queue != nil {
+			t.Errorf("job %d: command %v env %v queue %v", i, j.Command, j.Env, j.Queue)
+		}
+	}
+	if _, err := s.RequestCancel(ctx, res[0].Job.ID, "t", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ActiveJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.specs.last); n != 2 {
+		t.Errorf("the memo keeps %d specs after one job ended, want 2", n)
 	}
 }
