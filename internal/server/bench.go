@@ -253,10 +253,7 @@ func (s *Server) refreshBench(ctx context.Context, node string) ([]bench.Shortfa
 		}
 		out = append(out, health.BenchShortfall{GPU: g, UUID: sf.Figure.UUID, Reason: sf.Reason, Evidence: sf.Evidence})
 	}
-	s.live.mu.Lock()
-	h := s.live.node(node).health
-	h.bench, h.benchLoaded, h.benchDirty = out, true, true
-	s.live.mu.Unlock()
+	s.health.setBench(node, out)
 	return short, nil
 }
 

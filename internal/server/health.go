@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -55,37 +57,100 @@ type nodeHealth struct {
 // throttling, counter rates, held conditions expiring) need it.
 const healthEvery = 10 * time.Second
 
-// loadHealth reads a node's inventory and the rules' memory from the store
-// the first time this replica hears from it. s.live.mu must NOT be held.
-func (s *Server) loadHealth(ctx context.Context, node string) (*nodeHealth, error) {
-	s.live.mu.Lock()
-	h := s.live.node(node).health
-	s.live.mu.Unlock()
-	if h.loaded {
+// healths is the health component: the rules' memory of each node between
+// heartbeats (nodeHealth), under its own lock, over the store calls it
+// declares (healthStore). It carries out what the core decides (the rules'
+// health.Evaluate; scheduler.Quarantine, Breaker, Validated and Repaired
+// for the node's lifecycle); the heartbeat path, the leader cycle and the
+// repair command call it. Its lock is never held with another.
+type healths struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeHealth
+
+	st  healthStore
+	cfg health.Config
+	log *slog.Logger
+	// shortfalls judges a node's newest benchmark figures against the
+	// fleet (the bench gate) and hands them to setBench; nudge asks the
+	// leader for a cycle.
+	shortfalls func(ctx context.Context, node string) ([]bench.Shortfall, error)
+	nudge      func()
+}
+
+// healthStore is what the health component reads and writes.
+type healthStore interface {
+	Node(ctx context.Context, name string) (gpufleet.Node, error)
+	Nodes(ctx context.Context) ([]gpufleet.Node, error)
+	NodeHealthState(ctx context.Context, node string) (string, error)
+	SetNodeHealthState(ctx context.Context, node, state string) error
+	SetNodeHealth(ctx context.Context, node string, h gpufleet.Health, reason string, gpus []gpufleet.NodeGPU, at time.Time) error
+	SetNodeState(ctx context.Context, node string, state gpufleet.NodeState, cause gpufleet.StateCause, reason, actor string, at time.Time) error
+	AppendEvent(ctx context.Context, e gpufleet.Event) error
+}
+
+func newHealths(st healthStore, cfg health.Config, log *slog.Logger) *healths {
+	return &healths{nodes: map[string]*nodeHealth{}, st: st, cfg: cfg, log: log, nudge: func() {}}
+}
+
+// node returns a node's record, made on first use; h.mu must be held.
+func (k *healths) node(name string) *nodeHealth {
+	h := k.nodes[name]
+	if h == nil {
+		h = &nodeHealth{}
+		k.nodes[name] = h
+	}
+	return h
+}
+
+// forget makes the next heartbeat read the node's inventory and memory
+// from the store again (it registered: the inventory may have changed).
+func (k *healths) forget(node string) {
+	k.mu.Lock()
+	k.node(node).loaded = false
+	k.mu.Unlock()
+}
+
+// setBench hands a node's benchmark shortfalls to its rules, which run
+// at its next heartbeat.
+func (k *healths) setBench(node string, short []health.BenchShortfall) {
+	k.mu.Lock()
+	h := k.node(node)
+	h.bench, h.benchLoaded, h.benchDirty = short, true, true
+	k.mu.Unlock()
+}
+
+// load reads a node's inventory and the rules' memory from the store the
+// first time this replica hears from it. k.mu must NOT be held.
+func (k *healths) load(ctx context.Context, node string) (*nodeHealth, error) {
+	k.mu.Lock()
+	h := k.node(node)
+	loaded := h.loaded
+	k.mu.Unlock()
+	if loaded {
 		return h, nil
 	}
-	n, err := s.st.Node(ctx, node)
+	n, err := k.st.Node(ctx, node)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := s.st.NodeHealthState(ctx, node)
+	raw, err := k.st.NodeHealthState(ctx, node)
 	if err != nil {
 		return nil, err
 	}
 	var st health.State
 	if raw != "" {
 		if err := json.Unmarshal([]byte(raw), &st); err != nil {
-			s.log.Warn("discarding unreadable health state", "node", node, "err", err)
+			k.log.Warn("discarding unreadable health state", "node", node, "err", err)
 			st = health.State{}
 		}
 	}
-	s.live.mu.Lock()
+	k.mu.Lock()
 	h.inventory, h.state, h.loaded = n.GPUs, st, true
 	h.summary = storedSummary(n)
 	benchLoaded := h.benchLoaded
-	s.live.mu.Unlock()
-	if !benchLoaded {
-		if _, err := s.refreshBench(ctx, node); err != nil {
+	k.mu.Unlock()
+	if !benchLoaded && k.shortfalls != nil {
+		if _, err := k.shortfalls(ctx, node); err != nil {
 			return nil, err
 		}
 	}
@@ -128,14 +193,14 @@ func evidence(node string, inv []gpufleet.NodeGPU, r api.HeartbeatRequest, last 
 // judge runs the health rules over a heartbeat and, when their summary
 // changed, records it and applies the actions that take capacity out of
 // service (behind the circuit breaker).
-func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest, now time.Time) error {
-	h, err := s.loadHealth(ctx, node)
+func (k *healths) judge(ctx context.Context, node string, r api.HeartbeatRequest, now time.Time) error {
+	h, err := k.load(ctx, node)
 	if err != nil {
 		return err
 	}
 	// Unchanged evidence, no XID and the same missing GPUs: the finding
 	// cannot change but with time, so the rules run every healthEvery.
-	s.live.mu.Lock()
+	k.mu.Lock()
 	if h.evidence == nil {
 		h.evidence = map[string]api.GPUEvidence{}
 	}
@@ -158,22 +223,22 @@ func (s *Server) judge(ctx context.Context, node string, r api.HeartbeatRequest,
 		last = maps.Clone(h.evidence)
 	}
 	prev, inv, shortfalls := h.state, h.inventory, slices.Clone(h.bench)
-	s.live.mu.Unlock()
+	k.mu.Unlock()
 	if !due || len(inv) == 0 {
 		return nil
 	}
 	ev := evidence(node, inv, r, last)
 	ev.Bench = shortfalls
-	next, conds := health.Evaluate(prev, ev, now, s.cfg.Health)
-	return s.record(ctx, node, h, next, conds, now)
+	next, conds := health.Evaluate(prev, ev, now, k.cfg)
+	return k.record(ctx, node, h, next, conds, now)
 }
 
 // wantsEvidence reports whether this replica lacks a reporting GPU's
 // evidence, so that the agent should send all of it.
-func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
-	s.live.mu.Lock()
-	defer s.live.mu.Unlock()
-	h := s.live.node(node).health
+func (k *healths) wantsEvidence(node string, r api.HeartbeatRequest) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h := k.node(node)
 	for _, smp := range r.Samples {
 		if _, ok := h.evidence[smp.UUID]; !ok && smp.Evidence == nil {
 			return true
@@ -184,13 +249,13 @@ func (s *Server) wantsEvidence(node string, r api.HeartbeatRequest) bool {
 
 // record stores a new health finding when it differs from the last, and
 // acts on it.
-func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next health.State, conds []health.Condition, now time.Time) error {
+func (k *healths) record(ctx context.Context, node string, h *nodeHealth, next health.State, conds []health.Condition, now time.Time) error {
 	sum := health.Summarize(conds)
-	s.live.mu.Lock()
+	k.mu.Lock()
 	h.state = next
 	same := sameSummary(h.summary, sum)
 	inv := h.inventory
-	s.live.mu.Unlock()
+	k.mu.Unlock()
 	if same {
 		return nil
 	}
@@ -206,26 +271,26 @@ func (s *Server) record(ctx context.Context, node string, h *nodeHealth, next he
 	if node_health == "" {
 		node_health = gpufleet.Healthy
 	}
-	if err := s.st.SetNodeHealth(ctx, node, node_health, sum.Reason, gpus, now); err != nil {
+	if err := k.st.SetNodeHealth(ctx, node, node_health, sum.Reason, gpus, now); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(next)
 	if err != nil {
 		return err
 	}
-	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
+	if err := k.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
 		return err
 	}
-	s.live.mu.Lock()
+	k.mu.Lock()
 	h.summary = sum
-	s.live.mu.Unlock()
+	k.mu.Unlock()
 	for _, c := range conds {
-		s.log.Warn("health condition", "node", node, "gpu", c.GPU, "rule", c.Rule, "severity", c.Severity, "action", c.Action, "reason", c.Reason)
+		k.log.Warn("health condition", "node", node, "gpu", c.GPU, "rule", c.Rule, "severity", c.Severity, "action", c.Action, "reason", c.Reason)
 	}
-	if err := s.quarantine(ctx, node, sum, conds, now); err != nil {
+	if err := k.quarantine(ctx, node, sum, conds, now); err != nil {
 		return err
 	}
-	s.nudge()
+	k.nudge()
 	return nil
 }
 
@@ -248,11 +313,11 @@ func sameSummary(a, b health.Summary) bool {
 // breaker refuses when automatic quarantine would then hold more than the
 // configured fraction of the fleet; the refusal is an event, and the
 // conditions stay reported for a person to decide.
-func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary, conds []health.Condition, now time.Time) error {
+func (k *healths) quarantine(ctx context.Context, node string, sum health.Summary, conds []health.Condition, now time.Time) error {
 	if !sum.Action.TakesOutOfService() {
 		return nil
 	}
-	n, err := s.st.Node(ctx, node)
+	n, err := k.st.Node(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -301,14 +366,14 @@ func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary
 	if adding == 0 {
 		return nil
 	}
-	nodes, err := s.st.Nodes(ctx)
+	nodes, err := k.st.Nodes(ctx)
 	if err != nil {
 		return err
 	}
-	q := scheduler.Breaker(nodes, adding, s.cfg.Health.QuarantineMaxFraction)
+	q := scheduler.Breaker(nodes, adding, k.cfg.QuarantineMaxFraction)
 	if !q.Allowed {
-		s.log.Error("circuit breaker: automatic quarantine refused", "node", node, "reason", q.Reason)
-		return s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: healthActor, Kind: "health.quarantine_refused", Object: node,
+		k.log.Error("circuit breaker: automatic quarantine refused", "node", node, "reason", q.Reason)
+		return k.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: healthActor, Kind: "health.quarantine_refused", Object: node,
 			Detail: fmt.Sprintf("%s (%s); the conditions stay reported: drain by hand if they are real", q.Reason, sum.Reason)})
 	}
 	if nodeScope {
@@ -317,27 +382,28 @@ func (s *Server) quarantine(ctx context.Context, node string, sum health.Summary
 			reason = e
 		}
 		l, _ := scheduler.Quarantine(scheduler.NodeLife{State: n.State}, reason)
-		return s.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, healthActor, now)
+		return k.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, healthActor, now)
 	}
-	return s.st.SetNodeHealth(ctx, node, n.Health, n.HealthReason, drainGPUs, now)
+	return k.st.SetNodeHealth(ctx, node, n.Health, n.HealthReason, drainGPUs, now)
 }
 
 // judgeSilent reports nodes silent past the grace as unhealthy (once) and
-// drains none: losing a node's attempts is the lost-node path's job.
-func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now time.Time) error {
+// drains none: losing a node's attempts is the lost-node path's job. age
+// is how long a node has been silent, and whether it was ever heard.
+func (k *healths) judgeSilent(ctx context.Context, nodes []gpufleet.Node, age func(node string) (time.Duration, bool), grace time.Duration, now time.Time) error {
 	for _, n := range nodes {
-		age, known := s.heartbeatAge(n.Name, now)
-		if !known || age <= s.cfg.HeartbeatGrace {
+		age, known := age(n.Name)
+		if !known || age <= grace {
 			continue
 		}
-		h, err := s.loadHealth(ctx, n.Name)
+		h, err := k.load(ctx, n.Name)
 		if err != nil {
 			return err
 		}
-		s.live.mu.Lock()
+		k.mu.Lock()
 		prev := h.state
-		s.live.mu.Unlock()
-		_, conds := health.Evaluate(prev, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: s.cfg.HeartbeatGrace}, now, s.cfg.Health)
+		k.mu.Unlock()
+		_, conds := health.Evaluate(prev, health.NodeEvidence{Node: n.Name, HeartbeatAge: age, HeartbeatGrace: grace}, now, k.cfg)
 		// The node's GPUs were not heard: keep their findings, add the
 		// heartbeat's.
 		for _, c := range prev.Active {
@@ -346,18 +412,18 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 			}
 		}
 		sum := health.Summarize(conds)
-		s.live.mu.Lock()
+		k.mu.Lock()
 		hadIt := strings.Contains(h.summary.Reason, "no heartbeat") || h.summary.Health == gpufleet.Unhealthy
-		s.live.mu.Unlock()
+		k.mu.Unlock()
 		if hadIt && sum.Health == gpufleet.Unhealthy {
 			continue // said once; the age in the reason would change every cycle
 		}
 		// The rules' memory stays as the last heartbeat left it: silence
 		// says nothing about the GPUs.
-		s.live.mu.Lock()
+		k.mu.Lock()
 		h.silent = true
-		s.live.mu.Unlock()
-		if err := s.record(ctx, n.Name, h, prev, conds, now); err != nil {
+		k.mu.Unlock()
+		if err := k.record(ctx, n.Name, h, prev, conds, now); err != nil {
 			return err
 		}
 	}
@@ -367,7 +433,7 @@ func (s *Server) judgeSilent(ctx context.Context, nodes []gpufleet.Node, now tim
 // advanceStates moves nodes and GPUs along the repair path, in the store
 // and in m: a draining node or GPU that no longer holds an active attempt
 // goes to repairing.
-func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, m *nodeMoves, now time.Time) error {
+func (k *healths) advanceStates(ctx context.Context, jobs []gpufleet.Job, m *nodeMoves, now time.Time) error {
 	busyNode := map[string]bool{}
 	busyGPU := map[string]bool{} // GPU or MIG UUID
 	for _, j := range jobs {
@@ -382,7 +448,7 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, m *node
 	}
 	for _, n := range m.nodes {
 		if l, ok := scheduler.Drained(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, busyNode[n.Name]); ok {
-			if err := s.st.SetNodeState(ctx, n.Name, l.State, l.Cause, l.Reason, "system", now); err != nil {
+			if err := k.st.SetNodeState(ctx, n.Name, l.State, l.Cause, l.Reason, "system", now); err != nil {
 				return err
 			}
 			m.set(n.Name, l)
@@ -397,7 +463,7 @@ func (s *Server) advanceStates(ctx context.Context, jobs []gpufleet.Job, m *node
 			}
 		}
 		if len(done) > 0 {
-			if err := s.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
+			if err := k.st.SetNodeHealth(ctx, n.Name, n.Health, n.HealthReason, done, now); err != nil {
 				return err
 			}
 			m.setGPUs(n.Name, done)
@@ -460,7 +526,7 @@ func (m *nodeMoves) setGPUs(name string, gpus []gpufleet.NodeGPU) {
 
 // validationOrder is the check the node's agent must run now: every GPU
 // when the node itself is validating, else the validating GPUs.
-func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
+func (k *healths) validationOrder(n gpufleet.Node, epoch int64) *api.ValidationOrder {
 	var gpus []string
 	if n.State != gpufleet.NodeValidating {
 		for _, g := range n.GPUs {
@@ -472,10 +538,9 @@ func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
 			return nil
 		}
 	}
-	epoch := s.epoch()
-	s.live.mu.Lock()
-	defer s.live.mu.Unlock()
-	h := s.live.node(n.Name).health
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h := k.node(n.Name)
 	if h.validation != nil && slices.Equal(h.validation.GPUs, gpus) {
 		return h.validation
 	}
@@ -487,18 +552,10 @@ func (s *Server) validationOrder(n gpufleet.Node) *api.ValidationOrder {
 // validated applies the agent's validation results: a pass returns the
 // node or GPUs to ready and healthy, a failure sends them back to repair.
 func (s *Server) validated(ctx context.Context, node string, results []api.ValidationResult, now time.Time) error {
-	s.live.mu.Lock()
-	h := s.live.node(node).health
-	order := h.validation
-	s.live.mu.Unlock()
-	if order == nil {
+	res, ok := s.health.inFlight(node, results)
+	if !ok {
 		return nil
 	}
-	i := slices.IndexFunc(results, func(r api.ValidationResult) bool { return r.ID == order.ID })
-	if i < 0 {
-		return nil
-	}
-	res := results[i]
 	if res.Bench != nil && len(res.Bench.Measurements) > 0 {
 		// The benchmark gate: figures under their gate against the fleet
 		// fail the validation, with the evidence.
@@ -514,7 +571,28 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 			res.Passed, res.Detail = false, "benchmark under the gate: "+strings.Join(ev, "; ")
 		}
 	}
-	n, err := s.st.Node(ctx, node)
+	return s.health.validated(ctx, node, res, now)
+}
+
+// inFlight is the result, among results, of the node's check in flight.
+func (k *healths) inFlight(node string, results []api.ValidationResult) (api.ValidationResult, bool) {
+	k.mu.Lock()
+	order := k.node(node).validation
+	k.mu.Unlock()
+	if order == nil {
+		return api.ValidationResult{}, false
+	}
+	i := slices.IndexFunc(results, func(r api.ValidationResult) bool { return r.ID == order.ID })
+	if i < 0 {
+		return api.ValidationResult{}, false
+	}
+	return results[i], true
+}
+
+// validated applies the result of the node's check in flight (its
+// benchmark gate already judged).
+func (k *healths) validated(ctx context.Context, node string, res api.ValidationResult, now time.Time) error {
+	n, err := k.st.Node(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -532,12 +610,12 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 		}
 		gpus = append(gpus, u)
 	}
-	hl, err := s.loadHealth(ctx, node)
+	hl, err := k.load(ctx, node)
 	if err != nil {
 		return err
 	}
 	nodeHealth, nodeReason := n.Health, n.HealthReason
-	s.live.mu.Lock()
+	k.mu.Lock()
 	if res.Passed {
 		// The repair is done: the rules forget what they held about it,
 		// and the node's health is what remains (other GPUs' conditions).
@@ -562,25 +640,25 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 			}
 		}
 	}
-	h.validation = nil
+	hl.validation = nil
 	state := hl.state
-	s.live.mu.Unlock()
+	k.mu.Unlock()
 	if n.State == gpufleet.NodeValidating && !res.Passed {
 		nodeHealth = gpufleet.Unhealthy
 		nodeReason = next.Reason
 	}
-	if err := s.st.SetNodeHealth(ctx, node, nodeHealth, nodeReason, gpus, now); err != nil {
+	if err := k.st.SetNodeHealth(ctx, node, nodeHealth, nodeReason, gpus, now); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(state)
 	if err != nil {
 		return err
 	}
-	if err := s.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
+	if err := k.st.SetNodeHealthState(ctx, node, string(raw)); err != nil {
 		return err
 	}
 	if l, ok := scheduler.Validated(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, res.Passed, res.Detail); ok {
-		if err := s.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, "agent:"+node, now); err != nil {
+		if err := k.st.SetNodeState(ctx, node, l.State, l.Cause, l.Reason, "agent:"+node, now); err != nil {
 			return err
 		}
 	}
@@ -588,38 +666,38 @@ func (s *Server) validated(ctx context.Context, node string, results []api.Valid
 	if !res.Passed {
 		kind = "node.validation_failed"
 	}
-	if err := s.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "agent:" + node, Kind: kind, Object: node, Detail: res.Detail}); err != nil {
+	if err := k.st.AppendEvent(ctx, gpufleet.Event{At: now, Actor: "agent:" + node, Kind: kind, Object: node, Detail: res.Detail}); err != nil {
 		return err
 	}
-	s.nudge()
+	k.nudge()
 	return nil
 }
 
 // markRepaired starts the return to service of a node in repair, or of its
 // GPUs in repair: they go to validating, and the agent checks them.
-func (s *Server) markRepaired(ctx context.Context, p api.Principal, name string) error {
-	n, err := s.st.Node(ctx, name)
+func (k *healths) markRepaired(ctx context.Context, who, name string, now time.Time) error {
+	n, err := k.st.Node(ctx, name)
 	if err != nil {
 		return err
 	}
 	var gpus []gpufleet.NodeGPU
 	for _, g := range n.GPUs {
-		if l, err := scheduler.Repaired(scheduler.NodeLife{State: g.State, Cause: g.StateCause, Reason: g.StateReason}, actor(p)); err == nil {
+		if l, err := scheduler.Repaired(scheduler.NodeLife{State: g.State, Cause: g.StateCause, Reason: g.StateReason}, who); err == nil {
 			gpus = append(gpus, gpufleet.NodeGPU{Index: g.Index, UUID: g.UUID, Health: g.Health, Reason: g.Reason,
 				State: l.State, StateReason: l.Reason, StateCause: l.Cause})
 		}
 	}
-	l, err := scheduler.Repaired(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, actor(p))
+	l, err := scheduler.Repaired(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, who)
 	switch {
 	case err == nil:
 		if len(gpus) > 0 {
-			if err := s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now()); err != nil {
+			if err := k.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, now); err != nil {
 				return err
 			}
 		}
-		return s.st.SetNodeState(ctx, name, l.State, l.Cause, l.Reason, actor(p), s.now())
+		return k.st.SetNodeState(ctx, name, l.State, l.Cause, l.Reason, who, now)
 	case len(gpus) > 0:
-		return s.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, s.now())
+		return k.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, now)
 	}
 	return fmt.Errorf("%w: node %s is %s and has no GPU in repair: only a node or GPU in repairing can be marked repaired", gpufleet.ErrInvalid, gpufleet.Quote(name), n.State)
 }

@@ -342,11 +342,11 @@ func (s *Server) cycle(ctx context.Context) error {
 	// follows the commit.
 	var publish func()
 	err = s.st.Batch(ctx, func(ctx context.Context) error {
-		if err := s.judgeSilent(ctx, nodes, now); err != nil {
+		if err := s.health.judgeSilent(ctx, nodes, func(n string) (time.Duration, bool) { return s.heartbeatAge(n, now) }, s.cfg.HeartbeatGrace, now); err != nil {
 			return err
 		}
 		m := &nodeMoves{nodes: nodes}
-		if err := s.advanceStates(ctx, jobs, m, now); err != nil {
+		if err := s.health.advanceStates(ctx, jobs, m, now); err != nil {
 			return err
 		}
 		if err := s.stepRolloutsSafely(ctx, jobs, m, now); err != nil {
@@ -619,7 +619,7 @@ func (s *Server) setOrders(v fleetView, nodes []gpufleet.Node, teams map[string]
 		}
 	})
 	for _, n := range nodes {
-		if vo := s.validationOrder(n); vo != nil {
+		if vo := s.health.validationOrder(n, s.epoch()); vo != nil {
 			o := get(n.Name)
 			o.validate = vo
 			orders[n.Name] = o

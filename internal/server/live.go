@@ -9,7 +9,7 @@ import (
 )
 
 // liveness is what heartbeats leave in this replica's memory: each node's
-// record (liveNode, with the health rules' memory in its nodeHealth) and
+// record (liveNode; the health rules' memory is the health component's) and
 // when this replica last became leader. It is a component with its own
 // lock; the store keeps none of it (a new leader starts from the grace
 // window led gives). Lock order: mu before the telemetry's lock.
@@ -55,7 +55,7 @@ func (l *liveness) node(name string) *liveNode {
 	ln := l.nodes[name]
 	if ln == nil {
 		ln = &liveNode{reported: map[string]gpufleet.AttemptState{}, totals: map[string]api.AttemptReport{},
-			energy: map[string]float64{}, xids: map[string][]xidAt{}, health: &nodeHealth{}}
+			energy: map[string]float64{}, xids: map[string][]xidAt{}}
 		l.nodes[name] = ln
 	}
 	return ln

@@ -29,8 +29,6 @@ type liveNode struct {
 	// its XIDs of the last hour.
 	energy map[string]float64
 	xids   map[string][]xidAt
-	// health is the node's inventory and the health rules' memory.
-	health *nodeHealth
 	// prevBeat is when the samples last folded into rollups arrived.
 	prevBeat time.Time
 }
@@ -153,7 +151,7 @@ func (s *Server) NodeActionBecause(ctx context.Context, p api.Principal, name st
 		if reason != "" {
 			return gpufleet.Node{}, fmt.Errorf("%w: reason: marking a node repaired takes no reason (its validation decides)", gpufleet.ErrInvalid)
 		}
-		if err := s.markRepaired(ctx, p, name); err != nil {
+		if err := s.health.markRepaired(ctx, actor(p), name, s.now()); err != nil {
 			return gpufleet.Node{}, err
 		}
 		s.nudge()
@@ -245,8 +243,8 @@ func (s *Server) Register(ctx context.Context, joinToken string, r api.RegisterR
 	s.live.mu.Lock()
 	ln := s.live.node(r.Node)
 	ln.lastSeen, ln.metricsURL = now, r.MetricsURL
-	ln.health.loaded = false // the inventory may have changed
 	s.live.mu.Unlock()
+	s.health.forget(r.Node) // the inventory may have changed
 	if r.Bench != nil && len(r.Bench.Measurements) > 0 {
 		if _, err := s.recordBench(ctx, r.Node, bench.TriggerJoin, *r.Bench, now); err != nil {
 			return api.RegisterResponse{}, err
@@ -394,7 +392,7 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	resp := s.ordersFor(p.Node, ln, r.Attempts)
 	resp.Update = s.updateOrders(p.Node)
 	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
-	resp.FullEvidence = s.wantsEvidence(p.Node, r)
+	resp.FullEvidence = s.health.wantsEvidence(p.Node, r)
 	return resp, nil
 }
 
@@ -456,7 +454,7 @@ func (s *Server) judgeBeat(ctx context.Context, node string, r api.HeartbeatRequ
 			return err
 		}
 	}
-	return s.judge(ctx, node, r, now)
+	return s.health.judge(ctx, node, r, now)
 }
 
 // storeReports writes the attempts' new states, each only if the attempt

@@ -207,6 +207,10 @@ type Server struct {
 	// racks is the power domains: changes and projection (racks.go).
 	racks *racks
 
+	// health is the rules' memory of each node and the node lifecycle
+	// they drive (health.go).
+	health *healths
+
 	authMu    sync.Mutex
 	authCache map[string]cachedAuth
 
@@ -259,6 +263,8 @@ func New(ctx context.Context, cfg Config, st store.Store, cat *catalog.Catalog, 
 		decide: scheduler.Schedule,
 	}
 	s.racks = newRacks(st, cat, power.Charging{PeakMargin: cfg.PowerPeakMargin}, s.nodeReadings)
+	s.health = newHealths(st, cfg.Health, log.With("component", "server"))
+	s.health.shortfalls, s.health.nudge = s.refreshBench, s.nudge
 	s.metrics.reg.MustRegister(stackCollector{s}, benchCollector{s})
 	return s, nil
 }
