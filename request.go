@@ -152,6 +152,19 @@ type ModelRequest struct {
 	Recompute    string         `json:"recompute,omitempty"`
 	TP           int            `json:"tp,omitempty"`
 	PP           int            `json:"pp,omitempty"`
+	DP           int            `json:"dp,omitempty"`
+	CP           int            `json:"cp,omitempty"` // context parallelism (training)
+	EP           int            `json:"ep,omitempty"` // expert parallelism (a mixture of experts)
+	// Tokens is the training run's tokens (default 1e12); FP32GradAccum
+	// keeps fp32 gradients (Megatron's default).
+	Tokens        int64 `json:"tokens,omitempty"`
+	FP32GradAccum bool  `json:"fp32_grad_accum,omitempty"`
+	// Scenario is offline (the largest batch that fits) or server (the
+	// largest batch meeting TPOTTargetMS and TTFTTargetMS, the times per
+	// output token and to the first token).
+	Scenario     string  `json:"scenario,omitempty"`
+	TPOTTargetMS float64 `json:"tpot_target_ms,omitempty"`
+	TTFTTargetMS float64 `json:"ttft_target_ms,omitempty"`
 	// Engine is the serving engine (vllm, trtllm, sglang; default vllm)
 	// and MemoryHeadroom the share of each GPU's memory it must leave free
 	// (default: the engine's own cap).
@@ -289,7 +302,7 @@ func (m *ModelRequest) Validate() error {
 	for _, f := range []struct {
 		field string
 		v     string
-	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}, {"model.engine", m.Engine}} {
+	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}, {"model.engine", m.Engine}, {"model.scenario", m.Scenario}} {
 		if err := CheckText(f.field, f.v, 32, false); err != nil {
 			return err
 		}
@@ -302,9 +315,21 @@ func (m *ModelRequest) Validate() error {
 		{"model.batch", m.Batch, 1 << 20}, {"model.input_tokens", m.InputTokens, 1 << 24}, {"model.output_tokens", m.OutputTokens, 1 << 24},
 		{"model.seq", m.Seq, 1 << 24}, {"model.micro_batch", m.MicroBatch, 1 << 20}, {"model.global_batch", m.GlobalBatch, 1 << 24},
 		{"model.zero", m.ZeRO, 3}, {"model.tp", m.TP, MaxNodeGPUs}, {"model.pp", m.PP, 1 << 10},
+		{"model.dp", m.DP, MaxFleetGPUs}, {"model.cp", m.CP, 64}, {"model.ep", m.EP, MaxFleetGPUs},
 	} {
 		if err := ValidateCount(n.field, n.v, 0, n.max); err != nil {
 			return err
+		}
+	}
+	if m.Tokens < 0 || m.Tokens > 1e15 {
+		return fmt.Errorf("%w: model.tokens %d: expected 0 (the default) to 1e15", ErrInvalid, m.Tokens)
+	}
+	for _, t := range []struct {
+		field string
+		v     float64
+	}{{"model.tpot_target_ms", m.TPOTTargetMS}, {"model.ttft_target_ms", m.TTFTTargetMS}} {
+		if !(t.v >= 0 && t.v <= 3.6e6) {
+			return fmt.Errorf("%w: %s %g: expected milliseconds, 0 (none) to an hour", ErrInvalid, t.field, t.v)
 		}
 	}
 	if !(m.MemoryHeadroom >= 0 && m.MemoryHeadroom <= 0.9) {

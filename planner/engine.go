@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"fmt"
 	"math"
 	"strings"
 
@@ -30,7 +29,7 @@ func ParseEngine(s string) (Engine, error) {
 	case "tensorrt-llm", "trt-llm":
 		return EngineTRTLLM, nil
 	}
-	return "", fmt.Errorf("%w: engine %q: expected vllm, trtllm or sglang", gpufleet.ErrInvalid, s)
+	return "", &gpufleet.ValueError{Field: "engine", Value: gpufleet.Quote(s), Want: "expected vllm, trtllm or sglang"}
 }
 
 // Engine memory. Each engine caps what it allocates and keeps the rest of

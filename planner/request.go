@@ -26,7 +26,7 @@ func ParseMode(s string) (Mode, error) {
 	case Inference, Training:
 		return m, nil
 	}
-	return "", fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, s)
+	return "", &gpufleet.ValueError{Field: "mode", Value: gpufleet.Quote(s), Want: "expected inference or training"}
 }
 
 // ParseBatch reads a batch as users give it: a positive number of
@@ -41,7 +41,7 @@ func ParseBatch(s string) (n int, batchMax bool, err error) {
 	default:
 		n, err := strconv.Atoi(b)
 		if err != nil || n <= 0 || n > maxBatch {
-			return 0, false, fmt.Errorf("%w: batch %q: expected 1 to %d or max", gpufleet.ErrInvalid, s, maxBatch)
+			return 0, false, &gpufleet.ValueError{Field: "batch", Value: gpufleet.Quote(s), Want: fmt.Sprintf("expected 1 to %d or max", maxBatch)}
 		}
 		return n, false, nil
 	}
@@ -69,7 +69,7 @@ func ParseFormat(s string) (Format, error) {
 	case FormatFP32, FormatBF16, FormatFP16, FormatFP8, FormatINT8, FormatINT4, FormatFP4:
 		return f, nil
 	}
-	return "", fmt.Errorf("%w: precision %q: expected one of fp32, bf16, fp16, fp8, int8, int4, fp4", gpufleet.ErrInvalid, s)
+	return "", &gpufleet.ValueError{Field: "precision", Value: gpufleet.Quote(s), Want: "expected one of fp32, bf16, fp16, fp8, int8, int4, fp4"}
 }
 
 // BytesPerElement is the storage size of one value, including the scales

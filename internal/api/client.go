@@ -633,17 +633,26 @@ func (c *Client) Plan(ctx context.Context, q PlanQuery) (PlanResponse, error) {
 	v := url.Values{}
 	m := q.Model
 	for k, s := range map[string]string{"model": m.Name, "mode": m.Mode, "precision": m.Precision, "kv_precision": m.KVPrecision,
-		"optimizer": m.Optimizer, "recompute": m.Recompute, "engine": m.Engine, "team": q.Team} {
+		"optimizer": m.Optimizer, "recompute": m.Recompute, "engine": m.Engine, "scenario": m.Scenario, "team": q.Team} {
 		setNonEmpty(v, k, s)
 	}
 	for k, n := range map[string]int{"gpus": q.GPUs, "batch": m.Batch, "input_tokens": m.InputTokens, "output_tokens": m.OutputTokens,
-		"seq": m.Seq, "micro_batch": m.MicroBatch, "global_batch": m.GlobalBatch, "zero": m.ZeRO, "tp": m.TP, "pp": m.PP} {
+		"seq": m.Seq, "micro_batch": m.MicroBatch, "global_batch": m.GlobalBatch, "zero": m.ZeRO, "tp": m.TP, "pp": m.PP,
+		"dp": m.DP, "cp": m.CP, "ep": m.EP} {
 		if n != 0 {
 			v.Set(k, strconv.Itoa(n))
 		}
 	}
-	if m.MemoryHeadroom != 0 {
-		v.Set("memory_headroom", strconv.FormatFloat(m.MemoryHeadroom, 'g', -1, 64))
+	if m.Tokens != 0 {
+		v.Set("tokens", strconv.FormatInt(m.Tokens, 10))
+	}
+	if m.FP32GradAccum {
+		v.Set("fp32_grad_accum", "true")
+	}
+	for k, f := range map[string]float64{"memory_headroom": m.MemoryHeadroom, "tpot_target_ms": m.TPOTTargetMS, "ttft_target_ms": m.TTFTTargetMS} {
+		if f != 0 {
+			v.Set(k, strconv.FormatFloat(f, 'g', -1, 64))
+		}
 	}
 	if len(q.GPUModels) > 0 {
 		v.Set("gpu", strings.Join(q.GPUModels, ","))

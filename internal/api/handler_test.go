@@ -364,12 +364,14 @@ func TestListQueryParameters(t *testing.T) {
 
 func TestPlanQueryParameters(t *testing.T) {
 	srv, svc := newTestServer(t, HandlerOptions{})
-	r := call(t, srv, "GET", "/api/v1/plan?model=llama-3.1-70b&gpu=h100-sxm-80gb,l4&gpu=h200-sxm-141gb&gpus=8&precision=fp8&input_tokens=2048&tp=2&engine=sglang&memory_headroom=0.15", memberA, "")
+	r := call(t, srv, "GET", "/api/v1/plan?model=llama-3.1-70b&gpu=h100-sxm-80gb,l4&gpu=h200-sxm-141gb&gpus=8&precision=fp8&input_tokens=2048&tp=2&engine=sglang&memory_headroom=0.15"+
+		"&dp=2&cp=2&ep=4&tokens=300000000000&fp32_grad_accum=true&scenario=server&tpot_target_ms=30&ttft_target_ms=500", memberA, "")
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 	want := PlanQuery{GPUModels: []string{"h100-sxm-80gb", "l4", "h200-sxm-141gb"}, GPUs: 8,
-		Model: ModelRequest{Name: "llama-3.1-70b", Precision: "fp8", InputTokens: 2048, TP: 2, Engine: "sglang", MemoryHeadroom: 0.15}}
+		Model: ModelRequest{Name: "llama-3.1-70b", Precision: "fp8", InputTokens: 2048, TP: 2, Engine: "sglang", MemoryHeadroom: 0.15,
+			DP: 2, CP: 2, EP: 4, Tokens: 3e11, FP32GradAccum: true, Scenario: "server", TPOTTargetMS: 30, TTFTTargetMS: 500}}
 	svc.mu.Lock()
 	got := svc.lastPlan
 	svc.mu.Unlock()
@@ -668,5 +670,28 @@ func TestFollowerForwards(t *testing.T) {
 				t.Errorf("forwarded %q", got)
 			}
 		})
+	}
+}
+
+// TestClientPlanSendsTheWholeModelBlock: what the client sends is what the
+// handler reads back, every key of the model block included.
+func TestClientPlanSendsTheWholeModelBlock(t *testing.T) {
+	srv, svc := newTestServer(t, HandlerOptions{})
+	c, err := NewClient([]string{srv.URL}, memberA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PlanQuery{GPUModels: []string{"h100-sxm-80gb", "l4"}, GPUs: 16,
+		Model: ModelRequest{Name: "llama-3.1-70b", Mode: "training", Precision: "bf16", KVPrecision: "fp8", Batch: 4, InputTokens: 100, OutputTokens: 50,
+			Seq: 8192, MicroBatch: 2, GlobalBatch: 256, Optimizer: "sgd", ZeRO: 1, Recompute: "full", TP: 4, PP: 2, DP: 2, CP: 2, EP: 1,
+			Tokens: 2e12, FP32GradAccum: true, Scenario: "offline", TPOTTargetMS: 25.5, TTFTTargetMS: 400, Engine: "trtllm", MemoryHeadroom: 0.2}}
+	if _, err := c.Plan(t.Context(), want); err != nil {
+		t.Fatal(err)
+	}
+	svc.mu.Lock()
+	got := svc.lastPlan
+	svc.mu.Unlock()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plan query (-sent +read):\n%s", diff)
 	}
 }

@@ -648,12 +648,13 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, p Principal) erro
 	pq := PlanQuery{Team: q.Get("team"), GPUModels: splitList(q["gpu"])}
 	m := &pq.Model
 	m.Name, m.Mode, m.Precision, m.KVPrecision = q.Get("model"), q.Get("mode"), q.Get("precision"), q.Get("kv_precision")
-	m.Optimizer, m.Recompute, m.Engine = q.Get("optimizer"), q.Get("recompute"), q.Get("engine")
+	m.Optimizer, m.Recompute, m.Engine, m.Scenario = q.Get("optimizer"), q.Get("recompute"), q.Get("engine"), q.Get("scenario")
 	for _, f := range []struct {
 		name string
 		dst  *int
 	}{{"gpus", &pq.GPUs}, {"batch", &m.Batch}, {"input_tokens", &m.InputTokens}, {"output_tokens", &m.OutputTokens},
-		{"seq", &m.Seq}, {"micro_batch", &m.MicroBatch}, {"global_batch", &m.GlobalBatch}, {"zero", &m.ZeRO}, {"tp", &m.TP}, {"pp", &m.PP}} {
+		{"seq", &m.Seq}, {"micro_batch", &m.MicroBatch}, {"global_batch", &m.GlobalBatch}, {"zero", &m.ZeRO},
+		{"tp", &m.TP}, {"pp", &m.PP}, {"dp", &m.DP}, {"cp", &m.CP}, {"ep", &m.EP}} {
 		s := q.Get(f.name)
 		if s == "" {
 			continue
@@ -664,12 +665,28 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, p Principal) erro
 		}
 		*f.dst = n
 	}
-	if s := q.Get("memory_headroom"); s != "" {
-		v, err := strconv.ParseFloat(s, 64)
+	if s := q.Get("tokens"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: memory_headroom %s: expected a share such as 0.15", gpufleet.ErrInvalid, gpufleet.Quote(s))
+			return fmt.Errorf("%w: tokens %s: expected a whole number", gpufleet.ErrInvalid, gpufleet.Quote(s))
 		}
-		m.MemoryHeadroom = v
+		m.Tokens = n
+	}
+	for _, f := range []struct {
+		name string
+		dst  *float64
+	}{{"memory_headroom", &m.MemoryHeadroom}, {"tpot_target_ms", &m.TPOTTargetMS}, {"ttft_target_ms", &m.TTFTTargetMS}} {
+		if s := q.Get(f.name); s != "" {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return fmt.Errorf("%w: %s %s: expected a number", gpufleet.ErrInvalid, f.name, gpufleet.Quote(s))
+			}
+			*f.dst = v
+		}
+	}
+	var err error
+	if m.FP32GradAccum, err = boolParam(r, "fp32_grad_accum"); err != nil {
+		return err
 	}
 	if m.Name == "" {
 		return fmt.Errorf("%w: model: required (a built-in model name)", gpufleet.ErrInvalid)

@@ -228,13 +228,13 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		"unknown gpu":             {args: []string{"plan", "--model", "llama-3.1-8b", "--gpu", "h100"}, wantErr: ""},
 		"misspelt gpu":            {args: []string{"plan", "--model", "llama-3.1-8b", "--gpu", "h10-sxm"}, wantErr: "did you mean"},
 		"tp not dividing gpus":    {args: []string{"plan", "--model", "llama-3.1-8b", "--gpus", "6", "--tp", "4"}, wantErr: "tp 4 does not divide gpus 6"},
-		"zero stage out of range": {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--zero", "4"}, wantErr: "zero 4"},
+		"zero stage out of range": {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--zero", "4"}, wantErr: "--zero \"4\""},
 		"bad tokens":              {args: []string{"plan", "--model", "llama-3.1-8b", "--mode", "training", "--tokens", "many"}, wantErr: "--tokens \"many\""},
 		"bad rack power":          {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-power", "lots"}, wantErr: "--rack-power"},
 		"negative rack cooling":   {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-cooling", "-2kW"}, wantErr: "--rack-cooling"},
-		"rack units":              {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-units", "-1"}, wantErr: "--rack-units -1"},
+		"rack units":              {args: []string{"plan", "--model", "llama-3.1-8b", "--rack-units", "-1"}, wantErr: "--rack-units \"-1\""},
 		"bad engine":              {args: []string{"plan", "--model", "llama-3.1-8b", "--engine", "ollama"}, wantErr: "--engine"},
-		"headroom too large":      {args: []string{"plan", "--model", "llama-3.1-8b", "--memory-headroom", "95%"}, wantErr: "memory-headroom 0.95"},
+		"headroom too large":      {args: []string{"plan", "--model", "llama-3.1-8b", "--memory-headroom", "95%"}, wantErr: "--memory-headroom \"95%\""},
 		"headroom not a share":    {args: []string{"plan", "--model", "llama-3.1-8b", "--memory-headroom", "lots"}, wantErr: "--memory-headroom \"lots\""},
 		"server without a bound":  {args: []string{"plan", "--model", "llama-3.1-8b", "--scenario", "server"}, wantErr: "--tpot-target-ms"},
 		"unknown scenario":        {args: []string{"plan", "--model", "llama-3.1-8b", "--scenario", "batch"}, wantErr: "--scenario \"batch\""},
@@ -287,18 +287,6 @@ func TestCompletion(t *testing.T) {
 	if !strings.Contains(out, "h100-sxm-80gb") || !strings.Contains(out, "h200-sxm-141gb") {
 		t.Errorf("completing catalog ids: %s", out)
 	}
-}
-
-func FuzzParseCount(f *testing.F) {
-	for _, s := range []string{"1T", "300B", "2e12", "5M", "-1", "", "1e400", "T"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseCount("--tokens", s)
-		if err == nil && v <= 0 {
-			t.Fatalf("parseCount(%q) = %d without error", s, v)
-		}
-	})
 }
 
 // FuzzFlagFile: a server's --config file never stops the command with a

@@ -45,7 +45,8 @@ type submitFlags struct {
 // --gpus, --gpu and --precision mean other things here (the job's GPU
 // count, --gpu-model and the job's precision).
 var submitPlanFlags = []string{"model", "mode", "kv-precision", "batch", "input-tokens", "output-tokens", "seq",
-	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp", "engine", "memory-headroom"}
+	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp", "dp", "cp", "ep", "tokens", "fp32-grad-accum",
+	"scenario", "latency-target-ms", "tpot-target-ms", "ttft-target-ms", "engine", "memory-headroom"}
 
 func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.gpus, "gpus", 0, "total GPUs (over all nodes)")
@@ -259,58 +260,35 @@ func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) erro
 	if m.Name == "" && m.Config == nil {
 		return usageErr("planner flags (--mode, --batch, ...) need --model or a model in the job file")
 	}
-	p := &f.plan
-	if fs.Changed("mode") || m.Mode == "" {
-		if err := modelChecks["model.mode"](p.mode); err != nil {
-			return usageErr("--mode %v", err)
-		}
-		m.Mode = p.mode
+	// The flags are read as plan reads them; the model block takes
+	// those given (and the mode, always).
+	r, err := f.plan.spec().Request(nil, nil, flagName)
+	if err != nil {
+		return flagErr(err)
 	}
-	if fs.Changed("kv-precision") {
-		if err := checkPrecision(p.kvPrecision); err != nil {
-			return usageErr("--kv-precision %v", err)
-		}
-		m.KVPrecision = p.kvPrecision
+	if r.BatchMax {
+		return usageErr("--batch max: a job's batch is a number of sequences")
 	}
-	if fs.Changed("batch") {
-		n, err := strconv.Atoi(p.batch)
-		if err != nil || n <= 0 {
-			return usageErr("--batch %q: expected a positive integer", p.batch)
-		}
-		m.Batch = n
-	}
-	ints := []struct {
+	for _, c := range []struct {
 		flag string
-		dst  *int
-		v    int
+		set  func()
 	}{
-		{"input-tokens", &m.InputTokens, p.inputTokens}, {"output-tokens", &m.OutputTokens, p.outputTokens},
-		{"seq", &m.Seq, p.seq}, {"micro-batch", &m.MicroBatch, p.microBatch}, {"global-batch", &m.GlobalBatch, p.globalBatch},
-		{"zero", &m.ZeRO, p.zero}, {"tp", &m.TP, p.tp}, {"pp", &m.PP, p.pp},
-	}
-	for _, it := range ints {
-		if fs.Changed(it.flag) {
-			if it.v < 0 {
-				return usageErr("--%s %d: expected a non-negative integer", it.flag, it.v)
-			}
-			*it.dst = it.v
+		{"mode", func() { m.Mode = string(r.Mode) }}, {"kv-precision", func() { m.KVPrecision = string(r.KVPrecision) }},
+		{"batch", func() { m.Batch = r.Batch }}, {"input-tokens", func() { m.InputTokens = r.InputTokens }},
+		{"output-tokens", func() { m.OutputTokens = r.OutputTokens }}, {"seq", func() { m.Seq = r.Seq }},
+		{"micro-batch", func() { m.MicroBatch = r.MicroBatch }}, {"global-batch", func() { m.GlobalBatch = r.GlobalBatch }},
+		{"optimizer", func() { m.Optimizer = string(r.Optimizer) }}, {"zero", func() { m.ZeRO = r.ZeRO }},
+		{"recompute", func() { m.Recompute = string(r.Recompute) }},
+		{"tp", func() { m.TP = r.TP }}, {"pp", func() { m.PP = r.PP }}, {"dp", func() { m.DP = r.DP }},
+		{"cp", func() { m.CP = r.CP }}, {"ep", func() { m.EP = r.EP }}, {"tokens", func() { m.Tokens = r.Tokens }},
+		{"fp32-grad-accum", func() { m.FP32GradAccum = r.FP32GradAccum }}, {"scenario", func() { m.Scenario = f.plan.scenario }},
+		{"latency-target-ms", func() { m.TPOTTargetMS = f.plan.latencyTargetMS }}, {"tpot-target-ms", func() { m.TPOTTargetMS = f.plan.tpotTargetMS }},
+		{"ttft-target-ms", func() { m.TTFTTargetMS = f.plan.ttftTargetMS }},
+		{"engine", func() { m.Engine = string(r.Engine) }}, {"memory-headroom", func() { m.MemoryHeadroom = r.MemoryHeadroom }},
+	} {
+		if fs.Changed(c.flag) || (c.flag == "mode" && m.Mode == "") {
+			c.set()
 		}
-	}
-	if fs.Changed("optimizer") {
-		m.Optimizer = p.optimizer
-	}
-	if fs.Changed("recompute") {
-		m.Recompute = p.recompute
-	}
-	if fs.Changed("engine") {
-		m.Engine = p.engine
-	}
-	if fs.Changed("memory-headroom") {
-		v, err := parseShare("--memory-headroom", p.memoryHeadroom)
-		if err != nil {
-			return err
-		}
-		m.MemoryHeadroom = v
 	}
 	if m.Precision == "" && req.Resources.Precision != "" {
 		m.Precision = string(req.Resources.Precision)

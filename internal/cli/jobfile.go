@@ -253,35 +253,23 @@ func parseJSONTree(data []byte) (*fnode, error) {
 // keyAliases maps a human key to its contract key.
 var keyAliases = map[string]string{"resources.gpu_memory_min": "gpu_memory_min_bytes", "resources.memory": "memory_bytes"}
 
-// modelChecks validate the model block's words, which the planner reads,
-// by JSON path; every other closed vocabulary is a type of its own.
-var modelChecks = map[string]func(string) error{
-	"model.mode":         oneOf("inference", "training"),
-	"model.precision":    checkPrecision,
-	"model.kv_precision": checkPrecision,
-}
-
-func checkPrecision(s string) error {
-	if _, err := planner.ParseFormat(s); err != nil {
-		return fmt.Errorf("%s: expected fp32, bf16, fp16, fp8, int8, int4 or fp4", gpufleet.Quote(s))
+// modelWord validates a word of the model block (model.mode,
+// model.kv_precision, ...) as the planner reads it; every other closed
+// vocabulary is a type of its own.
+func modelWord(path, v string) error {
+	key, ok := strings.CutPrefix(path, "model.")
+	var spec planner.Spec
+	w := spec.Word(key)
+	if !ok || w == nil {
+		return nil
 	}
-	return nil
-}
-
-func oneOf(vals ...string) func(string) error {
-	return func(s string) error {
-		if slices.Contains(vals, s) {
-			return nil
-		}
-		return fmt.Errorf("%s: expected %s", gpufleet.Quote(s), orList(vals))
+	*w = v
+	_, err := spec.Request(nil, nil, nil)
+	var ve *gpufleet.ValueError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%s: %s", ve.Value, ve.Want)
 	}
-}
-
-func orList(vals []string) string {
-	if len(vals) == 1 {
-		return vals[0]
-	}
-	return strings.Join(vals[:len(vals)-1], ", ") + " or " + vals[len(vals)-1]
+	return err
 }
 
 var (
@@ -377,10 +365,8 @@ func (w *schemaWalker) value(n *fnode, t reflect.Type, path string) (any, error)
 		if n.kind != fscalar {
 			return nil, fmt.Errorf("%d: %s: expected a string", n.line, label)
 		}
-		if check := modelChecks[path]; check != nil {
-			if err := check(n.value); err != nil {
-				return nil, fmt.Errorf("%d: %s: %v", n.line, label, err)
-			}
+		if err := modelWord(path, n.value); err != nil {
+			return nil, fmt.Errorf("%d: %s: %v", n.line, label, err)
 		}
 		return n.value, nil
 	case reflect.Int, reflect.Int64:

@@ -68,20 +68,6 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&p.memoryHeadroom, "memory-headroom", "", "share of each GPU's memory the engine leaves free, such as 10% or 0.15 (default: the engine's own cap)")
 }
 
-// parseShare reads a share of a whole: "10%" or 0.1.
-func parseShare(flag, s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	pct := strings.HasSuffix(s, "%")
-	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
-	if err != nil {
-		return 0, usageErr("%s %q: expected a share such as 10%% or 0.1", flag, s)
-	}
-	if pct {
-		v /= 100
-	}
-	return v, nil
-}
-
 // loadModel reads --model as a file when one exists at that path, else as a
 // built-in name.
 func loadModel(ref string) (*model.Config, error) {
@@ -110,102 +96,47 @@ func loadModel(ref string) (*model.Config, error) {
 	return nil, fmt.Errorf("--model: %w", err)
 }
 
-// parseCount reads a count flag with gpufleet.ParseCount.
-func parseCount(flag, s string) (int64, error) {
-	v, err := gpufleet.ParseCount(s)
-	return v, gpufleet.InField(flag, err)
+// spec is the flags as the planner's words.
+func (p *planFlags) spec() planner.Spec {
+	n := strconv.Itoa
+	f := func(v float64) string {
+		if v == 0 {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	s := planner.Spec{Mode: p.mode, GPU: p.gpu, GPUs: n(p.gpus), Precision: p.precision, KVPrecision: p.kvPrecision,
+		Engine: p.engine, Batch: p.batch, InputTokens: n(p.inputTokens), OutputTokens: n(p.outputTokens),
+		Scenario: p.scenario, LatencyTargetMS: f(p.latencyTargetMS), TPOTTargetMS: f(p.tpotTargetMS), TTFTTargetMS: f(p.ttftTargetMS),
+		MemoryHeadroom: p.memoryHeadroom, Seq: n(p.seq), MicroBatch: n(p.microBatch), GlobalBatch: n(p.globalBatch),
+		Tokens: p.tokens, Optimizer: p.optimizer, FP32GradAccum: p.fp32GradAccum, ZeRO: n(p.zero), Recompute: p.recompute,
+		TP: n(p.tp), PP: n(p.pp), DP: n(p.dp), CP: n(p.cp), EP: n(p.ep),
+		RackPower: p.rackPower, RackCooling: p.rackCooling, RackUnits: n(p.rackUnits)}
+	return s
 }
 
-// request turns the flags into a planner request over the catalog.
+// flagName names a planner field as its flag.
+func flagName(key string) string { return "--" + strings.ReplaceAll(key, "_", "-") }
+
+// request turns the flags into a planner request over the catalog; a
+// value the planner's words refuse is a usage error naming its flag.
 func (p *planFlags) request(cat *catalog.Catalog) (planner.Request, error) {
-	var r planner.Request
 	cfg, err := loadModel(p.model)
 	if err != nil {
-		return r, err
+		return planner.Request{}, err
 	}
-	r.Model = cfg
-	if r.Mode, err = planner.ParseMode(p.mode); err != nil {
-		return r, usageErr("--mode %q: expected inference or training", p.mode)
+	r, err := p.spec().Request(cfg, cat, flagName)
+	return r, flagErr(err)
+}
+
+// flagErr makes a value a parser refused (gpufleet.ValueError) a usage
+// error: a flag value refused before any request.
+func flagErr(err error) error {
+	var ve *gpufleet.ValueError
+	if errors.As(err, &ve) {
+		return &usageError{err}
 	}
-	for _, id := range splitComma(p.gpu) {
-		g, err := cat.Lookup(id)
-		if err != nil {
-			return r, fmt.Errorf("--gpu: %w", err)
-		}
-		r.GPUs = append(r.GPUs, g)
-	}
-	if r.Precision, err = planner.ParseFormat(p.precision); err != nil {
-		return r, fmt.Errorf("--precision: %w", err)
-	}
-	if r.KVPrecision, err = planner.ParseFormat(p.kvPrecision); err != nil {
-		return r, fmt.Errorf("--kv-precision: %w", err)
-	}
-	if r.Batch, r.BatchMax, err = planner.ParseBatch(p.batch); err != nil {
-		return r, usageErr("--batch %q: expected a positive integer or max", p.batch)
-	}
-	if r.Tokens, err = parseCount("--tokens", p.tokens); err != nil {
-		return r, err
-	}
-	r.GPUCount, r.InputTokens, r.OutputTokens = p.gpus, p.inputTokens, p.outputTokens
-	r.Seq, r.MicroBatch, r.GlobalBatch = p.seq, p.microBatch, p.globalBatch
-	r.Optimizer, r.Recompute, r.ZeRO = planner.Optimizer(p.optimizer), planner.Recompute(p.recompute), p.zero
-	r.FP32GradAccum = p.fp32GradAccum
-	r.TP, r.PP, r.DP, r.CP, r.EP = p.tp, p.pp, p.dp, p.cp, p.ep
-	for name, v := range map[string]int{"--gpus": p.gpus, "--input-tokens": p.inputTokens, "--output-tokens": p.outputTokens,
-		"--seq": p.seq, "--micro-batch": p.microBatch, "--global-batch": p.globalBatch, "--tp": p.tp, "--pp": p.pp, "--dp": p.dp, "--cp": p.cp, "--ep": p.ep} {
-		if v < 0 {
-			return r, usageErr("%s %d: expected a positive integer", name, v)
-		}
-	}
-	for name, v := range map[string]float64{"--latency-target-ms": p.latencyTargetMS, "--tpot-target-ms": p.tpotTargetMS, "--ttft-target-ms": p.ttftTargetMS} {
-		if !(v >= 0 && v <= 3.6e6) {
-			return r, usageErr("%s %v: expected milliseconds above 0, at most an hour", name, v)
-		}
-	}
-	if p.latencyTargetMS > 0 && p.tpotTargetMS > 0 && p.latencyTargetMS != p.tpotTargetMS {
-		return r, usageErr("--latency-target-ms %v and --tpot-target-ms %v: give one (they are the same target)", p.latencyTargetMS, p.tpotTargetMS)
-	}
-	r.LatencyTargetS = max(p.latencyTargetMS, p.tpotTargetMS) / 1e3
-	r.TTFTTargetS = p.ttftTargetMS / 1e3
-	switch p.scenario {
-	case "":
-	case "offline":
-		if r.Batch == 0 {
-			r.BatchMax = true
-		}
-	case "server":
-		if r.LatencyTargetS == 0 {
-			return r, usageErr("--scenario server: give the latency bound, --tpot-target-ms (and --ttft-target-ms)")
-		}
-	default:
-		return r, usageErr("--scenario %q: expected offline or server", p.scenario)
-	}
-	if r.Engine, err = planner.ParseEngine(p.engine); err != nil {
-		return r, fmt.Errorf("--engine: %w", err)
-	}
-	if p.memoryHeadroom != "" {
-		if r.MemoryHeadroom, err = parseShare("--memory-headroom", p.memoryHeadroom); err != nil {
-			return r, err
-		}
-	}
-	for _, f := range []struct {
-		flag, v string
-		dst     *float64
-	}{{"--rack-power", p.rackPower, &r.Rack.PowerWatts}, {"--rack-cooling", p.rackCooling, &r.Rack.CoolingWatts}} {
-		if f.v == "" {
-			continue
-		}
-		w, err := gpufleet.ParsePower(f.v)
-		if err != nil {
-			return r, gpufleet.InField(f.flag, err)
-		}
-		*f.dst = float64(w)
-	}
-	if p.rackUnits < 0 || p.rackUnits > 1000 {
-		return r, usageErr("--rack-units %d: expected 0 to 1000", p.rackUnits)
-	}
-	r.Rack.Units = p.rackUnits
-	return r, nil
+	return err
 }
 
 func newPlanCmd(e *env) *cobra.Command {

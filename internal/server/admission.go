@@ -63,32 +63,10 @@ func modelConfig(m *api.ModelRequest) (*model.Config, error) {
 	return nil, fmt.Errorf("%w: model: expected a built-in name or an inline config", gpufleet.ErrInvalid)
 }
 
-// planRequest turns the job's model block into a planner request.
+// planRequest turns the job's model block into a planner request, its
+// refusals naming the block's fields (model.kv_precision).
 func planRequest(cfg *model.Config, m *api.ModelRequest) (planner.Request, error) {
-	r := planner.Request{Model: cfg, Batch: m.Batch, InputTokens: m.InputTokens,
-		OutputTokens: m.OutputTokens, Seq: m.Seq, MicroBatch: m.MicroBatch, GlobalBatch: m.GlobalBatch,
-		Optimizer: planner.Optimizer(m.Optimizer), ZeRO: m.ZeRO, Recompute: planner.Recompute(m.Recompute), TP: m.TP, PP: m.PP}
-	var err error
-	if m.Mode != "" { // empty: inference (planner.Request.Validate)
-		if r.Mode, err = planner.ParseMode(m.Mode); err != nil {
-			return r, fmt.Errorf("model.mode: %w", err)
-		}
-	}
-	if m.Precision != "" {
-		if r.Precision, err = planner.ParseFormat(m.Precision); err != nil {
-			return r, fmt.Errorf("model.precision: %w", err)
-		}
-	}
-	if m.KVPrecision != "" {
-		if r.KVPrecision, err = planner.ParseFormat(m.KVPrecision); err != nil {
-			return r, fmt.Errorf("model.kv_precision: %w", err)
-		}
-	}
-	if r.Engine, err = planner.ParseEngine(m.Engine); err != nil {
-		return r, fmt.Errorf("model.engine: %w", err)
-	}
-	r.MemoryHeadroom = m.MemoryHeadroom
-	return r, nil
+	return planner.SpecOf(m).Request(cfg, nil, func(key string) string { return "model." + key })
 }
 
 // teamModels lists the GPU models the fleet has and the team may use (its

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/model"
 	"github.com/gpufleet/gpufleet/planner"
@@ -269,83 +268,43 @@ func humanCount(n int64) string {
 }
 
 // plannerRequest turns the form into a planner request: a pasted
-// config.json wins over the built-in model.
+// config.json wins over the built-in model. Its headroom is a percentage.
 func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error) {
 	var r planner.Request
-	var err error
+	cfg, err := model.Builtin(f.Model)
 	if f.Config != "" {
-		if r.Model, err = model.Parse("pasted-config", []byte(f.Config)); err != nil {
+		if cfg, err = model.Parse("pasted-config", []byte(f.Config)); err != nil {
 			return r, fmt.Errorf("config.json: %w", err)
 		}
-	} else if r.Model, err = model.Builtin(f.Model); err != nil {
+	} else if err != nil {
 		return r, fmt.Errorf("model: %w", err)
 	}
-	if r.Mode, err = planner.ParseMode(f.Mode); err != nil {
-		return r, err
+	headroom := f.Headroom
+	if headroom != "" && !strings.HasSuffix(headroom, "%") {
+		headroom += "%"
 	}
-	for _, id := range strings.FieldsFunc(f.GPU, func(c rune) bool { return c == ',' || c == ' ' }) {
-		g, err := cat.Lookup(id)
-		if err != nil {
-			return r, fmt.Errorf("GPU: %w", err)
-		}
-		r.GPUs = append(r.GPUs, g)
-	}
-	if r.Precision, err = planner.ParseFormat(orDefault(f.Precision, "bf16")); err != nil {
-		return r, err
-	}
-	if r.KVPrecision, err = planner.ParseFormat(orDefault(f.KVPrecision, "bf16")); err != nil {
-		return r, err
-	}
-	ints := []struct {
-		name string
-		s    string
-		dst  *int
-	}{
-		{"GPUs", f.GPUs, &r.GPUCount}, {"input tokens", f.InputTokens, &r.InputTokens}, {"output tokens", f.OutputTokens, &r.OutputTokens},
-		{"sequence length", f.Seq, &r.Seq}, {"micro-batch", f.MicroBatch, &r.MicroBatch}, {"global batch", f.GlobalBatch, &r.GlobalBatch},
-		{"ZeRO stage", f.ZeRO, &r.ZeRO},
-	}
-	for _, x := range ints {
-		if x.s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(x.s)
-		if err != nil || n < 0 {
-			return r, fmt.Errorf("%w: %s %q: expected a whole number, 0 or more", gpufleet.ErrInvalid, x.name, x.s)
-		}
-		*x.dst = n
-	}
-	if r.Batch, r.BatchMax, err = planner.ParseBatch(f.Batch); err != nil {
-		return r, err
-	}
-	if r.Tokens, err = gpufleet.ParseCount(orDefault(f.Tokens, "1T")); err != nil {
-		return r, gpufleet.InField("tokens", err)
-	}
-	r.Optimizer = planner.Optimizer(orDefault(f.Optimizer, "adamw"))
-	r.Recompute = planner.Recompute(orDefault(f.Recompute, "auto"))
-	if f.LatencyMS != "" {
-		ms, err := strconv.ParseFloat(f.LatencyMS, 64)
-		if err != nil || ms <= 0 {
-			return r, fmt.Errorf("%w: latency target %q: expected milliseconds above 0", gpufleet.ErrInvalid, f.LatencyMS)
-		}
-		r.LatencyTargetS = ms / 1e3
-	}
-	if r.Engine, err = planner.ParseEngine(f.Engine); err != nil {
-		return r, err
-	}
-	if h := strings.TrimSuffix(f.Headroom, "%"); h != "" {
-		pct, err := strconv.ParseFloat(h, 64)
-		if err != nil || !(pct > 0 && pct <= 90) {
-			return r, fmt.Errorf("%w: memory headroom %q: expected a percentage above 0, at most 90", gpufleet.ErrInvalid, f.Headroom)
-		}
-		r.MemoryHeadroom = pct / 100
-	}
-	return r, nil
+	spec := planner.Spec{Mode: f.Mode, GPU: f.GPU, GPUs: f.GPUs, Precision: f.Precision, KVPrecision: f.KVPrecision,
+		Engine: f.Engine, Batch: f.Batch, InputTokens: f.InputTokens, OutputTokens: f.OutputTokens,
+		LatencyTargetMS: f.LatencyMS, MemoryHeadroom: headroom, Seq: f.Seq, MicroBatch: f.MicroBatch,
+		GlobalBatch: f.GlobalBatch, Tokens: f.Tokens, Optimizer: f.Optimizer, ZeRO: f.ZeRO, Recompute: f.Recompute}
+	return spec.Request(cfg, cat, formLabel)
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
+// formLabel names a planner field as the form labels it.
+func formLabel(key string) string {
+	switch key {
+	case "gpu":
+		return "GPU"
+	case "gpus":
+		return "GPUs"
+	case "seq":
+		return "sequence length"
+	case "zero":
+		return "ZeRO stage"
+	case "latency_target_ms":
+		return "latency target (ms)"
+	case "memory_headroom":
+		return "memory headroom"
 	}
-	return s
+	return strings.ReplaceAll(key, "_", " ")
 }
