@@ -170,6 +170,11 @@ type ModelRequest struct {
 	// (default: the engine's own cap).
 	Engine         string  `json:"engine,omitempty"`
 	MemoryHeadroom float64 `json:"memory_headroom,omitempty"`
+	// MaxModelLen and MaxNumBatchedTokens are the engine's limits of one
+	// sequence and of one forward pass (vLLM's max_model_len and
+	// max_num_batched_tokens); 0 takes the engine's defaults.
+	MaxModelLen         int `json:"max_model_len,omitempty"`
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 }
 
 // reservedEnv are the variables gpufleet sets for every attempt.
@@ -303,7 +308,7 @@ func (m *ModelRequest) Validate() error {
 		field string
 		v     string
 	}{{"model.mode", m.Mode}, {"model.precision", m.Precision}, {"model.kv_precision", m.KVPrecision}, {"model.optimizer", m.Optimizer}, {"model.recompute", m.Recompute}, {"model.engine", m.Engine}, {"model.scenario", m.Scenario}} {
-		if err := CheckText(f.field, f.v, 32, false); err != nil {
+		if err := CheckText(f.field, f.v, 80, false); err != nil {
 			return err
 		}
 	}
@@ -316,6 +321,7 @@ func (m *ModelRequest) Validate() error {
 		{"model.seq", m.Seq, 1 << 24}, {"model.micro_batch", m.MicroBatch, 1 << 20}, {"model.global_batch", m.GlobalBatch, 1 << 24},
 		{"model.zero", m.ZeRO, 3}, {"model.tp", m.TP, MaxNodeGPUs}, {"model.pp", m.PP, 1 << 10},
 		{"model.dp", m.DP, MaxFleetGPUs}, {"model.cp", m.CP, 64}, {"model.ep", m.EP, MaxFleetGPUs},
+		{"model.max_model_len", m.MaxModelLen, 1 << 24}, {"model.max_num_batched_tokens", m.MaxNumBatchedTokens, 1 << 24},
 	} {
 		if err := ValidateCount(n.field, n.v, 0, n.max); err != nil {
 			return err

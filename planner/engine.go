@@ -2,14 +2,17 @@ package planner
 
 import (
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
 )
 
-// Engine is the serving engine an inference plan sizes memory for: each
-// divides a GPU's memory its own way (docs/PLANNER.md#engine-memory).
+// Engine is the serving engine an inference plan sizes memory for, and
+// optionally its release: "vllm", "vllm@0.6.3". Each engine divides a
+// GPU's memory its own way, and its releases differ (docs/PLANNER.md
+// #engine-memory); a bare name is the newest profile (engineProfiles).
 type Engine string
 
 // Engines.
@@ -19,17 +22,103 @@ const (
 	EngineSGLang Engine = "sglang"
 )
 
-// ParseEngine reads an engine name; "" is vLLM.
+// Family is the engine without its release: vllm of vllm@0.6.
+func (e Engine) Family() Engine {
+	f, _, _ := strings.Cut(string(e), "@")
+	return Engine(f)
+}
+
+// Version is the release the engine names, "" for none (the newest).
+func (e Engine) Version() string {
+	_, v, _ := strings.Cut(string(e), "@")
+	return v
+}
+
+// ParseEngine reads an engine as users write it: a name (vllm, trtllm or
+// tensorrt-llm, sglang) and optionally @ and its release (vllm@0.6,
+// vllm@v0.8.5, vllm@0.9.0.2.dev108+g71faa18: the leading numbers count);
+// "" is vLLM's newest profile.
 func ParseEngine(s string) (Engine, error) {
-	switch e := Engine(strings.ToLower(strings.TrimSpace(s))); e {
-	case "":
-		return EngineVLLM, nil
-	case EngineVLLM, EngineTRTLLM, EngineSGLang:
-		return e, nil
-	case "tensorrt-llm", "trt-llm":
-		return EngineTRTLLM, nil
+	bad := func() (Engine, error) {
+		return "", &gpufleet.ValueError{Field: "engine", Value: gpufleet.Quote(s),
+			Want: "expected vllm, trtllm or sglang, optionally @ and a release such as vllm@0.6"}
 	}
-	return "", &gpufleet.ValueError{Field: "engine", Value: gpufleet.Quote(s), Want: "expected vllm, trtllm or sglang"}
+	name, ver, hasVer := strings.Cut(strings.ToLower(strings.TrimSpace(s)), "@")
+	e := Engine(strings.TrimSpace(name))
+	switch e {
+	case "":
+		if hasVer {
+			return bad()
+		}
+		e = EngineVLLM
+	case EngineVLLM, EngineTRTLLM, EngineSGLang:
+	case "tensorrt-llm", "trt-llm":
+		e = EngineTRTLLM
+	default:
+		return bad()
+	}
+	if !hasVer {
+		return e, nil
+	}
+	v, ok := parseRelease(strings.TrimPrefix(strings.TrimSpace(ver), "v"))
+	if !ok {
+		return bad()
+	}
+	return e + "@" + Engine(v.String()), nil
+}
+
+// release is an engine release's leading numbers: 0.6.3 is {0, 6, 3}.
+type release []int
+
+// parseRelease reads the leading dotted numbers of a version (at most
+// four, each below 10000); what follows them (a suffix such as
+// .dev108+g71faa18 or rc1) is ignored.
+func parseRelease(s string) (release, bool) {
+	if len(s) > 64 {
+		return nil, false
+	}
+	var out release
+	for _, part := range strings.SplitN(s, ".", 5) {
+		n, digits := 0, 0
+		for digits < len(part) && part[digits] >= '0' && part[digits] <= '9' && digits < 4 {
+			n = n*10 + int(part[digits]-'0')
+			digits++
+		}
+		if digits == 0 {
+			break
+		}
+		out = append(out, n)
+		if digits < len(part) || len(out) == 4 {
+			break
+		}
+	}
+	return out, len(out) > 0
+}
+
+func (v release) String() string {
+	parts := make([]string, len(v))
+	for i, n := range v {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ".")
+}
+
+// before reports whether v is an older release than w (missing numbers
+// count as 0: 0.6 is 0.6.0).
+func (v release) before(w release) bool {
+	for i := range max(len(v), len(w)) {
+		a, b := 0, 0
+		if i < len(v) {
+			a = v[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			return a < b
+		}
+	}
+	return false
 }
 
 // Engine memory. Each engine caps what it allocates and keeps the rest of
@@ -116,40 +205,47 @@ type Reserve struct {
 	// gpu_memory_utilization, SGLang's mem_fraction_static, or
 	// TensorRT-LLM's free_gpu_memory_fraction.
 	Cap float64 `json:"cap"`
+	// Profile is the engine profile the figures follow ("vLLM 0.9 and
+	// later (V1 engine)"); ProfileTokens the tokens of the profile run
+	// whose activation peak the engine keeps free of KV cache, and
+	// ProfileSizedBy what set them (max_num_batched_tokens by default,
+	// or max_model_len where chunked prefill is off).
+	Profile        string `json:"profile"`
+	ProfileTokens  int    `json:"profile_tokens"`
+	ProfileSizedBy string `json:"profile_sized_by"`
 }
 
 // engineGPU is an engine on one GPU model: what sizes its memory.
 type engineGPU struct {
-	engine        Engine
+	engine        Engine // the family
 	capacity      int64
 	cap           float64 // the engine's memory fraction (see Reserve.Cap)
-	chunkTokens   int     // tokens of one forward pass at most
+	chunkTokens   int     // tokens of the profile run's forward pass
 	samplerWarmup int     // sequences the sampler is warmed up with (vLLM)
+	// sizedBy says what set chunkTokens, for the plan (Reserve.ProfileSizedBy).
+	sizedBy, profile string
 }
 
-// newEngineGPU sets the engine up on g; headroom, when above 0, replaces
-// the engine's own cap by 1 - headroom.
-func newEngineGPU(e Engine, headroom float64, g catalog.GPU, tp int) engineGPU {
-	eg := engineGPU{engine: e, capacity: g.MemoryBytes, chunkTokens: prefillChunkTokens}
-	switch e {
-	case EngineTRTLLM:
-		eg.cap, eg.chunkTokens = trtllmFreeMemoryFraction, trtllmMaxNumTokens
-	case EngineSGLang:
-		eg.cap = sglangStaticFraction(tp)
-		if g.MemoryBytes < 25e9 {
-			eg.chunkTokens = 2048
-		} else {
-			eg.chunkTokens = sglangChunkTokens
-		}
-	default:
-		eg.engine, eg.cap = EngineVLLM, vllmMemoryUtilization
-		eg.chunkTokens, eg.samplerWarmup = vllmSmallMaxTokens, vllmSmallMaxSeqs
-		if g.MemoryBytes >= vllmLargeGPUBytes && !strings.HasPrefix(g.ID, "a100") {
-			eg.chunkTokens, eg.samplerWarmup = vllmLargeMaxTokens, vllmLargeMaxSeqs
-		}
+// newEngineGPU sets r's engine up on g at tensor parallelism tp, by the
+// engine's profile (engineProfiles) and the request's limits: its
+// max_num_batched_tokens, else the profile's default for the GPU and
+// max_model_len; a memory headroom above 0 replaces the engine's own cap
+// by 1 - headroom.
+func newEngineGPU(r Request, g catalog.GPU, tp int) engineGPU {
+	p, _ := profileFor(r.Engine)
+	eg := engineGPU{engine: p.family, capacity: g.MemoryBytes, cap: p.cap, profile: p.label}
+	if p.capFor != nil {
+		eg.cap = p.capFor(tp)
 	}
-	if headroom > 0 {
-		eg.cap = 1 - headroom
+	if p.maxSeqs != nil {
+		eg.samplerWarmup = p.maxSeqs(g)
+	}
+	eg.chunkTokens, eg.sizedBy = p.tokens(g, r.modelLen())
+	if r.MaxNumBatchedTokens > 0 {
+		eg.chunkTokens, eg.sizedBy = r.MaxNumBatchedTokens, p.tokensName+" (given)"
+	}
+	if r.MemoryHeadroom > 0 {
+		eg.cap = 1 - r.MemoryHeadroom
 	}
 	return eg
 }
@@ -186,12 +282,12 @@ func (e engineGPU) reserve(m *Memory, l layout, samplerBytes float64) {
 	}
 	m.OverheadBytes = int64(ctx + comm)
 	m.Reserve = &Reserve{ContextBytes: int64(ctx), CommBytes: int64(comm), SamplerBytes: int64(samplerBytes),
-		HeadroomBytes: int64(headroom), Cap: e.cap}
+		HeadroomBytes: int64(headroom), Cap: e.cap, Profile: e.profile, ProfileTokens: e.chunkTokens, ProfileSizedBy: e.sizedBy}
 }
 
 // engineCapName is the engine's own name for its memory fraction.
 func engineCapName(e Engine) string {
-	switch e {
+	switch e.Family() {
 	case EngineTRTLLM:
 		return "free_gpu_memory_fraction"
 	case EngineSGLang:

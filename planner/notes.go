@@ -33,6 +33,19 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 		out = append(out, fmt.Sprintf("does not fit: needs %s per GPU with %d GPUs (tp %d, pp %d), %s",
 			gb(float64(m.TotalBytes)), c.GPUs, l.tp, l.pp, held))
 	}
+	if m.Reserve != nil {
+		if _, note := profileFor(r.Engine); note != "" {
+			out = append(out, note)
+		}
+		if r.Mode == Inference {
+			out = append(out, fmt.Sprintf("%s keeps the activation peak of a %d-token forward pass free of KV cache: %s",
+				r.Engine, m.Reserve.ProfileTokens, m.Reserve.ProfileSizedBy))
+		}
+	}
+	if m.Reserve != nil && r.MaxModelLen > 0 && c.KVCacheTokens != nil && *c.KVCacheTokens < int64(r.MaxModelLen) {
+		out = append(out, fmt.Sprintf("the engine will not start: its KV cache holds %d tokens, less than one sequence of max_model_len %d; lower --max-model-len or add GPUs",
+			*c.KVCacheTokens, r.MaxModelLen))
+	}
 	if m.Reserve != nil && c.Fits && c.KVCacheTokens != nil {
 		ctx := r.InputTokens + r.OutputTokens
 		kv := float64(*c.KVCacheTokens) * s.kvBytesPerSeq(pagedBlockTokens, r.KVPrecision, l) / pagedBlockTokens

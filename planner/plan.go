@@ -418,7 +418,7 @@ func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
 	l := c.layout
 	h := hwFor(r, g)
 	if r.Mode == Inference && c.Batch != nil {
-		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r.Engine, r.MemoryHeadroom, g, l.tp)))
+		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r, g, l.tp)))
 	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
 	if n := h.cal.note(h.sup.computeP); n != "" {
@@ -430,7 +430,7 @@ func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
 
 func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	g := h.gpu
-	e := newEngineGPU(r.Engine, r.MemoryHeadroom, g, l.tp)
+	e := newEngineGPU(r, g, l.tp)
 	mb := s.maxBatch(r, l, e)
 	c.MaxBatch = ptr(mb)
 	c.KVCacheTokens = ptr(s.kvCacheTokens(r, l, e))
@@ -449,7 +449,10 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 		WeightsBytes: m.WeightsBytes, KVCacheBytes: ptr(m.KVCacheBytes), ActivationsBytes: m.ActivationsBytes,
 		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes, Reserve: m.Reserve,
 	}
-	c.Fits = m.fits()
+	// An engine whose KV cache cannot hold one max_model_len sequence
+	// refuses to start (vLLM's "max seq len ... is larger than the
+	// maximum number of tokens that can be stored in KV cache").
+	c.Fits = m.fits() && (r.MaxModelLen == 0 || *c.KVCacheTokens >= int64(r.MaxModelLen))
 	if !c.supported || h.peak == 0 {
 		c.score = math.Inf(1)
 		return

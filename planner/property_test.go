@@ -158,7 +158,10 @@ func TestLargerHeadroomNeverALargerBatch(t *testing.T) {
 		engine := rapid.SampledFrom([]Engine{EngineVLLM, EngineTRTLLM, EngineSGLang}).Draw(t, "engine")
 		small := rapid.Float64Range(0.01, 0.5).Draw(t, "small") // 0 is the engine's own cap
 		large := small + rapid.Float64Range(0, 0.4).Draw(t, "more")
-		es, el := newEngineGPU(engine, small, g, l.tp), newEngineGPU(engine, large, g, l.tp)
+		rs, rl := r, r
+		rs.Engine, rs.MemoryHeadroom = engine, small
+		rl.Engine, rl.MemoryHeadroom = engine, large
+		es, el := newEngineGPU(rs, g, l.tp), newEngineGPU(rl, g, l.tp)
 		if a, b := s.maxBatch(r, l, es), s.maxBatch(r, l, el); b > a {
 			t.Fatalf("%s on %s: headroom %.3f fits batch %d, larger headroom %.3f fits %d", engine, g.ID, small, a, large, b)
 		}

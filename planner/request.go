@@ -178,6 +178,15 @@ type Request struct {
 	// (vLLM's gpu_memory_utilization is 1 - headroom).
 	Engine         Engine
 	MemoryHeadroom float64
+	// MaxModelLen is the engine's max_model_len (0: the model's
+	// max_position_embeddings, as vLLM takes it): a request may be no
+	// longer, the KV cache must hold one such sequence, and engines that
+	// prefill a whole sequence in their profile run size their
+	// activations on it. MaxNumBatchedTokens, when above 0, is the
+	// tokens of one forward pass (vLLM's max_num_batched_tokens,
+	// TensorRT-LLM's max_num_tokens, SGLang's chunked_prefill_size),
+	// replacing the engine's default.
+	MaxModelLen, MaxNumBatchedTokens int
 
 	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
 	// per output token meets it (and sizes the batch to meet it);
@@ -206,6 +215,18 @@ type Request struct {
 	// passthrough VM, a vGPU, time-slicing); the estimates of that model
 	// run that much slower. Models absent from it run on bare metal.
 	Overhead map[string]float64
+}
+
+// modelLen is the max_model_len the engine runs with: the request's, else
+// the model's longest context, else the request's own context.
+func (r Request) modelLen() int {
+	switch {
+	case r.MaxModelLen > 0:
+		return r.MaxModelLen
+	case r.Model != nil && r.Model.MaxPositionEmbeddings > 0:
+		return r.Model.MaxPositionEmbeddings
+	}
+	return r.InputTokens + r.OutputTokens
 }
 
 // withDefaults validates r and returns a copy with defaults filled in.
@@ -274,6 +295,7 @@ func (r Request) withDefaults() (Request, error) {
 	}{{"gpus", r.GPUCount, gpufleet.MaxFleetGPUs}, {"tp", r.TP, gpufleet.MaxFleetGPUs}, {"pp", r.PP, gpufleet.MaxFleetGPUs},
 		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"cp", r.CP, maxCP}, {"ep", r.EP, gpufleet.MaxFleetGPUs}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
 		{"output-tokens", r.OutputTokens, maxTokens}, {"seq", r.Seq, maxTokens}, {"micro-batch", r.MicroBatch, maxBatch},
+		{"max-model-len", r.MaxModelLen, maxTokens}, {"max-num-batched-tokens", r.MaxNumBatchedTokens, maxTokens},
 		{"global-batch", r.GlobalBatch, maxBatch}} {
 		if err := gpufleet.ValidateCount(c.name, c.v, 0, c.max); err != nil {
 			return r, err
@@ -287,6 +309,9 @@ func (r Request) withDefaults() (Request, error) {
 	}
 	if r.OutputTokens == 0 {
 		r.OutputTokens = 256
+	}
+	if ctx := r.InputTokens + r.OutputTokens; r.Mode == Inference && r.MaxModelLen > 0 && ctx > r.MaxModelLen {
+		return r, fmt.Errorf("%w: max-model-len %d: shorter than the request's %d input and %d output tokens", gpufleet.ErrInvalid, r.MaxModelLen, r.InputTokens, r.OutputTokens)
 	}
 	if r.Seq == 0 {
 		r.Seq = 4096

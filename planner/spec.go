@@ -38,6 +38,10 @@ type Spec struct {
 	// the first token.
 	LatencyTargetMS, TPOTTargetMS, TTFTTargetMS string
 	MemoryHeadroom                              string // memory_headroom: 10% or 0.1
+	// MaxModelLen and MaxNumBatchedTokens (max_model_len,
+	// max_num_batched_tokens) are the engine's limits of one sequence and
+	// of one forward pass.
+	MaxModelLen, MaxNumBatchedTokens string
 
 	Seq           string // seq
 	MicroBatch    string // micro_batch
@@ -95,7 +99,8 @@ func SpecOf(m *gpufleet.ModelRequest) Spec {
 		TPOTTargetMS: f(m.TPOTTargetMS), TTFTTargetMS: f(m.TTFTTargetMS), MemoryHeadroom: f(m.MemoryHeadroom),
 		Seq: n(m.Seq), MicroBatch: n(m.MicroBatch), GlobalBatch: n(m.GlobalBatch), Optimizer: m.Optimizer,
 		FP32GradAccum: m.FP32GradAccum, ZeRO: n(m.ZeRO), Recompute: m.Recompute,
-		TP: n(m.TP), PP: n(m.PP), DP: n(m.DP), CP: n(m.CP), EP: n(m.EP)}
+		TP: n(m.TP), PP: n(m.PP), DP: n(m.DP), CP: n(m.CP), EP: n(m.EP),
+		MaxModelLen: n(m.MaxModelLen), MaxNumBatchedTokens: n(m.MaxNumBatchedTokens)}
 	if m.Tokens > 0 {
 		s.Tokens = strconv.FormatInt(m.Tokens, 10)
 	}
@@ -150,6 +155,7 @@ func (s Spec) Request(cfg *model.Config, cat *catalog.Catalog, field func(key st
 		{"tp", s.TP, &r.TP, gpufleet.MaxFleetGPUs}, {"pp", s.PP, &r.PP, gpufleet.MaxFleetGPUs}, {"dp", s.DP, &r.DP, gpufleet.MaxFleetGPUs},
 		{"cp", s.CP, &r.CP, maxCP}, {"ep", s.EP, &r.EP, gpufleet.MaxFleetGPUs},
 		{"rack_units", s.RackUnits, &r.Rack.Units, 1000},
+		{"max_model_len", s.MaxModelLen, &r.MaxModelLen, maxTokens}, {"max_num_batched_tokens", s.MaxNumBatchedTokens, &r.MaxNumBatchedTokens, maxTokens},
 	} {
 		if c.v == "" {
 			continue

@@ -20,6 +20,7 @@ type plannerForm struct {
 	GPUs, Batch, InputTokens, OutputTokens           string
 	Seq, MicroBatch, GlobalBatch, Tokens, Optimizer  string
 	ZeRO, Recompute, LatencyMS, Engine, Headroom     string
+	MaxModelLen                                      string
 }
 
 // fields maps the form's parameter names to its fields.
@@ -28,7 +29,7 @@ func (f *plannerForm) fields() map[string]*string {
 		"kv_precision": &f.KVPrecision, "gpu": &f.GPU, "gpus": &f.GPUs, "batch": &f.Batch, "input_tokens": &f.InputTokens,
 		"output_tokens": &f.OutputTokens, "seq": &f.Seq, "micro_batch": &f.MicroBatch, "global_batch": &f.GlobalBatch,
 		"tokens": &f.Tokens, "optimizer": &f.Optimizer, "zero": &f.ZeRO, "recompute": &f.Recompute, "latency_ms": &f.LatencyMS,
-		"engine": &f.Engine, "headroom": &f.Headroom}
+		"engine": &f.Engine, "headroom": &f.Headroom, "max_model_len": &f.MaxModelLen}
 }
 
 // formFrom reads the form from request parameters over base: a
@@ -286,7 +287,8 @@ func plannerRequest(f plannerForm, cat *catalog.Catalog) (planner.Request, error
 	spec := planner.Spec{Mode: f.Mode, GPU: f.GPU, GPUs: f.GPUs, Precision: f.Precision, KVPrecision: f.KVPrecision,
 		Engine: f.Engine, Batch: f.Batch, InputTokens: f.InputTokens, OutputTokens: f.OutputTokens,
 		LatencyTargetMS: f.LatencyMS, MemoryHeadroom: headroom, Seq: f.Seq, MicroBatch: f.MicroBatch,
-		GlobalBatch: f.GlobalBatch, Tokens: f.Tokens, Optimizer: f.Optimizer, ZeRO: f.ZeRO, Recompute: f.Recompute}
+		GlobalBatch: f.GlobalBatch, Tokens: f.Tokens, Optimizer: f.Optimizer, ZeRO: f.ZeRO, Recompute: f.Recompute,
+		MaxModelLen: f.MaxModelLen}
 	return spec.Request(cfg, cat, formLabel)
 }
 

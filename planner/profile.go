@@ -1,0 +1,152 @@
+package planner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/catalog"
+)
+
+// engineProfile is what one engine's releases, from since on, do with a
+// GPU's memory: the share they cap themselves at, and how they size the
+// profile run whose activation peak they keep free of KV cache. Every
+// figure has its source beside it.
+type engineProfile struct {
+	family Engine
+	since  release // the first release it describes
+	label  string  // for the notes: "vLLM 0.5-0.7 (V0 engine)"
+	// cap is the engine's memory fraction (Reserve.Cap); capFor, when
+	// set, gives it by tensor parallel size instead.
+	cap    float64
+	capFor func(tp int) float64
+	// tokens is how many tokens the profile run's forward pass takes on g
+	// for a max_model_len of modelLen, and what set them;
+	// tokensName is the engine's own name for the setting.
+	tokens     func(g catalog.GPU, modelLen int) (int, string)
+	tokensName string
+	// maxSeqs is max_num_seqs on g, the batch the sampler is warmed up
+	// with, where the engine does that (nil: it does not).
+	maxSeqs func(g catalog.GPU) int
+}
+
+// engineProfiles are the profiles known, oldest first within an engine.
+var engineProfiles = []engineProfile{
+	{
+		// The V0 engine (vLLM's default until 0.8.0). Chunked prefill is
+		// off unless the model is longer than 32K tokens (vllm/engine/
+		// arg_utils.py create_engine_config, `use_long_context`: "Chunked
+		// prefill is enabled by default for models with max_model_len >
+		// 32K"), when max_num_batched_tokens is 512; otherwise it is
+		// max(max_model_len, 2048) (vllm/config.py SchedulerConfig: "If
+		// max_model_len is too short, use 2048 as the default value"), and
+		// the profile run prefills that many tokens. max_num_seqs is 256
+		// (EngineArgs). NVIDIA NIM's vLLM logs show the effect: 435,036 KV
+		// tokens at max_model_len 4,096, 53,412 at 32,768 (no chunked
+		// prefill) and 456,131 at 131,072 (chunked).
+		family: EngineVLLM, since: release{0, 5}, label: "vLLM 0.5-0.7 (V0 engine)", cap: vllmMemoryUtilization,
+		tokens: func(_ catalog.GPU, modelLen int) (int, string) {
+			if modelLen > vllmV0LongContext {
+				return vllmV0ChunkedTokens, fmt.Sprintf("max_num_batched_tokens %d: chunked prefill is on by default above max_model_len %d", vllmV0ChunkedTokens, vllmV0LongContext)
+			}
+			n := max(modelLen, vllmV0MinBatchedTokens)
+			return n, fmt.Sprintf("max_num_batched_tokens %d = max(max_model_len %d, %d): chunked prefill is off by default at this length", n, modelLen, vllmV0MinBatchedTokens)
+		},
+		tokensName: "max_num_batched_tokens",
+		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
+	},
+	{
+		// The V1 engine, the default from 0.8.0: chunked prefill always
+		// ("V1 always uses chunked prefills", arg_utils.py
+		// _set_default_args_v1), `vllm serve` defaults of 2048 batched
+		// tokens and 256 sequences on every GPU.
+		family: EngineVLLM, since: release{0, 8}, label: "vLLM 0.8 (V1 engine)", cap: vllmMemoryUtilization,
+		tokens: func(catalog.GPU, int) (int, string) {
+			return vllmSmallMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default)", vllmSmallMaxTokens)
+		},
+		tokensName: "max_num_batched_tokens",
+		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
+	},
+	{
+		// V1 with defaults by device (arg_utils.py get_batch_defaults,
+		// after vLLM PR #17885): GPUs of 70 GiB or more other than the
+		// A100 run 8192 batched tokens and 1024 sequences under `vllm
+		// serve`, others 2048 and 256.
+		family: EngineVLLM, since: release{0, 9}, label: "vLLM 0.9 and later (V1 engine)", cap: vllmMemoryUtilization,
+		tokens: func(g catalog.GPU, _ int) (int, string) {
+			if vllmLargeGPU(g) {
+				return vllmLargeMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default on GPUs of 70 GiB or more but the A100)", vllmLargeMaxTokens)
+			}
+			return vllmSmallMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default below 70 GiB and on the A100)", vllmSmallMaxTokens)
+		},
+		tokensName: "max_num_batched_tokens",
+		maxSeqs: func(g catalog.GPU) int {
+			if vllmLargeGPU(g) {
+				return vllmLargeMaxSeqs
+			}
+			return vllmSmallMaxSeqs
+		},
+	},
+	{
+		// One profile for every release: the LLM API's defaults
+		// (BuildConfig.max_num_tokens 8192 sizes the activation buffers;
+		// KvCacheConfig.free_gpu_memory_fraction 0.9).
+		family: EngineTRTLLM, label: "TensorRT-LLM", cap: trtllmFreeMemoryFraction,
+		tokens: func(catalog.GPU, int) (int, string) {
+			return trtllmMaxNumTokens, fmt.Sprintf("max_num_tokens %d (the build's default)", trtllmMaxNumTokens)
+		},
+		tokensName: "max_num_tokens",
+	},
+	{
+		// SGLang v0.4 (sglang/srt/server_args.py): mem_fraction_static by
+		// tensor parallel size; chunked_prefill_size 8192 on GPUs of 25 GB
+		// or more, 2048 below.
+		family: EngineSGLang, since: release{0, 4}, label: "SGLang 0.4", capFor: sglangStaticFraction,
+		tokens: func(g catalog.GPU, _ int) (int, string) {
+			if g.MemoryBytes < 25e9 {
+				return 2048, "chunked_prefill_size 2048 (the default below 25 GB)"
+			}
+			return sglangChunkTokens, fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens)
+		},
+		tokensName: "chunked_prefill_size",
+	},
+}
+
+// The V0 engine's batching defaults (see engineProfiles).
+const (
+	vllmV0LongContext      = 32768
+	vllmV0ChunkedTokens    = 512
+	vllmV0MinBatchedTokens = 2048
+)
+
+// vllmLargeGPU is vLLM's test for its larger batch defaults: 70 GiB of
+// memory or more, and not an A100.
+func vllmLargeGPU(g catalog.GPU) bool {
+	return g.MemoryBytes >= vllmLargeGPUBytes && !strings.HasPrefix(g.ID, "a100")
+}
+
+// profileFor is the profile of e: its release's, the newest older one for
+// a release without its own, the newest for none. note says when the
+// profile is not the release's own.
+func profileFor(e Engine) (p engineProfile, note string) {
+	fam := e.Family()
+	v, named := parseRelease(e.Version())
+	found := false
+	for _, q := range engineProfiles {
+		if q.family != fam {
+			continue
+		}
+		if !found || !named || !v.before(q.since) {
+			p, found = q, true
+		}
+	}
+	if !found {
+		return engineProfiles[len(engineProfiles)-1], ""
+	}
+	switch {
+	case named && v.before(p.since):
+		note = fmt.Sprintf("no profile of %s %s: planned with the oldest, %s; older releases count memory differently and may leave less KV cache", fam, v, p.label)
+	case named:
+		note = fmt.Sprintf("%s %s planned with the %s profile", fam, v, p.label)
+	}
+	return p, note
+}
