@@ -224,7 +224,10 @@ func (s shape) inferenceTimes(h hw, r Request, l layout, batch int) (prefill, de
 type trainStep struct {
 	stepS, computeS, bubbleS, tpS, ppS, dpS, epS, cpS float64
 	modelFlopsPerStep                                 float64
-	bound                                             Bound
+	// a2aBytes is what each GPU sends all-to-all per step (the experts'
+	// dispatch and combine, forward and backward).
+	a2aBytes float64
+	bound    Bound
 }
 
 // trainingFlopsPerToken is the model FLOPs per trained token: 6 per active
@@ -327,6 +330,7 @@ func (s shape) trainingStep(h hw, r Request, l layout) trainStep {
 		a2a := float64(r.Seq*r.MicroBatch*c.NumExpertsPerToken) * float64(c.HiddenSize) * 2 / float64(l.tp)
 		el := groupLink(h.gpu, l.tp*l.ep)
 		st.epS = float64(microBatches) * moeLayers * 4 * allGatherTime(a2a, l.ep, el)
+		st.a2aBytes = float64(microBatches) * moeLayers * 4 * a2a * float64(l.ep-1) / float64(l.ep)
 		if l.pp > 1 {
 			// With pipeline stages each rank has another micro-batch's
 			// computation to hide the dispatch and combine behind

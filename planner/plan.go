@@ -421,6 +421,9 @@ func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
 		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r, g, l.tp)))
 	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
+	if n := s.publishedNote(r, g, c); n != "" {
+		c.Notes = append(c.Notes, n)
+	}
 	if n := h.cal.note(h.sup.computeP); n != "" {
 		c.Notes = append(c.Notes, n)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpufleet/gpufleet/catalog"
-
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
+	"github.com/gpufleet/gpufleet/model"
 )
 
 func TestParseEngine(t *testing.T) {
@@ -141,4 +141,45 @@ func TestMaxModelLenBounds(t *testing.T) {
 	if c.Fits || !strings.Contains(strings.Join(c.Notes, "\n"), "will not start") {
 		t.Errorf("a KV cache of %d tokens under max_model_len 131072: fits %v, notes %q", *c.KVCacheTokens, c.Fits, c.Notes)
 	}
+}
+
+// TestPublishedLayoutNote: a plan for DeepSeek-V3 on the authors' 2048
+// H800s that picks another layout says what theirs trades.
+func TestPublishedLayoutNote(t *testing.T) {
+	cfg, err := model.Parse("deepseek-v3", mustRead(t, filepath.Join("..", "model", "testdata", "deepseek-v3.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{Model: cfg, Mode: Training, GPUs: gpus(t, "h800-sxm-80gb"), GPUCount: 2048, Seq: 4096, GlobalBatch: 15360, ZeRO: 1, Tokens: 14.8e12}
+	p, err := Run(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Candidates[0]
+	notes := strings.Join(c.Notes, "\n")
+	if c.TP == 1 && c.PP == 16 && c.EP == 64 {
+		if !strings.Contains(notes, "this is the layout the model's authors ran") {
+			t.Errorf("the authors' layout chosen without saying so: %q", notes)
+		}
+		return
+	}
+	for _, want := range []string{"the authors' layout for 2048 GPUs, tp 1, pp 16, dp 128, ep 64", "arXiv:2412.19437", "more headroom", "all-to-all per GPU and step over the network", "pipeline bubble"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	// Forcing a layout is the user's choice: no comparison then.
+	r.TP, r.PP, r.EP = 2, 16, 4
+	if p, err = Run(r, nil); err != nil || strings.Contains(strings.Join(p.Candidates[0].Notes, "\n"), "authors' layout") {
+		t.Errorf("a forced layout compared with the authors': %v", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
