@@ -175,6 +175,7 @@ type ModelRequest struct {
 	// max_num_batched_tokens); 0 takes the engine's defaults.
 	MaxModelLen         int `json:"max_model_len,omitempty"`
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	MaxNumSeqs          int `json:"max_num_seqs,omitempty"`
 }
 
 // reservedEnv are the variables gpufleet sets for every attempt.
@@ -322,6 +323,7 @@ func (m *ModelRequest) Validate() error {
 		{"model.zero", m.ZeRO, 3}, {"model.tp", m.TP, MaxNodeGPUs}, {"model.pp", m.PP, 1 << 10},
 		{"model.dp", m.DP, MaxFleetGPUs}, {"model.cp", m.CP, 64}, {"model.ep", m.EP, MaxFleetGPUs},
 		{"model.max_model_len", m.MaxModelLen, 1 << 24}, {"model.max_num_batched_tokens", m.MaxNumBatchedTokens, 1 << 24},
+		{"model.max_num_seqs", m.MaxNumSeqs, 1 << 20},
 	} {
 		if err := ValidateCount(n.field, n.v, 0, n.max); err != nil {
 			return err

@@ -241,6 +241,9 @@ func newEngineGPU(r Request, g catalog.GPU, tp int) engineGPU {
 		eg.samplerWarmup = p.maxSeqs(g)
 	}
 	eg.chunkTokens, eg.sizedBy = p.tokens(g, r.modelLen())
+	if r.MaxNumSeqs > 0 && eg.samplerWarmup > 0 {
+		eg.samplerWarmup = r.MaxNumSeqs
+	}
 	if r.MaxNumBatchedTokens > 0 {
 		eg.chunkTokens, eg.sizedBy = r.MaxNumBatchedTokens, p.tokensName+" (given)"
 	}

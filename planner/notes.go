@@ -52,6 +52,15 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 		free := float64(m.CapacityBytes-(m.TotalBytes-*m.KVCacheBytes)) - kv
 		out = append(out, fmt.Sprintf("%s (%s %.2f) allocates %s of KV cache per GPU: %d tokens per replica, %d sequences of %d; it leaves %s of each GPU free",
 			r.Engine, engineCapName(r.Engine), m.Reserve.Cap, gb(kv), *c.KVCacheTokens, *c.KVCacheTokens/int64(ctx), ctx, gb(free)))
+		if c.KVCacheTokensLow != nil {
+			p, _ := profileFor(r.Engine)
+			rows := "no dev rows: the widest band of any profile"
+			if p.kvRows != "" {
+				rows = "dev rows " + p.kvRows
+			}
+			out = append(out, fmt.Sprintf("the KV cache may really be %d to %d tokens (the %s profile was %+.0f%% to %+.0f%% off on its %s); admission plans on %d",
+				*c.KVCacheTokensLow, *c.KVCacheTokensHigh, p.label, 100*p.kv.under, 100*p.kv.over, rows, *c.KVCacheTokensLow))
+		}
 	}
 	switch {
 	case c.PrecisionFallback == nil:

@@ -102,7 +102,13 @@ type Candidate struct {
 	// KVCacheTokens is the KV cache the engine allocates per replica, in
 	// tokens: all the memory under its cap that the weights, activations
 	// and its reserve leave (vLLM's "GPU KV cache size").
-	KVCacheTokens       *int64   `json:"kv_cache_tokens"`
+	KVCacheTokens *int64 `json:"kv_cache_tokens"`
+	// KVCacheTokensLow and KVCacheTokensHigh are what the engine may
+	// really allocate, by how far the engine profile's KV figures were
+	// off on its dev rows (docs/ACCURACY.md, "Engine logs"); admission
+	// plans on the low end.
+	KVCacheTokensLow    *int64   `json:"kv_cache_tokens_low"`
+	KVCacheTokensHigh   *int64   `json:"kv_cache_tokens_high"`
 	Batch               *int     `json:"batch"`
 	OutputTokensPerS    *float64 `json:"output_tokens_per_s"`
 	TimeToFirstTokenS   *float64 `json:"time_to_first_token_s"`
@@ -435,8 +441,20 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	g := h.gpu
 	e := newEngineGPU(r, g, l.tp)
 	mb := s.maxBatch(r, l, e)
+	if r.MaxNumSeqs > 0 {
+		mb = min(mb, r.MaxNumSeqs) // the engine runs no more at once
+	}
 	c.MaxBatch = ptr(mb)
-	c.KVCacheTokens = ptr(s.kvCacheTokens(r, l, e))
+	kv := s.kvCacheTokens(r, l, e)
+	c.KVCacheTokens = ptr(kv)
+	prof, _ := profileFor(r.Engine)
+	low, high := prof.kvRange(kv)
+	c.KVCacheTokensLow, c.KVCacheTokensHigh = ptr(low), ptr(high)
+	if r.KVLowEnd {
+		// Plan on the low end: no more sequences at once than it holds.
+		mb = min(mb, int(low/int64(r.InputTokens+r.OutputTokens)))
+		c.MaxBatch = ptr(mb)
+	}
 	batch := r.Batch
 	switch {
 	case r.BatchMax:
@@ -455,7 +473,12 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	// An engine whose KV cache cannot hold one max_model_len sequence
 	// refuses to start (vLLM's "max seq len ... is larger than the
 	// maximum number of tokens that can be stored in KV cache").
-	c.Fits = m.fits() && (r.MaxModelLen == 0 || *c.KVCacheTokens >= int64(r.MaxModelLen))
+	need := int64(r.MaxModelLen)
+	if r.KVLowEnd {
+		need = max(need, int64(batch*(r.InputTokens+r.OutputTokens)))
+		kv = low
+	}
+	c.Fits = m.fits() && kv >= need
 	if !c.supported || h.peak == 0 {
 		c.score = math.Inf(1)
 		return

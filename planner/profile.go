@@ -27,7 +27,25 @@ type engineProfile struct {
 	// maxSeqs is max_num_seqs on g, the batch the sampler is warmed up
 	// with, where the engine does that (nil: it does not).
 	maxSeqs func(g catalog.GPU) int
+	// kv is how far the profile's KV cache was off on its dev rows
+	// (kvRows, docs/ACCURACY.md), as (predicted - measured) / measured:
+	// the most over and under, widened to at least kvMinBand each way; a
+	// profile without dev rows takes the widest of all (kvUnknown).
+	kv     kvBand
+	kvRows string
 }
+
+// kvBand is a profile's KV error range: over >= 0 >= under.
+type kvBand struct{ over, under float64 }
+
+// kvMinBand is the least uncertainty any profile is given: no two of its
+// rows are the same deployment.
+const kvMinBand = 0.05
+
+// kvUnknown is the band of a profile without dev rows: the widest over-
+// and under-prediction of any profile (TensorRT-LLM's +48 %, vLLM V1's
+// -8 %).
+var kvUnknown = kvBand{over: 0.482, under: -0.080}
 
 // engineProfiles are the profiles known, oldest first within an engine.
 var engineProfiles = []engineProfile{
@@ -53,6 +71,7 @@ var engineProfiles = []engineProfile{
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
+		kv:         kvBand{over: 0.05, under: -0.05}, kvRows: "EL001 +3.5 %, EL005 +2.3 %",
 	},
 	{
 		// The V1 engine, the default from 0.8.0: chunked prefill always
@@ -65,6 +84,7 @@ var engineProfiles = []engineProfile{
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
+		kv:         kvUnknown,
 	},
 	{
 		// V1 with defaults by device (arg_utils.py get_batch_defaults,
@@ -85,6 +105,7 @@ var engineProfiles = []engineProfile{
 			}
 			return vllmSmallMaxSeqs
 		},
+		kv: kvBand{over: 0.232, under: -0.080}, kvRows: "EL010, EL011, EL013, EL029, PM016, PM017, PM018, PM019, PM037: -8.0 % to +23.2 %",
 	},
 	{
 		// One profile for every release: the LLM API's defaults
@@ -95,6 +116,7 @@ var engineProfiles = []engineProfile{
 			return trtllmMaxNumTokens, fmt.Sprintf("max_num_tokens %d (the build's default)", trtllmMaxNumTokens)
 		},
 		tokensName: "max_num_tokens",
+		kv:         kvBand{over: 0.482, under: -0.05}, kvRows: "EL007 +48.2 % (a 2023 engine built for 25 sequences of 4K), EL017 +4.1 %",
 	},
 	{
 		// SGLang v0.4 (sglang/srt/server_args.py): mem_fraction_static by
@@ -108,6 +130,7 @@ var engineProfiles = []engineProfile{
 			return sglangChunkTokens, fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens)
 		},
 		tokensName: "chunked_prefill_size",
+		kv:         kvUnknown,
 	},
 }
 
@@ -149,4 +172,11 @@ func profileFor(e Engine) (p engineProfile, note string) {
 		note = fmt.Sprintf("%s %s planned with the %s profile", fam, v, p.label)
 	}
 	return p, note
+}
+
+// kvRange is the KV cache the engine may really allocate, given the
+// planner's figure tokens and the profile's band: measured = predicted /
+// (1 + error), so the low end divides by 1 + over.
+func (p engineProfile) kvRange(tokens int64) (low, high int64) {
+	return int64(float64(tokens) / (1 + p.kv.over)), int64(float64(tokens) / (1 + p.kv.under))
 }

@@ -187,6 +187,14 @@ type Request struct {
 	// TensorRT-LLM's max_num_tokens, SGLang's chunked_prefill_size),
 	// replacing the engine's default.
 	MaxModelLen, MaxNumBatchedTokens int
+	// MaxNumSeqs, when above 0, is the engine's max_num_seqs: the most
+	// sequences it runs at once, and the batch vLLM warms its sampler up
+	// with in the profile run.
+	MaxNumSeqs int
+	// KVLowEnd plans on the low end of the engine profile's KV cache
+	// (Candidate.KVCacheTokensLow): a plan fits only if its batch's
+	// sequences fit there (admission's rule).
+	KVLowEnd bool
 
 	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
 	// per output token meets it (and sizes the batch to meet it);
@@ -296,6 +304,7 @@ func (r Request) withDefaults() (Request, error) {
 		{"dp", r.DP, gpufleet.MaxFleetGPUs}, {"cp", r.CP, maxCP}, {"ep", r.EP, gpufleet.MaxFleetGPUs}, {"batch", r.Batch, maxBatch}, {"input-tokens", r.InputTokens, maxTokens},
 		{"output-tokens", r.OutputTokens, maxTokens}, {"seq", r.Seq, maxTokens}, {"micro-batch", r.MicroBatch, maxBatch},
 		{"max-model-len", r.MaxModelLen, maxTokens}, {"max-num-batched-tokens", r.MaxNumBatchedTokens, maxTokens},
+		{"max-num-seqs", r.MaxNumSeqs, maxBatch},
 		{"global-batch", r.GlobalBatch, maxBatch}} {
 		if err := gpufleet.ValidateCount(c.name, c.v, 0, c.max); err != nil {
 			return r, err

@@ -42,6 +42,7 @@ type Spec struct {
 	// max_num_batched_tokens) are the engine's limits of one sequence and
 	// of one forward pass.
 	MaxModelLen, MaxNumBatchedTokens string
+	MaxNumSeqs                       string // max_num_seqs
 
 	Seq           string // seq
 	MicroBatch    string // micro_batch
@@ -100,7 +101,7 @@ func SpecOf(m *gpufleet.ModelRequest) Spec {
 		Seq: n(m.Seq), MicroBatch: n(m.MicroBatch), GlobalBatch: n(m.GlobalBatch), Optimizer: m.Optimizer,
 		FP32GradAccum: m.FP32GradAccum, ZeRO: n(m.ZeRO), Recompute: m.Recompute,
 		TP: n(m.TP), PP: n(m.PP), DP: n(m.DP), CP: n(m.CP), EP: n(m.EP),
-		MaxModelLen: n(m.MaxModelLen), MaxNumBatchedTokens: n(m.MaxNumBatchedTokens)}
+		MaxModelLen: n(m.MaxModelLen), MaxNumBatchedTokens: n(m.MaxNumBatchedTokens), MaxNumSeqs: n(m.MaxNumSeqs)}
 	if m.Tokens > 0 {
 		s.Tokens = strconv.FormatInt(m.Tokens, 10)
 	}
@@ -156,6 +157,7 @@ func (s Spec) Request(cfg *model.Config, cat *catalog.Catalog, field func(key st
 		{"cp", s.CP, &r.CP, maxCP}, {"ep", s.EP, &r.EP, gpufleet.MaxFleetGPUs},
 		{"rack_units", s.RackUnits, &r.Rack.Units, 1000},
 		{"max_model_len", s.MaxModelLen, &r.MaxModelLen, maxTokens}, {"max_num_batched_tokens", s.MaxNumBatchedTokens, &r.MaxNumBatchedTokens, maxTokens},
+		{"max_num_seqs", s.MaxNumSeqs, &r.MaxNumSeqs, maxBatch},
 	} {
 		if c.v == "" {
 			continue

@@ -638,7 +638,7 @@ func (c *Client) Plan(ctx context.Context, q PlanQuery) (PlanResponse, error) {
 	}
 	for k, n := range map[string]int{"gpus": q.GPUs, "batch": m.Batch, "input_tokens": m.InputTokens, "output_tokens": m.OutputTokens,
 		"seq": m.Seq, "micro_batch": m.MicroBatch, "global_batch": m.GlobalBatch, "zero": m.ZeRO, "tp": m.TP, "pp": m.PP,
-		"dp": m.DP, "cp": m.CP, "ep": m.EP, "max_model_len": m.MaxModelLen, "max_num_batched_tokens": m.MaxNumBatchedTokens} {
+		"dp": m.DP, "cp": m.CP, "ep": m.EP, "max_model_len": m.MaxModelLen, "max_num_batched_tokens": m.MaxNumBatchedTokens, "max_num_seqs": m.MaxNumSeqs} {
 		if n != 0 {
 			v.Set(k, strconv.Itoa(n))
 		}

@@ -685,7 +685,7 @@ func TestClientPlanSendsTheWholeModelBlock(t *testing.T) {
 		Model: ModelRequest{Name: "llama-3.1-70b", Mode: "training", Precision: "bf16", KVPrecision: "fp8", Batch: 4, InputTokens: 100, OutputTokens: 50,
 			Seq: 8192, MicroBatch: 2, GlobalBatch: 256, Optimizer: "sgd", ZeRO: 1, Recompute: "full", TP: 4, PP: 2, DP: 2, CP: 2, EP: 1,
 			Tokens: 2e12, FP32GradAccum: true, Scenario: "offline", TPOTTargetMS: 25.5, TTFTTargetMS: 400, Engine: "vllm@0.6", MemoryHeadroom: 0.2,
-			MaxModelLen: 8192, MaxNumBatchedTokens: 4096}}
+			MaxModelLen: 8192, MaxNumBatchedTokens: 4096, MaxNumSeqs: 128}}
 	if _, err := c.Plan(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}

@@ -655,7 +655,7 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, p Principal) erro
 	}{{"gpus", &pq.GPUs}, {"batch", &m.Batch}, {"input_tokens", &m.InputTokens}, {"output_tokens", &m.OutputTokens},
 		{"seq", &m.Seq}, {"micro_batch", &m.MicroBatch}, {"global_batch", &m.GlobalBatch}, {"zero", &m.ZeRO},
 		{"tp", &m.TP}, {"pp", &m.PP}, {"dp", &m.DP}, {"cp", &m.CP}, {"ep", &m.EP},
-		{"max_model_len", &m.MaxModelLen}, {"max_num_batched_tokens", &m.MaxNumBatchedTokens}} {
+		{"max_model_len", &m.MaxModelLen}, {"max_num_batched_tokens", &m.MaxNumBatchedTokens}, {"max_num_seqs", &m.MaxNumSeqs}} {
 		s := q.Get(f.name)
 		if s == "" {
 			continue

@@ -46,7 +46,7 @@ type submitFlags struct {
 // count, --gpu-model and the job's precision).
 var submitPlanFlags = []string{"model", "mode", "kv-precision", "batch", "input-tokens", "output-tokens", "seq",
 	"micro-batch", "global-batch", "optimizer", "zero", "recompute", "tp", "pp", "dp", "cp", "ep", "tokens", "fp32-grad-accum",
-	"scenario", "latency-target-ms", "tpot-target-ms", "ttft-target-ms", "engine", "memory-headroom", "max-model-len", "max-num-batched-tokens"}
+	"scenario", "latency-target-ms", "tpot-target-ms", "ttft-target-ms", "engine", "memory-headroom", "max-model-len", "max-num-batched-tokens", "max-num-seqs"}
 
 func (f *submitFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.gpus, "gpus", 0, "total GPUs (over all nodes)")
@@ -286,6 +286,7 @@ func (f *submitFlags) applyModel(fs *pflag.FlagSet, req *api.SubmitRequest) erro
 		{"ttft-target-ms", func() { m.TTFTTargetMS = f.plan.ttftTargetMS }},
 		{"engine", func() { m.Engine = string(r.Engine) }}, {"memory-headroom", func() { m.MemoryHeadroom = r.MemoryHeadroom }},
 		{"max-model-len", func() { m.MaxModelLen = r.MaxModelLen }}, {"max-num-batched-tokens", func() { m.MaxNumBatchedTokens = r.MaxNumBatchedTokens }},
+		{"max-num-seqs", func() { m.MaxNumSeqs = r.MaxNumSeqs }},
 	} {
 		if fs.Changed(c.flag) || (c.flag == "mode" && m.Mode == "") {
 			c.set()

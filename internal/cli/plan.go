@@ -31,7 +31,7 @@ type planFlags struct {
 	latencyTargetMS                                   float64
 	fp32GradAccum                                     bool
 	engine, memoryHeadroom, scenario                  string
-	maxModelLen, maxNumBatchedTokens                  int
+	maxModelLen, maxNumBatchedTokens, maxNumSeqs      int
 	tpotTargetMS, ttftTargetMS                        float64
 	// Facility check (plan only).
 	rackPower, rackCooling string
@@ -67,6 +67,7 @@ func (p *planFlags) bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&p.ttftTargetMS, "ttft-target-ms", 0, "time to first token the plan must meet (server scenario)")
 	fs.StringVar(&p.engine, "engine", "vllm", "serving engine whose memory rules size the plan: vllm, trtllm or sglang, optionally @ and a release (vllm@0.6; bare: the newest profile)")
 	fs.IntVar(&p.maxModelLen, "max-model-len", 0, "the engine's longest sequence (default: the model's max_position_embeddings); the KV cache must hold one, and engines without chunked prefill size their activations on it")
+	fs.IntVar(&p.maxNumSeqs, "max-num-seqs", 0, "the engine's max_num_seqs: the most sequences at once, and vLLM's sampler warm-up (default: the engine's)")
 	fs.IntVar(&p.maxNumBatchedTokens, "max-num-batched-tokens", 0, "tokens of one forward pass: vLLM's max_num_batched_tokens, TensorRT-LLM's max_num_tokens, SGLang's chunked_prefill_size (default: the engine's)")
 	fs.StringVar(&p.memoryHeadroom, "memory-headroom", "", "share of each GPU's memory the engine leaves free, such as 10% or 0.15 (default: the engine's own cap)")
 }
@@ -115,7 +116,7 @@ func (p *planFlags) spec() planner.Spec {
 		Tokens: p.tokens, Optimizer: p.optimizer, FP32GradAccum: p.fp32GradAccum, ZeRO: n(p.zero), Recompute: p.recompute,
 		TP: n(p.tp), PP: n(p.pp), DP: n(p.dp), CP: n(p.cp), EP: n(p.ep),
 		RackPower: p.rackPower, RackCooling: p.rackCooling, RackUnits: n(p.rackUnits),
-		MaxModelLen: n(p.maxModelLen), MaxNumBatchedTokens: n(p.maxNumBatchedTokens)}
+		MaxModelLen: n(p.maxModelLen), MaxNumBatchedTokens: n(p.maxNumBatchedTokens), MaxNumSeqs: n(p.maxNumSeqs)}
 	return s
 }
 

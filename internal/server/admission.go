@@ -155,6 +155,9 @@ func (s *Server) admit(ctx context.Context, team string, r api.SubmitRequest) (a
 	if err != nil {
 		return admission{}, err
 	}
+	// Admission promises what the engine will surely give: the low end of
+	// its profile's KV cache.
+	req.KVLowEnd = true
 	need := r.Resources
 	if need.Isolation == "" {
 		need.Isolation = s.cfg.DefaultIsolation[r.Priority]
