@@ -19,9 +19,9 @@ import (
 // logRow is one row of engine_logs.csv.
 type logRow struct {
 	id, engine, version, mode, model, dtype, quant, kvDtype, gpu, split, notes string
-	count, tp, maxModelLen, maxSeqs, maxBatched, blockSize                    int
-	util, weightsGiB, kvGiB, totalGiB                                         float64
-	kvTokens, blocks                                                          float64
+	count, tp, maxModelLen, maxSeqs, maxBatched, blockSize                     int
+	util, weightsGiB, kvGiB, totalGiB                                          float64
+	kvTokens, blocks                                                           float64
 }
 
 func readEngineLogs(t *testing.T) []logRow {
@@ -266,7 +266,6 @@ func fmtMeasure(v float64, unit string) string {
 	}
 	return fmt.Sprintf("%.0f", v)
 }
-
 
 // profileBands are the KV errors of each profile's dev rows: the engine
 // logs' and published.csv's kv-capacity rows (those with a KV connector
