@@ -442,15 +442,15 @@ type Pending struct {
 // stop the fleet will see, and why each queued job waits. Callers apply
 // it with Apply, or translate it to their own records one for one.
 type Output struct {
-	Starts  []Start   // jobs to start now, in decision order
-	Stops   []Stop    // running jobs to stop, in decision order
+	Starts []Start // jobs to start now, in decision order
+	Stops  []Stop  // running jobs to stop, in decision order
 	// PowerAlerts are the racks over their budget for
 	// Config.OverBudgetAfter that the stop policy (Config.OverBudget)
 	// could not act on: only production or non-preemptible jobs run
 	// there. The caller reports them (an event); nothing stops.
 	PowerAlerts []PowerAlert `json:",omitempty"`
-	Fails   []Fail    // queued jobs that end without running
-	Pending []Pending // every job still queued, in cluster order
+	Fails       []Fail       // queued jobs that end without running
+	Pending     []Pending    // every job still queued, in cluster order
 	// Recheck is the earliest moment after Input.Now at which time alone,
 	// with no arrival, end or fleet change, may change a decision: a
 	// grace or a time limit ends, a job waiting for a faster model gives
