@@ -172,7 +172,7 @@ func (e *engine) fold(js *jobState) *jobPower {
 		for i, g := range js.gpus {
 			if jp.caps[i] == 0 {
 				md := e.models[e.nodes[g.node].GPUs[g.gpu].Model]
-				jp.caps[i] = power.Charging{PeakMargin: e.cfg.PeakMargin}.Charge(power.GPUReading{Model: md, Held: true, PeakWatts: &jp.peak[i]})
+				jp.caps[i], _ = power.Charging{PeakMargin: e.cfg.PeakMargin}.Cap(power.GPUReading{Model: md, Held: true, PeakWatts: &jp.peak[i]})
 			}
 		}
 	}
@@ -196,6 +196,10 @@ type gpuLoad struct {
 	watts, peak float64
 	held        bool
 	measured    bool
+	// capW is the caps of its jobs (each its share) and capped whether
+	// every job on it has one (Config.PowerCaps).
+	capW   float64
+	capped bool
 }
 
 // loads is each node's GPUs' running work at time t.
@@ -209,7 +213,7 @@ func (e *engine) loads(t float64) [][]gpuLoad {
 			if busy[g.node] == nil {
 				busy[g.node] = make([]gpuLoad, len(e.nodes[g.node].GPUs))
 				for k := range busy[g.node] {
-					busy[g.node][k].measured = true
+					busy[g.node][k].measured, busy[g.node][k].capped = true, true
 				}
 			}
 			l := &busy[g.node][g.gpu]
@@ -217,6 +221,8 @@ func (e *engine) loads(t float64) [][]gpuLoad {
 			l.peak += jp.peak[i] * js.fractions[i]
 			l.held = true
 			l.measured = l.measured && measured
+			l.capW += jp.caps[i] * js.fractions[i]
+			l.capped = l.capped && jp.caps[i] > 0
 		}
 	}
 	return busy
@@ -283,6 +289,9 @@ func (e *engine) readings() []power.RackInput {
 					gr.PeakWatts = &peak
 					if e.cfg.DrawSwing == 0 {
 						gr.Watts = &peak // constant draws: the latest reading is the peak
+					}
+					if l.capped {
+						gr.CapWatts = l.capW // charged its cap, as the leader charges a capped GPU
 					}
 				}
 			}
