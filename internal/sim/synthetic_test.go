@@ -69,6 +69,10 @@ func TestSyntheticTraces(t *testing.T) {
 	}{
 		{"h100-power.csv", 1},         // tuned on
 		{"h100-power-heldout.csv", 2}, // held out: never tuned on
+		// Held out for the enforcement policies (power caps, the stop
+		// policy): never used before 2026-12-07's replays of them.
+		{"h100-power-heldout-3.csv", 3},
+		{"h100-power-heldout-4.csv", 4},
 	} {
 		path := filepath.Join("..", "..", "traces", "synthetic", tc.file)
 		got := syntheticTrace(tc.seed, 3000, 328, 10)
