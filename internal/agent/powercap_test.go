@@ -129,3 +129,48 @@ func TestPowerCapFailureIsReportedOnce(t *testing.T) {
 		t.Error("failures reported twice")
 	}
 }
+
+// TestAgentCapsThroughHeartbeats: the agent reports power-caps=true in
+// its registration's labels on simulated GPUs, sets the caps a heartbeat
+// answer gives, and puts the GPU back at its default when the next answer
+// leaves the cap out; its samples then show the limit.
+func TestAgentCapsThroughHeartbeats(t *testing.T) {
+	be, err := simgpu.New([]simgpu.Spec{{Model: "h100-sxm-80gb", Count: 2}}, simgpu.WithNodeName("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &fakePlane{}
+	a, err := New(Config{Name: "n1", DataDir: t.TempDir(), Backend: "sim", JoinToken: "j"}, be, cp, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := a.discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.caps.start(ctx, a.devices)
+	if l := a.labels(); l["power-caps"] != "true" {
+		t.Errorf("labels %v: want power-caps=true", l)
+	}
+	if err := a.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	uuid := a.devices[1].UUID
+	cp.resp = api.HeartbeatResponse{PowerCaps: []api.PowerCap{{GPU: uuid, Watts: 420}}}
+	if err := a.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := be.Sample(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *s[1].PowerLimitWatts != 420 || *s[0].PowerLimitWatts != 700 {
+		t.Errorf("limits after the cap: %v and %v W, want 700 and 420", *s[0].PowerLimitWatts, *s[1].PowerLimitWatts)
+	}
+	if err := a.beat(ctx); err != nil { // the fake answers nothing now: the cap is withdrawn
+		t.Fatal(err)
+	}
+	if s, _ := be.Sample(ctx); *s[1].PowerLimitWatts != 700 {
+		t.Errorf("limit after the cap was withdrawn: %v W, want the default 700", *s[1].PowerLimitWatts)
+	}
+}

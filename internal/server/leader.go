@@ -711,6 +711,7 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 		return in, nil, err
 	}
 	s.racks.overBudget(in.Racks, now)
+	s.metrics.setRacksOver(in.Racks)
 	s.metrics.setRacks(gauges)
 	s.acct.setNodePUE(pue)
 	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)

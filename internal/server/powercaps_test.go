@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,11 @@ func TestOverBudgetStopInTheLeaderCycle(t *testing.T) {
 		t.Fatalf("stops %+v after 16 s over: want none before 20 s", hb.Stop)
 	}
 	hb := step(20 * time.Second)
+	rec := httptest.NewRecorder()
+	f.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `gpufleet_rack_over_budget_seconds{rack="r1"} 2`) {
+		t.Errorf("/metrics lacks r1's 20-odd seconds over budget:\n%s", grepLines(rec.Body.String(), "over_budget"))
+	}
 	if len(hb.Stop) != 1 || hb.Stop[0].AttemptID != runs[1].AttemptID || hb.Stop[0].ReasonCode != string(gpufleet.StopRackPower) ||
 		!strings.Contains(hb.Stop[0].Reason, "rack r1") || !strings.Contains(hb.Stop[0].Reason, "6.1kW budget") {
 		t.Fatalf("stops %+v: want the second job (%s) stopped with rack_power naming r1 and its budget", hb.Stop, second.ID)
@@ -183,4 +189,15 @@ func TestOverBudgetStopInTheLeaderCycle(t *testing.T) {
 	if j := f.job(first.ID); j.State != gpufleet.JobRunning {
 		t.Errorf("first job %s: want it running", j.State)
 	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(out, "\n")
 }
