@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -225,7 +226,7 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	default:
 		return usageErr("--power-caps %q: expected on or off", f.powerCaps)
 	}
-	if cfg.OverBudget, err = scheduler.ParseOverBudgetPolicy(f.overBudget); err != nil {
+	if cfg.OverBudget, err = scheduler.ParseOverBudgetPolicy(cmp.Or(f.overBudget, scheduler.OverBudgetAlert.String())); err != nil {
 		return usageErr("--over-budget: %v", err)
 	}
 	if f.overBudgetAfter < 0 {
