@@ -333,6 +333,12 @@ const RuntimeContainer = "container"
 // process, podman or docker.
 const RuntimeLabel = "runtime"
 
+// PowerCapsLabel is the node label that says whether its agent can set
+// its GPUs' power limits (NVML, as root, on a board that allows it):
+// "true" or "false". The server charges a capped GPU its cap only where
+// it is "true" (docs/POWER.md).
+const PowerCapsLabel = "power-caps"
+
 // RunsContainers reports whether a node with these labels runs jobs with
 // an image: its agent's runtime is podman or docker.
 func RunsContainers(labels map[string]string) bool {

@@ -23,12 +23,18 @@ const (
 	StopTimeLimit           StopCode = "time_limit"           // the run reached the job's time limit; the job ends
 	StopCancelled           StopCode = "cancelled"            // the job was cancelled; it ends
 	StopInvalidRequest      StopCode = "invalid_request"      // the stored request is invalid; the job ends
+	// StopRackPower stops a run because its rack's projected draw has
+	// stayed over the rack's power budget longer than the operator allows
+	// (gpufleet serve --over-budget stop); requeues. It is no preemption:
+	// it is for the rack's sake, not another job's, and it counts against
+	// no preemption bound, since a bound must not keep a rack over.
+	StopRackPower StopCode = "rack_power"
 )
 
 // stopCodes is every code with whether it requeues.
 var stopCodes = map[StopCode]bool{
 	StopPreemptedPriority: true, StopPreemptedReclaim: true, StopPreemptedStarvation: true,
-	StopDrain: true, StopNodeLost: true,
+	StopDrain: true, StopNodeLost: true, StopRackPower: true,
 	StopTimeLimit: false, StopCancelled: false, StopInvalidRequest: false,
 }
 

@@ -18,6 +18,7 @@ func TestStopCode(t *testing.T) {
 		{StopTimeLimit, true, false, false},
 		{StopCancelled, true, false, false},
 		{StopInvalidRequest, true, false, false},
+		{StopRackPower, true, true, false},
 		{"preempted_by_magic", false, false, false}, // a prefix alone means nothing
 		{"", false, false, false},
 	} {
@@ -38,7 +39,7 @@ func TestStopCode(t *testing.T) {
 			t.Errorf("ParseStopCode(%q): %v does not wrap ErrInvalid", tc.code, err)
 		}
 	}
-	if n := len(StopCodes()); n != 8 {
-		t.Errorf("StopCodes() has %d codes, want 8", n)
+	if n := len(StopCodes()); n != 9 {
+		t.Errorf("StopCodes() has %d codes, want 9", n)
 	}
 }

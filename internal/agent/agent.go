@@ -162,6 +162,7 @@ type Agent struct {
 	now    func() time.Time
 	runner *Runner
 	rng    *rand.Rand
+	caps   *powerCaps
 
 	mu         sync.Mutex
 	cred       credential
@@ -240,6 +241,7 @@ func New(cfg Config, be gpu.Backend, cp ControlPlane, log *slog.Logger) (*Agent,
 	if f, ok := be.(faultInjector); ok {
 		a.faults = f
 	}
+	a.caps = newPowerCaps(be, filepath.Join(cfg.DataDir, "power-caps.json"), log)
 	a.loadUpdates()
 	var ld loader
 	if l, ok := be.(loader); ok {
@@ -260,6 +262,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.discover(ctx); err != nil {
 		return err
 	}
+	a.mu.Lock()
+	devs := slices.Clone(a.devices)
+	a.mu.Unlock()
+	a.caps.start(ctx, devs)
 	if err := a.runner.Load(); err != nil {
 		return err
 	}
@@ -516,6 +522,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	req.Validations = finished(a.validations)
 	req.Bench = finished(a.benches)
 	req.Updates = a.updateResults(a.updateAsked)
+	req.PowerCapFailures = a.caps.takeFailures()
 	inv := a.sendInventory
 	if inv {
 		req.GPUs = slices.Clone(a.inventory)
@@ -528,6 +535,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	defer cancel()
 	resp, err := a.cp.Heartbeat(cctx, cred, req)
 	if err != nil {
+		a.caps.giveBack(req.PowerCapFailures)
 		return err
 	}
 	a.runner.Delivered(req.Attempts)
@@ -676,7 +684,9 @@ func (a *Agent) apply(ctx context.Context, resp api.HeartbeatResponse) {
 	}
 	a.mu.Lock()
 	a.updateAsked = asked
+	devs := slices.Clone(a.devices)
 	a.mu.Unlock()
+	a.caps.apply(ctx, resp.PowerCaps, devs)
 }
 
 // faultKinds maps the API's fault kinds to the simulator's.
@@ -926,6 +936,7 @@ func (a *Agent) labels() map[string]string {
 		l["power_budget_watts"] = strconv.FormatFloat(budget, 'f', 0, 64)
 	}
 	l[gpufleet.RuntimeLabel] = string(cmp.Or(a.cfg.Runtime, RuntimeProcess))
+	l[gpufleet.PowerCapsLabel] = strconv.FormatBool(a.caps.can())
 	l[gpufleet.JobIsolationLabel] = a.cfg.Isolation.Level()
 	if m := hostMemory(); m > 0 {
 		l[gpufleet.HostMemoryLabel] = strconv.FormatInt(m, 10)

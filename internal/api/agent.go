@@ -188,6 +188,9 @@ type HeartbeatRequest struct {
 	// Bench are the results of bench orders, resent while the server
 	// still orders them.
 	Bench []BenchReport `json:"bench,omitempty"`
+	// PowerCapFailures are the power caps (HeartbeatResponse.PowerCaps)
+	// the agent failed to set or to lift since the last heartbeat.
+	PowerCapFailures []PowerCapFailure `json:"power_cap_failures,omitempty"`
 }
 
 // UpdateOrder asks the agent to move its node to a stack (a rollout,
@@ -291,6 +294,26 @@ type HeartbeatResponse struct {
 	// first answer: it starts nothing until it knows it.
 	HeartbeatS  float64 `json:"heartbeat_s,omitempty"`
 	FenceAfterS float64 `json:"fence_after_s,omitempty"`
+	// PowerCaps are the power limits the server wants on the node's GPUs
+	// now (gpufleet serve --power-caps on): one per GPU a measured job
+	// holds, its charge in its rack's projected draw. The list is whole
+	// each time: a GPU the agent capped that is not in it goes back to its
+	// default limit (the job left, or caps are off). docs/POWER.md.
+	PowerCaps []PowerCap `json:"power_caps,omitempty"`
+}
+
+// PowerCap is the power limit one GPU should run at, in watts; the agent
+// sets it within the GPU's constraints.
+type PowerCap struct {
+	GPU   string  `json:"gpu"` // GPU UUID
+	Watts float64 `json:"watts"`
+}
+
+// PowerCapFailure is a power cap the agent could not set, reported once.
+type PowerCapFailure struct {
+	GPU    string  `json:"gpu"`
+	Watts  float64 `json:"watts"`
+	Detail string  `json:"detail"`
 }
 
 // AgentService is what the agent endpoints need.
@@ -455,6 +478,20 @@ func (r *HeartbeatRequest) Validate() error {
 	}
 	if err := gpufleet.CheckText("metrics_url", r.MetricsURL, maxURLLen, false); err != nil {
 		return err
+	}
+	if len(r.PowerCapFailures) > maxSamples {
+		return fmt.Errorf("%w: power_cap_failures: %d, at most %d", gpufleet.ErrInvalid, len(r.PowerCapFailures), maxSamples)
+	}
+	for i, f := range r.PowerCapFailures {
+		if err := gpufleet.CheckText(fmt.Sprintf("power_cap_failures[%d].gpu", i), f.GPU, maxIDLen, false); err != nil {
+			return err
+		}
+		if err := gpufleet.CheckText(fmt.Sprintf("power_cap_failures[%d].detail", i), f.Detail, maxDetailLen, true); err != nil {
+			return err
+		}
+		if !(f.Watts >= 0 && f.Watts < 1e7) {
+			return fmt.Errorf("%w: power_cap_failures[%d].watts: %v", gpufleet.ErrInvalid, i, f.Watts)
+		}
 	}
 	if len(r.FaultAcks) > maxAcks || len(r.Validations) > maxAcks || len(r.MissingGPUs) > maxSamples {
 		return fmt.Errorf("%w: fault_acks, validations or missing_gpus: too many entries", gpufleet.ErrInvalid)

@@ -136,7 +136,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TeamUsage": TeamUsage{}, "EnergyRow": EnergyRow{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},
 		"HeartbeatRequest": HeartbeatRequest{}, "HeartbeatResponse": HeartbeatResponse{}, "GPUSample": GPUSample{},
 		"AttemptReport": AttemptReport{}, "Assignment": Assignment{}, "StopOrder": StopOrder{}, "Error": ErrorBody{},
-		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "LogChunkResponse": LogChunkResponse{},
+		"FaultRequest": FaultRequest{}, "FaultOrder": FaultOrder{}, "PowerCap": PowerCap{}, "PowerCapFailure": PowerCapFailure{}, "LogChunkResponse": LogChunkResponse{},
 		"GPULive": gpufleet.GPULive{}, "GPURollup": GPURollup{}, "RollupList": RollupList{}, "ModelUsage": ModelUsage{},
 		"GPUEvidence": GPUEvidence{}, "ValidationOrder": ValidationOrder{}, "ValidationResult": ValidationResult{},
 		"Stack": gpufleet.Stack{}, "StackList": StackList{}, "StackValidation": gpufleet.StackValidation{}, "StackValidateRequest": StackValidateRequest{},

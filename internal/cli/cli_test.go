@@ -347,6 +347,25 @@ func TestServerEnergyFlagsNameTheField(t *testing.T) {
 	}
 }
 
+// TestPowerEnforcementFlagsAreChecked: serve's and sim's --power-caps,
+// --over-budget and --over-budget-after refuse what they do not take,
+// naming the flag, before anything runs.
+func TestPowerEnforcementFlagsAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--power-caps", "maybe"}, "--power-caps"},
+		{[]string{"server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--over-budget", "kill"}, "--over-budget"},
+		{[]string{"server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--over-budget-after", "-1s"}, "--over-budget-after"},
+		{[]string{"sim", "--trace", "x.csv", "--format", "csv", "--cluster", "c.yaml", "--over-budget", "kill"}, "--over-budget"},
+	} {
+		if _, errOut, code := run(t, tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
 func TestPlanFacilityCheck(t *testing.T) {
 	out, errOut, code := run(t, "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "16", "--rack-power", "17.3kW", "--rack-units", "42")
 	if code != 0 {

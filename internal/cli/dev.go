@@ -207,7 +207,8 @@ func runDevWith(ctx context.Context, e *env, f devFlags, serve serveFunc) error 
 		rollupRetention: d.RollupRetention, credentialTTL: d.CredentialTTL,
 		quarantineFraction: d.Health.QuarantineMaxFraction, throttleSustain: 10 * time.Second,
 		eccCorrected: d.Health.ECCCorrectedGrowth, eccWindow: d.Health.ECCCorrectedWindow,
-		pue: d.PUE, gridIntensity: d.Intensity.Constant}
+		pue: d.PUE, gridIntensity: d.Intensity.Constant,
+		powerCaps: "off", overBudget: d.OverBudget.String(), overBudgetAfter: d.OverBudgetAfter}
 	if os.Geteuid() != 0 {
 		// Not root, the agents cannot keep jobs apart (a uid per team,
 		// namespaces, device cgroups): every node reports job-isolation soft,

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,10 @@ type serverFlags struct {
 	gridIntensityFile  string
 	// peakMargin is Config.PowerPeakMargin.
 	peakMargin float64
+	// powerCaps (on|off), overBudget (alert|stop) and overBudgetAfter are
+	// Config.PowerCaps, OverBudget and OverBudgetAfter.
+	powerCaps, overBudget string
+	overBudgetAfter       time.Duration
 	// seed, when set (gpufleet dev --seed-history), fills the store before
 	// the server starts.
 	seed func(ctx context.Context, st store.Store) error
@@ -88,6 +93,9 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
 	durationFlag(fs, &f.eccWindow, "ecc-corrected-window", d.Health.ECCCorrectedWindow, "window of --ecc-corrected-growth")
 	fs.Float64Var(&f.peakMargin, "power-peak-margin", d.PowerPeakMargin, "charge a measured GPU a job holds its peak reading times 1 + this in its rack's draw (negative: always its power limit; docs/POWER.md)")
+	fs.StringVar(&f.powerCaps, "power-caps", "off", "on: tell agents to cap each GPU a measured job holds at its charge (NVML power limit, where the node allows it) and charge a capped GPU its cap; off: no caps (docs/POWER.md)")
+	fs.StringVar(&f.overBudget, "over-budget", d.OverBudget.String(), "what a rack whose projected draw stays over its budget gets: alert (projection, metrics and events only) or stop (its most recently started preemptible job, with its grace)")
+	durationFlag(fs, &f.overBudgetAfter, "over-budget-after", d.OverBudgetAfter, "how long a rack's projected draw must stay over its budget before --over-budget stop acts")
 	fs.Float64Var(&f.pue, "pue", d.PUE, "facility PUE for racks that set none (default: Uptime Institute 2023 global average)")
 	fs.Float64Var(&f.gridIntensity, "grid-intensity", d.Intensity.Constant, "grid carbon intensity, g CO2e per kWh (default: Ember 2024 world average for 2023)")
 	fs.StringVar(&f.gridIntensityFile, "grid-intensity-file", "", "hourly grid intensity, CSV with columns hour (RFC 3339) and g_co2e_per_kwh; --grid-intensity fills the hours it lacks")
@@ -210,6 +218,21 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 		return usageErr("--power-peak-margin %g: expected at most 10", f.peakMargin)
 	}
 	cfg.PowerPeakMargin = f.peakMargin
+	switch f.powerCaps {
+	case "on":
+		cfg.PowerCaps = true
+	case "off", "":
+		cfg.PowerCaps = false
+	default:
+		return usageErr("--power-caps %q: expected on or off", f.powerCaps)
+	}
+	if cfg.OverBudget, err = scheduler.ParseOverBudgetPolicy(cmp.Or(f.overBudget, scheduler.OverBudgetAlert.String())); err != nil {
+		return usageErr("--over-budget: %v", err)
+	}
+	if f.overBudgetAfter < 0 {
+		return usageErr("--over-budget-after %s: expected a duration of 0 or more", f.overBudgetAfter)
+	}
+	cfg.OverBudgetAfter = f.overBudgetAfter
 	spare, err := parseKV(f.spare)
 	if err != nil {
 		return fmt.Errorf("%w: --spare %s", gpufleet.ErrInvalid, detail(err))

@@ -30,6 +30,7 @@ type simFlags struct {
 	rackBudget, drawNoise                       float64
 	rackReserve, peakMargin, drawSwing          float64
 	powerCaps                                   bool
+	overBudget, overBudgetAfter                 string
 	telemetryLag                                string
 	seed                                        uint64
 	skipBad, keepInvalid                        bool
@@ -138,6 +139,8 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.Float64Var(&sf.peakMargin, "peak-margin", power.DefaultPeakMargin, "charge a running job's measured GPUs their draw times 1 + this (negative: always their TDP)")
 	fs.Float64Var(&sf.drawSwing, "draw-swing", 0, "move each busy GPU's draw every telemetry period by up to this share, up or down (0 = constant per job)")
 	fs.BoolVar(&sf.powerCaps, "power-caps", false, "model power limits: a measured GPU's draw is clipped to the charge it was measured at (NVML power management limit)")
+	fs.StringVar(&sf.overBudget, "over-budget", "alert", "what a rack over its power budget gets where caps do not hold it: alert (the report only) or stop (its most recently started preemptible job, as gpufleet serve --over-budget stop)")
+	fs.StringVar(&sf.overBudgetAfter, "over-budget-after", "2m", "with --over-budget stop: how long a rack's projected draw must stay over its budget before a stop")
 	fs.StringVar(&sf.telemetryLag, "telemetry-lag", "", "how late the scheduler sees a job's draw; its GPUs count their TDP until then, e.g. 2m (default 60s; 0 for none)")
 	fs.Uint64Var(&sf.seed, "seed", 1, "seed of every random draw, and of the node order that breaks placement ties")
 	fs.Float64Var(&sf.timeScale, "time-scale", 1, "divide arrival times by this (2 = arrivals twice as fast)")
@@ -242,6 +245,14 @@ func runSim(e *env, sf *simFlags) error {
 		off(&policy)
 		policy.Name += "-" + a
 	}
+	if policy.OverBudget, err = scheduler.ParseOverBudgetPolicy(sf.overBudget); err != nil {
+		return usageErr("--over-budget: %v", err)
+	}
+	after, err := parseSimDuration("over-budget-after", sf.overBudgetAfter)
+	if err != nil {
+		return err
+	}
+	policy.OverBudgetAfter = time.Duration(after * float64(time.Second))
 	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
 	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
 		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise, RackReserve: sf.rackReserve, PeakMargin: sf.peakMargin,

@@ -210,3 +210,38 @@ type Backend interface {
 	// Close releases the backend.
 	Close() error
 }
+
+// ErrNoPowerCaps means a GPU's power limit cannot be set here: the
+// driver or board does not support it, or the agent lacks the
+// permission (NVML needs root). It is no failure of the node: the node
+// reports that it cannot cap power, and the server's stop policy holds
+// its racks' budgets instead (docs/POWER.md).
+var ErrNoPowerCaps = errors.New("gpu power limit cannot be set here")
+
+// PowerLimits are the power management limits of one GPU, in watts: the
+// range a limit may be set in, the board's default and the limit in
+// force now.
+type PowerLimits struct {
+	MinWatts     float64 `json:"min_watts"`
+	MaxWatts     float64 `json:"max_watts"`
+	DefaultWatts float64 `json:"default_watts"`
+	// CurrentWatts is the limit in force; 0 when the backend cannot tell.
+	CurrentWatts float64 `json:"current_watts,omitempty"`
+}
+
+// Clamp is watts within [MinWatts, MaxWatts].
+func (l PowerLimits) Clamp(watts float64) float64 {
+	return min(max(watts, l.MinWatts), l.MaxWatts)
+}
+
+// PowerCapper is a backend that can set GPUs' power limits (NVML's power
+// management limit), an optional ability the agent finds once with a
+// type assertion. Both methods return an error wrapping ErrNoPowerCaps
+// where the GPU's limit cannot be set here.
+type PowerCapper interface {
+	// PowerLimits reads the limits of the GPU at index.
+	PowerLimits(ctx context.Context, index int) (PowerLimits, error)
+	// SetPowerLimit sets the GPU's power limit to watts, which must lie
+	// within its PowerLimits (else an error wrapping gpufleet.ErrInvalid).
+	SetPowerLimit(ctx context.Context, index int, watts float64) error
+}

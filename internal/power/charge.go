@@ -48,10 +48,30 @@ func (c Charging) Charge(g GPUReading) float64 {
 		return now
 	}
 	charge := g.Limit()
-	if g.PeakWatts != nil && c.PeakMargin >= 0 {
+	switch {
+	case g.CapWatts > 0:
+		charge = min(charge, g.CapWatts)
+	case g.PeakWatts != nil && c.PeakMargin >= 0:
 		charge = min(charge, *g.PeakWatts*(1+c.PeakMargin))
 	}
 	return max(charge, now, Idle(g.Model))
+}
+
+// Cap is the power cap a held GPU gets once measured under its job, where
+// the node can set one (gpufleet serve --power-caps on): its charge as a
+// measured GPU, its peak with the margin, at most its limit and at least
+// its idle draw, but not raised by what it draws now, so that a cap holds
+// the draw where the rack counted it. A caller fixes the cap once, when
+// the GPU is first measured, and charges it from then on
+// (GPUReading.CapWatts): a cap that followed the peak would rise with the
+// margin each time the job pressed against it. ok is false for a GPU not
+// held or not measured yet, and with a negative PeakMargin (every held GPU
+// is charged its limit, which needs no cap).
+func (c Charging) Cap(g GPUReading) (watts float64, ok bool) {
+	if !g.Held || g.PeakWatts == nil || c.PeakMargin < 0 {
+		return 0, false
+	}
+	return max(min(g.Limit(), *g.PeakWatts*(1+c.PeakMargin)), Idle(g.Model)), true
 }
 
 // PlacementDraw is, per model and class, what a GPU a placement takes

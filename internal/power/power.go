@@ -100,6 +100,10 @@ type GPUReading struct {
 	PeakWatts *float64
 	// LimitWatts is the power limit in force on the GPU; 0: its TDP.
 	LimitWatts float64
+	// CapWatts is the power cap the server gave the GPU under its holder
+	// (Charging.Cap, set on the node through NVML); 0: none. A capped GPU
+	// is charged its cap: it cannot draw more.
+	CapWatts float64
 }
 
 // NodeReading is one node of a rack as a projection sees it.

@@ -100,12 +100,40 @@ func TestCharge(t *testing.T) {
 		{"held, drawing over its charge: the draw", c, GPUReading{Model: h, Held: true, Watts: w(600), PeakWatts: w(300)}, 600},
 		{"held, measured, negative margin: the limit", Charging{PeakMargin: -1}, GPUReading{Model: h, Held: true, Watts: w(400), PeakWatts: w(400)}, 700},
 		{"held, tiny peak: at least idle", c, GPUReading{Model: h, Held: true, Watts: w(10), PeakWatts: w(10)}, 70},
+		{"held, capped: the cap, whatever the peak", c, GPUReading{Model: h, Held: true, Watts: w(480), PeakWatts: w(480), CapWatts: 450}, 480},
+		{"held, capped, drawing under it: the cap", c, GPUReading{Model: h, Held: true, Watts: w(400), PeakWatts: w(445), CapWatts: 450}, 450},
+		{"held, capped above the limit: the limit", c, GPUReading{Model: h, Held: true, CapWatts: 800}, 700},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.c.Charge(tc.g); math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("Charge = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestCap(t *testing.T) {
+	h := gpu(t, "h100-sxm-80gb")
+	w := func(v float64) *float64 { return &v }
+	c := Charging{PeakMargin: 0.1}
+	for name, tc := range map[string]struct {
+		c      Charging
+		g      GPUReading
+		want   float64
+		wantOK bool
+	}{
+		"free: none":                           {c, GPUReading{Model: h, Watts: w(90), PeakWatts: w(90)}, 0, false},
+		"held, not measured: none":             {c, GPUReading{Model: h, Held: true, Watts: w(400)}, 0, false},
+		"measured: peak + margin":              {c, GPUReading{Model: h, Held: true, Watts: w(600), PeakWatts: w(450)}, 495, true},
+		"measured near the limit: the limit":   {c, GPUReading{Model: h, Held: true, PeakWatts: w(690)}, 700, true},
+		"tiny peak: at least idle":             {c, GPUReading{Model: h, Held: true, PeakWatts: w(10)}, 70, true},
+		"negative margin: none (the limit)":    {Charging{PeakMargin: -1}, GPUReading{Model: h, Held: true, PeakWatts: w(400)}, 0, false},
+		"a lower limit in force: at most that": {c, GPUReading{Model: h, Held: true, PeakWatts: w(450), LimitWatts: 480}, 480, true},
+	} {
+		got, ok := tc.c.Cap(tc.g)
+		if ok != tc.wantOK || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: Cap = %v, %v; want %v, %v", name, got, ok, tc.want, tc.wantOK)
+		}
 	}
 }
 

@@ -34,6 +34,10 @@ const (
 	// StopInvalid stops a running job whose request the caller found
 	// invalid (Job.Invalid); it ends.
 	StopInvalid = gpufleet.StopInvalidRequest
+	// StopRackPower stops the most recently started preemptible job of a
+	// rack over its power budget for Config.OverBudgetAfter, with
+	// Config.OverBudget = OverBudgetStop. The job requeues.
+	StopRackPower = gpufleet.StopRackPower
 )
 
 // FailInvalid is the reason code of a Fail: a request the scheduler cannot
@@ -209,6 +213,14 @@ func (c Config) Validate() error {
 	}
 	if c.ReasonDepth < 0 {
 		return fmt.Errorf("reason depth %d is negative", c.ReasonDepth)
+	}
+	switch c.OverBudget {
+	case "", OverBudgetAlert, OverBudgetStop:
+	default:
+		return fmt.Errorf("over-budget policy %q: want %s or %s", c.OverBudget, OverBudgetAlert, OverBudgetStop)
+	}
+	if c.OverBudgetAfter < 0 {
+		return fmt.Errorf("over-budget after %s is negative", c.OverBudgetAfter)
 	}
 	if c.ArrivalWindow < 0 {
 		return fmt.Errorf("arrival window %s is negative", c.ArrivalWindow)

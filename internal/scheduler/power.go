@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -33,6 +34,11 @@ type Rack struct {
 	// idle rack over its budget is told so in its reason: it cannot start
 	// there until the budget changes.
 	IdleWatts gpufleet.Watts `json:"idle_watts,omitempty"`
+	// OverBudgetFor is how long the rack's projected draw has stayed over
+	// its budget, as the caller kept it (the server's leader since it
+	// first saw the rack over, the simulator likewise); 0 when it is not
+	// over. Config.OverBudget reads it.
+	OverBudgetFor time.Duration `json:"over_budget_for,omitempty"`
 }
 
 // GPUDraw is what one GPU adds to its rack's draw when a job runs on it,

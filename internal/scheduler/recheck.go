@@ -65,6 +65,9 @@ func (s *sched) recheck(pending []*pjob) time.Time {
 	if t := s.lasRecheck(pending); !t.IsZero() {
 		at(t.UnixNano()) // a running job's service reaches a LAS threshold
 	}
+	if t := overBudgetRecheck(s.cfg, s.in.Racks, s.now); !t.IsZero() {
+		at(t.UnixNano()) // a rack has been over its budget long enough for a stop
+	}
 	if next == math.MaxInt64 {
 		return time.Time{}
 	}

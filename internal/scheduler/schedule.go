@@ -346,6 +346,8 @@ func (s *sched) buildRunning() {
 		jobs[i] = &s.in.Jobs[k.i]
 	}
 	s.state = s.stateIndex()
+	powerStops, alerts := rackPowerStops(s.cfg, s.in.Racks, s.in.Nodes, jobs)
+	s.out.PowerAlerts = alerts
 	// One allocation each for the running jobs, their grants and allocs.
 	runs, grants := make([]rjob, len(jobs)), make([]grant, len(jobs))
 	n := 0
@@ -409,6 +411,11 @@ func (s *sched) buildRunning() {
 				grace = 0 // the agent has fenced the run: nothing to wait for
 			}
 			s.out.Stops = append(s.out.Stops, Stop{Job: j.ID, Code: code, Reason: text, Grace: grace})
+			end = s.now.Add(grace)
+			r.stopping = true
+		} else if text := powerStops[j.ID]; text != "" {
+			grace := s.graceOf(j)
+			s.out.Stops = append(s.out.Stops, Stop{Job: j.ID, Code: StopRackPower, Reason: text, Grace: grace})
 			end = s.now.Add(grace)
 			r.stopping = true
 		}

@@ -340,6 +340,15 @@ type Config struct {
 	// server's heartbeat grace + fence + margin); 0 loses them as soon as
 	// the node is silent, as the simulator's failures are.
 	LostAfter time.Duration `json:",omitempty"`
+	// OverBudget is what the cycle does about a rack whose projected draw
+	// is over its budget (Rack.OverBudgetFor): OverBudgetAlert (or empty)
+	// only reports it; OverBudgetStop, once the rack has been over for
+	// OverBudgetAfter, stops the most recently started preemptible job
+	// there (StopRackPower), one per rack per cycle (docs/POWER.md).
+	OverBudget OverBudgetPolicy `json:",omitempty"`
+	// OverBudgetAfter is how long a rack must stay over its budget before
+	// OverBudgetStop acts; 0 acts at once.
+	OverBudgetAfter time.Duration `json:",omitempty"`
 	// MaxPreemptionsPerJob and MaxPreemptionsPerDay bound how often one job
 	// is stopped by preemption (priority, reclaim, starvation, LAS), in its
 	// whole life and within any PreemptionWindow (24 h): a running job
@@ -433,10 +442,15 @@ type Pending struct {
 // stop the fleet will see, and why each queued job waits. Callers apply
 // it with Apply, or translate it to their own records one for one.
 type Output struct {
-	Starts  []Start   // jobs to start now, in decision order
-	Stops   []Stop    // running jobs to stop, in decision order
-	Fails   []Fail    // queued jobs that end without running
-	Pending []Pending // every job still queued, in cluster order
+	Starts []Start // jobs to start now, in decision order
+	Stops  []Stop  // running jobs to stop, in decision order
+	// PowerAlerts are the racks over their budget for
+	// Config.OverBudgetAfter that the stop policy (Config.OverBudget)
+	// could not act on: only production or non-preemptible jobs run
+	// there. The caller reports them (an event); nothing stops.
+	PowerAlerts []PowerAlert `json:",omitempty"`
+	Fails       []Fail       // queued jobs that end without running
+	Pending     []Pending    // every job still queued, in cluster order
 	// Recheck is the earliest moment after Input.Now at which time alone,
 	// with no arrival, end or fleet change, may change a decision: a
 	// grace or a time limit ends, a job waiting for a faster model gives

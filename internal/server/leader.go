@@ -465,6 +465,14 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	for _, f := range out.Fails {
 		d.Fails = append(d.Fails, store.Fail{JobID: f.Job, Reason: f.Reason, ReasonCode: f.Code})
 	}
+	for _, a := range s.racks.newAlerts(out.PowerAlerts) {
+		// The stop policy could not act (only production or
+		// non-preemptible work there): the operator hears of it once per
+		// time over.
+		d.Events = append(d.Events, gpufleet.Event{Actor: "scheduler", Kind: "rack.over_budget", Object: a.Rack, Detail: a.Reason})
+		s.log.Warn("rack over its power budget and nothing may be stopped", "rack", a.Rack, "draw_watts", float64(a.DrawWatts),
+			"budget_watts", float64(a.BudgetWatts), "over_for", a.OverFor)
+	}
 	for _, p := range out.Pending {
 		j := byID[p.Job]
 		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
@@ -702,6 +710,8 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 	if err != nil {
 		return in, nil, err
 	}
+	s.racks.overBudget(in.Racks, now)
+	s.metrics.setRacksOver(in.Racks)
 	s.metrics.setRacks(gauges)
 	s.acct.setNodePUE(pue)
 	usage := s.decayUsage(jobs, now, in.Config.UsageHalfLife)
@@ -729,6 +739,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 	// fenced its attempts: the scheduler declares them lost, and the jobs
 	// requeue. At most one attempt of a job ever runs.
 	cfg.LostAfter = s.cfg.HeartbeatGrace + s.cfg.FenceAfter + s.cfg.LostMargin
+	cfg.OverBudget, cfg.OverBudgetAfter = s.cfg.OverBudget, s.cfg.OverBudgetAfter
 	in := scheduler.Input{Now: now, Config: cfg, Models: map[string]catalog.GPU{}, Classes: map[string][]string{}}
 	for _, n := range nodes {
 		v := s.view(n, now)

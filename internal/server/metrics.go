@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/rollout"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/stack"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -29,6 +30,9 @@ type metrics struct {
 	// rack is each rack's power: budget, production reserve, rated and
 	// projected draw (the leader's, as the scheduler saw it), by kind.
 	rack *prometheus.GaugeVec
+	// rackOver is how long each rack's projected draw has been over its
+	// budget (the stop policy's clock), for alert rules.
+	rackOver *prometheus.GaugeVec
 	// requests is the API's request latency by route, method and code;
 	// jobs the active jobs by state; allocated the GPUs held by running
 	// attempts, by model; ended the attempts that ended, by state and
@@ -93,8 +97,12 @@ func newMetrics() *metrics {
 			Name: "gpufleet_rack_power_watts",
 			Help: "Racks' power by kind: budget, production_reserve, rated (GPUs at TDP and host overheads) and projected (measured draw, expected draw of running work, idle and hosts), as the leader's last cycle saw it.",
 		}, []string{"rack", "kind"}),
+		rackOver: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpufleet_rack_over_budget_seconds",
+			Help: "How long each rack with a budget has had its projected draw over it, as the leader's last cycle saw it (0: under); --over-budget stop acts past --over-budget-after.",
+		}, []string{"rack"}),
 	}
-	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.audit, m.auditAt, m.oldestWait, m.nodes, m.requests, m.jobs, m.allocated, m.ended,
+	m.reg.MustRegister(m.queue, m.cycle, m.decisions, m.submitted, m.rack, m.rackOver, m.audit, m.auditAt, m.oldestWait, m.nodes, m.requests, m.jobs, m.allocated, m.ended,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -142,6 +150,14 @@ func (m *metrics) setRacks(racks []rackPower) {
 		for kind, v := range map[string]gpufleet.Watts{"budget": r.budget, "production_reserve": r.reserve, "rated": r.rated, "projected": r.projected} {
 			m.rack.WithLabelValues(r.name, kind).Set(float64(v))
 		}
+	}
+}
+
+// setRacksOver replaces the racks' over-budget times.
+func (m *metrics) setRacksOver(racks []scheduler.Rack) {
+	m.rackOver.Reset()
+	for _, r := range racks {
+		m.rackOver.WithLabelValues(r.Name).Set(r.OverBudgetFor.Seconds())
 	}
 }
 

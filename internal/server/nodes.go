@@ -389,7 +389,11 @@ func (s *Server) Heartbeat(ctx context.Context, p api.Principal, r api.Heartbeat
 	if err := s.updated(ctx, p.Node, r.Updates, now); err != nil {
 		return api.HeartbeatResponse{}, err
 	}
+	if err := s.storePowerCapFailures(ctx, p.Node, r.PowerCapFailures); err != nil {
+		return api.HeartbeatResponse{}, err
+	}
 	resp := s.ordersFor(p.Node, ln, r.Attempts)
+	resp.PowerCaps = s.powerCaps(r.Samples)
 	resp.Update = s.updateOrders(p.Node)
 	resp.Faults = s.relayFaults(p.Node, r.FaultAcks)
 	resp.FullEvidence = s.health.wantsEvidence(p.Node, r)

@@ -42,6 +42,76 @@ type racks struct {
 	// mu serialises changes: what a change checks holds until it is
 	// written.
 	mu sync.Mutex
+
+	// over is the leader's memory of racks over their budget, under its
+	// own lock.
+	overMu sync.Mutex
+	over   overMemory
+}
+
+// overMemory is what the leader remembers of racks over their budget
+// between cycles: since when each rack's projected draw has been over
+// (the stop policy reads how long, scheduler.Rack.OverBudgetFor), which
+// of them it has alerted about this time over, and when it last looked.
+type overMemory struct {
+	since   map[string]time.Time
+	alerted map[string]bool
+	last    time.Time
+}
+
+// overBudgetGap is how long the leader may go without a cycle before its
+// memory of racks over budget is forgotten: a replica that leads again
+// after a while does not trust what it saw then.
+const overBudgetGap = time.Minute
+
+// overBudget sets each rack's OverBudgetFor from the leader's memory:
+// the time since the first cycle that saw its projected draw over its
+// budget, 0 while under (and then it is forgotten).
+func (k *racks) overBudget(rs []scheduler.Rack, now time.Time) {
+	k.overMu.Lock()
+	defer k.overMu.Unlock()
+	m := &k.over
+	if m.since == nil || now.Sub(m.last) > overBudgetGap {
+		m.since, m.alerted = map[string]time.Time{}, map[string]bool{}
+	}
+	m.last = now
+	over := map[string]bool{}
+	for i := range rs {
+		r := &rs[i]
+		if r.BudgetWatts <= 0 || r.DrawWatts <= r.BudgetWatts {
+			continue
+		}
+		over[r.Name] = true
+		since, ok := m.since[r.Name]
+		if !ok || since.After(now) {
+			since = now
+			m.since[r.Name] = since
+		}
+		r.OverBudgetFor = now.Sub(since)
+	}
+	for name := range m.since {
+		if !over[name] {
+			delete(m.since, name)
+			delete(m.alerted, name)
+		}
+	}
+}
+
+// newAlerts is the alerts the leader has not raised yet this time over.
+func (k *racks) newAlerts(alerts []scheduler.PowerAlert) []scheduler.PowerAlert {
+	k.overMu.Lock()
+	defer k.overMu.Unlock()
+	var out []scheduler.PowerAlert
+	for _, a := range alerts {
+		if k.over.alerted == nil {
+			k.over.alerted = map[string]bool{}
+		}
+		if !k.over.alerted[a.Rack] {
+			k.over.alerted[a.Rack] = true
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func newRacks(st rackStore, cat *catalog.Catalog, charging power.Charging, readings func([]gpufleet.Node, map[string]heldGPU) []power.NodeReading) *racks {
@@ -347,6 +417,7 @@ func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []
 		for _, n := range nodes {
 			model := models.node(n)
 			nr := power.NodeReading{HostWatts: float64(power.HostOverhead(model, len(n.GPUs)))}
+			caps := s.capsEnforced(n) // a capped GPU there is charged its cap
 			var samples []api.GPUSample
 			if ln := s.live.nodes[n.Name]; ln != nil {
 				samples = ln.samples
@@ -378,10 +449,16 @@ func (s *Server) nodeReadings(nodes []gpufleet.Node, held map[string]heldGPU) []
 					}
 					if same {
 						r.PeakWatts = v.peak(g.UUID)
+						if caps {
+							r.CapWatts = v.capWatts(g.UUID)
+						}
 					}
 				case v.info(g.UUID).team != "":
 					r.Held, r.Class = true, v.info(g.UUID).class
 					r.PeakWatts = v.peak(g.UUID)
+					if caps {
+						r.CapWatts = v.capWatts(g.UUID)
+					}
 				}
 				nr.GPUs = append(nr.GPUs, r)
 			}

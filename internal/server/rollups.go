@@ -39,6 +39,9 @@ type drawPeak struct {
 	holder string
 	settle time.Time
 	peak   *float64
+	// capW is the power cap given the GPU under this holder, fixed when
+	// first given (Config.PowerCaps); 0: none yet.
+	capW float64
 }
 
 // rollupStore is what telemetry writes.
@@ -89,6 +92,16 @@ func (v gpuView) peak(uuid string) *float64 {
 		return p.peak
 	}
 	return nil
+}
+
+// capWatts is the power cap given a GPU under its current holder; 0 when
+// none was.
+func (v gpuView) capWatts(uuid string) float64 {
+	info := v.t.gpus[uuid]
+	if p, ok := v.t.drawPeaks[uuid]; ok && info.holder != "" && p.holder == info.holder {
+		return p.capW
+	}
+	return 0
 }
 
 // read calls fn with a view of the GPUs, under telemetry's lock.

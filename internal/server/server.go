@@ -42,6 +42,17 @@ type Config struct {
 	// is charged in its rack's projected draw once measured
 	// (power.Charging); negative: always its power limit.
 	PowerPeakMargin float64
+	// PowerCaps sends agents a power cap for each GPU a measured job holds
+	// (api.HeartbeatResponse.PowerCaps): its charge, fixed when first
+	// measured (power.Charging.Cap). On a node that can set them (label
+	// power-caps=true) a capped GPU is charged its cap. Off: no caps, the
+	// behaviour before (gpufleet serve --power-caps).
+	PowerCaps bool
+	// OverBudget and OverBudgetAfter are the stop policy for racks whose
+	// projected draw stays over their budget (scheduler.Config.OverBudget;
+	// gpufleet serve --over-budget, --over-budget-after).
+	OverBudget      scheduler.OverBudgetPolicy
+	OverBudgetAfter time.Duration
 	// HeartbeatGrace is how long a node may be silent before it is down.
 	HeartbeatGrace time.Duration
 	// FenceAfter is how long an agent keeps running attempts without the
@@ -110,6 +121,8 @@ func Default() Config {
 		BenchRetention:  90 * 24 * time.Hour,
 		PUE:             power.DefaultPUE,
 		PowerPeakMargin: power.DefaultPeakMargin,
+		OverBudget:      scheduler.OverBudgetAlert,
+		OverBudgetAfter: scheduler.DefaultOverBudgetAfter,
 		Intensity:       power.Intensity{Constant: power.DefaultIntensity},
 		Health:          health.DefaultConfig(),
 		CredentialTTL:   24 * time.Hour,

@@ -49,7 +49,11 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture { return newFixtureB(t) }
 
-func newFixtureB(t testing.TB) *fixture {
+func newFixtureB(t testing.TB) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith is newFixture with the server's configuration changed by
+// set (nil: none).
+func newFixtureWith(t testing.TB, set func(*Config)) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
@@ -63,6 +67,9 @@ func newFixtureB(t testing.TB) *fixture {
 	cfg.Now = clk.Now
 	cfg.Heartbeat, cfg.HeartbeatGrace, cfg.FenceAfter, cfg.LostMargin = time.Second, 3*time.Second, 5*time.Second, time.Second
 	cfg.LeaseTTL = 2 * time.Second // a fence of 5s survives a leader's death (MinFence)
+	if set != nil {
+		set(&cfg)
+	}
 	srv, err := New(ctx, cfg, st, catalog.Default(), testAdmin, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -592,6 +592,7 @@ func (e *engine) loop() error {
 			e.repairDrained()
 		}
 		e.powerAfter()
+		e.powerWake()
 		e.timeline = append(e.timeline, Sample{T: e.now, Allocated: e.allocated, Pending: len(e.pending), Running: len(e.running)})
 		if e.cfg.Progress != nil && len(e.jobs) > 0 {
 			if p := ai * 50 / len(e.jobs); p != lastProgress || e.cycles%256 == 0 {

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"slices"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 
@@ -44,6 +45,10 @@ type rackPower struct {
 	draw          []float64 // each rack's true draw since the last cycle
 	lag           float64
 	jobs          map[*jobState]*jobPower
+	// overSince is when each rack's projected draw went over its budget,
+	// as the server's leader keeps it (Config.Policy.OverBudget); absent
+	// while it is under.
+	overSince map[string]float64
 }
 
 // newRackPower builds the racks when cfg.RackBudget is set.
@@ -51,7 +56,8 @@ func (e *engine) newRackPower() *rackPower {
 	if e.cfg.RackBudget <= 0 {
 		return nil
 	}
-	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes)), lag: e.cfg.TelemetryLag, jobs: map[*jobState]*jobPower{}}
+	rp := &rackPower{index: map[string]int{}, nodeOf: make([]int, len(e.nodes)), lag: e.cfg.TelemetryLag, jobs: map[*jobState]*jobPower{},
+		overSince: map[string]float64{}}
 	if rp.lag == 0 {
 		rp.lag = DefaultTelemetryLag
 	}
@@ -166,7 +172,7 @@ func (e *engine) fold(js *jobState) *jobPower {
 		for i, g := range js.gpus {
 			if jp.caps[i] == 0 {
 				md := e.models[e.nodes[g.node].GPUs[g.gpu].Model]
-				jp.caps[i] = power.Charging{PeakMargin: e.cfg.PeakMargin}.Charge(power.GPUReading{Model: md, Held: true, PeakWatts: &jp.peak[i]})
+				jp.caps[i], _ = power.Charging{PeakMargin: e.cfg.PeakMargin}.Cap(power.GPUReading{Model: md, Held: true, PeakWatts: &jp.peak[i]})
 			}
 		}
 	}
@@ -190,6 +196,10 @@ type gpuLoad struct {
 	watts, peak float64
 	held        bool
 	measured    bool
+	// capW is the caps of its jobs (each its share) and capped whether
+	// every job on it has one (Config.PowerCaps).
+	capW   float64
+	capped bool
 }
 
 // loads is each node's GPUs' running work at time t.
@@ -203,7 +213,7 @@ func (e *engine) loads(t float64) [][]gpuLoad {
 			if busy[g.node] == nil {
 				busy[g.node] = make([]gpuLoad, len(e.nodes[g.node].GPUs))
 				for k := range busy[g.node] {
-					busy[g.node][k].measured = true
+					busy[g.node][k].measured, busy[g.node][k].capped = true, true
 				}
 			}
 			l := &busy[g.node][g.gpu]
@@ -211,6 +221,8 @@ func (e *engine) loads(t float64) [][]gpuLoad {
 			l.peak += jp.peak[i] * js.fractions[i]
 			l.held = true
 			l.measured = l.measured && measured
+			l.capW += jp.caps[i] * js.fractions[i]
+			l.capped = l.capped && jp.caps[i] > 0
 		}
 	}
 	return busy
@@ -278,6 +290,9 @@ func (e *engine) readings() []power.RackInput {
 					if e.cfg.DrawSwing == 0 {
 						gr.Watts = &peak // constant draws: the latest reading is the peak
 					}
+					if l.capped {
+						gr.CapWatts = l.capW // charged its cap, as the leader charges a capped GPU
+					}
 				}
 			}
 			nr.GPUs = append(nr.GPUs, gr)
@@ -296,6 +311,42 @@ func (e *engine) powerInput(in *scheduler.Input) {
 	}
 	rp.draw = e.measure()
 	in.Racks, in.GPUDraw, _ = power.SchedulerRacks(e.readings(), e.models, power.Charging{PeakMargin: e.cfg.PeakMargin})
+	for i := range in.Racks {
+		in.Racks[i].OverBudgetFor = e.overBudgetFor(in.Racks[i])
+	}
+}
+
+// overBudgetFor is how long rack r's projected draw has been over its
+// budget, kept across cycles as the server's leader keeps it: from the
+// first cycle that saw it over to now; 0 while under.
+func (e *engine) overBudgetFor(r scheduler.Rack) time.Duration {
+	rp := e.power
+	if r.DrawWatts <= r.BudgetWatts {
+		delete(rp.overSince, r.Name)
+		return 0
+	}
+	since, ok := rp.overSince[r.Name]
+	if !ok {
+		since = e.now
+		rp.overSince[r.Name] = since
+	}
+	return time.Duration((e.now - since) * float64(time.Second))
+}
+
+// powerWake asks for a cycle at the next telemetry period while jobs run,
+// with the stop policy and draws that move (Config.DrawSwing): the
+// projection changes with each period's readings, not only at events, and
+// the leader, which cycles every few seconds, would see a rack go over
+// then.
+func (e *engine) powerWake() {
+	if e.power == nil || e.cfg.Policy.OverBudget != scheduler.OverBudgetStop || e.cfg.DrawSwing <= 0 || len(e.running) == 0 {
+		return
+	}
+	p := e.power.period()
+	if t := (math.Floor(e.now/p) + 1) * p; t < e.wakeAt {
+		e.wakeAt = t
+		e.push(event{t: t, kind: evWake})
+	}
 }
 
 // powerAdvance integrates the time racks spent over budget over dt
@@ -356,6 +407,10 @@ type RackPower struct {
 	// budget; MaxOverWatts the largest excess.
 	MinutesOverBudget float64 `json:"minutes_over_budget"`
 	MaxOverWatts      float64 `json:"max_over_watts"`
+	// OverBudget is the stop policy (Config.Policy.OverBudget: alert or
+	// stop) and OverBudgetStops the jobs it stopped (rack_power).
+	OverBudget      string `json:"over_budget,omitempty"`
+	OverBudgetStops int    `json:"over_budget_stops"`
 }
 
 func (e *engine) powerReport() *RackPower {
@@ -365,7 +420,8 @@ func (e *engine) powerReport() *RackPower {
 	}
 	out := &RackPower{BudgetFraction: e.cfg.RackBudget, DrawNoise: e.cfg.DrawNoise, Racks: len(rp.names),
 		ReserveFraction: e.cfg.RackReserve, DrawSwing: e.cfg.DrawSwing, PowerCaps: e.cfg.PowerCaps, TelemetryLagS: max(rp.lag, 0), PeakMargin: e.cfg.PeakMargin,
-		MinutesOverBudget: rp.over / 60, MaxOverWatts: rp.overMax}
+		MinutesOverBudget: rp.over / 60, MaxOverWatts: rp.overMax,
+		OverBudget: e.cfg.Policy.OverBudget.String(), OverBudgetStops: e.stopCodes[string(scheduler.StopRackPower)]}
 	for r := range rp.names {
 		out.RatedWatts += rp.rated[r]
 		out.BudgetWatts += rp.budget[r]

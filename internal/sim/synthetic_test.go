@@ -69,6 +69,10 @@ func TestSyntheticTraces(t *testing.T) {
 	}{
 		{"h100-power.csv", 1},         // tuned on
 		{"h100-power-heldout.csv", 2}, // held out: never tuned on
+		// Held out for the enforcement policies (power caps, the stop
+		// policy): never used before 2026-12-07's replays of them.
+		{"h100-power-heldout-3.csv", 3},
+		{"h100-power-heldout-4.csv", 4},
 	} {
 		path := filepath.Join("..", "..", "traces", "synthetic", tc.file)
 		got := syntheticTrace(tc.seed, 3000, 328, 10)
@@ -177,5 +181,40 @@ func TestUnmeasuredJobsCountTheirLimit(t *testing.T) {
 		if r.RackPower.MinutesOverBudget != 0 || r.NeverStarted != 0 {
 			t.Errorf("%.1f minutes over budget, %d never started: want 0 and 0", r.RackPower.MinutesOverBudget, r.NeverStarted)
 		}
+	}
+}
+
+// TestOverBudgetStopCutsMinutesOver: where caps cannot hold swinging
+// draws (DrawSwing, no PowerCaps), the stop policy (Policy.OverBudget =
+// stop, the server's --over-budget stop) stops jobs of a rack that stays
+// over its projected budget, and its racks spend fewer minutes over their
+// budget than with the alert alone; every job still finishes, at a cost
+// in stops (rack_power, counted as over_budget_stops).
+func TestOverBudgetStopCutsMinutesOver(t *testing.T) {
+	cluster := `{"node_groups": [{"name": "h100", "count": 16, "gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nvlink_domain_gpus": 8, "nodes_per_rack": 2}]}`
+	trace := string(syntheticTrace(7, 600, 60, 1))
+	run := func(policy scheduler.OverBudgetPolicy) Report {
+		pc, _ := scheduler.PolicyConfig("gpufleet")
+		pc.ETA = false
+		pc.OverBudget, pc.OverBudgetAfter = policy, scheduler.DefaultOverBudgetAfter
+		res, err := Run(mustTrace(t, trace), mustCluster(t, cluster), Config{Policy: pc, RackBudget: 0.8, DrawNoise: 0.2,
+			DrawSwing: 0.4, PeakMargin: 0.1, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report
+	}
+	alert, stop := run(scheduler.OverBudgetAlert), run(scheduler.OverBudgetStop)
+	if alert.RackPower.MinutesOverBudget == 0 || alert.RackPower.OverBudgetStops != 0 {
+		t.Errorf("alert only: %.1f minutes over budget, %d stops: want some minutes and no stop", alert.RackPower.MinutesOverBudget, alert.RackPower.OverBudgetStops)
+	}
+	if stop.RackPower.MinutesOverBudget >= alert.RackPower.MinutesOverBudget {
+		t.Errorf("stop policy: %.1f minutes over budget, not fewer than the alert's %.1f", stop.RackPower.MinutesOverBudget, alert.RackPower.MinutesOverBudget)
+	}
+	if stop.RackPower.OverBudgetStops == 0 || stop.Stops[string(scheduler.StopRackPower)] != stop.RackPower.OverBudgetStops {
+		t.Errorf("stop policy: %d over-budget stops, stops %v: want some, all rack_power", stop.RackPower.OverBudgetStops, stop.Stops)
+	}
+	if stop.NeverStarted != 0 || stop.Completed != 600 {
+		t.Errorf("stop policy: %d never started, %d completed: want every job done", stop.NeverStarted, stop.Completed)
 	}
 }

@@ -12,7 +12,10 @@ import (
 	"github.com/gpufleet/gpufleet/internal/gpu"
 )
 
-var _ gpu.Backend = (*Backend)(nil)
+var (
+	_ gpu.Backend     = (*Backend)(nil)
+	_ gpu.PowerCapper = (*Backend)(nil)
+)
 
 // Option configures New.
 type Option func(*options)
@@ -51,6 +54,14 @@ func (*Backend) Sample(context.Context) ([]gpu.Sample, error) { return nil, gpu.
 func (*Backend) Events(context.Context, time.Duration) ([]gpu.Event, error) {
 	return nil, gpu.ErrUnavailable
 }
+
+// PowerLimits returns gpu.ErrUnavailable.
+func (*Backend) PowerLimits(context.Context, int) (gpu.PowerLimits, error) {
+	return gpu.PowerLimits{}, gpu.ErrUnavailable
+}
+
+// SetPowerLimit returns gpu.ErrUnavailable.
+func (*Backend) SetPowerLimit(context.Context, int, float64) error { return gpu.ErrUnavailable }
 
 // Close does nothing.
 func (*Backend) Close() error { return nil }

@@ -38,6 +38,7 @@ type options struct {
 	cat    *catalog.Catalog
 	driver string
 	cuda   string
+	noCaps bool
 }
 
 // WithClock sets the clock the simulation integrates over. Tests step it;
@@ -59,12 +60,18 @@ func WithDriver(driver, cuda string) Option {
 	return func(o *options) { o.driver, o.cuda = driver, cuda }
 }
 
+// WithoutPowerCaps makes the GPUs refuse power limits, as NVML does
+// without root or on a board that does not support them: PowerLimits and
+// SetPowerLimit return gpu.ErrNoPowerCaps.
+func WithoutPowerCaps() Option { return func(o *options) { o.noCaps = true } }
+
 // Backend simulates the GPUs of one node. It is safe for concurrent use.
 type Backend struct {
 	now    func() time.Time
 	node   string
 	driver string
 	cuda   string
+	noCaps bool
 
 	mu     sync.Mutex
 	devs   []*device
@@ -91,6 +98,9 @@ type device struct {
 	loads  map[string]*[3]float64 // by target UUID: fraction per Load (loads order)
 	faults map[FaultKind]Fault
 	gone   bool
+	// limit is the power limit set (SetPowerLimit); 0: the default, the
+	// TDP.
+	limit float64
 
 	tempC                                        float64
 	energyMJ                                     float64
@@ -117,7 +127,7 @@ func New(specs []Spec, opts ...Option) (*Backend, error) {
 		o.cat = catalog.Default()
 	}
 	b := &Backend{
-		now: o.now, node: o.node, driver: o.driver, cuda: o.cuda,
+		now: o.now, node: o.node, driver: o.driver, cuda: o.cuda, noCaps: o.noCaps,
 		byUUID: map[string]target{},
 		notify: make(chan struct{}, 1),
 	}
@@ -347,8 +357,13 @@ func (d *device) state() state {
 	}
 	dyn := c*(pc.powerOfTDP*tr.tdp-tr.idle) + m*(pm.powerOfTDP*tr.tdp-tr.idle)
 	s.power = tr.idle + s.factor*max(dyn, 0)
-	if s.power > tr.tdp {
-		s.power = tr.tdp
+	if limit := d.powerLimit(); s.power > limit {
+		// The driver lowers clocks until the draw meets the limit: the
+		// dynamic part, and the clocks, scale down together.
+		if s.power > tr.idle {
+			s.factor *= max(limit-tr.idle, 0) / (s.power - tr.idle)
+		}
+		s.power = limit
 		s.reasons |= gpu.ClockEventSWPowerCap
 		s.powerLimited = true
 	}
@@ -576,8 +591,8 @@ func (b *Backend) sample(d *device) gpu.Sample {
 	s.MemoryUsedBytes = ptr(st.memUsed)
 	s.MemoryFreeBytes = ptr(d.model.MemoryBytes - st.memUsed)
 	power := st.power + PowerNoiseFraction*tr.tdp*(2*d.rng.Float64()-1)
-	s.PowerWatts = ptr(round(min(max(power, 0), tr.tdp), 3))
-	s.PowerLimitWatts = ptr(tr.tdp)
+	s.PowerWatts = ptr(round(min(max(power, 0), d.powerLimit()), 3))
+	s.PowerLimitWatts = ptr(d.powerLimit())
 	s.EnergyMillijoules = ptr(uint64(d.energyMJ))
 	s.TemperatureC = ptr(math.Round(d.tempC))
 	if tr.hbm {
@@ -686,5 +701,75 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+	return nil
+}
+
+var _ gpu.PowerCapper = (*Backend)(nil)
+
+// PowerLimitMinFraction is the lowest power limit a simulated GPU takes,
+// as a share of its TDP: NVML's constraints for data-centre boards sit
+// near it (H100 SXM 200 of 700 W, A100 SXM 100 of 400 W, L4 40 of 72 W,
+// from nvidia-smi -q -d POWER).
+const PowerLimitMinFraction = 0.25
+
+// powerLimit is the GPU's power limit in force: the one set, else its
+// TDP (the default).
+func (d *device) powerLimit() float64 {
+	if d.limit > 0 {
+		return d.limit
+	}
+	return d.tr.tdp
+}
+
+// limits is the GPU's power limits.
+func (d *device) limits() gpu.PowerLimits {
+	return gpu.PowerLimits{MinWatts: PowerLimitMinFraction * d.tr.tdp, MaxWatts: d.tr.tdp, DefaultWatts: d.tr.tdp, CurrentWatts: d.powerLimit()}
+}
+
+// capDevice is the GPU at index for a power limit, or an error.
+func (b *Backend) capDevice(index int) (*device, error) {
+	if b.noCaps {
+		return nil, fmt.Errorf("%w: simulated gpu %d refuses power limits", gpu.ErrNoPowerCaps, index)
+	}
+	if index < 0 || index >= len(b.devs) || b.devs[index].gone {
+		return nil, fmt.Errorf("%w: gpu %d", gpufleet.ErrNotFound, index)
+	}
+	return b.devs[index], nil
+}
+
+// PowerLimits reads the simulated GPU's power limits: from
+// PowerLimitMinFraction of its TDP to its TDP, the TDP by default.
+func (b *Backend) PowerLimits(ctx context.Context, index int) (gpu.PowerLimits, error) {
+	if err := ctx.Err(); err != nil {
+		return gpu.PowerLimits{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, err := b.capDevice(index)
+	if err != nil {
+		return gpu.PowerLimits{}, err
+	}
+	return d.limits(), nil
+}
+
+// SetPowerLimit sets the simulated GPU's power limit: from now on its
+// draw is clipped to it, with the clock-event reason sw_power_cap while
+// it is, and its samples report it as PowerLimitWatts.
+func (b *Backend) SetPowerLimit(ctx context.Context, index int, watts float64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, err := b.capDevice(index)
+	if err != nil {
+		return err
+	}
+	l := d.limits()
+	if !(watts >= l.MinWatts && watts <= l.MaxWatts) {
+		return fmt.Errorf("%w: gpu %d: power limit %.0f W outside %.0f-%.0f W", gpufleet.ErrInvalid, index, watts, l.MinWatts, l.MaxWatts)
+	}
+	b.advance(d) // the time so far ran at the old limit
+	d.limit = watts
 	return nil
 }

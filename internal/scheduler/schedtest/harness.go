@@ -50,8 +50,10 @@ import (
 //	                                     eta=P50..P90@CONFIDENCE
 //	stack prod driver:550.54.15,cuda:12.4
 //	                                     a named stack jobs may require (Input.Stacks)
-//	rack r1 budget=10kW [reserve=1kW] [draw=6kW]
-//	                                     a power budget for the nodes of rack r1 (Input.Racks)
+//	rack r1 budget=10kW [reserve=1kW] [draw=6kW] [over=3m]
+//	                                     a power budget for the nodes of rack r1 (Input.Racks);
+//	                                     over: how long its draw has been over it
+//	                                     (config over-budget=stop over-budget-after=2m)
 //	gpudraw MODEL CLASS=WATTS ...        what a GPU of MODEL adds to its rack's draw per class
 //	silent n1 since=10s                  the node's agent last reported then (Node.LastSeen);
 //	                                     its runs are lost after config lost-after=
@@ -235,6 +237,13 @@ func (h *Harness) command(f []string) error {
 				*dst = w
 			}
 		}
+		if v, ok := args["over"]; ok {
+			d, err := gpufleet.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("rack %s over: %w", f[1], err)
+			}
+			r.OverBudgetFor = d
+		}
 		h.in.Racks = slices.DeleteFunc(h.in.Racks, func(x scheduler.Rack) bool { return x.Name == r.Name })
 		h.in.Racks = append(h.in.Racks, r)
 	case "stack":
@@ -335,6 +344,10 @@ func (h *Harness) config() (scheduler.Config, error) {
 			c.DefaultEstimate, err = gpufleet.ParseDuration(op[1])
 		case "lost-after":
 			c.LostAfter, err = gpufleet.ParseDuration(op[1])
+		case "over-budget":
+			c.OverBudget, err = scheduler.ParseOverBudgetPolicy(op[1])
+		case "over-budget-after":
+			c.OverBudgetAfter, err = gpufleet.ParseDuration(op[1])
 		case "arrival-window":
 			c.ArrivalWindow, err = gpufleet.ParseDuration(op[1])
 		case "ratio":
@@ -690,6 +703,9 @@ func (h *Harness) schedule(f []string) (string, error) {
 	}
 	for _, f := range out.Fails {
 		fmt.Fprintf(&b, "fail %s %s: %s\n", f.Job, f.Code, f.Reason)
+	}
+	for _, a := range out.PowerAlerts {
+		fmt.Fprintf(&b, "alert %s: %s\n", a.Rack, a.Reason)
 	}
 	for _, p := range out.Pending {
 		eta := "none"
