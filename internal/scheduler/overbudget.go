@@ -32,7 +32,7 @@ func ParseOverBudgetPolicy(s string) (OverBudgetPolicy, error) {
 	case OverBudgetAlert, OverBudgetStop:
 		return p, nil
 	}
-	return "", fmt.Errorf("%w: over-budget policy %q: expected alert or stop", gpufleet.ErrInvalid, s)
+	return "", &gpufleet.ValueError{Field: "over-budget policy", Value: gpufleet.Quote(s), Want: "expected alert or stop"}
 }
 
 // String is the policy's name; the empty policy is alert.
@@ -115,7 +115,7 @@ func rackPowerStops(cfg Config, racks []Rack, nodes []Node, jobs []*Job) (map[st
 			}
 		}
 		over := fmt.Sprintf("rack %s has drawn %s over its %s budget for %s (--over-budget-after %s)",
-			r.Name, r.DrawWatts.Human(), r.BudgetWatts.Human(), r.OverBudgetFor.Round(time.Second), cfg.OverBudgetAfter)
+			r.Name, r.DrawWatts.Human(), r.BudgetWatts.Human(), gpufleet.FormatDuration(r.OverBudgetFor), gpufleet.FormatDuration(cfg.OverBudgetAfter))
 		switch {
 		case stopping:
 			// A stop under way takes its draw off when its grace ends.
