@@ -183,3 +183,12 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+func TestOldReleasesWarnOfThroughput(t *testing.T) {
+	for e, warn := range map[Engine]bool{"vllm@0.5.3": true, "vllm@0.4": true, "vllm@0.6.0": false, "vllm": false} {
+		_, note := profileFor(e)
+		if got := strings.Contains(note, "less throughput"); got != warn {
+			t.Errorf("%s: note %q, want a throughput warning %v", e, note, warn)
+		}
+	}
+}
