@@ -18,7 +18,7 @@ import (
 
 // pubRow is one row of published.csv.
 type pubRow struct {
-	id, kind, model, engine, gpu, precision, kvPrecision, scenario, metric, unit, source, split string
+	id, kind, model, engine, version, gpu, precision, kvPrecision, scenario, metric, unit, source, split string
 	count, tp, pp, cp, ep, batch, input, output, maxModelLen                                    int
 	memFraction, value, trainTokens                                                             float64
 }
@@ -34,7 +34,7 @@ func readPublished(t *testing.T) []pubRow {
 	var rows []pubRow
 	for _, r := range recs {
 		get := func(c string) string { return strings.TrimSpace(r[col[c]]) }
-		rows = append(rows, pubRow{id: get("id"), kind: get("kind"), model: get("model"), engine: get("engine"), gpu: get("gpu"),
+		rows = append(rows, pubRow{id: get("id"), kind: get("kind"), model: get("model"), engine: get("engine"), version: get("engine_version"), gpu: get("gpu"),
 			precision: get("precision"), kvPrecision: get("kv_precision"), scenario: get("scenario"), metric: get("metric"),
 			unit: get("unit"), source: get("source"), split: get("split"), count: atoi(r, "gpu_count"), tp: atoi(r, "tp"),
 			pp: atoi(r, "pp"), cp: atoi(r, "cp"), ep: atoi(r, "ep"), trainTokens: atof(r, "train_tokens"), batch: atoi(r, "batch"), input: atoi(r, "input_tokens"), output: atoi(r, "output_tokens"),
@@ -137,6 +137,12 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		r.Engine = e
 	} else if strings.HasPrefix(strings.ToLower(row.engine), "tensorrt") {
 		r.Engine = EngineTRTLLM
+	}
+	if row.version != "" && r.Engine != "" {
+		// The release as the row names it ("0.4.3+rocm614"), for its profile.
+		if e, err := ParseEngine(string(r.Engine.Family()) + "@" + row.version); err == nil {
+			r.Engine = e
+		}
 	}
 	if row.memFraction > 0 && row.memFraction < 1 {
 		r.MemoryHeadroom = 1 - row.memFraction
