@@ -232,7 +232,7 @@ type engineGPU struct {
 // max_model_len; a memory headroom above 0 replaces the engine's own cap
 // by 1 - headroom.
 func newEngineGPU(r Request, g catalog.GPU, tp int) engineGPU {
-	p, _ := profileFor(r.Engine)
+	p := r.engineProfile()
 	eg := engineGPU{engine: p.family, capacity: g.MemoryBytes, cap: p.cap, profile: p.label}
 	if p.capFor != nil {
 		eg.cap = p.capFor(tp)

@@ -53,7 +53,7 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 		out = append(out, fmt.Sprintf("%s (%s %.2f) allocates %s of KV cache per GPU: %d tokens per replica, %d sequences of %d; it leaves %s of each GPU free",
 			r.Engine, engineCapName(r.Engine), m.Reserve.Cap, gb(kv), *c.KVCacheTokens, *c.KVCacheTokens/int64(ctx), ctx, gb(free)))
 		if c.KVCacheTokensLow != nil {
-			p, _ := profileFor(r.Engine)
+			p := r.engineProfile()
 			rows := "no dev rows: the widest band of any profile"
 			if p.kvRows != "" {
 				rows = "dev rows " + p.kvRows

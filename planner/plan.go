@@ -447,8 +447,7 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	c.MaxBatch = ptr(mb)
 	kv := s.kvCacheTokens(r, l, e)
 	c.KVCacheTokens = ptr(kv)
-	prof, _ := profileFor(r.Engine)
-	low, high := prof.kvRange(kv)
+	low, high := r.engineProfile().kvRange(kv)
 	c.KVCacheTokensLow, c.KVCacheTokensHigh = ptr(low), ptr(high)
 	if r.KVLowEnd {
 		// Plan on the low end: no more sequences at once than it holds.

@@ -196,6 +196,12 @@ type Request struct {
 	// sequences fit there (admission's rule).
 	KVLowEnd bool
 
+	// prof is the profile of profOf, found once by withDefaults
+	// (engineProfile): a copy of the request with another Engine looks
+	// its own up.
+	prof   *engineProfile
+	profOf Engine
+
 	// LatencyTargetS, when > 0, ranks by the cheapest candidate whose time
 	// per output token meets it (and sizes the batch to meet it);
 	// TTFTTargetS, when > 0, also asks the time to first token to meet
@@ -223,6 +229,15 @@ type Request struct {
 	// passthrough VM, a vGPU, time-slicing); the estimates of that model
 	// run that much slower. Models absent from it run on bare metal.
 	Overhead map[string]float64
+}
+
+// engineProfile is the profile of r's engine (profileFor).
+func (r Request) engineProfile() engineProfile {
+	if r.prof != nil && r.profOf == r.Engine {
+		return *r.prof
+	}
+	p, _ := profileFor(r.Engine)
+	return p
 }
 
 // modelLen is the max_model_len the engine runs with: the request's, else
@@ -275,6 +290,8 @@ func (r Request) withDefaults() (Request, error) {
 		return r, err
 	}
 	r.Engine = e
+	p, _ := profileFor(e)
+	r.prof, r.profOf = &p, e
 	if !(r.MemoryHeadroom >= 0 && r.MemoryHeadroom <= maxMemoryHeadroom) {
 		return r, fmt.Errorf("%w: memory-headroom %g: expected 0 (the engine's own) to %g of each GPU's memory", gpufleet.ErrInvalid, r.MemoryHeadroom, maxMemoryHeadroom)
 	}
