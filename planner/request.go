@@ -201,11 +201,22 @@ type Request struct {
 	// fleet); models without one keep the built-in efficiencies.
 	Calibration map[string]Calibration
 
+	// Checkpoint, when set, is the model's safetensors checkpoint as read
+	// from its index and, where available, its shards' headers (gpufleet
+	// plan --checkpoint-index): an inference plan's weights are its bytes,
+	// split per GPU by the layout.
+	Checkpoint *model.Checkpoint
+
 	// Overhead is, per GPU model (catalog id), the share of throughput the
 	// mechanism the work would run under costs (gpufleet.Mechanism: a
 	// passthrough VM, a vGPU, time-slicing); the estimates of that model
 	// run that much slower. Models absent from it run on bare metal.
 	Overhead map[string]float64
+
+	// precisionGiven records, once defaults are filled, whether the
+	// caller named the precision (the notes say when it and the
+	// checkpoint's format differ).
+	precisionGiven bool
 }
 
 // withDefaults validates r and returns a copy with defaults filled in.
@@ -238,8 +249,19 @@ func (r Request) withDefaults() (Request, error) {
 	default:
 		return r, fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, r.Mode)
 	}
+	r.precisionGiven = r.Precision != ""
 	if r.Precision == "" {
+		// A checkpoint that describes its quantisation plans in its own
+		// format (the one of most of its weights); else bf16.
 		r.Precision = FormatBF16
+		if f := checkpointFormat(r.Model.Quantization); f != "" && r.Mode != Training {
+			r.Precision = f
+		}
+	}
+	if ck := r.Checkpoint; ck != nil {
+		if ck.TotalBytes <= 0 || ck.Sized && (len(ck.Dense) != r.Model.NumLayers || len(ck.Experts) != r.Model.NumLayers) {
+			return r, fmt.Errorf("%w: checkpoint-index: %d bytes over %d layers does not fit %s's %d layers", gpufleet.ErrInvalid, ck.TotalBytes, len(ck.Dense), r.Model.Name, r.Model.NumLayers)
+		}
 	}
 	e, err := ParseEngine(string(r.Engine))
 	if err != nil {
