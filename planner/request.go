@@ -144,7 +144,12 @@ type Request struct {
 	// smallest count that fits.
 	GPUCount int
 
-	Precision   Format // weights (inference) or compute (training); default bf16
+	// Precision is the weights' format (inference) or the compute
+	// precision (training); default bf16, or in inference the format of
+	// most of the checkpoint's weights when the model's config describes
+	// its quantisation. Such a checkpoint's weights are counted as stored
+	// whatever Precision says, which then sets the compute precision only.
+	Precision   Format
 	KVPrecision Format // default bf16
 
 	// Inference workload.
