@@ -123,6 +123,8 @@ func readQuantization(c *Config, f *fields) {
 // fields.
 func wrapQuant(err error) error { return fmt.Errorf("quantization_config: %w", err) }
 
+// parseQuantization reads the fields of the methods Parse knows; of
+// another method it keeps only the name.
 func parseQuantization(f *fields) *Quantization {
 	method := strings.ToLower(strings.TrimSpace(f.str("quant_method")))
 	if method == "" && f.has("config_groups") {
@@ -133,10 +135,10 @@ func parseQuantization(f *fields) *Quantization {
 		return nil
 	}
 	q := &Quantization{Method: method, Known: slices.Contains(quantMethods, method)}
-	q.ActivationScheme = f.str("activation_scheme")
 	linear := []string{"Linear"}
 	switch method {
 	case "fp8":
+		q.ActivationScheme = f.str("activation_scheme")
 		s := WeightScheme{Bits: 8, Type: "float", Strategy: "tensor", ScaleBits: 32, Targets: linear}
 		if b := f.list("weight_block_size"); b != nil {
 			s.Strategy, s.BlockSize = "block", intList(f, "weight_block_size", b, 2, maxGroupSize)

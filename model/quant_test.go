@@ -305,3 +305,15 @@ func TestHandBuiltQuantization(t *testing.T) {
 		t.Errorf("hand-built %.0f bytes (ok %v), parsed %.0f", b.Total(), ok, a.Total())
 	}
 }
+
+// TestUnknownQuantizationFieldsIgnored: the fields of a method Parse does
+// not read are not checked, whatever their types.
+func TestUnknownQuantizationFieldsIgnored(t *testing.T) {
+	c, err := Parse("q", withQuant(t, "llama-3.1-8b", `{"quant_method":"quark","activation_scheme":{"odd":true},"bits":"four","ignore":[1,2]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Quantization.Known || c.Quantization.Method != "quark" {
+		t.Errorf("quantization %+v", c.Quantization)
+	}
+}

@@ -51,8 +51,12 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 		out = append(out, fmt.Sprintf("%s training is not native on %s: it runs in %s, memory and matmuls alike, and the plan's figures are %s's",
 			r.Precision, g.ID, h.sup.computeP, h.sup.computeP))
 	case *c.PrecisionFallback == FallbackDequantized:
-		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
-			r.Precision, g.ID, perParam(r.Precision.BytesPerElement()), h.sup.computeP, r.Precision))
+		stay := perParam(r.Precision.BytesPerElement()) + " per parameter"
+		if s.wt != nil {
+			stay = "as the checkpoint stores them"
+		}
+		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s (the memory saving holds) but matmuls run in %s, without the %s speedup",
+			r.Precision, g.ID, stay, h.sup.computeP, r.Precision))
 	case *c.PrecisionFallback == FallbackEmulated:
 		out = append(out, fmt.Sprintf("%s is not native on %s: it is emulated in %s at %.0f TFLOPS", r.Precision, g.ID, h.sup.computeP, h.sup.peak/1e12))
 	}
