@@ -213,9 +213,9 @@ type weightsKey struct {
 func (c *Config) weightsKey() weightsKey { return weightsKey{c.ModelType, c.Params()} }
 
 // maxPatternWork bounds layers x linear layers x patterns that Parse
-// lets a description cost (a few seconds at most); real checkpoints are
+// lets a description cost (well under a second); real checkpoints are
 // thousands of times below it.
-const maxPatternWork = 1 << 22
+const maxPatternWork = 1 << 20
 
 // cacheWeights derives the weights of a parsed config once, refusing a
 // description whose patterns would cost too much to match.
