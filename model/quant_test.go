@@ -209,10 +209,15 @@ func TestQuantizationRefusals(t *testing.T) {
 	for i := range long {
 		long[i] = fmt.Sprintf("%q", "model.layers.0")
 	}
+	regexes := make([]string, 2049)
+	for i := range regexes {
+		regexes[i] = fmt.Sprintf(`"re:model\\.layers\\.%d\\."`, i)
+	}
 	tests := []struct {
 		name, config, field string
 	}{
 		{"not an object", `"fp8"`, "quantization_config"},
+		{"too many patterns for the layers", `{"quant_method":"fp8","modules_to_not_convert":[` + strings.Join(regexes, ",") + `]}`, "regular expressions"},
 		{"bits zero", `{"quant_method":"gptq","bits":0,"group_size":128}`, "bits"},
 		{"bits 32", `{"quant_method":"awq","bits":32,"group_size":128}`, "bits"},
 		{"group size zero", `{"quant_method":"awq","bits":4,"group_size":0}`, "group_size"},
