@@ -447,18 +447,18 @@ func (s nameSet) match(name string) bool {
 	return false
 }
 
-// scheme returns the scheme of the linear module name, nil when it stays
-// unquantised. q must be compiled (check).
-func (q *Quantization) scheme(name string) *WeightScheme {
+// scheme returns the index of the scheme of the linear module name, -1
+// when it stays unquantised. q must be compiled (check).
+func (q *Quantization) scheme(name string) int {
 	if q.ignore.match(name) {
-		return nil
+		return -1
 	}
 	for i := range q.Schemes {
 		if q.targets[i].match(name) {
-			return &q.Schemes[i]
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 // bytes is the storage of an out x in weight matrix in the scheme:

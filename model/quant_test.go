@@ -322,3 +322,21 @@ func TestUnknownQuantizationFieldsIgnored(t *testing.T) {
 		t.Errorf("quantization %+v", c.Quantization)
 	}
 }
+
+// TestMainScheme: the scheme storing the most parameters is the
+// checkpoint's format, whatever the order of config_groups.
+func TestMainScheme(t *testing.T) {
+	for _, f := range quantForms {
+		if f.name != "compressed-tensors-two-groups" {
+			continue
+		}
+		c, err := Parse(f.name, withQuant(t, f.base, f.config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := c.CheckpointWeights()
+		if m := w.MainScheme(); m < 0 || c.Quantization.Schemes[m].Bits != 4 {
+			t.Errorf("main scheme %d of %v, want the 4-bit MLP group", m, w.SchemeParams)
+		}
+	}
+}

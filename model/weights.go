@@ -24,6 +24,21 @@ type WeightBytes struct {
 	// format; KeptParams every other parameter (16-bit).
 	QuantizedParams int64 `json:"quantized_params"`
 	KeptParams      int64 `json:"kept_params"`
+	// SchemeParams are the quantised parameters of each of the
+	// description's schemes, in its order.
+	SchemeParams []int64 `json:"scheme_params"`
+}
+
+// MainScheme is the scheme that stores the most parameters, -1 when none
+// does.
+func (w WeightBytes) MainScheme() int {
+	best := -1
+	for i, n := range w.SchemeParams {
+		if n > 0 && (best < 0 || n > w.SchemeParams[best]) {
+			best = i
+		}
+	}
+	return best
 }
 
 // Total is the weights' bytes, the tied head counted once.
@@ -190,7 +205,7 @@ func (c *Config) CheckpointWeights() (w WeightBytes, ok bool) {
 	}
 	if q.cache != nil && q.cacheKey == c.weightsKey() {
 		w = *q.cache
-		w.Dense, w.Experts = slices.Clone(w.Dense), slices.Clone(w.Experts)
+		w.Dense, w.Experts, w.SchemeParams = slices.Clone(w.Dense), slices.Clone(w.Experts), slices.Clone(w.SchemeParams)
 		return w, true
 	}
 	if !q.compiled {
@@ -241,17 +256,19 @@ func (c *Config) deriveWeights(q *Quantization) (w WeightBytes) {
 	static := q.ActivationScheme == "static"
 	nm := c.naming()
 	p := c.Params()
+	w.SchemeParams = make([]int64, len(q.Schemes))
 	w.Embedding = float64(p.Embedding) * keptBytes
 	w.KeptParams = p.Embedding
 	if p.Head > 0 {
 		h := int64(c.HiddenSize)
-		var s *WeightScheme
+		k := -1
 		if q.QuantizeHead {
-			s = q.scheme(nm.head)
+			k = q.scheme(nm.head)
 		}
-		if s != nil {
-			w.Head = s.bytes(int64(c.VocabSize), h, static) + float64(p.Head-int64(c.VocabSize)*h)*keptBytes
+		if k >= 0 {
+			w.Head = q.Schemes[k].bytes(int64(c.VocabSize), h, static) + float64(p.Head-int64(c.VocabSize)*h)*keptBytes
 			w.QuantizedParams += int64(c.VocabSize) * h
+			w.SchemeParams[k] += int64(c.VocabSize) * h
 			w.KeptParams += p.Head - int64(c.VocabSize)*h
 		} else {
 			w.Head = float64(p.Head) * keptBytes
@@ -269,9 +286,10 @@ func (c *Config) deriveWeights(q *Quantization) (w WeightBytes) {
 			elems := m.out * m.in * m.count
 			rest -= elems
 			b := float64(elems) * keptBytes
-			if s := q.scheme(string(name)); s != nil {
-				b = s.bytes(m.out, m.in, static) * float64(m.count)
+			if k := q.scheme(string(name)); k >= 0 {
+				b = q.Schemes[k].bytes(m.out, m.in, static) * float64(m.count)
 				w.QuantizedParams += elems
+				w.SchemeParams[k] += elems
 			} else {
 				w.KeptParams += elems
 			}

@@ -141,9 +141,9 @@ func (s shape) weightNotes(r Request) []string {
 	case !q.Known:
 	case !r.precisionGiven:
 		out = append(out, fmt.Sprintf("no precision given: the plan computes in the checkpoint's %s", r.Precision))
-	case checkpointFormat(q) != r.Precision:
+	case checkpointFormat(s.cfg) != r.Precision:
 		out = append(out, fmt.Sprintf("the checkpoint stores its weights as %s: they are counted as stored, and the requested %s sets only the compute precision",
-			checkpointFormat(q), r.Precision))
+			checkpointFormat(s.cfg), r.Precision))
 	}
 	return out
 }

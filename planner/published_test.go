@@ -127,7 +127,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		kvDef = FormatFP8
 	}
 	r := inference(t, m, g, row.count, prec, pubFormat(row.kvPrecision, kvDef))
-	if q := r.Model.Quantization; q != nil && checkpointFormat(q) != prec {
+	if r.Model.Quantization != nil && checkpointFormat(r.Model) != prec {
 		// The row runs another checkpoint of the architecture (Kimi K2
 		// Thinking's INT4 on Kimi K2's FP8 config): the stand-in's
 		// quantization_config is not its checkpoint's.

@@ -259,7 +259,7 @@ func (r Request) withDefaults() (Request, error) {
 		// A checkpoint that describes its quantisation plans in its own
 		// format (the one of most of its weights); else bf16.
 		r.Precision = FormatBF16
-		if f := checkpointFormat(r.Model.Quantization); f != "" && r.Mode != Training {
+		if f := checkpointFormat(r.Model); f != "" && r.Mode != Training {
 			r.Precision = f
 		}
 	}

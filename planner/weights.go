@@ -20,13 +20,19 @@ type weightTable struct {
 	source         string  // quantization_config, safetensors_index or safetensors_headers
 }
 
-// checkpointFormat is the format a quantisation description stores most
-// of its weights in, the precision a request without one plans with.
-func checkpointFormat(q *model.Quantization) Format {
+// checkpointFormat is the format the model's checkpoint stores most of
+// its weights in (by its quantization_config), the precision a request
+// without one plans with; "" without a description the planner reads.
+func checkpointFormat(cfg *model.Config) Format {
+	q := cfg.Quantization
 	if q == nil || !q.Known || len(q.Schemes) == 0 {
 		return ""
 	}
-	s := q.Schemes[0]
+	w, ok := cfg.CheckpointWeights()
+	if !ok || w.MainScheme() < 0 {
+		return ""
+	}
+	s := q.Schemes[w.MainScheme()]
 	switch {
 	case s.Bits >= 16:
 		return FormatBF16
