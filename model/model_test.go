@@ -672,6 +672,9 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	for _, q := range quantForms {
+		f.Add(withQuant(f, q.base, q.config))
+	}
 	f.Add([]byte(`{"model_type":"llama"}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -688,6 +691,11 @@ func FuzzParse(f *testing.F) {
 		}
 		if c.MoELayers != nil && len(c.MoELayers) != c.NumLayers || c.SlidingLayers != nil && len(c.SlidingLayers) != c.NumLayers {
 			t.Error("per-layer slices of the wrong length")
+		}
+		if w, ok := c.CheckpointWeights(); ok {
+			if !(w.Total() > 0) || w.QuantizedParams+w.KeptParams != p.Total || len(w.Dense) != c.NumLayers {
+				t.Errorf("checkpoint weights count badly: %.0f bytes, %d + %d of %d parameters", w.Total(), w.QuantizedParams, w.KeptParams, p.Total)
+			}
 		}
 	})
 }

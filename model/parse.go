@@ -76,10 +76,14 @@ func parse(name string, data []byte) (*Config, error) {
 	}
 	c := &Config{Name: name, ModelType: mt}
 	family(c, f)
+	readQuantization(c, f)
 	if f.err != nil {
 		return nil, f.err
 	}
 	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if err := c.cacheWeights(); err != nil {
 		return nil, err
 	}
 	return c, nil

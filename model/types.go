@@ -83,6 +83,10 @@ type Config struct {
 	// The MTP module is not counted by Params: it is a training and
 	// speculative-decoding add-on, and the published 671B excludes it.
 	NumNextNPredictLayers int `json:"num_nextn_predict_layers,omitempty"`
+
+	// Quantization is the checkpoint's quantization_config, nil when the
+	// config has none (CheckpointWeights counts the weights it gives).
+	Quantization *Quantization `json:"quantization,omitempty"`
 }
 
 // Params counts the parameters of a Config. Total includes the input

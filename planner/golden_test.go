@@ -61,6 +61,10 @@ func TestGolden(t *testing.T) {
 		"llama-2-7b-training-smallest": func(t *testing.T) Request {
 			return Request{Model: builtin(t, "llama-2-7b"), Mode: Training, Seq: 4096, MicroBatch: 2, GlobalBatch: 256, Tokens: 1e11, Recompute: RecomputeFull, Optimizer: AdamW8bit, GPUs: gpus(t, "a100-sxm-80gb", "l4", "h100-sxm-80gb")}
 		},
+		"llama-3.1-405b-fp8-checkpoint": func(t *testing.T) Request {
+			// Meta's mixed FP8 checkpoint: weights from its quantization_config.
+			return Request{Model: loadModel(t, "llama-3.1-405b-instruct-fp8"), GPUCount: 8, GPUs: gpus(t, "h100-sxm-80gb", "h200-sxm-141gb", "mi300x")}
+		},
 		"qwen2-7b-training-zero3": func(t *testing.T) Request {
 			return Request{Model: builtin(t, "qwen2-7b"), Mode: Training, GPUCount: 16, ZeRO: 3, TP: 1, PP: 1, GPUs: gpus(t, "a100-sxm-40gb", "l40s")}
 		},

@@ -88,6 +88,10 @@ type shape struct {
 	activeBlockParams, routedActiveParams float64
 	// largestLayer is the largest transformer layer's parameter count.
 	largestLayer float64
+	// wt is the checkpoint's weight bytes by layer for an inference plan
+	// whose model describes its quantisation or that carries a
+	// safetensors checkpoint; nil when the weights are the precision's.
+	wt *weightTable
 }
 
 func newShape(cfg *model.Config) shape {
@@ -161,10 +165,15 @@ func (s shape) ffnWidth() float64 {
 	return float64(c.IntermediateSize)
 }
 
-// inferenceWeights is the weight memory of the most loaded GPU. Quantised
-// formats apply to the transformer blocks; embedding and head stay 16-bit,
-// as GPTQ, AWQ and FP8 checkpoints keep them.
+// inferenceWeights is the weight memory of the most loaded GPU: the
+// checkpoint's bytes when the plan has them (weightTable.perGPU), else
+// the format's. Quantised formats apply to the transformer blocks;
+// embedding and head stay 16-bit, as GPTQ, AWQ and FP8 checkpoints keep
+// them.
 func (s shape) inferenceWeights(w Format, l layout) float64 {
+	if s.wt != nil {
+		return s.wt.perGPU(s, l)
+	}
 	embB := 2.0
 	if w == FormatFP32 {
 		embB = 4

@@ -2,7 +2,10 @@ package planner
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/gpufleet/gpufleet/model"
 )
 
 // gb prints bytes in GiB for notes, as NVML counts memory.
@@ -20,7 +23,7 @@ func perParam(b float64) string {
 func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	g := h.gpu
 	cfg := s.cfg
-	out := []string{}
+	out := s.weightNotes(r)
 	if h.overhead > 0 {
 		out = append(out, fmt.Sprintf("%s runs virtualized here: the estimates count the mechanism's %.0f%% overhead", g.ID, h.overhead*100))
 	}
@@ -70,8 +73,12 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 		out = append(out, fmt.Sprintf("%s training is not native on %s: it runs in %s, memory and matmuls alike, and the plan's figures are %s's",
 			r.Precision, g.ID, h.sup.computeP, h.sup.computeP))
 	case *c.PrecisionFallback == FallbackDequantized:
-		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s per parameter (the memory saving holds) but matmuls run in %s, without the %s speedup",
-			r.Precision, g.ID, perParam(r.Precision.BytesPerElement()), h.sup.computeP, r.Precision))
+		stay := perParam(r.Precision.BytesPerElement()) + " per parameter"
+		if s.wt != nil {
+			stay = "as the checkpoint stores them"
+		}
+		out = append(out, fmt.Sprintf("%s is not native on %s: weights stay %s (the memory saving holds) but matmuls run in %s, without the %s speedup",
+			r.Precision, g.ID, stay, h.sup.computeP, r.Precision))
 	case *c.PrecisionFallback == FallbackEmulated:
 		out = append(out, fmt.Sprintf("%s is not native on %s: it is emulated in %s at %.0f TFLOPS", r.Precision, g.ID, h.sup.computeP, h.sup.peak/1e12))
 	}
@@ -129,6 +136,36 @@ func (s shape) notes(r Request, h hw, l layout, c *Candidate) []string {
 	}
 	if g.TDPWatts == nil {
 		out = append(out, "no published TDP: energy unknown")
+	}
+	return out
+}
+
+// weightNotes say where an inference plan's weights come from when the
+// model describes its quantisation or the request carries a checkpoint,
+// and what the requested precision then means.
+func (s shape) weightNotes(r Request) []string {
+	out := []string{}
+	q := s.cfg.Quantization
+	if r.Mode == Training {
+		if q != nil && q.Known {
+			out = append(out, fmt.Sprintf("training counts the weights at %s (the copy being trained); the checkpoint's quantization_config (%s) applies to inference", r.Precision, q.Method))
+		}
+		return out
+	}
+	if s.wt != nil {
+		out = append(out, s.wt.note)
+	}
+	switch {
+	case q == nil:
+	case !q.Known && s.wt == nil:
+		out = append(out, fmt.Sprintf("quantization_config quant_method %s is not one the planner reads (%s): weights are counted at %s",
+			strconv.Quote(q.Method), strings.Join(model.QuantMethods(), ", "), r.Precision))
+	case !q.Known:
+	case !r.precisionGiven:
+		out = append(out, fmt.Sprintf("no precision given: the plan computes in the checkpoint's %s", r.Precision))
+	case checkpointFormat(s.cfg) != r.Precision:
+		out = append(out, fmt.Sprintf("the checkpoint stores its weights as %s: they are counted as stored, and the requested %s sets only the compute precision",
+			checkpointFormat(s.cfg), r.Precision))
 	}
 	return out
 }

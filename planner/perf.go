@@ -151,6 +151,9 @@ func (s shape) forward(h hw, r Request, l layout, batch, tokens, ctx int) phase 
 	mo := s.moe(l, newTok)
 	experts := s.expertParams * wB * stage / float64(l.expertShards()) * mo.touched
 	head := s.headParams * 2 / float64(l.pp) / tp // on the last stage
+	if s.wt != nil {
+		dense, experts, head = s.wt.traffic(s, l, mo.touched)
+	}
 	weightBytes := dense + experts + head
 	// KV traffic: read the context, write the new tokens.
 	kvBytes := float64(batch) * (s.kvBytesPerSeq(ctx, r.KVPrecision, l) + s.kvBytesPerSeq(tokens, r.KVPrecision, l))

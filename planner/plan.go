@@ -34,6 +34,13 @@ type ModelSummary struct {
 	HiddenSize                     int   `json:"hidden_size"`
 	// KVCacheBytesPerToken is for the whole model at the KV precision asked for.
 	KVCacheBytesPerToken int64 `json:"kv_cache_bytes_per_token"`
+	// WeightsBytes and WeightsSource are the checkpoint's weight bytes
+	// and where the planner took them from (quantization_config,
+	// safetensors_index, safetensors_headers) when an inference plan
+	// counts the checkpoint's weights rather than the precision's;
+	// absent otherwise.
+	WeightsBytes  int64  `json:"weights_bytes,omitempty"`
+	WeightsSource string `json:"weights_source,omitempty"`
 }
 
 // Workload echoes the workload with defaults filled in.
@@ -176,7 +183,11 @@ func Run(req Request, gpus []catalog.GPU) (*Plan, error) {
 		return nil, fmt.Errorf("%w: gpu: no candidate hardware", gpufleet.ErrInvalid)
 	}
 	s := newShape(r.Model)
+	s.wt = newWeightTable(r, s)
 	p := &Plan{Model: summary(r, s), Mode: r.Mode, Workload: workload(r)}
+	if s.wt != nil {
+		p.Model.WeightsBytes, p.Model.WeightsSource = int64(s.wt.total), s.wt.source
+	}
 	for _, g := range gpus {
 		p.Candidates = append(p.Candidates, s.best(r, g))
 	}

@@ -144,7 +144,12 @@ type Request struct {
 	// smallest count that fits.
 	GPUCount int
 
-	Precision   Format // weights (inference) or compute (training); default bf16
+	// Precision is the weights' format (inference) or the compute
+	// precision (training); default bf16, or in inference the format of
+	// most of the checkpoint's weights when the model's config describes
+	// its quantisation. Such a checkpoint's weights are counted as stored
+	// whatever Precision says, which then sets the compute precision only.
+	Precision   Format
 	KVPrecision Format // default bf16
 
 	// Inference workload.
@@ -224,11 +229,22 @@ type Request struct {
 	// fleet); models without one keep the built-in efficiencies.
 	Calibration map[string]Calibration
 
+	// Checkpoint, when set, is the model's safetensors checkpoint as read
+	// from its index and, where available, its shards' headers (gpufleet
+	// plan --checkpoint-index): an inference plan's weights are its bytes,
+	// split per GPU by the layout.
+	Checkpoint *model.Checkpoint
+
 	// Overhead is, per GPU model (catalog id), the share of throughput the
 	// mechanism the work would run under costs (gpufleet.Mechanism: a
 	// passthrough VM, a vGPU, time-slicing); the estimates of that model
 	// run that much slower. Models absent from it run on bare metal.
 	Overhead map[string]float64
+
+	// precisionGiven records, once defaults are filled, whether the
+	// caller named the precision (the notes say when it and the
+	// checkpoint's format differ).
+	precisionGiven bool
 }
 
 // engineProfile is the profile of r's engine (profileFor).
@@ -282,8 +298,19 @@ func (r Request) withDefaults() (Request, error) {
 	default:
 		return r, fmt.Errorf("%w: mode %q: expected inference or training", gpufleet.ErrInvalid, r.Mode)
 	}
+	r.precisionGiven = r.Precision != ""
 	if r.Precision == "" {
+		// A checkpoint that describes its quantisation plans in its own
+		// format (the one of most of its weights); else bf16.
 		r.Precision = FormatBF16
+		if f := checkpointFormat(r.Model); f != "" && r.Mode != Training {
+			r.Precision = f
+		}
+	}
+	if ck := r.Checkpoint; ck != nil {
+		if ck.TotalBytes <= 0 || ck.Sized && (len(ck.Dense) != r.Model.NumLayers || len(ck.Experts) != r.Model.NumLayers) {
+			return r, fmt.Errorf("%w: checkpoint-index: %d bytes over %d layers does not fit %s's %d layers", gpufleet.ErrInvalid, ck.TotalBytes, len(ck.Dense), r.Model.Name, r.Model.NumLayers)
+		}
 	}
 	e, err := ParseEngine(string(r.Engine))
 	if err != nil {

@@ -21,10 +21,11 @@ import (
 // is the key as the caller's surface names it (--kv-precision,
 // model.kv_precision, the form's label).
 type Spec struct {
-	Mode        string // mode: inference or training
-	GPU         string // gpu: candidate catalog ids, comma- or space-separated (empty: all the caller offers)
-	GPUs        string // gpus: total GPUs per candidate (empty or 0: the smallest count that fits)
-	Precision   string // precision: weights (inference) or compute (training)
+	Mode      string // mode: inference or training
+	GPU       string // gpu: candidate catalog ids, comma- or space-separated (empty: all the caller offers)
+	GPUs      string // gpus: total GPUs per candidate (empty or 0: the smallest count that fits)
+	Precision string // precision: weights (inference) or compute (training); empty: bf16, or a quantised checkpoint's own format
+
 	KVPrecision string // kv_precision
 	Engine      string // engine: vllm, trtllm or sglang
 

@@ -36,6 +36,8 @@ type planFlags struct {
 	// Facility check (plan only).
 	rackPower, rackCooling string
 	rackUnits              int
+	// checkpointIndex is a safetensors index or file (plan only).
+	checkpointIndex string
 }
 
 func (p *planFlags) bind(fs *pflag.FlagSet) {
@@ -168,6 +170,13 @@ work's expected draw, how many racks the plan needs, and the power and cooling
 in total; a note warns when a rack cannot run the hardware at rated
 performance. docs/POWER.md has the model and its sources.
 
+A config.json with a quantization_config (FP8, compressed-tensors, AWQ,
+GPTQ, bitsandbytes, MXFP4, NVFP4) plans with the weights as the checkpoint
+stores them, module by module; --precision then sets only the compute
+precision (without it the plan computes in the checkpoint's format). With
+--checkpoint-index the weights are the safetensors checkpoint's own bytes.
+docs/PLANNER.md, "Checkpoint-exact weights", has the rules.
+
 With --calibration fleet it asks the server (GPUFLEET_SERVER, --context) for
 the fleet's newest benchmark figures and plans each GPU model the fleet
 measured with its measured memory bandwidth and matrix product rates
@@ -178,6 +187,7 @@ instead of the built-in efficiencies, saying so in the candidate's notes
   gpufleet plan --model mixtral-8x7b-v0.1 --precision fp8 --latency-target-ms 30
   gpufleet plan --model llama-3.1-70b --mode training --gpus 64 --zero 1 --tokens 2T
   gpufleet plan --model ./config.json --gpu h100-sxm-80gb -o json
+  gpufleet plan --model ./config.json --checkpoint-index ./model.safetensors.index.json --gpu h200-sxm-141gb --gpus 8
   gpufleet plan --model llama-3.1-405b --precision fp8 --rack-power 17.3kW --rack-cooling 20kW --rack-units 42`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -185,9 +195,19 @@ instead of the built-in efficiencies, saying so in the candidate's notes
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("precision") {
+				// Not given: the planner's default, the checkpoint's own
+				// format when its config describes one (else bf16).
+				pf.precision = ""
+			}
 			req, err := pf.request(cat)
 			if err != nil {
 				return err
+			}
+			if pf.checkpointIndex != "" {
+				if req.Checkpoint, err = readCheckpoint(pf.checkpointIndex, req.Model); err != nil {
+					return fmt.Errorf("--checkpoint-index %s: %w", pf.checkpointIndex, err)
+				}
 			}
 			switch calibration {
 			case "builtin":
@@ -223,6 +243,7 @@ instead of the built-in efficiencies, saying so in the candidate's notes
 	cmd.Flags().StringVar(&pf.rackPower, "rack-power", "", "facility check: a rack's power budget (17.3kW): nodes per rack, racks needed, power in total")
 	cmd.Flags().StringVar(&pf.rackCooling, "rack-cooling", "", "facility check: the heat a rack's cooling removes (20kW)")
 	cmd.Flags().IntVar(&pf.rackUnits, "rack-units", 0, "facility check: rack units for nodes (42)")
+	cmd.Flags().StringVar(&pf.checkpointIndex, "checkpoint-index", "", "the model's model.safetensors.index.json (or one .safetensors file): inference weights from its total_size, placed on the layers from the headers of the shards found next to it")
 	_ = cmd.RegisterFlagCompletionFunc("model", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return model.BuiltinNames(), cobra.ShellCompDirectiveDefault
 	})
@@ -413,4 +434,87 @@ func joules(v *float64) string {
 	return strconv.FormatFloat(j, 'f', 0, 64) + " J"
 }
 
-var _ = gpufleet.ErrInvalid
+// readCheckpoint reads a safetensors checkpoint for the plan: an index
+// (model.safetensors.index.json) and, when every shard it names sits next
+// to it, the shards' headers (a real .safetensors file or a header-only
+// one: only 8 bytes and the header are read); or one .safetensors file.
+func readCheckpoint(path string, cfg *model.Config) (*model.Checkpoint, error) {
+	dir := filepath.Dir(path)
+	if strings.HasSuffix(path, ".safetensors") {
+		tensors, err := readSafetensorsHeader(path)
+		if err != nil {
+			return nil, err
+		}
+		idx := &model.SafetensorsIndex{WeightMap: map[string]string{}}
+		for _, t := range tensors {
+			idx.TotalSize += t.Bytes
+			idx.WeightMap[t.Name] = filepath.Base(path)
+		}
+		if idx.TotalSize == 0 {
+			return nil, fmt.Errorf("%w: no tensors", gpufleet.ErrInvalid)
+		}
+		return model.NewCheckpoint(cfg, idx, tensors)
+	}
+	data, err := readBounded(path, model.MaxSafetensorsIndex)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := model.ParseSafetensorsIndex(data)
+	if err != nil {
+		return nil, err
+	}
+	var headers []model.Tensor
+	for _, shard := range idx.Shards() {
+		t, err := readSafetensorsHeader(filepath.Join(dir, shard))
+		if errors.Is(err, fs.ErrNotExist) {
+			headers = nil // the total alone
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: %w", shard, err)
+		}
+		headers = append(headers, t...)
+	}
+	return model.NewCheckpoint(cfg, idx, headers)
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", gpufleet.ErrInvalid, limit)
+	}
+	return data, nil
+}
+
+// readSafetensorsHeader reads the header of a safetensors file: its
+// 8-byte length, then that many bytes, never the tensor data.
+func readSafetensorsHeader(path string) ([]model.Tensor, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	prefix := make([]byte, 8)
+	if _, err := io.ReadFull(f, prefix); err != nil {
+		return nil, fmt.Errorf("%w: safetensors header: %v", gpufleet.ErrInvalid, err)
+	}
+	n, err := model.SafetensorsHeaderLen(prefix)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, 8+n)
+	copy(data, prefix)
+	if _, err := io.ReadFull(f, data[8:]); err != nil {
+		return nil, fmt.Errorf("%w: safetensors header: %v", gpufleet.ErrInvalid, err)
+	}
+	return model.ParseSafetensorsHeader(data)
+}
