@@ -154,7 +154,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},
 		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{}, "SDTarget": SDTarget{},
 		"Explanation": gpufleet.Explanation{}, "FilterCount": gpufleet.FilterCount{}, "RackShortfall": gpufleet.RackShortfall{},
-		"QuotaShortfall": gpufleet.QuotaShortfall{},
+		"QuotaShortfall": gpufleet.QuotaShortfall{}, "StackMismatch": gpufleet.StackMismatch{}, "Blocker": gpufleet.Blocker{},
+		"ReservationHold": gpufleet.ReservationHold{}, "Preemption": gpufleet.Preemption{}, "SlowerWait": gpufleet.SlowerWait{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -85,7 +84,8 @@ func NeverStarts(code string) bool {
 		code == ReasonRuntimeMissing
 }
 
-// why is a decision's reason: a code and, when explaining, words.
+// why is a decision's reason: a code and, when explaining, the reason as
+// data (ex) with its sentence (text, ex's String rendered once).
 type why struct {
 	code  string
 	text  string
@@ -101,36 +101,35 @@ type why struct {
 	ex *gpufleet.Explanation
 }
 
-// words is a reason's sentence, in full.
-func (s *sched) words(w why) string {
-	if w.text != "" || w.quota == nil {
-		return w.text
+// explained is a pending job's reason as data and its sentence: a quota
+// reason's figures are made here, for the jobs that stay pending (brief:
+// the sentence shared by the class's jobs past the reason depth); every
+// other explanation was rendered once, when it was made.
+func (s *sched) explained(w why, brief bool) (*gpufleet.Explanation, string) {
+	switch {
+	case w.quota != nil && brief:
+		b := s.briefQuota(w)
+		return b.ex, b.text
+	case w.quota != nil:
+		e := s.quotaExplanation(w)
+		return e, e.String()
+	case w.ex != nil:
+		return w.ex, w.text
 	}
-	return s.quotaExplanation(w).String()
+	return s.codeExplanation(w.code), w.text
 }
 
 // quotaExplanation is a quota reason with its team's figures as data.
 func (s *sched) quotaExplanation(w why) *gpufleet.Explanation {
 	n := w.quota
 	g := func(milli int64) *float64 { v := float64(milli) / unit; return &v }
-	q := &gpufleet.QuotaShortfall{Class: s.classes[w.class], Used: *g(n[0]), Asked: *g(n[1]), Quota: *g(n[2])}
+	q := &gpufleet.QuotaShortfall{Class: s.classes[w.class], Used: *g(n[0]), Asked: *g(n[1]), Quota: *g(n[2]), LimitReached: w.limit}
 	if w.limit {
 		q.Borrowed, q.Limit = g(n[3]), g(n[4])
 	} else {
 		q.Free, q.Waiting = g(n[3]), g(n[4])
 	}
 	return &gpufleet.Explanation{Code: w.code, NodesFiltered: []gpufleet.FilterCount{}, Exhausted: gpufleet.DimQuota, Quota: q}
-}
-
-// explanationOf is a pending job's reason as data.
-func (s *sched) explanationOf(w why, brief bool) *gpufleet.Explanation {
-	switch {
-	case w.ex != nil:
-		return w.ex
-	case w.quota != nil && !brief:
-		return s.quotaExplanation(w)
-	}
-	return s.codeExplanation(w.code)
 }
 
 // capacity reports a reason that more free GPUs would cure.
@@ -170,15 +169,18 @@ type quotaNeverEntry struct {
 
 func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 	if sh.invalid != "" {
-		return &why{code: ReasonUnplaceable, text: "invalid request: " + sh.invalid}
+		e := s.explanation(ReasonUnplaceable, &scan{})
+		e.NodesEvaluated, e.Invalid = 0, sh.invalid
+		return exWhy(e)
 	}
 	if len(sh.models) == 0 {
-		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
-			return &why{code: ReasonUnplaceable, text: "the fleet has no GPU: no node has joined"}
-		}
 		sc := s.scanNodes(sh, r, nil, nil, false, modeNormal)
 		e := s.explanation(ReasonUnplaceable, &sc)
-		e.Detail = "no GPU model in the fleet matches " + describe(r)
+		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
+			e.EmptyFleet = true
+		} else {
+			e.Detail = "no GPU model in the fleet matches " + describe(r)
+		}
 		return exWhy(e)
 	}
 	if len(sh.selector) > 0 || sh.stackOK != nil || sh.isoOK != nil || sh.container {
@@ -187,7 +189,10 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
-		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
+		sc := s.scanNodes(sh, r, nil, nil, false, modeNormal)
+		e := s.explanation(ReasonUnplaceable, &sc)
+		e.Profile = r.Sharing.Profile
+		return exWhy(e)
 	}
 	// Never fits: on the fleet with nothing running, whatever the racks'
 	// power now (it frees as work ends).
@@ -226,7 +231,8 @@ func (s *sched) filteredOut(sh *shape, r *gpufleet.Resources) *why {
 		e.Never, e.Detail = true, s.isolationText(sh)
 	case fStack:
 		e = s.explanation(ReasonStackMismatch, &sc)
-		e.Detail = sh.stackWhy
+		e.Stack = sh.stackWhy
+		e.Detail = e.Stack.String() // the words before Stack, for clients that read them
 	default:
 		e = s.explanation(ReasonUnplaceable, &sc)
 		e.Selector = selectorText(sh.selector)
@@ -394,13 +400,21 @@ func largestDomain(n *nodeSlot, m int32) int32 {
 	return best
 }
 
+// bare is an explanation of code with no node looked at, for the data
+// the caller adds.
+func bare(code string) *gpufleet.Explanation {
+	return &gpufleet.Explanation{Code: code, NodesFiltered: []gpufleet.FilterCount{}}
+}
+
 // orderWhy explains a job that fits but waits behind blocker in strict
-// order; the sentence is the same for every job behind it.
+// order; the explanation is the same for every job behind it.
 func (s *sched) orderWhy(blocker *pjob) why {
-	if s.texts.order == "" {
-		s.texts.order = fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", blocker.job.ID, blocker.idx+1)
+	if s.texts.order.ex == nil {
+		e := bare(ReasonOrder)
+		e.Blocker = &gpufleet.Blocker{Job: blocker.job.ID, Position: blocker.idx + 1}
+		s.texts.order = *exWhy(e)
 	}
-	return why{code: ReasonOrder, text: s.texts.order}
+	return s.texts.order
 }
 
 func (s *sched) reservationWhy(j *pjob) why {
@@ -408,54 +422,84 @@ func (s *sched) reservationWhy(j *pjob) why {
 		return why{code: ReasonReservation}
 	}
 	r := s.resv
+	e := bare(ReasonReservation)
+	e.Reservation = &gpufleet.ReservationHold{Job: r.job.job.ID, Start: r.at}
 	if s.brief {
 		if s.texts.resv != r {
-			s.texts.resv, s.texts.resvText = r, fmt.Sprintf("fits now, but would delay job %s, reserved to start by %s",
-				r.job.job.ID, r.at.UTC().Format(time.RFC3339))
+			e.Brief = true
+			s.texts.resv, s.texts.resvWhy = r, *exWhy(e)
 		}
-		return why{code: ReasonReservation, text: s.texts.resvText}
+		return s.texts.resvWhy
 	}
-	return why{code: ReasonReservation, text: fmt.Sprintf(
-		"fits now, but would delay job %s, reserved to start by %s; backfill needs it to finish by then (estimate %s)",
-		r.job.job.ID, r.at.UTC().Format(time.RFC3339), j.est)}
+	e.Reservation.EstimateS = j.est.Seconds()
+	return *exWhy(e)
 }
 
 func (s *sched) cycleLimitWhy() why {
-	if s.texts.limit == "" {
-		s.texts.limit = fmt.Sprintf("placement limit of %d jobs per cycle reached", s.cfg.MaxPlacementsPerCycle)
+	if s.texts.limit.ex == nil {
+		e := bare(ReasonCycleLimit)
+		e.CycleLimit = s.cfg.MaxPlacementsPerCycle
+		s.texts.limit = *exWhy(e)
 	}
-	return why{code: ReasonCycleLimit, text: s.texts.limit}
+	return s.texts.limit
 }
 
-// searchLimitText adds to a reason that the job did not look for victims
+// withSearchLimit adds to a reason that the job did not look for victims
 // because Config.MaxPreemptionSearches was reached. Many jobs share a
-// reason's text: the sentence is built once per text.
-func (s *sched) searchLimitText(text string) string {
-	if t, ok := s.texts.searchLimit[text]; ok {
-		return t
-	}
-	if s.texts.searchLimit == nil {
-		s.texts.searchLimit = map[string]string{}
-	}
-	t := text + fmt.Sprintf("; preemption not tried this cycle (search limit of %d per cycle reached)", s.cfg.MaxPreemptionSearches)
-	s.texts.searchLimit[text] = t
-	return t
+// reason's explanation: the one with the limit is made once per
+// explanation it extends.
+func (s *sched) withSearchLimit(w why) why {
+	return s.extended(w, &s.texts.searchLimit, func(e *gpufleet.Explanation) { e.SearchLimit = s.cfg.MaxPreemptionSearches })
 }
 
-// briefTexts holds the sentences shared by many jobs: those of jobs past
-// Config.ReasonDepth (brief), which leave out the figures of the job, and
-// those that are the same for every job.
+// withSpare adds to a reason the GPUs held free for production failover,
+// once per explanation it extends.
+func (s *sched) withSpare(w why) why {
+	n := len(s.spare.allocs)
+	if s.texts.spareN != n {
+		s.texts.spare, s.texts.spareN = nil, n
+	}
+	return s.extended(w, &s.texts.spare, func(e *gpufleet.Explanation) { e.SpareHeld = n })
+}
+
+// extended is w with a copy of its explanation that add changes, made once
+// per explanation and remembered in *memo.
+func (s *sched) extended(w why, memo *map[*gpufleet.Explanation]why, add func(*gpufleet.Explanation)) why {
+	base := w.ex
+	if base == nil {
+		base = s.codeExplanation(w.code)
+	}
+	if x, ok := (*memo)[base]; ok {
+		w.ex, w.text = x.ex, x.text
+		return w
+	}
+	if *memo == nil {
+		*memo = map[*gpufleet.Explanation]why{}
+	}
+	e := *base
+	add(&e)
+	x := exWhy(&e)
+	(*memo)[base] = *x
+	w.ex, w.text = x.ex, x.text
+	return w
+}
+
+// briefTexts holds the explanations shared by many jobs: those of jobs
+// past Config.ReasonDepth (brief), which leave out the figures of the
+// job, and those that are the same for every job.
 type briefTexts struct {
-	order, limit string
-	resv         *reservation // the reservation resvText is about
-	resvText     string
-	slower       map[int32]string // per model
-	quota        map[[2]int32]string
-	searchLimit  map[string]string // by the text it extends
+	order, limit why
+	resv         *reservation // the reservation resvWhy is about
+	resvWhy      why
+	slower       map[int32]why // per model
+	quota        map[[2]int32]why
+	searchLimit  map[*gpufleet.Explanation]why // by the explanation it extends
+	spare        map[*gpufleet.Explanation]why // by the explanation it extends, for spareN GPUs
+	spareN       int
 }
 
-// briefQuota is a quota reason's sentence without the team's figures.
-func (s *sched) briefQuota(w why) string {
+// briefQuota is a quota reason without the team's figures.
+func (s *sched) briefQuota(w why) why {
 	limit := int32(0)
 	if w.limit {
 		limit = 1
@@ -464,21 +508,13 @@ func (s *sched) briefQuota(w why) string {
 	if t, ok := s.texts.quota[key]; ok {
 		return t
 	}
-	t := fmt.Sprintf("team quota for %s exhausted; the free GPUs are held for teams under their quota", s.classes[w.class])
-	if w.limit {
-		t = fmt.Sprintf("team quota for %s exhausted and borrowing limit reached", s.classes[w.class])
-	}
+	e := bare(w.code)
+	e.Exhausted, e.Brief = gpufleet.DimQuota, true
+	e.Quota = &gpufleet.QuotaShortfall{Class: s.classes[w.class], LimitReached: w.limit}
 	if s.texts.quota == nil {
-		s.texts.quota = map[[2]int32]string{}
+		s.texts.quota = map[[2]int32]why{}
 	}
+	t := *exWhy(e)
 	s.texts.quota[key] = t
 	return t
-}
-
-// plural writes "1 GPU", "2 GPUs".
-func plural(n int32, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

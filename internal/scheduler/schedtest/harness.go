@@ -90,6 +90,10 @@ type Harness struct {
 	// fraction (0: the health rules' default).
 	life          map[string]scheduler.NodeLife
 	maxQuarantine float64
+	// Explained, when set, sees every reason the script's commands give
+	// as data: each pending entry's code, sentence and explanation, and
+	// each refusal of feasible (job "").
+	Explained func(job, code, reason string, e *gpufleet.Explanation)
 }
 
 // NewHarness returns a harness with the mini catalog and policy gpufleet.
@@ -674,6 +678,11 @@ func (h *Harness) schedule(f []string) (string, error) {
 	in := h.in
 	in.Config = cfg
 	out := scheduler.Schedule(in)
+	if h.Explained != nil {
+		for _, p := range out.Pending {
+			h.Explained(p.Job, p.ReasonCode, p.Reason, p.Explanation)
+		}
+	}
 	for _, st := range out.Starts {
 		fmt.Fprintf(&b, "start %s %s", st.Job, formatPlacement(st.Placement))
 		if st.Backfilled {
@@ -995,6 +1004,9 @@ func (h *Harness) feasible(f []string) (string, error) {
 	e, reason := scheduler.Explain(in, h.check)
 	if e == nil {
 		return "feasible\n", nil
+	}
+	if h.Explained != nil {
+		h.Explained("", e.Code, reason, e)
 	}
 	return fmt.Sprintf("refused %s: %s\n  explained %s\n", e.Code, reason, FormatExplanation(e)), nil
 }
