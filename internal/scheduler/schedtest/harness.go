@@ -1011,8 +1011,10 @@ func (h *Harness) feasible(f []string) (string, error) {
 	return fmt.Sprintf("refused %s: %s\n  explained %s\n", e.Code, reason, FormatExplanation(e)), nil
 }
 
-// FormatExplanation writes an explanation's counts on one line:
-// "rack_power: evaluated=2 capacity=1 rack_power=1 exhausted=rack_power rack=r1".
+// FormatExplanation writes an explanation's counts on one line, then the
+// key of its other data:
+// "rack_power: evaluated=2 capacity=1 rack_power=1 exhausted=rack_power rack=r1",
+// "order: evaluated=0 blocker=j1@1".
 func FormatExplanation(e *gpufleet.Explanation) string {
 	if e == nil {
 		return "none"
@@ -1036,6 +1038,43 @@ func FormatExplanation(e *gpufleet.Explanation) string {
 	}
 	if e.Never {
 		b.WriteString(" never")
+	}
+	if e.Brief {
+		b.WriteString(" brief")
+	}
+	if q := e.Quota; q != nil {
+		fmt.Fprintf(&b, " class=%s", q.Class)
+	}
+	if s := e.Stack; s != nil {
+		switch {
+		case s.Invalid != "":
+			fmt.Fprintf(&b, " stack_invalid=%s", s.Invalid)
+		case s.Unknown:
+			fmt.Fprintf(&b, " stack_unknown=%s", s.Stack)
+		default:
+			fmt.Fprintf(&b, " stack_node=%s", s.Node)
+		}
+	}
+	if x := e.Blocker; x != nil {
+		fmt.Fprintf(&b, " blocker=%s@%d", x.Job, x.Position)
+	}
+	if r := e.Reservation; r != nil {
+		fmt.Fprintf(&b, " reservation=%s", r.Job)
+	}
+	if e.CycleLimit > 0 {
+		fmt.Fprintf(&b, " cycle_limit=%d", e.CycleLimit)
+	}
+	if p := e.Preemption; p != nil {
+		fmt.Fprintf(&b, " victims=%d", p.Victims)
+	}
+	if s := e.Slower; s != nil {
+		fmt.Fprintf(&b, " slower=%s", s.Model)
+	}
+	if e.SpareHeld > 0 {
+		fmt.Fprintf(&b, " spare=%d", e.SpareHeld)
+	}
+	if e.SearchLimit > 0 {
+		fmt.Fprintf(&b, " search_limit=%d", e.SearchLimit)
 	}
 	return b.String()
 }
