@@ -3,6 +3,7 @@ package gpufleet
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -85,9 +86,11 @@ type Explanation struct {
 	Rack *RackShortfall `json:"rack,omitempty"`
 	// Quota is the team's figures, when Exhausted is quota.
 	Quota *QuotaShortfall `json:"quota,omitempty"`
-	// Detail is what the counts do not say (the isolation the job needs
-	// and what the mechanisms give; why no node runs its stack, also in
-	// Stack). It is part of the sentence.
+	// Detail is what the counts do not say, in words: the request no
+	// model matches; for isolation, stack_mismatch and runtime_missing the
+	// words of Isolation, Stack and the code, kept for clients that read
+	// them (String writes those from the data). It is part of the
+	// sentence.
 	Detail string `json:"detail,omitempty"`
 
 	// Brief: the job is past the scheduler's reason depth, and its
@@ -95,6 +98,9 @@ type Explanation struct {
 	// the job's own figures (Quota's use, Reservation's estimate,
 	// Slower's slowdown, the node counts of a rack-power hold).
 	Brief bool `json:"brief,omitempty"`
+	// NoModel is the request's constraints on the GPU model, when no
+	// model of the fleet meets them (unplaceable).
+	NoModel *ModelTerms `json:"no_model,omitempty"`
 	// Invalid is why the request is invalid (unplaceable).
 	Invalid string `json:"invalid,omitempty"`
 	// EmptyFleet: no node with a GPU has joined (unplaceable).
@@ -102,6 +108,9 @@ type Explanation struct {
 	// Stack is why no node runs the stack or versions the job requires
 	// (stack_mismatch).
 	Stack *StackMismatch `json:"stack,omitempty"`
+	// Isolation is what the job requires of the mechanism and what the
+	// mechanisms that fail it give (isolation).
+	Isolation *IsolationShortfall `json:"isolation,omitempty"`
 	// Blocker is the job it waits behind in strict order (order).
 	Blocker *Blocker `json:"blocker,omitempty"`
 	// Reservation is the backfill reservation it would delay
@@ -135,6 +144,81 @@ type StackMismatch struct {
 	Unknown bool   `json:"unknown,omitempty"`
 	Invalid string `json:"invalid,omitempty"`
 	Error   string `json:"error,omitempty"`
+}
+
+// ModelTerms are a request's constraints on the GPU model (and its node
+// selector), as the request gives them: MinComputeCapability as "9.0",
+// NodeSelector as k=v,k=v.
+type ModelTerms struct {
+	GPUModels            []string `json:"gpu_models,omitempty"`
+	GPUMemoryMinBytes    Bytes    `json:"gpu_memory_min_bytes,omitempty"`
+	MinComputeCapability string   `json:"min_compute_capability,omitempty"`
+	Precision            string   `json:"precision,omitempty"`
+	MIGProfile           string   `json:"mig_profile,omitempty"`
+	NodeSelector         string   `json:"node_selector,omitempty"`
+}
+
+// String lists the constraints in words: "gpu_models [b200], native
+// precision fp8"; "the request" when there are none.
+func (m *ModelTerms) String() string {
+	var parts []string
+	if len(m.GPUModels) > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(m.GPUModels, " ")))
+	}
+	if m.GPUMemoryMinBytes > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", m.GPUMemoryMinBytes, float64(m.GPUMemoryMinBytes)/(1<<30)))
+	}
+	if m.MinComputeCapability != "" {
+		parts = append(parts, "min_compute_capability "+m.MinComputeCapability)
+	}
+	if m.Precision != "" {
+		parts = append(parts, "native precision "+m.Precision)
+	}
+	if m.MIGProfile != "" {
+		parts = append(parts, "MIG profile "+m.MIGProfile)
+	}
+	if m.NodeSelector != "" {
+		parts = append(parts, "node_selector "+m.NodeSelector)
+	}
+	if len(parts) == 0 {
+		return "the request"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// IsolationShortfall is what a job requires of its GPUs' mechanism
+// (resources.isolation, unless any; resources.overhead, OverheadMax as a
+// fraction) and what each mechanism of the fleet that does not meet it
+// gives.
+type IsolationShortfall struct {
+	Isolation   Isolation            `json:"isolation,omitempty"`
+	OverheadMax *float64             `json:"overhead_max,omitempty"`
+	Mechanisms  []MechanismShortfall `json:"mechanisms"`
+}
+
+// MechanismShortfall is a mechanism (virtualization/sharing) that does
+// not meet a job's requirement: the isolation it gives and its overhead,
+// 0-1.
+type MechanismShortfall struct {
+	Name      string    `json:"name"`
+	Isolation Isolation `json:"isolation"`
+	Overhead  float64   `json:"overhead"`
+}
+
+// String is what the job requires and what the mechanisms give: "it
+// requires isolation hard; vgpu:A100-4C/exclusive gives soft (5% overhead)".
+func (s *IsolationShortfall) String() string {
+	var need, gives []string
+	if s.Isolation != "" {
+		need = append(need, "isolation "+string(s.Isolation))
+	}
+	if s.OverheadMax != nil {
+		need = append(need, "overhead "+OverheadLimit(*s.OverheadMax).String())
+	}
+	for _, m := range s.Mechanisms {
+		gives = append(gives, fmt.Sprintf("%s gives %s (%.0f%% overhead)", m.Name, m.Isolation, m.Overhead*100))
+	}
+	return fmt.Sprintf("it requires %s; %s", strings.Join(need, " and "), strings.Join(gives, ", "))
 }
 
 // Blocker is the job a job waits behind in strict order: the first that
@@ -349,6 +433,8 @@ func (e *Explanation) filteredWords() string {
 	switch e.Code {
 	case "unplaceable":
 		switch {
+		case e.NoModel != nil:
+			return "no GPU model in the fleet matches " + e.NoModel.String()
 		case e.Selector != "":
 			return fmt.Sprintf("no node with a matching GPU carries node_selector %s", e.Selector)
 		case e.Profile != "" && e.Detail == "":
@@ -356,17 +442,21 @@ func (e *Explanation) filteredWords() string {
 		}
 		return e.Detail
 	case "isolation":
-		if e.Never {
-			return "no node can give it: " + e.Detail
+		detail := e.Detail
+		if e.Isolation != nil {
+			detail = e.Isolation.String()
 		}
-		return "GPUs are free, but not under a mechanism it accepts: " + e.Detail
+		if e.Never {
+			return "no node can give it: " + detail
+		}
+		return "GPUs are free, but not under a mechanism it accepts: " + detail
 	case "stack_mismatch":
 		if e.Stack != nil {
 			return e.Stack.String()
 		}
 		return e.Detail
 	case "runtime_missing":
-		return e.Detail
+		return "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
 	}
 	return ""
 }

@@ -156,6 +156,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Explanation": gpufleet.Explanation{}, "FilterCount": gpufleet.FilterCount{}, "RackShortfall": gpufleet.RackShortfall{},
 		"QuotaShortfall": gpufleet.QuotaShortfall{}, "StackMismatch": gpufleet.StackMismatch{}, "Blocker": gpufleet.Blocker{},
 		"ReservationHold": gpufleet.ReservationHold{}, "Preemption": gpufleet.Preemption{}, "SlowerWait": gpufleet.SlowerWait{},
+		"IsolationShortfall": gpufleet.IsolationShortfall{}, "MechanismShortfall": gpufleet.MechanismShortfall{}, "ModelTerms": gpufleet.ModelTerms{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

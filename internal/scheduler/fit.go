@@ -385,20 +385,20 @@ func (sh *shape) selects(n *nodeSlot) bool {
 
 // isolationWhy explains a job that fits the free GPUs only on nodes whose
 // mechanism does not meet its isolation or overhead requirement: what the
-// job requires and the mechanisms give (Explanation.Detail). ok is false
-// when isolation is not the reason.
-func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (string, bool) {
+// job requires and the mechanisms give (Explanation.Isolation). ok is
+// false when isolation is not the reason.
+func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (*gpufleet.IsolationShortfall, bool) {
 	if sh.isoOK == nil {
-		return "", false
+		return nil, false
 	}
 	iso := sh.isoOK
 	sh.isoOK = nil
 	_, ok := s.search(sh, models, mode)
 	sh.isoOK = iso
 	if !ok {
-		return "", false
+		return nil, false
 	}
-	return s.isolationText(sh), true
+	return s.isolationShortfall(sh), true
 }
 
 // isolationNeeds judges a request's isolation and overhead requirements

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -179,7 +178,8 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
 			e.EmptyFleet = true
 		} else {
-			e.Detail = "no GPU model in the fleet matches " + describe(r)
+			e.NoModel = modelTerms(r)
+			e.Detail = e.String() // the words, for clients that read them
 		}
 		return exWhy(e)
 	}
@@ -225,10 +225,11 @@ func (s *sched) filteredOut(sh *shape, r *gpufleet.Resources) *why {
 	switch sc.lastFilter() {
 	case fRuntime:
 		e = s.explanation(ReasonRuntimeMissing, &sc)
-		e.Detail = "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
+		e.Detail = e.String() // the words, for clients that read them
 	case fIsolation, fOverhead:
 		e = s.explanation(ReasonIsolation, &sc)
-		e.Never, e.Detail = true, s.isolationText(sh)
+		e.Never, e.Isolation = true, s.isolationShortfall(sh)
+		e.Detail = e.Isolation.String() // the words before Isolation, for clients that read them
 	case fStack:
 		e = s.explanation(ReasonStackMismatch, &sc)
 		e.Stack = sh.stackWhy
@@ -245,56 +246,43 @@ func exWhy(e *gpufleet.Explanation) *why {
 	return &why{code: e.Code, text: e.String(), ex: e}
 }
 
-// describe lists a request's constraints in words.
-func describe(r *gpufleet.Resources) string {
-	var parts []string
-	if len(r.GPUModels) > 0 {
-		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(r.GPUModels, " ")))
-	}
-	if r.GPUMemoryMinBytes > 0 {
-		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", r.GPUMemoryMinBytes, float64(r.GPUMemoryMinBytes)/(1<<30)))
-	}
+// modelTerms is a request's constraints on the GPU model, as data.
+func modelTerms(r *gpufleet.Resources) *gpufleet.ModelTerms {
+	m := &gpufleet.ModelTerms{GPUModels: r.GPUModels, GPUMemoryMinBytes: r.GPUMemoryMinBytes, Precision: string(r.Precision)}
 	if !r.MinComputeCapability.IsZero() {
-		parts = append(parts, "min_compute_capability "+r.MinComputeCapability.String())
-	}
-	if r.Precision != "" {
-		parts = append(parts, fmt.Sprintf("native precision %s", r.Precision))
+		m.MinComputeCapability = r.MinComputeCapability.String()
 	}
 	if r.Sharing.Kind == gpufleet.MIG {
-		parts = append(parts, "MIG profile "+r.Sharing.Profile)
+		m.MIGProfile = r.Sharing.Profile
 	}
 	if len(r.NodeSelector) > 0 {
 		var sel [][2]string
 		for _, k := range sortedKeys(r.NodeSelector) {
 			sel = append(sel, [2]string{k, r.NodeSelector[k]})
 		}
-		parts = append(parts, "node_selector "+selectorText(sel))
+		m.NodeSelector = selectorText(sel)
 	}
-	if len(parts) == 0 {
-		return "the request"
-	}
-	return strings.Join(parts, ", ")
+	return m
 }
 
-// isolationText says what the job requires and what the fleet's other
-// mechanisms give, such as "isolation hard; vgpu:A100-4C/exclusive gives
-// soft (5% overhead)".
-func (s *sched) isolationText(sh *shape) string {
-	var need []string
+// isolationShortfall is what the job requires and what the fleet's
+// mechanisms that do not meet it give.
+func (s *sched) isolationShortfall(sh *shape) *gpufleet.IsolationShortfall {
+	out := &gpufleet.IsolationShortfall{Mechanisms: []gpufleet.MechanismShortfall{}}
 	if sh.iso != "" && sh.iso != gpufleet.IsolationAny {
-		need = append(need, "isolation "+string(sh.iso))
+		out.Isolation = sh.iso
 	}
 	if sh.overhead != nil {
-		need = append(need, "overhead "+sh.overhead.String())
+		v := float64(*sh.overhead)
+		out.OverheadMax = &v
 	}
-	var gives []string
 	for i, v := range s.f.virts {
 		if !sh.isoOK[i] {
 			m := gpufleet.MechanismOf(v, gpufleet.Sharing{Kind: sh.kind})
-			gives = append(gives, fmt.Sprintf("%s gives %s (%.0f%% overhead)", m.Name, m.Isolation(), m.Overhead*100))
+			out.Mechanisms = append(out.Mechanisms, gpufleet.MechanismShortfall{Name: m.Name, Isolation: m.Isolation(), Overhead: m.Overhead})
 		}
 	}
-	return fmt.Sprintf("it requires %s; %s", strings.Join(need, " and "), strings.Join(gives, ", "))
+	return out
 }
 
 // selectorText writes a node selector as rack=r12,zone=a.

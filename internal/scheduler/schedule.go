@@ -750,9 +750,10 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 			}
 		}
 		if w.code != ReasonRackPower {
-			if detail, ok := s.isolationWhy(sh, u.models, mode); ok {
+			if iso, ok := s.isolationWhy(sh, u.models, mode); ok {
 				ex := *w.ex
-				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Detail = ReasonIsolation, "", 0, 0, detail
+				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Isolation = ReasonIsolation, "", 0, 0, iso
+				ex.Detail = iso.String() // the words before Isolation, for clients that read them
 				w = *exWhy(&ex)
 			}
 		}

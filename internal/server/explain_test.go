@@ -18,7 +18,8 @@ import (
 // TestExplanationThroughTheAPI: a job two nodes carry the selector of,
 // but whose overhead cap their mechanism exceeds, is refused at submission
 // with the reason as data in the 422's body (the selector left out one
-// node, the overhead two), and, queued anyway, the queue and the job carry
+// node, the overhead two; what the vGPU mechanism gives against the cap),
+// and, queued anyway, the queue and the job carry
 // the same explanation, stored with the queue entry.
 func TestExplanationThroughTheAPI(t *testing.T) {
 	f := newFixture(t)
@@ -46,8 +47,11 @@ func TestExplanationThroughTheAPI(t *testing.T) {
 		}
 		return resp.StatusCode
 	}
+	onePct := 0.01
 	want := &gpufleet.Explanation{Code: scheduler.ReasonIsolation, NodesEvaluated: 3, Never: true,
-		NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 1}, {Code: gpufleet.FilterOverhead, Nodes: 2}}}
+		NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 1}, {Code: gpufleet.FilterOverhead, Nodes: 2}},
+		Isolation: &gpufleet.IsolationShortfall{OverheadMax: &onePct,
+			Mechanisms: []gpufleet.MechanismShortfall{{Name: "vgpu:H100-80C/exclusive", Isolation: gpufleet.IsolationSoft, Overhead: 0.05}}}}
 	counts := cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Detail" }, cmp.Ignore())
 
 	job := `{"command":["true"],"resources":{"gpus":1,"node_selector":{"pool":"x"},"overhead":"<=1%"}`
