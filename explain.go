@@ -374,7 +374,7 @@ func (e *Explanation) sentence() string {
 	case DimRackPower:
 		r := e.Rack
 		if r == nil {
-			return "" // a spread over racks: the scheduler writes it
+			return "" // no rack: a bare code
 		}
 		budget := fmt.Sprintf("its %s budget", Watts(r.BudgetWatts))
 		if r.LimitWatts < r.BudgetWatts-1e-6 {
