@@ -89,3 +89,53 @@ func TestExplanationThroughTheAPI(t *testing.T) {
 		t.Errorf("job's explanation (-want +got):\n%s", diff)
 	}
 }
+
+// TestReservationAsDataThroughTheAPI: a job that fits now but would run
+// past the backfill reservation of the job ahead of it waits as
+// reservation, and the queue's JSON carries the reservation as data (the
+// job it is for, its start, the waiting job's estimate) from which the
+// sentence is written.
+func TestReservationAsDataThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	member := f.teamToken("team-a")
+	f.registerLabelled("n1", "h100-sxm-80gb", 8, map[string]string{"rack": "r1"})
+	srv := httptest.NewServer(api.NewHandler(f.srv, f.srv, f.srv, f.srv, api.HandlerOptions{}))
+	defer srv.Close()
+	submit := func(body string) string {
+		t.Helper()
+		st, raw, eb := callAPI(t, srv, "POST", "/api/v1/jobs", member, "", body)
+		var j gpufleet.Job
+		if st != http.StatusCreated && st != http.StatusOK || json.Unmarshal(raw, &j) != nil {
+			t.Fatalf("submit %s: %d %+v", body, st, eb)
+		}
+		return j.ID
+	}
+	submit(`{"command":["true"],"resources":{"gpus":4},"estimate":"10h"}`)
+	f.cycle()
+	big := submit(`{"command":["true"],"resources":{"gpus":8},"estimate":"1h"}`)
+	long := submit(`{"command":["true"],"resources":{"gpus":4},"estimate":"20h"}`)
+	f.cycle()
+	st, raw, _ := callAPI(t, srv, "GET", "/api/v1/queue", member, "-", "")
+	var q struct {
+		Queue []struct {
+			ID          string                `json:"id"`
+			ReasonCode  string                `json:"reason_code"`
+			Reason      string                `json:"reason"`
+			Explanation *gpufleet.Explanation `json:"explanation"`
+		} `json:"queue"`
+	}
+	if st != http.StatusOK || json.Unmarshal(raw, &q) != nil || len(q.Queue) != 2 {
+		t.Fatalf("queue: %d %s", st, raw)
+	}
+	e := q.Queue[1]
+	if e.ID != long || e.ReasonCode != scheduler.ReasonReservation || e.Explanation == nil || e.Reason != e.Explanation.String() {
+		t.Fatalf("queue entry %+v: want %s waiting as reservation, its reason written from its explanation", e, long)
+	}
+	r := e.Explanation.Reservation
+	if r == nil || r.Job != big || r.EstimateS != 20*3600 || !r.Start.After(f.clk.Now()) {
+		t.Errorf("reservation %+v: want job %s's, a start ahead, and the estimate 72000 s", r, big)
+	}
+	if !strings.Contains(string(raw), `"reservation":{"job":"`+big+`"`) {
+		t.Errorf("the queue's JSON lacks explanation.reservation.job:\n%s", raw)
+	}
+}
