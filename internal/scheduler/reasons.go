@@ -437,7 +437,7 @@ func (s *sched) cycleLimitWhy() why {
 // reason's explanation: the one with the limit is made once per
 // explanation it extends.
 func (s *sched) withSearchLimit(w why) why {
-	return s.extended(w, &s.texts.searchLimit, func(e *gpufleet.Explanation) { e.SearchLimit = s.cfg.MaxPreemptionSearches })
+	return s.extend(w, &s.texts.searchLimit, func(e *gpufleet.Explanation) { e.SearchLimit = s.cfg.MaxPreemptionSearches })
 }
 
 // withSpare adds to a reason the GPUs held free for production failover,
@@ -445,30 +445,48 @@ func (s *sched) withSearchLimit(w why) why {
 func (s *sched) withSpare(w why) why {
 	n := len(s.spare.allocs)
 	if s.texts.spareN != n {
-		s.texts.spare, s.texts.spareN = nil, n
+		s.texts.spare, s.texts.spareN = extension{}, n
 	}
-	return s.extended(w, &s.texts.spare, func(e *gpufleet.Explanation) { e.SpareHeld = n })
+	return s.extend(w, &s.texts.spare, func(e *gpufleet.Explanation) { e.SpareHeld = n })
 }
 
-// extended is w with a copy of its explanation that add changes, made once
-// per explanation and remembered in *memo.
-func (s *sched) extended(w why, memo *map[*gpufleet.Explanation]why, add func(*gpufleet.Explanation)) why {
+// extension remembers the explanations one addition (the spare, the
+// search limit) made, by the explanation each extends, with its sentence;
+// base and last are the latest asked for, as the jobs that wait for one
+// reason come in runs.
+type extension struct {
+	by   map[*gpufleet.Explanation]extended
+	base *gpufleet.Explanation
+	last extended
+}
+
+// extended is an explanation an addition made, and its sentence.
+type extended struct {
+	ex   *gpufleet.Explanation
+	text string
+}
+
+// extend is w with a copy of its explanation that add changes, made and
+// rendered once per explanation it extends (read only, as w's).
+func (s *sched) extend(w why, m *extension, add func(*gpufleet.Explanation)) why {
 	base := w.ex
 	if base == nil {
 		base = s.codeExplanation(w.code)
 	}
-	if x, ok := (*memo)[base]; ok {
-		w.ex, w.text = x.ex, x.text
-		return w
+	if m.base != base {
+		x, ok := m.by[base]
+		if !ok {
+			e := *base
+			add(&e)
+			x = extended{ex: &e, text: e.String()}
+			if m.by == nil {
+				m.by = map[*gpufleet.Explanation]extended{}
+			}
+			m.by[base] = x
+		}
+		m.base, m.last = base, x
 	}
-	if *memo == nil {
-		*memo = map[*gpufleet.Explanation]why{}
-	}
-	e := *base
-	add(&e)
-	x := exWhy(&e)
-	(*memo)[base] = *x
-	w.ex, w.text = x.ex, x.text
+	w.ex, w.text = m.last.ex, m.last.text
 	return w
 }
 
@@ -481,8 +499,8 @@ type briefTexts struct {
 	resvWhy      why
 	slower       map[int32]why // per model
 	quota        map[[2]int32]why
-	searchLimit  map[*gpufleet.Explanation]why // by the explanation it extends
-	spare        map[*gpufleet.Explanation]why // by the explanation it extends, for spareN GPUs
+	searchLimit  extension
+	spare        extension // for spareN GPUs
 	spareN       int
 }
 
