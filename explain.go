@@ -1,6 +1,11 @@
 package gpufleet
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
 
 // FilterCode says why the scheduler left a node out of a job's placement.
 // Where a filter is also a wait reason (stack_mismatch, isolation,
@@ -81,10 +86,176 @@ type Explanation struct {
 	Rack *RackShortfall `json:"rack,omitempty"`
 	// Quota is the team's figures, when Exhausted is quota.
 	Quota *QuotaShortfall `json:"quota,omitempty"`
-	// Detail is what the counts do not say (the isolation the job needs
-	// and what the mechanisms give; why no node runs its stack). It is
-	// part of the sentence.
+	// Detail is what the counts do not say, in words: the request no
+	// model matches; for isolation, stack_mismatch and runtime_missing the
+	// words of Isolation, Stack and the code, kept for clients that read
+	// them (String writes those from the data). It is part of the
+	// sentence.
 	Detail string `json:"detail,omitempty"`
+
+	// Brief: the job is past the scheduler's reason depth, and its
+	// explanation, shared with the other jobs of the reason, leaves out
+	// the job's own figures (Quota's use, Reservation's estimate,
+	// Slower's slowdown, the node counts of a rack-power hold).
+	Brief bool `json:"brief,omitempty"`
+	// NoModel is the request's constraints on the GPU model, when no
+	// model of the fleet meets them (unplaceable).
+	NoModel *ModelTerms `json:"no_model,omitempty"`
+	// Invalid is why the request is invalid (unplaceable).
+	Invalid string `json:"invalid,omitempty"`
+	// EmptyFleet: no node with a GPU has joined (unplaceable).
+	EmptyFleet bool `json:"empty_fleet,omitempty"`
+	// Stack is why no node runs the stack or versions the job requires
+	// (stack_mismatch).
+	Stack *StackMismatch `json:"stack,omitempty"`
+	// Isolation is what the job requires of the mechanism and what the
+	// mechanisms that fail it give (isolation).
+	Isolation *IsolationShortfall `json:"isolation,omitempty"`
+	// Blocker is the job it waits behind in strict order (order).
+	Blocker *Blocker `json:"blocker,omitempty"`
+	// Reservation is the backfill reservation it would delay
+	// (reservation).
+	Reservation *ReservationHold `json:"reservation,omitempty"`
+	// CycleLimit is the placements per cycle reached (cycle_limit).
+	CycleLimit int `json:"cycle_limit,omitempty"`
+	// Preemption is the running jobs it waits for to leave its GPUs
+	// (preempting, or capacity when they were stopping already).
+	Preemption *Preemption `json:"preemption,omitempty"`
+	// Slower is the slower model that has room while the job waits for a
+	// faster one (slower_model).
+	Slower *SlowerWait `json:"slower,omitempty"`
+	// SpareHeld is the GPUs held free for production failover while the
+	// job was placed (a capacity, topology or rack_power wait of a job
+	// below production).
+	SpareHeld int `json:"spare_held,omitempty"`
+	// SearchLimit is the preemption searches per cycle reached before
+	// the job's turn: it did not look for victims this cycle.
+	SearchLimit int `json:"search_limit,omitempty"`
+}
+
+// StackMismatch is why no node runs what a job requires of the software
+// stack (resources.stack, resources.requires): Node, the first node in
+// the fleet's order, lacks Unmet; or the stack is Unknown; or Invalid
+// names what could not be read ("requires" or "stack") and Error why.
+type StackMismatch struct {
+	Stack   string `json:"stack,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Unmet   string `json:"unmet,omitempty"`
+	Unknown bool   `json:"unknown,omitempty"`
+	Invalid string `json:"invalid,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ModelTerms are a request's constraints on the GPU model (and its node
+// selector), as the request gives them: MinComputeCapability as "9.0",
+// NodeSelector as k=v,k=v.
+type ModelTerms struct {
+	GPUModels            []string `json:"gpu_models,omitempty"`
+	GPUMemoryMinBytes    Bytes    `json:"gpu_memory_min_bytes,omitempty"`
+	MinComputeCapability string   `json:"min_compute_capability,omitempty"`
+	Precision            string   `json:"precision,omitempty"`
+	MIGProfile           string   `json:"mig_profile,omitempty"`
+	NodeSelector         string   `json:"node_selector,omitempty"`
+}
+
+// String lists the constraints in words: "gpu_models [b200], native
+// precision fp8"; "the request" when there are none.
+func (m *ModelTerms) String() string {
+	var parts []string
+	if len(m.GPUModels) > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(m.GPUModels, " ")))
+	}
+	if m.GPUMemoryMinBytes > 0 {
+		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", m.GPUMemoryMinBytes, float64(m.GPUMemoryMinBytes)/(1<<30)))
+	}
+	if m.MinComputeCapability != "" {
+		parts = append(parts, "min_compute_capability "+m.MinComputeCapability)
+	}
+	if m.Precision != "" {
+		parts = append(parts, "native precision "+m.Precision)
+	}
+	if m.MIGProfile != "" {
+		parts = append(parts, "MIG profile "+m.MIGProfile)
+	}
+	if m.NodeSelector != "" {
+		parts = append(parts, "node_selector "+m.NodeSelector)
+	}
+	if len(parts) == 0 {
+		return "the request"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// IsolationShortfall is what a job requires of its GPUs' mechanism
+// (resources.isolation, unless any; resources.overhead, OverheadMax as a
+// fraction) and what each mechanism of the fleet that does not meet it
+// gives.
+type IsolationShortfall struct {
+	Isolation   Isolation            `json:"isolation,omitempty"`
+	OverheadMax *float64             `json:"overhead_max,omitempty"`
+	Mechanisms  []MechanismShortfall `json:"mechanisms"`
+}
+
+// MechanismShortfall is a mechanism (virtualization/sharing) that does
+// not meet a job's requirement: the isolation it gives and its overhead,
+// 0-1.
+type MechanismShortfall struct {
+	Name      string    `json:"name"`
+	Isolation Isolation `json:"isolation"`
+	Overhead  float64   `json:"overhead"`
+}
+
+// String is what the job requires and what the mechanisms give: "it
+// requires isolation hard; vgpu:A100-4C/exclusive gives soft (5% overhead)".
+func (s *IsolationShortfall) String() string {
+	var need, gives []string
+	if s.Isolation != "" {
+		need = append(need, "isolation "+string(s.Isolation))
+	}
+	if s.OverheadMax != nil {
+		need = append(need, "overhead "+OverheadLimit(*s.OverheadMax).String())
+	}
+	for _, m := range s.Mechanisms {
+		gives = append(gives, fmt.Sprintf("%s gives %s (%.0f%% overhead)", m.Name, m.Isolation, m.Overhead*100))
+	}
+	return fmt.Sprintf("it requires %s; %s", strings.Join(need, " and "), strings.Join(gives, ", "))
+}
+
+// Blocker is the job a job waits behind in strict order: the first that
+// could not start, at Position in the queue (from 1).
+type Blocker struct {
+	Job      string `json:"job"`
+	Position int    `json:"position"`
+}
+
+// ReservationHold is the backfill reservation a job that fits would
+// delay: Job is reserved to start by Start on GPUs the job needs, and the
+// job's estimate, EstimateS seconds (0 when brief), runs past it.
+type ReservationHold struct {
+	Job       string    `json:"job"`
+	Start     time.Time `json:"start"`
+	EstimateS float64   `json:"estimate_s,omitempty"`
+}
+
+// Preemption is the running jobs a job waits for: Victims of them, the
+// longest grace GraceS seconds. Stopping: not every one was stopped for a
+// preemptor (some stop for other reasons: a drain, a cancel); Starving:
+// they were preempted for its starvation.
+type Preemption struct {
+	Victims  int     `json:"victims"`
+	GraceS   float64 `json:"grace_s"`
+	Stopping bool    `json:"stopping,omitempty"`
+	Starving bool    `json:"starving,omitempty"`
+}
+
+// SlowerWait is a slower model that has room for a job that prefers the
+// fastest: it would run Slowdown times slower on Model, and the job takes
+// it in TakesInS seconds if nothing faster frees up. Both figures are 0
+// when brief.
+type SlowerWait struct {
+	Model    string  `json:"model"`
+	Slowdown float64 `json:"slowdown,omitempty"`
+	TakesInS float64 `json:"takes_in_s,omitempty"`
 }
 
 // FilterCount is how many nodes one filter left out.
@@ -108,12 +279,18 @@ type RackShortfall struct {
 	// NeverWatts) even idle: it cannot start until a budget grows.
 	NeverGPUs  int     `json:"never_gpus,omitempty"`
 	NeverWatts float64 `json:"never_watts,omitempty"`
+	// Placement: the rack is the first a placement of the job found with
+	// power ignored would take over its limit (a job over several racks,
+	// or one past the reason depth), not the best rack of a node count.
+	Placement bool `json:"placement,omitempty"`
 }
 
 // QuotaShortfall is a team's use of a GPU class against its quota, in
 // GPUs: it uses Used, the job asks Asked, beyond Quota. With Limit set the
 // borrowing limit is reached (Borrowed of it); else the Free GPUs are held
-// for teams under their quota, which wait for Waiting.
+// for teams under their quota, which wait for Waiting. Of a brief
+// explanation only Class and LimitReached are set; of quota_exceeded,
+// Asked, Quota and Limit (the most the team may ever use is Quota+Limit).
 type QuotaShortfall struct {
 	Class    string   `json:"class"`
 	Used     float64  `json:"used"`
@@ -123,6 +300,9 @@ type QuotaShortfall struct {
 	Limit    *float64 `json:"limit,omitempty"`
 	Free     *float64 `json:"free,omitempty"`
 	Waiting  *float64 `json:"waiting,omitempty"`
+	// LimitReached: the borrowing limit is reached (the figures are in
+	// Borrowed and Limit), not the idle capacity held for others.
+	LimitReached bool `json:"limit_reached,omitempty"`
 }
 
 // Filtered is how many nodes filter c left out.
@@ -136,11 +316,49 @@ func (e *Explanation) Filtered(c FilterCode) int {
 }
 
 // String is the explanation's sentence: the one place a queue entry's
-// reason is written from its counts. It is empty for an explanation whose
-// code it has no words for (the scheduler writes those itself).
+// reason, and a refused submission's, is written from its data. It is
+// empty for nil, and for an explanation that carries only a code.
 func (e *Explanation) String() string {
 	if e == nil {
 		return ""
+	}
+	text := e.sentence()
+	if e.SpareHeld > 0 {
+		text += fmt.Sprintf(" (%d GPUs are held free for production failover)", e.SpareHeld)
+	}
+	if e.SearchLimit > 0 {
+		text += fmt.Sprintf("; preemption not tried this cycle (search limit of %d per cycle reached)", e.SearchLimit)
+	}
+	return text
+}
+
+// sentence is the explanation's sentence without the suffixes of
+// SpareHeld and SearchLimit.
+func (e *Explanation) sentence() string {
+	switch {
+	case e.Invalid != "":
+		return "invalid request: " + e.Invalid
+	case e.EmptyFleet:
+		return "the fleet has no GPU: no node has joined"
+	case e.Blocker != nil:
+		return fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", e.Blocker.Job, e.Blocker.Position)
+	case e.Reservation != nil:
+		r := e.Reservation
+		text := fmt.Sprintf("fits now, but would delay job %s, reserved to start by %s", r.Job, r.Start.UTC().Format(time.RFC3339))
+		if !e.Brief {
+			text += fmt.Sprintf("; backfill needs it to finish by then (estimate %s)", seconds(r.EstimateS))
+		}
+		return text
+	case e.CycleLimit > 0:
+		return fmt.Sprintf("placement limit of %d jobs per cycle reached", e.CycleLimit)
+	case e.Preemption != nil:
+		return e.Preemption.words(e.Code)
+	case e.Slower != nil:
+		if e.Brief {
+			return fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it slower", e.Slower.Model)
+		}
+		return fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it about %.1fx slower; takes it in %s if nothing faster frees up",
+			e.Slower.Model, e.Slower.Slowdown, seconds(e.Slower.TakesInS))
 	}
 	free := "free "
 	if e.Never {
@@ -149,11 +367,14 @@ func (e *Explanation) String() string {
 	var text string
 	switch e.Exhausted {
 	case DimQuota:
-		return e.Quota.words()
+		if e.Quota == nil {
+			return ""
+		}
+		return e.Quota.words(e.Code, e.Brief)
 	case DimRackPower:
 		r := e.Rack
 		if r == nil {
-			return "" // a spread over racks: the scheduler writes it
+			return "" // no rack: a bare code
 		}
 		budget := fmt.Sprintf("its %s budget", Watts(r.BudgetWatts))
 		if r.LimitWatts < r.BudgetWatts-1e-6 {
@@ -165,7 +386,7 @@ func (e *Explanation) String() string {
 		case r.NeverGPUs > 0:
 			text += fmt.Sprintf("; no rack with its GPUs can hold %s of it (%d GPUs) even idle, so it cannot start until a budget grows",
 				Watts(toTenWatts(r.NeverWatts)), r.NeverGPUs)
-		case n > 1:
+		case n > 1 && !r.Placement:
 			text += fmt.Sprintf("; %d matching nodes have the GPUs, all on racks without the power", n)
 		}
 	case DimMIGInstances:
@@ -211,30 +432,96 @@ func (e *Explanation) String() string {
 func (e *Explanation) filteredWords() string {
 	switch e.Code {
 	case "unplaceable":
-		if e.Selector != "" {
+		switch {
+		case e.NoModel != nil:
+			return "no GPU model in the fleet matches " + e.NoModel.String()
+		case e.Selector != "":
 			return fmt.Sprintf("no node with a matching GPU carries node_selector %s", e.Selector)
+		case e.Profile != "" && e.Detail == "":
+			return fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", e.Profile)
 		}
 		return e.Detail
 	case "isolation":
-		if e.Never {
-			return "no node can give it: " + e.Detail
+		detail := e.Detail
+		if e.Isolation != nil {
+			detail = e.Isolation.String()
 		}
-		return "GPUs are free, but not under a mechanism it accepts: " + e.Detail
-	case "stack_mismatch", "runtime_missing":
+		if e.Never {
+			return "no node can give it: " + detail
+		}
+		return "GPUs are free, but not under a mechanism it accepts: " + detail
+	case "stack_mismatch":
+		if e.Stack != nil {
+			return e.Stack.String()
+		}
 		return e.Detail
+	case "runtime_missing":
+		return "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
 	}
 	return ""
 }
 
-// words is a quota shortfall's sentence.
-func (q *QuotaShortfall) words() string {
+// String is the sentence of a stack no node runs.
+func (m *StackMismatch) String() string {
+	switch {
+	case m.Invalid == "stack":
+		return fmt.Sprintf("stack %s: %s", m.Stack, m.Error)
+	case m.Invalid != "":
+		return m.Error
+	case m.Unknown:
+		return fmt.Sprintf("no stack named %s", Quote(m.Stack))
+	}
+	what := "the versions it requires"
+	if m.Stack != "" {
+		what = "stack " + m.Stack
+	}
+	return fmt.Sprintf("no node runs %s (node %s: %s)", what, m.Node, m.Unmet)
+}
+
+// words is the sentence of the running jobs a job waits for, under code
+// (preempting; capacity when nothing stopped for it).
+func (p *Preemption) words(code string) string {
+	grace := seconds(p.GraceS)
+	if code != "preempting" {
+		verb := "leave"
+		if p.Victims == 1 {
+			verb = "leaves"
+		}
+		return fmt.Sprintf("the GPUs it needs come free when %s %s (grace up to %s)", countNoun(p.Victims, "stopping job"), verb, grace)
+	}
+	noun := "preempted job"
+	if p.Stopping {
+		noun = "stopping job"
+	}
+	prefix := ""
+	if p.Starving {
+		prefix = "starving: "
+	}
+	return prefix + fmt.Sprintf("waiting for %s to stop (grace up to %s)", countNoun(p.Victims, noun), grace)
+}
+
+// seconds is a figure in seconds as a duration, to the nanosecond.
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
+// words is a quota shortfall's sentence under code (quota, or
+// quota_exceeded: never within quota and borrowing limit); brief leaves
+// out the team's figures.
+func (q *QuotaShortfall) words(code string, brief bool) string {
 	g := func(v float64) string {
 		if v == float64(int64(v)) {
 			return fmt.Sprint(int64(v))
 		}
 		return fmt.Sprintf("%.2f", v)
 	}
-	if q.Limit != nil {
+	switch {
+	case code == "quota_exceeded":
+		return fmt.Sprintf("needs %s %s GPUs but team quota %s plus borrowing limit %s allow at most %s",
+			g(q.Asked), q.Class, g(q.Quota), g(deref(q.Limit)), g(q.Quota+deref(q.Limit)))
+	case brief && q.LimitReached:
+		return fmt.Sprintf("team quota for %s exhausted and borrowing limit reached", q.Class)
+	case brief:
+		return fmt.Sprintf("team quota for %s exhausted; the free GPUs are held for teams under their quota", q.Class)
+	case q.Limit != nil:
 		return fmt.Sprintf("team quota for %s exhausted (%s used + %s asked > %s) and borrowing limit reached (%s borrowed, limit %s)",
 			q.Class, g(q.Used), g(q.Asked), g(q.Quota), g(deref(q.Borrowed)), g(*q.Limit))
 	}

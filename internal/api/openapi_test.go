@@ -154,7 +154,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},
 		"AuditBlind": audit.Blind{}, "AuditTeamTotal": audit.TeamTotal{}, "SDTarget": SDTarget{},
 		"Explanation": gpufleet.Explanation{}, "FilterCount": gpufleet.FilterCount{}, "RackShortfall": gpufleet.RackShortfall{},
-		"QuotaShortfall": gpufleet.QuotaShortfall{},
+		"QuotaShortfall": gpufleet.QuotaShortfall{}, "StackMismatch": gpufleet.StackMismatch{}, "Blocker": gpufleet.Blocker{},
+		"ReservationHold": gpufleet.ReservationHold{}, "Preemption": gpufleet.Preemption{}, "SlowerWait": gpufleet.SlowerWait{},
+		"IsolationShortfall": gpufleet.IsolationShortfall{}, "MechanismShortfall": gpufleet.MechanismShortfall{}, "ModelTerms": gpufleet.ModelTerms{},
 	}
 	for name, v := range types {
 		s, ok := doc.Comps.Schemas[name]

@@ -627,8 +627,10 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 	if j.Queue != nil {
 		rows = append(rows, [2]string{"queue", fmt.Sprintf("position %d (team %d), start %s (confidence %s): %s",
 			j.Queue.Position, j.Queue.TeamPosition, c.eta(*j.Queue), confidence(*j.Queue), j.Queue.Reason)})
-		if e := j.Queue.Explanation; e != nil && (e.NodesEvaluated > 0 || e.Exhausted != "") {
-			rows = append(rows, [2]string{"why", explanationCounts(e)})
+		if e := j.Queue.Explanation; e != nil {
+			if why := explanationCounts(e); why != "" {
+				rows = append(rows, [2]string{"why", why})
+			}
 		}
 	}
 	for _, row := range rows {
@@ -1010,7 +1012,8 @@ func requireText(component, constraint string) string {
 
 // explanationCounts writes an explanation's counts for people: "3 nodes
 // evaluated; filtered: selector 1, overhead 2; exhausted gpus (needs 8,
-// most 0)".
+// most 0)", then what holds the job as data ("behind job j1 (position
+// 1)"); "" when it has neither.
 func explanationCounts(e *gpufleet.Explanation) string {
 	var parts []string
 	if e.NodesEvaluated > 0 {
@@ -1036,5 +1039,52 @@ func explanationCounts(e *gpufleet.Explanation) string {
 	default:
 		parts = append(parts, fmt.Sprintf("exhausted %s (needs %d, most %d)", e.Exhausted, e.Need, e.Most))
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(append(parts, explanationHolds(e)...), "; ")
+}
+
+// explanationHolds writes the data of the reasons that are not about
+// nodes, one part each: the job it waits behind, the reservation, the
+// victims, the slower model, the stack, the limits reached.
+func explanationHolds(e *gpufleet.Explanation) []string {
+	var parts []string
+	if b := e.Blocker; b != nil {
+		parts = append(parts, fmt.Sprintf("behind job %s (position %d)", b.Job, b.Position))
+	}
+	if r := e.Reservation; r != nil {
+		p := fmt.Sprintf("reservation of job %s at %s", r.Job, r.Start.UTC().Format(time.RFC3339))
+		if r.EstimateS > 0 {
+			p += fmt.Sprintf(" (its estimate %s)", time.Duration(r.EstimateS*float64(time.Second)).Round(time.Second))
+		}
+		parts = append(parts, p)
+	}
+	if p := e.Preemption; p != nil {
+		parts = append(parts, fmt.Sprintf("victims %d (grace up to %s)", p.Victims, time.Duration(p.GraceS*float64(time.Second)).Round(time.Second)))
+	}
+	if s := e.Slower; s != nil {
+		p := "slower model " + s.Model + " has room"
+		if s.Slowdown > 0 {
+			p += fmt.Sprintf(" (%.1fx slower, taken in %s)", s.Slowdown, time.Duration(s.TakesInS*float64(time.Second)))
+		}
+		parts = append(parts, p)
+	}
+	if s := e.Stack; s != nil {
+		switch {
+		case s.Invalid != "":
+			parts = append(parts, "stack: "+s.Invalid+" unreadable")
+		case s.Unknown:
+			parts = append(parts, "stack "+s.Stack+" unknown")
+		default:
+			parts = append(parts, fmt.Sprintf("stack: node %s lacks %s", s.Node, s.Unmet))
+		}
+	}
+	if e.CycleLimit > 0 {
+		parts = append(parts, fmt.Sprintf("cycle limit %d", e.CycleLimit))
+	}
+	if e.SpareHeld > 0 {
+		parts = append(parts, fmt.Sprintf("spare held %d GPUs", e.SpareHeld))
+	}
+	if e.SearchLimit > 0 {
+		parts = append(parts, fmt.Sprintf("preemption search limit %d", e.SearchLimit))
+	}
+	return parts
 }

@@ -532,3 +532,48 @@ func TestExplanationAsData(t *testing.T) {
 		t.Errorf("queue -o wide: exit %d %s %s", code, out, errOut)
 	}
 }
+
+// TestExplanationCountsTellTheData: the why of a queued job says the data
+// of the reasons that are not about nodes as well as the counts.
+func TestExplanationCountsTellTheData(t *testing.T) {
+	start := time.Date(2025, 1, 1, 1, 0, 0, 0, time.UTC)
+	tests := map[string]struct {
+		e    *gpufleet.Explanation
+		want string
+	}{
+		"behind the blocker in strict order": {
+			e:    &gpufleet.Explanation{Code: "order", Blocker: &gpufleet.Blocker{Job: "j-big", Position: 1}},
+			want: "behind job j-big (position 1)",
+		},
+		"the reservation it would delay": {
+			e:    &gpufleet.Explanation{Code: "reservation", Reservation: &gpufleet.ReservationHold{Job: "j-big", Start: start, EstimateS: 7200}},
+			want: "reservation of job j-big at 2025-01-01T01:00:00Z (its estimate 2h0m0s)",
+		},
+		"the victims it waits for": {
+			e:    &gpufleet.Explanation{Code: "preempting", Preemption: &gpufleet.Preemption{Victims: 2, GraceS: 30}},
+			want: "victims 2 (grace up to 30s)",
+		},
+		"a slower model, brief": {
+			e:    &gpufleet.Explanation{Code: "slower_model", Brief: true, Slower: &gpufleet.SlowerWait{Model: "k80"}},
+			want: "slower model k80 has room",
+		},
+		"the stack's first node": {
+			e: &gpufleet.Explanation{Code: "stack_mismatch", NodesEvaluated: 2, NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterStack, Nodes: 2}},
+				Stack: &gpufleet.StackMismatch{Node: "h2", Unmet: "cuda >=13.0: the node has 12.2"}},
+			want: "2 nodes evaluated; filtered: stack_mismatch 2; stack: node h2 lacks cuda >=13.0: the node has 12.2",
+		},
+		"counts, spare and search limit": {
+			e: &gpufleet.Explanation{Code: "capacity", NodesEvaluated: 1, Exhausted: gpufleet.DimGPUs, Need: 4, Most: 2,
+				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterCapacity, Nodes: 1}}, SpareHeld: 2, SearchLimit: 1},
+			want: "1 nodes evaluated; filtered: capacity 1; exhausted gpus (needs 4, most 2); spare held 2 GPUs; preemption search limit 1",
+		},
+		"only a code": {e: &gpufleet.Explanation{Code: "capacity"}, want: ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := explanationCounts(tc.e); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/scheduler/schedtest"
 )
@@ -12,7 +13,7 @@ import (
 // TestReasonDepth: Config.ReasonDepth changes no decision and no reason
 // code; the reasons of the jobs within the depth, in the pending list or
 // in their team's, are the ones written with no depth; the others are
-// shorter or the same.
+// shorter or the same, and share one explanation per reason.
 func TestReasonDepth(t *testing.T) {
 	in := schedtest.Large(schedtest.LargeSpec{Nodes: 300, Pending: 3000, Teams: 6, Seed: 5})
 	cfg, err := scheduler.PolicyConfig("gpufleet")
@@ -58,5 +59,18 @@ func TestReasonDepth(t *testing.T) {
 	if shorter == 0 {
 		t.Errorf("no reason past the depth is shorter: the test proves little")
 	}
+	// Past the depth the jobs of one reason share its explanation: the
+	// scheduler makes and renders one per reason, not one per job.
+	past, shared := 0, map[*gpufleet.Explanation]bool{}
+	for _, p := range got.Pending {
+		if p.Position > depth && p.TeamPosition > depth {
+			past++
+			shared[p.Explanation] = true
+		}
+	}
+	if past == 0 || len(shared)*10 > past {
+		t.Errorf("%d jobs past the depth have %d distinct explanations: want them shared", past, len(shared))
+	}
+	t.Logf("%d jobs past the depth share %d explanations", past, len(shared))
 	t.Logf("%d pending, %d with a shorter reason past depth %d", len(got.Pending), shorter, depth)
 }

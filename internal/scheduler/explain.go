@@ -347,9 +347,9 @@ func (sc *scan) lastFilter() int {
 	return -1
 }
 
-// codeExplanations are the shared explanations of the reasons that are
-// not about nodes (order, reservation, cycle_limit, preempting, ...): a
-// code and no counts. Read only.
+// codeExplanation is the shared explanation of a bare code, with no data
+// and no sentence: the fallback for a reason decided without explaining
+// (the ETA simulation's), which no pending entry shows. Read only.
 func (s *sched) codeExplanation(code string) *gpufleet.Explanation {
 	if e, ok := s.codeEx[code]; ok {
 		return e

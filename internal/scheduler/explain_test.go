@@ -22,6 +22,7 @@ func TestExplain(t *testing.T) {
 		},
 	}
 	one := gpufleet.OverheadLimit(0.01)
+	onePct := 0.01
 	tests := map[string]struct {
 		res  gpufleet.Resources
 		want *gpufleet.Explanation // nil: feasible
@@ -29,12 +30,14 @@ func TestExplain(t *testing.T) {
 		"fits": {res: gpufleet.Resources{GPUs: 4}},
 		"overhead, not the selector": {res: gpufleet.Resources{GPUs: 1, NodeSelector: map[string]string{"pool": "x"}, Overhead: &one},
 			want: &gpufleet.Explanation{Code: scheduler.ReasonIsolation, NodesEvaluated: 4, Never: true,
-				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 2}, {Code: gpufleet.FilterOverhead, Nodes: 2}}}},
+				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 2}, {Code: gpufleet.FilterOverhead, Nodes: 2}},
+				Isolation: &gpufleet.IsolationShortfall{OverheadMax: &onePct,
+					Mechanisms: []gpufleet.MechanismShortfall{{Name: "vgpu:H100-80C/exclusive", Isolation: gpufleet.IsolationSoft, Overhead: 0.05}}}}},
 		"selector nobody carries": {res: gpufleet.Resources{GPUs: 1, NodeSelector: map[string]string{"pool": "y"}},
 			want: &gpufleet.Explanation{Code: scheduler.ReasonUnplaceable, NodesEvaluated: 4, Selector: "pool=y",
 				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 4}}}},
 		"memory above every model": {res: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 200 << 30},
-			want: &gpufleet.Explanation{Code: scheduler.ReasonUnplaceable, NodesEvaluated: 4,
+			want: &gpufleet.Explanation{Code: scheduler.ReasonUnplaceable, NodesEvaluated: 4, NoModel: &gpufleet.ModelTerms{GPUMemoryMinBytes: 200 << 30},
 				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterMemory, Nodes: 4}}}},
 		"l4 without memory for it": {res: gpufleet.Resources{GPUs: 1, GPUMemoryMinBytes: 40 << 30, NodeSelector: map[string]string{"pool": "z"}},
 			want: &gpufleet.Explanation{Code: scheduler.ReasonUnplaceable, NodesEvaluated: 4, Selector: "pool=z",

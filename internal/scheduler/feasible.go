@@ -38,5 +38,5 @@ func Explain(in Input, j Job) (*gpufleet.Explanation, string) {
 	if w == nil {
 		return nil, ""
 	}
-	return s.explanationOf(*w, false), s.words(*w)
+	return s.explained(*w, false)
 }

@@ -31,7 +31,7 @@ type shape struct {
 	// distinct node stack (fleet.stacks) whether it meets them; stackWhy
 	// says, when none does, why.
 	stackOK  []bool
-	stackWhy string
+	stackWhy *gpufleet.StackMismatch
 	// isoOK, when the job requires isolation or caps overhead, says per
 	// distinct node virtualization (fleet.virts) whether the mechanism the
 	// job would get there meets it.
@@ -132,7 +132,7 @@ func flatten(m map[string]string) []string {
 // why none does.
 type stackNeed struct {
 	ok  []bool
-	why string
+	why *gpufleet.StackMismatch
 }
 
 // appendStackKey adds a request's stack needs to its shape key as the
@@ -153,7 +153,7 @@ func appendStackKey(b []byte, n stackNeed) []byte {
 		}
 	}
 	if none {
-		b = append(b, n.why...)
+		b = append(b, n.why.String()...)
 	}
 	return b
 }
@@ -384,21 +384,21 @@ func (sh *shape) selects(n *nodeSlot) bool {
 }
 
 // isolationWhy explains a job that fits the free GPUs only on nodes whose
-// mechanism does not meet its isolation or overhead requirement: its text
-// is what the job requires and the mechanisms give (Explanation.Detail).
-// ok is false when isolation is not the reason.
-func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
+// mechanism does not meet its isolation or overhead requirement: what the
+// job requires and the mechanisms give (Explanation.Isolation). ok is
+// false when isolation is not the reason.
+func (s *sched) isolationWhy(sh *shape, models []int32, mode fitMode) (*gpufleet.IsolationShortfall, bool) {
 	if sh.isoOK == nil {
-		return why{}, false
+		return nil, false
 	}
 	iso := sh.isoOK
 	sh.isoOK = nil
 	_, ok := s.search(sh, models, mode)
 	sh.isoOK = iso
 	if !ok {
-		return why{}, false
+		return nil, false
 	}
-	return why{code: ReasonIsolation, text: s.isolationText(sh)}, true
+	return s.isolationShortfall(sh), true
 }
 
 // isolationNeeds judges a request's isolation and overhead requirements
@@ -436,44 +436,38 @@ func (s *sched) stackNeeds(r *gpufleet.Resources) stackNeed {
 }
 
 func (s *sched) judgeStack(r *gpufleet.Resources) stackNeed {
-	none := stackNeed{ok: make([]bool, len(s.f.stacks))}
+	none := stackNeed{ok: make([]bool, len(s.f.stacks)), why: &gpufleet.StackMismatch{Stack: r.Stack}}
 	need, err := gpufleet.ParseStackRequirements("resources.requires", r.Requires)
 	if err != nil {
-		none.why = err.Error()
+		none.why.Invalid, none.why.Error = "requires", err.Error()
 		return none
 	}
 	if r.Stack != "" {
 		versions, ok := s.in.Stacks[r.Stack]
 		if !ok {
-			none.why = fmt.Sprintf("no stack named %s", gpufleet.Quote(r.Stack))
+			none.why.Unknown = true
 			return none
 		}
 		pin, err := gpufleet.PinStack(versions)
 		if err != nil {
-			none.why = fmt.Sprintf("stack %s: %v", r.Stack, err)
+			none.why.Invalid, none.why.Error = "stack", err.Error()
 			return none
 		}
 		need = need.And(pin)
 	}
 	out := stackNeed{ok: make([]bool, len(s.f.stacks))}
-	first := ""
 	for i, v := range s.f.stacks {
-		why := need.Unmet(v)
-		out.ok[i] = why == ""
-		if why != "" && first == "" {
-			first = fmt.Sprintf("node %s: %s", s.f.stackNode[i], why)
+		unmet := need.Unmet(v)
+		out.ok[i] = unmet == ""
+		if unmet != "" && out.why == nil {
+			out.why = &gpufleet.StackMismatch{Stack: r.Stack, Node: s.f.stackNode[i], Unmet: unmet}
 		}
 	}
-	if first == "" {
+	if out.why == nil {
 		// Every node meets them: no filter, and the placement searches
 		// keep their fast paths.
 		return stackNeed{}
 	}
-	what := "the versions it requires"
-	if r.Stack != "" {
-		what = "stack " + r.Stack
-	}
-	out.why = fmt.Sprintf("no node runs %s (%s)", what, first)
 	return out
 }
 

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -487,18 +486,18 @@ func (s *sched) powerKey() int32 {
 }
 
 // powerWhy explains a job that fits the free GPUs only if power is
-// ignored: the rack with the most headroom that its placement would take
-// over its budget. ok is false when power is not the reason.
-func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
+// ignored: the first rack, by index, that its placement would take over
+// its budget. ok is false when power is not the reason.
+func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (*gpufleet.RackShortfall, bool) {
 	p := &s.pw
 	if !p.on {
-		return why{}, false
+		return nil, false
 	}
 	p.off = true
 	pl, ok := s.search(sh, models, mode)
 	p.off = false
 	if !ok {
-		return why{}, false
+		return nil, false
 	}
 	per := s.placementPower(pl.allocs, pl.model)
 	racks := make([]int32, 0, len(per))
@@ -508,20 +507,21 @@ func (s *sched) powerWhy(sh *shape, models []int32, mode fitMode) (why, bool) {
 	slices.Sort(racks)
 	for _, r := range racks {
 		if w := per[r]; p.draw[r]+w > p.limit(r)+1e-6 {
-			budget := fmt.Sprintf("its %s budget", gpufleet.Watts(p.budget[r]))
+			// The limit told is the production reserve's: the
+			// reservation's draw (a long job) is not.
+			limit := p.budget[r]
 			if !p.curProd && p.reserve[r] > 0 {
-				budget = fmt.Sprintf("the %s of its %s budget not reserved for production", gpufleet.Watts(p.limit(r)), gpufleet.Watts(p.budget[r]))
+				limit = p.limit(r)
 			}
-			text := fmt.Sprintf("the GPUs are free, but rack %s would draw %s (%s now + %s for this job) over %s",
-				p.names[r], gpufleet.Watts(toTen(p.draw[r]+w)), gpufleet.Watts(toTen(p.draw[r])), gpufleet.Watts(toTen(w)), budget)
+			rs := &gpufleet.RackShortfall{Rack: p.names[r], DrawWatts: p.draw[r], AddWatts: w, LimitWatts: limit,
+				BudgetWatts: p.budget[r], Placement: true}
 			if least, ok := s.leastRackShare(sh, pl.model); ok && !s.idleRackHolds(pl.model, least) {
-				text += fmt.Sprintf("; no rack with its GPUs can hold %s of it (%d GPUs) even idle, so it cannot start until a budget grows",
-					gpufleet.Watts(toTen(float64(least*unit)*p.perUnit(pl.model))), least)
+				rs.NeverGPUs, rs.NeverWatts = int(least), float64(least*unit)*p.perUnit(pl.model)
 			}
-			return why{code: ReasonRackPower, text: text}, true
+			return rs, true
 		}
 	}
-	return why{}, false
+	return nil, false
 }
 
 // neverRack is, when no rack with the GPUs of any of models can hold the
@@ -589,6 +589,3 @@ func (s *sched) idleRackHolds(m, gpus int32) bool {
 	}
 	return false
 }
-
-// toTen rounds a power to 10 W, for words.
-func toTen(w float64) float64 { return float64(int64(w/10+0.5)) * 10 }

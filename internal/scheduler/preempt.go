@@ -211,7 +211,7 @@ func (s *sched) preempt(j *pjob) bool {
 	for _, gi := range best.gpus {
 		allocs = append(allocs, alloc{node: best.node, gpu: gi, inst: -1, units: unit, whole: true})
 	}
-	s.commitPreemption(j, allocs, best.victims, "", func(v *rjob) (gpufleet.StopCode, string) {
+	s.commitPreemption(j, allocs, best.victims, false, func(v *rjob) (gpufleet.StopCode, string) {
 		if best.reclaim && v.team != j.team {
 			return PreemptReclaim, fmt.Sprintf("preempted to return borrowed %s capacity to team %s (job %s)", s.className(v.g.class), j.job.Team, j.job.ID)
 		}
@@ -228,7 +228,7 @@ func (s *sched) preempt(j *pjob) bool {
 // held until the victim's grace ends. Every victim is reported with its
 // reason code and words, and j waits for them to stop (the ETA pass
 // starts it when the longest grace ends).
-func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefix string, reason func(*rjob) (gpufleet.StopCode, string)) {
+func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, starving bool, reason func(*rjob) (gpufleet.StopCode, string)) {
 	held := make(map[[2]int32]bool, len(allocs))
 	for _, a := range allocs {
 		held[[2]int32{a.node, a.gpu}] = true
@@ -283,21 +283,18 @@ func (s *sched) commitPreemption(j *pjob, allocs []alloc, victims []*rjob, prefi
 	for _, v := range victims {
 		preempted = preempted && (!v.stopping || v.job.StopCode.IsPreemption())
 	}
+	code := ReasonPreempting
 	if !preempted && already == len(victims) {
 		// Nothing stopped for it: it waits for GPUs that are leaving.
-		verb := "leave"
-		if already == 1 {
-			verb = "leaves"
-		}
-		j.why = why{code: ReasonCapacity, text: fmt.Sprintf("the GPUs it needs come free when %s %s (grace up to %s)",
-			plural(int32(already), "stopping job"), verb, grace)}
+		code = ReasonCapacity
+	}
+	if !s.explain {
+		j.why = why{code: code}
 		return
 	}
-	noun := "preempted job"
-	if !preempted {
-		noun = "stopping job"
-	}
-	j.why = why{code: ReasonPreempting, text: prefix + fmt.Sprintf("waiting for %s to stop (grace up to %s)", plural(int32(len(victims)), noun), grace)}
+	e := bare(code)
+	e.Preemption = &gpufleet.Preemption{Victims: len(victims), GraceS: grace.Seconds(), Stopping: !preempted, Starving: starving}
+	j.why = *exWhy(e)
 }
 
 // victimsOn finds the cheapest set of victims on one node that makes room

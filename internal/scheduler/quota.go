@@ -2,10 +2,11 @@ package scheduler
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // buildTeams interns teams and the quota classes their quotas name.
@@ -122,9 +123,11 @@ func (s *sched) quotaNever(p *pjob) *why {
 			return nil
 		}
 		if first == nil {
-			first = &why{code: ReasonQuotaExceeded, text: fmt.Sprintf(
-				"needs %s %s GPUs but team quota %s plus borrowing limit %s allow at most %s",
-				gpus(ch), s.classes[c], gpus(ts.quota[c]), gpus(ts.limit), gpus(ts.quota[c]+ts.limit))}
+			e := bare(ReasonQuotaExceeded)
+			limit := float64(ts.limit) / unit
+			e.Exhausted = gpufleet.DimQuota
+			e.Quota = &gpufleet.QuotaShortfall{Class: s.classes[c], Asked: float64(ch) / unit, Quota: float64(ts.quota[c]) / unit, Limit: &limit}
+			first = exWhy(e)
 		}
 	}
 	return first
@@ -169,12 +172,4 @@ func (s *sched) markBorrowed() {
 		cum[r.team][c] += r.g.charge
 		r.borrowed = cum[r.team][c] > s.teams[r.team].quota[c]
 	}
-}
-
-// gpus formats milli-GPUs as GPUs.
-func gpus(milli int64) string {
-	if milli%unit == 0 {
-		return fmt.Sprint(milli / unit)
-	}
-	return fmt.Sprintf("%.2f", float64(milli)/unit)
 }

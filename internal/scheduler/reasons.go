@@ -1,10 +1,8 @@
 package scheduler
 
 import (
-	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -85,7 +83,8 @@ func NeverStarts(code string) bool {
 		code == ReasonRuntimeMissing
 }
 
-// why is a decision's reason: a code and, when explaining, words.
+// why is a decision's reason: a code and, when explaining, the reason as
+// data (ex) with its sentence (text, ex's String rendered once).
 type why struct {
 	code  string
 	text  string
@@ -101,36 +100,35 @@ type why struct {
 	ex *gpufleet.Explanation
 }
 
-// words is a reason's sentence, in full.
-func (s *sched) words(w why) string {
-	if w.text != "" || w.quota == nil {
-		return w.text
+// explained is a pending job's reason as data and its sentence: a quota
+// reason's figures are made here, for the jobs that stay pending (brief:
+// the sentence shared by the class's jobs past the reason depth); every
+// other explanation was rendered once, when it was made.
+func (s *sched) explained(w why, brief bool) (*gpufleet.Explanation, string) {
+	switch {
+	case w.quota != nil && brief:
+		b := s.briefQuota(w)
+		return b.ex, b.text
+	case w.quota != nil:
+		e := s.quotaExplanation(w)
+		return e, e.String()
+	case w.ex != nil:
+		return w.ex, w.text
 	}
-	return s.quotaExplanation(w).String()
+	return s.codeExplanation(w.code), w.text
 }
 
 // quotaExplanation is a quota reason with its team's figures as data.
 func (s *sched) quotaExplanation(w why) *gpufleet.Explanation {
 	n := w.quota
 	g := func(milli int64) *float64 { v := float64(milli) / unit; return &v }
-	q := &gpufleet.QuotaShortfall{Class: s.classes[w.class], Used: *g(n[0]), Asked: *g(n[1]), Quota: *g(n[2])}
+	q := &gpufleet.QuotaShortfall{Class: s.classes[w.class], Used: *g(n[0]), Asked: *g(n[1]), Quota: *g(n[2]), LimitReached: w.limit}
 	if w.limit {
 		q.Borrowed, q.Limit = g(n[3]), g(n[4])
 	} else {
 		q.Free, q.Waiting = g(n[3]), g(n[4])
 	}
 	return &gpufleet.Explanation{Code: w.code, NodesFiltered: []gpufleet.FilterCount{}, Exhausted: gpufleet.DimQuota, Quota: q}
-}
-
-// explanationOf is a pending job's reason as data.
-func (s *sched) explanationOf(w why, brief bool) *gpufleet.Explanation {
-	switch {
-	case w.ex != nil:
-		return w.ex
-	case w.quota != nil && !brief:
-		return s.quotaExplanation(w)
-	}
-	return s.codeExplanation(w.code)
 }
 
 // capacity reports a reason that more free GPUs would cure.
@@ -170,15 +168,19 @@ type quotaNeverEntry struct {
 
 func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 	if sh.invalid != "" {
-		return &why{code: ReasonUnplaceable, text: "invalid request: " + sh.invalid}
+		e := s.explanation(ReasonUnplaceable, &scan{})
+		e.NodesEvaluated, e.Invalid = 0, sh.invalid
+		return exWhy(e)
 	}
 	if len(sh.models) == 0 {
-		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
-			return &why{code: ReasonUnplaceable, text: "the fleet has no GPU: no node has joined"}
-		}
 		sc := s.scanNodes(sh, r, nil, nil, false, modeNormal)
 		e := s.explanation(ReasonUnplaceable, &sc)
-		e.Detail = "no GPU model in the fleet matches " + describe(r)
+		if !slices.ContainsFunc(s.f.models, func(m modelInfo) bool { return m.gpus > 0 }) {
+			e.EmptyFleet = true
+		} else {
+			e.NoModel = modelTerms(r)
+			e.Detail = e.String() // the words, for clients that read them
+		}
 		return exWhy(e)
 	}
 	if len(sh.selector) > 0 || sh.stackOK != nil || sh.isoOK != nil || sh.container {
@@ -187,7 +189,10 @@ func (s *sched) shapeStatic(sh *shape, r *gpufleet.Resources) *why {
 		}
 	}
 	if sh.kind == gpufleet.MIG && sh.profile < 0 {
-		return &why{code: ReasonUnplaceable, text: fmt.Sprintf("no GPU in the fleet has MIG instances of profile %s", r.Sharing.Profile)}
+		sc := s.scanNodes(sh, r, nil, nil, false, modeNormal)
+		e := s.explanation(ReasonUnplaceable, &sc)
+		e.Profile = r.Sharing.Profile
+		return exWhy(e)
 	}
 	// Never fits: on the fleet with nothing running, whatever the racks'
 	// power now (it frees as work ends).
@@ -220,13 +225,15 @@ func (s *sched) filteredOut(sh *shape, r *gpufleet.Resources) *why {
 	switch sc.lastFilter() {
 	case fRuntime:
 		e = s.explanation(ReasonRuntimeMissing, &sc)
-		e.Detail = "it runs in an image, and no node with a matching GPU runs containers: their agents run --runtime process, not podman or docker"
+		e.Detail = e.String() // the words, for clients that read them
 	case fIsolation, fOverhead:
 		e = s.explanation(ReasonIsolation, &sc)
-		e.Never, e.Detail = true, s.isolationText(sh)
+		e.Never, e.Isolation = true, s.isolationShortfall(sh)
+		e.Detail = e.Isolation.String() // the words before Isolation, for clients that read them
 	case fStack:
 		e = s.explanation(ReasonStackMismatch, &sc)
-		e.Detail = sh.stackWhy
+		e.Stack = sh.stackWhy
+		e.Detail = e.Stack.String() // the words before Stack, for clients that read them
 	default:
 		e = s.explanation(ReasonUnplaceable, &sc)
 		e.Selector = selectorText(sh.selector)
@@ -239,56 +246,43 @@ func exWhy(e *gpufleet.Explanation) *why {
 	return &why{code: e.Code, text: e.String(), ex: e}
 }
 
-// describe lists a request's constraints in words.
-func describe(r *gpufleet.Resources) string {
-	var parts []string
-	if len(r.GPUModels) > 0 {
-		parts = append(parts, fmt.Sprintf("gpu_models [%s]", strings.Join(r.GPUModels, " ")))
-	}
-	if r.GPUMemoryMinBytes > 0 {
-		parts = append(parts, fmt.Sprintf("gpu_memory_min_bytes %d (%.0f GiB)", r.GPUMemoryMinBytes, float64(r.GPUMemoryMinBytes)/(1<<30)))
-	}
+// modelTerms is a request's constraints on the GPU model, as data.
+func modelTerms(r *gpufleet.Resources) *gpufleet.ModelTerms {
+	m := &gpufleet.ModelTerms{GPUModels: r.GPUModels, GPUMemoryMinBytes: r.GPUMemoryMinBytes, Precision: string(r.Precision)}
 	if !r.MinComputeCapability.IsZero() {
-		parts = append(parts, "min_compute_capability "+r.MinComputeCapability.String())
-	}
-	if r.Precision != "" {
-		parts = append(parts, fmt.Sprintf("native precision %s", r.Precision))
+		m.MinComputeCapability = r.MinComputeCapability.String()
 	}
 	if r.Sharing.Kind == gpufleet.MIG {
-		parts = append(parts, "MIG profile "+r.Sharing.Profile)
+		m.MIGProfile = r.Sharing.Profile
 	}
 	if len(r.NodeSelector) > 0 {
 		var sel [][2]string
 		for _, k := range sortedKeys(r.NodeSelector) {
 			sel = append(sel, [2]string{k, r.NodeSelector[k]})
 		}
-		parts = append(parts, "node_selector "+selectorText(sel))
+		m.NodeSelector = selectorText(sel)
 	}
-	if len(parts) == 0 {
-		return "the request"
-	}
-	return strings.Join(parts, ", ")
+	return m
 }
 
-// isolationText says what the job requires and what the fleet's other
-// mechanisms give, such as "isolation hard; vgpu:A100-4C/exclusive gives
-// soft (5% overhead)".
-func (s *sched) isolationText(sh *shape) string {
-	var need []string
+// isolationShortfall is what the job requires and what the fleet's
+// mechanisms that do not meet it give.
+func (s *sched) isolationShortfall(sh *shape) *gpufleet.IsolationShortfall {
+	out := &gpufleet.IsolationShortfall{Mechanisms: []gpufleet.MechanismShortfall{}}
 	if sh.iso != "" && sh.iso != gpufleet.IsolationAny {
-		need = append(need, "isolation "+string(sh.iso))
+		out.Isolation = sh.iso
 	}
 	if sh.overhead != nil {
-		need = append(need, "overhead "+sh.overhead.String())
+		v := float64(*sh.overhead)
+		out.OverheadMax = &v
 	}
-	var gives []string
 	for i, v := range s.f.virts {
 		if !sh.isoOK[i] {
 			m := gpufleet.MechanismOf(v, gpufleet.Sharing{Kind: sh.kind})
-			gives = append(gives, fmt.Sprintf("%s gives %s (%.0f%% overhead)", m.Name, m.Isolation(), m.Overhead*100))
+			out.Mechanisms = append(out.Mechanisms, gpufleet.MechanismShortfall{Name: m.Name, Isolation: m.Isolation(), Overhead: m.Overhead})
 		}
 	}
-	return fmt.Sprintf("it requires %s; %s", strings.Join(need, " and "), strings.Join(gives, ", "))
+	return out
 }
 
 // selectorText writes a node selector as rack=r12,zone=a.
@@ -394,13 +388,21 @@ func largestDomain(n *nodeSlot, m int32) int32 {
 	return best
 }
 
+// bare is an explanation of code with no node looked at, for the data
+// the caller adds.
+func bare(code string) *gpufleet.Explanation {
+	return &gpufleet.Explanation{Code: code, NodesFiltered: []gpufleet.FilterCount{}}
+}
+
 // orderWhy explains a job that fits but waits behind blocker in strict
-// order; the sentence is the same for every job behind it.
+// order; the explanation is the same for every job behind it.
 func (s *sched) orderWhy(blocker *pjob) why {
-	if s.texts.order == "" {
-		s.texts.order = fmt.Sprintf("fits now, but waits behind job %s (position %d) in strict order", blocker.job.ID, blocker.idx+1)
+	if s.texts.order.ex == nil {
+		e := bare(ReasonOrder)
+		e.Blocker = &gpufleet.Blocker{Job: blocker.job.ID, Position: blocker.idx + 1}
+		s.texts.order = *exWhy(e)
 	}
-	return why{code: ReasonOrder, text: s.texts.order}
+	return s.texts.order
 }
 
 func (s *sched) reservationWhy(j *pjob) why {
@@ -408,54 +410,102 @@ func (s *sched) reservationWhy(j *pjob) why {
 		return why{code: ReasonReservation}
 	}
 	r := s.resv
+	e := bare(ReasonReservation)
+	e.Reservation = &gpufleet.ReservationHold{Job: r.job.job.ID, Start: r.at}
 	if s.brief {
 		if s.texts.resv != r {
-			s.texts.resv, s.texts.resvText = r, fmt.Sprintf("fits now, but would delay job %s, reserved to start by %s",
-				r.job.job.ID, r.at.UTC().Format(time.RFC3339))
+			e.Brief = true
+			s.texts.resv, s.texts.resvWhy = r, *exWhy(e)
 		}
-		return why{code: ReasonReservation, text: s.texts.resvText}
+		return s.texts.resvWhy
 	}
-	return why{code: ReasonReservation, text: fmt.Sprintf(
-		"fits now, but would delay job %s, reserved to start by %s; backfill needs it to finish by then (estimate %s)",
-		r.job.job.ID, r.at.UTC().Format(time.RFC3339), j.est)}
+	e.Reservation.EstimateS = j.est.Seconds()
+	return *exWhy(e)
 }
 
 func (s *sched) cycleLimitWhy() why {
-	if s.texts.limit == "" {
-		s.texts.limit = fmt.Sprintf("placement limit of %d jobs per cycle reached", s.cfg.MaxPlacementsPerCycle)
+	if s.texts.limit.ex == nil {
+		e := bare(ReasonCycleLimit)
+		e.CycleLimit = s.cfg.MaxPlacementsPerCycle
+		s.texts.limit = *exWhy(e)
 	}
-	return why{code: ReasonCycleLimit, text: s.texts.limit}
+	return s.texts.limit
 }
 
-// searchLimitText adds to a reason that the job did not look for victims
+// withSearchLimit adds to a reason that the job did not look for victims
 // because Config.MaxPreemptionSearches was reached. Many jobs share a
-// reason's text: the sentence is built once per text.
-func (s *sched) searchLimitText(text string) string {
-	if t, ok := s.texts.searchLimit[text]; ok {
-		return t
-	}
-	if s.texts.searchLimit == nil {
-		s.texts.searchLimit = map[string]string{}
-	}
-	t := text + fmt.Sprintf("; preemption not tried this cycle (search limit of %d per cycle reached)", s.cfg.MaxPreemptionSearches)
-	s.texts.searchLimit[text] = t
-	return t
+// reason's explanation: the one with the limit is made once per
+// explanation it extends.
+func (s *sched) withSearchLimit(w why) why {
+	return s.extend(w, &s.texts.searchLimit, func(e *gpufleet.Explanation) { e.SearchLimit = s.cfg.MaxPreemptionSearches })
 }
 
-// briefTexts holds the sentences shared by many jobs: those of jobs past
-// Config.ReasonDepth (brief), which leave out the figures of the job, and
-// those that are the same for every job.
+// withSpare adds to a reason the GPUs held free for production failover,
+// once per explanation it extends.
+func (s *sched) withSpare(w why) why {
+	n := len(s.spare.allocs)
+	if s.texts.spareN != n {
+		s.texts.spare, s.texts.spareN = extension{}, n
+	}
+	return s.extend(w, &s.texts.spare, func(e *gpufleet.Explanation) { e.SpareHeld = n })
+}
+
+// extension remembers the explanations one addition (the spare, the
+// search limit) made, by the explanation each extends, with its sentence;
+// base and last are the latest asked for, as the jobs that wait for one
+// reason come in runs.
+type extension struct {
+	by   map[*gpufleet.Explanation]extended
+	base *gpufleet.Explanation
+	last extended
+}
+
+// extended is an explanation an addition made, and its sentence.
+type extended struct {
+	ex   *gpufleet.Explanation
+	text string
+}
+
+// extend is w with a copy of its explanation that add changes, made and
+// rendered once per explanation it extends (read only, as w's).
+func (s *sched) extend(w why, m *extension, add func(*gpufleet.Explanation)) why {
+	base := w.ex
+	if base == nil {
+		base = s.codeExplanation(w.code)
+	}
+	if m.base != base {
+		x, ok := m.by[base]
+		if !ok {
+			e := *base
+			add(&e)
+			x = extended{ex: &e, text: e.String()}
+			if m.by == nil {
+				m.by = map[*gpufleet.Explanation]extended{}
+			}
+			m.by[base] = x
+		}
+		m.base, m.last = base, x
+	}
+	w.ex, w.text = m.last.ex, m.last.text
+	return w
+}
+
+// briefTexts holds the explanations shared by many jobs: those of jobs
+// past Config.ReasonDepth (brief), which leave out the figures of the
+// job, and those that are the same for every job.
 type briefTexts struct {
-	order, limit string
-	resv         *reservation // the reservation resvText is about
-	resvText     string
-	slower       map[int32]string // per model
-	quota        map[[2]int32]string
-	searchLimit  map[string]string // by the text it extends
+	order, limit why
+	resv         *reservation // the reservation resvWhy is about
+	resvWhy      why
+	slower       map[int32]why // per model
+	quota        map[[2]int32]why
+	searchLimit  extension
+	spare        extension // for spareN GPUs
+	spareN       int
 }
 
-// briefQuota is a quota reason's sentence without the team's figures.
-func (s *sched) briefQuota(w why) string {
+// briefQuota is a quota reason without the team's figures.
+func (s *sched) briefQuota(w why) why {
 	limit := int32(0)
 	if w.limit {
 		limit = 1
@@ -464,21 +514,13 @@ func (s *sched) briefQuota(w why) string {
 	if t, ok := s.texts.quota[key]; ok {
 		return t
 	}
-	t := fmt.Sprintf("team quota for %s exhausted; the free GPUs are held for teams under their quota", s.classes[w.class])
-	if w.limit {
-		t = fmt.Sprintf("team quota for %s exhausted and borrowing limit reached", s.classes[w.class])
-	}
+	e := bare(w.code)
+	e.Exhausted, e.Brief = gpufleet.DimQuota, true
+	e.Quota = &gpufleet.QuotaShortfall{Class: s.classes[w.class], LimitReached: w.limit}
 	if s.texts.quota == nil {
-		s.texts.quota = map[[2]int32]string{}
+		s.texts.quota = map[[2]int32]why{}
 	}
+	t := *exWhy(e)
 	s.texts.quota[key] = t
 	return t
-}
-
-// plural writes "1 GPU", "2 GPUs".
-func plural(n int32, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -38,14 +38,9 @@ func Schedule(in Input) Output {
 	teamPos := map[int32]int{}
 	for i, j := range pending {
 		teamPos[j.team]++
-		reason := ""
-		if j.brief && j.why.quota != nil {
-			reason = s.briefQuota(j.why)
-		} else {
-			reason = s.words(j.why)
-		}
+		ex, reason := s.explained(j.why, j.brief)
 		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason,
-			Explanation: s.explanationOf(j.why, j.brief)}
+			Explanation: ex}
 		if j.started && s.cfg.ETA {
 			s.etaOf(&p, j, cal)
 		}
@@ -745,25 +740,27 @@ func (s *sched) failed(key failKey, j *pjob, u usableModels, mode fitMode) why {
 			// counting the nodes: the search powerWhy makes is cheaper
 			// than a scan of the fleet, and most jobs of a long queue
 			// are here.
-			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
-				pw.ex = s.codeExplanation(ReasonRackPower)
+			if rack, ok := s.powerWhy(sh, u.models, mode); ok {
+				ex := bare(ReasonRackPower)
+				ex.Exhausted, ex.Rack, ex.Brief = gpufleet.DimRackPower, rack, true
+				pw := *exWhy(ex)
 				s.fails[key] = failEntry{epoch: s.f.epoch, why: pw, brief: true}
 				return pw
 			}
 		}
 		w = s.diagnose(sh, &j.job.Resources, u.models, u.slow, false, mode)
 		if w.code != ReasonRackPower && !s.brief { // brief: tried above
-			if pw, ok := s.powerWhy(sh, u.models, mode); ok {
+			if rack, ok := s.powerWhy(sh, u.models, mode); ok {
 				ex := *w.ex
-				ex.Code, ex.Exhausted, ex.Need, ex.Most = ReasonRackPower, gpufleet.DimRackPower, 0, 0
-				pw.ex = &ex
-				w = pw
+				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Rack = ReasonRackPower, gpufleet.DimRackPower, 0, 0, rack
+				w = *exWhy(&ex)
 			}
 		}
 		if w.code != ReasonRackPower {
-			if iw, ok := s.isolationWhy(sh, u.models, mode); ok {
+			if iso, ok := s.isolationWhy(sh, u.models, mode); ok {
 				ex := *w.ex
-				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Detail = ReasonIsolation, "", 0, 0, iw.text
+				ex.Code, ex.Exhausted, ex.Need, ex.Most, ex.Isolation = ReasonIsolation, "", 0, 0, iso
+				ex.Detail = iso.String() // the words before Isolation, for clients that read them
 				w = *exWhy(&ex)
 			}
 		}
@@ -878,7 +875,7 @@ func (s *sched) placeCycle() {
 				continue
 			}
 			if s.out.Stats.PreemptionSearchesSkipped > skipped {
-				j.why.text = s.searchLimitText(s.words(j.why))
+				j.why = s.withSearchLimit(j.why)
 			}
 		}
 		if s.resv != nil && w.code != ReasonRackPower && s.starvePreempt(j, mode) {

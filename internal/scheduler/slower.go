@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -73,16 +72,23 @@ func (s *sched) slowerWhy(j *pjob, m int32) why {
 		return why{code: ReasonSlowerModel, model: m}
 	}
 	if s.brief {
-		t, ok := s.texts.slower[m]
+		w, ok := s.texts.slower[m]
 		if !ok {
-			t = fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it slower", s.f.models[m].id)
+			e := bare(ReasonSlowerModel)
+			e.Slower, e.Brief = &gpufleet.SlowerWait{Model: s.f.models[m].id}, true
+			w = *exWhy(e)
+			w.model = m
 			if s.texts.slower == nil {
-				s.texts.slower = map[int32]string{}
+				s.texts.slower = map[int32]why{}
 			}
-			s.texts.slower[m] = t
+			s.texts.slower[m] = w
 		}
-		return why{code: ReasonSlowerModel, model: m, text: t}
+		return w
 	}
-	return why{code: ReasonSlowerModel, model: m, text: fmt.Sprintf("waiting for a faster GPU than %s, which has room but would run it about %.1fx slower; takes it in %s if nothing faster frees up",
-		s.f.models[m].id, j.shape.slower[m], s.slowerWait(j, m).Round(time.Second))}
+	e := bare(ReasonSlowerModel)
+	e.Slower = &gpufleet.SlowerWait{Model: s.f.models[m].id, Slowdown: j.shape.slower[m],
+		TakesInS: s.slowerWait(j, m).Round(time.Second).Seconds()}
+	w := *exWhy(e)
+	w.model = m
+	return w
 }

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 )
 
@@ -107,7 +106,7 @@ func (s *sched) place(j *pjob, mode fitMode) (placement, why, bool) {
 	}
 	p, w, ok := s.tryPlace(j, mode)
 	if !ok && w.capacity() && s.explain && len(s.spare.allocs) > 0 && s.spare.held {
-		w.text += fmt.Sprintf(" (%d GPUs are held free for production failover)", len(s.spare.allocs))
+		w = s.withSpare(w)
 	}
 	return p, w, ok
 }

@@ -181,6 +181,6 @@ func (s *sched) starvePreempt(j *pjob, mode fitMode) bool {
 	if head {
 		text = fmt.Sprintf("preempted for starving job %s (slowdown %.0f so far; its reserved start is %s away)", j.job.ID, ratio, wait.Round(time.Second))
 	}
-	s.commitPreemption(j, found.allocs, victims, "starving: ", func(*rjob) (gpufleet.StopCode, string) { return PreemptStarvation, text })
+	s.commitPreemption(j, found.allocs, victims, true, func(*rjob) (gpufleet.StopCode, string) { return PreemptStarvation, text })
 	return true
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -126,12 +128,20 @@ func TestStacks(t *testing.T) {
 	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), scheduler.ReasonStackMismatch) || !strings.Contains(err.Error(), "cuda >=12.8") {
 		t.Errorf("a job no node meets: %v; want a 422 naming stack_mismatch and the constraint", err)
 	}
+	var refused *gpufleet.ExplainedError
+	if !errors.As(err, &refused) || refused.Explanation.Stack == nil || refused.Explanation.Stack.Node == "" ||
+		!strings.HasPrefix(refused.Explanation.Stack.Unmet, "cuda >=12.8") {
+		t.Errorf("a job no node meets: explanation %+v; want the first node and what it lacks as data", refused)
+	}
 	if err := f.srv.RetireStack(ctx, f.admin, "prod-550"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.srv.SubmitJob(ctx, a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, Stack: "prod-550"}, Command: []string{"x"}})
 	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), `no stack named "prod-550"`) {
 		t.Errorf("a job on a retired stack: %v", err)
+	}
+	if want := (&gpufleet.StackMismatch{Stack: "prod-550", Unknown: true}); !errors.As(err, &refused) || !cmp.Equal(refused.Explanation.Stack, want) {
+		t.Errorf("a job on a retired stack: explanation %+v; want stack %+v", refused, want)
 	}
 }
 

@@ -25,6 +25,15 @@ type pendingRow struct {
 	Evaluated int
 	Filtered  []gpufleet.FilterCount
 	Exhausted string
+	// Holds is what holds it that is not about nodes: the job it waits
+	// behind, the reservation, the victims, the slower model, the stack.
+	Holds []hold
+}
+
+// hold is one datum of what holds a queued job: Key names the
+// explanation's field (data-held), Text says it, Job is a job it names.
+type hold struct {
+	Key, Text, Job string
 }
 
 // explained fills a row's counts from its queue entry's explanation.
@@ -45,6 +54,37 @@ func (r *pendingRow) explained(e *gpufleet.Explanation) {
 	default:
 		r.Exhausted = fmt.Sprintf("%s (needs %d, most %d)", e.Exhausted, e.Need, e.Most)
 	}
+	r.Holds = holdsOf(e)
+}
+
+// holdsOf is an explanation's data of the reasons not about nodes.
+func holdsOf(e *gpufleet.Explanation) []hold {
+	var out []hold
+	if b := e.Blocker; b != nil {
+		out = append(out, hold{Key: "blocker", Text: fmt.Sprintf("behind (position %d)", b.Position), Job: b.Job})
+	}
+	if r := e.Reservation; r != nil {
+		out = append(out, hold{Key: "reservation", Text: "reserved at " + r.Start.UTC().Format(time.RFC3339) + " for", Job: r.Job})
+	}
+	if p := e.Preemption; p != nil {
+		out = append(out, hold{Key: "preemption", Text: fmt.Sprintf("%d victims, grace up to %s", p.Victims, time.Duration(p.GraceS*float64(time.Second)).Round(time.Second))})
+	}
+	if s := e.Slower; s != nil {
+		out = append(out, hold{Key: "slower", Text: "slower " + s.Model + " has room"})
+	}
+	if s := e.Stack; s != nil && s.Node != "" {
+		out = append(out, hold{Key: "stack", Text: "node " + s.Node + " lacks " + s.Unmet})
+	}
+	if e.CycleLimit > 0 {
+		out = append(out, hold{Key: "cycle_limit", Text: fmt.Sprintf("cycle limit %d", e.CycleLimit)})
+	}
+	if e.SpareHeld > 0 {
+		out = append(out, hold{Key: "spare_held", Text: fmt.Sprintf("%d GPUs held spare", e.SpareHeld)})
+	}
+	if e.SearchLimit > 0 {
+		out = append(out, hold{Key: "search_limit", Text: fmt.Sprintf("preemption search limit %d", e.SearchLimit)})
+	}
+	return out
 }
 
 // runningRow is one job holding GPUs.

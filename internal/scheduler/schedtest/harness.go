@@ -92,6 +92,10 @@ type Harness struct {
 	// fraction (0: the health rules' default).
 	life          map[string]scheduler.NodeLife
 	maxQuarantine float64
+	// Explained, when set, sees every reason the script's commands give
+	// as data: each pending entry's code, sentence and explanation, and
+	// each refusal of feasible (job "").
+	Explained func(job, code, reason string, e *gpufleet.Explanation)
 }
 
 // NewHarness returns a harness with the mini catalog and policy gpufleet.
@@ -687,6 +691,11 @@ func (h *Harness) schedule(f []string) (string, error) {
 	in := h.in
 	in.Config = cfg
 	out := scheduler.Schedule(in)
+	if h.Explained != nil {
+		for _, p := range out.Pending {
+			h.Explained(p.Job, p.ReasonCode, p.Reason, p.Explanation)
+		}
+	}
 	for _, st := range out.Starts {
 		fmt.Fprintf(&b, "start %s %s", st.Job, formatPlacement(st.Placement))
 		if st.Backfilled {
@@ -1012,11 +1021,16 @@ func (h *Harness) feasible(f []string) (string, error) {
 	if e == nil {
 		return "feasible\n", nil
 	}
+	if h.Explained != nil {
+		h.Explained("", e.Code, reason, e)
+	}
 	return fmt.Sprintf("refused %s: %s\n  explained %s\n", e.Code, reason, FormatExplanation(e)), nil
 }
 
-// FormatExplanation writes an explanation's counts on one line:
-// "rack_power: evaluated=2 capacity=1 rack_power=1 exhausted=rack_power rack=r1".
+// FormatExplanation writes an explanation's counts on one line, then the
+// key of its other data:
+// "rack_power: evaluated=2 capacity=1 rack_power=1 exhausted=rack_power rack=r1",
+// "order: evaluated=0 blocker=j1@1".
 func FormatExplanation(e *gpufleet.Explanation) string {
 	if e == nil {
 		return "none"
@@ -1040,6 +1054,43 @@ func FormatExplanation(e *gpufleet.Explanation) string {
 	}
 	if e.Never {
 		b.WriteString(" never")
+	}
+	if e.Brief {
+		b.WriteString(" brief")
+	}
+	if q := e.Quota; q != nil {
+		fmt.Fprintf(&b, " class=%s", q.Class)
+	}
+	if s := e.Stack; s != nil {
+		switch {
+		case s.Invalid != "":
+			fmt.Fprintf(&b, " stack_invalid=%s", s.Invalid)
+		case s.Unknown:
+			fmt.Fprintf(&b, " stack_unknown=%s", s.Stack)
+		default:
+			fmt.Fprintf(&b, " stack_node=%s", s.Node)
+		}
+	}
+	if x := e.Blocker; x != nil {
+		fmt.Fprintf(&b, " blocker=%s@%d", x.Job, x.Position)
+	}
+	if r := e.Reservation; r != nil {
+		fmt.Fprintf(&b, " reservation=%s", r.Job)
+	}
+	if e.CycleLimit > 0 {
+		fmt.Fprintf(&b, " cycle_limit=%d", e.CycleLimit)
+	}
+	if p := e.Preemption; p != nil {
+		fmt.Fprintf(&b, " victims=%d", p.Victims)
+	}
+	if s := e.Slower; s != nil {
+		fmt.Fprintf(&b, " slower=%s", s.Model)
+	}
+	if e.SpareHeld > 0 {
+		fmt.Fprintf(&b, " spare=%d", e.SpareHeld)
+	}
+	if e.SearchLimit > 0 {
+		fmt.Fprintf(&b, " search_limit=%d", e.SearchLimit)
 	}
 	return b.String()
 }
