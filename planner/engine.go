@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -222,8 +223,7 @@ type engineGPU struct {
 	cap           float64 // the engine's memory fraction (see Reserve.Cap)
 	chunkTokens   int     // tokens of the profile run's forward pass
 	samplerWarmup int     // sequences the sampler is warmed up with (vLLM)
-	// sizedBy says what set chunkTokens, for the plan (Reserve.ProfileSizedBy).
-	sizedBy, profile string
+	profile string
 }
 
 // newEngineGPU sets r's engine up on g at tensor parallelism tp, by the
@@ -240,17 +240,28 @@ func newEngineGPU(r Request, g catalog.GPU, tp int) engineGPU {
 	if p.maxSeqs != nil {
 		eg.samplerWarmup = p.maxSeqs(g)
 	}
-	eg.chunkTokens, eg.sizedBy = p.tokens(g, r.modelLen())
+	eg.chunkTokens, _ = p.tokens(g, r.modelLen(), false)
 	if r.MaxNumSeqs > 0 && eg.samplerWarmup > 0 {
 		eg.samplerWarmup = r.MaxNumSeqs
 	}
 	if r.MaxNumBatchedTokens > 0 {
-		eg.chunkTokens, eg.sizedBy = r.MaxNumBatchedTokens, p.tokensName+" (given)"
+		eg.chunkTokens = r.MaxNumBatchedTokens
 	}
 	if r.MemoryHeadroom > 0 {
 		eg.cap = 1 - r.MemoryHeadroom
 	}
 	return eg
+}
+
+// profileSizedBy says, in words, what set the profile run's tokens of
+// r's engine on g (Reserve.ProfileSizedBy): for the plan shown only.
+func profileSizedBy(r Request, g catalog.GPU) string {
+	p := r.engineProfile()
+	if r.MaxNumBatchedTokens > 0 {
+		return fmt.Sprintf("%s %d (given)", p.tokensName, r.MaxNumBatchedTokens)
+	}
+	_, words := p.tokens(g, r.modelLen(), true)
+	return words
 }
 
 // reserve fills m's overhead and reserve for the engine: the CUDA context
@@ -284,8 +295,8 @@ func (e engineGPU) reserve(m *Memory, l layout, samplerBytes float64) {
 		headroom = math.Max((1-e.cap)*c-ctx, 0)
 	}
 	m.OverheadBytes = int64(ctx + comm)
-	m.Reserve = &Reserve{ContextBytes: int64(ctx), CommBytes: int64(comm), SamplerBytes: int64(samplerBytes),
-		HeadroomBytes: int64(headroom), Cap: e.cap, Profile: e.profile, ProfileTokens: e.chunkTokens, ProfileSizedBy: e.sizedBy}
+	m.Reserve = Reserve{ContextBytes: int64(ctx), CommBytes: int64(comm), SamplerBytes: int64(samplerBytes),
+		HeadroomBytes: int64(headroom), Cap: e.cap, Profile: e.profile, ProfileTokens: e.chunkTokens}
 }
 
 // engineCapName is the engine's own name for its memory fraction.

@@ -56,18 +56,15 @@ type Memory struct {
 	TotalBytes       int64 `json:"total_bytes"`
 	CapacityBytes    int64 `json:"capacity_bytes"`
 	// Reserve breaks down an inference engine's overhead and the headroom
-	// its memory cap leaves; nil in training.
-	Reserve *Reserve `json:"reserve,omitempty"`
+	// its memory cap leaves; zero in training. A value, not a pointer:
+	// the batch searches size memory many times per layout.
+	Reserve Reserve `json:"reserve"`
 }
 
 // fits reports whether the memory fits the GPU: the total and, for an
 // inference engine, the headroom its cap keeps free.
 func (m Memory) fits() bool {
-	h := int64(0)
-	if m.Reserve != nil {
-		h = m.Reserve.HeadroomBytes
-	}
-	return m.TotalBytes+h <= m.CapacityBytes
+	return m.TotalBytes+m.Reserve.HeadroomBytes <= m.CapacityBytes
 }
 
 func (m *Memory) sum() {

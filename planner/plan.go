@@ -437,6 +437,9 @@ func (s shape) finish(r Request, g catalog.GPU, c Candidate) Candidate {
 	if r.Mode == Inference && c.Batch != nil {
 		c.MaxContextTokens = ptr(s.maxContext(r, *c.Batch, l, newEngineGPU(r, g, l.tp)))
 	}
+	if rv := c.MemoryPerGPU.Reserve; rv != nil {
+		rv.ProfileSizedBy = profileSizedBy(r, g)
+	}
 	c.Notes = append(c.Notes, s.notes(r, h, l, &c)...)
 	if n := s.publishedNote(r, g, c); n != "" {
 		c.Notes = append(c.Notes, n)
@@ -478,7 +481,7 @@ func (s shape) evaluateInference(r Request, h hw, l layout, c *Candidate) {
 	m := s.inferenceMemory(r, batch, l, e)
 	c.MemoryPerGPU = MemoryBreakdown{
 		WeightsBytes: m.WeightsBytes, KVCacheBytes: ptr(m.KVCacheBytes), ActivationsBytes: m.ActivationsBytes,
-		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes, Reserve: m.Reserve,
+		OverheadBytes: m.OverheadBytes, TotalBytes: m.TotalBytes, CapacityBytes: m.CapacityBytes, Reserve: &m.Reserve,
 	}
 	// An engine whose KV cache cannot hold one max_model_len sequence
 	// refuses to start (vLLM's "max seq len ... is larger than the

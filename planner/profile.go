@@ -20,9 +20,10 @@ type engineProfile struct {
 	cap    float64
 	capFor func(tp int) float64
 	// tokens is how many tokens the profile run's forward pass takes on g
-	// for a max_model_len of modelLen, and what set them;
+	// for a max_model_len of modelLen, and, with words, what set them (the
+	// words only for the plan shown: the search asks for the number);
 	// tokensName is the engine's own name for the setting.
-	tokens     func(g catalog.GPU, modelLen int) (int, string)
+	tokens     func(g catalog.GPU, modelLen int, words bool) (int, string)
 	tokensName string
 	// maxSeqs is max_num_seqs on g, the batch the sampler is warmed up
 	// with, where the engine does that (nil: it does not).
@@ -66,12 +67,12 @@ var engineProfiles = []engineProfile{
 		// tokens at max_model_len 4,096, 53,412 at 32,768 (no chunked
 		// prefill) and 456,131 at 131,072 (chunked).
 		family: EngineVLLM, since: release{0, 5}, label: "vLLM 0.5-0.7 (V0 engine)", cap: vllmMemoryUtilization,
-		tokens: func(_ catalog.GPU, modelLen int) (int, string) {
+		tokens: func(_ catalog.GPU, modelLen int, words bool) (int, string) {
 			if modelLen > vllmV0LongContext {
-				return vllmV0ChunkedTokens, fmt.Sprintf("max_num_batched_tokens %d: chunked prefill is on by default above max_model_len %d", vllmV0ChunkedTokens, vllmV0LongContext)
+				return vllmV0ChunkedTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d: chunked prefill is on by default above max_model_len %d", vllmV0ChunkedTokens, vllmV0LongContext) })
 			}
 			n := max(modelLen, vllmV0MinBatchedTokens)
-			return n, fmt.Sprintf("max_num_batched_tokens %d = max(max_model_len %d, %d): chunked prefill is off by default at this length", n, modelLen, vllmV0MinBatchedTokens)
+			return n, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d = max(max_model_len %d, %d): chunked prefill is off by default at this length", n, modelLen, vllmV0MinBatchedTokens) })
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
@@ -91,8 +92,8 @@ var engineProfiles = []engineProfile{
 		// _set_default_args_v1), `vllm serve` defaults of 2048 batched
 		// tokens and 256 sequences on every GPU.
 		family: EngineVLLM, since: release{0, 8}, label: "vLLM 0.8 (V1 engine)", cap: vllmMemoryUtilization,
-		tokens: func(catalog.GPU, int) (int, string) {
-			return vllmSmallMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default)", vllmSmallMaxTokens)
+		tokens: func(_ catalog.GPU, _ int, words bool) (int, string) {
+			return vllmSmallMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default)", vllmSmallMaxTokens) })
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
@@ -104,11 +105,11 @@ var engineProfiles = []engineProfile{
 		// A100 run 8192 batched tokens and 1024 sequences under `vllm
 		// serve`, others 2048 and 256.
 		family: EngineVLLM, since: release{0, 9}, label: "vLLM 0.9 and later (V1 engine)", cap: vllmMemoryUtilization,
-		tokens: func(g catalog.GPU, _ int) (int, string) {
+		tokens: func(g catalog.GPU, _ int, words bool) (int, string) {
 			if vllmLargeGPU(g) {
-				return vllmLargeMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default on GPUs of 70 GiB or more but the A100)", vllmLargeMaxTokens)
+				return vllmLargeMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default on GPUs of 70 GiB or more but the A100)", vllmLargeMaxTokens) })
 			}
-			return vllmSmallMaxTokens, fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default below 70 GiB and on the A100)", vllmSmallMaxTokens)
+			return vllmSmallMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default below 70 GiB and on the A100)", vllmSmallMaxTokens) })
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs: func(g catalog.GPU) int {
@@ -124,8 +125,8 @@ var engineProfiles = []engineProfile{
 		// (BuildConfig.max_num_tokens 8192 sizes the activation buffers;
 		// KvCacheConfig.free_gpu_memory_fraction 0.9).
 		family: EngineTRTLLM, label: "TensorRT-LLM", cap: trtllmFreeMemoryFraction,
-		tokens: func(catalog.GPU, int) (int, string) {
-			return trtllmMaxNumTokens, fmt.Sprintf("max_num_tokens %d (the build's default)", trtllmMaxNumTokens)
+		tokens: func(_ catalog.GPU, _ int, words bool) (int, string) {
+			return trtllmMaxNumTokens, say(words, func() string { return fmt.Sprintf("max_num_tokens %d (the build's default)", trtllmMaxNumTokens) })
 		},
 		tokensName: "max_num_tokens",
 		kv:         kvBand{over: 0.482, under: -0.05}, kvRows: "EL007 +48.2 % (a 2023 engine built for 25 sequences of 4K), EL017 +4.1 %",
@@ -135,15 +136,23 @@ var engineProfiles = []engineProfile{
 		// tensor parallel size; chunked_prefill_size 8192 on GPUs of 25 GB
 		// or more, 2048 below.
 		family: EngineSGLang, since: release{0, 4}, label: "SGLang 0.4", capFor: sglangStaticFraction,
-		tokens: func(g catalog.GPU, _ int) (int, string) {
+		tokens: func(g catalog.GPU, _ int, words bool) (int, string) {
 			if g.MemoryBytes < 25e9 {
-				return 2048, "chunked_prefill_size 2048 (the default below 25 GB)"
+				return 2048, say(words, func() string { return "chunked_prefill_size 2048 (the default below 25 GB)" })
 			}
-			return sglangChunkTokens, fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens)
+			return sglangChunkTokens, say(words, func() string { return fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens) })
 		},
 		tokensName: "chunked_prefill_size",
 		kv:         kvUnknown,
 	},
+}
+
+// say is words() when they are wanted.
+func say(want bool, words func() string) string {
+	if !want {
+		return ""
+	}
+	return words()
 }
 
 // The V0 engine's batching defaults (see engineProfiles).
