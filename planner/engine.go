@@ -223,7 +223,7 @@ type engineGPU struct {
 	cap           float64 // the engine's memory fraction (see Reserve.Cap)
 	chunkTokens   int     // tokens of the profile run's forward pass
 	samplerWarmup int     // sequences the sampler is warmed up with (vLLM)
-	profile string
+	profile       string
 }
 
 // newEngineGPU sets r's engine up on g at tensor parallelism tp, by the

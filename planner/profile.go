@@ -69,10 +69,14 @@ var engineProfiles = []engineProfile{
 		family: EngineVLLM, since: release{0, 5}, label: "vLLM 0.5-0.7 (V0 engine)", cap: vllmMemoryUtilization,
 		tokens: func(_ catalog.GPU, modelLen int, words bool) (int, string) {
 			if modelLen > vllmV0LongContext {
-				return vllmV0ChunkedTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d: chunked prefill is on by default above max_model_len %d", vllmV0ChunkedTokens, vllmV0LongContext) })
+				return vllmV0ChunkedTokens, say(words, func() string {
+					return fmt.Sprintf("max_num_batched_tokens %d: chunked prefill is on by default above max_model_len %d", vllmV0ChunkedTokens, vllmV0LongContext)
+				})
 			}
 			n := max(modelLen, vllmV0MinBatchedTokens)
-			return n, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d = max(max_model_len %d, %d): chunked prefill is off by default at this length", n, modelLen, vllmV0MinBatchedTokens) })
+			return n, say(words, func() string {
+				return fmt.Sprintf("max_num_batched_tokens %d = max(max_model_len %d, %d): chunked prefill is off by default at this length", n, modelLen, vllmV0MinBatchedTokens)
+			})
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
@@ -93,7 +97,9 @@ var engineProfiles = []engineProfile{
 		// tokens and 256 sequences on every GPU.
 		family: EngineVLLM, since: release{0, 8}, label: "vLLM 0.8 (V1 engine)", cap: vllmMemoryUtilization,
 		tokens: func(_ catalog.GPU, _ int, words bool) (int, string) {
-			return vllmSmallMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default)", vllmSmallMaxTokens) })
+			return vllmSmallMaxTokens, say(words, func() string {
+				return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default)", vllmSmallMaxTokens)
+			})
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs:    func(catalog.GPU) int { return vllmSmallMaxSeqs },
@@ -107,9 +113,13 @@ var engineProfiles = []engineProfile{
 		family: EngineVLLM, since: release{0, 9}, label: "vLLM 0.9 and later (V1 engine)", cap: vllmMemoryUtilization,
 		tokens: func(g catalog.GPU, _ int, words bool) (int, string) {
 			if vllmLargeGPU(g) {
-				return vllmLargeMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default on GPUs of 70 GiB or more but the A100)", vllmLargeMaxTokens) })
+				return vllmLargeMaxTokens, say(words, func() string {
+					return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default on GPUs of 70 GiB or more but the A100)", vllmLargeMaxTokens)
+				})
 			}
-			return vllmSmallMaxTokens, say(words, func() string { return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default below 70 GiB and on the A100)", vllmSmallMaxTokens) })
+			return vllmSmallMaxTokens, say(words, func() string {
+				return fmt.Sprintf("max_num_batched_tokens %d (vllm serve's default below 70 GiB and on the A100)", vllmSmallMaxTokens)
+			})
 		},
 		tokensName: "max_num_batched_tokens",
 		maxSeqs: func(g catalog.GPU) int {
@@ -140,7 +150,9 @@ var engineProfiles = []engineProfile{
 			if g.MemoryBytes < 25e9 {
 				return 2048, say(words, func() string { return "chunked_prefill_size 2048 (the default below 25 GB)" })
 			}
-			return sglangChunkTokens, say(words, func() string { return fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens) })
+			return sglangChunkTokens, say(words, func() string {
+				return fmt.Sprintf("chunked_prefill_size %d (the default from 25 GB)", sglangChunkTokens)
+			})
 		},
 		tokensName: "chunked_prefill_size",
 		kv:         kvUnknown,

@@ -19,8 +19,8 @@ import (
 // pubRow is one row of published.csv.
 type pubRow struct {
 	id, kind, model, engine, version, gpu, precision, kvPrecision, scenario, metric, unit, source, split string
-	count, tp, pp, cp, ep, batch, input, output, maxModelLen                                    int
-	memFraction, value, trainTokens                                                             float64
+	count, tp, pp, cp, ep, batch, input, output, maxModelLen                                             int
+	memFraction, value, trainTokens                                                                      float64
 }
 
 func readPublished(t *testing.T) []pubRow {
