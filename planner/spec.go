@@ -127,15 +127,15 @@ func (s Spec) Request(cfg *model.Config, cat *catalog.Catalog, field func(key st
 			return r, gpufleet.InField(field("mode"), err)
 		}
 	}
-	for _, w := range []struct {
-		key string
-		v   string
-		dst *Format
-	}{{"precision", s.Precision, &r.Precision}, {"kv_precision", s.KVPrecision, &r.KVPrecision}} {
-		if w.v != "" {
-			if *w.dst, err = ParseFormat(w.v); err != nil {
-				return r, gpufleet.InField(field(w.key), err)
-			}
+	if s.Precision != "" {
+		if r.Precision, err = ParseFormat(s.Precision); err != nil {
+			return r, gpufleet.InField(field("precision"), err)
+		}
+	}
+	if s.KVPrecision != "" {
+		switch r.KVPrecision, err = ParseFormat(s.KVPrecision); {
+		case err != nil, r.KVPrecision == FormatINT4, r.KVPrecision == FormatFP4:
+			return r, bad("kv_precision", s.KVPrecision, "expected bf16, fp16, fp8, int8 or fp32")
 		}
 	}
 	if r.Engine, err = ParseEngine(s.Engine); err != nil {

@@ -158,7 +158,7 @@ func TestJobFileErrorsNameFieldAndLine(t *testing.T) {
 		"null in a list":          {"job.yaml", "command: [a, ~]\n", "command[1]: null in a list"},
 		"env value not a scalar":  {"job.yaml", "env:\n  A: [1]\n", "job.yaml:2: env.A: expected a plain value"},
 		"model mode":              {"job.yaml", "model:\n  name: llama-3.1-8b\n  mode: serve\n", `job.yaml:3: model.mode: "serve": expected inference or training`},
-		"model kv precision":      {"job.yaml", "model:\n  kv_precision: int3\n", `job.yaml:2: model.kv_precision: "int3": expected one of fp32`},
+		"model kv precision":      {"job.yaml", "model:\n  kv_precision: int3\n", `job.yaml:2: model.kv_precision: "int3": expected bf16, fp16, fp8, int8 or fp32`},
 		"model engine":            {"job.yaml", "model: {engine: ollama}\n", `job.yaml:1: model.engine: "ollama": expected vllm, trtllm or sglang`},
 		"compute capability form": {"job.yaml", "resources: {min_compute_capability: nine}\n", `resources.min_compute_capability "nine": expected MAJOR.MINOR`},
 	}
