@@ -411,6 +411,8 @@ func TestAgentRestartReadoptsAndFences(t *testing.T) {
 			ag.dumpLog(t)
 		}
 	}()
+	// Submit refuses an empty fleet: wait for the node before the job.
+	waitNode(t, f.admin, "n1", 20*time.Second, "ready", readyAndHealthy)
 	member := f.members["team-a"]
 	out := outDir(t)
 	flag := filepath.Join(out, "go")
