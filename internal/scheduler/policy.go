@@ -100,6 +100,8 @@ func (c Config) withDefaults() Config {
 	defInt(&c.StarvationMaxTries, DefaultStarvationMaxTries)
 	defInt(&c.PreemptSearchNodes, DefaultPreemptSearchNodes)
 	defInt(&c.TopologyScanNodes, DefaultTopologyScanNodes)
+	def(&c.EstimateQuantile, DefaultEstimateQuantile)
+	defInt(&c.EstimateMinRuns, DefaultEstimateMinRuns)
 	return c
 }
 
@@ -260,6 +262,15 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultEstimate < 0 {
 		return fmt.Errorf("default estimate %s is negative", c.DefaultEstimate)
+	}
+	for p, d := range c.PriorityEstimates {
+		if d < 0 {
+			return fmt.Errorf("default estimate of %s %s is negative", p, d)
+		}
+	}
+	if !(c.EstimateQuantile >= 0 && c.EstimateQuantile <= 1) || c.EstimateMinRuns < 0 {
+		return fmt.Errorf("estimate quantile %g and min runs %d: want a quantile in [0, 1] and a count >= 0 (0: the defaults)",
+			c.EstimateQuantile, c.EstimateMinRuns)
 	}
 	for _, k := range []struct {
 		name string

@@ -40,7 +40,7 @@ func Schedule(in Input) Output {
 		teamPos[j.team]++
 		ex, reason := s.explained(j.why, j.brief)
 		p := Pending{Job: j.job.ID, Position: i + 1, TeamPosition: teamPos[j.team], ReasonCode: j.why.code, Reason: reason,
-			Explanation: ex}
+			Explanation: ex, Estimate: s.runEstimate(j.job)}
 		if j.started && s.cfg.ETA {
 			s.etaOf(&p, j, cal)
 		}
@@ -230,6 +230,7 @@ type sched struct {
 	prio    map[gpufleet.Priority]int
 	teams   []teamState
 	teamIdx map[string]int32
+	runs    runIndex // Input.Runs' estimates (estimate.go)
 	classes []string
 
 	shapes     []*shape
@@ -287,6 +288,7 @@ func newSched(in *Input) *sched {
 			s.prio[p] = i
 		}
 	}
+	s.runs = indexRuns(in.Runs, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns)
 	s.buildTeams()
 	s.f, s.ever = s.fleetFor(in)
 	s.eta.classGen = make([]uint32, len(s.classes))
@@ -307,12 +309,12 @@ func (s *sched) rank(p gpufleet.Priority) int {
 	return len(s.prio)
 }
 
-// estimateOf is a job's estimated run time.
+// estimateOf is the run time j is planned on (runEstimate).
 func (s *sched) estimateOf(j *Job) time.Duration {
 	if j.Estimate > 0 {
 		return j.Estimate
 	}
-	return s.cfg.DefaultEstimate
+	return s.runEstimate(j).Duration()
 }
 
 // buildRunning applies running jobs to the capacity model and queues their

@@ -92,7 +92,11 @@ type Job struct {
 	Priority  gpufleet.Priority  `json:"priority"`
 	Resources gpufleet.Resources `json:"resources"`
 	Submitted time.Time          `json:"submitted"`
-	Estimate  time.Duration      `json:"estimate"` // user's estimate of the run time
+	Estimate  time.Duration      `json:"estimate"` // user's estimate of the run time; 0: learned (estimate.go)
+	// Workload is the caller's word for "the same job run again" (the
+	// server's: the job's name, else its command): a job without an
+	// estimate is planned on its workload's runs first (Input.Runs).
+	Workload string `json:"workload,omitempty"`
 	// Preemptible jobs may be stopped for higher-priority work or quota
 	// reclaim. Grace is the time every stop gives the job between the
 	// checkpoint signal and the kill; 0 means Config.DefaultGrace.
@@ -175,6 +179,9 @@ type Input struct {
 	// (kept with KeepWait: at most ETAHistory per size class), and the
 	// jobs still waiting as censored samples.
 	WaitHistory []WaitSample
+	// Runs is the finished runs the estimates of jobs without one learn
+	// from (estimate.go), oldest first, kept by the caller with KeepRun.
+	Runs []RunSample `json:",omitempty"`
 	// Arrivals is the jobs submitted in the last Config.ArrivalWindow,
 	// whatever became of them, oldest first, kept by the caller with
 	// KeepArrivals: the ETA simulation expects them again.
@@ -329,8 +336,17 @@ type Config struct {
 	// shape, class, team and estimate alike, and takes its turn in the
 	// order like any queued job. 0: no expected arrivals.
 	ArrivalWindow time.Duration `json:",omitempty"`
-	// DefaultEstimate stands in for jobs without an estimate.
-	DefaultEstimate time.Duration
+	// DefaultEstimate stands in for jobs without an estimate, a time limit
+	// or a history (estimate.go), unless PriorityEstimates has their
+	// class.
+	DefaultEstimate   time.Duration
+	PriorityEstimates map[gpufleet.Priority]time.Duration `json:",omitempty"`
+	// EstimateQuantile (0-1] is the quantile of similar jobs' runs a job
+	// without an estimate is planned on; EstimateMinRuns the fewest runs
+	// a history key needs. Zero means DefaultEstimateQuantile and
+	// DefaultEstimateMinRuns.
+	EstimateQuantile float64 `json:",omitempty"`
+	EstimateMinRuns  int     `json:",omitempty"`
 	// DefaultGrace is the grace of a stop for a job that gives none
 	// (PolicyConfig: 30s, as Kubernetes' terminationGracePeriodSeconds).
 	DefaultGrace time.Duration
@@ -433,6 +449,9 @@ type Pending struct {
 	// Input.WaitHistory holds enough samples (ETAMinSamples).
 	EstimatedStartP90 *time.Time `json:"estimated_start_p90"`
 	ETAConfidence     *float64   `json:"eta_confidence"`
+	// Estimate is the run time the job is planned on and where it came
+	// from (estimate.go).
+	Estimate gpufleet.RunEstimate `json:"estimate"`
 	// Simulated is the forward simulation's start, capped by the policy's
 	// own bound: what a caller records in a WaitSample once the job starts.
 	Simulated *time.Time `json:"simulated_start,omitempty"`

@@ -29,7 +29,7 @@ import (
 //	     [nvlink] [prefer=cheapest] [joules=l4:0.9,h100-sxm-80gb:0.3] [select=k:v]
 //	     [stack=NAME] [require=cuda:>=12.4;driver:>=550,<560]
 //	     [isolation=hard|soft|any] [overhead=<=5%] [runtime=container]
-//	     [preemptible] [grace=30s] [requeued]
+//	     [preemptible] [grace=30s] [requeued] [workload=W] [est=none]
 //	     [limit=2h]                      a time limit for each run
 //	     [preempted=N] [preempted-at=1h,2h] its preemptions so far, and when
 //	                                     the recent ones ended (from T0)
@@ -48,6 +48,10 @@ import (
 //	                                     recent waits the ETAs are calibrated on
 //	                                     (Input.WaitHistory); pending lines then read
 //	                                     eta=P50..P90@CONFIDENCE
+//	ran team=a [workload=W] gpus=4 for=30m [count=N]
+//	                                     finished runs the estimates of jobs without
+//	                                     one learn from (Input.Runs); pending lines of
+//	                                     jobs planned on them read est=RUN@FROM/RUNS
 //	stack prod driver:550.54.15,cuda:12.4
 //	                                     a named stack jobs may require (Input.Stacks)
 //	rack r1 budget=10kW [reserve=1kW] [draw=6kW] [over=3m]
@@ -229,6 +233,25 @@ func (h *Harness) command(f []string) error {
 		}
 		for range count {
 			h.in.WaitHistory = append(h.in.WaitHistory, w)
+		}
+	case "ran":
+		r := scheduler.RunSample{Team: args["team"], Workload: args["workload"]}
+		count := 1
+		var err error
+		if v, ok := args["count"]; ok {
+			count, err = strconv.Atoi(v)
+		}
+		if err == nil {
+			r.GPUs, err = strconv.Atoi(args["gpus"])
+		}
+		if err == nil {
+			r.Ran, err = gpufleet.ParseDuration(args["for"])
+		}
+		if err != nil {
+			return fmt.Errorf("ran: %w", err)
+		}
+		for range count {
+			h.in.Runs = scheduler.KeepRun(h.in.Runs, r)
 		}
 	case "rack":
 		r := scheduler.Rack{Name: f[1]}
@@ -480,12 +503,17 @@ func (h *Harness) job(kind, id string, a map[string]string, flags map[string]boo
 		}
 	}
 	var at, since time.Duration
-	dur("est", &j.Estimate)
+	if a["est"] == "none" {
+		j.Estimate = 0 // planned on Input.Runs (estimate.go)
+	} else {
+		dur("est", &j.Estimate)
+	}
 	dur("at", &at)
 	dur("since", &since)
 	dur("grace", &j.Grace)
 	dur("limit", &j.TimeLimit)
 	dur("attained", &j.Attained)
+	j.Workload = a["workload"]
 	if err != nil {
 		return fmt.Errorf("job %s: %w", id, err)
 	}
@@ -723,6 +751,10 @@ func (h *Harness) schedule(f []string) (string, error) {
 		}
 		if p.EstimatedStartP90 != nil && p.ETAConfidence != nil {
 			eta += fmt.Sprintf("..%s@%.2f", p.EstimatedStartP90.Sub(T0), *p.ETAConfidence)
+		}
+		switch e := p.Estimate; e.From {
+		case gpufleet.EstimateWorkload, gpufleet.EstimateTeamSize, gpufleet.EstimateSize, gpufleet.EstimateTimeLimit:
+			eta += fmt.Sprintf(" est=%s@%s/%d", e.Duration(), e.From, e.Runs)
 		}
 		fmt.Fprintf(&b, "pending %s pos=%d team-pos=%d eta=%s %s: %s\n", p.Job, p.Position, p.TeamPosition, eta, p.ReasonCode, p.Reason)
 		if flags["explain"] {
