@@ -1,6 +1,9 @@
 package gpufleet
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // EstimateSource says where the run time the scheduler plans a job on
 // came from (docs/SCHEDULER.md#estimates-from-history): the job's own
@@ -30,4 +33,27 @@ type RunEstimate struct {
 // Duration is the estimate as a time.Duration.
 func (e RunEstimate) Duration() time.Duration {
 	return time.Duration(e.Seconds * float64(time.Second))
+}
+
+// String is the estimate in words, as the CLI and the dashboard show it:
+// "3h from 4 runs of its workload", "4h, the default".
+func (e RunEstimate) String() string {
+	d := FormatDuration(e.Duration())
+	runs := "runs"
+	if e.Runs == 1 {
+		runs = "run"
+	}
+	switch e.From {
+	case EstimateGiven:
+		return d + ", its estimate"
+	case EstimateWorkload:
+		return fmt.Sprintf("%s from %d %s of its workload", d, e.Runs, runs)
+	case EstimateTeamSize:
+		return fmt.Sprintf("%s from %d %s of its team's jobs of its size", d, e.Runs, runs)
+	case EstimateSize:
+		return fmt.Sprintf("%s from %d %s of jobs of its size", d, e.Runs, runs)
+	case EstimateTimeLimit:
+		return d + ", its time limit"
+	}
+	return d + ", the default"
 }

@@ -276,6 +276,10 @@ type QueueEntry struct {
 	EstimatedStart    *time.Time `json:"estimated_start"`
 	EstimatedStartP90 *time.Time `json:"estimated_start_p90"`
 	ETAConfidence     *float64   `json:"eta_confidence"`
+	// Estimate is the run time the scheduler plans the job on and where
+	// it came from: the job's estimate, the runs of similar jobs, its time
+	// limit or the default (docs/SCHEDULER.md#estimates-from-history).
+	Estimate *RunEstimate `json:"estimate,omitempty"`
 	// Explanation is the reason as data (docs/JOBS.md#why-a-job-waits):
 	// the nodes evaluated, the nodes each filter left out, the dimension
 	// exhausted. Absent before the scheduler's first cycle decided it.

@@ -127,7 +127,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	types := map[string]any{
 		"Job": gpufleet.Job{}, "Resources": gpufleet.Resources{}, "Retries": gpufleet.Retries{}, "Attempt": gpufleet.Attempt{}, "Mechanism": gpufleet.Mechanism{},
-		"AttemptNode": gpufleet.AttemptNode{}, "QueueEntry": gpufleet.QueueEntry{}, "Node": gpufleet.Node{}, "NodeGPU": gpufleet.NodeGPU{},
+		"AttemptNode": gpufleet.AttemptNode{}, "QueueEntry": gpufleet.QueueEntry{}, "RunEstimate": gpufleet.RunEstimate{}, "Node": gpufleet.Node{}, "NodeGPU": gpufleet.NodeGPU{},
 		"MIGInstance": gpufleet.MIGInstance{}, "Team": gpufleet.Team{}, "Class": gpufleet.Class{}, "Token": gpufleet.Token{},
 		"Event": gpufleet.Event{}, "SubmitRequest": SubmitRequest{}, "ModelRequest": ModelRequest{}, "SubmitResponse": SubmitResponse{},
 		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{}, "Rack": gpufleet.Rack{}, "PutRackRequest": PutRackRequest{}, "RackList": RackList{}, "WorkCounter": gpufleet.WorkCounter{},

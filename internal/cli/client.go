@@ -216,12 +216,36 @@ func (c *clientEnv) eta(e gpufleet.QueueEntry) string {
 
 // confidence is a queue entry's ETA confidence in words: the share of
 // similar recent jobs that started within max(1 h, 25 %) of their median;
-// "-" until the scheduler has the history to say.
+// "uncalibrated" while too few jobs have started for the scheduler to say
+// (the ETA is its simulation alone), "-" without an ETA.
 func confidence(e gpufleet.QueueEntry) string {
-	if e.ETAConfidence == nil {
+	switch {
+	case e.ETAConfidence != nil:
+		return fmt.Sprintf("%.0f%%", *e.ETAConfidence*100)
+	case e.EstimatedStart != nil:
+		return "uncalibrated"
+	}
+	return "-"
+}
+
+// runEstimate is the run time a queued job is planned on, and where it
+// came from, for a table cell: "3h (workload, 4 runs)".
+func runEstimate(e *gpufleet.RunEstimate) string {
+	if e == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f%%", *e.ETAConfidence*100)
+	d := gpufleet.FormatDuration(e.Duration())
+	switch e.From {
+	case gpufleet.EstimateWorkload:
+		return fmt.Sprintf("%s (workload, %d runs)", d, e.Runs)
+	case gpufleet.EstimateTeamSize:
+		return fmt.Sprintf("%s (team, size, %d runs)", d, e.Runs)
+	case gpufleet.EstimateSize:
+		return fmt.Sprintf("%s (size, %d runs)", d, e.Runs)
+	case gpufleet.EstimateTimeLimit:
+		return d + " (time limit)"
+	}
+	return fmt.Sprintf("%s (%s)", d, e.From)
 }
 
 // seconds prints an optional duration in seconds.

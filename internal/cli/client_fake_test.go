@@ -156,7 +156,7 @@ func (f *fakeService) Queue(context.Context, api.Principal) ([]gpufleet.QueueEnt
 	eta := f.now.Add(12*time.Minute + 30*time.Second)
 	return []gpufleet.QueueEntry{
 		{ID: "j-7", Team: "team-a", Priority: "training", Position: 1, TeamPosition: 1, Reason: "waiting for 8 h100-sxm-80gb GPUs (4 free)", ReasonCode: "capacity", EstimatedStart: &eta,
-			Explanation: fakeExplanation("capacity")},
+			Explanation: fakeExplanation("capacity"), Estimate: &gpufleet.RunEstimate{Seconds: 3 * 3600, From: gpufleet.EstimateWorkload, Runs: 4}},
 		{ID: "j-8", Team: "team-b", Priority: "batch", Position: 2, TeamPosition: 1, Reason: "team-b is over its quota", ReasonCode: "quota"},
 	}, nil
 }

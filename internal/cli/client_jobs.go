@@ -892,7 +892,7 @@ func newQueueCmd(c *clientEnv) *cobra.Command {
 }
 
 func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
-	cols := []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE"}
+	cols := []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE", "RUN ESTIMATE"}
 	if c.output == outputWide {
 		cols = append(cols, "REASON CODE", "ESTIMATED START", "ESTIMATED START P90", "NODES")
 	}
@@ -903,7 +903,7 @@ func (c *clientEnv) printQueue(q []gpufleet.QueueEntry) error {
 			gpus = strconv.Itoa(e.GPUs)
 		}
 		row := []string{strconv.Itoa(e.Position), strconv.Itoa(e.TeamPosition), e.ID, orDash(e.Name), e.Team, orDash(string(e.Priority)), gpus,
-			orDash(e.Reason), c.eta(e), confidence(e)}
+			orDash(e.Reason), c.eta(e), confidence(e), runEstimate(e.Estimate)}
 		if c.output == outputWide {
 			stamp := func(t *time.Time) string {
 				if t == nil {

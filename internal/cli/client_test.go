@@ -225,16 +225,17 @@ func TestQueueTable(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("want a header and 2 rows:\n%s", out)
 	}
-	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE"} {
+	for _, col := range []string{"POSITION", "TEAM POS", "JOB", "NAME", "TEAM", "PRIORITY", "GPUS", "REASON", "ETA", "CONFIDENCE", "RUN ESTIMATE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("header %q lacks %s", lines[0], col)
 		}
 	}
-	if !strings.Contains(lines[1], "in 12m") || !strings.Contains(lines[1], "waiting for 8 h100-sxm-80gb GPUs") {
+	if !strings.Contains(lines[1], "in 12m") || !strings.Contains(lines[1], "waiting for 8 h100-sxm-80gb GPUs") ||
+		!strings.Contains(lines[1], "uncalibrated") || !strings.Contains(lines[1], "3h (workload, 4 runs)") {
 		t.Errorf("row 1 %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); len(f) < 2 || f[len(f)-2] != "unknown" || f[len(f)-1] != "-" {
-		t.Errorf("row 2 %q: a null ETA is unknown, with no confidence", lines[2])
+	if f := strings.Fields(lines[2]); len(f) < 3 || f[len(f)-3] != "unknown" || f[len(f)-2] != "-" || f[len(f)-1] != "-" {
+		t.Errorf("row 2 %q: a null ETA is unknown, with no confidence and no run estimate", lines[2])
 	}
 }
 

@@ -20,10 +20,13 @@ func TestETAHistoryObserve(t *testing.T) {
 		return scheduler.Job{ID: id, Resources: gpufleet.Resources{GPUs: gpus}, Submitted: t0, Estimate: time.Hour}
 	}
 	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	// The sample keeps the run time the job was planned on (the scheduler's
+	// Pending.Estimate), not the request's, which may be none.
+	hour := gpufleet.RunEstimate{Seconds: 3600, From: gpufleet.EstimateSize, Runs: 5}
 	in := scheduler.Input{Now: t0.Add(time.Second), Jobs: []scheduler.Job{job("a", 1), job("b", 8), job("c", 2)}}
 	var h etaHistory
-	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "a", Simulated: at(3 * time.Hour)}, {Job: "b", Simulated: at(0)},
-		{Job: "c"}}}, in.Now)
+	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "a", Simulated: at(3 * time.Hour), Estimate: hour},
+		{Job: "b", Simulated: at(0), Estimate: hour}, {Job: "c"}}}, in.Now)
 	// Later cycles predict other starts; the first prediction stands.
 	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "a", Simulated: at(9 * time.Hour)}, {Job: "b", Simulated: at(time.Hour)}}}, t0.Add(time.Minute))
 	h.observe(in, scheduler.Output{Starts: []scheduler.Start{{Job: "a"}, {Job: "b"}, {Job: "c"}}}, t0.Add(2*time.Hour))
@@ -39,7 +42,7 @@ func TestETAHistoryObserve(t *testing.T) {
 	}
 
 	// A job still queued is a censored sample: its wait so far.
-	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "c", Simulated: at(4 * time.Hour)}}}, in.Now)
+	h.observe(in, scheduler.Output{Pending: []scheduler.Pending{{Job: "c", Simulated: at(4 * time.Hour), Estimate: hour}}}, in.Now)
 	later := in
 	later.Now = t0.Add(5 * time.Hour)
 	got := h.history(later)

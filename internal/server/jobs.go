@@ -41,15 +41,10 @@ func (s *Server) jobFromRequest(team string, r api.SubmitRequest, now time.Time)
 		v := d.Seconds()
 		return &v
 	}
+	// A job without an estimate is planned on the runs of similar jobs,
+	// its time limit or its class's default: the scheduler's core decides
+	// which, cycle by cycle (scheduler.Job.Estimate).
 	j.TimeLimitS, j.EstimateS, j.GraceS = seconds(r.TimeLimit), seconds(r.Estimate), seconds(r.Grace)
-	if j.EstimateS == nil {
-		if j.TimeLimitS != nil {
-			j.EstimateS = j.TimeLimitS
-		} else {
-			v := s.cfg.DefaultEstimate[j.Priority].Seconds()
-			j.EstimateS = &v
-		}
-	}
 	return j, nil
 }
 

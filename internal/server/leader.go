@@ -71,6 +71,8 @@ type leaderState struct {
 	culprits map[string]suspect
 	// eta keeps what calibrates the ETAs (scheduler.Input.WaitHistory).
 	eta etaHistory
+	// runs keeps what the estimates learn from (scheduler.Input.Runs).
+	runs runHistory
 }
 
 // etaHistory is the leader's memory of queued jobs' predicted waits and
@@ -78,13 +80,17 @@ type leaderState struct {
 // them. It lives with the leadership: a new leader starts with none and
 // shows the simulation's starts alone until ETAMinSamples jobs started.
 type etaHistory struct {
-	predicted map[string]time.Duration // queued job: the simulated wait when first seen, from submission
+	predicted map[string]prediction // queued job: what the cycle that first saw it predicted
 	waits     []scheduler.WaitSample
 	// arrivals is the jobs submitted in the policy's arrival window that
 	// the leader has seen (scheduler.Input.Arrivals); seen their ids.
 	arrivals []scheduler.Job
 	seen     map[string]time.Time
 }
+
+// prediction is what a queued job was told when first seen: its simulated
+// wait from submission, and the run time it was planned on.
+type prediction struct{ wait, est time.Duration }
 
 // arrived records the jobs of a cycle's input the leader sees for the
 // first time and returns the arrivals the ETAs expect again.
@@ -128,7 +134,8 @@ func (h *etaHistory) history(in scheduler.Input) []scheduler.WaitSample {
 	}
 	slices.SortFunc(waiting, func(a, b *scheduler.Job) int { return a.Submitted.Compare(b.Submitted) })
 	for _, j := range waiting[:min(len(waiting), scheduler.ETAHistory)] {
-		out = append(out, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate, Predicted: h.predicted[j.ID],
+		p := h.predicted[j.ID]
+		out = append(out, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: p.est, Predicted: p.wait,
 			Actual: in.Now.Sub(j.Submitted), Censored: true})
 	}
 	return out
@@ -147,15 +154,15 @@ func (h *etaHistory) observe(in scheduler.Input, out scheduler.Output, now time.
 		if j == nil || !ok {
 			continue
 		}
-		h.waits = scheduler.KeepWait(h.waits, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: j.Estimate,
-			Predicted: pred, Actual: now.Sub(j.Submitted)})
+		h.waits = scheduler.KeepWait(h.waits, scheduler.WaitSample{GPUs: j.Resources.GPUs, Estimate: pred.est,
+			Predicted: pred.wait, Actual: now.Sub(j.Submitted)})
 	}
-	next := make(map[string]time.Duration, len(out.Pending))
+	next := make(map[string]prediction, len(out.Pending))
 	for _, p := range out.Pending {
 		if pred, ok := h.predicted[p.Job]; ok {
 			next[p.Job] = pred
 		} else if j := jobs[p.Job]; j != nil && p.Simulated != nil {
-			next[p.Job] = p.Simulated.Sub(j.Submitted)
+			next[p.Job] = prediction{wait: p.Simulated.Sub(j.Submitted), est: p.Estimate.Duration()}
 		}
 	}
 	h.predicted = next
@@ -407,6 +414,14 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		return nil, err
 	}
 	s.lead.mu.Lock()
+	runs := s.lead.runs
+	s.lead.mu.Unlock()
+	// The read is outside the lock; only this cycle's goroutine updates it.
+	if in.Runs, err = runs.update(ctx, s.st); err != nil {
+		s.log.Warn("finished runs not read; estimates keep the history they had", "err", err)
+	}
+	s.lead.mu.Lock()
+	s.lead.runs = runs
 	in.WaitHistory = s.lead.eta.history(in)
 	in.Arrivals = s.lead.eta.arrived(in)
 	s.lead.mu.Unlock()
@@ -477,7 +492,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 		j := byID[p.Job]
 		d.Queue = append(d.Queue, gpufleet.QueueEntry{ID: p.Job, Team: j.Team, Priority: j.Priority, Position: p.Position,
 			TeamPosition: p.TeamPosition, Reason: p.Reason, ReasonCode: p.ReasonCode, EstimatedStart: p.EstimatedStart,
-			EstimatedStartP90: p.EstimatedStartP90, ETAConfidence: p.ETAConfidence, Explanation: p.Explanation})
+			EstimatedStartP90: p.EstimatedStartP90, ETAConfidence: p.ETAConfidence, Explanation: p.Explanation, Estimate: queueEstimate(p)})
 	}
 	// Starts are stamped after the snapshot was read, so that an attempt
 	// never appears to begin before the one it replaces ended.
@@ -735,6 +750,7 @@ func (s *Server) snapshot(ctx context.Context, now time.Time, jobs []gpufleet.Jo
 func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet.Node) (scheduler.Input, error) {
 	cfg, _ := scheduler.PolicyConfig(s.cfg.Policy)
 	cfg.Spare = s.cfg.Spare
+	cfg.PriorityEstimates = s.cfg.DefaultEstimate
 	// Past heartbeat grace + fence + margin a silent node's agent has
 	// fenced its attempts: the scheduler declares them lost, and the jobs
 	// requeue. At most one attempt of a job ever runs.
@@ -796,7 +812,7 @@ func (s *Server) fleetInput(ctx context.Context, now time.Time, nodes []gpufleet
 // (stopping, when a stop was decided). A queued job whose cancel is
 // pending is left out: the store ends it.
 func toSchedJob(j gpufleet.Job) (scheduler.Job, bool) {
-	sj := scheduler.Job{ID: j.ID, Team: j.Team, Priority: j.Priority, Submitted: j.SubmittedAt,
+	sj := scheduler.Job{ID: j.ID, Team: j.Team, Workload: workloadOf(j.Name, j.Command), Priority: j.Priority, Submitted: j.SubmittedAt,
 		Preemptible: j.Preemptible, Requeued: j.Interruptions > 0, Retries: j.Retries, Resources: j.Resources, CancelRequested: j.CancelRequested,
 		Invalid: j.Defect}
 	if j.TimeLimitS != nil {

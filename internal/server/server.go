@@ -69,8 +69,9 @@ type Config struct {
 	CredentialTTL time.Duration
 	// Policy is the scheduling policy (scheduler.PolicyConfig name).
 	Policy string
-	// DefaultEstimate per priority class when a job gives neither estimate
-	// nor time limit.
+	// DefaultEstimate per priority class when a job gives no estimate and
+	// neither similar jobs' runs nor a time limit give one
+	// (scheduler.Config.PriorityEstimates).
 	DefaultEstimate map[gpufleet.Priority]time.Duration
 	// AuditEvery is how often the leader audits the fleet for /metrics
 	// (gpufleet_audit_findings); 0 never does.

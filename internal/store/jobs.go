@@ -49,14 +49,14 @@ func specOf(j gpufleet.Job) jobSpec {
 const jobCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
 	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
 	queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
-	queue_estimated_start_p90, queue_eta_confidence, end_reason, end_reason_code, queue_explanation`
+	queue_estimated_start_p90, queue_eta_confidence, end_reason, end_reason_code, queue_explanation, queue_estimate`
 
 // activeCols is jobCols without the stored queue entry (NULL in its
 // place): ActiveJobs is the scheduler's snapshot, and the leader decides
 // the queue anew each cycle, so it does not read back 50k explanations.
 const activeCols = `id, team, name, state, cancel_requested, priority, request_id, spec,
 	retries_max, retries_used, interruptions, submitted_at, started_at, finished_at,
-	NULL, NULL, NULL, NULL, NULL, NULL, NULL, end_reason, end_reason_code, NULL`
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, end_reason, end_reason_code, NULL, NULL`
 
 // activeStates are the job states ActiveJobs returns, as SQL.
 const activeStates = `('queued', 'scheduled', 'running')`
@@ -75,14 +75,14 @@ func scanJob(r scanner, ex explanations, specs *specRead) (gpufleet.Job, error) 
 		submitted                   int64
 		qpos, qteam, qest, qest90   sql.NullInt64
 		qconf                       sql.NullFloat64
-		qreason, qcode, qex         sql.NullString
+		qreason, qcode, qex, qrun   sql.NullString
 		state                       string
 		retriesMax, used, interrupt int64
 	)
 	var priority string
 	if err := r.Scan(&j.ID, &j.Team, &j.Name, &state, &j.CancelRequested, &priority, &j.RequestID, &spec,
 		&retriesMax, &used, &interrupt, &submitted, &started, &finished,
-		&qpos, &qteam, &qreason, &qcode, &qest, &qest90, &qconf, &j.Reason, &j.ReasonCode, &qex); err != nil {
+		&qpos, &qteam, &qreason, &qcode, &qest, &qest90, &qconf, &j.Reason, &j.ReasonCode, &qex, &qrun); err != nil {
 		return j, err
 	}
 	j.Priority = gpufleet.Priority(priority)
@@ -114,7 +114,7 @@ func scanJob(r scanner, ex explanations, specs *specRead) (gpufleet.Job, error) 
 			Position: int(qpos.Int64), TeamPosition: int(qteam.Int64),
 			Reason: qreason.String, ReasonCode: qcode.String,
 			EstimatedStart: ptrTime(qest), EstimatedStartP90: ptrTime(qest90), ETAConfidence: ptrFloat(qconf),
-			Explanation: ex.of(qex),
+			Explanation: ex.of(qex), Estimate: runEstimateOf(qrun),
 		}
 	}
 	return j, nil
@@ -316,7 +316,7 @@ func (s *SQL) submitTx(reqs []*submitReq) error {
 	ctx := context.Background() // the group outlives any one caller
 	return s.write(ctx, func(tx *sql.Tx) error {
 		ins, err := s.prepare(ctx, tx, s.q(`INSERT INTO jobs (`+jobCols+`, updated_at)
-	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL, ?)
+	VALUES (?, ?, ?, 'queued', FALSE, ?, ?, ?, ?, 0, 0, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL, NULL, ?)
 	ON CONFLICT DO NOTHING`))
 		if err != nil {
 			return fmt.Errorf("prepare submit: %w", err)
@@ -532,6 +532,73 @@ func (s *SQL) WorkHistory(ctx context.Context, team, name, unit string, limit in
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read work history: %w", err)
+	}
+	return out, nil
+}
+
+// runEstimateOf decodes a queue_estimate column; NULL or a value this
+// version cannot read is none.
+func runEstimateOf(v sql.NullString) *gpufleet.RunEstimate {
+	if !v.Valid {
+		return nil
+	}
+	var e gpufleet.RunEstimate
+	if json.Unmarshal([]byte(v.String), &e) != nil {
+		return nil
+	}
+	return &e
+}
+
+// FinishedRun is a job that succeeded, as the estimates read it: its
+// team, name, command and GPUs, when it finished, and how long its runs
+// held GPUs in all, each from its placement to its end (the attempts that
+// succeeded or were stopped, not the failed ones a retry replaced).
+type FinishedRun struct {
+	Job      string
+	Team     string
+	Name     string
+	Command  []string
+	GPUs     int
+	Finished time.Time
+	Ran      time.Duration
+}
+
+// Runs implements Store.
+func (s *SQL) Runs(ctx context.Context, since time.Time, limit int) ([]FinishedRun, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []FinishedRun
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT j.id, j.team, j.name, j.spec, j.finished_at,
+	(SELECT CAST(SUM(a.finished_at - a.started_at) AS BIGINT) FROM attempts a WHERE a.job_id = j.id AND a.state IN ('succeeded', 'stopped')
+	 AND a.started_at IS NOT NULL AND a.finished_at IS NOT NULL)
+	FROM jobs j WHERE j.state = 'succeeded' AND j.finished_at >= ? ORDER BY j.finished_at DESC, j.id LIMIT `+strconv.Itoa(limit)), nanos(since))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				r        FinishedRun
+				spec     string
+				finished int64
+				ran      sql.NullInt64
+				sp       jobSpec
+			)
+			if err := rows.Scan(&r.Job, &r.Team, &r.Name, &spec, &finished, &ran); err != nil {
+				return err
+			}
+			if json.Unmarshal([]byte(spec), &sp) != nil || !ran.Valid || ran.Int64 <= 0 {
+				continue
+			}
+			r.Command, r.GPUs, r.Finished, r.Ran = sp.Command, sp.Resources.GPUs, fromNanos(finished), time.Duration(ran.Int64)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read finished runs: %w", err)
 	}
 	return out, nil
 }
@@ -774,8 +841,8 @@ func (r *specRead) put(text string, sp jobSpec) {
 // ordered by position.
 func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 	rows, err := s.rd.QueryContext(ctx, `SELECT id, team, priority, queue_position, queue_team_position,
-	queue_reason, queue_reason_code, queue_estimated_start, queue_estimated_start_p90, queue_eta_confidence, queue_explanation
-	FROM jobs WHERE state = 'queued' AND queue_position IS NOT NULL ORDER BY queue_position, id`)
+	queue_reason, queue_reason_code, queue_estimated_start, queue_estimated_start_p90, queue_eta_confidence, queue_explanation,
+	queue_estimate FROM jobs WHERE state = 'queued' AND queue_position IS NOT NULL ORDER BY queue_position, id`)
 	if err != nil {
 		return nil, fmt.Errorf("read queue: %w", err)
 	}
@@ -789,17 +856,18 @@ func (s *SQL) Queue(ctx context.Context) ([]gpufleet.QueueEntry, error) {
 			tpos sql.NullInt64
 			r, c sql.NullString
 			ex   sql.NullString
+			run  sql.NullString
 			est  sql.NullInt64
 			p90  sql.NullInt64
 			conf sql.NullFloat64
 		)
-		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est, &p90, &conf, &ex); err != nil {
+		if err := rows.Scan(&e.ID, &e.Team, &e.Priority, &pos, &tpos, &r, &c, &est, &p90, &conf, &ex, &run); err != nil {
 			return nil, fmt.Errorf("read queue: %w", err)
 		}
 		e.Position, e.TeamPosition = int(pos), int(tpos.Int64)
 		e.Reason, e.ReasonCode, e.EstimatedStart = r.String, c.String, ptrTime(est)
 		e.EstimatedStartP90, e.ETAConfidence = ptrTime(p90), ptrFloat(conf)
-		e.Explanation = exs.of(ex)
+		e.Explanation, e.Estimate = exs.of(ex), runEstimateOf(run)
 		out = append(out, e)
 	}
 	return out, rows.Err()

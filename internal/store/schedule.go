@@ -405,12 +405,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		reason    string
 		code      string
 		ex        string // the explanation's JSON
+		run       string // the run estimate's JSON
 		est, p90  sql.NullInt64
 		conf      sql.NullFloat64
 	}
 	old := map[string]info{}
 	rows, err := tx.QueryContext(ctx, `SELECT id, queue_position, queue_team_position, queue_reason, queue_reason_code, queue_estimated_start,
-	queue_estimated_start_p90, queue_eta_confidence, queue_explanation FROM jobs WHERE queue_position IS NOT NULL`)
+	queue_estimated_start_p90, queue_eta_confidence, queue_explanation, queue_estimate FROM jobs WHERE queue_position IS NOT NULL`)
 	if err != nil {
 		return fmt.Errorf("read queue: %w", err)
 	}
@@ -420,13 +421,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			in         info
 			team       sql.NullInt64
 			reason, cd sql.NullString
-			ex         sql.NullString
+			ex, run    sql.NullString
 		)
-		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est, &in.p90, &in.conf, &ex); err != nil {
+		if err := rows.Scan(&id, &in.pos, &team, &reason, &cd, &in.est, &in.p90, &in.conf, &ex, &run); err != nil {
 			rows.Close()
 			return fmt.Errorf("read queue: %w", err)
 		}
-		in.team, in.reason, in.code, in.ex = team.Int64, reason.String, cd.String, ex.String
+		in.team, in.reason, in.code, in.ex, in.run = team.Int64, reason.String, cd.String, ex.String, run.String
 		old[id] = in
 	}
 	rows.Close()
@@ -461,6 +462,13 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 			}
 			in.ex = ex
 		}
+		if e.Estimate != nil {
+			b, err := json.Marshal(e.Estimate)
+			if err != nil {
+				return fmt.Errorf("write queue entry %s: %w", e.ID, err)
+			}
+			in.run = string(b)
+		}
 		prev, had := old[e.ID]
 		delete(old, e.ID)
 		if had && prev == in {
@@ -469,14 +477,14 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 		if set == nil {
 			set, err = s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = ?, queue_team_position = ?, queue_reason = ?,
 	queue_reason_code = ?, queue_estimated_start = ?, queue_estimated_start_p90 = ?, queue_eta_confidence = ?,
-	queue_explanation = ? WHERE id = ? AND state = 'queued'`))
+	queue_explanation = ?, queue_estimate = ? WHERE id = ? AND state = 'queued'`))
 			if err != nil {
 				return fmt.Errorf("write queue: %w", err)
 			}
 			defer set.Close()
 		}
 		if _, err := set.ExecContext(ctx, in.pos, in.team, in.reason, in.code, nullNanos(e.EstimatedStart), nullNanos(e.EstimatedStartP90),
-			in.conf, sql.NullString{String: in.ex, Valid: in.ex != ""}, e.ID); err != nil {
+			in.conf, sql.NullString{String: in.ex, Valid: in.ex != ""}, sql.NullString{String: in.run, Valid: in.run != ""}, e.ID); err != nil {
 			return fmt.Errorf("write queue entry %s: %w", e.ID, err)
 		}
 	}
@@ -485,7 +493,7 @@ func (s *SQL) writeQueue(ctx context.Context, tx *sql.Tx, q []gpufleet.QueueEntr
 	}
 	clear, err := s.prepare(ctx, tx, s.q(`UPDATE jobs SET queue_position = NULL, queue_team_position = NULL, queue_reason = NULL,
 	queue_reason_code = NULL, queue_estimated_start = NULL, queue_estimated_start_p90 = NULL, queue_eta_confidence = NULL,
-	queue_explanation = NULL WHERE id = ?`))
+	queue_explanation = NULL, queue_estimate = NULL WHERE id = ?`))
 	if err != nil {
 		return fmt.Errorf("clear queue: %w", err)
 	}

@@ -353,6 +353,10 @@ type Store interface {
 	Queue(ctx context.Context) ([]gpufleet.QueueEntry, error)
 	// Attempt reads one attempt; unknown ids wrap gpufleet.ErrNotFound.
 	Attempt(ctx context.Context, id string) (AttemptRecord, error)
+	// Runs returns the jobs that succeeded at or after since, newest
+	// first, at most limit: what the estimates of jobs without one learn
+	// from (scheduler.RunSample).
+	Runs(ctx context.Context, since time.Time, limit int) ([]FinishedRun, error)
 	// WorkHistory returns the newest ended attempts, at most limit, of
 	// team's jobs named name that reported work in unit: what they
 	// measured of energy per unit of work.

@@ -105,6 +105,10 @@ func TestUtilClassAndEta(t *testing.T) {
 	if got, _ := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, EstimatedStartP90: &later, ETAConfidence: &low}, now); !strings.HasSuffix(got, ", uncertain") {
 		t.Errorf("a low-confidence eta %q does not say so", got)
 	}
+	run := &gpufleet.RunEstimate{Seconds: 60, From: gpufleet.EstimateWorkload, Runs: 2}
+	if _, title := etaText(gpufleet.QueueEntry{EstimatedStart: &soon, Estimate: run}, now); !strings.Contains(title, "planned on a run of 1m from 2 runs of its workload") {
+		t.Errorf("title %q: want the run estimate and its source", title)
+	}
 	if got, _ := etaText(gpufleet.QueueEntry{ReasonCode: "unplaceable"}, now); got != "never, as submitted" {
 		t.Errorf("eta %q", got)
 	}

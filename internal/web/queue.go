@@ -137,6 +137,9 @@ func etaText(e gpufleet.QueueEntry, now time.Time) (string, string) {
 	} else {
 		title += "; not calibrated yet: too few jobs have started since this server began to lead, so this is the scheduler's simulation alone"
 	}
+	if e.Estimate != nil {
+		title += "; planned on a run of " + e.Estimate.String()
+	}
 	return text, title + "."
 }
 

@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"node attempts":                    testNodeAttempts,
 		"multi-node attempts end together": testRanks,
 		"work per attempt and history":     testWork,
+		"finished runs for the estimates":  testRuns,
 		"events record every transition":   testEventsFlow,
 		"events filter and page":           testEventsFilter,
 		"usage aggregates by day":          testUsage,
@@ -1001,7 +1002,8 @@ func testQueue(t *testing.T, s store.Store) {
 			Explanation: &gpufleet.Explanation{Code: "capacity", NodesEvaluated: 3,
 				NodesFiltered: []gpufleet.FilterCount{{Code: gpufleet.FilterSelector, Nodes: 1}, {Code: gpufleet.FilterCapacity, Nodes: 2}},
 				Exhausted:     gpufleet.DimGPUs, Need: 1}},
-		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 2, Reason: "behind c", ReasonCode: "order"},
+		{ID: jobs[0].ID, Team: "team-a", Priority: "batch", Position: 2, TeamPosition: 2, Reason: "behind c", ReasonCode: "order",
+			Estimate: &gpufleet.RunEstimate{Seconds: 5400, From: gpufleet.EstimateWorkload, Runs: 7}},
 		{ID: jobs[1].ID, Team: "team-b", Priority: "batch", Position: 3, TeamPosition: 1, Reason: "quota", ReasonCode: "quota"},
 	}
 	wantErr(t, "apply", s.ApplySchedule(ctx, epoch, store.Decision{At: T0, Queue: q1}), nil)
@@ -1467,6 +1469,50 @@ func testWork(t *testing.T, s store.Store) {
 	}
 	if hist, _ := s.WorkHistory(ctx, "team-a", "gang", "tokens", 10); len(hist) != 0 {
 		t.Errorf("history of a running attempt: %v, want none (only ended attempts measure)", hist)
+	}
+}
+
+// testRuns: Runs returns the jobs that succeeded, newest first, with how
+// long their runs held GPUs in all (from placement, T0+1m here, to the
+// end); failed and running jobs are not runs.
+func testRuns(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wide := newJob("team-a", "", "")
+	wide.Resources.GPUs, wide.Command = 4, []string{"python", "train.py"}
+	jobs := submit(t, s, newJob("team-a", "train", ""), newJob("team-a", "train", ""), newJob("team-b", "eval", ""), wide)
+	epoch := lead(t, s)
+	code := 0
+	report := func(attempt string, st gpufleet.AttemptState, at time.Duration) {
+		t.Helper()
+		_, err := s.UpdateAttempt(ctx, store.AttemptUpdate{AttemptID: attempt, Node: "n1", State: st, ExitCode: &code, At: T0.Add(at)})
+		wantErr(t, attempt, err, nil)
+	}
+	for i, j := range jobs {
+		a := place(t, s, epoch, j.ID, "n1")
+		report(a, gpufleet.AttemptRunning, time.Hour)
+		switch i {
+		case 0, 3:
+			report(a, gpufleet.AttemptSucceeded, time.Duration(3+i)*time.Hour)
+		case 1:
+			code = 1
+			report(a, gpufleet.AttemptFailed, 2*time.Hour)
+			code = 0
+		}
+	}
+	runs, err := s.Runs(ctx, time.Time{}, 10)
+	wantErr(t, "runs", err, nil)
+	want := []store.FinishedRun{
+		{Job: jobs[3].ID, Team: "team-a", Command: []string{"python", "train.py"}, GPUs: 4, Finished: T0.Add(6 * time.Hour), Ran: 6*time.Hour - time.Minute},
+		{Job: jobs[0].ID, Team: "team-a", Name: "train", Command: []string{"sleep", "1"}, GPUs: 1, Finished: T0.Add(3 * time.Hour), Ran: 3*time.Hour - time.Minute},
+	}
+	if diff := cmp.Diff(want, runs); diff != "" {
+		t.Errorf("runs (-want +got):\n%s", diff)
+	}
+	if runs, _ := s.Runs(ctx, T0.Add(4*time.Hour), 10); len(runs) != 1 || runs[0].Job != jobs[3].ID {
+		t.Errorf("runs since 4h: %+v, want the one that finished at 6h", runs)
+	}
+	if runs, _ := s.Runs(ctx, time.Time{}, 1); len(runs) != 1 || runs[0].Job != jobs[3].ID {
+		t.Errorf("runs limited to 1: %+v, want the newest", runs)
 	}
 }
 
