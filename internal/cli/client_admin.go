@@ -655,7 +655,7 @@ gives the model and the defaults' sources.`,
 					eff = fmt.Sprintf("%.0f%%", 100*effH/gpuH)
 				}
 				t.row(team, model, fmt.Sprintf("%.1f", gpuH), fmt.Sprintf("%.1f", effH), eff,
-					fmt.Sprintf("%.1f", idleH), fmt.Sprintf("$%.2f", idleUSD), fmt.Sprintf("%.1f kWh", joules/3.6e6))
+					fmt.Sprintf("%.1f", idleH), fmt.Sprintf("$%.2f", idleUSD), energyText(joules))
 			}
 			for _, u := range rep.Teams {
 				for _, m := range u.Models {
@@ -745,8 +745,8 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 }
 
 func energyCells(r api.EnergyRow) []string {
-	return []string{fmt.Sprintf("%.1f", r.GPUHours), fmt.Sprintf("%.2f kWh", r.GPUEnergyKWh),
-		fmt.Sprintf("%.2f kWh", r.FacilityEnergyKWh), fmt.Sprintf("%.2f kg", r.CO2eKg), fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
+	return []string{fmt.Sprintf("%.1f", r.GPUHours), energyText(r.GPUEnergyKWh * 3.6e6),
+		energyText(r.FacilityEnergyKWh * 3.6e6), fmt.Sprintf("%.2f kg", r.CO2eKg), fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
 }
 
 // workCells are a job's work and GPU energy per unit of it, "-" when it
@@ -816,9 +816,43 @@ func sig3(v float64) string {
 			break
 		}
 	}
-	if v != 0 {
-		p := math.Pow(10, math.Floor(math.Log10(math.Abs(v)))-2)
-		v = math.Round(v/p) * p
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', -1, 64) + suffix
 	}
-	return strconv.FormatFloat(v, 'f', -1, 64) + suffix
+	// Round to three significant digits, then print just the decimals
+	// they need: the rounded float itself (0.00015999999999999999) is not
+	// what a reader wants.
+	out := fixed3(v)
+	if strings.Contains(out, ".") {
+		out = strings.TrimRight(strings.TrimRight(out, "0"), ".")
+	}
+	return out + suffix
+}
+
+// fixed3 writes v rounded to three significant digits with the decimals
+// they need, trailing zeros kept: 0.000160, 5.56, 39.5, 1230.
+func fixed3(v float64) string {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	exp := int(math.Floor(math.Log10(math.Abs(v))))
+	p := math.Pow(10, float64(exp-2))
+	v = math.Round(v/p) * p
+	if e := int(math.Floor(math.Log10(math.Abs(v)))); e > exp { // 999.6 rounds up to 1000
+		exp = e
+	}
+	return strconv.FormatFloat(v, 'f', max(0, 2-exp), 64)
+}
+
+// energyText writes an energy with three significant digits in Wh under
+// 1 kWh, kWh under 1 MWh, else MWh: a short job's "5.56 Wh", not
+// "0.000 kWh".
+func energyText(joules float64) string {
+	switch a := math.Abs(joules); {
+	case a >= 3.6e9:
+		return fixed3(joules/3.6e9) + " MWh"
+	case a >= 3.6e6:
+		return fixed3(joules/3.6e6) + " kWh"
+	}
+	return fixed3(joules/3600) + " Wh"
 }

@@ -664,7 +664,7 @@ func (c *clientEnv) printJob(j gpufleet.Job) error {
 			iso = a.Mechanism.Name + " " + a.Mechanism.Short()
 		}
 		t.row(a.ID, string(a.State), attemptNodes(gpufleet.Job{Attempts: []gpufleet.Attempt{a}}), strconv.Itoa(gpus), iso,
-			c.ago(a.StartedAt), exit, fmt.Sprintf("%.3f kWh", a.EnergyJoules/3.6e6), work, orDash(a.Reason))
+			c.ago(a.StartedAt), exit, energyText(a.EnergyJoules), work, orDash(a.Reason))
 	}
 	return t.flush()
 }

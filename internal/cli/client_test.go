@@ -250,10 +250,10 @@ func TestHumanTables(t *testing.T) {
 		"node":    {[]string{"nodes", "n1"}, []string{"GPU-1", "80GiB", "rack=r1"}},
 		"teams":   {[]string{"teams"}, []string{"team-a", "h100=8", "h100=4", "none"}},
 		"classes": {[]string{"classes", "list"}, []string{"hopper", "h100-sxm-80gb,h200-sxm-141gb"}},
-		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1000.0 kWh"}},
+		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1.00 MWh"}},
 		"energy": {[]string{"usage", "--energy", "--by", "gpu-model", "--period", "week"},
-			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.00 kWh", "79.00 kWh", "37.92 kg", "500 W", "(total)", "75.00 kWh", "375 W"}},
-		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.00 kWh", "WORK", "ENERGY/UNIT",
+			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.0 kWh", "79.0 kWh", "37.92 kg", "500 W", "(total)", "75.0 kWh", "375 W"}},
+		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.0 kWh", "WORK", "ENERGY/UNIT",
 			"450M tokens  0.4 J/token", "250 W     -            -"}},
 		"cordon":                       {[]string{"drain", "n1"}, []string{"node n1: draining"}},
 		"cancel":                       {[]string{"cancel", "j-1"}, []string{"job j-1: running (cancelling)"}},
@@ -456,7 +456,8 @@ func TestCompletesJobIDsAndNodeNames(t *testing.T) {
 }
 
 func TestSig3(t *testing.T) {
-	for v, want := range map[float64]string{3000: "3000", 0.00134: "0.00134", 12500: "12.5k", 4.5e8: "450M", 0: "0", 999.6: "1000", 1.2345e13: "12.3T", 0.4: "0.4"} {
+	for v, want := range map[float64]string{3000: "3000", 0.00134: "0.00134", 12500: "12.5k", 4.5e8: "450M", 0: "0", 999.6: "1000", 1.2345e13: "12.3T", 0.4: "0.4",
+		0.00016: "0.00016", 1.0 / 3: "0.333", 123.456: "123", 25: "25"} {
 		if got := sig3(v); got != want {
 			t.Errorf("sig3(%g) = %q, want %q", v, got, want)
 		}
@@ -465,6 +466,15 @@ func TestSig3(t *testing.T) {
 
 // TestCancelMany: several ids, or a selector over the active jobs; every
 // job is tried, a failure is reported and exits 1.
+func TestEnergyText(t *testing.T) {
+	for j, want := range map[float64]string{20000: "5.56 Wh", 50: "0.0139 Wh", 0: "0 Wh", 9e7: "25.0 kWh", 3.6e6: "1.00 kWh", 7.2e9: "2.00 MWh",
+		3.5999e9: "1000 kWh"} {
+		if got := energyText(j); got != want {
+			t.Errorf("energyText(%g J) = %q, want %q", j, got, want)
+		}
+	}
+}
+
 func TestCancelMany(t *testing.T) {
 	srv, _ := startFake(t)
 	base := []string{"--server", srv.URL, "--token", fakeAdmin}

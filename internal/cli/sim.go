@@ -25,6 +25,7 @@ import (
 type simFlags struct {
 	trace, format, nodes, cluster, policy, plot string
 	jobsOut                                     string
+	estimates                                   string
 	demandOut                                   string
 	estimateError, timeScale, fill, scalingEff  float64
 	rackBudget, drawNoise                       float64
@@ -57,6 +58,9 @@ var knobs = map[string]func(c *scheduler.Config, v string) error{
 	"max-preemptions":         intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerJob }),
 	"max-preemptions-per-day": intKnob(func(c *scheduler.Config) *int { return &c.MaxPreemptionsPerDay }),
 	"eta-arrival-window":      durationKnob(func(c *scheduler.Config) *time.Duration { return &c.ArrivalWindow }),
+	"estimate-quantile":       floatKnob(func(c *scheduler.Config) *float64 { return &c.EstimateQuantile }),
+	"estimate-min-runs":       intKnob(func(c *scheduler.Config) *int { return &c.EstimateMinRuns }),
+	"default-estimate":        durationKnob(func(c *scheduler.Config) *time.Duration { return &c.DefaultEstimate }),
 }
 
 func floatKnob(field func(*scheduler.Config) *float64) func(*scheduler.Config, string) error {
@@ -133,6 +137,7 @@ are read transparently. The fleet comes from --nodes (openb) or --cluster
 	fs.StringVar(&sf.cluster, "cluster", "", "cluster spec, YAML or JSON: node_groups and teams")
 	fs.StringVar(&sf.policy, "policy", "gpufleet", "scheduling policy: "+strings.Join(scheduler.Policies(), ", "))
 	fs.Float64Var(&sf.estimateError, "estimate-error", 0, "sigma of the lognormal noise on users' run-time estimates (0 = exact)")
+	fs.StringVar(&sf.estimates, "estimates", "user", "where jobs' run-time estimates come from: user (the trace's, or the true run time with --estimate-error noise), history (none given: the scheduler learns them from similar jobs' finished runs, as gpufleet serve does) or none (none given and no history: the policy's default for every job)")
 	fs.Float64Var(&sf.rackBudget, "rack-budget", 0, "give every rack a power budget of this fraction of its rated draw (0 = none; racks from the cluster's nodes_per_rack)")
 	fs.Float64Var(&sf.drawNoise, "draw-noise", 0, "sigma of the lognormal factor on each job's draw around 0.75 of the TDP (0 = every busy GPU draws its TDP)")
 	fs.Float64Var(&sf.rackReserve, "rack-reserve", 0, "reserve this share of every rack's budget for production work (the racks' --production-reserve)")
@@ -207,6 +212,10 @@ func runSim(e *env, sf *simFlags) error {
 	if !(sf.rackReserve >= 0 && sf.rackReserve <= 1) || !(sf.peakMargin <= 10) || !(sf.drawSwing >= 0 && sf.drawSwing <= 1) {
 		return usageErr("--rack-reserve %v, --peak-margin %v, --draw-swing %v: expected 0 to 1, at most 10, 0 to 1", sf.rackReserve, sf.peakMargin, sf.drawSwing)
 	}
+	estimates, ok := map[string]string{"user": sim.EstimatesUser, "history": sim.EstimatesHistory, "none": sim.EstimatesNone}[sf.estimates]
+	if !ok {
+		return usageErr("--estimates %q: expected user, history or none", sf.estimates)
+	}
 	if sf.timeScale <= 0 || sf.estimateError < 0 || sf.fill < 0 || sf.timeLimitFactor < 0 {
 		return usageErr("--time-scale must be positive; --estimate-error, --fill and --time-limit-factor must not be negative")
 	}
@@ -254,7 +263,7 @@ func runSim(e *env, sf *simFlags) error {
 	}
 	policy.OverBudgetAfter = time.Duration(after * float64(time.Second))
 	policy.Seed = sf.seed // placement ties too: a replicate with another seed varies them
-	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
+	cfg := sim.Config{Policy: policy, EstimateError: sf.estimateError, Estimates: estimates, Seed: sf.seed, TimeScale: sf.timeScale, Fill: sf.fill,
 		RackBudget: sf.rackBudget, DrawNoise: sf.drawNoise, RackReserve: sf.rackReserve, PeakMargin: sf.peakMargin,
 		DrawSwing: sf.drawSwing, PowerCaps: sf.powerCaps,
 		TimeLimitFactor: sf.timeLimitFactor}

@@ -112,18 +112,10 @@ func fmtCelsius(v *float64) string {
 	return strconv.FormatFloat(*v, 'f', 0, 64) + " °C"
 }
 
-// fmtEnergy writes an energy in kWh, the one unit of energy in tables.
-func fmtEnergy(j float64) string {
-	kwh := j / 3.6e6
-	prec := 1
-	switch {
-	case kwh < 0.1:
-		prec = 3
-	case kwh < 10:
-		prec = 2
-	}
-	return strconv.FormatFloat(kwh, 'f', prec, 64) + " kWh"
-}
+// fmtEnergy writes one energy in the unit energyColumn picks for it (Wh
+// under 1 kWh, kWh under 1 MWh, else MWh), with about three significant
+// digits: a short job's "5.56 Wh", not "0.000 kWh".
+func fmtEnergy(j float64) string { return energyColumn(j).Format(j) }
 
 func fmtHours(h float64) string {
 	if h != 0 && math.Abs(h) < 0.1 {
