@@ -28,6 +28,15 @@ type Config struct {
 	// users' run-time estimates: estimate = true * exp(sigma * N(0,1)),
 	// drawn once per job. 0 means estimates equal true run times.
 	EstimateError float64
+	// Estimates is where the scheduler's run-time estimates come from:
+	// EstimatesUser (the trace's, or the true run time with EstimateError
+	// noise; the zero value), EstimatesHistory (jobs are submitted without
+	// one and the scheduler plans each on the runs of similar jobs that
+	// finished before it, scheduler.Input.Runs: its workload Job.Name, its
+	// team and size class, as the server does) or EstimatesNone (without
+	// one and without a history: the policy's default for every job, what
+	// a scheduler that ignores history does).
+	Estimates string
 	// Seed seeds the PCG behind every random draw (estimate noise,
 	// failures, fill sampling).
 	Seed uint64
@@ -166,6 +175,13 @@ const (
 	phaseEnded // ended unfinished: timed out, cancelled or failed
 )
 
+// The sources of the scheduler's estimates (Config.Estimates).
+const (
+	EstimatesUser    = ""
+	EstimatesHistory = "history"
+	EstimatesNone    = "none"
+)
+
 // endCompleted is JobResult.End of a job that finished its work.
 const endCompleted = "completed"
 
@@ -196,8 +212,9 @@ type jobState struct {
 	model            string  // GPU model of the current or last run
 	version          int     // bumps on every stop, to drop stale completions
 
-	start, end  float64 // current run
-	runEstimate float64 // estimate of the current run, seconds
+	start, end  float64       // current run
+	etaEst      time.Duration // the run time it was planned on at submission (history estimates)
+	runEstimate float64       // estimate of the current run, seconds
 	placement   []scheduler.Placement
 	gpus        []gpuRef
 	fractions   []float64
@@ -338,6 +355,9 @@ type engine struct {
 	// (scheduler.Input.WaitHistory), oldest first, kept with
 	// scheduler.KeepWait.
 	history []scheduler.WaitSample
+	// runs is the finished runs the estimates learn from with
+	// Config.Estimates history (scheduler.Input.Runs), oldest first.
+	runs []scheduler.RunSample
 	// arrivals is the jobs submitted in the policy's arrival window
 	// (scheduler.Input.Arrivals), kept with scheduler.KeepArrivals.
 	arrivals []scheduler.Job
@@ -353,6 +373,9 @@ func Run(tr *Trace, cl *Cluster, cfg Config) (*Result, error) {
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 1
+	}
+	if cfg.Estimates != EstimatesUser && cfg.Estimates != EstimatesHistory && cfg.Estimates != EstimatesNone {
+		return nil, fmt.Errorf("%w: estimates %q: want user, history or none", gpufleet.ErrInvalid, cfg.Estimates)
 	}
 	if cfg.TimeScale < 0 || cfg.EstimateError < 0 || cfg.NodeMTBF < 0 || cfg.DrainMTBF < 0 || cfg.RepairTime < 0 || cfg.Fill < 0 || cfg.TimeLimitFactor < 0 {
 		return nil, fmt.Errorf("%w: time scale, estimate error, MTBFs, repair time, fill and time-limit factor must not be negative", gpufleet.ErrInvalid)
@@ -647,6 +670,10 @@ func (e *engine) handle(ev event) {
 		js.runTime += e.now - js.start
 		js.remaining = 0
 		js.phase = phaseDone
+		if e.cfg.Estimates == EstimatesHistory {
+			e.runs = scheduler.KeepRun(e.runs, scheduler.RunSample{Team: js.j.Team, Workload: js.j.Name, GPUs: js.j.GPUs,
+				Ran: seconds(js.runTime)})
+		}
 		js.finish = e.now
 		js.endCode = endCompleted
 		e.completed++
@@ -877,6 +904,9 @@ func (e *engine) cycle(arrived []*jobState) error {
 		in.WaitHistory = e.waitHistory()
 		in.Arrivals = e.arrivals
 	}
+	if e.cfg.Estimates == EstimatesHistory {
+		in.Runs = e.runs
+	}
 	e.powerInput(&in)
 	out := e.cfg.Schedule(in)
 	e.cycles++
@@ -1051,6 +1081,7 @@ func (e *engine) recordArrivals(arrived []*jobState, pending []scheduler.Pending
 			return t.Sub(e.epoch).Seconds()
 		}
 		js.eta, js.etaP90, js.etaSim = at(p.EstimatedStart), at(p.EstimatedStartP90), at(p.Simulated)
+		js.etaEst = p.Estimate.Duration()
 		if w, ok := recent[sizeClass(js.j.GPUs)]; ok && js.eta >= 0 {
 			js.etaRecent = e.now + w
 		}
@@ -1087,7 +1118,7 @@ func (e *engine) waitHistory() []scheduler.WaitSample {
 		if js.started || js.etaSim < 0 {
 			continue
 		}
-		out = append(out, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
+		out = append(out, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: e.sampleEstimate(js),
 			Predicted: seconds(js.etaSim - js.submit), Actual: seconds(e.now - js.submit), Censored: true})
 		n++
 	}
@@ -1100,8 +1131,17 @@ func (e *engine) waited(js *jobState) {
 	if !js.etaOK || js.etaSim < 0 {
 		return
 	}
-	e.history = scheduler.KeepWait(e.history, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: seconds(js.baseEstimate),
+	e.history = scheduler.KeepWait(e.history, scheduler.WaitSample{GPUs: js.j.GPUs, Estimate: e.sampleEstimate(js),
 		Predicted: seconds(js.etaSim - js.submit), Actual: seconds(e.now - js.submit)})
+}
+
+// sampleEstimate is the estimate a wait sample keeps: the user's, or with
+// history estimates the one the job was planned on at submission.
+func (e *engine) sampleEstimate(js *jobState) time.Duration {
+	if e.cfg.Estimates != EstimatesUser {
+		return js.etaEst
+	}
+	return seconds(js.baseEstimate)
 }
 
 // input builds the scheduler's snapshot.
@@ -1163,6 +1203,9 @@ func (e *engine) schedJob(js *jobState) scheduler.Job {
 		}
 	} else {
 		sj.Estimate = seconds(js.remaining * js.baseEstimate)
+	}
+	if e.cfg.Estimates != EstimatesUser {
+		sj.Estimate, sj.Workload = 0, j.Name
 	}
 	return sj
 }

@@ -48,7 +48,7 @@ func parsePhillyGavel(r io.Reader, opt ReadOptions) (*Trace, error) {
 			return fmt.Errorf("gpus: 0")
 		}
 		j := Job{
-			ID: fmt.Sprintf("philly-%05d", len(tr.Jobs)), Team: vc, Class: gpufleet.Training,
+			ID: fmt.Sprintf("philly-%05d", len(tr.Jobs)), Team: vc, Name: rw.get("job_type"), Class: gpufleet.Training,
 			Submit: arrival, GPUs: gpus,
 			DurationOn: make(map[string]float64, len(phillyModels)), Preemptible: true,
 		}

@@ -23,8 +23,12 @@ var Formats = []string{"openb", "philly-gavel", "dlrm", "csv"}
 // Job is one unit of work of a trace, in trace time (seconds from the
 // trace's start).
 type Job struct {
-	ID     string
-	Team   string
+	ID   string
+	Team string
+	// Name is the job's workload, the word for "the same job run again"
+	// where the trace has one (Philly's job_type): with history estimates
+	// the scheduler plans a job on its namesakes' runs first.
+	Name   string
 	Class  gpufleet.Priority
 	Submit float64 // seconds from the trace start
 	GPUs   int     // GPUs, or time-slice shares with Sharing.Fraction < 1
