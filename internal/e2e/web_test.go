@@ -518,6 +518,12 @@ func TestWebDashboard(t *testing.T) {
 				do(t, tc, p.path+" refresh", chromedp.Poll[chromedp.Void](`document.getElementById('updated').textContent.includes('updated')`,
 					chromedp.WithPollingTimeout(10*time.Second)))
 			}
+			// Nothing runs off the right edge at 1366 px: a wide table
+			// scrolls in its own box (the job page's attempts table did not).
+			if over := run(t, tc, "overflow of "+p.path, chromedp.Evaluate[int](
+				`document.documentElement.scrollWidth - document.documentElement.clientWidth`)); over > 1 {
+				t.Errorf("%s is %d px wider than the window", p.path, over)
+			}
 			html := run(t, tc, "DOM of "+p.path, chromedp.OuterHTML(chromedp.CSS("html")))
 			for _, s := range secrets {
 				if strings.Contains(html, s) {

@@ -287,3 +287,14 @@ func TestShortSeriesDrawMarkers(t *testing.T) {
 		t.Errorf("short band: %+v %+v, want two mean markers with a range bar each", b.Lines[0], b.Bands)
 	}
 }
+
+func TestGPUsCharted(t *testing.T) {
+	for _, c := range []struct {
+		charted, held int
+		want          string
+	}{{2, 2, "2 GPUs"}, {16, 8, "the 16 GPUs its attempts held, 8 at a time"}, {3, 0, "3 GPUs"}} {
+		if got := gpusCharted(c.charted, c.held); got != c.want {
+			t.Errorf("gpusCharted(%d, %d) = %q, want %q", c.charted, c.held, got, c.want)
+		}
+	}
+}

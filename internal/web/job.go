@@ -276,13 +276,24 @@ func (u *UI) jobCharts(r *http.Request, v *viewer, j gpufleet.Job, jv *jobView, 
 	utilDesc, memDesc := "Effective utilization (SM activity where the GPU reports it, else utilization) of the job's GPU, per minute.",
 		"Peak memory used on the job's GPU, per minute."
 	if len(util) > 1 {
-		utilTitle = fmt.Sprintf("Effective utilization, mean and range of %d GPUs", len(util))
-		memTitle = fmt.Sprintf("Memory used, mean and range of %d GPUs", len(mem))
+		of := gpusCharted(len(util), j.Resources.GPUs)
+		utilTitle = "Effective utilization, mean and range of " + of
+		memTitle = "Memory used, mean and range of " + of
 		utilDesc = "Effective utilization (SM activity where the GPU reports it, else utilization) per minute: the mean across the job's GPUs as a line, the lowest to the highest GPU as a band."
 		memDesc = "Peak memory used per minute: the mean across the job's GPUs as a line, the lowest to the highest GPU as a band."
 	}
 	jv.Util = buildBandChart(utilTitle, utilDesc, from, to, 1, pct, util, gap)
 	jv.Memory = buildBandChart(memTitle, memDesc, from, to, memMax, gib, mem, gap)
+}
+
+// gpusCharted names the GPUs a job's charts average: a job requeued onto
+// other GPUs has rollups of more GPUs than it holds at a time, "the 16
+// GPUs its attempts held, 8 at a time", not "16 GPUs" for an 8-GPU job.
+func gpusCharted(charted, held int) string {
+	if held > 0 && charted > held {
+		return fmt.Sprintf("the %d GPUs its attempts held, %d at a time", charted, held)
+	}
+	return fmt.Sprintf("%d GPUs", charted)
 }
 
 // gpuName is how a chart names a GPU or MIG instance, and where it sorts:
