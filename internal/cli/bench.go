@@ -410,14 +410,28 @@ dashboard.`,
 }
 
 // waitWorkload polls a workload bench until every job ended, saying on
-// stderr when a job's state changes.
+// stderr when a job's state changes and, for a job that waits, why and
+// until when (its queue entry, or the node that has not started it yet),
+// whenever that changes. Interrupted, it says what it was waiting for and
+// that the jobs go on.
 func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.WorkloadReport) (bench.WorkloadReport, error) {
-	seen := map[string]string{}
+	seen, why := map[string]string{}, map[string]string{}
 	for {
+		var waiting []string
 		for _, r := range rep.Rows {
 			if seen[r.GPUModel] != r.State {
 				seen[r.GPUModel] = r.State
 				fmt.Fprintf(c.stderr, "  %s: job %s %s\n", r.GPUModel, r.JobID, r.State)
+			}
+			if st := gpufleet.JobState(r.State); st == gpufleet.JobQueued || st == gpufleet.JobScheduled {
+				// Said again only when the reason's kind changes: its
+				// figures (a rack's draw) move every poll.
+				key, w := c.waitingFor(ctx, cl, r.JobID, st)
+				if w != "" && key != why[r.GPUModel] {
+					fmt.Fprintf(c.stderr, "  %s: job %s %s\n", r.GPUModel, r.JobID, w)
+					why[r.GPUModel] = key
+				}
+				waiting = append(waiting, fmt.Sprintf("%s (%s, %s)", r.GPUModel, r.JobID, r.State))
 			}
 		}
 		if rep.Done {
@@ -425,7 +439,11 @@ func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.
 		}
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			if len(waiting) == 0 {
+				waiting = []string{"the last figures"}
+			}
+			return rep, fmt.Errorf("interrupted while waiting for %s; the jobs go on: gpufleet bench workloads %s shows the report: %w",
+				strings.Join(waiting, ", "), rep.ID, ctx.Err())
 		case <-time.After(2 * time.Second):
 		}
 		next, err := cl.WorkloadBench(ctx, rep.ID)
@@ -434,6 +452,29 @@ func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.
 		}
 		rep = next
 	}
+}
+
+// waitingFor says why a workload bench's job has not started, with a key
+// that changes only with the kind of reason: a queued job's reason and
+// estimated start, a scheduled one's node that has not started it yet;
+// "" when the job cannot be read (the next poll tries again).
+func (c *clientEnv) waitingFor(ctx context.Context, cl *api.Client, id string, st gpufleet.JobState) (key, words string) {
+	j, err := cl.Job(ctx, id)
+	if err != nil {
+		return "", ""
+	}
+	if st == gpufleet.JobScheduled {
+		for _, a := range j.Attempts {
+			if !a.State.Terminal() {
+				return "scheduled " + a.Node, fmt.Sprintf("placed on %s, waiting for its agent to start it", a.Node)
+			}
+		}
+		return "", ""
+	}
+	if q := j.Queue; q != nil {
+		return "queued " + q.ReasonCode, fmt.Sprintf("waits: %s (starts %s)", orDash(q.Reason), c.eta(*q))
+	}
+	return "", ""
 }
 
 func (c *clientEnv) printWorkload(rep bench.WorkloadReport) error {
