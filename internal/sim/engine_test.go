@@ -471,3 +471,38 @@ func TestRackBudgetHolds(t *testing.T) {
 		t.Errorf("avg JCT %v with a 70%% budget, %v without: the budget should cost time", *tight.AvgJCTS, *free.AvgJCTS)
 	}
 }
+
+// TestEngineHistoryEstimates: with --estimates history no job carries an
+// estimate; the scheduler learns one from the replay's finished runs. Three
+// ten-minute 8-GPU jobs finish, then j5 queues behind j4 and is told it
+// starts ten minutes later; with --estimates none it is told the default's
+// four hours.
+func TestEngineHistoryEstimates(t *testing.T) {
+	tr := mustTrace(t, "id,submit_s,duration_s,gpus\nj1,0,600,8\nj2,1000,600,8\nj3,2000,600,8\nj4,3000,600,8\nj5,3001,600,8\n")
+	eta := map[string]float64{}
+	for _, mode := range []string{EstimatesHistory, EstimatesNone} {
+		cfg := Config{Estimates: mode}
+		var err error
+		if cfg.Policy, err = scheduler.PolicyConfig("gpufleet"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(tr, mustCluster(t, oneNode), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range res.Jobs {
+			if j.ID == "j5" {
+				eta[mode] = j.ETAP50S
+			}
+		}
+	}
+	if got := eta[EstimatesHistory]; math.Abs(got-599) > 2 {
+		t.Errorf("history: j5 told %g s, want j4's learned ten minutes (599 s)", got)
+	}
+	if got := eta[EstimatesNone]; got < 3*3600 {
+		t.Errorf("none: j5 told %g s, want the default's hours", got)
+	}
+	if _, err := Run(tr, mustCluster(t, oneNode), Config{Estimates: "guess"}); err == nil {
+		t.Error("an unknown estimates mode is accepted")
+	}
+}
