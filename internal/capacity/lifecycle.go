@@ -128,7 +128,14 @@ const (
 	Redeploy Decision = "redeploy"
 	Replace  Decision = "replace"
 	Retire   Decision = "retire"
+	// NotEnoughHistory is no verdict: the history is too short, or the
+	// failure rate's interval holds rates that call for different ones.
+	NotEnoughHistory Decision = "not_enough_history"
 )
+
+// MinHistoryDays is the shortest history a lifecycle verdict is given on:
+// a week, so that allocation is not one afternoon's.
+const MinHistoryDays = 7
 
 // Candidate is a newer model priced against one in the fleet.
 type Candidate struct {
@@ -168,6 +175,10 @@ type ModelLifecycle struct {
 	DepreciationUSDPerMonth *float64 `json:"depreciation_usd_per_month"`
 	Allocation              float64  `json:"allocation"`
 	FailuresPerGPUYear      float64  `json:"failures_per_gpu_year"`
+	// Failures is the failure count over GPU-years with its 95 % interval
+	// (PoissonRate); GPUDays the history's GPUs times days.
+	Failures Rate    `json:"failures"`
+	GPUDays  float64 `json:"gpu_days"`
 	Watts                   float64  `json:"watts"`
 	EnergyUSDPerGPUMonth    float64  `json:"energy_usd_per_gpu_month"`
 	// MemoryBoundShare is the mix costs are computed on (0.5 when
@@ -232,7 +243,45 @@ func Lifecycle(in LifecycleInput) (LifecycleReport, error) {
 
 const hoursPerMonth = 730
 
+// model is the lifecycle view of one model, with a verdict only where the
+// evidence supports it: a history of at least MinHistoryDays, and the same
+// verdict at both ends of the failure rate's 95 % interval. Otherwise the
+// decision is NotEnoughHistory, saying what the ends would decide and how
+// much history at the observed rate would settle it.
 func (in LifecycleInput) model(u ModelUse, g, ref catalog.GPU) ModelLifecycle {
+	var fail Rate
+	if u.GPUs > 0 && u.PeriodDays > 0 {
+		fail = PoissonRate(u.Failures, float64(u.GPUs)*u.PeriodDays/365.25)
+	} else {
+		fail = PoissonRate(u.Failures, 0)
+	}
+	m := in.modelAt(u, g, ref, fail.Value)
+	m.Failures, m.GPUDays = fail, float64(u.GPUs)*u.PeriodDays
+	at := func(r Rate) Decision { return in.modelAt(u, g, ref, r.Low).Decision }
+	atHigh := func(r Rate) Decision { return in.modelAt(u, g, ref, r.High).Decision }
+	switch {
+	case u.PeriodDays < MinHistoryDays:
+		m.Reasons = append([]string{fmt.Sprintf("not enough history: %.1f days (%.0f GPU-days), need %d days before a verdict; at what it shows so far it would be %s",
+			u.PeriodDays, m.GPUDays, MinHistoryDays, m.Decision)}, m.Reasons...)
+		m.Decision = NotEnoughHistory
+	case at(fail) != atHigh(fail):
+		need := ""
+		for f := 2.0; f <= 1024; f *= 2 {
+			if r := fail.scaled(f); at(r) == atHigh(r) {
+				need = fmt.Sprintf("; about %.0f GPU-days at this rate would settle it", m.GPUDays*f)
+				break
+			}
+		}
+		m.Reasons = append([]string{fmt.Sprintf("not enough history: %d failures in %.0f GPU-days, %.2f a GPU-year (95%% interval %.2f to %.2f): %s at the low end, %s at the high end%s",
+			fail.Count, m.GPUDays, fail.Value, fail.Low, fail.High, at(fail), atHigh(fail), need)}, m.Reasons...)
+		m.Decision = NotEnoughHistory
+	}
+	return m
+}
+
+// modelAt is the lifecycle view of one model with failures at perYear a
+// GPU, and the verdict the rules give at that rate.
+func (in LifecycleInput) modelAt(u ModelUse, g, ref catalog.GPU, perYear float64) ModelLifecycle {
 	m := ModelLifecycle{GPUModel: g.ID, Architecture: g.Architecture, LaunchYear: g.LaunchYear, GPUs: u.GPUs, MemoryBoundShare: u.MemoryBoundShare}
 	var reasons []string
 	if m.MemoryBoundShare < 0 || m.MemoryBoundShare > 1 {
@@ -259,8 +308,8 @@ func (in LifecycleInput) model(u ModelUse, g, ref catalog.GPU) ModelLifecycle {
 	}
 	if u.PeriodDays > 0 && u.GPUs > 0 {
 		m.Allocation = u.GPUHours / (float64(u.GPUs) * 24 * u.PeriodDays)
-		m.FailuresPerGPUYear = float64(u.Failures) / (float64(u.GPUs) * u.PeriodDays / 365.25)
 	}
+	m.FailuresPerGPUYear = perYear
 	m.Watts = u.Watts
 	if m.Watts <= 0 {
 		m.Watts = drawAt(g, m.Allocation)

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func bought(s ...string) []time.Time {
 var fleet = []ModelUse{
 	{Model: "k80", GPUs: 16, Purchased: bought("2016-03", "2016-03", "2016-05"), PeriodDays: 60, GPUHours: 16 * 24 * 60 * 0.4, Failures: 3, MemoryBoundShare: -1},
 	{Model: "v100-sxm2-32gb", GPUs: 16, Purchased: bought("2019-05"), PeriodDays: 60, GPUHours: 16 * 24 * 60 * 0.5, MemoryBoundShare: 0.6},
-	{Model: "p100-pcie-16gb", GPUs: 8, Purchased: bought("2017-08"), PeriodDays: 60, GPUHours: 8 * 24 * 60 * 0.9, MemoryBoundShare: 0.8},
+	{Model: "p100-pcie-16gb", GPUs: 8, Purchased: bought("2017-08"), PeriodDays: 120, GPUHours: 8 * 24 * 120 * 0.9, MemoryBoundShare: 0.8},
 	{Model: "a100-sxm-80gb", GPUs: 16, Purchased: bought("2021-09"), PeriodDays: 60, GPUHours: 16 * 24 * 60 * 0.7, MemoryBoundShare: 0.5},
 	{Model: "l4", GPUs: 8, Purchased: bought("2023-06"), PeriodDays: 60, GPUHours: 8 * 24 * 60 * 0.02, MemoryBoundShare: 0.8},
 	{Model: "h100-sxm-80gb", GPUs: 16, Purchased: bought("2023-11-20"), PeriodDays: 60, GPUHours: 16 * 24 * 60 * 0.8, MemoryBoundShare: 0.3},
@@ -61,6 +62,40 @@ func TestLifecycleGolden(t *testing.T) {
 		}
 	}
 	golden(t, "lifecycle.json", rep)
+}
+
+// TestLifecycleNeedsEvidence: no verdict from twenty minutes of data (the
+// dev fleet with two injected faults came out "replace all 16 H100s",
+// 547.88 failures a GPU-year), nor where the failure rate's interval holds
+// rates that decide differently: the 8 P100s with no failure in 60 days
+// could still fail often enough for replacing them to pay; 120 days
+// settle it.
+func TestLifecycleNeedsEvidence(t *testing.T) {
+	minutes := 20.0 / (24 * 60)
+	for _, c := range []struct {
+		name string
+		use  ModelUse
+		want Decision
+		says string
+	}{
+		{"twenty minutes", ModelUse{Model: "h100-sxm-80gb", GPUs: 16, PeriodDays: minutes, GPUHours: 16 * 24 * minutes * 0.8, Failures: 2, MemoryBoundShare: 0.3},
+			NotEnoughHistory, "not enough history: 0.0 days (0 GPU-days), need 7 days before a verdict"},
+		{"sixty days, the interval undecided", ModelUse{Model: "p100-pcie-16gb", GPUs: 8, PeriodDays: 60, GPUHours: 8 * 24 * 60 * 0.9, MemoryBoundShare: 0.8},
+			NotEnoughHistory, "0 failures in 480 GPU-days, 0.00 a GPU-year (95% interval 0.00 to 2.81): redeploy at the low end, replace at the high end; about 960 GPU-days at this rate would settle it"},
+		{"120 days", ModelUse{Model: "p100-pcie-16gb", GPUs: 8, PeriodDays: 120, GPUHours: 8 * 24 * 120 * 0.9, MemoryBoundShare: 0.8},
+			Redeploy, "for compute-bound work"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep, err := Lifecycle(lifecycleInput(c.use))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := rep.Models[0]
+			if m.Decision != c.want || len(m.Reasons) == 0 || !strings.Contains(m.Reasons[0], c.says) {
+				t.Errorf("%s %v, want %s saying %q", m.Decision, m.Reasons, c.want, c.says)
+			}
+		})
+	}
 }
 
 // TestLifecycleLongerHorizonNeverKeepsMore: a replacement that pays off

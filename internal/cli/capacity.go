@@ -289,7 +289,7 @@ func readPrices(r io.Reader) (map[string]float64, error) {
 func printLifecycle(w io.Writer, rep capacity.LifecycleReport) error {
 	fmt.Fprintf(w, "unit: %s; energy %.2f USD/kWh at PUE %.2f; %g-year depreciation; replacements must pay for themselves within %d months\n",
 		rep.Unit, rep.EnergyUSDPerKWh, rep.PUE, rep.DepreciationYears, rep.HorizonMonths)
-	t := newTable(w, "GPU MODEL", "GPUS", "AGE", "BOOK VALUE", "ALLOC", "FAIL/GPU-YR", "ENERGY/GPU-MO", "$/UNIT", "BEST NEWER", "$/UNIT", "BREAK-EVEN", "DECISION")
+	t := newTable(w, "GPU MODEL", "GPUS", "AGE", "BOOK VALUE", "ALLOC", "FAIL/GPU-YR (95%)", "ENERGY/GPU-MO", "$/UNIT", "BEST NEWER", "$/UNIT", "BREAK-EVEN", "DECISION")
 	for _, m := range rep.Models {
 		age, book := "-", "-"
 		if m.AgeYears != nil {
@@ -307,7 +307,7 @@ func printLifecycle(w io.Writer, rep capacity.LifecycleReport) error {
 				be = "never"
 			}
 		}
-		t.row(m.GPUModel, strconv.Itoa(m.GPUs), age, book, fmt.Sprintf("%.0f%%", 100*m.Allocation), fmt.Sprintf("%.2f", m.FailuresPerGPUYear),
+		t.row(m.GPUModel, strconv.Itoa(m.GPUs), age, book, fmt.Sprintf("%.0f%%", 100*m.Allocation), m.Failures.String(),
 			fmt.Sprintf("$%.0f", m.EnergyUSDPerGPUMonth), fmt.Sprintf("%.3f", m.CostPerUnitUSD), cand, ccost, be, string(m.Decision))
 	}
 	if err := t.flush(); err != nil {

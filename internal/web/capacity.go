@@ -114,7 +114,7 @@ func (u *UI) capacityPage(r *http.Request, v *viewer) (view, error) {
 	cv.Unit = lc.Unit
 	for _, m := range lc.Models {
 		row := lifecycleRow{GPUModel: m.GPUModel, GPUs: fmt.Sprint(m.GPUs), Age: dash, Book: dash, Alloc: fmt.Sprintf("%.0f%%", 100*m.Allocation),
-			Failures: fmt.Sprintf("%.2f", m.FailuresPerGPUYear), Energy: fmt.Sprintf("$%.0f", m.EnergyUSDPerGPUMonth), Cost: fmt.Sprintf("$%.3f", m.CostPerUnitUSD),
+			Failures: m.Failures.String(), Energy: fmt.Sprintf("$%.0f", m.EnergyUSDPerGPUMonth), Cost: fmt.Sprintf("$%.3f", m.CostPerUnitUSD),
 			Candidate: dash, CandCost: dash, BreakEven: dash, Decision: string(m.Decision), Software: m.Software, Reasons: m.Reasons}
 		if m.AgeYears != nil {
 			row.Age = fmt.Sprintf("%.1f y", *m.AgeYears)
