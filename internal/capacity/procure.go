@@ -38,7 +38,7 @@ type ProcureInput struct {
 // Validate checks the input's ranges.
 func (in ProcureInput) Validate() error {
 	switch {
-	case in.Fleet.Model == "" || in.Fleet.GPUsPerNode < 1 || in.Fleet.Nodes < 0:
+	case in.Fleet.Model == "" || in.Fleet.GPUsPerNode < 1 || in.Fleet.Nodes < 0 || !in.Fleet.sizesValid():
 		return fmt.Errorf("%w: fleet: a GPU model with nodes of at least one GPU", gpufleet.ErrInvalid)
 	case in.HorizonDays < 7 || in.HorizonDays > MaxHorizonDays:
 		return fmt.Errorf("%w: horizon %d days: expected 7 to %d", gpufleet.ErrInvalid, in.HorizonDays, MaxHorizonDays)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +233,34 @@ func BenchmarkProcure(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestProcureCountsNodesAsTheyAre: a model whose nodes differ in size is
+// replayed with its GPUs as they are (two nodes of 8 and one of 4 are 20
+// GPUs, not three nodes of 8), and an order buys nodes of the common size.
+func TestProcureCountsNodesAsTheyAre(t *testing.T) {
+	in := input(t, history(42, 150, 3), 84)
+	in.Fleet = ModelFleet{Model: "h100-sxm-80gb", Nodes: 3, GPUsPerNode: 8, NVLinkDomainGPUs: 8,
+		Sizes: []NodeSize{{GPUs: 4, Nodes: 1}, {GPUs: 8, Nodes: 2}}}
+	if g := in.Fleet.GPUs(); g != 20 {
+		t.Fatalf("GPUs %d, want 20", g)
+	}
+	rec, _, err := Procure(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Without == nil || rec.Without.GPUs != 20 {
+		t.Errorf("today's fleet replayed as %+v, want its 20 GPUs", rec.Without)
+	}
+	if rec.Action == Order && (rec.With == nil || rec.With.GPUs != 20+rec.Nodes*8 || rec.GPUs != rec.Nodes*8) {
+		t.Errorf("an order of %d nodes (%d GPUs) replayed as %+v, want nodes of 8 added to the 20", rec.Nodes, rec.GPUs, rec.With)
+	}
+	if !strings.Contains(strings.Join(rec.Reasons, " "), "today's 20 GPUs") {
+		t.Errorf("reasons %v: want today's 20 GPUs", rec.Reasons)
+	}
+	in.Fleet.Sizes[0].Nodes = 5 // 7 nodes in the sizes, 3 in the count
+	if _, _, err := Procure(in); err == nil {
+		t.Error("sizes that do not add up to the nodes are accepted")
 	}
 }

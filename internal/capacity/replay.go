@@ -28,17 +28,71 @@ type PoolJob struct {
 // GPUHours is what the job asks for.
 func (p PoolJob) GPUHours() float64 { return float64(p.GPUs) * p.Seconds / 3600 }
 
-// ModelFleet is a GPU model's part of the fleet: Nodes nodes of
-// GPUsPerNode GPUs.
+// ModelFleet is a GPU model's part of the fleet: Nodes nodes, of the
+// sizes in Sizes as they are (none: all of GPUsPerNode GPUs). An order
+// buys nodes of GPUsPerNode GPUs, the fleet's most common size.
 type ModelFleet struct {
-	Model            string `json:"gpu_model"`
-	Nodes            int    `json:"nodes"`
-	GPUsPerNode      int    `json:"gpus_per_node"`
-	NVLinkDomainGPUs int    `json:"nvlink_domain_gpus,omitempty"`
+	Model            string     `json:"gpu_model"`
+	Nodes            int        `json:"nodes"`
+	GPUsPerNode      int        `json:"gpus_per_node"`
+	NVLinkDomainGPUs int        `json:"nvlink_domain_gpus,omitempty"`
+	Sizes            []NodeSize `json:"sizes,omitempty"`
 }
 
-// GPUs is the fleet's GPU count.
-func (m ModelFleet) GPUs() int { return m.Nodes * m.GPUsPerNode }
+// NodeSize is how many of a model's nodes hold GPUs GPUs.
+type NodeSize struct {
+	GPUs  int `json:"gpus"`
+	Nodes int `json:"nodes"`
+}
+
+// GPUs is the fleet's GPU count: its nodes' GPUs as they are.
+func (m ModelFleet) GPUs() int {
+	if len(m.Sizes) == 0 {
+		return m.Nodes * m.GPUsPerNode
+	}
+	n := 0
+	for _, s := range m.Sizes {
+		n += s.GPUs * s.Nodes
+	}
+	return n
+}
+
+// sizesValid reports whether Sizes, when given, count Nodes nodes of at
+// least one GPU each.
+func (m ModelFleet) sizesValid() bool {
+	if len(m.Sizes) == 0 {
+		return true
+	}
+	n := 0
+	for _, s := range m.Sizes {
+		if s.GPUs < 1 || s.Nodes < 0 || s.GPUs > gpufleet.MaxNodeGPUs {
+			return false
+		}
+		n += s.Nodes
+	}
+	return n == m.Nodes
+}
+
+// groups is the fleet with extra nodes of GPUsPerNode added, as the
+// simulator's node groups.
+func (m ModelFleet) groups(extra int) []sim.NodeGroup {
+	sizes := m.Sizes
+	if len(sizes) == 0 {
+		sizes = []NodeSize{{GPUs: m.GPUsPerNode, Nodes: m.Nodes}}
+	}
+	var out []sim.NodeGroup
+	add := func(name string, gpus, nodes int) {
+		if nodes > 0 {
+			out = append(out, sim.NodeGroup{Name: name, Count: nodes, GPU: m.Model, GPUsPerNode: gpus,
+				NVLinkDomainGPUs: min(m.NVLinkDomainGPUs, gpus)})
+		}
+	}
+	for _, s := range sizes {
+		add(fmt.Sprintf("replay-%d", s.GPUs), s.GPUs, s.Nodes)
+	}
+	add("ordered", m.GPUsPerNode, extra)
+	return out
+}
 
 // Replay is one week of forecast demand replayed through the scheduler
 // in the simulator on a fleet, and what it showed.
@@ -115,13 +169,11 @@ const replaySamples = 3
 // GPU-hours.
 func (r *replayer) week(d0, extra int) (Replay, error) {
 	nodes := r.model.Nodes + extra
-	out := Replay{WeekStart: r.start.AddDate(0, 0, d0), Nodes: nodes, GPUs: nodes * r.model.GPUsPerNode}
+	out := Replay{WeekStart: r.start.AddDate(0, 0, d0), Nodes: nodes, GPUs: r.model.GPUs() + extra*r.model.GPUsPerNode}
 	if nodes == 0 {
 		return out, nil
 	}
-	cl, err := sim.BuildCluster(sim.ClusterSpec{NodeGroups: []sim.NodeGroup{{
-		Name: "replay", Count: nodes, GPU: r.model.Model, GPUsPerNode: r.model.GPUsPerNode, NVLinkDomainGPUs: r.model.NVLinkDomainGPUs,
-	}}}, r.cat)
+	cl, err := sim.BuildCluster(sim.ClusterSpec{NodeGroups: r.model.groups(extra)}, r.cat)
 	if err != nil {
 		return Replay{}, err
 	}

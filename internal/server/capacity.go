@@ -123,8 +123,8 @@ func (s *Server) Procure(ctx context.Context, p api.Principal, q api.ProcureQuer
 }
 
 // modelFleets groups the fleet's nodes by GPU model: their count, their
-// most common GPU count, and the NVLink domain of the model (within a
-// node).
+// sizes as they are, their most common GPU count (what an order buys),
+// and the NVLink domain of the model (within a node).
 func modelFleets(nodes []gpufleet.Node, cat *catalog.Catalog) map[string]capacity.ModelFleet {
 	sizes := map[string]map[int]int{}
 	for _, n := range nodes {
@@ -140,8 +140,10 @@ func modelFleets(nodes []gpufleet.Node, cat *catalog.Catalog) map[string]capacit
 	out := map[string]capacity.ModelFleet{}
 	for m, by := range sizes {
 		f := capacity.ModelFleet{Model: m}
-		for size, count := range by {
+		for _, size := range slices.Sorted(maps.Keys(by)) {
+			count := by[size]
 			f.Nodes += count
+			f.Sizes = append(f.Sizes, capacity.NodeSize{GPUs: size, Nodes: count})
 			if count > by[f.GPUsPerNode] || (count == by[f.GPUsPerNode] && size > f.GPUsPerNode) {
 				f.GPUsPerNode = size
 			}
