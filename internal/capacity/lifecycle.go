@@ -177,10 +177,10 @@ type ModelLifecycle struct {
 	FailuresPerGPUYear      float64  `json:"failures_per_gpu_year"`
 	// Failures is the failure count over GPU-years with its 95 % interval
 	// (PoissonRate); GPUDays the history's GPUs times days.
-	Failures Rate    `json:"failures"`
-	GPUDays  float64 `json:"gpu_days"`
-	Watts                   float64  `json:"watts"`
-	EnergyUSDPerGPUMonth    float64  `json:"energy_usd_per_gpu_month"`
+	Failures             Rate    `json:"failures"`
+	GPUDays              float64 `json:"gpu_days"`
+	Watts                float64 `json:"watts"`
+	EnergyUSDPerGPUMonth float64 `json:"energy_usd_per_gpu_month"`
 	// MemoryBoundShare is the mix costs are computed on (0.5 when
 	// unmeasured, said in Reasons).
 	MemoryBoundShare float64 `json:"memory_bound_share"`
