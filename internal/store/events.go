@@ -65,31 +65,34 @@ func (s *SQL) AddUsage(ctx context.Context, rows []UsageRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		// A day counted before facility energy was kept stays NULL: the
-		// sum would cover only part of its energy.
-		stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules, facility_joules)
-	VALUES (?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (team, model, day) DO UPDATE SET
-	gpu_seconds = usage_daily.gpu_seconds + excluded.gpu_seconds,
-	effective_gpu_seconds = usage_daily.effective_gpu_seconds + excluded.effective_gpu_seconds,
-	energy_joules = usage_daily.energy_joules + excluded.energy_joules,
-	facility_joules = usage_daily.facility_joules + excluded.facility_joules`))
-		if err != nil {
+	return s.write(ctx, func(tx *sql.Tx) error { return s.addUsageTx(ctx, tx, rows) })
+}
+
+// addUsageTx adds rows to the usage totals within tx.
+func (s *SQL) addUsageTx(ctx context.Context, tx *sql.Tx, rows []UsageRow) error {
+	// A day counted before facility energy was kept stays NULL: the
+	// sum would cover only part of its energy.
+	stmt, err := s.prepare(ctx, tx, s.q(`INSERT INTO usage_daily (team, model, day, gpu_seconds, effective_gpu_seconds, energy_joules, facility_joules)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (team, model, day) DO UPDATE SET
+gpu_seconds = usage_daily.gpu_seconds + excluded.gpu_seconds,
+effective_gpu_seconds = usage_daily.effective_gpu_seconds + excluded.effective_gpu_seconds,
+energy_joules = usage_daily.energy_joules + excluded.energy_joules,
+facility_joules = usage_daily.facility_joules + excluded.facility_joules`))
+	if err != nil {
+		return fmt.Errorf("add usage: %w", err)
+	}
+	defer stmt.Close()
+	for _, r := range rows {
+		facility := r.EnergyJoules // at a PUE of 1 when the caller gives none
+		if r.FacilityJoules != nil {
+			facility = *r.FacilityJoules
+		}
+		if _, err := stmt.ExecContext(ctx, r.Team, r.Model, nanos(day(r.Day)), r.GPUSeconds, r.EffectiveGPUSeconds, r.EnergyJoules, facility); err != nil {
 			return fmt.Errorf("add usage: %w", err)
 		}
-		defer stmt.Close()
-		for _, r := range rows {
-			facility := r.EnergyJoules // at a PUE of 1 when the caller gives none
-			if r.FacilityJoules != nil {
-				facility = *r.FacilityJoules
-			}
-			if _, err := stmt.ExecContext(ctx, r.Team, r.Model, nanos(day(r.Day)), r.GPUSeconds, r.EffectiveGPUSeconds, r.EnergyJoules, facility); err != nil {
-				return fmt.Errorf("add usage: %w", err)
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // Usage returns the usage rows of team (every team when empty) for the

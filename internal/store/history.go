@@ -1,10 +1,15 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/gpufleet/gpufleet"
 )
@@ -40,6 +45,8 @@ func (s *SQL) ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor stri
 	}
 	now := s.now()
 	return s.write(ctx, func(tx *sql.Tx) error {
+		var usage usageSplit
+		models := map[string]string{} // node -> its GPU model, "" unknown
 		for _, j := range jobs {
 			id := s.jobIDs.next(j.SubmittedAt)
 			spec, err := json.Marshal(specOf(j))
@@ -82,6 +89,13 @@ func (s *SQL) ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor stri
 					succeeded = &v
 				}
 				share := 1 / float64(len(a.Nodes))
+				model, err := s.importModel(ctx, tx, j, a, models)
+				if err != nil {
+					return err
+				}
+				if model != "" {
+					usage.add(j.Team, model, *a.StartedAt, *a.FinishedAt, a)
+				}
 				for _, n := range a.Nodes {
 					if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO attempt_nodes (node, attempt_id, succeeded_at, gpu_seconds, effective_gpu_seconds, energy_joules)
 	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), n.Name, aid, succeeded, a.GPUSeconds*share, a.EffectiveGPUSeconds*share, a.EnergyJoules*share); err != nil {
@@ -90,8 +104,86 @@ func (s *SQL) ImportHistory(ctx context.Context, jobs []gpufleet.Job, actor stri
 				}
 			}
 		}
+		// The usage the imported runs held, as live accounting counts it,
+		// so that usage and chargeback agree with what capacity reads.
+		if err := s.addUsageTx(ctx, tx, usage.rows()); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO events (at, actor, kind, object, team, detail) VALUES (?, ?, 'history.imported', '', '', ?)`),
 			nanos(now), actor, fmt.Sprintf("%d jobs that already ran", len(jobs)))
 		return err
 	})
+}
+
+// importModel is the GPU model an imported attempt's usage counts under:
+// its first node's, where the node is known, else the one model its job
+// was limited to; "" when neither says (its usage is then not counted).
+func (s *SQL) importModel(ctx context.Context, tx *sql.Tx, j gpufleet.Job, a gpufleet.Attempt, models map[string]string) (string, error) {
+	m, ok := models[a.Node]
+	if !ok {
+		row, err := s.nodeTx(ctx, tx, a.Node, "")
+		switch {
+		case errors.Is(err, gpufleet.ErrNotFound):
+		case err != nil:
+			return "", err
+		case len(row.n.GPUs) > 0:
+			m = row.n.GPUs[0].Model
+		}
+		models[a.Node] = m
+	}
+	if m == "" && len(j.Resources.GPUModels) == 1 {
+		m = j.Resources.GPUModels[0]
+	}
+	return m, nil
+}
+
+// usageSplit sums imported attempts' accounting into usage rows by team,
+// GPU model and UTC day, each attempt's spread over the days it ran in
+// proportion to its time in each.
+type usageSplit map[[2]string]map[time.Time]*UsageRow
+
+func (u *usageSplit) add(team, model string, start, end time.Time, a gpufleet.Attempt) {
+	if *u == nil {
+		*u = usageSplit{}
+	}
+	k := [2]string{team, model}
+	if (*u)[k] == nil {
+		(*u)[k] = map[time.Time]*UsageRow{}
+	}
+	total := end.Sub(start)
+	for d := day(start); ; d = d.AddDate(0, 0, 1) {
+		share, next := 1.0, d.AddDate(0, 0, 1)
+		if total > 0 {
+			from, to := start, end
+			if d.After(from) {
+				from = d
+			}
+			if next.Before(to) {
+				to = next
+			}
+			share = float64(to.Sub(from)) / float64(total)
+		}
+		r := (*u)[k][d]
+		if r == nil {
+			r = &UsageRow{Team: team, Model: model, Day: d}
+			(*u)[k][d] = r
+		}
+		r.GPUSeconds += a.GPUSeconds * share
+		r.EffectiveGPUSeconds += a.EffectiveGPUSeconds * share
+		r.EnergyJoules += a.EnergyJoules * share
+		if !next.Before(end) {
+			return
+		}
+	}
+}
+
+// rows are the sums in a fixed order.
+func (u usageSplit) rows() []UsageRow {
+	var out []UsageRow
+	for _, k := range slices.SortedFunc(maps.Keys(u), func(a, b [2]string) int { return cmp.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+		for _, d := range slices.SortedFunc(maps.Keys(u[k]), time.Time.Compare) {
+			out = append(out, *u[k][d])
+		}
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -2072,5 +2073,30 @@ func testImportHistory(t *testing.T, s store.Store) {
 	}
 	if act, err := s.ActiveJobs(ctx); err != nil || slices.ContainsFunc(act, func(x gpufleet.Job) bool { return x.Team == "hist" }) {
 		t.Errorf("imported history is active: %v", err)
+	}
+
+	// The imported runs count in usage as live accounting counts them,
+	// under the GPU model the job was limited to (the node is unknown
+	// here), spread over the UTC days they ran in: usage and capacity read
+	// the same history. done's attempts name no model and count nowhere.
+	night := gpufleet.Job{Team: "hist", Name: "night", State: gpufleet.JobSucceeded, Priority: gpufleet.Training,
+		Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}}, Command: []string{"true"}, SubmittedAt: *at(-11), StartedAt: at(-10), FinishedAt: at(-2),
+		Attempts: []gpufleet.Attempt{{State: gpufleet.AttemptSucceeded, Node: "n8", Nodes: []gpufleet.AttemptNode{{Name: "n8"}},
+			StartedAt: at(-10), FinishedAt: at(-2), ExitCode: &code, Fraction: 1, GPUSeconds: 8 * 3600, EnergyJoules: 8 * 3600 * 72}}}
+	wantErr(t, "import across midnight", s.ImportHistory(ctx, []gpufleet.Job{night}, "test"), nil)
+	rows, err := s.Usage(ctx, "hist", time.Time{}, time.Time{})
+	wantErr(t, "usage", err, nil)
+	sum, days := 0.0, map[time.Time]float64{}
+	for _, r := range rows {
+		if r.Model != "l4" {
+			t.Errorf("usage row %+v: only the l4 job names its model", r)
+		}
+		sum += r.GPUSeconds
+		days[r.Day] = r.GPUSeconds
+	}
+	first := at(-10).UTC().Truncate(24 * time.Hour)
+	if math.Abs(sum-8*3600) > 1e-6 || len(days) != 2 ||
+		math.Abs(days[first]-first.Add(24*time.Hour).Sub(*at(-10)).Seconds()) > 1e-6 {
+		t.Errorf("usage rows %+v: want the 8 GPU-hours split at midnight", rows)
 	}
 }
