@@ -310,19 +310,28 @@ func AttemptAttach(dir string) int {
 			_ = eng.call(ctx, http.MethodPost, "/containers/"+created.ID+"/kill", url.Values{"signal": {signalName(s.(syscall.Signal))}}, nil)
 		}
 	}()
+	// Attach before the start, as `docker run` does, so that no output
+	// is lost: logs followed after the start missed the first lines of a
+	// container that wrote them at once. An engine that refuses the
+	// attach gets its logs followed instead.
+	attached, attachErr := eng.do(ctx, http.MethodPost, "/containers/"+created.ID+"/attach",
+		url.Values{"stream": {"1"}, "stdout": {"1"}, "stderr": {"1"}}, nil, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"tcp"}})
 	if err := eng.call(ctx, http.MethodPost, "/containers/"+created.ID+"/start", nil, nil); err != nil {
 		return fail(fmt.Errorf("start container %s: %w", name, err))
 	}
 	logsDone := make(chan struct{})
 	go func() {
 		defer close(logsDone)
-		resp, err := eng.do(ctx, http.MethodGet, "/containers/"+created.ID+"/logs", url.Values{"follow": {"1"}, "stdout": {"1"}, "stderr": {"1"}}, nil, nil)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gpufleet: container logs: %v\n", err)
-			return
+		out := attached
+		if attachErr != nil {
+			var err error
+			if out, err = eng.do(ctx, http.MethodGet, "/containers/"+created.ID+"/logs", url.Values{"follow": {"1"}, "stdout": {"1"}, "stderr": {"1"}}, nil, nil); err != nil {
+				fmt.Fprintf(os.Stderr, "gpufleet: container logs: %v (attach: %v)\n", err, attachErr)
+				return
+			}
 		}
-		defer resp.Body.Close()
-		_ = demux(resp.Body, os.Stdout, os.Stderr)
+		defer out.Body.Close()
+		_ = demux(out.Body, os.Stdout, os.Stderr)
 	}()
 	resp, err = eng.do(ctx, http.MethodPost, "/containers/"+created.ID+"/wait", nil, nil, nil)
 	if err != nil {

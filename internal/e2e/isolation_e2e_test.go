@@ -257,8 +257,8 @@ func TestContainerSeesOnlyItsGPUs(t *testing.T) {
 			if !strings.Contains(log, "nvidiactl") || !strings.Contains(log, "libpod") && rt == "podman" {
 				t.Errorf("want the control node and a container cgroup:\n%s", log)
 			}
-			if n := strings.Count(strings.SplitN(log, "CUDA=", 2)[1], "GPU-"); n != 2 {
-				t.Errorf("CUDA_VISIBLE_DEVICES names %d GPUs, want 2:\n%s", n, log)
+			if _, cuda, _ := strings.Cut(log, "CUDA="); strings.Count(cuda, "GPU-") != 2 {
+				t.Errorf("CUDA_VISIBLE_DEVICES names %d GPUs, want 2:\n%s", strings.Count(cuda, "GPU-"), log)
 			}
 		})
 	}
