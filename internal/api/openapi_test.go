@@ -148,7 +148,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"WorkloadBenchRequest": WorkloadBenchRequest{}, "WorkloadJob": bench.WorkloadJob{}, "WorkloadRow": bench.WorkloadRow{},
 		"WorkloadBenchReport": bench.WorkloadReport{}, "WorkloadBenchList": WorkloadBenchList{},
 		"ForecastSeries": forecast.Series{}, "ForecastParams": forecast.Params{}, "Forecast": forecast.Forecast{}, "ForecastResponse": ForecastResponse{},
-		"CapacityTarget": capacity.Target{}, "ModelFleet": capacity.ModelFleet{}, "CapacityReplay": capacity.Replay{}, "ProcureRecommendation": capacity.Recommendation{},
+		"CapacityTarget": capacity.Target{}, "ModelFleet": capacity.ModelFleet{}, "NodeSize": capacity.NodeSize{}, "Rate": capacity.Rate{}, "CapacityReplay": capacity.Replay{}, "ProcureRecommendation": capacity.Recommendation{},
 		"ProcureModel": ProcureModel{}, "ProcureResponse": ProcureResponse{}, "LifecycleCandidate": capacity.Candidate{}, "ModelLifecycle": capacity.ModelLifecycle{},
 		"LifecycleReport": capacity.LifecycleReport{},
 		"AuditReport":     audit.Report{}, "AuditFinding": audit.Finding{}, "AuditSubject": audit.Subject{}, "AuditCheckResult": audit.CheckResult{},

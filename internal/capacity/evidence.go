@@ -22,12 +22,14 @@ type Rate struct {
 // interval: the rates whose Poisson counts put count at their 2.5 % and
 // 97.5 % tails, from the Gamma quantiles (Garwood, "Fiducial limits for
 // the Poisson distribution", Biometrika 28, 1936). No exposure is no
-// evidence: the interval is [0, +Inf).
+// evidence: every figure is 0, Exposure too (JSON has no infinity), and
+// String says "-".
 func PoissonRate(count int, exposure float64) Rate {
-	r := Rate{Count: count, Exposure: exposure, High: math.Inf(1)}
+	r := Rate{Count: count}
 	if !(exposure > 0) || count < 0 {
 		return r
 	}
+	r.Exposure = exposure
 	k := float64(count)
 	r.Value = k / exposure
 	if count > 0 {

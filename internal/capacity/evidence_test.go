@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 )
@@ -22,7 +23,10 @@ func TestPoissonRate(t *testing.T) {
 	if r := PoissonRate(2, 0.5); r.Value != 4 || math.Abs(r.High-2*7.225) > 1e-2 {
 		t.Errorf("rate per exposure: %+v", r)
 	}
-	if r := PoissonRate(3, 0); !math.IsInf(r.High, 1) || r.Value != 0 {
+	if r := PoissonRate(3, 0); r.High != 0 || r.Value != 0 || r.String() != "-" {
 		t.Errorf("no exposure: %+v, want no evidence", r)
+	}
+	if _, err := json.Marshal(PoissonRate(1, 0)); err != nil {
+		t.Errorf("no exposure does not encode: %v", err)
 	}
 }
