@@ -223,7 +223,7 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 					fail(n, now, "validation: "+v.Incompatible)
 				} else {
 					n.Phase, n.Since = Validating, now
-					acts = append(acts, Action{Kind: Validate, Node: n.Name, Reason: fmt.Sprintf("rollout %s: validating on %s", r.ID, gpufleet.VersionsText(target))})
+					acts = append(acts, Action{Kind: Validate, Node: n.Name, Reason: fmt.Sprintf("rollout %s: validating, %s", r.ID, r.direction(*n))})
 				}
 			case now.Sub(n.Since) > r.updateTimeout():
 				fail(n, now, fmt.Sprintf("not on the target versions %s after the update was ordered (%s)", now.Sub(n.Since).Round(time.Second), gpufleet.VersionsText(v.Versions)))
@@ -252,7 +252,7 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			}
 		}
 		if n.Phase == Failed && n.Reason != "" && !hasAction(acts, n.Name) {
-			acts = append(acts, Action{Kind: Cordon, Node: n.Name, Reason: "rollout " + r.ID + " failed here: " + n.Reason})
+			acts = append(acts, Action{Kind: Cordon, Node: n.Name, Reason: fmt.Sprintf("rollout %s failed here, %s: %s", r.ID, r.direction(*n), n.Reason)})
 		}
 	}
 	if i := slices.IndexFunc(r.Nodes, func(n Node) bool { return n.Phase == Failed }); i >= 0 {
@@ -314,7 +314,7 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 		}
 		n.Phase, n.Since, n.Waiting = Draining, now, ""
 		busy++
-		acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: updating to stack %s (wave %d)", r.ID, r.Stack, r.Wave)})
+		acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: %s (wave %d)", r.ID, r.direction(*n), r.Wave)})
 	}
 	return r, acts
 }
@@ -367,6 +367,16 @@ func (r *Rollout) Order(node string) (UpdateOrder, bool) {
 		target = n.Previous
 	}
 	return UpdateOrder{Key: fmt.Sprintf("%s/%s/%d", r.ID, node, n.Updates), Command: r.UpdateCommand, Versions: target}, true
+}
+
+// direction says which way a node goes and to what, for every message
+// about it: "updating to stack prod-555 (driver 555.42.02, cuda 12.5)" or
+// "rolling back to its versions before the update (driver 550.54.15)".
+func (r *Rollout) direction(n Node) string {
+	if r.State == RollingBack {
+		return "rolling back to its versions before the update (" + gpufleet.VersionsText(n.Previous) + ")"
+	}
+	return fmt.Sprintf("updating to stack %s (%s)", r.Stack, gpufleet.VersionsText(r.Target))
 }
 
 func fail(n *Node, now time.Time, why string) {

@@ -294,3 +294,45 @@ func TestProductionLastAndTheSpare(t *testing.T) {
 		t.Errorf("state %s, updated %v; want done with a, the production node, last", r.State, f.updates)
 	}
 }
+
+// TestMessagesNameTheDirection: every drain, validation and cordon says
+// which way the node goes and to which versions: a rollback's drain does
+// not say "updating to stack prod-550".
+func TestMessagesNameTheDirection(t *testing.T) {
+	f := newFleet("n1", "n2")
+	f.bad = "550.54.15"
+	r := newRollout(t, "n1", "n2")
+	var msgs []string
+	step := func(r Rollout, now time.Time) Rollout {
+		r, acts := Step(r, f.views, now)
+		f.apply(r, acts)
+		for _, a := range acts {
+			msgs = append(msgs, string(a.Kind)+": "+a.Reason)
+		}
+		return r
+	}
+	now := t0
+	for ; r.State == Running; now = now.Add(time.Minute) {
+		r = step(r, now)
+	}
+	update := strings.Join(msgs, "\n")
+	for _, want := range []string{"drain: rollout r1: updating to stack prod-550 (driver 550.54.15, cuda 12.4) (wave 0)",
+		"validate: rollout r1: validating, updating to stack prod-550", "cordon: rollout r1 failed here, updating to stack prod-550"} {
+		if !strings.Contains(update, want) {
+			t.Errorf("the update's messages lack %q:\n%s", want, update)
+		}
+	}
+	msgs = nil
+	back, err := Rollback(r, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ; back.State == RollingBack; now = now.Add(time.Minute) {
+		back = step(back, now)
+	}
+	rollback := strings.Join(msgs, "\n")
+	if !strings.Contains(rollback, "drain: rollout r1: rolling back to its versions before the update (driver 535.104.05, cuda 12.2)") ||
+		strings.Contains(rollback, "updating to stack") {
+		t.Errorf("the rollback's messages:\n%s", rollback)
+	}
+}
