@@ -15,6 +15,29 @@ type FleetCache struct {
 	seed    uint64 // Config.Seed: it orders the nodes
 	tmpl    *fleet // nothing running; never changed after it is built
 	ever    *fleet // tmpl with every node ready
+
+	// The estimates' index of Input.Runs (indexRuns) at runsVersion, for
+	// the quantile and minimum it was built with; read only once built.
+	runsVersion uint64
+	runsQ       float64
+	runsMin     int
+	runIdx      runIndex
+}
+
+// runIndexFor returns the estimates' index of in.Runs, from the cache when
+// the caller's RunsVersion says the runs did not change.
+func (s *sched) runIndexFor(in *Input) runIndex {
+	c := in.Cache
+	if c == nil || in.RunsVersion == 0 {
+		return indexRuns(in.Runs, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runIdx == nil || c.runsVersion != in.RunsVersion || c.runsQ != s.cfg.EstimateQuantile || c.runsMin != s.cfg.EstimateMinRuns {
+		c.runIdx = indexRuns(in.Runs, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns)
+		c.runsVersion, c.runsQ, c.runsMin = in.RunsVersion, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns
+	}
+	return c.runIdx
 }
 
 // fleetFor returns the capacity model to schedule on (a fresh copy, free

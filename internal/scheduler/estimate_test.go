@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,5 +80,45 @@ func TestEstimateConfigValidates(t *testing.T) {
 		if base.Validate() == nil {
 			t.Errorf("%+v: accepted", c)
 		}
+	}
+}
+
+// BenchmarkIndexRuns is the estimates' per-cycle cost at a full history
+// (RunHistory runs of 2,000 workloads over 50 teams).
+func BenchmarkIndexRuns(b *testing.B) {
+	var runs []RunSample
+	for i := range RunHistory {
+		runs = KeepRun(runs, RunSample{Team: fmt.Sprintf("t%d", i%50), Workload: fmt.Sprintf("w%d", i%2000), GPUs: 1 << (i % 4),
+			Ran: time.Duration(i%7200+60) * time.Second})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		indexRuns(runs, DefaultEstimateQuantile, DefaultEstimateMinRuns)
+	}
+}
+
+// TestRunIndexCache: with a Cache and a RunsVersion the index is built
+// once per version and equals a fresh build; a new version rebuilds it,
+// and so does a change of the quantile.
+func TestRunIndexCache(t *testing.T) {
+	runs := []RunSample{{Team: "a", Workload: "w", GPUs: 1, Ran: time.Minute}, {Team: "a", Workload: "w", GPUs: 1, Ran: 3 * time.Minute}}
+	in := &Input{Runs: runs, RunsVersion: 1, Cache: &FleetCache{}}
+	s := &sched{cfg: Config{}.withDefaults()}
+	first := s.runIndexFor(in)
+	fresh := indexRuns(runs, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns)
+	if len(first) != len(fresh) || first[runKey{from: gpufleet.EstimateWorkload, team: "a", workload: "w"}] != fresh[runKey{from: gpufleet.EstimateWorkload, team: "a", workload: "w"}] {
+		t.Fatalf("cached %v, fresh %v", first, fresh)
+	}
+	in.Runs = append(slices.Clone(runs), RunSample{Team: "a", Workload: "w", GPUs: 1, Ran: time.Hour})
+	if got := s.runIndexFor(in); got[runKey{from: gpufleet.EstimateSize}].Runs != 2 {
+		t.Errorf("same version: %v, want the cached index of 2 runs", got)
+	}
+	in.RunsVersion = 2
+	if got := s.runIndexFor(in); got[runKey{from: gpufleet.EstimateSize}].Runs != 3 {
+		t.Errorf("new version: %v, want 3 runs", got)
+	}
+	s.cfg.EstimateQuantile = 1
+	if got := s.runIndexFor(in); got[runKey{from: gpufleet.EstimateSize}].Seconds != 3600 {
+		t.Errorf("new quantile: %v, want the longest run", got)
 	}
 }

@@ -288,7 +288,7 @@ func newSched(in *Input) *sched {
 			s.prio[p] = i
 		}
 	}
-	s.runs = indexRuns(in.Runs, s.cfg.EstimateQuantile, s.cfg.EstimateMinRuns)
+	s.runs = s.runIndexFor(in)
 	s.buildTeams()
 	s.f, s.ever = s.fleetFor(in)
 	s.eta.classGen = make([]uint32, len(s.classes))

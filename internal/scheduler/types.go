@@ -182,6 +182,11 @@ type Input struct {
 	// Runs is the finished runs the estimates of jobs without one learn
 	// from (estimate.go), oldest first, kept by the caller with KeepRun.
 	Runs []RunSample `json:",omitempty"`
+	// RunsVersion, with Cache, lets a caller skip rebuilding the
+	// estimates' index of Runs: a call whose RunsVersion (non-zero)
+	// equals the previous call's reuses it. The caller bumps it whenever
+	// Runs changes. Zero builds it afresh; the output is the same.
+	RunsVersion uint64 `json:",omitempty"`
 	// Arrivals is the jobs submitted in the last Config.ArrivalWindow,
 	// whatever became of them, oldest first, kept by the caller with
 	// KeepArrivals: the ETA simulation expects them again.

@@ -41,6 +41,10 @@ type runHistory struct {
 	loaded bool
 	since  time.Time       // the newest finish read
 	atEdge map[string]bool // the jobs that finished at since, already kept
+	// version counts the changes of runs, and cache keeps the scheduler's
+	// index of them between cycles (scheduler.Input.RunsVersion).
+	version uint64
+	cache   *scheduler.FleetCache
 }
 
 // update reads the jobs that succeeded since the last call and returns
@@ -51,6 +55,9 @@ func (h *runHistory) update(ctx context.Context, st store.Store) ([]scheduler.Ru
 		return h.runs, err
 	}
 	h.loaded = true
+	if h.cache == nil {
+		h.cache, h.version = &scheduler.FleetCache{}, 1
+	}
 	slices.Reverse(runs) // oldest first
 	for _, r := range runs {
 		if h.atEdge[r.Job] {
@@ -60,6 +67,7 @@ func (h *runHistory) update(ctx context.Context, st store.Store) ([]scheduler.Ru
 			h.since, h.atEdge = r.Finished, map[string]bool{}
 		}
 		h.atEdge[r.Job] = true
+		h.version++
 		h.runs = scheduler.KeepRun(h.runs, scheduler.RunSample{Team: r.Team, Workload: workloadOf(r.Name, r.Command),
 			GPUs: r.GPUs, Ran: r.Ran})
 	}

@@ -420,6 +420,7 @@ func (s *Server) schedule(ctx context.Context, epoch int64, now time.Time, jobs 
 	if in.Runs, err = runs.update(ctx, s.st); err != nil {
 		s.log.Warn("finished runs not read; estimates keep the history they had", "err", err)
 	}
+	in.Cache, in.RunsVersion = runs.cache, runs.version
 	s.lead.mu.Lock()
 	s.lead.runs = runs
 	in.WaitHistory = s.lead.eta.history(in)

@@ -357,7 +357,8 @@ type engine struct {
 	history []scheduler.WaitSample
 	// runs is the finished runs the estimates learn from with
 	// Config.Estimates history (scheduler.Input.Runs), oldest first.
-	runs []scheduler.RunSample
+	runs        []scheduler.RunSample
+	runsVersion uint64 // bumps on every run kept
 	// arrivals is the jobs submitted in the policy's arrival window
 	// (scheduler.Input.Arrivals), kept with scheduler.KeepArrivals.
 	arrivals []scheduler.Job
@@ -673,6 +674,7 @@ func (e *engine) handle(ev event) {
 		if e.cfg.Estimates == EstimatesHistory {
 			e.runs = scheduler.KeepRun(e.runs, scheduler.RunSample{Team: js.j.Team, Workload: js.j.Name, GPUs: js.j.GPUs,
 				Ran: seconds(js.runTime)})
+			e.runsVersion++
 		}
 		js.finish = e.now
 		js.endCode = endCompleted
@@ -905,7 +907,7 @@ func (e *engine) cycle(arrived []*jobState) error {
 		in.Arrivals = e.arrivals
 	}
 	if e.cfg.Estimates == EstimatesHistory {
-		in.Runs = e.runs
+		in.Runs, in.RunsVersion = e.runs, e.runsVersion+1 // non-zero: the index is cached between cycles
 	}
 	e.powerInput(&in)
 	out := e.cfg.Schedule(in)
