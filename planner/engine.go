@@ -287,8 +287,13 @@ func (e engineGPU) reserve(m *Memory, l layout, samplerBytes float64) {
 		// The KV cache takes cap of what is free after the rest.
 		headroom = (1 - e.cap) * math.Max(c-w-a-ctx-comm, 0)
 	case EngineSGLang:
-		// Weights and KV under the cap; the rest holds the others.
-		headroom = math.Max((1-e.cap)*c-a-ctx-comm, 0)
+		// The cap is of the memory free before the model loads, after the
+		// CUDA context and the collectives' set-up: the KV cache takes
+		// what the weights leave of cap x that, and activations and
+		// graphs live in the rest (sglang/srt/model_executor,
+		// profile_max_num_token: available after the load less
+		// (1 - mem_fraction_static) x the pre-load free memory).
+		headroom = math.Max((1-e.cap)*(c-ctx-comm)-a, 0)
 	default:
 		// Under the cap all but the context and graphs, which use the
 		// memory the cap leaves.
