@@ -389,6 +389,9 @@ type Stack struct {
 	RetiredAt *time.Time        `json:"retired_at"`
 	// Nodes is read-only: the nodes that run the stack's versions now.
 	Nodes []string `json:"nodes"`
+	// Incompatible is read-only: what the compatibility rules say cannot
+	// work with the stack on the GPU models of the fleet, one line each.
+	Incompatible []string `json:"incompatible,omitempty"`
 }
 
 // Stack states.

@@ -513,9 +513,9 @@ func (c *Client) Stacks(ctx context.Context) ([]gpufleet.Stack, error) {
 }
 
 // CreateStack records a stack (admin); the same versions again return it.
-func (c *Client) CreateStack(ctx context.Context, st gpufleet.Stack) (gpufleet.Stack, error) {
+func (c *Client) CreateStack(ctx context.Context, req CreateStackRequest) (gpufleet.Stack, error) {
 	var out gpufleet.Stack
-	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks", body: st, idempotent: true}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/stacks", body: req, idempotent: true}, &out)
 	return out, err
 }
 

@@ -453,7 +453,8 @@ func (s *memService) Stacks(context.Context, Principal) ([]gpufleet.Stack, error
 	return slices.Clone(s.stacks), nil
 }
 
-func (s *memService) CreateStack(_ context.Context, p Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+func (s *memService) CreateStack(_ context.Context, p Principal, req CreateStackRequest) (gpufleet.Stack, error) {
+	st := req.Stack
 	if p.Role != gpufleet.RoleAdmin {
 		return st, ErrForbidden
 	}

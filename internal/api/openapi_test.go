@@ -130,7 +130,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AttemptNode": gpufleet.AttemptNode{}, "QueueEntry": gpufleet.QueueEntry{}, "RunEstimate": gpufleet.RunEstimate{}, "Node": gpufleet.Node{}, "NodeGPU": gpufleet.NodeGPU{},
 		"MIGInstance": gpufleet.MIGInstance{}, "Team": gpufleet.Team{}, "Class": gpufleet.Class{}, "Token": gpufleet.Token{},
 		"Event": gpufleet.Event{}, "SubmitRequest": SubmitRequest{}, "ModelRequest": ModelRequest{}, "SubmitResponse": SubmitResponse{},
-		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{}, "Rack": gpufleet.Rack{}, "PutRackRequest": PutRackRequest{}, "RackList": RackList{}, "WorkCounter": gpufleet.WorkCounter{},
+		"JobList": JobList{}, "QueueList": QueueList{}, "NodeList": NodeList{}, "TeamList": TeamList{}, "ClassList": ClassList{}, "Rack": gpufleet.Rack{}, "PutRackRequest": PutRackRequest{}, "CreateStackRequest": CreateStackRequest{}, "RackList": RackList{}, "WorkCounter": gpufleet.WorkCounter{},
 		"TokenList": TokenList{}, "EventList": EventList{}, "TeamRequest": TeamRequest{}, "TokenRequest": TokenRequest{},
 		"JoinTokenRequest": JoinTokenRequest{}, "JoinTokenResponse": JoinTokenResponse{}, "UsageReport": UsageReport{}, "PlanResponse": PlanResponse{},
 		"TeamUsage": TeamUsage{}, "EnergyRow": EnergyRow{}, "RegisterRequest": RegisterRequest{}, "RegisterResponse": RegisterResponse{},

@@ -339,11 +339,11 @@ func (h *handler) listStacks(w http.ResponseWriter, r *http.Request, p Principal
 }
 
 func (h *handler) createStack(w http.ResponseWriter, r *http.Request, p Principal) error {
-	var st gpufleet.Stack
-	if err := decodeStrict(r, &st); err != nil {
+	var req CreateStackRequest
+	if err := decodeStrict(r, &req); err != nil {
 		return err
 	}
-	out, err := h.svc.CreateStack(r.Context(), p, st)
+	out, err := h.svc.CreateStack(r.Context(), p, req)
 	if err != nil {
 		return err
 	}

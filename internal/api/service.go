@@ -232,7 +232,7 @@ type Service interface {
 	// GPU model from its nodes' evidence (admin); RetireStack retires one
 	// (admin); StackCheck judges every node's stack by the rules.
 	Stacks(ctx context.Context, p Principal) ([]gpufleet.Stack, error)
-	CreateStack(ctx context.Context, p Principal, st gpufleet.Stack) (gpufleet.Stack, error)
+	CreateStack(ctx context.Context, p Principal, req CreateStackRequest) (gpufleet.Stack, error)
 	ValidateStack(ctx context.Context, p Principal, name, gpuModel string, bake time.Duration) (gpufleet.Stack, error)
 	RetireStack(ctx context.Context, p Principal, name string) error
 	StackCheck(ctx context.Context, p Principal) ([]NodeStack, error)

@@ -43,6 +43,14 @@ type PutRackRequest struct {
 	Force bool `json:"force,omitempty"`
 }
 
+// CreateStackRequest is the body of POST /api/v1/stacks: the stack, and
+// Force to record one the compatibility rules say works on none of the
+// fleet's GPU models (refused without it, 422 unsatisfiable).
+type CreateStackRequest struct {
+	gpufleet.Stack
+	Force bool `json:"force,omitempty"`
+}
+
 // RackList is a page of racks.
 type RackList struct {
 	Racks     []gpufleet.Rack `json:"racks"`
@@ -98,6 +106,16 @@ type RolloutRequest struct {
 	BakeS          *float64          `json:"bake_s,omitempty"`
 	UpdateTimeoutS *float64          `json:"update_timeout_s,omitempty"`
 	UpdateCommand  string            `json:"update_command,omitempty"`
+	// MaxUnavailablePercent is max_unavailable as a share of the selected
+	// nodes (rounded up); give one of the two.
+	MaxUnavailablePercent float64 `json:"max_unavailable_percent,omitempty"`
+	// DrainPolicy is wait, timeout:DURATION or now (default timeout:1h);
+	// OnHalt pause or rollback (default pause).
+	DrainPolicy string `json:"drain_policy,omitempty"`
+	OnHalt      string `json:"on_halt,omitempty"`
+	// Force starts a rollout the pre-flight check refuses, with its
+	// findings kept as the rollout's warnings.
+	Force bool `json:"force,omitempty"`
 }
 
 // Validate checks a rollout request's fields, naming the first bad one.
@@ -110,6 +128,24 @@ func (r RolloutRequest) Validate() error {
 	}
 	if err := gpufleet.ValidateCount("max_unavailable", r.MaxUnavailable, 0, gpufleet.MaxFleetNodes); err != nil {
 		return err
+	}
+	if r.MaxUnavailablePercent != 0 {
+		if !(r.MaxUnavailablePercent > 0 && r.MaxUnavailablePercent <= 100) {
+			return fmt.Errorf("%w: max_unavailable_percent %g: expected above 0 up to 100", gpufleet.ErrInvalid, r.MaxUnavailablePercent)
+		}
+		if r.MaxUnavailable != 0 {
+			return fmt.Errorf("%w: max_unavailable and max_unavailable_percent: give one", gpufleet.ErrInvalid)
+		}
+	}
+	if r.DrainPolicy != "" {
+		if _, err := rollout.ParseDrainPolicy(r.DrainPolicy); err != nil {
+			return err
+		}
+	}
+	if r.OnHalt != "" {
+		if _, err := rollout.ParseOnHalt(r.OnHalt); err != nil {
+			return err
+		}
 	}
 	if len(r.Waves) > 100 {
 		return fmt.Errorf("%w: waves: %d, at most 100", gpufleet.ErrInvalid, len(r.Waves))

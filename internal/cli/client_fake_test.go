@@ -336,7 +336,8 @@ func (f *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, 
 	return f.stacks, nil
 }
 
-func (f *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+func (f *fakeService) CreateStack(_ context.Context, _ api.Principal, req api.CreateStackRequest) (gpufleet.Stack, error) {
+	st := req.Stack
 	if err := st.Validate(); err != nil {
 		return st, err
 	}

@@ -23,14 +23,29 @@ func newRolloutCmd(c *clientEnv) *cobra.Command {
 	}
 	var (
 		stackName, gpuModel, waves, updateCommand string
+		maxUnavailable, drainPolicy, onHalt       string
 		selector                                  []string
-		canary, maxUnavailable                    int
+		canary                                    int
 		bake, updateTimeout                       time.Duration
+		force                                     bool
 	)
 	start := &cobra.Command{
-		Use:   "start --stack NAME (--gpu-model M | --selector KEY=VALUE) [--canary 1] [--waves 10%,50%,100%] [--max-unavailable 1] [--bake 30m] [--update-command CMD]",
+		Use:   "start --stack NAME (--gpu-model M | --selector KEY=VALUE) [--canary 1] [--waves 10%,50%,100%] [--max-unavailable 1|25%] [--drain-policy timeout:1h] [--on-halt pause] [--bake 30m] [--update-command CMD] [--force]",
 		Short: "Start a rollout (admin)",
-		Args:  cobra.NoArgs,
+		Long: `Start a rollout (admin).
+
+Before any node is touched, the compatibility rules judge the stack on every
+targeted node as it would be after the update; a stack they say cannot work
+there is refused (exit 4), naming the nodes and the rule, unless --force
+(the findings are then kept as the rollout's warnings).
+
+--drain-policy says what a node's running work gets before its update:
+wait (cordon the node and let its jobs finish, however long), timeout:DUR
+(wait up to DUR, then stop what still runs with each job's grace; the
+default, timeout:1h) or now (stop it at once with its grace).
+--on-halt says what a failed gate does: pause (stop and wait for the
+operator, the default) or rollback (roll every updated node back at once).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if stackName == "" {
 				return usageErr("--stack: required")
@@ -46,8 +61,18 @@ func newRolloutCmd(c *clientEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			count, pct, err := rollout.ParseMaxUnavailable(maxUnavailable)
+			if err != nil {
+				return usageErr("--max-unavailable: %v", err)
+			}
+			if _, err := rollout.ParseDrainPolicy(drainPolicy); err != nil {
+				return usageErr("--drain-policy: %v", err)
+			}
+			if _, err := rollout.ParseOnHalt(onHalt); err != nil {
+				return usageErr("--on-halt: %v", err)
+			}
 			req := api.RolloutRequest{Stack: stackName, GPUModel: gpuModel, Selector: sel, Canary: canary, Waves: w,
-				MaxUnavailable: maxUnavailable, UpdateCommand: updateCommand}
+				MaxUnavailable: count, MaxUnavailablePercent: pct, DrainPolicy: drainPolicy, OnHalt: onHalt, Force: force, UpdateCommand: updateCommand}
 			b, t := bake.Seconds(), updateTimeout.Seconds()
 			req.BakeS, req.UpdateTimeoutS = &b, &t
 			cl, err := c.client(cmd)
@@ -66,7 +91,10 @@ func newRolloutCmd(c *clientEnv) *cobra.Command {
 	start.Flags().StringArrayVar(&selector, "selector", nil, "only nodes with this label KEY=VALUE (repeatable)")
 	start.Flags().IntVar(&canary, "canary", 1, "nodes updated first, alone")
 	start.Flags().StringVar(&waves, "waves", "100%", "cumulative shares of the other nodes per wave, such as 10%,50%,100%")
-	start.Flags().IntVar(&maxUnavailable, "max-unavailable", 1, "nodes out of service at once")
+	start.Flags().StringVar(&maxUnavailable, "max-unavailable", "1", "nodes out of service at once: a count, or a share of the selected nodes such as 25% (rounded up)")
+	start.Flags().StringVar(&drainPolicy, "drain-policy", rollout.DefaultDrainPolicy.String(), "wait, timeout:DURATION or now: what a node's running jobs get before its update")
+	start.Flags().StringVar(&onHalt, "on-halt", string(rollout.HaltPause), "pause or rollback: what a failed gate does")
+	start.Flags().BoolVar(&force, "force", false, "start even when the compatibility rules say the stack cannot work on targeted nodes")
 	start.Flags().DurationVar(&bake, "bake", rollout.DefaultBake, "how long an updated node stays healthy before it returns to service")
 	start.Flags().DurationVar(&updateTimeout, "update-timeout", rollout.DefaultUpdateTimeout, "how long a node may take to come back on the stack")
 	start.Flags().StringVar(&updateCommand, "update-command", "", "the command each agent runs to update its node (sh -c; the target versions in GPUFLEET_STACK_<COMPONENT>); simulated GPUs need none")
@@ -208,11 +236,26 @@ func (c *clientEnv) showRollout(r rollout.Rollout) error {
 	switch {
 	case r.Wave == 0:
 		wave = "the canary"
+	case r.Wave > len(r.Waves) && r.State == rollout.RolledBack:
+		wave = "every updated node rolled back"
 	case r.Wave > len(r.Waves):
 		wave = "every wave through"
 	}
-	fmt.Fprintf(c.stdout, "\n  %s, canary %d, max unavailable %d, bake %s\n", wave, r.Canary, r.MaxUnavailable,
-		time.Duration(r.BakeS*float64(time.Second)))
+	maxU := strconv.Itoa(r.MaxUnavailable)
+	if r.MaxUnavailablePercent > 0 {
+		maxU = fmt.Sprintf("%d (%g%%)", r.MaxUnavailable, r.MaxUnavailablePercent)
+	}
+	fmt.Fprintf(c.stdout, "\n  %s, canary %d, max unavailable %s, bake %s", wave, r.Canary, maxU, time.Duration(r.BakeS*float64(time.Second)))
+	if r.DrainPolicy.Mode != "" {
+		fmt.Fprintf(c.stdout, ", drain %s, on halt %s", r.DrainPolicy, orDash(string(r.OnHalt)))
+	}
+	fmt.Fprintln(c.stdout)
+	if r.Halt != "" && r.State != rollout.Halted {
+		fmt.Fprintf(c.stdout, "  halted: %s\n", r.Halt)
+	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(c.stdout, "  warning: %s\n", w)
+	}
 	t := newTable(c.stdout, "NODE", "WAVE", "PHASE", "SINCE", "REASON")
 	for _, n := range r.Nodes {
 		since := "-"

@@ -22,9 +22,15 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 	}
 	var versions []string
 	var notes string
+	var force bool
 	create := &cobra.Command{
-		Use:   "create NAME --version driver=550.54.15 --version cuda=12.4 [--version torch=2.5.1+cu124] [--notes TEXT]",
+		Use:   "create NAME --version driver=550.54.15 --version cuda=12.4 [--version torch=2.5.1+cu124] [--notes TEXT] [--force]",
 		Short: "Record a stack (admin): a candidate until nodes of a GPU model run it and it validates",
+		Long: `Record a stack (admin): a candidate until nodes of a GPU model run it and it validates.
+
+The compatibility rules judge it first on every GPU model of the fleet. A
+stack that works on none of them is refused (exit 4) unless --force; the
+models it cannot work on are printed as warnings on stderr.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
@@ -39,13 +45,17 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 			if err := st.Validate(); err != nil {
 				return err
 			}
-			out, err := cl.CreateStack(cmd.Context(), st)
+			out, err := cl.CreateStack(cmd.Context(), api.CreateStackRequest{Stack: st, Force: force})
 			if err != nil {
 				return err
+			}
+			for _, w := range out.Incompatible {
+				fmt.Fprintf(c.stderr, "warning: stack %s: %s\n", out.Name, w)
 			}
 			return c.showStack(out)
 		},
 	}
+	create.Flags().BoolVar(&force, "force", false, "record it even when the compatibility rules say it works on none of the fleet's GPU models")
 	create.Flags().StringArrayVar(&versions, "version", nil, "COMPONENT=VERSION: driver, cuda, cuda_toolkit, cudnn, nccl, torch, vbios, inforom, gsp, fabric_manager, kernel (repeatable)")
 	create.Flags().StringVar(&notes, "notes", "", "what the stack is for")
 	list := &cobra.Command{
@@ -170,6 +180,9 @@ func (c *clientEnv) showStack(st gpufleet.Stack) error {
 		fmt.Fprintf(c.stdout, "  validated for %s on %s by %s, %s: %s\n", v.GPUModel, strings.Join(v.Nodes, ", "), v.ApprovedBy, v.At.Format("2006-01-02 15:04"), v.Evidence)
 	}
 	fmt.Fprintf(c.stdout, "  nodes running it: %s\n", orDash(strings.Join(st.Nodes, ", ")))
+	for _, x := range st.Incompatible {
+		fmt.Fprintf(c.stdout, "  cannot work: %s\n", x)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,7 +42,7 @@ func TestRolloutSurvivesServerKill(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := f.admin.CreateStack(ctx, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+	if _, err := f.admin.CreateStack(ctx, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}}); err != nil {
 		t.Fatal(err)
 	}
 	bake := 3.0
@@ -112,10 +113,13 @@ func TestRolloutSurvivesServerKill(t *testing.T) {
 		t.Errorf("%d rollout.step events, %v", steps, err)
 	}
 
-	if _, err := f.admin.CreateStack(ctx, gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}); err != nil {
+	if _, err := f.admin.CreateStack(ctx, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}, Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	bad, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	if _, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake}); !errors.Is(err, gpufleet.ErrUnsatisfiable) {
+		t.Fatalf("rollout start of CUDA toolkit 11.7 on Ada: %v, want refused before any drain", err)
+	}
+	bad, err := f.admin.StartRollout(ctx, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +170,7 @@ func TestRolloutHaltsOnABadDriver(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := f.admin.CreateStack(ctx, gpufleet.Stack{Name: "r565", Versions: map[string]string{"driver": "565.57.01", "cuda": "12.7"}}); err != nil {
+	if _, err := f.admin.CreateStack(ctx, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "r565", Versions: map[string]string{"driver": "565.57.01", "cuda": "12.7"}}}); err != nil {
 		t.Fatal(err)
 	}
 	bake := 3.0

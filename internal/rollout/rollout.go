@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet"
@@ -36,13 +37,16 @@ type Phase string
 
 // Node phases, in order.
 const (
-	Pending    Phase = "pending"
-	Draining   Phase = "draining"   // cordoned, running work stopping
-	Updating   Phase = "updating"   // the agent runs the update
-	Validating Phase = "validating" // on the new stack: the return-to-service check runs
-	Baking     Phase = "baking"     // validated, back in service; health watched
-	Complete   Phase = "complete"   // baked
-	Failed     Phase = "failed"     // a gate failed; kept out of service
+	Pending Phase = "pending"
+	// WaitingForJobs: cordoned (no new work), its running work left to
+	// finish on its own, by the drain policy wait or timeout.
+	WaitingForJobs Phase = "waiting_for_jobs"
+	Draining       Phase = "draining"   // cordoned, running work stopping
+	Updating       Phase = "updating"   // the agent runs the update
+	Validating     Phase = "validating" // on the new stack: the return-to-service check runs
+	Baking         Phase = "baking"     // validated, back in service; health watched
+	Complete       Phase = "complete"   // baked
+	Failed         Phase = "failed"     // a gate failed; kept out of service
 )
 
 // Node is one node of a rollout.
@@ -73,9 +77,22 @@ type Rollout struct {
 	Selector map[string]string `json:"selector"`
 	// Canary nodes go first, alone; Waves are then the cumulative shares
 	// of the rest (0.1, 0.5, 1).
-	Canary         int       `json:"canary"`
-	Waves          []float64 `json:"waves"`
-	MaxUnavailable int       `json:"max_unavailable"`
+	Canary int       `json:"canary"`
+	Waves  []float64 `json:"waves"`
+	// MaxUnavailable is how many nodes may be out of service at once;
+	// MaxUnavailablePercent, when set, is the share of the selection it
+	// was resolved from (rounded up, at least 1).
+	MaxUnavailable        int     `json:"max_unavailable"`
+	MaxUnavailablePercent float64 `json:"max_unavailable_percent,omitempty"`
+	// DrainPolicy is what a node's running work gets before its update;
+	// OnHalt what a failed gate does.
+	DrainPolicy DrainPolicy `json:"drain_policy"`
+	OnHalt      OnHalt      `json:"on_halt"`
+	// Halt is why the rollout halted, kept through its rollback.
+	Halt string `json:"halt,omitempty"`
+	// Warnings are what the pre-flight check found incompatible when the
+	// rollout was started anyway (forced).
+	Warnings []string `json:"warnings,omitempty"`
 	// BakeS is how long each updated node must stay healthy on the stack
 	// before it returns to service; UpdateTimeoutS how long it may take
 	// to come back on the target versions after its update was ordered.
@@ -124,8 +141,17 @@ func Plan(r *Rollout, nodes []string) error {
 			return fmt.Errorf("%w: waves: the last must be 1 (every node)", gpufleet.ErrInvalid)
 		}
 	}
+	if r.MaxUnavailablePercent > 0 {
+		r.MaxUnavailable = unavailableOf(r.MaxUnavailablePercent, len(nodes))
+	}
 	if r.MaxUnavailable <= 0 {
 		r.MaxUnavailable = 1
+	}
+	if r.DrainPolicy.Mode == "" {
+		r.DrainPolicy = DefaultDrainPolicy
+	}
+	if r.OnHalt == "" {
+		r.OnHalt = HaltPause
 	}
 	if !(r.BakeS > 0) {
 		r.BakeS = DefaultBake.Seconds()
@@ -192,11 +218,12 @@ const (
 )
 
 // Step advances a rollout by what the fleet shows at now. Nodes missing
-// from views count as gone (their step fails).
+// from views count as gone (their step fails). A paused rollout carries
+// its nodes in flight through their steps and starts no other.
 func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 	r.Nodes = slices.Clone(r.Nodes)
 	var acts []Action
-	if r.State != Running && r.State != RollingBack {
+	if !r.moving() {
 		return r, nil
 	}
 	target := r.Target
@@ -207,6 +234,17 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			target = n.Previous
 		}
 		switch n.Phase {
+		case WaitingForJobs:
+			switch {
+			case !ok:
+				fail(n, now, "the node left the fleet")
+			case v.Running == 0:
+				n.Phase, n.Since, n.Updates = Updating, now, n.Updates+1
+			case r.DrainPolicy.Mode == DrainTimeout && now.Sub(n.Since) >= r.DrainPolicy.Timeout:
+				n.Phase, n.Since = Draining, now
+				acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: %d attempts still ran after %s: stopping them with their grace, %s",
+					r.ID, v.Running, gpufleet.FormatDuration(r.DrainPolicy.Timeout), r.direction(*n))})
+			}
 		case Draining:
 			switch {
 			case !ok:
@@ -256,7 +294,15 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 		}
 	}
 	if i := slices.IndexFunc(r.Nodes, func(n Node) bool { return n.Phase == Failed }); i >= 0 {
+		back := r.State == RollingBack
 		r.State, r.Reason = Halted, fmt.Sprintf("node %s failed a gate: %s", r.Nodes[i].Name, r.Nodes[i].Reason)
+		r.Halt = r.Reason
+		if r.OnHalt == HaltRollback && !back {
+			if rb, err := Rollback(r, now); err == nil {
+				rb.Reason = r.Reason + "; rolling back its updated nodes (on halt: rollback)"
+				return rb, acts
+			}
+		}
 		return r, acts
 	}
 	// The wave is through when its nodes are complete: start the next.
@@ -271,10 +317,13 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 		}
 		return r, acts
 	}
+	if r.State == Paused {
+		return r, acts // the nodes in flight went on; no other starts
+	}
 	// Start pending nodes of the wave while unavailability allows.
 	busy := 0
 	for _, n := range r.Nodes {
-		if n.Phase == Draining || n.Phase == Updating || n.Phase == Validating {
+		if n.Phase == WaitingForJobs || n.Phase == Draining || n.Phase == Updating || n.Phase == Validating {
 			busy++ // out of service (a baking node is back in it)
 		}
 	}
@@ -312,11 +361,22 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 		if r.State == Running {
 			n.Previous = v.Versions
 		}
-		n.Phase, n.Since, n.Waiting = Draining, now, ""
+		n.Since, n.Waiting = now, ""
 		busy++
+		if r.DrainPolicy.waits() {
+			n.Phase = WaitingForJobs
+			acts = append(acts, Action{Kind: Cordon, Node: n.Name, Reason: fmt.Sprintf("rollout %s: cordoned, %s, before %s (wave %d)", r.ID, r.DrainPolicy.words(), r.direction(*n), r.Wave)})
+			continue
+		}
+		n.Phase = Draining
 		acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: %s (wave %d)", r.ID, r.direction(*n), r.Wave)})
 	}
 	return r, acts
+}
+
+// moving reports whether the leader steps the rollout.
+func (r *Rollout) moving() bool {
+	return r.State == Running || r.State == RollingBack || r.State == Paused
 }
 
 // Rollback turns a halted, aborted or done rollout around: every node it
@@ -343,6 +403,49 @@ func Rollback(r Rollout, now time.Time) (Rollout, error) {
 	return r, nil
 }
 
+// Abort stops a running, paused or halted rollout for good. Nothing is
+// undone: its reason says what it leaves, node by node (updated,
+// cordoned on the stack after a failed gate, out of service mid-step, not
+// started), and how to undo it.
+func Abort(r Rollout, by string, now time.Time) (Rollout, error) {
+	switch r.State {
+	case Running, Paused, Halted:
+	default:
+		return r, fmt.Errorf("%w: rollout %s is %s: nothing to abort", gpufleet.ErrInvalid, r.ID, r.State)
+	}
+	var updated, failed, inFlight, untouched []string
+	for _, n := range r.Nodes {
+		switch n.Phase {
+		case Pending:
+			untouched = append(untouched, n.Name)
+		case Complete, Baking:
+			updated = append(updated, n.Name)
+		case Failed:
+			failed = append(failed, n.Name+" ("+n.Reason+")")
+		default:
+			inFlight = append(inFlight, fmt.Sprintf("%s (%s)", n.Name, n.Phase))
+		}
+	}
+	parts := []string{"aborted by " + by}
+	if len(updated) > 0 {
+		parts = append(parts, fmt.Sprintf("it leaves %s on stack %s (%s), in service", strings.Join(updated, ", "), r.Stack, gpufleet.VersionsText(r.Target)))
+	}
+	if len(failed) > 0 {
+		parts = append(parts, fmt.Sprintf("%s failed a gate and stay cordoned", strings.Join(failed, ", ")))
+	}
+	if len(inFlight) > 0 {
+		parts = append(parts, fmt.Sprintf("%s stay out of service mid-step (gpufleet uncordon NODE returns one as it is)", strings.Join(inFlight, ", ")))
+	}
+	if len(untouched) > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes were not started", len(untouched)))
+	}
+	if len(updated)+len(failed)+len(inFlight) > 0 {
+		parts = append(parts, fmt.Sprintf("`gpufleet rollout rollback %s` returns every node it touched to its versions before the update", r.ID))
+	}
+	r.State, r.Reason, r.UpdatedAt = Aborted, strings.Join(parts, "; "), now
+	return r, nil
+}
+
 // UpdateOrder is what an agent is told to run: a key it runs once, the
 // command and the versions to reach.
 type UpdateOrder struct {
@@ -354,7 +457,7 @@ type UpdateOrder struct {
 // Order is the update a node should run now, if any: while it is in the
 // updating phase.
 func (r *Rollout) Order(node string) (UpdateOrder, bool) {
-	if r.State != Running && r.State != RollingBack {
+	if !r.moving() {
 		return UpdateOrder{}, false
 	}
 	i := slices.IndexFunc(r.Nodes, func(n Node) bool { return n.Name == node })

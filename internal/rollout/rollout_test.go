@@ -96,7 +96,7 @@ func run(t *testing.T, r Rollout, f *fleet, from time.Time, steps int) (Rollout,
 func newRollout(t *testing.T, nodes ...string) Rollout {
 	t.Helper()
 	r := Rollout{ID: "r1", Stack: "prod-550", Target: map[string]string{"driver": "550.54.15", "cuda": "12.4"},
-		Canary: 1, Waves: []float64{0.5, 1}, MaxUnavailable: 2, BakeS: 600, CreatedAt: t0}
+		Canary: 1, Waves: []float64{0.5, 1}, MaxUnavailable: 2, BakeS: 600, CreatedAt: t0, DrainPolicy: DrainPolicy{Mode: DrainNow}}
 	if err := Plan(&r, nodes); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestResumeFromTheStoredState(t *testing.T) {
 // production spare away waits, saying why, until it would not.
 func TestProductionLastAndTheSpare(t *testing.T) {
 	f := newFleet("a", "b", "c")
-	r := Rollout{ID: "r1", Stack: "s", Target: map[string]string{"driver": "550.54.15"}, Waves: []float64{1}, MaxUnavailable: 1, BakeS: 60}
+	r := Rollout{ID: "r1", Stack: "s", Target: map[string]string{"driver": "550.54.15"}, Waves: []float64{1}, MaxUnavailable: 1, BakeS: 60, DrainPolicy: DrainPolicy{Mode: DrainNow}}
 	if err := Plan(&r, []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ func (s *Server) StartRollout(ctx context.Context, p api.Principal, req api.Roll
 		}
 	}
 	var selected []string
+	var targets []rollout.Target
 	for _, n := range nodes {
 		if model != "" && !slices.ContainsFunc(n.GPUs, func(g gpufleet.NodeGPU) bool { return g.Model == model }) {
 			continue
@@ -67,11 +68,30 @@ func (s *Server) StartRollout(ctx context.Context, p api.Principal, req api.Roll
 			return rollout.Rollout{}, fmt.Errorf("%w: node %s is in rollout %s: finish or abort it first", gpufleet.ErrInvalid, n.Name, id)
 		}
 		selected = append(selected, n.Name)
+		targets = append(targets, s.target(n))
 	}
 	now := s.now()
 	r := rollout.Rollout{ID: "ro-" + randomString(8), Stack: st.Name, Target: st.Versions, GPUModel: model, Selector: req.Selector,
-		Canary: req.Canary, Waves: req.Waves, MaxUnavailable: req.MaxUnavailable, UpdateCommand: req.UpdateCommand,
-		CreatedBy: actor(p), CreatedAt: now, UpdatedAt: now}
+		Canary: req.Canary, Waves: req.Waves, MaxUnavailable: req.MaxUnavailable, MaxUnavailablePercent: req.MaxUnavailablePercent,
+		UpdateCommand: req.UpdateCommand, CreatedBy: actor(p), CreatedAt: now, UpdatedAt: now}
+	if req.DrainPolicy != "" {
+		if r.DrainPolicy, err = rollout.ParseDrainPolicy(req.DrainPolicy); err != nil {
+			return rollout.Rollout{}, err
+		}
+	}
+	if req.OnHalt != "" {
+		if r.OnHalt, err = rollout.ParseOnHalt(req.OnHalt); err != nil {
+			return rollout.Rollout{}, err
+		}
+	}
+	if blockers := rollout.Preflight(st.Versions, targets); len(blockers) > 0 {
+		if !req.Force {
+			return rollout.Rollout{}, rollout.PreflightError(st.Name, blockers, len(targets))
+		}
+		for _, b := range blockers {
+			r.Warnings = append(r.Warnings, "started with --force although the rules say: "+b.String())
+		}
+	}
 	if req.BakeS != nil {
 		r.BakeS = *req.BakeS
 	}
@@ -81,8 +101,11 @@ func (s *Server) StartRollout(ctx context.Context, p api.Principal, req api.Roll
 	if err := rollout.Plan(&r, selected); err != nil {
 		return r, err
 	}
-	detail := fmt.Sprintf("stack %s on %d nodes (canary %d, waves %v, max unavailable %d, bake %s)", r.Stack, len(r.Nodes), r.Canary, r.Waves,
-		r.MaxUnavailable, time.Duration(r.BakeS*float64(time.Second)))
+	detail := fmt.Sprintf("stack %s on %d nodes (canary %d, waves %v, max unavailable %d, bake %s, drain %s, on halt %s)", r.Stack, len(r.Nodes), r.Canary, r.Waves,
+		r.MaxUnavailable, time.Duration(r.BakeS*float64(time.Second)), r.DrainPolicy, r.OnHalt)
+	for _, w := range r.Warnings {
+		detail += "; " + w
+	}
 	if err := s.st.PutRollout(ctx, r, actor(p), detail); err != nil {
 		return r, err
 	}
@@ -106,8 +129,8 @@ func (s *Server) Rollout(ctx context.Context, p api.Principal, id string) (rollo
 	return s.st.Rollout(ctx, id)
 }
 
-// RolloutAction pauses (no new node starts; those in flight finish),
-// resumes, aborts (stops for good; nodes in flight stay as they are) or
+// RolloutAction pauses (no new node starts; those in flight finish their
+// step), resumes, aborts (stops for good, saying what it leaves) or
 // rolls back (every updated node to its previous versions) a rollout
 // (admin).
 func (s *Server) RolloutAction(ctx context.Context, p api.Principal, id, action string) (rollout.Rollout, error) {
@@ -131,10 +154,9 @@ func (s *Server) RolloutAction(ctx context.Context, p api.Principal, id, action 
 		}
 		r.State = rollout.Running
 	case "abort":
-		if r.State != rollout.Running && r.State != rollout.Paused && r.State != rollout.Halted {
-			return r, fmt.Errorf("%w: rollout %s is %s: nothing to abort", gpufleet.ErrInvalid, id, r.State)
+		if r, err = rollout.Abort(r, actor(p), now); err != nil {
+			return r, err
 		}
-		r.State, r.Reason = rollout.Aborted, "aborted by "+actor(p)
 	case "rollback":
 		if r, err = rollout.Rollback(r, now); err != nil {
 			return r, err
@@ -255,6 +277,17 @@ func (s *Server) stepRollouts(ctx context.Context, jobs []gpufleet.Job, m *nodeM
 	}
 	s.setRollouts(active)
 	return nil
+}
+
+// target is a node as the rollouts' pre-flight check sees it.
+func (s *Server) target(n gpufleet.Node) rollout.Target {
+	t := rollout.Target{Name: n.Name, Versions: n.Versions, CCs: s.capabilities(n)}
+	for _, g := range n.GPUs {
+		if !slices.Contains(t.Models, g.Model) {
+			t.Models = append(t.Models, g.Model)
+		}
+	}
+	return t
 }
 
 // rolloutChanged reports whether a step changed a rollout's state.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"database/sql"
+	"errors"
 	"log/slog"
 	"maps"
 	"net/http/httptest"
@@ -75,7 +76,7 @@ func TestRolloutThroughTheServer(t *testing.T) {
 		agents.nodes[n] = f.registerVersions(n, "l4", old)
 		agents.versions[n] = maps.Clone(old)
 	}
-	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+	if _, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}}); err != nil {
 		t.Fatal(err)
 	}
 	a := f.team("team-a", nil)
@@ -127,13 +128,34 @@ func TestRolloutThroughTheServer(t *testing.T) {
 		}
 	}
 
-	// A stack the L4s cannot run halts at the canary.
-	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}); err != nil {
-		t.Fatal(err)
+	// A stack the L4s cannot run (CUDA toolkit 11.7 on Ada, sm_89) is
+	// refused at create, where it works on none of the fleet's models,
+	// and at rollout start, before any node is touched; forced, it halts
+	// at the canary.
+	badStack := gpufleet.Stack{Name: "bad", Versions: map[string]string{"driver": "560.28.03", "cuda": "12.6", "cuda_toolkit": "11.7"}}
+	if _, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: badStack}); !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), "l4") {
+		t.Fatalf("create of a stack no GPU model of the fleet can run: %v", err)
 	}
-	r, err = f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake})
-	if err != nil {
-		t.Fatal(err)
+	created, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: badStack, Force: true})
+	if err != nil || len(created.Incompatible) == 0 || !strings.Contains(created.Incompatible[0], "CUDA toolkit 11.7 cannot run on Ada") {
+		t.Fatalf("forced create: %v, incompatible %q", err, created.Incompatible)
+	}
+	_, err = f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake})
+	if !errors.Is(err, gpufleet.ErrUnsatisfiable) || !strings.Contains(err.Error(), "cannot work on 3 of the 3 targeted nodes") || !strings.Contains(err.Error(), "l1, l2, l3") {
+		t.Fatalf("rollout start of a stack the rules refuse: %v", err)
+	}
+	if all, _ := f.srv.Rollouts(ctx, f.admin); len(all) != 1 {
+		t.Fatalf("%d rollouts after the refusal, want the first one only", len(all))
+	}
+	nodes, _ = f.srv.Nodes(ctx, f.admin)
+	for _, n := range nodes {
+		if n.State != gpufleet.NodeReady {
+			t.Fatalf("%s is %s after a refused rollout", n.Name, n.State)
+		}
+	}
+	r, err = f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "bad", GPUModel: "l4", Canary: 1, BakeS: &bake, Force: true})
+	if err != nil || len(r.Warnings) != 1 {
+		t.Fatalf("forced start: %v, warnings %q", err, r.Warnings)
 	}
 	for range 100 {
 		step()
@@ -190,7 +212,7 @@ func TestRolloutKeepsTheProductionSpare(t *testing.T) {
 		agents.versions[n] = maps.Clone(old)
 	}
 	f.srv.cfg.Spare = map[string]int{"l4": 9} // 16 free: taking either node out leaves 8
-	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+	if _, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}}); err != nil {
 		t.Fatal(err)
 	}
 	bake := 10.0
@@ -230,7 +252,7 @@ func TestUnreadableRolloutHaltsAlone(t *testing.T) {
 	old := map[string]string{"driver": "550.54.15", "cuda": "12.4"}
 	f.registerVersions("l1", "l4", old)
 	f.registerVersions("l2", "l4", old)
-	if _, err := f.srv.CreateStack(ctx, f.admin, gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}); err != nil {
+	if _, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: gpufleet.Stack{Name: "prod-555", Versions: map[string]string{"driver": "555.42.02", "cuda": "12.5"}}}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := f.srv.StartRollout(ctx, f.admin, api.RolloutRequest{Stack: "prod-555", GPUModel: "l4", Canary: 1})

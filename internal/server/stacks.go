@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/rollout"
 	"github.com/gpufleet/gpufleet/internal/stack"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -26,29 +27,90 @@ func (s *Server) Stacks(ctx context.Context, p api.Principal) ([]gpufleet.Stack,
 	if err != nil {
 		return nil, err
 	}
+	models := s.fleetModels(nodes)
 	for i := range stacks {
 		stacks[i].Nodes = runningStack(stacks[i], nodes)
+		stacks[i].Incompatible = lines(s.modelBlockers(stacks[i].Versions, models))
 	}
 	return stacks, nil
 }
 
-// CreateStack records a stack (admin), a candidate until validated.
-func (s *Server) CreateStack(ctx context.Context, p api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
+// CreateStack records a stack (admin), a candidate until validated. The
+// compatibility rules judge it first on every GPU model of the fleet: one
+// that works on none is refused unless forced, and the stack returned
+// says on which models it cannot work.
+func (s *Server) CreateStack(ctx context.Context, p api.Principal, req api.CreateStackRequest) (gpufleet.Stack, error) {
 	if err := requireAdmin(p); err != nil {
 		return gpufleet.Stack{}, err
 	}
-	out, err := s.st.CreateStack(ctx, gpufleet.Stack{Name: st.Name, Versions: st.Versions, Notes: st.Notes}, actor(p))
+	nodes, err := s.st.Nodes(ctx)
+	if err != nil {
+		return gpufleet.Stack{}, err
+	}
+	models := s.fleetModels(nodes)
+	blockers := s.modelBlockers(req.Versions, models)
+	if len(models) > 0 && len(blockedModels(blockers)) == len(models) && !req.Force {
+		return gpufleet.Stack{}, fmt.Errorf("%w: stack %s works on none of the fleet's GPU models, by the compatibility rules (force records it anyway): %s",
+			gpufleet.ErrUnsatisfiable, req.Name, strings.Join(lines(blockers), "; "))
+	}
+	out, err := s.st.CreateStack(ctx, gpufleet.Stack{Name: req.Name, Versions: req.Versions, Notes: req.Notes}, actor(p))
 	if err != nil {
 		return out, err
 	}
 	s.forgetFleetCheck()
 	s.nudge()
-	nodes, err := s.st.Nodes(ctx)
-	if err != nil {
-		return out, err
-	}
 	out.Nodes = runningStack(out, nodes)
+	out.Incompatible = lines(blockers)
 	return out, nil
+}
+
+// fleetModels are the GPU models of the nodes, sorted.
+func (s *Server) fleetModels(nodes []gpufleet.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if !slices.Contains(out, g.Model) {
+				out = append(out, g.Model)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// modelBlockers judges a stack's versions alone on each GPU model (by its
+// compute capability in the catalog): the pre-flight check of stacks
+// create and validate.
+func (s *Server) modelBlockers(versions map[string]string, models []string) []rollout.Blocker {
+	var ts []rollout.Target
+	for _, m := range models {
+		if g, err := s.cat.Lookup(m); err == nil && !g.ComputeCapability.IsZero() {
+			ts = append(ts, rollout.Target{Name: m, Models: []string{g.ID}, CCs: []gpufleet.ComputeCapability{g.ComputeCapability}})
+		}
+	}
+	return rollout.Preflight(versions, ts)
+}
+
+// blockedModels are the models any blocker holds for.
+func blockedModels(bs []rollout.Blocker) []string {
+	var out []string
+	for _, b := range bs {
+		for _, m := range b.Models {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// lines are blockers judged per GPU model, in words: "MESSAGE on MODELS".
+func lines(bs []rollout.Blocker) []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, b.Message+" on "+strings.Join(b.Models, ", "))
+	}
+	return out
 }
 
 // ValidateStack validates a stack for a GPU model (admin) by evidence: the
@@ -70,6 +132,9 @@ func (s *Server) ValidateStack(ctx context.Context, p api.Principal, name, gpuMo
 	st, err := s.stackNamed(ctx, name)
 	if err != nil {
 		return st, err
+	}
+	if bs := s.modelBlockers(st.Versions, []string{g.ID}); len(bs) > 0 {
+		return st, fmt.Errorf("%w: stack %s cannot work on %s, by the compatibility rules: %s", gpufleet.ErrUnsatisfiable, name, g.ID, strings.Join(lines(bs), "; "))
 	}
 	nodes, err := s.st.Nodes(ctx)
 	if err != nil {

@@ -68,10 +68,10 @@ func TestStacks(t *testing.T) {
 		}
 	}
 	st := gpufleet.Stack{Name: "prod-550", Versions: map[string]string{"driver": "550.54.15", "cuda": "12.4"}}
-	if _, err := f.srv.CreateStack(ctx, a, st); !errors.Is(err, api.ErrForbidden) {
+	if _, err := f.srv.CreateStack(ctx, a, api.CreateStackRequest{Stack: st}); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("a member created a stack: %v", err)
 	}
-	got, err := f.srv.CreateStack(ctx, f.admin, st)
+	got, err := f.srv.CreateStack(ctx, f.admin, api.CreateStackRequest{Stack: st})
 	if err != nil || got.State != gpufleet.StackCandidate || strings.Join(got.Nodes, ",") != "h1,h2" {
 		t.Fatalf("created %+v, %v; want a candidate that h1 and h2 run", got, err)
 	}

@@ -421,8 +421,8 @@ func (s *fakeService) Stacks(context.Context, api.Principal) ([]gpufleet.Stack, 
 	return []gpufleet.Stack{{Name: "prod-550", State: gpufleet.StackValidated, Versions: map[string]string{"driver": "550.54.15", "cuda": "12.4"},
 		Validated: []gpufleet.StackValidation{{GPUModel: "h100-sxm-80gb", Nodes: []string{"n1"}}}, Nodes: []string{"n1"}}}, nil
 }
-func (s *fakeService) CreateStack(_ context.Context, _ api.Principal, st gpufleet.Stack) (gpufleet.Stack, error) {
-	return st, nil
+func (s *fakeService) CreateStack(_ context.Context, _ api.Principal, req api.CreateStackRequest) (gpufleet.Stack, error) {
+	return req.Stack, nil
 }
 func (s *fakeService) ValidateStack(context.Context, api.Principal, string, string, time.Duration) (gpufleet.Stack, error) {
 	return gpufleet.Stack{}, gpufleet.ErrNotFound
