@@ -74,7 +74,9 @@ var logGPUs = []struct{ prefix, id string }{
 //   - tensor parallelism, max_model_len, max_num_seqs,
 //     max_num_batched_tokens and the memory fraction as logged, the
 //     engine's defaults for the rest.
-func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string) {
+//
+// in is what the KV figure was planned with, for llm-analysis.
+func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string, in laInput) {
 	m, maxPos := "", 0
 	name := strings.ToLower(row.model)
 	if _, after, ok := strings.Cut(name, "/"); ok {
@@ -87,7 +89,7 @@ func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string
 		}
 	}
 	if m == "" {
-		return 0, 0, "", "no model config for " + row.model + " in the repository"
+		return 0, 0, "", "no model config for " + row.model + " in the repository", in
 	}
 	g := ""
 	for _, e := range logGPUs {
@@ -100,7 +102,7 @@ func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string
 		g = "h100-sxm-80gb"
 	}
 	if g == "" {
-		return 0, 0, "", "GPU not named in the log, or not in the catalog"
+		return 0, 0, "", "GPU not named in the log, or not in the catalog", in
 	}
 	r := inference(t, m, g, max(row.tp, 1), FormatBF16, FormatBF16)
 	r.TP = max(row.tp, 1)
@@ -112,14 +114,14 @@ func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string
 	case strings.Contains(row.quant, "awq") || strings.Contains(row.quant, "gptq") || strings.Contains(row.quant, "w4a16"):
 		r.Precision = FormatINT4
 	case row.quant != "" && row.quant != "none":
-		return 0, 0, "", "quantization " + row.quant + " not expressed"
+		return 0, 0, "", "quantization " + row.quant + " not expressed", in
 	}
 	if row.engine == "trtllm" && r.Precision == FormatFP8 {
 		r.KVPrecision = FormatFP8
 	}
 	e := logEngine(row)
 	if e == "" {
-		return 0, 0, "", "engine " + row.engine + " has no profile"
+		return 0, 0, "", "engine " + row.engine + " has no profile", in
 	}
 	r.Engine = e
 	if maxPos > 0 && row.maxModelLen == 0 {
@@ -133,26 +135,29 @@ func logPredict(t *testing.T, row logRow) (kv, weights float64, unit, why string
 	r.InputTokens, r.OutputTokens, r.Batch = min(100, max(r.modelLen()-1, 1)), 1, 1
 	p, err := Run(r, nil)
 	if err != nil {
-		return 0, 0, "", fmt.Sprintf("the planner refuses the row's settings (%v)", err)
+		return 0, 0, "", fmt.Sprintf("the planner refuses the row's settings (%v)", err), in
 	}
 	c := p.Candidates[0]
 	if c.KVCacheTokens == nil {
-		return 0, 0, "", "no KV cache figure"
+		return 0, 0, "", "no KV cache figure", in
 	}
 	tokens := float64(*c.KVCacheTokens)
 	weights = float64(c.MemoryPerGPU.WeightsBytes) / (1 << 30)
 	l := layout{tp: r.TP, pp: 1, dp: 1, ep: 1}
 	perToken := newShape(r.Model).kvBytesPerSeq(pagedBlockTokens, r.KVPrecision, l) / pagedBlockTokens
 	if row.kvGiB == 0 && logMeasured(row, "tokens")*perToken > float64(c.MemoryPerGPU.CapacityBytes) {
-		return 0, 0, "", fmt.Sprintf("the logged KV cache, %.0f tokens, is more than the GPU holds at %.0f KiB a token: not this GPU's figure", logMeasured(row, "tokens"), perToken/1024)
+		return 0, 0, "", fmt.Sprintf("the logged KV cache, %.0f tokens, is more than the GPU holds at %.0f KiB a token: not this GPU's figure", logMeasured(row, "tokens"), perToken/1024), in
 	}
+	h := laRow{ID: row.id, Kind: "kv-capacity", Metric: "kv_cache", Split: row.split}
 	switch {
 	case row.kvGiB > 0:
-		return tokens * perToken / (1 << 30), weights, "GiB", ""
+		h.Unit, h.Measured = "GiB", logMeasured(row, "GiB")
+		return tokens * perToken / (1 << 30), weights, "GiB", "", newLAInput(t, h, laQ{laKVBytesPerGPU, 1.0 / (1 << 30)}, r, c)
 	case row.kvTokens > 0 || row.blocks > 0:
-		return tokens, weights, "tokens", ""
+		h.Unit, h.Measured = "tokens", logMeasured(row, "tokens")
+		return tokens, weights, "tokens", "", newLAInput(t, h, laQ{laKVTokens, 1}, r, c)
 	}
-	return 0, 0, "", "no KV figure in the row"
+	return 0, 0, "", "no KV figure in the row", in
 }
 
 // logEngine is the engine a row plans with: its release as logged; a
@@ -188,14 +193,19 @@ func logMeasured(row logRow, unit string) float64 {
 	return row.blocks * float64(bs)
 }
 
-// engineLogSection is docs/ACCURACY.md's section on the engine logs.
-func engineLogSection(t *testing.T) string {
+// engineLogSection is docs/ACCURACY.md's section on the engine logs,
+// with llm-analysis's KV cache and weights beside the planner's.
+func engineLogSection(t *testing.T, la *baseline) string {
 	var b strings.Builder
-	type errs struct{ kv, low, weights []float64 }
+	type errs struct {
+		kv, low, weights []float64
+		laKV, laWeights  []pair
+	}
 	by := map[string]*errs{"dev": {}, "heldout": {}}
+	var all []pair
 	var table strings.Builder
 	for _, row := range readEngineLogs(t) {
-		kv, w, unit, why := logPredict(t, row)
+		kv, w, unit, why, in := logPredict(t, row)
 		hw := fmt.Sprintf("%d x %s", max(row.count, 1), gpuOrNone(row.gpu))
 		ver := row.engine
 		if row.version != "" {
@@ -204,23 +214,34 @@ func engineLogSection(t *testing.T) string {
 			ver += " (" + row.mode + ")"
 		}
 		if why != "" {
-			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | - | - | - | - | - | excluded: %s |\n", row.id, row.split, ver, row.model, hw, why)
+			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | - | - | - | - | - | - | - | excluded: %s |\n", row.id, row.split, ver, row.model, hw, why)
 			continue
 		}
 		meas := logMeasured(row, unit)
 		e := (kv - meas) / meas * 100
-		by[row.split].kv = append(by[row.split].kv, e)
+		x := by[row.split]
+		x.kv = append(x.kv, e)
+		lp := la.add(in)
+		x.laKV = append(x.laKV, newPair(row.id, e, lp, meas))
+		all = append(all, newPair(row.id, e, lp, meas))
 		p, _ := profileFor(logEngine(row))
 		lowE := (kv/(1+p.kv.over) - meas) / meas * 100
-		by[row.split].low = append(by[row.split].low, lowE)
-		wcell := "-"
+		x.low = append(x.low, lowE)
+		wcell, notes := "-", "llm-analysis KV: "+lp.note
 		if row.weightsGiB > 0 {
 			we := (w - row.weightsGiB) / row.weightsGiB * 100
-			by[row.split].weights = append(by[row.split].weights, we)
-			wcell = fmt.Sprintf("%.2f / %.2f (%+.1f%%)", row.weightsGiB, w, we)
+			x.weights = append(x.weights, we)
+			wIn := in
+			wIn.Kind, wIn.Metric, wIn.Unit, wIn.Measured, wIn.Quantity, wIn.Scale = "weights", "weights", "GiB", row.weightsGiB, laWeightsBytesPerGPU, 1.0/(1<<30)
+			wp := la.add(wIn)
+			x.laWeights = append(x.laWeights, newPair(row.id, we, wp, row.weightsGiB))
+			lw, lwe := wp.cells(row.weightsGiB, func(v float64) string { return fmt.Sprintf("%.2f", v) })
+			wcell = fmt.Sprintf("%.2f / %.2f (%+.1f%%) / %s (%s)", row.weightsGiB, w, we, lw, lwe)
+			notes += "; weights: " + wp.note
 		}
-		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s %s | %s | %+.1f%% | %+.1f%% | %s | |\n", row.id, row.split, ver, row.model, hw,
-			fmtMeasure(meas, unit), unit, fmtMeasure(kv, unit), e, lowE, wcell)
+		lv, le := lp.cells(meas, func(v float64) string { return fmtMeasure(v, unit) })
+		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s %s | %s | %+.1f%% | %+.1f%% | %s | %s | %s | %s |\n", row.id, row.split, ver, row.model, hw,
+			fmtMeasure(meas, unit), unit, fmtMeasure(kv, unit), e, lowE, lv, le, wcell, notes)
 	}
 	b.WriteString("\n## Engine logs\n\n")
 	b.WriteString("Rows of planner/testdata/engine_logs.csv: the KV cache and weights serving engines (vLLM from\n")
@@ -231,8 +252,9 @@ func engineLogSection(t *testing.T) string {
 	b.WriteString("come from the engines' source code, not from these rows. What the dev rows set is each profile's\n")
 	b.WriteString("KV band, how far it was off on them (planner/profile.go, checked by TestProfileBandsAreTheDevRows):\n")
 	b.WriteString("a plan reports its KV cache with that range, and admission plans on the low end, the planner's\n")
-	b.WriteString("figure divided by 1 + the most over. \"Low end\" below is that figure's error.\n\n")
-	b.WriteString("| split | KV rows | median absolute error | most over | most under | low end most over | weights rows | weights median absolute error |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("figure divided by 1 + the most over. \"Low end\" below is that figure's error. llm-analysis has no\n")
+	b.WriteString("engine memory rule: its KV cache is the tokens its own memory figures leave room for (see \"llm-analysis\").\n\n")
+	b.WriteString("| split | KV rows | median absolute error | most over | most under | low end most over | weights rows | weights median absolute error | llm-analysis KV rows | llm-analysis KV median | gpufleet KV on those rows | llm-analysis weights rows | llm-analysis weights median | gpufleet weights on those rows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, split := range []string{"dev", "heldout"} {
 		x := by[split]
 		abs := func(v []float64) []float64 {
@@ -246,9 +268,11 @@ func engineLogSection(t *testing.T) string {
 		if len(x.kv) > 0 {
 			over, under, lowOver = slices.Max(x.kv), slices.Min(x.kv), slices.Max(x.low)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %+.1f%% | %+.1f%% | %+.1f%% | %d | %.1f%% |\n", split, len(x.kv), median(abs(x.kv)), over, under, lowOver, len(x.weights), median(abs(x.weights)))
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %+.1f%% | %+.1f%% | %+.1f%% | %d | %.1f%% | %s | %s |\n", split, len(x.kv), median(abs(x.kv)), over, under, lowOver,
+			len(x.weights), median(abs(x.weights)), laSummary(x.laKV), laSummary(x.laWeights))
 	}
-	b.WriteString("\n| id | split | engine | model | hardware | KV measured | KV predicted | error | low end | weights GiB per GPU, logged / planned | |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\nllm-analysis's KV cache is closer than gpufleet's on: %s.\n", laWins(all))
+	b.WriteString("\n| id | split | engine | model | hardware | KV measured | KV predicted | error | low end | llm-analysis KV | llm-analysis error | weights GiB per GPU, logged / planned / llm-analysis | |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	b.WriteString(table.String())
 	return b.String()
 }
@@ -277,7 +301,7 @@ func profileBands(t *testing.T) map[string][]float64 {
 		if row.split != "dev" {
 			continue
 		}
-		kv, _, unit, why := logPredict(t, row)
+		kv, _, unit, why, _ := logPredict(t, row)
 		if why != "" {
 			continue
 		}
@@ -292,7 +316,7 @@ func profileBands(t *testing.T) map[string][]float64 {
 		if row.kind != "kv-capacity" || row.split != "dev" || strings.Contains(row.source, "Connector") {
 			continue
 		}
-		pred, _, why := pubPredict(t, row)
+		pred, _, why, _ := pubPredict(t, row)
 		if why != "" {
 			continue
 		}

@@ -92,7 +92,8 @@ var mlperfTPOTLimitS = map[string]float64{"llama-2-70b": 0.2, "mixtral-8x7b-v0.1
 //     (llama2-70b's OpenOrca: 840 in, 290 out, also for Mixtral as GT010);
 //     throughput rows the largest batch that fits, capped by the row's
 //     batch, and the Server scenario's TPOT limit.
-func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude string) {
+func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude string, in laInput) {
+	h := laRow{ID: row.id, Kind: row.kind, Metric: row.metric, Unit: row.unit, Measured: row.value, Split: row.split}
 	var m, g string
 	var ok bool
 	for _, e := range pubModels {
@@ -102,7 +103,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		}
 	}
 	if !ok {
-		return 0, "", "no model config for " + row.model + " in the repository"
+		return 0, "", "no model config for " + row.model + " in the repository", in
 	}
 	for _, e := range pubGPUs {
 		if strings.HasPrefix(strings.ToUpper(row.gpu), e.prefix) {
@@ -111,7 +112,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		}
 	}
 	if !ok || row.count == 0 {
-		return 0, "", "GPU or GPU count not in the catalog or the row"
+		return 0, "", "GPU or GPU count not in the catalog or the row", in
 	}
 	defFormat := FormatBF16
 	if f, ok := checkpointFormats[m]; ok {
@@ -138,7 +139,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 	r.TP, r.PP = max(row.tp, 1), max(row.pp, 1)
 	cp := max(row.cp, 1)
 	if r.TP*r.PP*cp > row.count || row.count%(r.TP*r.PP*cp) != 0 {
-		return 0, "", "layout does not divide the GPUs"
+		return 0, "", "layout does not divide the GPUs", in
 	}
 	r.DP = row.count / (r.TP * r.PP * cp)
 	if e, err := ParseEngine(row.engine); err == nil && row.engine != "" {
@@ -161,19 +162,19 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		r.InputTokens, r.OutputTokens, r.Batch = max(row.maxModelLen, 2)-1, 1, 1
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 || !p.Candidates[0].Fits {
-			return 0, "", fmt.Sprintf("the planner finds no fitting plan (%v)", err)
+			return 0, "", fmt.Sprintf("the planner finds no fitting plan (%v)", err), in
 		}
 		c := p.Candidates[0]
 		switch row.unit {
 		case "tokens":
-			return float64(*c.KVCacheTokens), "KV cache the engine allocates per replica", ""
+			return float64(*c.KVCacheTokens), "KV cache the engine allocates per replica", "", newLAInput(t, h, laQ{laKVTokens, 1}, r, c)
 		case "GiB":
 			s := newShape(r.Model)
 			l := layout{tp: r.TP, pp: r.PP, dp: 1, ep: 1}
 			return float64(*c.KVCacheTokens) * s.kvBytesPerSeq(pagedBlockTokens, r.KVPrecision, l) / pagedBlockTokens / (1 << 30),
-				"KV cache the engine allocates per GPU", ""
+				"KV cache the engine allocates per GPU", "", newLAInput(t, h, laQ{laKVBytesPerGPU, 1.0 / (1 << 30)}, r, c)
 		}
-		return 0, "", "unit " + row.unit + " not predicted"
+		return 0, "", "unit " + row.unit + " not predicted", in
 	case "throughput":
 		r.InputTokens, r.OutputTokens = row.input, row.output
 		if r.InputTokens == 0 || r.OutputTokens == 0 {
@@ -185,7 +186,7 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 				r.InputTokens, r.OutputTokens = 840, out
 				notes = append(notes, fmt.Sprintf("%d output tokens (the benchmark's documented mean), 840 input (llama2-70b's, as GT001: inputs are not published)", r.OutputTokens))
 			default:
-				return 0, "", "input and output lengths not in the row, and the benchmark's dataset lengths are not known to the planner"
+				return 0, "", "input and output lengths not in the row, and the benchmark's dataset lengths are not known to the planner", laInput{}
 			}
 		}
 		r.BatchMax = true
@@ -193,42 +194,42 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 			lim, known := mlperfTPOTLimitS[m]
 			switch {
 			case !known && mlperfRow:
-				return 0, "", "the Server scenario's latency limit for this benchmark is not known to the planner"
+				return 0, "", "the Server scenario's latency limit for this benchmark is not known to the planner", in
 			case !known:
-				return 0, "", "a serving benchmark at a request rate: the planner does not model queueing"
+				return 0, "", "a serving benchmark at a request rate: the planner does not model queueing", in
 			}
 			r.BatchMax, r.LatencyTargetS = false, lim
 			notes = append(notes, fmt.Sprintf("batch limited by TPOT <= %.0f ms", lim*1e3))
 		}
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 || !p.Candidates[0].Fits || p.Candidates[0].OutputTokensPerS == nil {
-			return 0, "", fmt.Sprintf("the planner finds no fitting plan (%v)", err)
+			return 0, "", fmt.Sprintf("the planner finds no fitting plan (%v)", err), in
 		}
 		c := p.Candidates[0]
 		if row.batch > 0 && c.Batch != nil && *c.Batch > row.batch {
 			r.BatchMax, r.LatencyTargetS, r.Batch = false, 0, row.batch
 			notes = append(notes, fmt.Sprintf("batch capped at the row's %d", row.batch))
 			if p, err = Run(r, nil); err != nil || p.Candidates[0].OutputTokensPerS == nil {
-				return 0, "", fmt.Sprintf("the planner finds no plan at the row's batch (%v)", err)
+				return 0, "", fmt.Sprintf("the planner finds no plan at the row's batch (%v)", err), in
 			}
 			c = p.Candidates[0]
 		}
 		notes = append(notes, fmt.Sprintf("batch %d per replica", *c.Batch))
-		return *c.OutputTokensPerS, strings.Join(notes, "; "), ""
+		return *c.OutputTokensPerS, strings.Join(notes, "; "), "", newLAInput(t, h, laQ{laOutputTokensPerS, 1}, r, c)
 	case "latency":
 		if row.metric != "e2e_latency" || row.batch != 1 {
-			return 0, "", "latency metric " + row.metric + " not predicted"
+			return 0, "", "latency metric " + row.metric + " not predicted", in
 		}
 		r.InputTokens, r.OutputTokens, r.Batch = row.input, row.output, 1
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 || p.Candidates[0].TimePerOutputTokenS == nil {
-			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err)
+			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err), in
 		}
 		c := p.Candidates[0]
-		return *c.TimeToFirstTokenS + float64(row.output-1)**c.TimePerOutputTokenS, "batch 1: time to first token plus the other tokens' decode", ""
+		return *c.TimeToFirstTokenS + float64(row.output-1)**c.TimePerOutputTokenS, "batch 1: time to first token plus the other tokens' decode", "", newLAInput(t, h, laQ{laE2E, 1}, r, c)
 	case "training":
 		if row.maxModelLen == 0 || row.batch == 0 {
-			return 0, "", "sequence length or global batch not in the row"
+			return 0, "", "sequence length or global batch not in the row", in
 		}
 		r.Mode, r.Precision, r.KVPrecision = Training, pubFormat(row.precision, FormatBF16), ""
 		r.Seq, r.GlobalBatch, r.MicroBatch, r.ZeRO, r.CP, r.EP = row.maxModelLen, row.batch, 1, 1, cp, row.ep
@@ -237,12 +238,12 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		}
 		p, err := Run(r, nil)
 		if err != nil || len(p.Candidates) != 1 {
-			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err)
+			return 0, "", fmt.Sprintf("the planner finds no plan (%v)", err), in
 		}
 		if c := p.Candidates[0]; !c.Fits || c.MFU == nil {
 			m := c.MemoryPerGPU
 			return 0, "", fmt.Sprintf("the planner says the source's layout does not fit: %s per GPU against %s (it over-counts training memory: a loss, issue #17)",
-				gb(float64(m.TotalBytes)), gb(float64(m.CapacityBytes)))
+				gb(float64(m.TotalBytes)), gb(float64(m.CapacityBytes))), in
 		}
 		c := p.Candidates[0]
 		notes := fmt.Sprintf("TP%d PP%d CP%d DP%d as the source's table gives them, micro-batch 1, distributed optimizer, %s recompute", r.TP, r.PP, cp, r.DP, *c.Recompute)
@@ -252,17 +253,17 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 		switch row.metric {
 		case "pretraining_gpu_hours":
 			if row.trainTokens == 0 {
-				return 0, "", "tokens trained not in the row"
+				return 0, "", "tokens trained not in the row", in
 			}
-			return *c.TrainTimeS * float64(row.count) / 3600, notes + fmt.Sprintf("; %.3gT tokens at the final batch throughout", row.trainTokens/1e12), ""
+			return *c.TrainTimeS * float64(row.count) / 3600, notes + fmt.Sprintf("; %.3gT tokens at the final batch throughout", row.trainTokens/1e12), "", newLAInput(t, h, laQ{laTrainGPUHours, 1}, r, c)
 		case "tokens_per_s_per_gpu":
-			return *c.TrainingTokensPerS / float64(row.count), notes, ""
+			return *c.TrainingTokensPerS / float64(row.count), notes, "", newLAInput(t, h, laQ{laTrainTokensPerGPU, 1}, r, c)
 		case "tflops_per_gpu":
-			return modelTFLOPsPerGPU(t, r, p), notes + "; model FLOPs only", ""
+			return modelTFLOPsPerGPU(t, r, p), notes + "; model FLOPs only", "", newLAInput(t, h, laQ{laModelFLOPsPerGPU, 1e-12}, r, c)
 		}
-		return 0, "", "training metric " + row.metric + " not predicted"
+		return 0, "", "training metric " + row.metric + " not predicted", in
 	}
-	return 0, "", "kind " + row.kind + " not predicted"
+	return 0, "", "kind " + row.kind + " not predicted", in
 }
 
 // seenWhileSetting are held-out rows that count as dev: PM018 was read
@@ -271,25 +272,31 @@ func pubPredict(t *testing.T, row pubRow) (pred float64, assumptions, exclude st
 // PM041, which the expert-parallel overlap was checked against.
 var seenWhileSetting = map[string]bool{"PM018": true, "PM027": true}
 
-// pubResult is one predicted or excluded row.
+// pubResult is one predicted or excluded row, and llm-analysis's
+// prediction of it.
 type pubResult struct {
 	row                pubRow
 	predicted, errPct  float64
 	assumptions, exclu string
+	la                 laPred
 }
 
 // publishedSection is the "Published measurements" part of
-// docs/ACCURACY.md, dev and held-out rows apart.
-func publishedSection(t *testing.T) string {
+// docs/ACCURACY.md, dev and held-out rows apart, with llm-analysis's
+// predictions beside the planner's.
+func publishedSection(t *testing.T, la *baseline) string {
 	var res []pubResult
+	var all []pair
 	for _, row := range readPublished(t) {
 		if seenWhileSetting[row.id] {
 			row.split = "dev"
 		}
-		pred, as, ex := pubPredict(t, row)
+		pred, as, ex, in := pubPredict(t, row)
 		r := pubResult{row: row, predicted: pred, assumptions: as, exclu: ex}
 		if ex == "" {
 			r.errPct = 100 * (pred - row.value) / row.value
+			r.la = la.add(in)
+			all = append(all, newPair(row.id, r.errPct, r.la, row.value))
 		}
 		res = append(res, r)
 	}
@@ -304,13 +311,15 @@ func publishedSection(t *testing.T) string {
 	b.WriteString("on llm-d-benchmark's logs, so PM018, PM019 and PM037 (from the same table) count as dev, though PM018's\n")
 	b.WriteString("id put it in the held-out split; PM027 counts as dev too, as the same DeepSeek-V3 run as the dev row PM041.\n")
 	b.WriteString("One rule per kind predicts every row (planner/published_test.go).\n\n")
-	b.WriteString("| split | kind | rows predicted | median absolute error | largest errors |\n|---|---|---|---|---|\n")
+	b.WriteString("| split | kind | rows predicted | median absolute error | largest errors | llm-analysis rows | llm-analysis median absolute error | gpufleet on those rows |\n|---|---|---|---|---|---|---|---|\n")
 	for _, split := range []string{"dev", "heldout"} {
 		for _, kind := range []string{"kv-capacity", "throughput", "latency", "training"} {
 			var errs []float64
+			var ps []pair
 			for _, r := range res {
 				if r.row.split == split && r.row.kind == kind && r.exclu == "" {
 					errs = append(errs, r.errPct)
+					ps = append(ps, newPair(r.row.id, r.errPct, r.la, r.row.value))
 				}
 			}
 			if len(errs) == 0 {
@@ -325,17 +334,21 @@ func publishedSection(t *testing.T) string {
 			for _, e := range errs[:min(3, len(errs))] {
 				worst = append(worst, fmt.Sprintf("%+.0f%%", e))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %.1f%% | %s |\n", split, kind, len(errs), median(abs), strings.Join(worst, ", "))
+			fmt.Fprintf(&b, "| %s | %s | %d | %.1f%% | %s | %s |\n", split, kind, len(errs), median(abs), strings.Join(worst, ", "), laSummary(ps))
 		}
 	}
-	b.WriteString("\n| id | split | kind | model | hardware | metric | measured | predicted | error | assumptions or why excluded |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\nllm-analysis is closer than gpufleet on: %s.\n", laWins(all))
+	b.WriteString("\n| id | split | kind | model | hardware | metric | measured | predicted | error | llm-analysis | llm-analysis error | assumptions or why excluded |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res {
 		pred, errS, note := fmtVal(r.predicted), fmt.Sprintf("%+.1f%%", r.errPct), r.assumptions
+		lv, le := r.la.cells(r.row.value, fmtVal)
 		if r.exclu != "" {
 			pred, errS, note = "-", "-", "excluded: "+r.exclu
+		} else {
+			note += "; llm-analysis: " + r.la.note
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d x %s (%s) | %s (%s) | %s | %s | %s | %s |\n", r.row.id, r.row.split, r.row.kind, r.row.model,
-			r.row.count, r.row.gpu, orDash(r.row.engine), r.row.metric, r.row.unit, fmtVal(r.row.value), pred, errS, note)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d x %s (%s) | %s (%s) | %s | %s | %s | %s | %s | %s |\n", r.row.id, r.row.split, r.row.kind, r.row.model,
+			r.row.count, r.row.gpu, orDash(r.row.engine), r.row.metric, r.row.unit, fmtVal(r.row.value), pred, errS, lv, le, note)
 	}
 	return b.String()
 }
