@@ -70,9 +70,23 @@ func (p DrainPolicy) String() string {
 	case "":
 		return ""
 	case DrainTimeout:
-		return "timeout:" + p.Timeout.String()
+		return "timeout:" + compact(p.Timeout)
 	}
 	return string(p.Mode)
+}
+
+// compact is a duration as time.ParseDuration reads it, without zero
+// trailing units: "1h", "1m", "1h30m".
+func compact(d time.Duration) string {
+	s := d.String()
+	s, _ = strings.CutSuffix(s, "m0s")
+	if !strings.HasSuffix(s, "s") && !strings.HasSuffix(s, "h") {
+		s += "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }
 
 // MarshalText writes the policy's text.
@@ -101,6 +115,14 @@ func (p DrainPolicy) words() string {
 		return "waiting for its jobs to finish"
 	}
 	return fmt.Sprintf("waiting up to %s for its jobs to finish, then stopping them with their grace", gpufleet.FormatDuration(p.Timeout))
+}
+
+// attempts is n attempts, in words.
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
 }
 
 // OnHalt is what a failed gate does to a rollout.

@@ -277,3 +277,16 @@ func TestPreflight(t *testing.T) {
 		t.Errorf("a toolkit every GPU supports: %+v", bs)
 	}
 }
+
+func TestDrainPolicyText(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Hour: "timeout:1h", time.Minute: "timeout:1m", 90 * time.Minute: "timeout:1h30m",
+		45 * time.Second: "timeout:45s", 90 * time.Second: "timeout:1m30s", 25 * time.Hour: "timeout:25h"} {
+		p := DrainPolicy{Mode: DrainTimeout, Timeout: d}
+		if got := p.String(); got != want {
+			t.Errorf("%s: %q, want %q", d, got, want)
+		}
+		if back, err := ParseDrainPolicy(p.String()); err != nil || back != p {
+			t.Errorf("%q reads back %+v, %v", p.String(), back, err)
+		}
+	}
+}

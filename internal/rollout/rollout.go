@@ -239,11 +239,13 @@ func Step(r Rollout, views map[string]View, now time.Time) (Rollout, []Action) {
 			case !ok:
 				fail(n, now, "the node left the fleet")
 			case v.Running == 0:
-				n.Phase, n.Since, n.Updates = Updating, now, n.Updates+1
+				n.Phase, n.Since, n.Updates, n.Waiting = Updating, now, n.Updates+1, ""
 			case r.DrainPolicy.Mode == DrainTimeout && now.Sub(n.Since) >= r.DrainPolicy.Timeout:
-				n.Phase, n.Since = Draining, now
-				acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: %d attempts still ran after %s: stopping them with their grace, %s",
-					r.ID, v.Running, gpufleet.FormatDuration(r.DrainPolicy.Timeout), r.direction(*n))})
+				n.Phase, n.Since, n.Waiting = Draining, now, ""
+				acts = append(acts, Action{Kind: Drain, Node: n.Name, Reason: fmt.Sprintf("rollout %s: %s still ran after %s: stopping them with their grace, %s",
+					r.ID, attempts(v.Running), gpufleet.FormatDuration(r.DrainPolicy.Timeout), r.direction(*n))})
+			default:
+				n.Waiting = fmt.Sprintf("for its %s to end (%s)", attempts(v.Running), r.DrainPolicy)
 			}
 		case Draining:
 			switch {
