@@ -439,7 +439,9 @@ func (s *fakeService) StartRollout(context.Context, api.Principal, api.RolloutRe
 func (s *fakeService) Rollouts(context.Context, api.Principal) ([]rollout.Rollout, error) {
 	return []rollout.Rollout{{ID: "ro-1", Stack: "bad-117", State: rollout.Halted, Reason: "node n1 failed a gate: validation: CUDA toolkit 11.7 cannot run on Ada",
 		Waves: []float64{1}, BakeS: 600, Nodes: []rollout.Node{{Name: "n1", Phase: rollout.Failed, Reason: "validation: CUDA toolkit 11.7 cannot run on Ada"},
-			{Name: "n2", Wave: 1, Phase: rollout.Pending}}}}, nil
+			{Name: "n2", Wave: 1, Phase: rollout.Pending}}},
+		{ID: "ro-0", Stack: "prod-560", State: rollout.RolledBack, Halt: "node n3 failed a gate: health unhealthy during the bake: XID 48",
+			Waves: []float64{1}, Wave: 2, BakeS: 600, DrainPolicy: rollout.DefaultDrainPolicy, Nodes: []rollout.Node{{Name: "n3", Wave: 1, Phase: rollout.Complete}}}}, nil
 }
 func (s *fakeService) Rollout(context.Context, api.Principal, string) (rollout.Rollout, error) {
 	return rollout.Rollout{}, gpufleet.ErrNotFound

@@ -33,10 +33,13 @@ var funcs = template.FuncMap{
 	"secs3":    func(ms int64) string { return gpufleet.FormatDuration(time.Duration(ms) * time.Millisecond) },
 	"healthClass": func(h string) string {
 		switch h {
-		case "healthy", "ready", "", "none", "keep", "low", "ok":
+		case "healthy", "ready", "", "none", "keep", "low", "ok",
+			// rollouts, their nodes and stacks going as they should
+			"running", "pending", "baking", "complete", "done", "candidate", "validated":
 			return "ok"
 		case "degraded", "cordoned", "draining", "validating", "repairing", "order", "redeploy", "replace", "no-recommendation",
-			"medium", "findings", "not-measured":
+			"medium", "findings", "not-measured",
+			"paused", "waiting_for_jobs", "updating", "rolling_back", "rolled_back", "aborted", "retired", "risk":
 			return "warn"
 		}
 		return "bad"

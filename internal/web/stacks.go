@@ -22,7 +22,12 @@ type stacksView struct {
 // rolloutCard is one rollout with its nodes.
 type rolloutCard struct {
 	ID, Stack, State, Reason, Wave, Bake string
-	Nodes                                []rolloutNodeRow
+	// Halt is why a rollout that then rolled back or was aborted had
+	// halted; Drain its drain policy; Warnings what a forced start
+	// went past.
+	Halt, Drain string
+	Warnings    []string
+	Nodes       []rolloutNodeRow
 }
 
 type rolloutNodeRow struct {
@@ -61,11 +66,17 @@ func (u *UI) stacksPage(r *http.Request, v *viewer) (view, error) {
 		if i >= maxRollouts && !unfinished {
 			continue
 		}
-		card := rolloutCard{ID: ro.ID, Stack: ro.Stack, State: string(ro.State), Reason: ro.Reason,
-			Wave: fmt.Sprintf("wave %d of %d", ro.Wave, len(ro.Waves)), Bake: time.Duration(ro.BakeS * float64(time.Second)).String()}
+		card := rolloutCard{ID: ro.ID, Stack: ro.Stack, State: string(ro.State), Reason: ro.Reason, Halt: ro.Halt, Warnings: ro.Warnings,
+			Wave: fmt.Sprintf("wave %d of %d", ro.Wave, len(ro.Waves)), Bake: time.Duration(ro.BakeS * float64(time.Second)).String(),
+			Drain: ro.DrainPolicy.String()}
+		if ro.State == rollout.Halted {
+			card.Halt = "" // the reason says it
+		}
 		switch {
 		case ro.Wave == 0:
 			card.Wave = "the canary"
+		case ro.Wave > len(ro.Waves) && ro.State == rollout.RolledBack:
+			card.Wave = "every updated node rolled back"
 		case ro.Wave > len(ro.Waves):
 			card.Wave = "every wave through"
 		}

@@ -359,7 +359,11 @@ func TestAdminPagesRender(t *testing.T) {
 			"$2.43", "0.9", "2 high", "1 medium", "no benchmark figures recorded", "Mistake 15", `href="/audit" aria-current="page"`},
 		"/audit?since=400d": {"since &#34;400d&#34;: expected whole days from 1d to 365d"},
 		"/stacks": {`data-rollout="ro-1"`, "bad-117", "halted", "node n1 failed a gate", "canary", `data-stack="prod-550"`, "driver 550.54.15, cuda 12.4",
-			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`},
+			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`,
+			// badges by state, not all red; a rolled-back rollout keeps why it halted
+			`<span class="badge bad">halted</span>`, `<span class="badge bad">failed</span>`, `<span class="badge ok">pending</span>`,
+			`<span class="badge ok">validated</span>`, `<span class="badge warn">rolled_back</span>`, `<span class="badge ok">complete</span>`,
+			"every updated node rolled back", "halted first: node n3 failed a gate: health unhealthy during the bake: XID 48", "drain timeout:1h"},
 	}
 	for p, needles := range want {
 		resp := get(t, c, f.srv.URL+p)
