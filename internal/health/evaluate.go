@@ -413,6 +413,10 @@ func nodeHits(ev NodeEvidence, listed int, now time.Time, cfg Config) []hit {
 	return out
 }
 
+// RuleBenchDegraded is the rule of a GPU (or node) whose benchmark
+// figures are under the fleet gate.
+const RuleBenchDegraded = "bench-degraded"
+
 // benchHits turns benchmark shortfalls into one bench-degraded
 // condition per GPU (or node) with every figure's evidence.
 func benchHits(ev NodeEvidence) []hit {
@@ -438,7 +442,7 @@ func benchHits(ev NodeEvidence) []hit {
 		for _, b := range bs {
 			ev = append(ev, b.Evidence)
 		}
-		out = append(out, newHit("bench-degraded", g, bs[0].UUID, reason,
+		out = append(out, newHit(RuleBenchDegraded, g, bs[0].UUID, reason,
 			strings.Join(ev, "; ")+". Cordon the node and run gpufleet bench run to confirm; repair the GPU if it stays under."))
 	}
 	return out

@@ -216,7 +216,7 @@ func Rules(cfg Config) []Rule {
 			Source:   "gpufleet server heartbeat grace (docs/SERVER.md, DESIGN.md node state down)",
 		},
 		{
-			ID: "bench-degraded", Family: "bench", Title: "Benchmark figures below the fleet",
+			ID: RuleBenchDegraded, Family: "bench", Title: "Benchmark figures below the fleet",
 			Severity: gpufleet.Degraded, Action: ActionDegrade,
 			Evidence: "The GPU's newest microbenchmark figure (memory copy, a matrix product, host copies, GPU-to-GPU copies; or, on the node, the all-reduce) is under its gate as a fraction of the median of the other GPUs of its model: the card delivers less than its siblings, from slow memory, clocks held down, a weak link or a bad slot. Nothing else may show it.",
 			Trigger:  "A GPU's newest figure is under the gate (default 0.9 of the fleet median, settable per test with gpufleet server --bench-gate) with at least two other GPUs of its model measured. A newer figure at or over the gate clears it.",

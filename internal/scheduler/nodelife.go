@@ -60,6 +60,23 @@ func Repaired(l NodeLife, by string) (NodeLife, error) {
 	return NodeLife{State: gpufleet.NodeValidating, Cause: gpufleet.CauseOperator, Reason: "marked repaired by " + by}, nil
 }
 
+// Rebenched starts the re-check of a cordoned node whose only findings
+// are its benchmark figures (a GPU under its model's fleet median, no
+// error): marked repaired, it validates like a repaired node, and the
+// validation's bench decides (a pass returns it to ready). benchOnly says
+// the findings are all benchmark figures. A node in service is refused: a
+// job would share its GPUs with the bench.
+func Rebenched(l NodeLife, by string, benchOnly bool) (NodeLife, error) {
+	switch {
+	case !benchOnly:
+		return l, fmt.Errorf("%w: it is %s, not repairing", gpufleet.ErrInvalid, l.State)
+	case l.State != gpufleet.NodeCordoned:
+		return l, fmt.Errorf("%w: it is %s and its only findings are benchmark figures: cordon it first, so that no job shares a GPU with the bench, then mark it repaired", gpufleet.ErrInvalid, l.State)
+	}
+	return NodeLife{State: gpufleet.NodeValidating, Cause: gpufleet.CauseOperator,
+		Reason: "marked repaired by " + by + ": its only findings are benchmark figures; the validation's bench decides"}, nil
+}
+
 // Validated applies a validation's result to a validating node or GPU: a
 // pass returns it to ready, a failure sends it back to repair with the
 // detail. Anything not validating is left as it is; false then.

@@ -275,3 +275,51 @@ func TestWorkloadBench(t *testing.T) {
 		t.Errorf("a100 row: %+v", rep.Rows[1])
 	}
 }
+
+// TestRepairedRebenchesABenchOnlyDegradedGPU: a GPU degraded only by its
+// benchmark figures (no error), on a cordoned node, is re-checked when the
+// node is marked repaired: the validation's bench decides, and a pass
+// returns the node to ready and the GPU to healthy without a manual bench.
+// A node in service is refused (cordon first), and one degraded by an
+// error still needs the repair path.
+func TestRepairedRebenchesABenchOnlyDegradedGPU(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	n1, n2 := f.node("n1", "h100-sxm-80gb", 2), f.node("n2", "h100-sxm-80gb", 2)
+	f.cycle()
+	f.benchNode(n1, copyRun("n1", 0, 3.0e12), copyRun("n1", 1, 3.02e12))
+	f.benchNode(n2, copyRun("n2", 0, 3.0e12), copyRun("n2", 1, 1.8e12))
+	f.srv.Heartbeat(ctx, n2, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if n, _ := f.srv.Node(ctx, f.admin, "n2"); n.State != gpufleet.NodeCordoned || n.GPUs[1].Health != gpufleet.Degraded {
+		t.Fatalf("n2 after a slow copy: %s, gpu 1 %s", n.State, n.GPUs[1].Health)
+	}
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n2", api.Uncordon); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n2", api.Repaired); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "cordon it first") {
+		t.Fatalf("repaired on a node in service: %v", err)
+	}
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n2", api.Cordon); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.srv.NodeAction(ctx, f.admin, "n2", api.Repaired)
+	if err != nil || n.State != gpufleet.NodeValidating || !strings.Contains(n.StateReason, "only findings are benchmark figures") {
+		t.Fatalf("repaired on a cordoned bench-degraded node: %v, %s (%s)", err, n.State, n.StateReason)
+	}
+	f.cycle()
+	hb, _ := f.srv.Heartbeat(ctx, n2, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if len(hb.Validate) != 1 {
+		t.Fatalf("no validation order: %+v", hb.Validate)
+	}
+	res := api.ValidationResult{ID: hb.Validate[0].ID, Passed: true, Detail: "2 gpus ok",
+		Bench: &api.BenchReport{ID: hb.Validate[0].ID, Measurements: []bench.Measurement{copyRun("n2", 0, 3.01e12), copyRun("n2", 1, 3.0e12)}}}
+	f.srv.Heartbeat(ctx, n2, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion, Validations: []api.ValidationResult{res}})
+	f.srv.Heartbeat(ctx, n2, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+	if n, _ = f.srv.Node(ctx, f.admin, "n2"); n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || n.GPUs[1].Health != gpufleet.Healthy {
+		t.Fatalf("after a passing bench: %s %s, gpu 1 %s", n.State, n.Health, n.GPUs[1].Health)
+	}
+	// A healthy cordoned node has nothing to repair.
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Repaired); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "no GPU in repair") {
+		t.Errorf("repaired on a healthy cordoned node: %v", err)
+	}
+}

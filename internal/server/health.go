@@ -698,8 +698,31 @@ func (k *healths) markRepaired(ctx context.Context, who, name string, now time.T
 		return k.st.SetNodeState(ctx, name, l.State, l.Cause, l.Reason, who, now)
 	case len(gpus) > 0:
 		return k.st.SetNodeHealth(ctx, name, n.Health, n.HealthReason, gpus, now)
+	case k.benchOnly(ctx, name):
+		l, err := scheduler.Rebenched(scheduler.NodeLife{State: n.State, Cause: n.StateCause, Reason: n.StateReason}, who, true)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", gpufleet.Quote(name), err)
+		}
+		return k.st.SetNodeState(ctx, name, l.State, l.Cause, l.Reason, who, now)
 	}
 	return fmt.Errorf("%w: node %s is %s and has no GPU in repair: only a node or GPU in repairing can be marked repaired", gpufleet.ErrInvalid, gpufleet.Quote(name), n.State)
+}
+
+// benchOnly reports whether the node has findings in force and every one
+// comes from its benchmark figures (the bench-degraded rule).
+func (k *healths) benchOnly(ctx context.Context, name string) bool {
+	h, err := k.load(ctx, name)
+	if err != nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range h.state.Active {
+		if c.Rule != health.RuleBenchDegraded {
+			return false
+		}
+	}
+	return len(h.state.Active) > 0
 }
 
 // errInRepair refuses uncordon of a node on the repair path.
