@@ -31,7 +31,7 @@ func newStacksCmd(c *clientEnv) *cobra.Command {
 The compatibility rules judge it first on every GPU model of the fleet. A
 stack that works on none of them is refused (exit 4) unless --force; the
 models it cannot work on are printed as warnings on stderr.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client(cmd)
 			if err != nil {
