@@ -264,6 +264,13 @@ type FilterCount struct {
 	Nodes int        `json:"nodes"`
 }
 
+// CanNeverStart reports whether the job cannot start on the fleet as it
+// is, whatever ends: it does not fit even with nothing running and every
+// node ready, or no rack can hold its least share even idle.
+func (e *Explanation) CanNeverStart() bool {
+	return e != nil && (e.Never || (e.Rack != nil && e.Rack.NeverGPUs > 0))
+}
+
 // RackShortfall is a rack whose power budget holds a job back, in watts:
 // it draws DrawWatts, the job would add AddWatts, and the job may take it
 // to LimitWatts (BudgetWatts less the production reserve, for other

@@ -337,7 +337,7 @@ func newBenchWorkloadCmd(c *clientEnv) *cobra.Command {
 		env                                                       []string
 		gpus                                                      int
 		noWait                                                    bool
-		timeLimit                                                 time.Duration
+		timeLimit, timeout                                        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "workload --gpu-models M1,M2,... [--gpus N] --metric 'REGEX' [--unit tokens] [--model NAME] -- COMMAND [ARGS...]",
@@ -349,7 +349,13 @@ printed counts). Each job's figure is joined with its GPUs' telemetry (SM,
 tensor and DRAM activity, power, energy) and priced at the catalog's rate;
 with --model the planner's prediction for the same model stands beside it.
 The report is stored (gpufleet bench workloads ID) and shown in the
-dashboard.`,
+dashboard.
+
+While a job waits, it says why and when it should start. It gives up,
+printing the report so far and what to do, when a job can never start on
+this fleet (that job is cancelled; exit 4) or when --timeout passes with
+jobs still waiting (they stay queued; exit 1). Ctrl-C leaves the jobs
+running.`,
 		Example: `  gpufleet bench workload --gpu-models a100-sxm-80gb,h100-sxm-80gb,l4 --gpus 1 \
       --metric 'throughput: ([0-9.]+) tokens/s' --unit tokens --model llama-3-8b -- python serve_bench.py`,
 		Args: cobra.MinimumNArgs(1),
@@ -387,8 +393,14 @@ dashboard.`,
 			}
 			fmt.Fprintf(c.stderr, "workload bench %s: %d jobs queued\n", rep.ID, len(rep.Jobs))
 			if !noWait {
-				if rep, err = c.waitWorkload(cmd.Context(), cl, rep); err != nil {
-					return err
+				var gaveUp error
+				if rep, gaveUp = c.waitWorkload(cmd.Context(), cl, rep, timeout); gaveUp != nil {
+					if cmd.Context().Err() == nil {
+						if err := c.printWorkload(rep); err != nil {
+							return err
+						}
+					}
+					return gaveUp
 				}
 			}
 			return c.printWorkload(rep)
@@ -406,6 +418,7 @@ dashboard.`,
 	fs.StringArrayVar(&env, "env", nil, "KEY=VALUE in each job's environment (repeatable); BENCH_GPU_MODEL is set to the model it runs on")
 	fs.StringVar(&simLoad, "sim-load", "", "on simulated GPUs: the load the job puts on them (compute, memory, idle)")
 	fs.BoolVar(&noWait, "no-wait", false, "print the queued report and return instead of waiting for the jobs")
+	durationFlag(fs, &timeout, "timeout", 30*time.Minute, "give up waiting after this long, leaving the jobs queued (0: wait for ever)")
 	return cmd
 }
 
@@ -413,9 +426,19 @@ dashboard.`,
 // stderr when a job's state changes and, for a job that waits, why and
 // until when (its queue entry, or the node that has not started it yet),
 // whenever that changes. Interrupted, it says what it was waiting for and
-// that the jobs go on.
-func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.WorkloadReport) (bench.WorkloadReport, error) {
-	seen, why := map[string]string{}, map[string]string{}
+// that the jobs go on. It gives up on a job that can never start on the
+// fleet (cancelling it, then returning an unsatisfiable error once the
+// others ended) and, after timeout (0: never), on every job still
+// waiting, saying why each waits and what to do.
+func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.WorkloadReport, timeout time.Duration) (bench.WorkloadReport, error) {
+	seen, why, words, gaveUp := map[string]string{}, map[string]string{}, map[string]string{}, map[string]bool{}
+	var never []string
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		var waiting []string
 		for _, r := range rep.Rows {
@@ -426,18 +449,48 @@ func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.
 			if st := gpufleet.JobState(r.State); st == gpufleet.JobQueued || st == gpufleet.JobScheduled {
 				// Said again only when the reason's kind changes: its
 				// figures (a rack's draw) move every poll.
-				key, w := c.waitingFor(ctx, cl, r.JobID, st)
+				key, w, q := c.waitingFor(ctx, cl, r.JobID, st)
 				if w != "" && key != why[r.GPUModel] {
 					fmt.Fprintf(c.stderr, "  %s: job %s %s\n", r.GPUModel, r.JobID, w)
 					why[r.GPUModel] = key
 				}
+				if w != "" {
+					words[r.GPUModel] = w
+				}
+				if q != nil && q.Explanation.CanNeverStart() {
+					if gaveUp[r.JobID] {
+						continue // its cancel is on its way
+					}
+					if _, err := cl.CancelJob(ctx, r.JobID); err == nil {
+						gaveUp[r.JobID] = true
+						never = append(never, fmt.Sprintf("%s (job %s, cancelled): %s: add capacity of %s, or leave it out of --gpu-models", r.GPUModel, r.JobID, q.Reason, r.GPUModel))
+						fmt.Fprintf(c.stderr, "  %s: job %s can never start on this fleet: cancelled\n", r.GPUModel, r.JobID)
+					}
+					continue
+				}
 				waiting = append(waiting, fmt.Sprintf("%s (%s, %s)", r.GPUModel, r.JobID, r.State))
 			}
 		}
-		if rep.Done {
+		if rep.Done || (len(waiting) == 0 && len(never) > 0 && !running(rep)) {
+			if len(never) > 0 {
+				return rep, fmt.Errorf("%w: workload bench %s gave up on %s", gpufleet.ErrUnsatisfiable, rep.ID, strings.Join(never, "; "))
+			}
 			return rep, nil
 		}
 		select {
+		case <-deadline:
+			var lines []string
+			for _, r := range rep.Rows {
+				if st := gpufleet.JobState(r.State); st == gpufleet.JobQueued || st == gpufleet.JobScheduled {
+					lines = append(lines, fmt.Sprintf("%s (job %s) %s", r.GPUModel, r.JobID, orDash(words[r.GPUModel])))
+				}
+			}
+			err := fmt.Errorf("workload bench %s: gave up after %s with jobs still waiting: %s; they stay queued: gpufleet bench workloads %s shows the report once they ran, gpufleet cancel JOB drops one, --timeout 0 waits for ever",
+				rep.ID, gpufleet.FormatDuration(timeout), strings.Join(lines, "; "), rep.ID)
+			if len(never) > 0 {
+				err = fmt.Errorf("%w; it also gave up on %s", err, strings.Join(never, "; "))
+			}
+			return rep, err
 		case <-ctx.Done():
 			if len(waiting) == 0 {
 				waiting = []string{"the last figures"}
@@ -458,23 +511,31 @@ func (c *clientEnv) waitWorkload(ctx context.Context, cl *api.Client, rep bench.
 // that changes only with the kind of reason: a queued job's reason and
 // estimated start, a scheduled one's node that has not started it yet;
 // "" when the job cannot be read (the next poll tries again).
-func (c *clientEnv) waitingFor(ctx context.Context, cl *api.Client, id string, st gpufleet.JobState) (key, words string) {
+func (c *clientEnv) waitingFor(ctx context.Context, cl *api.Client, id string, st gpufleet.JobState) (key, words string, q *gpufleet.QueueEntry) {
 	j, err := cl.Job(ctx, id)
 	if err != nil {
-		return "", ""
+		return "", "", nil
 	}
 	if st == gpufleet.JobScheduled {
 		for _, a := range j.Attempts {
 			if !a.State.Terminal() {
-				return "scheduled " + a.Node, fmt.Sprintf("placed on %s, waiting for its agent to start it", a.Node)
+				return "scheduled " + a.Node, fmt.Sprintf("placed on %s, waiting for its agent to start it", a.Node), nil
 			}
 		}
-		return "", ""
+		return "", "", nil
 	}
 	if q := j.Queue; q != nil {
-		return "queued " + q.ReasonCode, fmt.Sprintf("waits: %s (starts %s)", orDash(q.Reason), c.eta(*q))
+		return "queued " + q.ReasonCode, fmt.Sprintf("waits: %s (starts %s)", orDash(q.Reason), c.eta(*q)), q
 	}
-	return "", ""
+	return "", "", nil
+}
+
+// running reports whether any job of the report is placed or running.
+func running(rep bench.WorkloadReport) bool {
+	return slices.ContainsFunc(rep.Rows, func(r bench.WorkloadRow) bool {
+		st := gpufleet.JobState(r.State)
+		return st == gpufleet.JobScheduled || st == gpufleet.JobRunning
+	})
 }
 
 func (c *clientEnv) printWorkload(rep bench.WorkloadReport) error {
