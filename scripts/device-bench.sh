@@ -36,6 +36,10 @@ echo "== gpufleet bench (full set, every GPU)"
 "$bin" bench --cuda-lib-dir "$libs" -o json >"$out/gpufleet-bench.json" 2>"$out/gpufleet-bench.log" || echo "gpufleet bench exited $? (see $out/gpufleet-bench.log)"
 tail -5 "$out/gpufleet-bench.log"
 
+echo "== gpufleet bench --level long (memory patterns and watched stress: not on the CUDA backend yet)"
+"$bin" bench --cuda-lib-dir "$libs" --level long -o json >"$out/gpufleet-bench-long.json" 2>"$out/gpufleet-bench-long.log" || echo "gpufleet bench --level long exited $? (see $out/gpufleet-bench-long.log)"
+grep -i "not measured" "$out/gpufleet-bench-long.log" | head -5
+
 echo "== PyTorch on GPU 0, same method"
 python3 - "$out" <<'PY'
 import json, statistics, sys, torch

@@ -56,7 +56,7 @@ func (a *Agent) runBench(ctx context.Context, o api.BenchOrder) api.BenchReport 
 		rep.Detail = fmt.Sprintf("benchmarks unavailable: %v", err)
 		return rep
 	}
-	opts := bench.Options{GPUs: idx, Tests: o.Tests, Quick: o.Quick}
+	opts := bench.Options{GPUs: idx, Tests: o.Tests, Quick: o.Quick, Level: o.Level}
 	ms, err := be.Measure(ctx, opts, func(line string) {
 		if strings.Contains(line, "skipped") || strings.Contains(line, "not measured") {
 			skipped = append(skipped, line)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/gpu"
 	"github.com/gpufleet/gpufleet/internal/gpu/simgpu"
 )
@@ -145,7 +146,11 @@ func (a *Agent) validate(ctx context.Context, o api.ValidationOrder) api.Validat
 				}
 			}
 		})
-		rep := a.runBench(ctx, api.BenchOrder{ID: o.ID, GPUs: uuids, Quick: true})
+		bo := api.BenchOrder{ID: o.ID, GPUs: uuids, Quick: true}
+		if len(o.Tests) > 0 { // the quick set and the tests that hold the node back
+			bo.Tests = append(bench.LevelTests(bench.LevelQuick), o.Tests...)
+		}
+		rep := a.runBench(ctx, bo)
 		res.Bench = &rep
 		if len(rep.Measurements) == 0 {
 			res.Detail += "; benchmarks not run: " + rep.Detail

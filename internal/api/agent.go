@@ -46,6 +46,9 @@ type BenchOrder struct {
 	// Tests to run; empty means every test.
 	Tests []bench.Test `json:"tests,omitempty"`
 	Quick bool         `json:"quick"`
+	// Level is the bench level; absent from servers before levels (Quick
+	// then says quick or the full set).
+	Level bench.Level `json:"level,omitempty"`
 }
 
 // BenchReport is what a bench order, a validation or the join bench
@@ -120,6 +123,10 @@ type GPUEvidence struct {
 type ValidationOrder struct {
 	ID   string   `json:"id"`
 	GPUs []string `json:"gpus,omitempty"`
+	// Tests are microbenchmarks the check runs beside the quick set: those
+	// of the figures that hold the node back (a memory pattern or stress
+	// failure is re-run, not left standing).
+	Tests []bench.Test `json:"tests,omitempty"`
 }
 
 // ValidationResult is the outcome of a ValidationOrder.

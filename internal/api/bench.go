@@ -19,6 +19,9 @@ type BenchRequest struct {
 	Tests []bench.Test `json:"tests,omitempty"`
 	// Full runs the full sizes and runs instead of the quick set.
 	Full bool `json:"full,omitempty"`
+	// Level is quick, medium or long (docs/BENCH.md#levels); it takes
+	// precedence over Full (medium and long run the full sizes).
+	Level bench.Level `json:"level,omitempty"`
 }
 
 // BenchResultList is the body of GET /api/v1/bench/results: figures, each

@@ -23,8 +23,9 @@ func TestParseTests(t *testing.T) {
 		want []bench.Test
 		bad  bool
 	}{
-		{in: "", want: bench.Tests()},
-		{in: "all", want: bench.Tests()},
+		{in: "", want: nil}, // every test of the level
+		{in: "all", want: nil},
+		{in: "memory,stress", want: []bench.Test{bench.Memory, bench.Stress}},
 		{in: "p2p, COPY,copy", want: []bench.Test{bench.Copy, bench.P2P}},
 		{in: "gemm,nope", bad: true},
 		{in: ",", bad: true},
@@ -273,4 +274,96 @@ func TestCalibrationFromFigures(t *testing.T) {
 		math.Abs(c.Compute[gpufleet.FP8]-simgpu.LowPrecisionGEMMEfficiency) > 0.01 {
 		t.Errorf("calibration %+v: one slow card must not move the medians", c)
 	}
+}
+
+// TestLevels: each level runs its tests (quick the five, medium adds the
+// memory patterns, long the stress), medium and long the full sizes and
+// every p2p pair; a list of tests overrides the level's.
+func TestLevels(t *testing.T) {
+	for _, tc := range []struct {
+		o     bench.Options
+		tests []bench.Test
+		runs  int
+		pairs int // of 8 GPUs
+	}{
+		{bench.Options{Quick: true}, []bench.Test{bench.Copy, bench.GEMM, bench.H2D, bench.P2P, bench.AllReduce}, 5, 16},
+		{bench.Options{Level: bench.LevelQuick}, []bench.Test{bench.Copy, bench.GEMM, bench.H2D, bench.P2P, bench.AllReduce}, 5, 16},
+		{bench.Options{}, []bench.Test{bench.Copy, bench.GEMM, bench.H2D, bench.P2P, bench.AllReduce}, 20, 56},
+		{bench.Options{Level: bench.LevelMedium}, []bench.Test{bench.Copy, bench.GEMM, bench.H2D, bench.P2P, bench.AllReduce, bench.Memory}, 20, 56},
+		{bench.Options{Level: bench.LevelLong}, bench.Tests(), 20, 56},
+		{bench.Options{Level: bench.LevelQuick, Tests: []bench.Test{bench.Memory}}, []bench.Test{bench.Memory}, 5, 16},
+	} {
+		var got []bench.Test
+		for _, x := range bench.Tests() {
+			if tc.o.Wants(x) {
+				got = append(got, x)
+			}
+		}
+		if !slices.Equal(got, tc.tests) || tc.o.Runs() != tc.runs || len(tc.o.Pairs(8)) != tc.pairs {
+			t.Errorf("%+v: tests %v, runs %d, pairs %d; want %v, %d, %d", tc.o, got, tc.o.Runs(), len(tc.o.Pairs(8)), tc.tests, tc.runs, tc.pairs)
+		}
+	}
+	for in, want := range map[string]bench.Level{"": bench.LevelQuick, "Medium": bench.LevelMedium, "long": bench.LevelLong} {
+		if l, err := bench.ParseLevel(in); err != nil || l != want {
+			t.Errorf("ParseLevel(%q) = %s, %v", in, l, err)
+		}
+	}
+	if _, err := bench.ParseLevel("xlong"); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "level") {
+		t.Errorf("ParseLevel(xlong): %v", err)
+	}
+}
+
+// TestLevelsOnSimulatedNodes: medium adds the memory patterns, long the
+// sustained stress. An uncorrectable ECC fault fails the memory test and
+// the stress whatever their rates; a power brake and a thermal runaway
+// fail the stress by its throttle reasons and also halve its rate, which
+// the fleet median catches too; slow memory shows in the memory test's
+// rate. Healthy cards pass at every level.
+func TestLevelsOnSimulatedNodes(t *testing.T) {
+	healthy := simFigures(t, "n0", nil, bench.Options{Level: bench.LevelLong})
+	for _, r := range healthy {
+		if why := r.Failed(); why != "" {
+			t.Errorf("healthy %s gpu %d failed: %s", r.Name, r.GPU, why)
+		}
+	}
+	medium := simFigures(t, "n2", nil, bench.Options{Level: bench.LevelMedium})
+	if !slices.ContainsFunc(medium, func(r bench.Result) bool { return r.Test == bench.Memory }) ||
+		slices.ContainsFunc(medium, func(r bench.Result) bool { return r.Test == bench.Stress }) {
+		t.Errorf("medium ran %v; want memory patterns and no stress", names(medium))
+	}
+	sick := simFigures(t, "n1", map[int]simgpu.Fault{
+		1: {Kind: simgpu.FaultECCDoubleBit},
+		2: {Kind: simgpu.FaultPowerBrake},
+		3: {Kind: simgpu.FaultSlowMemory},
+		4: {Kind: simgpu.FaultThermalRunaway},
+	}, bench.Options{Level: bench.LevelLong})
+	got := map[string]string{}
+	for _, s := range bench.Judge(figures(sick), append(slices.Clone(healthy), sick...), bench.Gates{}) {
+		if s.Figure.Test == bench.Memory || s.Figure.Test == bench.Stress {
+			got[fmt.Sprintf("%s@%d", s.Figure.Name, s.Figure.GPU)] = s.Reason
+		}
+	}
+	for k, want := range map[string]string{
+		"memory@1":      "memory failed: 4 cells read back wrong",
+		"stress-bf16@1": "stress-bf16 failed: an XID or uncorrectable ECC error while it ran",
+		"stress-bf16@2": "stress-bf16 failed: throttled (hw_power_brake, hw_slowdown)",
+		"memory@3":      "memory at 0.60 of the fleet median",
+		"stress-bf16@4": "stress-bf16 failed: throttled (hw_slowdown, hw_thermal, sw_thermal)",
+	} {
+		if !strings.HasPrefix(got[k], want) {
+			t.Errorf("%s: %q, want %q", k, got[k], want)
+		}
+		delete(got, k)
+	}
+	if len(got) > 0 {
+		t.Errorf("flagged beyond the faults: %v", got)
+	}
+}
+
+func names(rs []bench.Result) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return slices.Compact(out)
 }

@@ -185,9 +185,9 @@ func PCIeBytesPerS(gen int) float64 { return 16 * pcieLaneBytesPerS[gen] }
 //     which nccl-tests defines so that it compares with the link rate.
 func Spec(g catalog.GPU, m Measurement) *float64 {
 	switch m.Test {
-	case Copy:
+	case Copy, Memory:
 		return positive(g.MemoryBandwidthBytesPerS)
-	case GEMM:
+	case GEMM, Stress:
 		if v := g.PeakFLOPS[m.Precision]; v != nil {
 			return positive(*v)
 		}

@@ -54,7 +54,7 @@ func ParseGates(s string) (Gates, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		t := Test(strings.ToLower(strings.TrimSpace(k)))
 		if !ok || !slices.Contains(Tests(), t) {
-			return nil, fmt.Errorf("%w: bench gate: %s: expected TEST=FRACTION with TEST one of copy, gemm, h2d, p2p, allreduce", gpufleet.ErrInvalid, gpufleet.Quote(kv))
+			return nil, fmt.Errorf("%w: bench gate: %s: expected TEST=FRACTION with TEST one of copy, gemm, h2d, p2p, allreduce, memory, stress", gpufleet.ErrInvalid, gpufleet.Quote(kv))
 		}
 		f, err := parse("bench gate "+string(t), v)
 		if err != nil {
@@ -230,13 +230,18 @@ func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
 	var out []Shortfall
 	base := NewBaseline(fleet)
 	for _, f := range figs {
-		c := base.Compare(f, gates)
-		if !c.Degraded {
-			continue
-		}
 		where := fmt.Sprintf("GPU %d", f.GPU)
 		if f.Test == AllReduce {
 			where = fmt.Sprintf("all-reduce over %d GPUs", f.GPUs)
+		}
+		if why := f.Failed(); why != "" {
+			out = append(out, Shortfall{Figure: f, Reason: fmt.Sprintf("%s failed: %s", f.Name, why),
+				Evidence: fmt.Sprintf("%s: %s failed (%s): %s", where, f.Name, f.Size, why)})
+			continue
+		}
+		c := base.Compare(f, gates)
+		if !c.Degraded {
+			continue
 		}
 		out = append(out, Shortfall{
 			Figure: f, Comparison: c,

@@ -22,7 +22,10 @@ const (
 	// them every figure's spread and ratio stays finite.
 	MinRate = 1
 	MaxRate = 1e18
-	maxText = 256
+	// MaxErrors bounds a measurement's error count (a count of cells: a
+	// GPU's memory in 4-byte words is under 2^36).
+	MaxErrors = 1 << 40
+	maxText   = 256
 )
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
@@ -49,7 +52,7 @@ func (m *Measurement) validate(field string) error {
 		return bad("name", "%s: expected a figure name such as copy or gemm-bf16", gpufleet.Quote(m.Name))
 	}
 	if !slices.Contains(Tests(), m.Test) {
-		return bad("test", "%s: expected one of copy, gemm, h2d, p2p, allreduce", gpufleet.Quote(string(m.Test)))
+		return bad("test", "%s: expected one of copy, gemm, h2d, p2p, allreduce, memory, stress", gpufleet.Quote(string(m.Test)))
 	}
 	if m.Precision != "" && !m.Precision.Valid() {
 		return bad("precision", "%s: not a precision", gpufleet.Quote(string(m.Precision)))
@@ -73,6 +76,25 @@ func (m *Measurement) validate(field string) error {
 	}
 	if m.Unit != BytesPerS && m.Unit != FLOPPerS && m.Unit != OPPerS {
 		return bad("unit", "%s: expected B/s, FLOP/s or OP/s", gpufleet.Quote(string(m.Unit)))
+	}
+	if m.Errors < 0 || m.Errors > MaxErrors {
+		return bad("errors", "%d: expected 0 to %d", m.Errors, MaxErrors)
+	}
+	if w := m.Watch; w != nil {
+		if math.IsNaN(w.MaxTempC) || w.MaxTempC < -50 || w.MaxTempC > 200 {
+			return bad("watch.max_temp_c", "%g: expected -50 to 200", w.MaxTempC)
+		}
+		if math.IsNaN(w.MeanWatts) || w.MeanWatts < 0 || w.MeanWatts > 10000 {
+			return bad("watch.mean_watts", "%g: expected 0 to 10000", w.MeanWatts)
+		}
+		if len(w.Throttle) > 16 {
+			return bad("watch.throttle", "%d reasons, at most 16", len(w.Throttle))
+		}
+		for j, r := range w.Throttle {
+			if err := gpufleet.CheckText(fmt.Sprintf("%s.watch.throttle[%d]", field, j), r, 64, false); err != nil {
+				return err
+			}
+		}
 	}
 	if len(m.Rates) == 0 || len(m.Rates) > MaxRuns {
 		return bad("rates", "%d runs: expected 1 to %d", len(m.Rates), MaxRuns)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,9 +24,9 @@ import (
 
 // benchFlags are the flags of `gpufleet bench` on a node.
 type benchFlags struct {
-	gpus, tests, backend, simGPUs, cudaLibDir string
-	simFaults                                 []string
-	quick                                     bool
+	gpus, tests, backend, simGPUs, cudaLibDir, level string
+	simFaults                                        []string
+	quick                                            bool
 }
 
 // newBenchCmd is `gpufleet bench`: microbenchmarks on this node, and the
@@ -34,7 +35,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	c := &clientEnv{env: e, now: time.Now}
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--gpus all|0,1] [--tests copy,gemm,h2d,p2p,allreduce] [--quick] [-o json]",
+		Use:   "bench [--gpus all|0,1] [--tests copy,gemm,h2d,p2p,allreduce,memory,stress] [--quick | --level quick|medium|long] [-o json]",
 		Short: "Measure this node's GPUs (memory, matrix products, host and GPU-to-GPU copies, all-reduce) against the catalog spec",
 		Long: `Measure this node's GPUs and print each figure as measured (the median of
 timed runs after a warm-up), its run-to-run spread, the catalog's spec and
@@ -66,7 +67,8 @@ models. docs/BENCH.md explains each figure and the method.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.gpus, "gpus", "all", "GPUs to measure: all, or indexes such as 0,1")
 	fs.StringVar(&f.tests, "tests", "all", "tests to run: all, or a comma-separated list of copy, gemm, h2d, p2p, allreduce")
-	fs.BoolVar(&f.quick, "quick", false, "the quick set the agent runs: smaller sizes, 5 runs, ring p2p pairs (under a minute)")
+	fs.BoolVar(&f.quick, "quick", false, "the quick set the agent runs: smaller sizes, 5 runs, ring p2p pairs (under a minute); --level quick")
+	fs.StringVar(&f.level, "level", "", "quick, medium (full sizes, every p2p pair, memory patterns) or long (and sustained stress), as DCGM diag's levels")
 	fs.StringVar(&f.backend, "backend", "cuda", "cuda (real GPUs through the CUDA libraries) or sim (simulated GPUs)")
 	fs.StringVar(&f.cudaLibDir, "cuda-lib-dir", "", "directory holding libcuda.so.1, libcublasLt.so and libnccl.so.2 (default: the loader's search path)")
 	fs.StringVar(&f.simGPUs, "sim-gpus", "h100-sxm-80gb:8", "with --backend sim: the simulated GPUs, as gpufleet agent --sim-gpus")
@@ -152,7 +154,14 @@ func runLocalBench(ctx context.Context, e *env, f benchFlags) error {
 	var skipped []string
 	// A failure (a product that failed its check, a call that erred) is
 	// reported after the figures that were measured, with a non-zero exit.
-	ms, measureErr := be.Measure(ctx, bench.Options{GPUs: gpus, Tests: tests, Quick: f.quick}, func(line string) {
+	opts := bench.Options{GPUs: gpus, Tests: tests, Quick: f.quick}
+	if f.level != "" {
+		if opts.Level, err = bench.ParseLevel(f.level); err != nil {
+			return usageErr("--level: %v", err)
+		}
+		opts.Quick = opts.Level == bench.LevelQuick
+	}
+	ms, measureErr := be.Measure(ctx, opts, func(line string) {
 		if strings.Contains(line, "skipped") || strings.Contains(line, "not measured") {
 			skipped = append(skipped, line)
 		}
@@ -166,20 +175,43 @@ func runLocalBench(ctx context.Context, e *env, f benchFlags) error {
 	if len(rep.Figures) == 0 {
 		return fmt.Errorf("%w: nothing was measured: %s", gpufleet.ErrUnavailable, strings.Join(skipped, "; "))
 	}
+	// A figure that failed (memory cells read back wrong, a throttled or
+	// erring stress) fails the command, after the figures.
+	var failed []string
+	for _, fig := range rep.Figures {
+		if why := fig.Failed(); why != "" {
+			failed = append(failed, fmt.Sprintf("gpu %s %s: %s", figureWhere(fig), fig.Name, why))
+		}
+	}
+	if len(failed) > 0 {
+		measureErr = errors.Join(measureErr, fmt.Errorf("%s failed: %s", pluralFigures(len(failed)), strings.Join(failed, "; ")))
+	}
 	if e.output == outputJSON {
 		if err := writeJSON(e.stdout, rep); err != nil {
 			return err
 		}
 		return measureErr
 	}
-	t := newTable(e.stdout, "GPU", "FIGURE", "MEASURED", "SPREAD", "SPEC", "RATIO", "SIZE")
+	t := newTable(e.stdout, "GPU", "FIGURE", "MEASURED", "SPREAD", "SPEC", "RATIO", "SIZE", "RESULT")
 	for _, fig := range rep.Figures {
-		t.row(figureWhere(fig), fig.Name, bench.Human(fig.Value, fig.Unit), pct(&fig.Spread), specText(fig), num(fig.Ratio, 2), fig.Size)
+		result := "ok"
+		if why := fig.Failed(); why != "" {
+			result = "FAILED: " + why
+		}
+		t.row(figureWhere(fig), fig.Name, bench.Human(fig.Value, fig.Unit), pct(&fig.Spread), specText(fig), num(fig.Ratio, 2), fig.Size, result)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
 	return measureErr
+}
+
+// pluralFigures is n figures, in words.
+func pluralFigures(n int) string {
+	if n == 1 {
+		return "1 figure"
+	}
+	return fmt.Sprintf("%d figures", n)
 }
 
 // figureWhere is a figure's GPU column: "3", "3->5" for a pair, "0-7"
@@ -205,18 +237,24 @@ func specText(f bench.Figure) string {
 // order to a cordoned node's agent and the figures come back judged.
 func newBenchRunCmd(c *clientEnv) *cobra.Command {
 	var (
-		gpus, tests string
-		full, wait  bool
-		timeout     time.Duration
+		gpus, tests, level string
+		full, wait         bool
+		timeout            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "run NODE [--gpus 0,1] [--tests ...] [--full] [--wait]",
+		Use:   "run NODE [--level quick|medium|long] [--gpus 0,1] [--tests ...] [--wait]",
 		Short: "Run the microbenchmarks on a cordoned node's idle GPUs through its agent, and show them against the fleet (admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			node := args[0]
 			req := api.BenchRequest{Full: full}
-			var err error
+			l, err := bench.ParseLevel(level)
+			if err != nil {
+				return usageErr("--level: %v", err)
+			}
+			if level != "" {
+				req.Level = l
+			}
 			if req.Tests, err = bench.ParseTests(tests); err != nil {
 				return fmt.Errorf("--tests: %w", err)
 			}
@@ -265,8 +303,9 @@ func newBenchRunCmd(c *clientEnv) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&gpus, "gpus", "all", "GPUs to measure: all, or indexes such as 0,1")
-	cmd.Flags().StringVar(&tests, "tests", "all", "tests to run: all, or copy, gemm, h2d, p2p, allreduce")
-	cmd.Flags().BoolVar(&full, "full", false, "the full set instead of the quick one")
+	cmd.Flags().StringVar(&tests, "tests", "all", "tests to run: all (the level's), or copy, gemm, h2d, p2p, allreduce, memory, stress")
+	cmd.Flags().StringVar(&level, "level", "", "quick (the agent's set, the default), medium (full sizes, every p2p pair, memory patterns) or long (medium and 5 min of sustained stress, power and temperature watched), as DCGM diag's levels (docs/BENCH.md#levels)")
+	cmd.Flags().BoolVar(&full, "full", false, "the full sizes of the quick level's tests (--level medium adds the memory patterns)")
 	cmd.Flags().BoolVar(&wait, "wait", true, "wait for the figures and print them")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	return cmd
@@ -315,6 +354,8 @@ func (c *clientEnv) printBenchResults(list api.BenchResultList) error {
 			}
 			frac = num(r.Fleet.Fraction, 2)
 			switch {
+			case r.Failed() != "":
+				verdict = "FAILED: " + r.Failed()
 			case r.Fleet.Fraction == nil:
 				verdict = "no baseline"
 			case r.Fleet.Degraded:

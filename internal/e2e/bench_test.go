@@ -158,3 +158,93 @@ func TestWorkloadBenchAcrossThreeModels(t *testing.T) {
 		t.Errorf("throughputs %v", tp)
 	}
 }
+
+// TestBenchLevels runs the medium and long levels through the CLI on real
+// agents with simulated GPUs: medium's memory patterns are judged against
+// the fleet median of the same figure; long's stress fails a power-braked
+// card by its throttle reasons and degrades it; once the fault is cleared,
+// marking the cordoned node repaired re-runs the stress in its validation
+// and returns it to service, healthy.
+func TestBenchLevels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a")
+	ctx := t.Context()
+	for i := range 3 {
+		startAgent(t, p, f.admin, fmt.Sprintf("v%d", i), "h100-sxm-80gb:2")
+	}
+	eventually(t, 30*time.Second, "three nodes ready", func() error {
+		ns, err := f.admin.Nodes(ctx)
+		if err != nil || len(ns) != 3 {
+			return fmt.Errorf("nodes %d, %v", len(ns), err)
+		}
+		for _, n := range ns {
+			if n.State != gpufleet.NodeReady {
+				return fmt.Errorf("%s %s", n.Name, n.State)
+			}
+		}
+		return nil
+	})
+	cli := func(args ...string) (string, error) {
+		out, err := exec.Command(binary(t), append(args, "--server", p.url, "--token", adminToken)...).CombinedOutput()
+		return string(out), err
+	}
+	for _, n := range []string{"v0", "v1"} {
+		if _, err := f.admin.NodeAction(ctx, n, api.Cordon); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := cli("bench", "run", n, "--level", "medium", "--timeout", "30s"); err != nil || !strings.Contains(out, "memory") {
+			t.Fatalf("bench run %s --level medium: %v\n%s", n, err, out)
+		}
+	}
+	gpu := 0
+	if _, err := f.admin.InjectFault(ctx, "v2", api.FaultRequest{GPU: &gpu, Kind: "power-brake"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.NodeAction(ctx, "v2", api.Cordon); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cli("bench", "run", "v2", "--level", "long", "--timeout", "30s")
+	if err != nil || !strings.Contains(out, "stress-bf16") || !strings.Contains(out, "FAILED: throttled (hw_power_brake, hw_slowdown)") {
+		t.Fatalf("bench run v2 --level long: %v\n%s", err, out)
+	}
+	// The memory figures of v2 are judged against v0's and v1's.
+	list, err := f.admin.BenchResults(ctx, api.BenchQuery{Node: "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	judged := 0
+	for _, r := range list.Results {
+		if r.Name == "memory" && r.Fleet != nil && r.Fleet.Fraction != nil && r.Fleet.Peers >= 4 {
+			judged++
+		}
+	}
+	if judged != 2 {
+		t.Errorf("%d of v2's memory figures judged against the fleet median, want 2: %+v", judged, list.Results)
+	}
+	// The brake also halves its products; the health reason names the
+	// first of its figures and counts the others (the stress among them).
+	eventually(t, 20*time.Second, "v2 gpu 0 degraded by its figures", func() error {
+		n, err := f.admin.Node(ctx, "v2")
+		if err != nil || n.GPUs[0].Health != gpufleet.Degraded || !strings.Contains(n.GPUs[0].Reason, "more figures") {
+			return fmt.Errorf("v2 %+v, %v", n.GPUs, err)
+		}
+		return nil
+	})
+	if _, err := f.admin.ClearFaults(ctx, "v2", 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "v2 marked repaired", func() error {
+		_, err := f.admin.NodeAction(ctx, "v2", api.Repaired)
+		return err
+	})
+	eventually(t, 30*time.Second, "v2 back in service, healthy", func() error {
+		n, err := f.admin.Node(ctx, "v2")
+		if err != nil || n.State != gpufleet.NodeReady || n.Health != gpufleet.Healthy || n.GPUs[0].Health != gpufleet.Healthy {
+			return fmt.Errorf("v2 %s %s (%s), gpu 0 %s, %v", n.State, n.Health, n.HealthReason, n.GPUs[0].Health, err)
+		}
+		return nil
+	})
+}

@@ -58,4 +58,7 @@ type BenchShortfall struct {
 	UUID string
 	// Reason is a short phrase; Evidence the sentence with the figures.
 	Reason, Evidence string
+	// Test is the microbenchmark the figure comes from (copy, stress,
+	// ...), so that a re-check runs it again.
+	Test string
 }

@@ -34,9 +34,16 @@ func (s *Server) OrderBench(ctx context.Context, p api.Principal, node string, r
 			gpufleet.ErrInvalid, node, n.State, node)
 	}
 	o := api.BenchOrder{Quick: !r.Full}
+	if r.Level != "" {
+		l, err := bench.ParseLevel(string(r.Level))
+		if err != nil {
+			return api.BenchOrder{}, err
+		}
+		o.Level, o.Quick = l, l == bench.LevelQuick
+	}
 	for i, t := range r.Tests {
 		if !slices.Contains(bench.Tests(), t) {
-			return api.BenchOrder{}, fmt.Errorf("%w: tests[%d]: %s: expected copy, gemm, h2d, p2p or allreduce", gpufleet.ErrInvalid, i, gpufleet.Quote(string(t)))
+			return api.BenchOrder{}, fmt.Errorf("%w: tests[%d]: %s: expected copy, gemm, h2d, p2p, allreduce, memory or stress", gpufleet.ErrInvalid, i, gpufleet.Quote(string(t)))
 		}
 		if !slices.Contains(o.Tests, t) {
 			o.Tests = append(o.Tests, t)
@@ -60,7 +67,7 @@ func (s *Server) OrderBench(ctx context.Context, p api.Principal, node string, r
 		x.benches = map[string][]api.BenchOrder{}
 	}
 	x.benches[node] = append(x.benches[node], o)
-	s.log.Info("bench queued", "node", node, "id", o.ID, "gpus", len(o.GPUs), "quick", o.Quick)
+	s.log.Info("bench queued", "node", node, "id", o.ID, "gpus", len(o.GPUs), "quick", o.Quick, "level", o.Level)
 	return o, nil
 }
 
@@ -251,7 +258,7 @@ func (s *Server) refreshBench(ctx context.Context, node string) ([]bench.Shortfa
 		if sf.Figure.Test == bench.AllReduce {
 			g = health.NodeGPU
 		}
-		out = append(out, health.BenchShortfall{GPU: g, UUID: sf.Figure.UUID, Reason: sf.Reason, Evidence: sf.Evidence})
+		out = append(out, health.BenchShortfall{GPU: g, UUID: sf.Figure.UUID, Reason: sf.Reason, Evidence: sf.Evidence, Test: string(sf.Figure.Test)})
 	}
 	s.health.setBench(node, out)
 	return short, nil

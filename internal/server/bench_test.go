@@ -323,3 +323,30 @@ func TestRepairedRebenchesABenchOnlyDegradedGPU(t *testing.T) {
 		t.Errorf("repaired on a healthy cordoned node: %v", err)
 	}
 }
+
+// TestBenchOrderLevels: a bench order carries its level to the agent (a
+// long one runs the full sizes), and an unknown level is refused naming
+// the field.
+func TestBenchOrderLevels(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	n1 := f.node("n1", "h100-sxm-80gb", 2)
+	f.cycle()
+	if _, err := f.srv.NodeAction(ctx, f.admin, "n1", api.Cordon); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.OrderBench(ctx, f.admin, "n1", api.BenchRequest{Level: "xlong"}); !errors.Is(err, gpufleet.ErrInvalid) || !strings.Contains(err.Error(), "level") {
+		t.Fatalf("level xlong: %v", err)
+	}
+	for _, l := range []bench.Level{bench.LevelQuick, bench.LevelLong} {
+		o, err := f.srv.OrderBench(ctx, f.admin, "n1", api.BenchRequest{Level: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, _ := f.srv.Heartbeat(ctx, n1, api.HeartbeatRequest{ProtocolVersion: api.ProtocolVersion})
+		i := slices.IndexFunc(hb.Bench, func(b api.BenchOrder) bool { return b.ID == o.ID })
+		if i < 0 || hb.Bench[i].Level != l || hb.Bench[i].Quick != (l == bench.LevelQuick) {
+			t.Errorf("level %s: order relayed as %+v", l, hb.Bench)
+		}
+	}
+}

@@ -546,6 +546,11 @@ func (k *healths) validationOrder(n gpufleet.Node, epoch int64) *api.ValidationO
 	}
 	h.validSeq++
 	h.validation = &api.ValidationOrder{ID: fmt.Sprintf("v-%s-%d-%d", n.Name, epoch, h.validSeq), GPUs: gpus}
+	for _, b := range h.bench {
+		if t := bench.Test(b.Test); !slices.Contains(bench.LevelTests(bench.LevelQuick), t) && slices.Contains(bench.Tests(), t) && !slices.Contains(h.validation.Tests, t) {
+			h.validation.Tests = append(h.validation.Tests, t)
+		}
+	}
 	return h.validation
 }
 

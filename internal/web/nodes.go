@@ -280,6 +280,9 @@ func (u *UI) benchRows(r *http.Request, v *viewer, node string) ([]benchRow, str
 				}
 			}
 		}
+		if why := res.Failed(); why != "" {
+			row.Verdict, row.Bad = "failed: "+why, true
+		}
 		out = append(out, row)
 	}
 	return out, ""

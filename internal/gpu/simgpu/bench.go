@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/catalog"
@@ -53,6 +54,13 @@ const (
 	RunNoise = 0.005
 	// SlowMemoryFactor is what FaultSlowMemory leaves of memory bandwidth.
 	SlowMemoryFactor = 0.6
+	// MemoryPatternEfficiency: the memory test's passes (write a pattern,
+	// read it back and compare) reach less than a plain copy. A modelling
+	// choice for the simulated cards: no published figure was found.
+	MemoryPatternEfficiency = 0.7
+	// MemoryErrorsPerFault is how many cells read back wrong on a card
+	// with an uncorrectable ECC fault or a failed row remap (simulated).
+	MemoryErrorsPerFault = 4
 )
 
 // benchCard is what one device delivers now, for the bench.
@@ -65,6 +73,19 @@ type benchCard struct {
 	linksUp, links        int // NVLink
 	card                  float64
 	rng                   *rand.Rand
+	// stress is what the card does under the long level's sustained
+	// products; memErrors the cells its memory reads back wrong.
+	stress    stressRun
+	memErrors int64
+}
+
+// stressRun is a card held at full compute load for the stress's length:
+// the clock factor it settles at, what it draws and how hot it gets, the
+// throttle reasons on the way, and the errors (XIDs) it raised.
+type stressRun struct {
+	factor, watts, tempC float64
+	throttle             []string
+	errors               int64
 }
 
 // Measure answers the microbenchmarks from each GPU's catalog model, the
@@ -109,7 +130,7 @@ func (b *Backend) Measure(ctx context.Context, o bench.Options, progress func(st
 		out = append(out, m)
 	}
 	size := func(full, quick string) string {
-		if o.Quick {
+		if o.Quick || o.Level == bench.LevelQuick {
 			return quick
 		}
 		return full
@@ -151,6 +172,29 @@ func (b *Backend) Measure(ctx context.Context, o bench.Options, progress func(st
 				progress(fmt.Sprintf("gpu %d: gemm %s %sx%sx%s x%d", c.index, p, n, n, n, runs))
 				measure(c, bench.Measurement{Name: bench.GEMMName(p), Test: bench.GEMM, Precision: p, Size: n + "x" + n + "x" + n,
 					Unit: bench.GEMMUnit(p), Check: "rel err within the precision's limit on 64 sampled elements"}, *peak*eff*c.compute)
+			}
+		}
+		if o.Wants(bench.Memory) {
+			progress(fmt.Sprintf("gpu %d: memory patterns (%d) over 90%% of %s x%d", c.index, len(bench.MemoryPatterns), fmt.Sprintf("%.0f GiB", float64(g.MemoryBytes)/(1<<30)), runs))
+			m := bench.Measurement{Name: "memory", Test: bench.Memory, Size: fmt.Sprintf("%d patterns over 90%% of memory", len(bench.MemoryPatterns)),
+				Unit: bench.BytesPerS, Errors: c.memErrors, Check: "every cell read back the pattern written: " + strings.Join(bench.MemoryPatterns, ", ")}
+			measure(c, m, g.MemoryBandwidthBytesPerS*MemoryPatternEfficiency*c.memory)
+		}
+		if o.Wants(bench.Stress) {
+			p := gpufleet.BF16
+			if g.PeakFLOPS[p] == nil {
+				p = gpufleet.FP32
+			}
+			if peak := g.PeakFLOPS[p]; peak != nil {
+				st := c.stress
+				progress(fmt.Sprintf("gpu %d: stress, %s products for %ds, power and temperature watched", c.index, p, bench.StressSeconds))
+				m := bench.Measurement{Name: "stress-" + string(p), Test: bench.Stress, Precision: p, Size: fmt.Sprintf("%ds sustained", bench.StressSeconds),
+					Unit: bench.FLOPPerS, Errors: st.errors, Watch: &bench.Watch{MaxTempC: st.tempC, MeanWatts: st.watts, Throttle: st.throttle}}
+				eff := TensorGEMMEfficiency
+				if p == gpufleet.FP32 {
+					eff = FP32GEMMEfficiency
+				}
+				measure(c, m, *peak*eff*st.factor)
 			}
 		}
 		if o.Wants(bench.H2D) {
@@ -240,5 +284,54 @@ func (b *Backend) benchCard(d *device) benchCard {
 	if f, ok := d.faults[FaultNVLinkDown]; ok {
 		c.linksUp = max(0, c.links-f.Links)
 	}
+	for _, k := range []FaultKind{FaultECCDoubleBit, FaultRowRemapFailure} {
+		if _, ok := d.faults[k]; ok {
+			c.memErrors += MemoryErrorsPerFault
+		}
+	}
+	c.stress = b.stressOf(d)
 	return c
+}
+
+// stressOf is device d held at full compute load until its temperature
+// settles: the thermal model of the telemetry (AmbientC plus the thermal
+// resistance times the draw, a runaway's overshoot), the slowdown it
+// brings, a power brake, and the power limit; b.mu must be held.
+func (b *Backend) stressOf(d *device) stressRun {
+	tr := d.tr
+	pc := profiles[LoadCompute]
+	s := stressRun{factor: 1}
+	_, brake := d.faults[FaultPowerBrake]
+	if brake {
+		s.factor = PowerBrakeClockFactor
+		s.throttle = append(s.throttle, "hw_power_brake", "hw_slowdown")
+	}
+	s.watts = tr.idle + s.factor*max(pc.powerOfTDP*tr.tdp-tr.idle, 0)
+	if limit := d.powerLimit(); s.watts > limit {
+		if s.watts > tr.idle {
+			s.factor *= max(limit-tr.idle, 0) / (s.watts - tr.idle)
+		}
+		s.watts = limit
+		s.throttle = append(s.throttle, "sw_power_cap")
+	}
+	s.tempC = AmbientC + tr.rth*s.watts
+	if _, ok := d.faults[FaultThermalRunaway]; ok {
+		s.tempC = max(s.tempC, tr.slowdown+RunawayOvershootC)
+	}
+	if s.tempC >= tr.slowdown {
+		s.factor = min(s.factor, max(MinClockFactor, 1-ThrottlePerC*(s.tempC-tr.slowdown)))
+		s.throttle = append(s.throttle, "sw_thermal")
+		if s.tempC >= tr.slowdown+HWSlowdownMarginC {
+			s.throttle = append(s.throttle, "hw_thermal", "hw_slowdown")
+		}
+	}
+	slices.Sort(s.throttle)
+	s.throttle = slices.Compact(s.throttle)
+	if _, ok := d.faults[FaultXID]; ok {
+		s.errors++
+	}
+	if _, ok := d.faults[FaultECCDoubleBit]; ok {
+		s.errors++
+	}
+	return s
 }
