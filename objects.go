@@ -297,6 +297,7 @@ const (
 	CauseHealth   StateCause = "health"   // the health rules' automatic quarantine
 	CauseRepair   StateCause = "repair"   // the repair path: drained to repairing, validation's result
 	CauseRollout  StateCause = "rollout"  // a software rollout's drain and return
+	CauseBench    StateCause = "bench"    // a scheduled re-bench holds the idle node while it measures
 )
 
 // NodeGPU is one GPU of a node.

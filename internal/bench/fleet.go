@@ -90,6 +90,7 @@ const (
 	TriggerJoin       Trigger = "join"       // the node joined (or its agent started)
 	TriggerValidation Trigger = "validation" // a return-to-service check, after a repair or a stack update
 	TriggerManual     Trigger = "manual"     // somebody ran gpufleet bench and sent it
+	TriggerScheduled  Trigger = "scheduled"  // the bench schedule re-benched an idle node
 )
 
 // Result is a stored figure: the node, when and why it was measured.

@@ -47,6 +47,7 @@ type serverFlags struct {
 	eccCorrected       uint64        // correctable ECC errors per eccWindow that degrade a GPU
 	eccWindow          time.Duration // window of eccCorrected
 	benchGate          string        // TEST=FRACTION,... or one fraction
+	benchSchedule      string        // every=DUR,window=...,rate=N/h,level=L
 	// Energy accounting.
 	pue, gridIntensity float64
 	gridIntensityFile  string
@@ -88,6 +89,7 @@ func (f *serverFlags) bind(cmd *cobra.Command) {
 	fs.Float64Var(&f.quarantineFraction, "quarantine-max-fraction", d.Health.QuarantineMaxFraction,
 		"circuit breaker: the most of the fleet's GPUs automatic quarantine may hold out of service (0-1)")
 	durationFlag(fs, &f.throttleSustain, "throttle-sustain", d.Health.ThrottleSustain, "how long thermal or power throttling must last before it counts")
+	fs.StringVar(&f.benchSchedule, "bench-schedule", "", "re-bench idle nodes on a schedule: every=DUR[,window=HH:MM-HH:MM (UTC)][,rate=N/h][,level=quick|medium|long], such as every=7d,window=02:00-06:00,rate=2/h; only ready nodes running nothing, cordoned while they measure (off by default; docs/BENCH.md#scheduled-re-bench)")
 	fs.StringVar(&f.benchGate, "bench-gate", "", "fraction of a GPU model's fleet median under which a benchmark figure degrades a GPU and fails its validation: one fraction, or per test as copy=0.9,gemm=0.85 (default 0.9 each; docs/BENCH.md)")
 	fs.Uint64Var(&f.eccCorrected, "ecc-corrected-growth", d.Health.ECCCorrectedGrowth,
 		"correctable ECC errors per --ecc-corrected-window (volatile or aggregate count) that degrade a GPU")
@@ -210,6 +212,13 @@ func runServer(ctx context.Context, e *env, f serverFlags, ready func(url, admin
 	cfg.Health.ECCCorrectedGrowth, cfg.Health.ECCCorrectedWindow = f.eccCorrected, f.eccWindow
 	if cfg.BenchGates, err = bench.ParseGates(f.benchGate); err != nil {
 		return fmt.Errorf("--bench-gate: %w", err)
+	}
+	if f.benchSchedule != "" {
+		sched, err := bench.ParseSchedule(f.benchSchedule)
+		if err != nil {
+			return usageErr("--bench-schedule: %v", err)
+		}
+		cfg.BenchSchedule = &sched
 	}
 	if cfg.PUE, cfg.Intensity, err = f.energy(); err != nil {
 		return err

@@ -58,6 +58,13 @@ func (s *Server) OrderBench(ctx context.Context, p api.Principal, node string, r
 			o.GPUs = append(o.GPUs, n.GPUs[j].UUID)
 		}
 	}
+	o = s.queueBench(node, o)
+	s.log.Info("bench queued", "node", node, "id", o.ID, "gpus", len(o.GPUs), "quick", o.Quick, "level", o.Level)
+	return o, nil
+}
+
+// queueBench gives order o an id and queues it for node's agent.
+func (s *Server) queueBench(node string, o api.BenchOrder) api.BenchOrder {
 	x := &s.agentExt
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -67,8 +74,7 @@ func (s *Server) OrderBench(ctx context.Context, p api.Principal, node string, r
 		x.benches = map[string][]api.BenchOrder{}
 	}
 	x.benches[node] = append(x.benches[node], o)
-	s.log.Info("bench queued", "node", node, "id", o.ID, "gpus", len(o.GPUs), "quick", o.Quick, "level", o.Level)
-	return o, nil
+	return o
 }
 
 // benchOrders are the bench orders pending for node.
@@ -97,7 +103,11 @@ func (s *Server) takeBenchReports(ctx context.Context, node string, reports []ap
 		if i < 0 {
 			continue
 		}
-		if _, err := s.recordBench(ctx, node, bench.TriggerManual, rep, now); err != nil {
+		trigger := bench.TriggerManual
+		if s.rebench.measured(node, rep.ID, now) {
+			trigger = bench.TriggerScheduled
+		}
+		if _, err := s.recordBench(ctx, node, trigger, rep, now); err != nil {
 			return err
 		}
 	}
@@ -135,6 +145,9 @@ func (s *Server) recordBench(ctx context.Context, node string, trigger bench.Tri
 	}
 	if err := s.st.AddBenchResults(ctx, results); err != nil {
 		return nil, err
+	}
+	if len(results) > 0 {
+		s.rebench.measured(node, "", now)
 	}
 	s.benchCache.forget(figs)
 	all, err := s.refreshBench(ctx, node)

@@ -350,3 +350,87 @@ func TestBenchOrderLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduledRebench: with a bench schedule, the leader cordons idle
+// nodes whose figures are older than the schedule's every (here: never
+// measured), no more than its rate an hour, orders their benches once the
+// cycle committed, records the figures as scheduled and returns the nodes
+// to ready; a node running work is never taken.
+func TestScheduledRebench(t *testing.T) {
+	sched, err := bench.ParseSchedule("every=1d,rate=2/h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, func(c *Config) { c.BenchSchedule = &sched })
+	ctx := t.Context()
+	nodes := map[string]api.Principal{"n1": f.node("n1", "h100-sxm-80gb", 2), "n2": f.node("n2", "h100-sxm-80gb", 2), "n3": f.node("n3", "h100-sxm-80gb", 2)}
+	beat := func(name string, req api.HeartbeatRequest) api.HeartbeatResponse {
+		t.Helper()
+		req.ProtocolVersion = api.ProtocolVersion
+		hb, err := f.srv.Heartbeat(ctx, nodes[name], req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	f.cycle() // leads
+	for n := range nodes {
+		beat(n, api.HeartbeatRequest{})
+	}
+	f.cycle()
+	held := func() []string {
+		var out []string
+		for name := range nodes {
+			n, _ := f.srv.Node(ctx, f.admin, name)
+			if n.State == gpufleet.NodeCordoned && n.StateCause == gpufleet.CauseBench {
+				out = append(out, name)
+				if !strings.Contains(n.StateReason, "scheduled re-bench") {
+					t.Errorf("%s: reason %q", name, n.StateReason)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	taken := held()
+	if !slices.Equal(taken, []string{"n1", "n2"}) {
+		t.Fatalf("cordoned for the schedule: %v; want two of the three idle nodes (two an hour), by name", taken)
+	}
+	for _, name := range taken {
+		hb := beat(name, api.HeartbeatRequest{})
+		if len(hb.Bench) != 1 || hb.Bench[0].Level != bench.LevelQuick {
+			t.Fatalf("%s: bench orders %+v", name, hb.Bench)
+		}
+		rep := api.BenchReport{ID: hb.Bench[0].ID, Measurements: []bench.Measurement{copyRun(name, 0, 3.0e12), copyRun(name, 1, 3.01e12)}}
+		beat(name, api.HeartbeatRequest{Bench: []api.BenchReport{rep}})
+	}
+	f.cycle()
+	if h := held(); len(h) != 0 {
+		t.Errorf("still held after their figures: %v (n3 waits for the rate)", h)
+	}
+	for _, name := range taken {
+		if n, _ := f.srv.Node(ctx, f.admin, name); n.State != gpufleet.NodeReady {
+			t.Errorf("%s after its figures: %s (%s)", name, n.State, n.StateReason)
+		}
+	}
+	hist, _ := f.srv.BenchResults(ctx, f.admin, api.BenchQuery{Node: "n1", History: true})
+	if len(hist.Results) == 0 || hist.Results[0].Trigger != bench.TriggerScheduled {
+		t.Errorf("figures of a scheduled re-bench: %+v", hist.Results)
+	}
+
+	// n3 is due; with the hour's rate back, running work keeps it.
+	f.srv.rebench.mu.Lock()
+	f.srv.rebench.started = nil
+	f.srv.rebench.mu.Unlock()
+	all, _ := f.st.Nodes(ctx)
+	running := []gpufleet.Job{{ID: "j-1", State: gpufleet.JobRunning, Attempts: []gpufleet.Attempt{{ID: "a-1", State: gpufleet.AttemptRunning,
+		Node: "n3", Nodes: []gpufleet.AttemptNode{{Name: "n3", GPUs: []string{"GPU-n3-a"}}}}}}}
+	due, err := f.srv.stepRebench(ctx, running, &nodeMoves{nodes: all}, f.clk.Now())
+	if err != nil || len(due) != 0 {
+		t.Fatalf("with work on n3: %v, %v; want nothing taken", due, err)
+	}
+	due, err = f.srv.stepRebench(ctx, nil, &nodeMoves{nodes: all}, f.clk.Now())
+	if err != nil || !slices.Equal(due, []string{"n3"}) {
+		t.Errorf("idle n3: %v, %v", due, err)
+	}
+}

@@ -348,6 +348,7 @@ func (s *Server) cycle(ctx context.Context) error {
 	// one transaction at its end, fenced; what it publishes to agents
 	// follows the commit.
 	var publish func()
+	var rebenches []string // cordoned by the bench schedule: ordered after the commit
 	err = s.st.Batch(ctx, func(ctx context.Context) error {
 		if err := s.health.judgeSilent(ctx, nodes, func(n string) (time.Duration, bool) { return s.heartbeatAge(n, now) }, s.cfg.HeartbeatGrace, now); err != nil {
 			return err
@@ -361,11 +362,15 @@ func (s *Server) cycle(ctx context.Context) error {
 			s.log.Warn("stepping rollouts", "err", err)
 		}
 		var err error
+		if rebenches, err = s.stepRebenchSafely(ctx, jobs, m, now); err != nil {
+			s.log.Warn("scheduled re-bench", "err", err)
+		}
 		publish, err = s.schedule(ctx, lease.Epoch, now, jobs, m.nodes)
 		return err
 	})
 	if err == nil {
 		publish()
+		s.orderRebench(rebenches, now)
 	}
 	s.metrics.cycle.Observe(time.Since(start).Seconds())
 	if ferr := s.acct.flush(acct); ferr != nil {

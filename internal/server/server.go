@@ -98,6 +98,9 @@ type Config struct {
 	// BenchRetention is how long benchmark figures are kept (each GPU's
 	// newest of each figure is kept whatever its age).
 	BenchRetention time.Duration
+	// BenchSchedule, when set, re-benches idle nodes on its own
+	// (docs/BENCH.md#scheduled-re-bench).
+	BenchSchedule *bench.Schedule
 	// PUE is the facility's power usage effectiveness where a rack gives
 	// none (power.DefaultPUE); Intensity the grid's carbon intensity
 	// (power.DefaultIntensity, or an hourly file).
@@ -234,6 +237,7 @@ type Server struct {
 	agentExt agentExtras
 	// benchCache holds each GPU model's newest benchmark figures.
 	benchCache benchCache
+	rebench    rebench
 
 	// fleetCheck is the fleet submissions are checked against.
 	fleetCheck fleetCache
