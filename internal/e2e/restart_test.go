@@ -35,7 +35,7 @@ func restartWithSpentToken(t *testing.T, start func(token string) *agentProc, ad
 	waitNode(t, admin, name, 20*time.Second, "ready", readyAndHealthy)
 	a.stop(syscall.SIGTERM)
 	a.start()
-	eventually(t, 15*time.Second, name+" runs on its stored credential", func() error {
+	eventually(t, 30*time.Second, name+" runs on its stored credential", func() error { // the restart benches first: slow on a loaded machine
 		if !agentLogHas(a, "registration failed; using the stored credential") {
 			return fmt.Errorf("no fallback to the stored credential in the agent's log")
 		}
