@@ -30,6 +30,21 @@ type ForecastResponse struct {
 	// CapacityGPUHoursPerDay is the fleet's GPUs (of the model, when one is
 	// named) times 24.
 	CapacityGPUHoursPerDay float64 `json:"capacity_gpu_hours_per_day"`
+	// Models, when no model is named, is the forecast of each GPU model of
+	// the fleet against its own capacity: the series above adds every
+	// model's hours together, as if GPUs were interchangeable, and is kept
+	// for reference only.
+	Models []ModelForecast `json:"models,omitempty"`
+}
+
+// ModelForecast is one GPU model's demand forecast against its capacity;
+// Error says why there is none (too little history).
+type ModelForecast struct {
+	GPUModel               string            `json:"gpu_model"`
+	History                forecast.Series   `json:"history"`
+	Forecast               forecast.Forecast `json:"forecast"`
+	CapacityGPUHoursPerDay float64           `json:"capacity_gpu_hours_per_day"`
+	Error                  string            `json:"error,omitempty"`
 }
 
 // ForecastService is what GET /api/v1/forecast needs; a server without it

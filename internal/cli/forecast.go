@@ -25,7 +25,7 @@ func newForecastCmd(e *env) *cobra.Command {
 	var (
 		demand, model, team, plot string
 		horizon                   time.Duration
-		backtest                  bool
+		backtest, allModels       bool
 		step                      int
 	)
 	cmd := &cobra.Command{
@@ -73,6 +73,12 @@ models.`,
 				if e.output == outputJSON {
 					return writeJSON(e.stdout, resp)
 				}
+				if model == "" && !allModels {
+					return printModelForecasts(e, resp.Models)
+				}
+				if model == "" {
+					fmt.Fprintln(e.stdout, "every GPU model's hours together, for reference only: GPUs are not interchangeable")
+				}
 				fmt.Fprintf(e.stdout, "capacity %.0f GPU-hours a day\n", resp.CapacityGPUHoursPerDay)
 				return printForecast(e, resp.History, resp.Forecast)
 			}
@@ -106,7 +112,8 @@ models.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&demand, "demand", "", "demand history CSV (day, gpu_model, gpu_hours_asked, ...), as gpufleet sim --demand-out writes it")
-	fs.StringVar(&model, "gpu-model", "", "one GPU model's demand (default: every model's together)")
+	fs.StringVar(&model, "gpu-model", "", "one GPU model's demand, day by day (default: each model of the fleet against its own capacity)")
+	fs.BoolVar(&allModels, "all-models", false, "from the server: every model's hours added into one series, day by day (for reference: GPUs are not interchangeable)")
 	fs.StringVar(&plot, "plot", "", "also draw the history, the forecast with its intervals and the capacity to FILE.svg")
 	fs.StringVar(&team, "team", "", "from the server: one team's demand (a member sees only its own)")
 	durationFlag(fs, &horizon, "horizon", 28*24*time.Hour, "days to forecast (28d)")
@@ -128,6 +135,49 @@ func writePlot(path, title string, s forecast.Series, fc forecast.Forecast, capa
 		return fmt.Errorf("--plot: %w", err)
 	}
 	return nil
+}
+
+// printModelForecasts prints each GPU model's forecast against its own
+// capacity, a line each: the demand of the last week, the forecast of the
+// next, the highest 80% bound of the horizon and the days the forecast
+// passes the capacity.
+func printModelForecasts(e *env, ms []api.ModelForecast) error {
+	fmt.Fprintln(e.stdout, "each GPU model against its own capacity (gpufleet forecast --gpu-model M for its days; --all-models adds them up, for reference only)")
+	t := newTable(e.stdout, "GPU MODEL", "CAPACITY GPU-H/DAY", "LAST 7 DAYS", "NEXT 7 DAYS", "HIGHEST 80%", "DAYS OVER CAPACITY", "NOTE")
+	for _, m := range ms {
+		if m.Error != "" {
+			t.row(m.GPUModel, fmt.Sprintf("%.0f", m.CapacityGPUHoursPerDay), "-", "-", "-", "-", m.Error)
+			continue
+		}
+		v, fc := m.History.Values, m.Forecast
+		last := mean(v[max(0, len(v)-7):])
+		next := mean(fc.Mean[:min(7, len(fc.Mean))])
+		over := 0
+		for _, x := range fc.Mean {
+			if x > m.CapacityGPUHoursPerDay {
+				over++
+			}
+		}
+		hi := 0.0
+		for _, x := range fc.Hi80 {
+			hi = max(hi, x)
+		}
+		t.row(m.GPUModel, fmt.Sprintf("%.0f", m.CapacityGPUHoursPerDay), fmt.Sprintf("%.0f", last), fmt.Sprintf("%.0f", next), fmt.Sprintf("%.0f", hi),
+			fmt.Sprintf("%d of %d", over, len(fc.Mean)), "-")
+	}
+	return t.flush()
+}
+
+// mean is the mean of v, 0 for none.
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
 }
 
 // printForecast prints a forecast for people.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -47,22 +49,44 @@ func (s *Server) Forecast(ctx context.Context, p api.Principal, q api.ForecastQu
 		return api.ForecastResponse{}, err
 	}
 	byNode := nodeModels(nodes)
-	keep := func(j gpufleet.Job) bool { return model == "" || capacity.JobModel(j, byNode) == model }
-	hist := capacity.DemandHistory(jobs, s.now(), keep)
-	fc, err := forecast.HoltWinters(hist, q.HorizonDays)
-	if errors.Is(err, forecast.ErrShort) {
-		return api.ForecastResponse{}, fmt.Errorf("%w: %d days of demand in the store since the first job: a forecast needs at least %d", gpufleet.ErrInvalid, len(hist.Values), forecast.MinDays)
+	now := s.now()
+	one := func(model string) (forecast.Series, forecast.Forecast, float64, error) {
+		keep := func(j gpufleet.Job) bool { return model == "" || capacity.JobModel(j, byNode) == model }
+		hist := capacity.DemandHistory(jobs, now, keep)
+		fc, err := forecast.HoltWinters(hist, q.HorizonDays)
+		if errors.Is(err, forecast.ErrShort) {
+			err = fmt.Errorf("%w: %d days of demand in the store since the first job: a forecast needs at least %d", gpufleet.ErrInvalid, len(hist.Values), forecast.MinDays)
+		}
+		gpus := 0
+		for _, n := range nodes {
+			for _, g := range n.GPUs {
+				if model == "" || g.Model == model {
+					gpus++
+				}
+			}
+		}
+		return hist, fc, 24 * float64(gpus), err
 	}
+	hist, fc, capGPUh, err := one(model)
 	if err != nil {
 		return api.ForecastResponse{}, err
 	}
-	gpus := 0
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			if model == "" || g.Model == model {
-				gpus++
+	out := api.ForecastResponse{GPUModel: model, Team: q.Team, History: hist, Forecast: fc, CapacityGPUHoursPerDay: capGPUh}
+	if model == "" {
+		models := map[string]bool{}
+		for _, n := range nodes {
+			for _, g := range n.GPUs {
+				models[g.Model] = true
 			}
 		}
+		for _, m := range slices.Sorted(maps.Keys(models)) {
+			h, f, c, err := one(m)
+			mf := api.ModelForecast{GPUModel: m, History: h, Forecast: f, CapacityGPUHoursPerDay: c}
+			if err != nil {
+				mf.Error = err.Error()
+			}
+			out.Models = append(out.Models, mf)
+		}
 	}
-	return api.ForecastResponse{GPUModel: model, Team: q.Team, History: hist, Forecast: fc, CapacityGPUHoursPerDay: 24 * float64(gpus)}, nil
+	return out, nil
 }

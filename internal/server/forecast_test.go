@@ -71,3 +71,45 @@ func TestForecastFromTheStore(t *testing.T) {
 		t.Error("an unknown gpu model is accepted")
 	}
 }
+
+// TestForecastPerModel: without a model, the forecast gives each GPU model
+// of the fleet its own series against its own capacity (the summed series
+// stays, for reference): H100 demand near its capacity must not hide
+// behind idle L4s.
+func TestForecastPerModel(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	a := f.team("team-a", nil)
+	f.node("n1", "h100-sxm-80gb", 8)
+	f.node("n2", "l4", 4)
+	f.clk.Advance(time.Duration(24-f.clk.Now().Hour()) * time.Hour) // midnight
+	for range 28 {
+		f.clk.Advance(time.Hour)
+		f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 8, GPUModels: []string{"h100-sxm-80gb"}}, Estimate: gpufleet.Duration(20 * time.Hour), Preemptible: true})
+		f.submit(a, api.SubmitRequest{Resources: gpufleet.Resources{GPUs: 1, GPUModels: []string{"l4"}}, Estimate: gpufleet.Duration(time.Hour), Preemptible: true})
+		f.clk.Advance(23 * time.Hour)
+	}
+	fc, err := f.srv.Forecast(ctx, f.admin, api.ForecastQuery{HorizonDays: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fc.Models) != 2 || fc.Models[0].GPUModel != "h100-sxm-80gb" || fc.Models[1].GPUModel != "l4" {
+		t.Fatalf("models %+v", fc.Models)
+	}
+	h100, l4 := fc.Models[0], fc.Models[1]
+	if h100.CapacityGPUHoursPerDay != 192 || l4.CapacityGPUHoursPerDay != 96 || fc.CapacityGPUHoursPerDay != 288 {
+		t.Errorf("capacities %g, %g, all %g; want 192, 96, 288", h100.CapacityGPUHoursPerDay, l4.CapacityGPUHoursPerDay, fc.CapacityGPUHoursPerDay)
+	}
+	for _, c := range []struct {
+		m    api.ModelForecast
+		want float64
+	}{{h100, 160}, {l4, 1}} {
+		if c.m.Error != "" || len(c.m.Forecast.Mean) != 7 || c.m.Forecast.Mean[0] < c.want*0.8 || c.m.Forecast.Mean[0] > c.want*1.2 {
+			t.Errorf("%s: %v, first day %v; want about %g GPU-hours", c.m.GPUModel, c.m.Error, c.m.Forecast.Mean, c.want)
+		}
+	}
+	one, err := f.srv.Forecast(ctx, f.admin, api.ForecastQuery{GPUModel: "l4", HorizonDays: 7})
+	if err != nil || len(one.Models) != 0 || one.CapacityGPUHoursPerDay != 96 {
+		t.Errorf("one model: %+v, %v", one.Models, err)
+	}
+}
