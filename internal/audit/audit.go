@@ -79,6 +79,13 @@ type Finding struct {
 	// catalog has no price).
 	GPUHours *float64 `json:"gpu_hours"`
 	CostUSD  *float64 `json:"cost_usd"`
+	// Subjects, on a row that folds the findings of one check about the
+	// jobs that ran on one node, or about its GPUs (Subject is then the
+	// node), are their names (job ids, "n1 gpu 3"); Count how many;
+	// GPU-hours and cost are their sums, the summary and evidence the
+	// worst one's as a sample.
+	Subjects []string `json:"subjects,omitempty"`
+	Count    int      `json:"count,omitempty"`
 }
 
 // Check is one audit check: what it looks for, and the pure function that
@@ -272,14 +279,8 @@ func Run(s Snapshot) Report {
 		r.Findings = append(r.Findings, fs...)
 		r.Checks = append(r.Checks, res)
 	}
-	slices.SortStableFunc(r.Findings, func(a, b Finding) int {
-		if c := cmp.Compare(b.Severity.Rank(), a.Severity.Rank()); c != 0 {
-			return c
-		}
-		return cmp.Compare(value(b.CostUSD), value(a.CostUSD))
-	})
+	sortFindings(r.Findings)
 	for _, f := range r.Findings {
-		r.Counts[f.Severity]++
 		if t := f.Subject.Team; t != "" {
 			tt := r.ByTeam[t]
 			tt.Findings++
@@ -290,7 +291,76 @@ func Run(s Snapshot) Report {
 			r.ByTeam[t] = tt
 		}
 	}
+	r.Findings = group(r.Findings)
+	for _, f := range r.Findings {
+		r.Counts[f.Severity]++
+	}
 	return r
+}
+
+// sortFindings orders findings worst first, then by cost.
+func sortFindings(fs []Finding) {
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		if c := cmp.Compare(b.Severity.Rank(), a.Severity.Rank()); c != 0 {
+			return c
+		}
+		return cmp.Compare(value(b.CostUSD), value(a.CostUSD))
+	})
+}
+
+// group folds the findings of one check about jobs that ran on one node,
+// or about GPUs of one node, into one row about the node: an operator
+// reads a cause and a place once, with the count and a sample, not a row
+// per job or GPU. fs is sorted worst first, so each row keeps its worst
+// finding's words and severity.
+func group(fs []Finding) []Finding {
+	type key struct{ check, kind, node string }
+	foldable := func(f Finding) bool {
+		return (f.Subject.Kind == "job" || f.Subject.Kind == "gpu") && f.Subject.Node != ""
+	}
+	at := map[key]int{}
+	var out []Finding
+	for _, f := range fs {
+		if !foldable(f) {
+			out = append(out, f)
+			continue
+		}
+		k := key{f.Check, f.Subject.Kind, f.Subject.Node}
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			f.Subjects, f.Count = []string{f.Subject.Name}, 1
+			out = append(out, f)
+			continue
+		}
+		g := &out[i]
+		g.Subjects, g.Count = append(g.Subjects, f.Subject.Name), g.Count+1
+		if f.GPUHours != nil {
+			g.GPUHours = ptr(value(g.GPUHours) + *f.GPUHours)
+		}
+		if f.CostUSD != nil {
+			g.CostUSD = ptr(value(g.CostUSD) + *f.CostUSD)
+		}
+		if f.Subject.Team != g.Subject.Team {
+			g.Subject.Team = "" // several teams'
+		}
+	}
+	for i := range out {
+		f := &out[i]
+		if f.Count < 2 {
+			f.Subjects, f.Count = nil, 0
+			continue
+		}
+		sample, what := f.Subject, "jobs on"
+		if sample.Kind == "gpu" {
+			what = "GPUs of"
+		}
+		f.Summary = fmt.Sprintf("%d %s node %s: %s (%s %s, the worst)", f.Count, what, sample.Node, f.Summary, sample.Kind, sample.Name)
+		f.Evidence = fmt.Sprintf("%s %s: %s; the others: %s", sample.Kind, sample.Name, f.Evidence, strings.Join(f.Subjects[1:], ", "))
+		f.Subject = Subject{Kind: "node", Name: sample.Node, Node: sample.Node, Team: sample.Team}
+	}
+	sortFindings(out)
+	return out
 }
 
 // ranBefore reports whether an attempt of the snapshot ran before t: only
@@ -328,6 +398,9 @@ func Markdown() string {
 		"and the server's `/metrics` exports `gpufleet_audit_findings{check,severity}` from its last audit (every 5 minutes by default).\n\n")
 	b.WriteString("Each check is a pure function over a snapshot of the store (`internal/audit`), table-driven tested. A check with nothing to read " +
 		"(no benchmarks yet, no stacks registered) says `not-measured` and why, rather than `ok`.\n\n")
+	b.WriteString("Findings of one check about the jobs that ran on one node, or about the GPUs of one node, are one row about the node: " +
+		"the count, the jobs or GPUs (`subjects`), their GPU-hours and cost summed, and the worst one's summary and evidence as the sample " +
+		"(`3 jobs on node n1: ... (job j-1, the worst)`), so that an operator reads each cause and place once.\n\n")
 	b.WriteString("| Check | Mistakes | What it reads and when it fires | Fix |\n|---|---|---|---|\n")
 	for _, c := range checks {
 		var ms []string

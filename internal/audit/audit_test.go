@@ -302,3 +302,46 @@ func TestParseSeverity(t *testing.T) {
 		t.Errorf("critical: %v", err)
 	}
 }
+
+// TestGroupFoldsJobsOnOneNode: findings of one check about jobs that ran
+// on one node are one row about the node, with the count, the jobs, the
+// hours and cost summed and the worst as the sample; a lone job, another
+// node and other subjects stay as they are.
+func TestGroupFoldsJobsOnOneNode(t *testing.T) {
+	h := func(v float64) *float64 { return &v }
+	job := func(id, team, node string, sev Severity, hours float64) Finding {
+		return Finding{Check: "soft-isolation", Severity: sev, Subject: Subject{Kind: "job", Name: id, Team: team, Node: node},
+			Summary: "production job on time-sliced GPUs", Evidence: id + " shared gpu 0", GPUHours: h(hours), CostUSD: h(hours * 2)}
+	}
+	fs := []Finding{
+		job("j-1", "a", "n1", High, 3), job("j-2", "b", "n1", High, 1), job("j-3", "a", "n1", Medium, 2),
+		job("j-4", "a", "n2", High, 5),
+		{Check: "soft-isolation", Severity: Low, Subject: Subject{Kind: "gpu", Name: "n1 gpu 0", Node: "n1"}},
+		{Check: "throttling", Severity: Medium, Subject: Subject{Kind: "gpu", Name: "n2 gpu 0", Node: "n2"}, Summary: "throttled"},
+		{Check: "throttling", Severity: Medium, Subject: Subject{Kind: "gpu", Name: "n2 gpu 1", Node: "n2"}, Summary: "throttled"},
+		{Check: "idle-allocated", Severity: High, Subject: Subject{Kind: "job", Name: "j-5", Team: "a", Node: "n1"}},
+	}
+	sortFindings(fs)
+	got := group(fs)
+	if len(got) != 5 {
+		t.Fatalf("%d rows, want 5: %+v", len(got), got)
+	}
+	if i := slices.IndexFunc(got, func(f Finding) bool { return f.Check == "throttling" }); i < 0 || got[i].Count != 2 ||
+		!strings.HasPrefix(got[i].Summary, "2 GPUs of node n2: throttled (gpu n2 gpu 0") {
+		t.Errorf("the GPUs of n2 in one row: %+v", got)
+	}
+	var n1 *Finding
+	for i := range got {
+		if got[i].Check == "soft-isolation" && got[i].Subject.Kind == "node" {
+			n1 = &got[i]
+		}
+		if got[i].Subject.Name == "j-4" && (got[i].Count != 0 || got[i].Subjects != nil) {
+			t.Errorf("a lone job folded: %+v", got[i])
+		}
+	}
+	if n1 == nil || n1.Subject.Name != "n1" || n1.Count != 3 || !slices.Equal(n1.Subjects, []string{"j-1", "j-2", "j-3"}) || n1.Severity != High ||
+		value(n1.GPUHours) != 6 || value(n1.CostUSD) != 12 || n1.Subject.Team != "" ||
+		!strings.HasPrefix(n1.Summary, "3 jobs on node n1: production job on time-sliced GPUs (job j-1") || !strings.Contains(n1.Evidence, "the others: j-2, j-3") {
+		t.Errorf("the n1 row: %+v", n1)
+	}
+}

@@ -101,8 +101,14 @@ var checks = []Check{
 
 func hours(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) + " GPU-h" }
 
+// jobSubject is a job, with the node of its newest attempt that had one
+// (findings about jobs on one node fold into one row).
 func jobSubject(j *gpufleet.Job) Subject {
-	return Subject{Kind: "job", Name: j.ID, Title: j.Name, Team: j.Team}
+	s := Subject{Kind: "job", Name: j.ID, Title: j.Name, Team: j.Team}
+	for i := len(j.Attempts) - 1; i >= 0 && s.Node == ""; i-- {
+		s.Node = j.Attempts[i].Node
+	}
+	return s
 }
 
 func gpuSubject(n *gpufleet.Node, g gpufleet.NodeGPU) Subject {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,10 +167,26 @@ func TestDevIsolationAndAudit(t *testing.T) {
 	}
 	found := false
 	for _, f := range byCheck["pcie-split"] {
-		found = found || (f.Subject.Name == pcie && strings.Contains(f.Summary, "2 l4 GPUs talked over PCIe") && strings.Contains(f.Evidence, "NVLink domains free then"))
+		// Alone, or folded with the other jobs of its node into one row.
+		about := f.Subject.Name == pcie || slices.Contains(f.Subjects, pcie)
+		found = found || (about && strings.Contains(f.Summary, "2 l4 GPUs talked over PCIe") && strings.Contains(f.Evidence, "NVLink domains free then"))
 	}
 	if !found {
 		t.Errorf("no PCIe finding for %s: %+v", pcie, byCheck["pcie-split"])
+	}
+	rows := map[string]int{} // one row per check and place (jobs or GPUs of one node fold)
+	for _, f := range rep.Findings {
+		if n := f.Subject.Node; n != "" {
+			kind := f.Subject.Kind
+			if kind == "node" && len(f.Subjects) > 0 && strings.Contains(f.Subjects[0], " gpu ") {
+				kind = "gpu"
+			} else if kind == "node" {
+				kind = "job"
+			}
+			if rows[f.Check+"/"+kind+"/"+n]++; rows[f.Check+"/"+kind+"/"+n] > 1 {
+				t.Errorf("two %s rows about %ss on %s: %+v", f.Check, kind, n, rep.Findings)
+			}
+		}
 	}
 	if len(rep.Checks) != len(audit.Checks()) || len(rep.Blind) == 0 {
 		t.Errorf("checks %d (want %d), blind %d", len(rep.Checks), len(audit.Checks()), len(rep.Blind))
