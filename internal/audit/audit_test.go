@@ -137,6 +137,12 @@ func TestChecks(t *testing.T) {
 			s.Nodes[0].GPUs[2].Live = &gpufleet.GPULive{ThrottleReasons: []string{"sw_power_cap", "hw_thermal_slowdown"}}
 			s.Nodes[0].GPUs[3].Live = &gpufleet.GPULive{ThrottleReasons: []string{"sw_power_cap"}}
 		}, map[string]Severity{"throttling": Medium}},
+		{"a power brake the health rules caught, cleared since", func(s *Snapshot) {
+			// The event the server appends when the rule fires (its reason
+			// is the rule's words); the clocks are fine again now.
+			s.Events = []gpufleet.Event{{At: start, Kind: "gpu.unhealthy", Object: "GPU-h1-5",
+				Detail: "node h1 gpu 5: power brake for 2m (the board forces it to slow down)"}}
+		}, map[string]Severity{"throttling": Medium}},
 		{"mixed drivers", func(s *Snapshot) {
 			s.Nodes = append(s.Nodes, node("h2", "h100-sxm-80gb", 8, "h2-nvl", nil))
 			s.Nodes[len(s.Nodes)-1].Versions["driver"] = "535.104.05"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/capacity"
+	"github.com/gpufleet/gpufleet/internal/health"
 )
 
 // Thresholds of the checks (docs/AUDIT.md).
@@ -471,7 +472,7 @@ func throttling(s *Snapshot) ([]Finding, string) {
 	}
 	ix := s.derive().ix
 	for _, e := range s.Events {
-		if !strings.HasPrefix(e.Kind, "gpu.") || !strings.Contains(strings.ToLower(e.Detail), "throttl") || seen[e.Object] {
+		if !strings.HasPrefix(e.Kind, "gpu.") || !slowed(e.Detail) || seen[e.Object] {
 			continue
 		}
 		seen[e.Object] = true
@@ -483,6 +484,14 @@ func throttling(s *Snapshot) ([]Finding, string) {
 			Summary: "sustained throttling found by the health rules", Evidence: e.At.Format(time.RFC3339) + ": " + e.Detail})
 	}
 	return out, ""
+}
+
+// slowed reports whether a GPU event's detail is a sustained clock-event
+// finding of the health rules (power brake, thermal throttling, hardware
+// slowdown).
+func slowed(detail string) bool {
+	d := strings.ToLower(detail)
+	return slices.ContainsFunc(health.ClockReasonWords(), func(w string) bool { return strings.Contains(d, w) })
 }
 
 func stackDrift(s *Snapshot) ([]Finding, string) {

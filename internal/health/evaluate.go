@@ -336,19 +336,34 @@ func (e *gpuEval) memory() {
 	}
 }
 
+// clockRules are the sustained clock-event rules: the run that times
+// them, the rule, the words of its reason, and the clock-event bits.
+var clockRules = []struct {
+	run, rule, short, what, advice string
+	mask                           uint64
+}{
+	{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", gpu.ClockEventHWPowerBrake},
+	{"thermal", "thermal-sustained", "thermal throttling", "been thermally throttled", "check inlet temperature, fans and airflow", gpu.ClockEventSWThermalSlowdown | gpu.ClockEventHWThermalSlowdown},
+	{"hw-slowdown", "hw-slowdown-sustained", "hardware slowdown", "been in hardware slowdown", "check its temperature and the node's power supplies", gpu.ClockEventHWSlowdown},
+}
+
+// ClockReasonWords are the words a sustained clock-event finding's reason
+// starts with ("power brake", "thermal throttling", "hardware
+// slowdown"), for readers of its events (the audit's throttling check).
+func ClockReasonWords() []string {
+	out := make([]string, len(clockRules))
+	for i, t := range clockRules {
+		out[i] = t.short
+	}
+	return out
+}
+
 // throttle applies the sustained clock-event rules. Software power capping
 // (0x4), idle, application clocks and sync boost are normal and ignored.
 func (e *gpuEval) throttle() {
 	r, i := e.ev.ClockEventReasons, e.ev.Index
 	has := func(mask uint64) bool { return r != nil && *r&mask != 0 }
-	for _, t := range []struct {
-		run, rule, short, what, advice string
-		mask                           uint64
-	}{
-		{"power-brake", "power-brake-sustained", "power brake", "had its power brake asserted", "drain it and check the node's power supplies and the rack's power budget", gpu.ClockEventHWPowerBrake},
-		{"thermal", "thermal-sustained", "thermal throttling", "been thermally throttled", "check inlet temperature, fans and airflow", gpu.ClockEventSWThermalSlowdown | gpu.ClockEventHWThermalSlowdown},
-		{"hw-slowdown", "hw-slowdown-sustained", "hardware slowdown", "been in hardware slowdown", "check its temperature and the node's power supplies", gpu.ClockEventHWSlowdown},
-	} {
+	for _, t := range clockRules {
 		since, on := e.run(t.run, has(t.mask))
 		if d := e.now.Sub(since); on && d >= e.cfg.ThrottleSustain {
 			h := e.add(t.rule, fmt.Sprintf("%s for %s", t.short, gpufleet.FormatDuration(d)), fmt.Sprintf(
