@@ -107,6 +107,21 @@ func TestChecks(t *testing.T) {
 		{"two L4s over PCIe while the H100 domain was free", func(s *Snapshot) {
 			s.Jobs = append(s.Jobs, job("pcie", "team-b", gpufleet.Training, "l1", l4GPUs, start, 10*time.Minute))
 		}, map[string]Severity{"pcie-split": Medium}},
+		{"no finding for two L4s the job chose by model", func(s *Snapshot) {
+			j := job("pcie", "team-b", gpufleet.Training, "l1", l4GPUs, start, 10*time.Minute)
+			j.Resources.GPUModels = []string{"l4"} // a model with no NVLink: its own choice
+			s.Jobs = append(s.Jobs, j)
+		}, nil},
+		{"no finding for a job pinned to its nodes by selector", func(s *Snapshot) {
+			j := job("pcie", "team-b", gpufleet.Training, "l1", l4GPUs, start, 10*time.Minute)
+			j.Resources.NodeSelector = map[string]string{"pool": "inference"}
+			s.Jobs = append(s.Jobs, j)
+		}, nil},
+		{"a job that allowed an NVLink model too is still a finding", func(s *Snapshot) {
+			j := job("pcie", "team-b", gpufleet.Training, "l1", l4GPUs, start, 10*time.Minute)
+			j.Resources.GPUModels = []string{"l4", "h100-sxm-80gb"}
+			s.Jobs = append(s.Jobs, j)
+		}, map[string]Severity{"pcie-split": Medium}},
 		{"no finding when every NVLink domain was busy", func(s *Snapshot) {
 			s.Nodes = s.Nodes[1:2] // the L4 box alone
 			s.Jobs = append(s.Jobs, job("pcie", "team-b", gpufleet.Training, "l1", l4GPUs, start, 10*time.Minute))

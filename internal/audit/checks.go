@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet"
+	"github.com/gpufleet/gpufleet/catalog"
 	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/health"
 )
@@ -45,7 +46,7 @@ var checks = []Check{
 		Looks: fmt.Sprintf("per attempt holding whole GPUs for at least %d GPU-minutes: the peak memory any of its GPUs used (rollups), under %.0f%% of the card's", MinGPUMinutes, MemoryShare*100),
 		Fix:   "ask for a MIG slice (--sharing mig:PROFILE) or a smaller card (--gpu-model), or let the planner size it (--model)", run: memoryOversized},
 	{ID: "pcie-split", Title: "multi-GPU jobs across PCIe while an NVLink domain was free", Mistakes: []int{3},
-		Looks: "per attempt of 2 or more GPUs not all in one NVLink domain: a ready, healthy NVLink domain of as many GPUs that no other attempt held when it started",
+		Looks: "per attempt of 2 or more GPUs not all in one NVLink domain: a ready, healthy NVLink domain of as many GPUs that no other attempt held when it started; a job that chose its placement (a node selector, or only GPU models with no NVLink) is left out, and the GPU-to-GPU traffic it did is not measured",
 		Fix:   "ask for --interconnect nvlink (the scheduler then keeps the job inside one domain), or name NVLink models in --gpu-model", run: pcieSplit},
 	{ID: "idle-allocated", Title: "allocated GPUs that idle", Mistakes: []int{4},
 		Looks: fmt.Sprintf("per attempt holding GPUs for at least %d GPU-minutes: the share of its GPU time under 10%% effective utilization (SM activity, else utilization); %.0f%% or more is a finding, %.0f%% or more high; sized in idle GPU-hours at the catalog's price", MinGPUMinutes, IdleShare*100, HighIdleShare*100),
@@ -330,7 +331,7 @@ func pcieSplit(s *Snapshot) ([]Finding, string) {
 	ix, busy := d.ix, d.busy
 	var out []Finding
 	for _, u := range d.uses {
-		if len(u.gpus) < 2 {
+		if len(u.gpus) < 2 || choseNoNVLink(u.job, s.Models) {
 			continue
 		}
 		domains := map[string]bool{}
@@ -377,6 +378,27 @@ func pcieSplit(s *Snapshot) ([]Finding, string) {
 			GPUHours: ptr(round2(held)), CostUSD: s.cost(u.model, held)})
 	}
 	return out, ""
+}
+
+// choseNoNVLink reports whether a job made its placement its own choice:
+// it pinned its nodes by selector, or allowed only GPU models with no
+// NVLink between cards. Models it names that the snapshot does not know
+// (aliases, classes) do not count as a choice.
+func choseNoNVLink(j *gpufleet.Job, models map[string]catalog.GPU) bool {
+	r := j.Resources
+	if len(r.NodeSelector) > 0 {
+		return true
+	}
+	if len(r.GPUModels) == 0 {
+		return false
+	}
+	for _, m := range r.GPUModels {
+		g, ok := models[m]
+		if !ok || (g.InterconnectKind == catalog.InterconnectNVLink && g.DomainSize > 1) {
+			return false
+		}
+	}
+	return true
 }
 
 func softProduction(s *Snapshot) ([]Finding, string) {

@@ -130,7 +130,7 @@ func TestDevIsolationAndAudit(t *testing.T) {
 		for _, f := range rep.Findings {
 			byCheck[f.Check] = append(byCheck[f.Check], f)
 		}
-		for _, c := range []string{"idle-allocated", "precision-not-native", "pcie-split"} {
+		for _, c := range []string{"idle-allocated", "precision-not-native"} {
 			if len(byCheck[c]) == 0 {
 				return fmt.Errorf("no %s finding yet", c)
 			}
@@ -165,14 +165,13 @@ func TestDevIsolationAndAudit(t *testing.T) {
 	if f := byCheck["precision-not-native"][0]; f.Subject.Name != fp8 || !strings.Contains(f.Summary, "fp8 on a100-sxm-80gb") {
 		t.Errorf("fp8 finding %+v", f)
 	}
-	found := false
+	// The 2-GPU job split over PCIe was pinned to the L4s (--gpu-model l4
+	// and a node selector): its placement was its own choice, not the
+	// mistake pcie-split looks for (the check's cases are internal/audit's).
 	for _, f := range byCheck["pcie-split"] {
-		// Alone, or folded with the other jobs of its node into one row.
-		about := f.Subject.Name == pcie || slices.Contains(f.Subjects, pcie)
-		found = found || (about && strings.Contains(f.Summary, "2 l4 GPUs talked over PCIe") && strings.Contains(f.Evidence, "NVLink domains free then"))
-	}
-	if !found {
-		t.Errorf("no PCIe finding for %s: %+v", pcie, byCheck["pcie-split"])
+		if f.Subject.Name == pcie || slices.Contains(f.Subjects, pcie) {
+			t.Errorf("a pcie-split finding about %s, which chose its L4s: %+v", pcie, f)
+		}
 	}
 	rows := map[string]int{} // one row per check and place (jobs or GPUs of one node fold)
 	for _, f := range rep.Findings {
