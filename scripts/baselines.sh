@@ -7,6 +7,8 @@
 #   scripts/baselines.sh table [OUT]   # the tables, markdown, from OUT/*.json
 #   scripts/baselines.sh sweep [OUT]   # the knob sweep: first half of Philly, second half, openb
 #   scripts/baselines.sh sweep-table [OUT]
+#   scripts/baselines.sh splits [OUT]  # issue 38's table: every policy on Philly's tuning and
+#   scripts/baselines.sh splits-table [OUT]  # held-out halves at 1x and 4x, openb and dlrm contended
 #
 # GF is the binary (default /tmp/gf-base), OUT the directory for the JSON reports (default
 # /tmp/baselines). A replay whose JSON exists is not run again: delete it to redo it. Replays run
@@ -16,7 +18,7 @@ set -euo pipefail
 mode=${1:-run}
 OUT=${2:-/tmp/baselines}
 GF=${GF:-/tmp/gf-base}
-POLICIES=${POLICIES:-"fifo bestfit backfill hetero-easy las hrrn srtf slurm gpufleet"}
+POLICIES=${POLICIES:-"fifo bestfit backfill hetero-easy las hrrn srtf slurm drf themis gandiva-fair gpufleet"}
 # What `run` replays (set one empty to skip it): estimate errors, restart overheads, and the
 # offered loads (--time-scale) replayed with noisy estimates and a 90 s restart overhead.
 ESTS=${ESTS-"0.5 0"}
@@ -28,6 +30,16 @@ OPENB="--trace traces/alibaba-openb-2023/openb_pod_list_default.csv --format ope
 # time (the median arrival is 3,360,300 s, day 38.9, from the first; 7,632 jobs on each side).
 FIRST=${FIRST:-"0,3360300"}
 SECOND=${SECOND:-"3360300,1e9"}
+# The splits of issue 38's table. Philly's halves by time: days 0-62.6 from the first arrival
+# (the policy's constants were chosen there) and 62.6-126 (held out), each at the trace's
+# arrival rate and at 4x (--time-scale 4). Contended fleets where the real ones never queue:
+# openb on every eighth node of its list (192 nodes) at 500x its arrival rate, dlrm on 300 of
+# its 440 nodes (traces/clusters/dlrm-contended.yaml).
+TUNE=${TUNE:-"0,62.6d"}
+HELD=${HELD:-"62.6d,126d"}
+SPLITS=${SPLITS-"held-1x held-4x openb dlrm tune-1x tune-4x"}
+SEEDS=${SEEDS:-1}
+DLRM="--trace traces/alibaba-dlrm-2025/disaggregated_DLRM_trace.csv --format dlrm --cluster traces/clusters/dlrm-contended.yaml"
 mkdir -p "$OUT"
 
 # run NAME ARGS...: one replay into OUT/NAME.json, unless it is there.
@@ -128,8 +140,56 @@ sweep-table)
 		done
 	done
 	;;
+splits)
+	awk 'NR == 1 || (NR - 2) % 8 == 0' traces/alibaba-openb-2023/openb_node_list_all_node.csv >"$OUT/openb-eighth.csv"
+	for seed in $SEEDS; do
+		for split in $SPLITS; do
+			for p in $POLICIES; do
+				n="split-$split-$p-s$seed"
+				a=(--policy "$p" --estimate-error 0.5 --seed "$seed")
+				case $split in
+				tune-1x) run "$n" $PHILLY "${a[@]}" --window "$TUNE" ;;
+				tune-4x) run "$n" $PHILLY "${a[@]}" --window "$TUNE" --time-scale 4 ;;
+				held-1x) run "$n" $PHILLY "${a[@]}" --window "$HELD" ;;
+				held-4x) run "$n" $PHILLY "${a[@]}" --window "$HELD" --time-scale 4 ;;
+				openb) run "$n" --trace traces/alibaba-openb-2023/openb_pod_list_default.csv --format openb \
+					--nodes "$OUT/openb-eighth.csv" "${a[@]}" --time-scale 500 ;;
+				dlrm) run "$n" $DLRM "${a[@]}" ;;
+				esac
+			done
+		done
+	done
+	;;
+splits-table)
+	# One row per split and policy: the mean over the seeds run, the range of average JCT
+	# and makespan across them, and each figure against the best policy's mean.
+	python3 - "$OUT" $POLICIES <<'PY'
+import glob, json, os, statistics as st, sys
+out, pols = sys.argv[1], sys.argv[2:]
+def e(x): return "-" if x is None else ("%.3g" % x)
+for split in ["tune-1x", "tune-4x", "held-1x", "held-4x", "openb", "dlrm"]:
+    rows = {}
+    for p in pols:
+        rs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/split-{split}-{p}-s*.json")) if os.path.getsize(f)]
+        if rs:
+            rows[p] = rs
+    if not rows:
+        continue
+    m = lambda rs, k: st.mean(r[k] for r in rs)
+    best = {k: min(m(rs, k) for rs in rows.values()) for k in ["avg_jct_s", "p99_jct_s", "makespan_s"]}
+    seeds = max(len(rs) for rs in rows.values())
+    print(f"\n{split}, noisy estimates (sigma 0.5), restart overhead 90 s, mean of {seeds} seed(s):\n")
+    print("| policy | avg JCT (s) | / best | range over seeds | p99 JCT | / best | makespan | / best | range over seeds | Jain | GPU alloc | preemptions | seeds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for p, rs in rows.items():
+        a, q, mk = m(rs, "avg_jct_s"), m(rs, "p99_jct_s"), m(rs, "makespan_s")
+        rng = lambda k: f"{e(min(r[k] for r in rs))}-{e(max(r[k] for r in rs))}"
+        print(f"| {p} | {e(a)} | {a/best['avg_jct_s']:.3f} | {rng('avg_jct_s')} | {e(q)} | {q/best['p99_jct_s']:.3f} | {e(mk)} | {mk/best['makespan_s']:.3f} | {rng('makespan_s')} | "
+              f"{m(rs, 'jain_fairness'):.3f} | {m(rs, 'gpu_allocation_ratio'):.3f} | {m(rs, 'preemptions'):.0f} | {len(rs)} |")
+PY
+	;;
 *)
-	echo "usage: $0 run|table|sweep|sweep-table [OUT]" >&2
+	echo "usage: $0 run|table|sweep|sweep-table|splits|splits-table [OUT]" >&2
 	exit 2
 	;;
 esac

@@ -18,7 +18,7 @@
 // backfill, and ETAs from a forward simulation of the queue through the
 // same placement code. Policies are Configs of the same code: see
 // PolicyConfig for fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm,
-// las and gpufleet.
+// las, the fairness baselines drf, themis and gandiva-fair, and gpufleet.
 //
 // The package does no I/O, reads no clock and keeps no state between
 // calls: time comes in as Input.Now, and the same Input gives the same

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpufleet/gpufleet"
 )
 
 // order puts the queued jobs in cluster order, returning their indices
@@ -29,8 +31,10 @@ import (
 //
 // Other policies replace 3 and 4: Config.ShortestFirst (estimated
 // remaining time, shortest first), Config.Multifactor (Slurm's priority,
-// highest first) and Config.LASThresholds (the LAS queue is part of the
-// rank, see rankOf; first come first served within a queue).
+// highest first), Config.LASThresholds (the LAS queue is part of the
+// rank, see rankOf; first come first served within a queue),
+// Config.DominantShare (DRF's progressive filling, dominantShares) and
+// Config.FinishTimeFair (Themis' rho, finishTimeFair).
 func (s *sched) order(qs []queued) []int32 {
 	sized := s.cfg.SizeSlack > 0
 	switch {
@@ -40,6 +44,10 @@ func (s *sched) order(qs []queued) []int32 {
 		}
 	case s.cfg.Multifactor != nil:
 		s.multifactor(qs)
+	case s.cfg.DominantShare:
+		s.dominantShares(qs)
+	case s.cfg.FinishTimeFair:
+		s.finishTimeFair(qs)
 	case sized && s.cfg.ResponseRatio:
 		factor := s.fairFactors(qs)
 		now := float64(s.now.UnixNano()) / 1e9
@@ -63,19 +71,7 @@ func (s *sched) order(qs []queued) []int32 {
 			q.tag = float64(q.submit)/1e9 + slack
 		}
 	case s.cfg.FairShare:
-		byTeam := make([]int32, len(qs))
-		for i := range byTeam {
-			byTeam[i] = int32(i)
-		}
-		slices.SortFunc(byTeam, func(a, b int32) int {
-			if c := cmp.Compare(qs[a].team, qs[b].team); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(qs[a].submit, qs[b].submit); c != 0 {
-				return c
-			}
-			return strings.Compare(qs[a].job.ID, qs[b].job.ID)
-		})
+		byTeam := byTeamSubmit(qs)
 		vt := make([]float64, len(s.teams))
 		for i := range s.teams {
 			vt[i] = s.teams[i].usage / s.teams[i].weight
@@ -86,7 +82,7 @@ func (s *sched) order(qs []queued) []int32 {
 			vt[q.team] += float64(q.job.Resources.GPUs) * q.est.Seconds() / s.teams[q.team].weight
 		}
 	}
-	useTag := sized || s.cfg.FairShare || s.cfg.ShortestFirst || s.cfg.Multifactor != nil
+	useTag := sized || s.cfg.FairShare || s.cfg.ShortestFirst || s.cfg.Multifactor != nil || s.cfg.DominantShare || s.cfg.FinishTimeFair
 	// Sort compact keys: the comparison then reads no job but for ties of
 	// everything up to the id.
 	keys := make([]orderKey, len(qs))
@@ -199,10 +195,7 @@ func (s *sched) multifactor(qs []queued) {
 		usage += s.teams[i].usage
 		weight += s.teams[i].weight
 	}
-	var fleetGPUs int
-	for m := range s.f.models {
-		fleetGPUs += s.f.models[m].gpus
-	}
+	fleetGPUs := s.fleetGPUs()
 	now := s.now.UnixNano()
 	for i := range qs {
 		q := &qs[i]
@@ -220,11 +213,110 @@ func (s *sched) multifactor(qs []queued) {
 		}
 		size := 0.0
 		if fleetGPUs > 0 {
-			size = min(1, float64(q.job.Resources.GPUs)/float64(fleetGPUs))
+			size = min(1, float64(q.job.Resources.GPUs)/fleetGPUs)
 		}
 		if mf.FavorSmall {
 			size = 1 - size
 		}
 		q.tag = -(mf.AgeWeight*age + mf.FairShareWeight*fs + mf.JobSizeWeight*size)
 	}
+}
+
+// fleetGPUs is the fleet's GPUs, every model's.
+func (s *sched) fleetGPUs() float64 {
+	n := 0
+	for m := range s.f.models {
+		n += s.f.models[m].gpus
+	}
+	return float64(n)
+}
+
+// demandGPUs is what a queued job asks for in whole GPUs: a MIG instance
+// or a time-slice share counts its part of a GPU.
+func (s *sched) demandGPUs(q *queued) float64 {
+	if q.shape.kind == gpufleet.Exclusive || len(q.shape.models) == 0 {
+		return float64(q.shape.gpus)
+	}
+	return float64(s.charge(q.shape, q.shape.models[0])) / unit
+}
+
+// heldGPUs is the GPUs each team's running jobs hold now.
+func (s *sched) heldGPUs() []float64 {
+	held := make([]float64, len(s.teams))
+	for _, r := range s.running {
+		held[r.team] += runGPUTime(r.job.Placement, time.Second).Seconds()
+	}
+	return held
+}
+
+// dominantShares tags queued jobs by DRF's progressive filling
+// (Config.DominantShare): a team's tag is its share of the fleet's GPUs
+// held now over its weight, and each of its queued jobs, in submit order,
+// adds its GPUs to it, so that sorting by tag serves the team with the
+// smallest share next, job by job.
+func (s *sched) dominantShares(qs []queued) {
+	total := max(s.fleetGPUs(), 1)
+	share := s.heldGPUs()
+	for i := range share {
+		share[i] /= total * s.teams[i].weight
+	}
+	for _, i := range byTeamSubmit(qs) {
+		q := &qs[i]
+		q.tag = share[q.team]
+		share[q.team] += s.demandGPUs(q) / (total * s.teams[q.team].weight)
+	}
+}
+
+// finishTimeFair tags queued jobs with minus their finish-time fairness
+// (Config.FinishTimeFair): rho = T_shared / T_independent, where T_shared
+// is the time since submit plus the estimate left, and T_independent the
+// job's whole run (its earlier runs and its estimate left) on a 1/N share
+// of the fleet, N the teams with queued or running jobs: as long as the
+// run where the job fits in that share, longer by the excess where it
+// does not. The highest rho, the job furthest behind its fair finish,
+// goes first.
+func (s *sched) finishTimeFair(qs []queued) {
+	active := make([]bool, len(s.teams))
+	n := 0
+	mark := func(t int32) {
+		if !active[t] {
+			active[t] = true
+			n++
+		}
+	}
+	for i := range qs {
+		mark(qs[i].team)
+	}
+	for _, r := range s.running {
+		mark(r.team)
+	}
+	fair := max(s.fleetGPUs(), 1) / float64(max(n, 1))
+	now := float64(s.now.UnixNano()) / 1e9
+	for i := range qs {
+		q := &qs[i]
+		g := max(s.demandGPUs(q), 1e-3)
+		left := max(q.est.Seconds(), 1)
+		whole := left + q.job.Attained.Seconds()/g
+		shared := max(now-float64(q.submit)/1e9, 0) + left
+		q.tag = -shared / (whole * max(1, g/fair))
+	}
+}
+
+// byTeamSubmit is the queued jobs' indices by team, then submit time,
+// then id: the order in which a team's jobs take their fair-share tags.
+func byTeamSubmit(qs []queued) []int32 {
+	byTeam := make([]int32, len(qs))
+	for i := range byTeam {
+		byTeam[i] = int32(i)
+	}
+	slices.SortFunc(byTeam, func(a, b int32) int {
+		if c := cmp.Compare(qs[a].team, qs[b].team); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(qs[a].submit, qs[b].submit); c != 0 {
+			return c
+		}
+		return strings.Compare(qs[a].job.ID, qs[b].job.ID)
+	})
+	return byTeam
 }

@@ -152,6 +152,24 @@ var policies = map[string]Config{
 	// https://slurm.schedmd.com/priority_multifactor.html.
 	"slurm": {Name: "slurm", PriorityClasses: true, Backfill: true, Packing: PackBestFit,
 		Multifactor: &SlurmMultifactor, UsageHalfLife: 14 * 24 * time.Hour},
+	// drf: hetero-easy ordered by dominant resource fairness across teams
+	// (Ghodsi et al., NSDI 2011): the team holding the smallest weighted
+	// share of the fleet now goes next (progressive filling).
+	"drf": {Name: "drf", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true,
+		DominantShare: true},
+	// themis: hetero-easy ordered by finish-time fairness, after Themis
+	// (Mahajan et al., NSDI 2020): the job whose finish time in the shared
+	// fleet is furthest behind its time on a 1/N share alone goes first.
+	"themis": {Name: "themis", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true,
+		FinishTimeFair: true},
+	// gandiva-fair: hetero-easy with Gandiva-fair's ticket-based share
+	// (Chaudhary et al., EuroSys 2020): stride scheduling across teams, a
+	// team's tickets its weight, its pass the GPU-time it has received
+	// (no decay: the whole history counts) plus what its earlier queued
+	// jobs will take. Its time slicing, migration and trading of GPU
+	// models between users are not built.
+	"gandiva-fair": {Name: "gandiva-fair", PriorityClasses: true, Backfill: true, Packing: PackBestFit, HeterogeneityPreference: true,
+		FairShare: true},
 	// las: Tiresias' discretized 2D-LAS (Gu et al., NSDI 2019) with
 	// preemption of jobs in later queues; no run-time estimate is read
 	// (no backfill reservation), jobs that fit start in queue order.
@@ -234,13 +252,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("starvation slowdown %g: want a finite value >= 0", c.StarvationSlowdown)
 	}
 	orders := 0
-	for _, on := range []bool{c.SizeSlack > 0, c.ShortestFirst, len(c.LASThresholds) > 0, c.Multifactor != nil} {
+	for _, on := range []bool{c.SizeSlack > 0, c.ShortestFirst, len(c.LASThresholds) > 0, c.Multifactor != nil, c.DominantShare, c.FinishTimeFair} {
 		if on {
 			orders++
 		}
 	}
 	if orders > 1 {
-		return errors.New("size slack, shortest first, LAS thresholds and multifactor are queue orders: choose one")
+		return errors.New("size slack, shortest first, LAS thresholds, multifactor, dominant share and finish-time fairness are queue orders: choose one")
 	}
 	for i, t := range c.LASThresholds {
 		if t <= 0 || i > 0 && t <= c.LASThresholds[i-1] {

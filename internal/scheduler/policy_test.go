@@ -28,7 +28,7 @@ func TestPolicyConfig(t *testing.T) {
 		"slurm is multifactor with backfill":               {name: "slurm", wantPacking: scheduler.PackBestFit, want: features{Classes: true, Backfill: true}},
 		"las preempts and reads no estimate":               {name: "las", wantPacking: scheduler.PackBestFit, want: features{Classes: true, Preemption: true}},
 		"names ignore case and space":                      {name: " GPUfleet ", wantPacking: scheduler.PackTopology, want: features{true, false, true, true, true, true, true}},
-		"an unknown name is a clear error":                 {name: "drf", wantErr: scheduler.ErrUnknownPolicy},
+		"an unknown name is a clear error":                 {name: "dominant", wantErr: scheduler.ErrUnknownPolicy},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -205,7 +205,7 @@ type Input struct {
 
 // Config is the policy. Policies are configurations of the same code.
 type Config struct {
-	Name string // fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm, las, gpufleet
+	Name string // fifo, bestfit, backfill, hetero-easy, hrrn, srtf, slurm, las, drf, themis, gandiva-fair, gpufleet
 	// Priorities orders the classes, highest first; empty = gpufleet.Priorities().
 	Priorities []gpufleet.Priority
 	// PriorityClasses orders the queue by class before anything else;
@@ -253,6 +253,20 @@ type Config struct {
 	// queue. With Preemption a queued job preempts running jobs of its
 	// class in later queues. No run-time estimate is read. See las.go.
 	LASThresholds []time.Duration `json:",omitempty"`
+	// DominantShare orders the queue within a class (after requeued jobs)
+	// by dominant resource fairness (Ghodsi et al., NSDI 2011) across
+	// teams: progressive filling, the team with the smallest share of the
+	// fleet's GPUs held now, over its weight, next; each of its queued jobs
+	// adds its GPUs to that share. GPUs are the only resource the scheduler
+	// models, so the dominant share is the GPU share. See drf in order.go.
+	DominantShare bool `json:",omitempty"`
+	// FinishTimeFair orders the queue within a class by Themis' finish-time
+	// fairness (Mahajan et al., NSDI 2020), highest first: rho = the job's
+	// time in the shared fleet (since submit, plus its estimate left) over
+	// the time it would take on its 1/N share of the fleet alone (N the
+	// teams with work), a job larger than that share running slower by
+	// its excess. Themis' auctions and leases are not built: it is an order.
+	FinishTimeFair bool `json:",omitempty"`
 	// Multifactor, when set, orders the queue within a class by Slurm's
 	// multifactor priority: a weighted sum of age, fair-share and job-size
 	// factors, highest first (see Multifactor).
