@@ -213,3 +213,33 @@ func benchSchedule(b *testing.B, in scheduler.Input) {
 		b.ReportMetric(float64(len(out.Pending)), "pending")
 	})
 }
+
+// BenchmarkExplainLargeFleet is the check every submission makes
+// (scheduler.Explain: can the fleet ever run this job?) on the fleet of
+// gpufleet-load at 10x: 10,000 nodes x 8 GPUs, nothing queued. "fresh"
+// builds the fleet index every call, as the server did before it kept a
+// FleetCache for its check fleet; "cached" reuses it.
+func BenchmarkExplainLargeFleet(b *testing.B) {
+	in := schedtest.Large(schedtest.LargeSpec{Nodes: 10000, Pending: 1, Teams: 20, Seed: 1})
+	in.Jobs = nil
+	var err error
+	if in.Config, err = scheduler.PolicyConfig("gpufleet"); err != nil {
+		b.Fatal(err)
+	}
+	j := scheduler.Job{ID: "j", Team: "team00", Priority: gpufleet.Batch, Submitted: in.Now,
+		Resources: gpufleet.Resources{GPUs: 1}}
+	for _, tc := range []struct {
+		name    string
+		version uint64
+	}{{"fresh", 0}, {"cached", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			in := in
+			in.Cache, in.FleetVersion = &scheduler.FleetCache{}, tc.version
+			for b.Loop() {
+				if e, why := scheduler.Explain(in, j); e != nil {
+					b.Fatal(why)
+				}
+			}
+		})
+	}
+}

@@ -43,11 +43,15 @@ func (s *sched) runIndexFor(in *Input) runIndex {
 // fleetFor returns the capacity model to schedule on (a fresh copy, free
 // to change) and the fleet a job could ever run on, nothing running and
 // every node ready (read-only), from the cache when the caller's version
-// says the nodes did not change.
-func (s *sched) fleetFor(in *Input) (f, ever *fleet) {
+// says the nodes did not change. With shared, f is the cached template
+// itself, for a caller that changes nothing (see newSched).
+func (s *sched) fleetFor(in *Input, shared bool) (f, ever *fleet) {
 	c := in.Cache
 	if c == nil || in.FleetVersion == 0 || len(in.Nodes) == 0 {
 		t, ever := s.buildFleets(in)
+		if shared {
+			return t, ever
+		}
 		return t.clone(), ever
 	}
 	c.mu.Lock()
@@ -59,6 +63,9 @@ func (s *sched) fleetFor(in *Input) (f, ever *fleet) {
 		c.seed = in.Config.Seed
 	}
 	c.mu.Unlock()
+	if shared {
+		return t, ever
+	}
 	return t.clone(), ever
 }
 

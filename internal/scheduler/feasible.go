@@ -29,7 +29,7 @@ func Explain(in Input, j Job) (*gpufleet.Explanation, string) {
 	j.Placement, j.Started = nil, time.Time{}
 	in.Jobs = []Job{j}
 	in.Config.ETA = false
-	s := newSched(&in)
+	s := newSched(&in, true) // it places nothing: no copy of the fleet
 	s.explain = true
 	if len(s.pending) == 0 {
 		return nil, "" // failed as invalid: the caller's validation says why

@@ -17,7 +17,7 @@ import (
 // its input: the same Input gives the same Output, whatever the order of
 // Input.Nodes.
 func Schedule(in Input) Output {
-	s := newSched(&in)
+	s := newSched(&in, false)
 	s.explain = true
 	s.placeCycle()
 	pending := make([]*pjob, 0, len(s.pending))
@@ -269,7 +269,11 @@ type sched struct {
 	subsets  map[string]uint64 // see subsetID
 }
 
-func newSched(in *Input) *sched {
+// newSched builds the state of one call from its input. With shared the
+// capacity model is the cached fleet itself, not a copy, for a caller that
+// places nothing (Explain): the copy is most of a check's cost on a large
+// fleet.
+func newSched(in *Input, shared bool) *sched {
 	s := &sched{in: in, cfg: in.Config.withDefaults(), now: in.Now, at: in.Now, shapeIdx: map[string]*shape{}, fails: map[failKey]failEntry{},
 		pre: preemptSearch{fails: map[preemptKey]bool{}}}
 	if s.cfg.Packing == "" {
@@ -290,7 +294,7 @@ func newSched(in *Input) *sched {
 	}
 	s.runs = s.runIndexFor(in)
 	s.buildTeams()
-	s.f, s.ever = s.fleetFor(in)
+	s.f, s.ever = s.fleetFor(in, shared)
 	s.eta.classGen = make([]uint32, len(s.classes))
 	s.buildPower()
 	s.buildRunning()
