@@ -222,6 +222,9 @@ func benchSchedule(b *testing.B, in scheduler.Input) {
 func BenchmarkExplainLargeFleet(b *testing.B) {
 	in := schedtest.Large(schedtest.LargeSpec{Nodes: 10000, Pending: 1, Teams: 20, Seed: 1})
 	in.Jobs = nil
+	for i := range in.Nodes {
+		in.Nodes[i].LastSeen = in.Now.Add(-time.Second) // as the server's nodes are
+	}
 	var err error
 	if in.Config, err = scheduler.PolicyConfig("gpufleet"); err != nil {
 		b.Fatal(err)

@@ -346,7 +346,9 @@ func (s *sched) buildRunning() {
 	for i, k := range keys {
 		jobs[i] = &s.in.Jobs[k.i]
 	}
-	s.state = s.stateIndex()
+	if len(jobs) > 0 { // only running jobs read it (mustStop, recheck)
+		s.state = s.stateIndex()
+	}
 	powerStops, alerts := rackPowerStops(s.cfg, s.in.Racks, s.in.Nodes, jobs)
 	s.out.PowerAlerts = alerts
 	// One allocation each for the running jobs, their grants and allocs.
