@@ -253,7 +253,8 @@ func (s *sched) heldGPUs() []float64 {
 // (Config.DominantShare): a team's tag is its share of the fleet's GPUs
 // held now over its weight, and each of its queued jobs, in submit order,
 // adds its GPUs to it, so that sorting by tag serves the team with the
-// smallest share next, job by job.
+// smallest share next, job by job. The ETA simulation's re-sorts keep the
+// cycle's shares (what runs now), not the simulated ones.
 func (s *sched) dominantShares(qs []queued) {
 	total := max(s.fleetGPUs(), 1)
 	share := s.heldGPUs()
