@@ -12,6 +12,11 @@
 # method (CUDA events, warm-up, median of 20 runs, random data), and
 # prints the two side by side with the ratio. It changes no setting of
 # the card.
+#
+# Not here: the all-reduce across nodes (gpufleet bench allreduce, NCCL's
+# ncclCommInitRank with rank 0's unique id, docs/BENCH.md#across-nodes)
+# needs two nodes with GPUs; NCCL refuses one GPU as two ranks. Its check
+# is two cordoned agents on two such machines and that one command.
 set -eu
 bin=${1:?usage: scripts/device-bench.sh GPUFLEET_BINARY [OUT_DIR]}
 out=${2:-${OUT:-./device-bench-out}}

@@ -27,6 +27,9 @@ func (a *Agent) runBench(ctx context.Context, o api.BenchOrder) api.BenchReport 
 		rep.Detail = "benchmarks are off on this agent (--bench off)"
 		return rep
 	}
+	if o.Rendezvous != nil || o.Group != nil {
+		return a.runGroupBench(ctx, o)
+	}
 	busy := map[string]bool{}
 	for _, h := range a.runner.Holds() {
 		busy[h.GPU] = true
@@ -68,6 +71,55 @@ func (a *Agent) runBench(ctx context.Context, o api.BenchOrder) api.BenchReport 
 	}
 	rep.Measurements = ms
 	rep.Detail = clip(strings.Join(skipped, "; "), maxBenchDetail)
+	return rep
+}
+
+// runGroupBench runs rank 0's rendezvous or this node's part of an
+// all-reduce across nodes. Every GPU of the node takes part, so a GPU
+// that holds an attempt fails the part rather than shrinking it.
+func (a *Agent) runGroupBench(ctx context.Context, o api.BenchOrder) api.BenchReport {
+	rep := api.BenchReport{ID: o.ID}
+	be, err := a.cfg.Bench()
+	if err != nil {
+		rep.Detail = fmt.Sprintf("benchmarks unavailable: %v", err)
+		return rep
+	}
+	gb, ok := be.(bench.GroupBackend)
+	if !ok {
+		rep.Detail = "this agent's benchmark backend runs no all-reduce across nodes"
+		return rep
+	}
+	if o.Rendezvous != nil {
+		if rep.Token, err = gb.GroupToken(ctx); err != nil {
+			rep.Detail = fmt.Sprintf("opening the rendezvous: %v", err)
+		}
+		return rep
+	}
+	busy := map[string]bool{}
+	for _, h := range a.runner.Holds() {
+		busy[h.GPU] = true
+	}
+	var idx, held []int
+	a.mu.Lock()
+	for _, d := range a.devices {
+		idx = append(idx, d.Index)
+		if busy[d.UUID] || slices.ContainsFunc(d.MIG, func(m gpu.MIGInstance) bool { return busy[m.UUID] }) {
+			held = append(held, d.Index)
+		}
+	}
+	a.mu.Unlock()
+	if len(held) > 0 {
+		rep.Detail = fmt.Sprintf("gpus %v hold attempts: every GPU of the node takes part", held)
+		return rep
+	}
+	m, err := gb.MeasureGroup(ctx, *o.Group, bench.Options{GPUs: idx, Quick: o.Quick, Level: o.Level}, func(line string) {
+		a.log.Debug("bench", "order", o.ID, "step", line)
+	})
+	if err != nil {
+		rep.Detail = clip(fmt.Sprintf("all-reduce across nodes failed: %v", err), maxBenchDetail)
+		return rep
+	}
+	rep.Measurements = []bench.Measurement{m}
 	return rep
 }
 

@@ -49,6 +49,13 @@ type BenchOrder struct {
 	// Level is the bench level; absent from servers before levels (Quick
 	// then says quick or the full set).
 	Level bench.Level `json:"level,omitempty"`
+	// Rendezvous asks rank 0 of an all-reduce across nodes to open the
+	// rendezvous the other members join (NCCL's unique id): the report
+	// carries it as Token. Group asks a member to run its part, with the
+	// token. Either makes the order that and nothing else
+	// (docs/BENCH.md#across-nodes).
+	Rendezvous *bench.GroupRun `json:"rendezvous,omitempty"`
+	Group      *bench.GroupRun `json:"group,omitempty"`
 }
 
 // BenchReport is what a bench order, a validation or the join bench
@@ -59,6 +66,8 @@ type BenchReport struct {
 	Measurements []bench.Measurement `json:"measurements,omitempty"`
 	// Detail says what was skipped or failed, in words.
 	Detail string `json:"detail,omitempty"`
+	// Token is the rendezvous a Rendezvous order opened.
+	Token []byte `json:"token,omitempty"`
 }
 
 func (b *BenchReport) validate(field string) error {
@@ -70,6 +79,9 @@ func (b *BenchReport) validate(field string) error {
 	}
 	if err := gpufleet.CheckText(field+".detail", b.Detail, maxDetailLen, true); err != nil {
 		return err
+	}
+	if len(b.Token) > bench.MaxTokenBytes {
+		return fmt.Errorf("%w: %s.token: %d bytes, at most %d", gpufleet.ErrInvalid, field, len(b.Token), bench.MaxTokenBytes)
 	}
 	return bench.ValidateMeasurements(field+".measurements", b.Measurements)
 }

@@ -8,7 +8,7 @@ import (
 // FaultKinds are the faults `gpufleet fault inject --kind` takes; simulated
 // nodes apply them, NVML nodes refuse them.
 var FaultKinds = []string{"ecc-dbe", "ecc-sbe", "row-remap-pending", "row-remap-failure", "thermal", "power-brake",
-	"pcie-downgrade", "nvlink-down", "fell-off-bus", "slow-memory"}
+	"pcie-downgrade", "nvlink-down", "fell-off-bus", "slow-memory", "nic-down"}
 
 // FaultRequest is the body of POST /api/v1/nodes/{name}/faults: one fault
 // on one GPU of a simulated node, either an XID or a kind.

@@ -24,6 +24,24 @@ type BenchRequest struct {
 	Level bench.Level `json:"level,omitempty"`
 }
 
+// AllReduceBenchRequest is the body of POST /api/v1/bench/allreduce: an
+// all-reduce across nodes, every GPU of each a rank, as nccl-tests runs
+// across hosts (docs/BENCH.md#across-nodes). Name the nodes, or a rack, or
+// an NVLink domain (the nodes whose nvlink_domain it is).
+type AllReduceBenchRequest struct {
+	Nodes        []string `json:"nodes,omitempty"`
+	Rack         string   `json:"rack,omitempty"`
+	NVLinkDomain string   `json:"nvlink_domain,omitempty"`
+	// Level sets the sizes and runs: quick (the default) or medium;
+	// long runs as medium (there is no stress across nodes).
+	Level bench.Level `json:"level,omitempty"`
+}
+
+// AllReduceBenchList is the body of GET /api/v1/bench/allreduce.
+type AllReduceBenchList struct {
+	Runs []bench.GroupReport `json:"runs"`
+}
+
 // BenchResultList is the body of GET /api/v1/bench/results: figures, each
 // with its comparison against its model's fleet median, and the gates.
 type BenchResultList struct {
@@ -64,6 +82,10 @@ type BenchService interface {
 	StartWorkloadBench(ctx context.Context, p Principal, r WorkloadBenchRequest) (bench.WorkloadReport, error)
 	WorkloadBench(ctx context.Context, p Principal, id string) (bench.WorkloadReport, error)
 	WorkloadBenches(ctx context.Context, p Principal) ([]bench.WorkloadReport, error)
+	// StartAllReduceBench starts an all-reduce across nodes (admin).
+	StartAllReduceBench(ctx context.Context, p Principal, r AllReduceBenchRequest) (bench.GroupReport, error)
+	AllReduceBench(ctx context.Context, p Principal, id string) (bench.GroupReport, error)
+	AllReduceBenches(ctx context.Context, p Principal) ([]bench.GroupReport, error)
 }
 
 func (h *handler) benchService() (BenchService, error) {
@@ -164,6 +186,63 @@ func (h *handler) listWorkloadBenches(w http.ResponseWriter, r *http.Request, p 
 		out = []bench.WorkloadReport{}
 	}
 	return writeJSON(w, http.StatusOK, WorkloadBenchList{Workloads: out})
+}
+
+func (h *handler) startAllReduceBench(w http.ResponseWriter, r *http.Request, p Principal) error {
+	bs, err := h.benchService()
+	if err != nil {
+		return err
+	}
+	var req AllReduceBenchRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return err
+	}
+	out, err := bs.StartAllReduceBench(r.Context(), p, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, out)
+}
+
+func (h *handler) getAllReduceBench(w http.ResponseWriter, r *http.Request, p Principal) error {
+	bs, err := h.benchService()
+	if err != nil {
+		return err
+	}
+	out, err := bs.AllReduceBench(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) listAllReduceBenches(w http.ResponseWriter, r *http.Request, p Principal) error {
+	bs, err := h.benchService()
+	if err != nil {
+		return err
+	}
+	out, err := bs.AllReduceBenches(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		out = []bench.GroupReport{}
+	}
+	return writeJSON(w, http.StatusOK, AllReduceBenchList{Runs: out})
+}
+
+// StartAllReduceBench starts an all-reduce across nodes (admin).
+func (c *Client) StartAllReduceBench(ctx context.Context, r AllReduceBenchRequest) (bench.GroupReport, error) {
+	var out bench.GroupReport
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/bench/allreduce", body: r}, &out)
+	return out, err
+}
+
+// AllReduceBench reads an all-reduce across nodes.
+func (c *Client) AllReduceBench(ctx context.Context, id string) (bench.GroupReport, error) {
+	var out bench.GroupReport
+	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/bench/allreduce/" + url.PathEscape(id), idempotent: true}, &out)
+	return out, err
 }
 
 // OrderBench asks a node's agent to run microbenchmarks (admin).

@@ -157,6 +157,9 @@ func (h *handler) table() []routeDef {
 		r("POST", v1+"/bench/workloads", AuthMember, "Run a workload bench: the same job on each GPU model, throughput joined with telemetry and priced", h.startWorkloadBench),
 		r("GET", v1+"/bench/workloads", AuthMember, "List workload benches with their reports", h.listWorkloadBenches),
 		r("GET", v1+"/bench/workloads/{id}", AuthMember, "A workload bench's report", h.getWorkloadBench),
+		r("POST", v1+"/bench/allreduce", AuthAdmin, "Run an all-reduce across cordoned nodes (a rack, an NVLink domain or a list), judged against the fleet's runs of the same shape", h.startAllReduceBench),
+		r("GET", v1+"/bench/allreduce", AuthMember, "List the all-reduces across nodes this server follows", h.listAllReduceBenches),
+		r("GET", v1+"/bench/allreduce/{id}", AuthMember, "An all-reduce across nodes: state, members, figure", h.getAllReduceBench),
 
 		r("GET", v1+"/teams", AuthMember, "List teams (members see their own)", h.listTeams),
 		r("POST", v1+"/teams", AuthAdmin, "Create or update a team", h.putTeam),

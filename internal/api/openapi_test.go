@@ -147,6 +147,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"BenchComparison": bench.Comparison{}, "BenchResult": bench.Result{}, "BenchResultList": BenchResultList{},
 		"WorkloadBenchRequest": WorkloadBenchRequest{}, "WorkloadJob": bench.WorkloadJob{}, "WorkloadRow": bench.WorkloadRow{},
 		"WorkloadBenchReport": bench.WorkloadReport{}, "WorkloadBenchList": WorkloadBenchList{},
+		"BenchGroupRun": bench.GroupRun{}, "BenchGroupReport": bench.GroupReport{}, "AllReduceBenchRequest": AllReduceBenchRequest{}, "AllReduceBenchList": AllReduceBenchList{},
 		"ForecastSeries": forecast.Series{}, "ForecastParams": forecast.Params{}, "Forecast": forecast.Forecast{}, "ForecastResponse": ForecastResponse{}, "ModelForecast": ModelForecast{},
 		"CapacityTarget": capacity.Target{}, "ModelFleet": capacity.ModelFleet{}, "NodeSize": capacity.NodeSize{}, "Rate": capacity.Rate{}, "CapacityReplay": capacity.Replay{}, "ProcureRecommendation": capacity.Recommendation{},
 		"ProcureModel": ProcureModel{}, "ProcureResponse": ProcureResponse{}, "LifecycleCandidate": capacity.Candidate{}, "ModelLifecycle": capacity.ModelLifecycle{},

@@ -183,6 +183,8 @@ func PCIeBytesPerS(gen int) float64 { return 16 * pcieLaneBytesPerS[gen] }
 //     both-directions figure halved) inside an NVLink domain, else the
 //     PCIe line rate per direction. Allreduce is judged as bus bandwidth,
 //     which nccl-tests defines so that it compares with the link rate.
+//     An all-reduce across nodes over the network has none: the catalog
+//     knows the GPUs, not the NICs.
 func Spec(g catalog.GPU, m Measurement) *float64 {
 	switch m.Test {
 	case Copy, Memory:
@@ -194,6 +196,9 @@ func Spec(g catalog.GPU, m Measurement) *float64 {
 	case H2D:
 		return positive(PCIeBytesPerS(g.PCIeGen))
 	case P2P, AllReduce:
+		if m.Nodes > 1 && m.Fabric != FabricNVLink {
+			return nil
+		}
 		if g.InterconnectKind == catalog.InterconnectNVLink && g.DomainSize > 1 {
 			return positive(g.InterconnectBandwidthBytesPerS / 2)
 		}

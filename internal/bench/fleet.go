@@ -114,8 +114,9 @@ func Judged(f Figure) bool { return !(f.Test == P2P && f.Peer != nil) }
 // its model (the latest figure of each; allreduce figures compare with
 // nodes of as many GPUs).
 type Comparison struct {
-	// Median is the fleet median without this GPU; Peers how many GPUs it
-	// is of. Zero peers: no baseline.
+	// Median is the fleet median without this GPU; Peers how many GPUs
+	// (for an all-reduce across nodes, how many other runs) it is of.
+	// Zero peers: no baseline.
 	Median float64 `json:"median"`
 	Peers  int     `json:"peers"`
 	// Fraction is Value / Median, absent without enough peers.
@@ -128,10 +129,20 @@ type Comparison struct {
 // key groups comparable figures.
 type key struct {
 	model, name string
-	gpus        int
+	gpus, nodes int
 }
 
-func keyOf(f Figure) key { return key{f.Model, f.Name, f.GPUs} }
+func keyOf(f Figure) key { return key{f.Model, f.Name, f.GPUs, f.Nodes} }
+
+// peerOf is what one figure counts as in its baseline: its GPU, or for an
+// all-reduce across nodes its run, which every member stores: a run
+// counts once, and never toward a member's own baseline.
+func peerOf(f Figure) string {
+	if f.Nodes > 1 && f.Group != "" {
+		return "group " + f.Group
+	}
+	return f.UUID
+}
 
 // Baseline is the fleet's newest figures grouped for comparison: built
 // once, it compares any number of figures in O(log n) each.
@@ -141,7 +152,7 @@ type Baseline struct {
 
 type group struct {
 	sorted []float64          // every GPU's value, ascending
-	own    map[string]float64 // by UUID
+	own    map[string]float64 // by peerOf
 }
 
 // NewBaseline groups the latest results of every GPU (duplicates of one
@@ -158,7 +169,7 @@ func NewBaseline(fleet []Result) *Baseline {
 			g = &group{own: map[string]float64{}}
 			b.groups[k] = g
 		}
-		g.own[r.UUID] = r.Value
+		g.own[peerOf(r.Figure)] = r.Value
 	}
 	for _, g := range b.groups {
 		for _, v := range g.own {
@@ -182,7 +193,7 @@ func (b *Baseline) Compare(f Figure, gates Gates) Comparison {
 	}
 	vals := g.sorted
 	skip := -1
-	if v, ok := g.own[f.UUID]; ok {
+	if v, ok := g.own[peerOf(f)]; ok {
 		skip, _ = slices.BinarySearch(vals, v)
 	}
 	n := len(vals)
@@ -231,8 +242,12 @@ func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
 	var out []Shortfall
 	base := NewBaseline(fleet)
 	for _, f := range figs {
-		where := fmt.Sprintf("GPU %d", f.GPU)
-		if f.Test == AllReduce {
+		where, peers := fmt.Sprintf("GPU %d", f.GPU), "other GPUs"
+		switch {
+		case f.Nodes > 1:
+			where = fmt.Sprintf("all-reduce across %d nodes (%s; %d GPUs)", f.Nodes, strings.Join(f.Members, ", "), f.GPUs)
+			peers = "other runs of this shape"
+		case f.Test == AllReduce:
 			where = fmt.Sprintf("all-reduce over %d GPUs", f.GPUs)
 		}
 		if why := f.Failed(); why != "" {
@@ -247,8 +262,8 @@ func Judge(figs []Figure, fleet []Result, gates Gates) []Shortfall {
 		out = append(out, Shortfall{
 			Figure: f, Comparison: c,
 			Reason: fmt.Sprintf("%s at %.2f of the fleet median", f.Name, *c.Fraction),
-			Evidence: fmt.Sprintf("%s: %s measured %s, %.2f of the %s fleet median %s (%d other GPUs; gate %.2f)",
-				where, f.Name, Human(f.Value, f.Unit), *c.Fraction, f.Model, Human(c.Median, f.Unit), c.Peers, c.Gate),
+			Evidence: fmt.Sprintf("%s: %s measured %s, %.2f of the %s fleet median %s (%d %s; gate %.2f)",
+				where, f.Name, Human(f.Value, f.Unit), *c.Fraction, f.Model, Human(c.Median, f.Unit), c.Peers, peers, c.Gate),
 		})
 	}
 	return out

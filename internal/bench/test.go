@@ -182,6 +182,14 @@ type Measurement struct {
 	Peer *int `json:"peer,omitempty"`
 	// GPUs is how many GPUs an allreduce spans (1 otherwise).
 	GPUs int `json:"gpus"`
+	// Nodes is how many nodes an all-reduce across nodes spans (absent
+	// for one node's own tests); Group is that run's id and Members its
+	// nodes in rank order (GroupRun).
+	Nodes   int      `json:"nodes,omitempty"`
+	Group   string   `json:"group,omitempty"`
+	Members []string `json:"members,omitempty"`
+	// Fabric is what an all-reduce across nodes crossed between them.
+	Fabric Fabric `json:"fabric,omitempty"`
 	// Size says what one run moved or computed ("4 GiB", "8192x8192x8192").
 	Size string `json:"size"`
 	Unit Unit   `json:"unit"`

@@ -63,10 +63,24 @@ func (m *Measurement) validate(field string) error {
 	if m.Peer != nil && (*m.Peer < 0 || *m.Peer >= gpufleet.MaxNodeGPUs || *m.Peer == m.GPU) {
 		return bad("peer", "%d: expected another GPU index from 0 to %d", *m.Peer, gpufleet.MaxNodeGPUs-1)
 	}
-	if m.GPUs < 1 || m.GPUs > gpufleet.MaxNodeGPUs {
-		return bad("gpus", "%d: expected 1 to %d", m.GPUs, gpufleet.MaxNodeGPUs)
+	if m.Nodes < 0 || m.Nodes > MaxGroupNodes || m.Nodes == 1 {
+		return bad("nodes", "%d: expected 2 to %d, or absent for one node", m.Nodes, MaxGroupNodes)
 	}
-	for _, t := range []struct{ name, v string }{{"uuid", m.UUID}, {"model", m.Model}, {"size", m.Size}, {"check", m.Check}} {
+	if maxGPUs := max(m.Nodes, 1) * gpufleet.MaxNodeGPUs; m.GPUs < 1 || m.GPUs > maxGPUs {
+		return bad("gpus", "%d: expected 1 to %d", m.GPUs, maxGPUs)
+	}
+	if m.Fabric != "" && m.Fabric != FabricNetwork && m.Fabric != FabricNVLink {
+		return bad("fabric", "%s: expected network or nvlink", gpufleet.Quote(string(m.Fabric)))
+	}
+	if len(m.Members) > MaxGroupNodes {
+		return bad("members", "%d nodes, at most %d", len(m.Members), MaxGroupNodes)
+	}
+	for j, n := range m.Members {
+		if err := gpufleet.CheckText(fmt.Sprintf("%s.members[%d]", field, j), n, maxText, false); err != nil {
+			return err
+		}
+	}
+	for _, t := range []struct{ name, v string }{{"uuid", m.UUID}, {"model", m.Model}, {"size", m.Size}, {"check", m.Check}, {"group", m.Group}} {
 		if err := gpufleet.CheckText(field+"."+t.name, t.v, maxText, false); err != nil {
 			return err
 		}

@@ -73,7 +73,7 @@ models. docs/BENCH.md explains each figure and the method.`,
 	fs.StringVar(&f.cudaLibDir, "cuda-lib-dir", "", "directory holding libcuda.so.1, libcublasLt.so and libnccl.so.2 (default: the loader's search path)")
 	fs.StringVar(&f.simGPUs, "sim-gpus", "h100-sxm-80gb:8", "with --backend sim: the simulated GPUs, as gpufleet agent --sim-gpus")
 	fs.StringArrayVar(&f.simFaults, "sim-fault", nil, "with --backend sim: INDEX:FAULT injected before measuring (3:slow-memory, 1:power-brake, 5:nvlink-down:18); repeatable")
-	cmd.AddCommand(newBenchRunCmd(c), newBenchResultsCmd(c), newBenchWorkloadCmd(c), newBenchWorkloadsCmd(c))
+	cmd.AddCommand(newBenchRunCmd(c), newBenchAllReduceCmd(c), newBenchResultsCmd(c), newBenchWorkloadCmd(c), newBenchWorkloadsCmd(c))
 	return cmd
 }
 
@@ -220,6 +220,8 @@ func figureWhere(f bench.Figure) string {
 	switch {
 	case f.Peer != nil:
 		return fmt.Sprintf("%d->%d", f.GPU, *f.Peer)
+	case f.Nodes > 1:
+		return fmt.Sprintf("%d GPUs, %d nodes", f.GPUs, f.Nodes)
 	case f.Test == bench.AllReduce:
 		return fmt.Sprintf("%d GPUs", f.GPUs)
 	}
@@ -347,26 +349,126 @@ func (c *clientEnv) printBenchResults(list api.BenchResultList) error {
 	}
 	t := newTable(c.stdout, "NODE", "GPU", "MODEL", "FIGURE", "MEASURED", "SPEC", "RATIO", "FLEET MEDIAN", "OF MEDIAN", "VERDICT", "WHEN", "WHY")
 	for _, r := range list.Results {
-		median, frac, verdict := "-", "-", "-"
-		if r.Fleet != nil {
-			if r.Fleet.Peers > 0 {
-				median = fmt.Sprintf("%s (%d)", bench.Human(r.Fleet.Median, r.Unit), r.Fleet.Peers)
-			}
-			frac = num(r.Fleet.Fraction, 2)
-			switch {
-			case r.Failed() != "":
-				verdict = "FAILED: " + r.Failed()
-			case r.Fleet.Fraction == nil:
-				verdict = "no baseline"
-			case r.Fleet.Degraded:
-				verdict = fmt.Sprintf("DEGRADED (< %.2f)", r.Fleet.Gate)
-			default:
-				verdict = "ok"
-			}
-		}
+		median, frac, verdict := judgement(r.Figure, r.Fleet)
 		t.row(r.Node, figureWhere(r.Figure), r.Model, r.Name, bench.Human(r.Value, r.Unit), specText(r.Figure), num(r.Ratio, 2),
 			median, frac, verdict, r.At.Local().Format("2006-01-02 15:04:05"), string(r.Trigger))
 	}
+	return t.flush()
+}
+
+// judgement is a figure's fleet median (with its peers), its fraction of
+// it and the verdict, as the tables show them.
+func judgement(f bench.Figure, c *bench.Comparison) (median, frac, verdict string) {
+	median, frac, verdict = "-", "-", "-"
+	if c == nil {
+		return
+	}
+	if c.Peers > 0 {
+		median = fmt.Sprintf("%s (%d)", bench.Human(c.Median, f.Unit), c.Peers)
+	}
+	frac = num(c.Fraction, 2)
+	switch {
+	case f.Failed() != "":
+		verdict = "FAILED: " + f.Failed()
+	case c.Fraction == nil:
+		verdict = "no baseline"
+	case c.Degraded:
+		verdict = fmt.Sprintf("DEGRADED (< %.2f)", c.Gate)
+	default:
+		verdict = "ok"
+	}
+	return
+}
+
+// newBenchAllReduceCmd is `gpufleet bench allreduce`: NCCL's all-reduce
+// across cordoned nodes, every GPU a rank, judged against the fleet's
+// other runs of the same shape.
+func newBenchAllReduceCmd(c *clientEnv) *cobra.Command {
+	var (
+		rack, domain, level string
+		wait                bool
+		timeout             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "allreduce (NODE NODE... | --rack R | --nvlink-domain D) [--level quick|medium] [--wait]",
+		Short: "Run an all-reduce across cordoned nodes, every GPU a rank, and judge it against the fleet's runs of the same shape (admin)",
+		Long: `Run an all-reduce across nodes, as nccl-tests' all_reduce_perf across hosts:
+every GPU of every node is a rank, over the network between nodes or the
+NVLink fabric of a multi-node NVLink domain. The nodes must be cordoned (or in
+repair), of one GPU model and size. The figure (bus bandwidth) is stored on
+every member and judged against the median of the other runs of the same
+shape (nodes x GPUs, fabric, model); under the gate every member turns
+degraded. Measure pairs of nodes to find which one is slow
+(docs/BENCH.md#across-nodes).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.AllReduceBenchRequest{Nodes: args, Rack: rack, NVLinkDomain: domain}
+			if level != "" {
+				l, err := bench.ParseLevel(level)
+				if err != nil {
+					return usageErr("--level: %v", err)
+				}
+				req.Level = l
+			}
+			cl, err := c.client(cmd)
+			if err != nil {
+				return err
+			}
+			rep, err := cl.StartAllReduceBench(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if c.output == outputJSON {
+					return writeJSON(c.stdout, rep)
+				}
+				fmt.Fprintf(c.stdout, "all-reduce %s across %s started; gpufleet bench results shows its figure\n", rep.ID, strings.Join(rep.Nodes, ", "))
+				return nil
+			}
+			fmt.Fprintf(c.stderr, "all-reduce %s across %d nodes (%s) started; waiting for every member\n", rep.ID, len(rep.Nodes), strings.Join(rep.Nodes, ", "))
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			for rep.State == bench.GroupRendezvous || rep.State == bench.GroupRunning {
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("%w: all-reduce %s still %s after %s (%d of %d members reported): gpufleet bench results shows it once done",
+						gpufleet.ErrUnavailable, rep.ID, rep.State, timeout, len(rep.Reported), len(rep.Nodes))
+				case <-time.After(500 * time.Millisecond):
+				}
+				if rep, err = cl.AllReduceBench(ctx, rep.ID); err != nil {
+					return err
+				}
+			}
+			if c.output == outputJSON {
+				if err := writeJSON(c.stdout, rep); err != nil {
+					return err
+				}
+			} else if err := c.printAllReduce(rep); err != nil {
+				return err
+			}
+			if rep.State == bench.GroupFailed {
+				return fmt.Errorf("all-reduce %s failed: %s", rep.ID, rep.Detail)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rack, "rack", "", "every node of this rack")
+	cmd.Flags().StringVar(&domain, "nvlink-domain", "", "every node of this NVLink domain (over its NVLink fabric)")
+	cmd.Flags().StringVar(&level, "level", "", "quick (small sizes, 5 runs; the default) or medium (full sizes, 20 runs)")
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait for the figure and print it")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+// printAllReduce is the table of one all-reduce across nodes.
+func (c *clientEnv) printAllReduce(rep bench.GroupReport) error {
+	t := newTable(c.stdout, "ID", "STATE", "NODES", "GPU MODEL", "SHAPE", "FABRIC", "BUSBW", "FLEET MEDIAN", "OF MEDIAN", "VERDICT")
+	busbw, median, frac, verdict := "-", "-", "-", rep.Detail
+	if rep.Figure != nil {
+		busbw = bench.Human(rep.Figure.Value, rep.Figure.Unit)
+		median, frac, verdict = judgement(*rep.Figure, rep.Fleet)
+	}
+	t.row(rep.ID, string(rep.State), strings.Join(rep.Nodes, ","), rep.GPUModel, fmt.Sprintf("%dx%d", len(rep.Nodes), rep.GPUsPerNode),
+		string(rep.Fabric), busbw, median, frac, verdict)
 	return t.flush()
 }
 

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +249,139 @@ func TestBenchLevels(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAllReduceAcrossNodes runs the all-reduce across nodes through the
+// CLI on real agents with simulated GPUs: pairs of nodes and a rack, the
+// fleet-median judgement against the runs of the same shape, a node with
+// three of its four network rails down turning its run's members
+// degraded, and a passing run clearing them once the rails are back.
+func TestAllReduceAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	p := startServer(t, t.TempDir(), nil)
+	f := setupTeams(t, p, "team-a")
+	ctx := t.Context()
+	names := []string{"x0", "x1", "x2", "x3", "x4", "x5"}
+	for _, n := range names {
+		startAgent(t, p, f.admin, n, "h100-sxm-80gb:4")
+	}
+	eventually(t, 30*time.Second, "six ready nodes", func() error {
+		ns, err := f.admin.Nodes(ctx)
+		ready := 0
+		for _, n := range ns {
+			if n.State == gpufleet.NodeReady {
+				ready++
+			}
+		}
+		if err != nil || ready != 6 {
+			return fmt.Errorf("%d ready, %v", ready, err)
+		}
+		return nil
+	})
+	cli := func(args ...string) (string, error) {
+		out, err := exec.Command(binary(t), append(args, "--server", p.url, "--token", adminToken)...).CombinedOutput()
+		return string(out), err
+	}
+	// Refused before any node is touched: a ready node, one node.
+	if out, err := cli("bench", "allreduce", "x0", "x1"); err == nil || !strings.Contains(out, "x0 is ready") || !strings.Contains(out, "cordon them first") {
+		t.Fatalf("all-reduce on ready nodes: %v\n%s", err, out)
+	}
+	if out, err := cli("bench", "allreduce", "x0"); err == nil || !strings.Contains(out, "needs 2 to") {
+		t.Fatalf("all-reduce on one node: %v\n%s", err, out)
+	}
+	for _, n := range names {
+		if _, err := f.admin.NodeAction(ctx, n, api.Cordon); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for gpu := range 3 {
+		if _, err := f.admin.InjectFault(ctx, "x5", api.FaultRequest{GPU: &gpu, Kind: "nic-down"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) bench.GroupReport {
+		t.Helper()
+		out, err := cli(append([]string{"bench", "allreduce", "-o", "json", "--timeout", "60s"}, args...)...)
+		if err != nil {
+			t.Fatalf("gpufleet bench allreduce %v: %v\n%s", args, err, out)
+		}
+		var rep bench.GroupReport
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if rep.State != bench.GroupDone || rep.Figure == nil || rep.Fleet == nil {
+			t.Fatalf("run %v: %+v", args, rep)
+		}
+		return rep
+	}
+	first := run("x0", "x1")
+	if first.Figure.Name != "allreduce-2x4" || first.Fabric != bench.FabricNetwork || first.Fleet.Fraction != nil {
+		t.Errorf("first run: %s over %s, fraction %v: want allreduce-2x4 over the network, no baseline yet", first.Figure.Name, first.Fabric, first.Fleet.Fraction)
+	}
+	run("x2", "x3")
+	slow := run("x4", "x5")
+	if slow.Fleet.Peers != 2 || !slow.Fleet.Degraded || *slow.Fleet.Fraction > 0.3 {
+		t.Errorf("slow run against the fleet: %+v", slow.Fleet)
+	}
+	// Every member of the slow run is degraded with the run's evidence;
+	// the others are not.
+	eventually(t, 20*time.Second, "x4 and x5 degraded by the run", func() error {
+		for _, n := range names {
+			nd, err := f.admin.Node(ctx, n)
+			if err != nil {
+				return err
+			}
+			want := gpufleet.Healthy
+			if n == "x4" || n == "x5" {
+				want = gpufleet.Degraded
+				if !strings.Contains(nd.HealthReason, "allreduce-2x4 at 0.") {
+					return fmt.Errorf("%s: %s (%s)", n, nd.Health, nd.HealthReason)
+				}
+			}
+			if nd.Health != want {
+				return fmt.Errorf("%s: %s (%s), want %s", n, nd.Health, nd.HealthReason, want)
+			}
+		}
+		return nil
+	})
+	// The table a person reads.
+	if out, err := cli("bench", "allreduce", "x4", "x5"); err != nil || !strings.Contains(out, "DEGRADED") || !strings.Contains(out, "2x4") {
+		t.Errorf("table: %v\n%s", err, out)
+	}
+	// A rack's nodes, in one run of another shape: judged on its own.
+	if _, err := f.admin.PutRack(ctx, api.PutRackRequest{Rack: gpufleet.Rack{Name: "rx", PowerBudgetWatts: 100000, Nodes: []string{"x3", "x1", "x0", "x2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	rack := run("--rack", "rx")
+	if !slices.Equal(rack.Nodes, []string{"x0", "x1", "x2", "x3"}) || rack.Figure.Name != "allreduce-4x4" || rack.Figure.GPUs != 16 || rack.Fleet.Peers != 0 {
+		t.Errorf("rack run: nodes %v, %s over %d GPUs, %d peers", rack.Nodes, rack.Figure.Name, rack.Figure.GPUs, rack.Fleet.Peers)
+	}
+	// The rails back: a passing run clears both members.
+	for gpu := range 3 {
+		if _, err := f.admin.ClearFaults(ctx, "x5", gpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "x5's rails back", func() error {
+		rep := run("x4", "x5")
+		if rep.Fleet.Degraded {
+			return fmt.Errorf("still %.2f of the median", *rep.Fleet.Fraction)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "x4 and x5 healthy again", func() error {
+		for _, n := range []string{"x4", "x5"} {
+			if nd, err := f.admin.Node(ctx, n); err != nil || nd.Health != gpufleet.Healthy {
+				return fmt.Errorf("%s: %s (%s), %v", n, nd.Health, nd.HealthReason, err)
+			}
+		}
+		return nil
+	})
+	// The figures are in each member's history, listed like any other.
+	list, err := f.admin.BenchResults(ctx, api.BenchQuery{Node: "x5"})
+	if err != nil || !slices.ContainsFunc(list.Results, func(r bench.Result) bool { return r.Name == "allreduce-2x4" && r.Nodes == 2 }) {
+		t.Errorf("x5's figures lack the run: %v", err)
+	}
 }

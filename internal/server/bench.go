@@ -70,10 +70,7 @@ func (s *Server) queueBench(node string, o api.BenchOrder) api.BenchOrder {
 	defer x.mu.Unlock()
 	x.seq++
 	o.ID = "b-" + strconv.FormatInt(x.seq, 10) + "-" + randomString(4)
-	if x.benches == nil {
-		x.benches = map[string][]api.BenchOrder{}
-	}
-	x.benches[node] = append(x.benches[node], o)
+	x.benchQueueLocked(node, o)
 	return o
 }
 
@@ -93,7 +90,9 @@ func (s *Server) takeBenchReports(ctx context.Context, node string, reports []ap
 		x := &s.agentExt
 		x.mu.Lock()
 		i := slices.IndexFunc(x.benches[node], func(o api.BenchOrder) bool { return o.ID == rep.ID })
+		var o api.BenchOrder
 		if i >= 0 {
+			o = x.benches[node][i]
 			x.benches[node] = slices.Delete(x.benches[node], i, i+1)
 			if len(x.benches[node]) == 0 {
 				delete(x.benches, node)
@@ -101,6 +100,12 @@ func (s *Server) takeBenchReports(ctx context.Context, node string, reports []ap
 		}
 		x.mu.Unlock()
 		if i < 0 {
+			continue
+		}
+		if groupOf(o) != "" {
+			if err := s.takeGroupReport(ctx, node, o, rep, now); err != nil {
+				return err
+			}
 			continue
 		}
 		trigger := bench.TriggerManual

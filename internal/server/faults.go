@@ -24,7 +24,9 @@ type agentExtras struct {
 	faults map[string][]api.FaultOrder // pending per node, until acknowledged
 	// benches are bench orders pending per node, until reported.
 	benches map[string][]api.BenchOrder
-	logMu   sync.Mutex
+	// groups are the all-reduces across nodes this replica follows.
+	groups map[string]*groupBench
+	logMu  sync.Mutex
 }
 
 // InjectFault queues a fault for a simulated node's GPU; the agent applies

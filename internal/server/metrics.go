@@ -232,7 +232,7 @@ func (c stackCollector) Collect(ch chan<- prometheus.Metric) {
 
 var (
 	benchBytesDesc = prometheus.NewDesc("gpufleet_gpu_bench_bytes_per_second",
-		"Newest benchmark figure of a GPU that moves bytes (copy counts bytes read plus written; h2d, d2h and p2p one direction; allreduce is NCCL bus bandwidth over the node's GPUs, gpu=\"all\"); docs/BENCH.md.",
+		"Newest benchmark figure of a GPU that moves bytes (copy counts bytes read plus written; h2d, d2h and p2p one direction; allreduce is NCCL bus bandwidth over the node's GPUs, allreduce-NxG across N nodes of G GPUs, gpu=\"all\"); docs/BENCH.md.",
 		[]string{"node", "gpu", "model", "figure"}, nil)
 	benchOpsDesc = prometheus.NewDesc("gpufleet_gpu_bench_operations_per_second",
 		"Newest dense matrix product figure of a GPU, in floating-point operations (int8: integer operations) per second, by precision (figure gemm-bf16, ...).",

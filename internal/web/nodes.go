@@ -264,14 +264,18 @@ func (u *UI) benchRows(r *http.Request, v *viewer, node string) ([]benchRow, str
 		}
 		row := benchRow{Where: "GPU " + strconv.Itoa(res.GPU), Figure: res.Name, Measured: bench.Human(res.Value, res.Unit),
 			Spec: "—", Ratio: "—", Median: "—", OfMedian: "—", Verdict: "no baseline", When: res.At.UTC().Format("2006-01-02 15:04"), Why: string(res.Trigger)}
-		if res.Test == bench.AllReduce {
+		peers := "GPUs"
+		switch {
+		case res.Nodes > 1:
+			row.Where, peers = fmt.Sprintf("%d GPUs, %d nodes", res.GPUs, res.Nodes), "runs"
+		case res.Test == bench.AllReduce:
 			row.Where = fmt.Sprintf("%d GPUs", res.GPUs)
 		}
 		if res.Spec != nil && res.Ratio != nil {
 			row.Spec, row.Ratio = bench.Human(*res.Spec, res.Unit), strconv.FormatFloat(*res.Ratio, 'f', 2, 64)
 		}
 		if c := res.Fleet; c != nil && c.Peers > 0 {
-			row.Median = fmt.Sprintf("%s (%d GPUs)", bench.Human(c.Median, res.Unit), c.Peers)
+			row.Median = fmt.Sprintf("%s (%d %s)", bench.Human(c.Median, res.Unit), c.Peers, peers)
 			if c.Fraction != nil {
 				row.OfMedian = strconv.FormatFloat(*c.Fraction, 'f', 2, 64)
 				row.Verdict, row.Bad = "ok", c.Degraded

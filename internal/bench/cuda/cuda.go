@@ -9,6 +9,7 @@ package cuda
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // No CUDA header is needed to build this: the few types, values and
 // prototypes used are declared here by hand, each checked against NVIDIA's
@@ -78,10 +79,13 @@ enum {
 	CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, // cublasLtMatmulPreferenceAttributes_t, uint64_t
 };
 
-// NCCL [nccl.h]. ncclUniqueId (128 bytes) is not needed: ncclCommInitAll
-// makes every communicator in this process.
+// NCCL [nccl.h]. ncclCommInitAll makes every communicator of one node in
+// this process; across nodes, rank 0's ncclGetUniqueId is handed to every
+// rank's ncclCommInitRank (NCCL_UNIQUE_ID_BYTES 128).
 typedef int ncclResult_t; // ncclSuccess = 0
 typedef struct ncclComm *ncclComm_t;
+#define GF_NCCL_UNIQUE_ID_BYTES 128
+typedef struct { char internal[GF_NCCL_UNIQUE_ID_BYTES]; } gfNcclUniqueId;
 enum {
 	ncclSuccess = 0,
 	ncclSum = 0,     // ncclRedOp_t
@@ -147,6 +151,8 @@ typedef struct {
 		const cublasLtMatmulAlgo_t *, void *, size_t, CUstream);
 
 	ncclResult_t (*ncclCommInitAll)(ncclComm_t *, int, const int *);
+	ncclResult_t (*ncclGetUniqueId)(gfNcclUniqueId *);
+	ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, gfNcclUniqueId, int);
 	ncclResult_t (*ncclCommDestroy)(ncclComm_t);
 	ncclResult_t (*ncclAllReduce)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
 	ncclResult_t (*ncclGroupStart)(void);
@@ -238,6 +244,8 @@ static const char *gf_load_cublaslt(gfAPI *a, void *h) {
 
 static const char *gf_load_nccl(gfAPI *a, void *h) {
 	GF_SYM(ncclCommInitAll, "ncclCommInitAll", NULL);
+	GF_SYM(ncclGetUniqueId, "ncclGetUniqueId", NULL);
+	GF_SYM(ncclCommInitRank, "ncclCommInitRank", NULL);
 	GF_SYM(ncclCommDestroy, "ncclCommDestroy", NULL);
 	GF_SYM(ncclAllReduce, "ncclAllReduce", NULL);
 	GF_SYM(ncclGroupStart, "ncclGroupStart", NULL);
@@ -309,6 +317,17 @@ static cublasStatus_t gf_cublasLtMatmul(gfAPI *a, cublasLtHandle_t h, cublasLtMa
 }
 
 static ncclResult_t gf_ncclCommInitAll(gfAPI *a, ncclComm_t *comms, int n, const int *devs) { return a->ncclCommInitAll(comms, n, devs); }
+static ncclResult_t gf_ncclGetUniqueId(gfAPI *a, char *out) {
+	gfNcclUniqueId id;
+	ncclResult_t r = a->ncclGetUniqueId(&id);
+	memcpy(out, id.internal, GF_NCCL_UNIQUE_ID_BYTES);
+	return r;
+}
+static ncclResult_t gf_ncclCommInitRank(gfAPI *a, ncclComm_t *c, int n, const char *idb, int rank) {
+	gfNcclUniqueId id;
+	memcpy(id.internal, idb, GF_NCCL_UNIQUE_ID_BYTES);
+	return a->ncclCommInitRank(c, n, id, rank);
+}
 static ncclResult_t gf_ncclCommDestroy(gfAPI *a, ncclComm_t c) { return a->ncclCommDestroy(c); }
 static ncclResult_t gf_ncclAllReduceSum(gfAPI *a, CUdeviceptr send, CUdeviceptr recv, size_t count, ncclComm_t c, CUstream s) {
 	return a->ncclAllReduce((const void *)send, (void *)recv, count, ncclFloat32, ncclSum, c, s);
@@ -331,6 +350,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gpufleet/gpufleet"
@@ -347,7 +368,11 @@ const cgoBuild = true
 // NCCL, loaded at run time. Measure and Close may be called from any
 // goroutine; calls are serialised.
 type Backend struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// wedged says why the backend can measure no more: an all-reduce
+	// across nodes whose peers never joined still blocks in NCCL's
+	// initialization, holding mu, until the agent restarts.
+	wedged  atomic.Pointer[string]
 	api     *C.gfAPI // nil once closed
 	nccl    bool     // NCCL loaded
 	noNCCL  string   // why NCCL is not loaded
@@ -539,6 +564,9 @@ func (b *Backend) release() error {
 // naming the GPU, the figure and the call. Cancelling ctx stops it between
 // runs.
 func (b *Backend) Measure(ctx context.Context, o bench.Options, progress func(string)) (out []bench.Measurement, err error) {
+	if why := b.wedged.Load(); why != nil {
+		return nil, errors.New(*why)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.api == nil {
@@ -1375,7 +1403,7 @@ type rank struct {
 
 // measureAllReduce times a float32 sum all-reduce over the GPUs ds with
 // NCCL, each rank contributing rank+1, and reports bus bandwidth.
-func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Options, progress func(string)) (ms []bench.Measurement, err error) {
+func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Options, progress func(string)) ([]bench.Measurement, error) {
 	switch {
 	case !b.nccl:
 		progress("allreduce skipped: " + b.noNCCL)
@@ -1384,43 +1412,64 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 		progress("allreduce needs at least 2 GPUs, skipped")
 		return nil, nil
 	}
+	ordinals := make([]C.int, len(ds))
+	for i, d := range ds {
+		ordinals[i] = C.int(d.ordinal)
+	}
+	initAll := func(comms []C.ncclComm_t) error {
+		return b.nc(C.gf_ncclCommInitAll(b.api, &comms[0], C.int(len(ds)), &ordinals[0]), "ncclCommInitAll")
+	}
+	bus, size, check, err := b.allReduce(ctx, ds, o, progress, 0, len(ds), initAll)
+	if err != nil {
+		return nil, err
+	}
+	first := ds[0]
+	return []bench.Measurement{{Name: "allreduce", Test: bench.AllReduce, GPU: first.index, UUID: first.uuid, Model: first.model,
+		GPUs: len(ds), Size: humanBytes(size), Unit: bench.BytesPerS, Rates: bus, Check: check}}, nil
+}
+
+// allReduce times float32 sum all-reduces over this process's ranks ds,
+// ranks firstRank to firstRank+len(ds)-1 of nranks, whose communicators
+// initComms makes; each rank contributes its rank+1. It returns the bus
+// bandwidth of each timed run, the size of one and the result check.
+func (b *Backend) allReduce(ctx context.Context, ds []*device, o bench.Options, progress func(string), firstRank, nranks int,
+	initComms func([]C.ncclComm_t) error) (bus []float64, size int64, check string, err error) {
 	sc := b.scope()
 	defer sc.closeInto(&err)
-	size := 512 * mib
+	size = 512 * mib
 	if o.Quick || o.Level == bench.LevelQuick {
 		size = 128 * mib
 	}
 	count := size / 4
 	ranks := make([]rank, len(ds))
-	ordinals := make([]C.int, len(ds))
 	for i, d := range ds {
 		r := &ranks[i]
-		r.d, ordinals[i] = d, C.int(d.ordinal)
+		r.d = d
 		if err := b.use(d); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if r.send, err = b.alloc(sc, d, size); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if r.recv, err = b.alloc(sc, d, size); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
-		if err := b.cu(C.gf_cuMemsetD32(b.api, r.send, C.uint(math.Float32bits(float32(i+1))), C.size_t(count)), "cuMemsetD32"); err != nil {
-			return nil, err
+		if err := b.cu(C.gf_cuMemsetD32(b.api, r.send, C.uint(math.Float32bits(float32(firstRank+i+1))), C.size_t(count)), "cuMemsetD32"); err != nil {
+			return nil, 0, "", err
 		}
 		if err := b.poison(r.recv, size); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if r.s, err = b.stream(sc, d); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if r.t, err = b.timer(sc, d); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 	}
 	comms := make([]C.ncclComm_t, len(ds))
-	if err := b.nc(C.gf_ncclCommInitAll(b.api, &comms[0], C.int(len(ds)), &ordinals[0]), "ncclCommInitAll"); err != nil {
-		return nil, err
+	if err := initComms(comms); err != nil {
+		return nil, 0, "", err
 	}
 	for i, c := range comms {
 		if c != nil {
@@ -1476,37 +1525,36 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 		perRun = quickAllReducesPerRun
 	}
 	if err := allReduce(false, warmups); err != nil {
-		return nil, err
+		return nil, 0, "", err
 	}
 	for _, r := range ranks {
 		if err := b.use(r.d); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if err := b.cu(C.gf_cuStreamSynchronize(b.api, r.s), "cuStreamSynchronize"); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 	}
-	progress(fmt.Sprintf("allreduce %s x%d (%d per run) on %d GPUs", humanBytes(size), o.Runs(), perRun, len(ds)))
-	var bus []float64
+	progress(fmt.Sprintf("allreduce %s x%d (%d per run) on %d GPUs of %d ranks", humanBytes(size), o.Runs(), perRun, len(ds), nranks))
 	for range o.Runs() {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if err := allReduce(true, perRun); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		slowest := 0.0
 		for _, r := range ranks {
 			if err := b.use(r.d); err != nil {
-				return nil, err
+				return nil, 0, "", err
 			}
 			sec, err := r.t.seconds()
 			if err != nil {
-				return nil, err
+				return nil, 0, "", err
 			}
 			slowest = max(slowest, sec)
 		}
-		bus = append(bus, busBandwidth(float64(size), slowest/float64(perRun), len(ds)))
+		bus = append(bus, busBandwidth(float64(size), slowest/float64(perRun), nranks))
 	}
 	// The checked run: every rank's output poisoned, one all-reduce, a wait.
 	poisonRecv := func() error {
@@ -1521,33 +1569,154 @@ func (b *Backend) measureAllReduce(ctx context.Context, ds []*device, o bench.Op
 		return nil
 	}
 	if err := poisonRecv(); err != nil {
-		return nil, err
+		return nil, 0, "", err
 	}
 	if err := allReduce(false, 1); err != nil {
-		return nil, err
+		return nil, 0, "", err
 	}
 	for _, r := range ranks {
 		if err := b.use(r.d); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 		if err := b.cu(C.gf_cuStreamSynchronize(b.api, r.s), "cuStreamSynchronize"); err != nil {
-			return nil, err
+			return nil, 0, "", err
 		}
 	}
-	n, err := b.checkSums(ranks, size)
+	n, err := b.checkSums(ranks, size, nranks)
 	if err != nil {
+		return nil, 0, "", err
+	}
+	return bus, size, fmt.Sprintf("%d sampled sums equal %d on every GPU", n, nranks*(nranks+1)/2), nil
+}
+
+var _ bench.GroupBackend = (*Backend)(nil)
+
+// groupJoinTimeout bounds how long this node's ranks wait in NCCL's
+// initialization for the other nodes' ranks.
+const groupJoinTimeout = 2 * time.Minute
+
+// GroupToken opens the rendezvous of an all-reduce across nodes:
+// ncclGetUniqueId, whose bootstrap root listens in this process for the
+// ranks that join with it.
+func (b *Backend) GroupToken(context.Context) ([]byte, error) {
+	if why := b.wedged.Load(); why != nil {
+		return nil, errors.New(*why)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.api == nil:
+		return nil, errors.New("cuda bench: rendezvous after close")
+	case !b.nccl:
+		return nil, fmt.Errorf("all-reduce across nodes: %s", b.noNCCL)
+	}
+	tok := make([]byte, C.GF_NCCL_UNIQUE_ID_BYTES)
+	if err := b.nc(C.gf_ncclGetUniqueId(b.api, (*C.char)(unsafe.Pointer(&tok[0]))), "ncclGetUniqueId"); err != nil {
 		return nil, err
 	}
-	first := ds[0]
-	return []bench.Measurement{{Name: "allreduce", Test: bench.AllReduce, GPU: first.index, UUID: first.uuid, Model: first.model,
-		GPUs: len(ds), Size: humanBytes(size), Unit: bench.BytesPerS, Rates: bus,
-		Check: fmt.Sprintf("%d sampled sums equal %d on every GPU", n, len(ds)*(len(ds)+1)/2)}}, nil
+	return tok, nil
+}
+
+// MeasureGroup runs this node's ranks of an all-reduce across nodes, as
+// nccl-tests' all_reduce_perf across hosts: one communicator per GPU
+// through ncclCommInitRank with rank 0's token (ranks g.Rank*GPUsPerNode
+// on), then the timed all-reduces and the sum check over every rank. NCCL
+// blocks until every rank joined; if the others do not within
+// groupJoinTimeout (or ctx ends first), it returns an error and the
+// backend refuses further work until the agent restarts, since the
+// blocked call cannot be taken back.
+func (b *Backend) MeasureGroup(ctx context.Context, g bench.GroupRun, o bench.Options, progress func(string)) (bench.Measurement, error) {
+	if why := b.wedged.Load(); why != nil {
+		return bench.Measurement{}, errors.New(*why)
+	}
+	if err := g.Validate("group"); err != nil {
+		return bench.Measurement{}, err
+	}
+	if len(g.Token) != C.GF_NCCL_UNIQUE_ID_BYTES {
+		return bench.Measurement{}, fmt.Errorf("group token: %d bytes, NCCL's unique id has %d", len(g.Token), C.GF_NCCL_UNIQUE_ID_BYTES)
+	}
+	if progress == nil {
+		progress = func(string) {}
+	}
+	type result struct {
+		m   bench.Measurement
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := b.measureGroup(ctx, g, o, progress)
+		done <- result{m, err}
+	}()
+	timeout := time.NewTimer(groupJoinTimeout)
+	defer timeout.Stop()
+	select {
+	case r := <-done:
+		return r.m, r.err
+	case <-ctx.Done():
+	case <-timeout.C:
+	}
+	why := fmt.Sprintf("all-reduce %s: this node's ranks still wait in NCCL for the other nodes' ranks; the CUDA bench is blocked until the agent restarts", g.ID)
+	b.wedged.Store(&why)
+	return bench.Measurement{}, errors.New(why)
+}
+
+func (b *Backend) measureGroup(ctx context.Context, g bench.GroupRun, o bench.Options, progress func(string)) (m bench.Measurement, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.api == nil:
+		return m, errors.New("cuda bench: measure after close")
+	case !b.nccl:
+		return m, fmt.Errorf("all-reduce across nodes: %s", b.noNCCL)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer func() { err = errors.Join(err, b.cu(C.gf_cuCtxSetCurrent(b.api, nil), "cuCtxSetCurrent")) }()
+	var ds []*device
+	for _, d := range b.devices {
+		if d.index >= 0 && o.Selects(d.index) {
+			if err := b.use(d); err != nil {
+				return m, fmt.Errorf("gpu %d: %w", d.index, err)
+			}
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) != g.GPUsPerNode {
+		return m, fmt.Errorf("%d GPUs to measure, the run has %d a node", len(ds), g.GPUsPerNode)
+	}
+	first := g.Rank * g.GPUsPerNode
+	tok := (*C.char)(unsafe.Pointer(&g.Token[0]))
+	initRanks := func(comms []C.ncclComm_t) error {
+		if err := b.nc(C.gf_ncclGroupStart(b.api), "ncclGroupStart"); err != nil {
+			return err
+		}
+		var errs []error
+		for i, d := range ds {
+			// ncclCommInitRank takes the device current on the calling thread.
+			if err := b.use(d); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, b.nc(C.gf_ncclCommInitRank(b.api, &comms[i], C.int(g.Ranks()), tok, C.int(first+i)), "ncclCommInitRank"))
+		}
+		errs = append(errs, b.nc(C.gf_ncclGroupEnd(b.api), "ncclGroupEnd"))
+		return errors.Join(errs...)
+	}
+	progress(fmt.Sprintf("allreduce across %d nodes: ranks %d-%d of %d joining", len(g.Nodes), first, first+len(ds)-1, g.Ranks()))
+	bus, size, check, err := b.allReduce(ctx, ds, o, progress, first, g.Ranks(), initRanks)
+	if err != nil {
+		return m, err
+	}
+	d := ds[0]
+	return bench.Measurement{Name: bench.GroupName(len(g.Nodes), g.GPUsPerNode, g.Fabric), Test: bench.AllReduce,
+		GPU: d.index, UUID: d.uuid, Model: d.model, GPUs: g.Ranks(), Nodes: len(g.Nodes), Group: g.ID, Members: g.Nodes, Fabric: g.Fabric,
+		Size: humanBytes(size), Unit: bench.BytesPerS, Rates: bus, Check: check}, nil
 }
 
 // checkSums compares sampled elements of every rank's result with the sum
-// 1 + 2 + ... + n; it returns how many it compared on each rank.
-func (b *Backend) checkSums(ranks []rank, size int64) (int, error) {
-	want := float32(len(ranks) * (len(ranks) + 1) / 2)
+// 1 + 2 + ... + nranks; it returns how many it compared on each rank.
+func (b *Backend) checkSums(ranks []rank, size int64, nranks int) (int, error) {
+	want := float32(nranks * (nranks + 1) / 2)
 	buf := make([]byte, min(size, 16*kib))
 	n := 0
 	for _, r := range ranks {

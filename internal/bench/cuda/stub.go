@@ -31,6 +31,18 @@ func (*Backend) Measure(context.Context, bench.Options, func(string)) ([]bench.M
 	return nil, errNoCgo
 }
 
+var _ bench.GroupBackend = (*Backend)(nil)
+
+// GroupToken implements bench.GroupBackend; it returns an error wrapping
+// gpu.ErrUnavailable.
+func (*Backend) GroupToken(context.Context) ([]byte, error) { return nil, errNoCgo }
+
+// MeasureGroup implements bench.GroupBackend; it returns an error
+// wrapping gpu.ErrUnavailable.
+func (*Backend) MeasureGroup(context.Context, bench.GroupRun, bench.Options, func(string)) (bench.Measurement, error) {
+	return bench.Measurement{}, errNoCgo
+}
+
 // Close releases contexts and handles (not the libraries); here there are
 // none.
 func (*Backend) Close() error { return nil }

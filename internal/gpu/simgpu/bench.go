@@ -70,7 +70,8 @@ type benchCard struct {
 	model catalog.GPU
 	// factors of the healthy figure, from faults and the clock.
 	compute, memory, pcie float64
-	linksUp, links        int // NVLink
+	linksUp, links        int  // NVLink
+	nicDown               bool // its rail of the scale-out network
 	card                  float64
 	rng                   *rand.Rand
 	// stress is what the card does under the long level's sustained
@@ -226,21 +227,26 @@ func (b *Backend) Measure(ctx context.Context, o bench.Options, progress func(st
 		}
 	}
 	if o.Wants(bench.AllReduce) {
-		// The ring runs at the pace of its slowest link.
-		slowest := 0.0
-		for i := range cards {
-			r, _ := b.pairRate(&cards[i], &cards[(i+1)%len(cards)])
-			if i == 0 || r < slowest {
-				slowest = r
-			}
-		}
 		first := &cards[0]
-		busbw := slowest / P2PEfficiency * AllReduceEfficiency
+		busbw := b.ringBusBW(cards)
 		progress(fmt.Sprintf("allreduce over %d gpus: %s x%d", len(cards), size("512 MiB", "128 MiB"), runs))
 		measure(first, bench.Measurement{Name: "allreduce", Test: bench.AllReduce, GPUs: len(cards), Size: size("512 MiB", "128 MiB") + " float32 sum",
 			Unit: bench.BytesPerS, Check: "sums equal n(n+1)/2"}, busbw)
 	}
 	return out, nil
+}
+
+// ringBusBW is the bus bandwidth of an all-reduce over cards, before
+// card spread and noise: the ring runs at the pace of its slowest link.
+func (b *Backend) ringBusBW(cards []benchCard) float64 {
+	slowest := 0.0
+	for i := range cards {
+		r, _ := b.pairRate(&cards[i], &cards[(i+1)%len(cards)])
+		if i == 0 || r < slowest {
+			slowest = r
+		}
+	}
+	return slowest / P2PEfficiency * AllReduceEfficiency
 }
 
 // pairRate is what a copy from a to z reaches before card spread and
@@ -284,6 +290,7 @@ func (b *Backend) benchCard(d *device) benchCard {
 	if f, ok := d.faults[FaultNVLinkDown]; ok {
 		c.linksUp = max(0, c.links-f.Links)
 	}
+	_, c.nicDown = d.faults[FaultNICDown]
 	for _, k := range []FaultKind{FaultECCDoubleBit, FaultRowRemapFailure} {
 		if _, ok := d.faults[k]; ok {
 			c.memErrors += MemoryErrorsPerFault

@@ -50,12 +50,17 @@ const (
 	// SlowMemoryFactor and the memory clock reads lower. Nothing else
 	// shows it; the copy benchmark does.
 	FaultSlowMemory FaultKind = "slow-memory"
+	// FaultNICDown: the GPU's rail of the scale-out network is down (its
+	// NIC's link, or the cable to the leaf switch). NVML shows nothing;
+	// the all-reduce across nodes runs on the rails left
+	// (docs/BENCH.md#across-nodes).
+	FaultNICDown FaultKind = "nic-down"
 )
 
 // FaultKinds lists every kind, for help texts.
 var FaultKinds = []FaultKind{
 	FaultXID, FaultECCSingleBit, FaultECCDoubleBit, FaultRowRemapPending, FaultRowRemapFailure,
-	FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultNVLinkDown, FaultFallenOffBus, FaultSlowMemory,
+	FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultNVLinkDown, FaultFallenOffBus, FaultSlowMemory, FaultNICDown,
 }
 
 // Fault is one injected fault.
@@ -180,7 +185,7 @@ func (b *Backend) Inject(index int, f Fault) error {
 		}
 		d.remapFailure = true
 		xid(64)
-	case FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultSlowMemory:
+	case FaultThermalRunaway, FaultPowerBrake, FaultPCIeDowngrade, FaultSlowMemory, FaultNICDown:
 	case FaultNVLinkDown:
 		if tr.nvlinks == 0 {
 			return unsupported("no NVLink")
