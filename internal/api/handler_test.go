@@ -416,6 +416,21 @@ func TestReadyAndMetrics(t *testing.T) {
 	}
 }
 
+// TestFollowedLogStaysQuiet: a followed log may be quiet for longer than
+// the per-write timeout (a job that prints once, then sleeps) and still
+// ends cleanly: the deadline of one write must not outlive it.
+func TestFollowedLogStaysQuiet(t *testing.T) {
+	srv, svc := newTestServer(t, HandlerOptions{StreamWriteTimeout: 50 * time.Millisecond})
+	svc.jobs["j-1"] = gpufleet.Job{ID: "j-1", Team: "team-a"}
+	svc.logs["j-1"] = "CUDA_VISIBLE_DEVICES=GPU-1\ndone\n"
+	svc.logGap = 300 * time.Millisecond
+	c, _ := NewClient([]string{srv.URL}, memberA)
+	var out strings.Builder
+	if err := c.Logs(t.Context(), "j-1", LogQuery{Follow: true}, &out); err != nil || out.String() != svc.logs["j-1"] {
+		t.Errorf("follow across a quiet spell: %q, %v", out.String(), err)
+	}
+}
+
 func TestLogs(t *testing.T) {
 	srv, svc := newTestServer(t, HandlerOptions{})
 	svc.jobs["j-1"] = gpufleet.Job{ID: "j-1", Team: "team-a"}

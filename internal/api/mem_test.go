@@ -40,6 +40,7 @@ type memService struct {
 	lastRollups   RollupQuery
 	lastHeartbeat HeartbeatRequest
 	lastLogs      LogQuery
+	logGap        time.Duration // between followed lines; 1 ms when 0
 	nextID        int
 }
 
@@ -373,7 +374,7 @@ func (s *memService) Logs(ctx context.Context, p Principal, jobID string, q LogQ
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(time.Millisecond):
+			case <-time.After(max(s.logGap, time.Millisecond)):
 			}
 		}
 	}

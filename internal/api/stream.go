@@ -14,8 +14,10 @@ import (
 
 // streamConn prepares a long-lived response: it lifts the server's read
 // deadline (a read timeout in the background would cancel the request) and
-// bounds each write by StreamWriteTimeout instead of the server's
-// WriteTimeout.
+// write deadline, and bounds each write by StreamWriteTimeout instead: a
+// stream may stay quiet for as long as it likes (a followed log of a job
+// that prints nothing for a minute), but a client that stops reading
+// cannot hold a write.
 type streamConn struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -25,12 +27,17 @@ type streamConn struct {
 func (h *handler) newStream(w http.ResponseWriter) *streamConn {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // not supported by every writer (tests)
+	_ = rc.SetWriteDeadline(time.Time{})
 	return &streamConn{w: w, rc: rc, timeout: h.opts.StreamWriteTimeout}
 }
 
-// Write writes and flushes b within the per-write deadline.
+// Write writes and flushes b within the per-write deadline, then lifts
+// it: a deadline left behind would end the stream once it had been quiet
+// that long (its last chunk written after the deadline, the client reads
+// an unexpected EOF).
 func (s *streamConn) Write(b []byte) (int, error) {
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	defer s.rc.SetWriteDeadline(time.Time{})
 	n, err := s.w.Write(b)
 	if err != nil {
 		return n, err

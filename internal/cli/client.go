@@ -45,6 +45,7 @@ func addClientCommands(root *cobra.Command, e *env) {
 		withCompletion(newNodeActionCmd(c, api.Repaired), nodeName),
 		withCompletion(newNodeActionCmd(c, api.Drain), nodeName),
 		newTeamsCmd(c), newClassesCmd(c), newRacksCmd(c), newStacksCmd(c), newRolloutCmd(c), newTokensCmd(c), newJoinTokensCmd(c), newUsageCmd(c), newRollupsCmd(c), newEventsCmd(c),
+		newWaitCmd(c),
 	)
 }
 

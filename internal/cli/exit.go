@@ -17,7 +17,7 @@ import (
 // never renumbered.
 const (
 	ExitOK            = 0 // it did what was asked
-	ExitError         = 1 // anything below does not cover; a check that failed (audit --fail-on, repaired --wait, rollout status of a halted rollout)
+	ExitError         = 1 // anything below does not cover; a check that failed (audit --fail-on, repaired --wait, rollout status of a halted rollout, wait's timeout)
 	ExitUsage         = 2 // the command line is wrong: unknown command or flag, missing or extra argument, a flag value or option combination refused before any request
 	ExitInvalid       = 3 // the request's input is refused (400, or the client's check of the same rules): a field out of range, a bad value in a job file
 	ExitUnsatisfiable = 4 // the request is valid but can never be met (422): no node could ever run the job, the server does not offer the feature
@@ -33,7 +33,7 @@ var exitCodes = []struct {
 	what string
 }{
 	{ExitOK, "ok", "it did what was asked"},
-	{ExitError, "error", "any other failure, or a check that failed (audit --fail-on, repaired --wait, rollout status)"},
+	{ExitError, "error", "any other failure, or a check that failed (audit --fail-on, repaired --wait, rollout status, wait's timeout)"},
 	{ExitUsage, "usage", "the command line is wrong: unknown command or flag, a missing or extra argument, a flag value refused before any request"},
 	{ExitInvalid, "invalid", "the request's input is refused: HTTP 400, or the same rules checked before sending (a job file's bad value)"},
 	{ExitUnsatisfiable, "unsatisfiable", "valid, but the fleet can never meet it, or the server does not offer it (HTTP 422)"},
