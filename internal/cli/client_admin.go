@@ -745,8 +745,10 @@ func writeEnergy(w io.Writer, rep api.UsageReport) error {
 }
 
 func energyCells(r api.EnergyRow) []string {
-	return []string{fmt.Sprintf("%.1f", r.GPUHours), energyText(r.GPUEnergyKWh * 3.6e6),
-		energyText(r.FacilityEnergyKWh * 3.6e6), fmt.Sprintf("%.2f kg", r.CO2eKg), fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
+	// Three significant digits, so that a short job's hours and carbon
+	// read 0.0167 and 0.00601 kg rather than 0.0 and 0.00.
+	return []string{fixed3(r.GPUHours), energyText(r.GPUEnergyKWh * 3.6e6),
+		energyText(r.FacilityEnergyKWh * 3.6e6), fixed3(r.CO2eKg) + " kg", fmt.Sprintf("%.0f W", r.AvgGPUWatts)}
 }
 
 // workCells are a job's work and GPU energy per unit of it, "-" when it

@@ -252,7 +252,7 @@ func TestHumanTables(t *testing.T) {
 		"classes": {[]string{"classes", "list"}, []string{"hopper", "h100-sxm-80gb,h200-sxm-141gb"}},
 		"usage":   {[]string{"usage", "--team", "team-a"}, []string{"100.0", "62.5", "62%", "1.00 MWh"}},
 		"energy": {[]string{"usage", "--energy", "--by", "gpu-model", "--period", "week"},
-			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.0 kWh", "79.0 kWh", "37.92 kg", "500 W", "(total)", "75.0 kWh", "375 W"}},
+			[]string{"PUE 1.58 where a rack gives none, grid 480 g CO2e/kWh", "WEEK", "h100-sxm-80gb  2025-01-06", "50.0 kWh", "79.0 kWh", "37.9 kg", "500 W", "(total)", "75.0 kWh", "375 W"}},
 		"energy by job": {[]string{"usage", "--energy", "--by", "job"}, []string{"JOB", "team-a   j-2", "25.0 kWh", "WORK", "ENERGY/UNIT",
 			"450M tokens  0.4 J/token", "250 W     -            -"}},
 		"cordon":                       {[]string{"drain", "n1"}, []string{"node n1: draining"}},
