@@ -125,6 +125,17 @@ func TestTenantsNeverSeeEachOther(t *testing.T) {
 			c, b := do("POST", "/api/v1/bench/workloads", `{"gpu_models":["h100-sxm-80gb"],"job":{"team":"team-b","command":["x"],"resources":{"gpus":1},"work":{"metric":"x=([0-9]+)"}}}`, tokA)
 			want(t, c, 404, b)
 		},
+		// All-reduces across nodes are fleet diagnostics: admins start
+		// them, members read them as they read bench results.
+		"POST /api/v1/bench/allreduce": func(t *testing.T) {
+			c, b := do("POST", "/api/v1/bench/allreduce", `{"nodes":["n1","n2"]}`, tokA)
+			want(t, c, 403, b)
+		},
+		"GET /api/v1/bench/allreduce": func(t *testing.T) { c, b := do("GET", "/api/v1/bench/allreduce", "", tokA); noLeak(t, c, b) },
+		"GET /api/v1/bench/allreduce/{id}": func(t *testing.T) {
+			c, b := do("GET", "/api/v1/bench/allreduce/ar-1-none", "", tokA)
+			want(t, c, 404, b)
+		},
 		"GET /api/v1/bench/workloads": func(t *testing.T) { c, b := do("GET", "/api/v1/bench/workloads", "", tokA); want(t, c, 200, b) },
 		"GET /api/v1/bench/workloads/{id}": func(t *testing.T) {
 			c, b := do("GET", "/api/v1/bench/workloads/"+wb.ID, "", tokA)
