@@ -29,12 +29,16 @@ const (
 	// it is for the rack's sake, not another job's, and it counts against
 	// no preemption bound, since a bound must not keep a rack over.
 	StopRackPower StopCode = "rack_power"
+	// StopUpgrade stops a run to move it to a faster GPU model that came
+	// free (the scheduler's UpgradeGain); requeues. It is no preemption:
+	// no other job needs the GPUs, and it counts against no bound.
+	StopUpgrade StopCode = "upgrade"
 )
 
 // stopCodes is every code with whether it requeues.
 var stopCodes = map[StopCode]bool{
 	StopPreemptedPriority: true, StopPreemptedReclaim: true, StopPreemptedStarvation: true,
-	StopDrain: true, StopNodeLost: true, StopRackPower: true,
+	StopDrain: true, StopNodeLost: true, StopRackPower: true, StopUpgrade: true,
 	StopTimeLimit: false, StopCancelled: false, StopInvalidRequest: false,
 }
 

@@ -19,6 +19,7 @@ func TestStopCode(t *testing.T) {
 		{StopCancelled, true, false, false},
 		{StopInvalidRequest, true, false, false},
 		{StopRackPower, true, true, false},
+		{StopUpgrade, true, true, false},
 		{"preempted_by_magic", false, false, false}, // a prefix alone means nothing
 		{"", false, false, false},
 	} {
@@ -39,7 +40,7 @@ func TestStopCode(t *testing.T) {
 			t.Errorf("ParseStopCode(%q): %v does not wrap ErrInvalid", tc.code, err)
 		}
 	}
-	if n := len(StopCodes()); n != 9 {
-		t.Errorf("StopCodes() has %d codes, want 9", n)
+	if n := len(StopCodes()); n != 10 {
+		t.Errorf("StopCodes() has %d codes, want 10", n)
 	}
 }

@@ -48,6 +48,7 @@ var knobs = map[string]func(c *scheduler.Config, v string) error{
 	"starvation-slowdown":     floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationSlowdown }),
 	"starvation-left-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationLeftFactor }),
 	"starvation-gain-factor":  floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationGainFactor }),
+	"upgrade-gain":            floatKnob(func(c *scheduler.Config) *float64 { return &c.UpgradeGain }),
 	"starvation-order-margin": floatKnob(func(c *scheduler.Config) *float64 { return &c.StarvationOrderMargin }),
 	"fair-share-clamp":        floatKnob(func(c *scheduler.Config) *float64 { return &c.FairShareClamp }),
 	"starvation-min-run":      durationKnob(func(c *scheduler.Config) *time.Duration { return &c.StarvationMinRun }),
@@ -99,6 +100,7 @@ var ablations = map[string]func(*scheduler.Config){
 	"size":          func(c *scheduler.Config) { c.SizeSlack = 0 },
 	"starvation":    func(c *scheduler.Config) { c.StarvationSlowdown = 0 },
 	"eta":           func(c *scheduler.Config) { c.ETA = false },
+	"upgrade":       func(c *scheduler.Config) { c.UpgradeGain = 0 },
 }
 
 func newSimCmd(e *env) *cobra.Command {

@@ -52,6 +52,10 @@ const DefaultSizeSlack = 1.0
 // DefaultStarvationSlowdown is gpufleet's Config.StarvationSlowdown.
 const DefaultStarvationSlowdown = 20.0
 
+// DefaultUpgradeGain is gpufleet's Config.UpgradeGain: chosen on Philly's
+// tuning half against 0 (off), 4, 10 and 50 (docs/PERFORMANCE.md#upgrades).
+const DefaultUpgradeGain = 20.0
+
 // DefaultMaxPreemptionSearches is every policy's Config.MaxPreemptionSearches.
 // The 5,000-node benchmark (BenchmarkScheduleLargeFleet) runs 599 searches
 // in its cycle, well under it, so its decisions are an unbounded cycle's;
@@ -178,7 +182,7 @@ var policies = map[string]Config{
 	"gpufleet": {Name: "gpufleet", PriorityClasses: true, Backfill: true, FairShare: true, Quotas: true,
 		Preemption: true, Packing: PackTopology, HeterogeneityPreference: true, UsageHalfLife: 7 * 24 * time.Hour,
 		SizeSlack: DefaultSizeSlack, ResponseRatio: true,
-		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: DefaultStarvationMinRun, RestartCost: time.Minute},
+		StarvationSlowdown: DefaultStarvationSlowdown, StarvationMinRun: DefaultStarvationMinRun, RestartCost: time.Minute, UpgradeGain: DefaultUpgradeGain},
 }
 
 // DefaultArrivalWindow is every policy's Config.ArrivalWindow: a day, so
@@ -247,6 +251,9 @@ func (c Config) Validate() error {
 	}
 	if c.SizeSlack < 0 || math.IsNaN(c.SizeSlack) || math.IsInf(c.SizeSlack, 0) {
 		return fmt.Errorf("size slack %g: want a finite value >= 0", c.SizeSlack)
+	}
+	if c.UpgradeGain < 0 || math.IsNaN(c.UpgradeGain) || math.IsInf(c.UpgradeGain, 0) {
+		return fmt.Errorf("upgrade gain %g: want a finite value >= 0", c.UpgradeGain)
 	}
 	if c.StarvationSlowdown < 0 || math.IsNaN(c.StarvationSlowdown) || math.IsInf(c.StarvationSlowdown, 0) {
 		return fmt.Errorf("starvation slowdown %g: want a finite value >= 0", c.StarvationSlowdown)

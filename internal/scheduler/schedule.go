@@ -20,6 +20,7 @@ func Schedule(in Input) Output {
 	s := newSched(&in, false)
 	s.explain = true
 	s.placeCycle()
+	s.upgrade()
 	pending := make([]*pjob, 0, len(s.pending))
 	for _, j := range s.pending {
 		if !j.started {

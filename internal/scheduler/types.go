@@ -285,6 +285,16 @@ type Config struct {
 	// RestartCost is what a stopped job is expected to lose to resume
 	// (checkpoint load, warm-up); starvation preemption weighs it.
 	RestartCost time.Duration `json:",omitempty"`
+	// UpgradeGain, when above 0, moves a running preemptible job from a
+	// GPU model at least 1.2x slower than the fastest it may use to a
+	// model at least 1.2x faster than its own that has room after the cycle's placements (in the
+	// cycle's backfill mode, so a reservation holds): it is stopped with
+	// code upgrade and placed there once requeued, as Gavel's rounds move
+	// jobs to the models they run fastest on. Only when the time it saves,
+	// its estimated time left here less its time left there, is at least
+	// UpgradeGain times RestartCost (at least a minute): a job near its end
+	// stays. 0 is off.
+	UpgradeGain float64 `json:",omitempty"`
 	// StarvationLeftFactor: a running job is a victim for a starving job
 	// only if it has at least this many times the starving job's estimate
 	// (plus RestartCost) left to run, so the starving job's run is a small
@@ -512,6 +522,9 @@ type Stats struct {
 	Placed     int
 	Preempted  int
 	Backfilled int
+	// Upgraded counts the running jobs stopped to move to a faster model
+	// (Config.UpgradeGain).
+	Upgraded int
 	// PreemptionSearches counts the searches for victims of this cycle
 	// (answers from the cache of failed searches excluded);
 	// PreemptionSearchesSkipped the jobs that would have searched once

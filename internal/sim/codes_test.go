@@ -43,6 +43,10 @@ func TestReplayCodes(t *testing.T) {
 		{code: string(scheduler.PreemptStarvation), cluster: v100, trace: "id,submit_s,duration_s,gpus,preemptible\n" +
 			"long,0,1000000,4,true\nwide,1,100,8,\nshort1,2,200,4,true\n",
 			cfg: func(c *Config) { c.Policy.StarvationMinRun = 0 }},
+		{code: string(scheduler.StopUpgrade), cluster: `{"node_groups": [{"name": "v", "count": 1, "gpu": "v100-sxm2-16gb", "gpus_per_node": 8},
+			{"name": "p", "count": 1, "gpu": "p100-pcie-16gb", "gpus_per_node": 8}]}`,
+			trace: "id,submit_s,duration_s,gpus,preemptible,duration_s_v100-sxm2-16gb,duration_s_p100-pcie-16gb\n" +
+				"fill,0,1000,8,,1000,1250\nlong,1,36000,1,true,36000,48000\n"},
 		{code: string(scheduler.StopDrain), cluster: v100, trace: "id,submit_s,duration_s,gpus\nj,0,100000,8\n",
 			cfg: func(c *Config) { c.DrainMTBF, c.RepairTime = 3600, 600 }},
 		{code: string(scheduler.StopTimeLimit), cluster: v100, trace: "id,submit_s,duration_s,gpus,time_limit_s\nj,0,1000,1,100\n"},

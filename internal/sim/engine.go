@@ -679,6 +679,10 @@ func (e *engine) handle(ev event) {
 		js.finish = e.now
 		js.endCode = endCompleted
 		e.completed++
+		// The GPUs it freed may be worth moving a running job to
+		// (Config.UpgradeGain), queue or not: the server's leader runs
+		// its cycle whatever the queue holds.
+		e.decide = e.decide || e.cfg.Policy.UpgradeGain > 0
 	case evStopEnd:
 		e.expire = true
 	case evLimit:

@@ -16,12 +16,12 @@ import (
 var T0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // ModelIDs are the catalog models of the mini catalog.
-var ModelIDs = []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4", "h200-sxm-141gb", "v100-sxm2-16gb", "k80"}
+var ModelIDs = []string{"h100-sxm-80gb", "a100-sxm-80gb", "l4", "h200-sxm-141gb", "v100-sxm2-16gb", "p100-pcie-16gb", "k80"}
 
 // Opaque is a model known only by name, as in traces that hide GPU types.
 const Opaque = "opaque-t1"
 
-// Models returns the mini catalog: six real models from catalog.Default()
+// Models returns the mini catalog: seven real models from catalog.Default()
 // plus one opaque model with only ID and Name.
 func Models() map[string]catalog.GPU {
 	c := catalog.Default()

@@ -397,6 +397,13 @@ func (h *Harness) config() (scheduler.Config, error) {
 			if op[1] != "off" && op[1] != "false" {
 				c.StarvationSlowdown, err = strconv.ParseFloat(op[1], 64)
 			}
+		case "upgrade": // a gain, or off
+			c.UpgradeGain = 0
+			if op[1] != "off" && op[1] != "false" {
+				c.UpgradeGain, err = strconv.ParseFloat(op[1], 64)
+			}
+		case "restart":
+			c.RestartCost, err = gpufleet.ParseDuration(op[1])
 		case "size":
 			c.SizeSlack = 0
 			if op[1] != "off" && op[1] != "false" {
