@@ -56,7 +56,8 @@ GPUs (--sim-gpus, --sim-fault) with the efficiencies real cards reach.
 
 In the fleet, agents run the quick set when a node joins and when it is
 validated; gpufleet bench results compares every GPU with its model's
-fleet median, and gpufleet bench workload runs your own job on several GPU
+fleet median, gpufleet bench allreduce runs NCCL's all-reduce across
+several nodes, and gpufleet bench workload runs your own job on several GPU
 models. docs/BENCH.md explains each figure and the method.`,
 		Example: `  gpufleet bench --quick
   gpufleet bench --gpus 0,1 --tests gemm -o json

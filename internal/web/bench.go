@@ -7,13 +7,21 @@ import (
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/bench"
 )
 
 // benchView is the bench page: the workload benches the viewer may see,
 // newest first, each a report with a row per GPU model (docs/BENCH.md).
 type benchView struct {
-	Workloads []workloadCard
-	Err       string
+	AllReduces []allReduceRow
+	Workloads  []workloadCard
+	Err        string
+}
+
+// allReduceRow is one all-reduce across nodes (docs/BENCH.md#across-nodes).
+type allReduceRow struct {
+	ID, State, Nodes, Model, Shape, Fabric, BusBW, Median, OfMedian, Verdict, Started string
+	Bad                                                                               bool
 }
 
 type workloadCard struct {
@@ -36,6 +44,32 @@ func (u *UI) benchPage(r *http.Request, v *viewer) (view, error) {
 	if !ok {
 		bv.Err = "This server runs no benchmarks."
 		return view{page: "bench", title: "Bench", nav: "bench", live: "/ui/bench", data: bv}, nil
+	}
+	runs, err := bs.AllReduceBenches(r.Context(), v.P)
+	if err != nil {
+		return view{}, fmt.Errorf("all-reduce runs: %w", err)
+	}
+	for i, g := range runs {
+		if i == maxWorkloads {
+			break
+		}
+		row := allReduceRow{ID: g.ID, State: string(g.State), Nodes: strings.Join(g.Nodes, ", "), Model: g.GPUModel,
+			Shape: fmt.Sprintf("%d x %d GPUs", len(g.Nodes), g.GPUsPerNode), Fabric: string(g.Fabric), BusBW: dash, Median: dash,
+			OfMedian: dash, Verdict: g.Detail, Started: fmtClock(g.Started), Bad: g.State == bench.GroupFailed}
+		if f := g.Figure; f != nil {
+			row.BusBW, row.Verdict = bench.Human(f.Value, f.Unit), "no baseline"
+			if c := g.Fleet; c != nil && c.Peers > 0 {
+				row.Median = fmt.Sprintf("%s (%d runs)", bench.Human(c.Median, f.Unit), c.Peers)
+				if c.Fraction != nil {
+					row.OfMedian = strconv.FormatFloat(*c.Fraction, 'f', 2, 64)
+					row.Verdict, row.Bad = "ok", c.Degraded
+					if c.Degraded {
+						row.Verdict = fmt.Sprintf("under the %.2f gate: every member degraded", c.Gate)
+					}
+				}
+			}
+		}
+		bv.AllReduces = append(bv.AllReduces, row)
 	}
 	all, err := bs.WorkloadBenches(r.Context(), v.P)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/gpufleet/gpufleet"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/audit"
+	"github.com/gpufleet/gpufleet/internal/bench"
 	"github.com/gpufleet/gpufleet/internal/capacity"
 	"github.com/gpufleet/gpufleet/internal/forecast"
 	"github.com/gpufleet/gpufleet/internal/rollout"
@@ -523,4 +524,60 @@ func (s *fakeService) Audit(_ context.Context, p api.Principal, q api.AuditQuery
 			{ID: "bench-below-median", Title: "cards below their model's bench median", Mistakes: []int{12}, Status: audit.StatusNotMeasured, NotMeasured: "no benchmark figures recorded"}},
 		Blind:  []audit.Blind{{Mistake: 15, Why: "parallel efficiency is not reported"}},
 		Counts: map[audit.Severity]int{audit.High: 2, audit.Medium: 1}}, nil
+}
+
+// The bench service: two all-reduce runs across nodes (one under the gate,
+// one failed), no workload bench.
+var _ api.BenchService = (*fakeService)(nil)
+
+func (s *fakeService) OrderBench(_ context.Context, p api.Principal, _ string, _ api.BenchRequest) (api.BenchOrder, error) {
+	s.record(p)
+	return api.BenchOrder{}, api.ErrForbidden
+}
+
+func (s *fakeService) BenchResults(_ context.Context, p api.Principal, _ api.BenchQuery) (api.BenchResultList, error) {
+	s.record(p)
+	return api.BenchResultList{Results: []bench.Result{}}, nil
+}
+
+func (s *fakeService) StartWorkloadBench(_ context.Context, p api.Principal, _ api.WorkloadBenchRequest) (bench.WorkloadReport, error) {
+	s.record(p)
+	return bench.WorkloadReport{}, gpufleet.ErrUnsupported
+}
+
+func (s *fakeService) WorkloadBench(_ context.Context, p api.Principal, id string) (bench.WorkloadReport, error) {
+	s.record(p)
+	return bench.WorkloadReport{}, fmt.Errorf("%w: workload bench %s", gpufleet.ErrNotFound, id)
+}
+
+func (s *fakeService) WorkloadBenches(_ context.Context, p api.Principal) ([]bench.WorkloadReport, error) {
+	s.record(p)
+	return nil, nil
+}
+
+func (s *fakeService) StartAllReduceBench(_ context.Context, p api.Principal, _ api.AllReduceBenchRequest) (bench.GroupReport, error) {
+	s.record(p)
+	return bench.GroupReport{}, api.ErrForbidden
+}
+
+func (s *fakeService) AllReduceBench(ctx context.Context, p api.Principal, id string) (bench.GroupReport, error) {
+	runs, _ := s.AllReduceBenches(ctx, p)
+	for _, r := range runs {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return bench.GroupReport{}, fmt.Errorf("%w: all-reduce %s", gpufleet.ErrNotFound, id)
+}
+
+func (s *fakeService) AllReduceBenches(_ context.Context, p api.Principal) ([]bench.GroupReport, error) {
+	s.record(p)
+	frac := 0.25
+	fig := bench.Figure{Measurement: bench.Measurement{Name: "allreduce-2x4", Test: bench.AllReduce, GPUs: 8, Nodes: 2, Unit: bench.BytesPerS}, Value: 42.6e9}
+	return []bench.GroupReport{
+		{ID: "ar-2-slow", State: bench.GroupDone, Nodes: []string{"n1", "n2"}, GPUModel: "h100-sxm-80gb", GPUsPerNode: 4, Fabric: bench.FabricNetwork,
+			Started: s.now.Add(-time.Minute), Figure: &fig, Fleet: &bench.Comparison{Median: 169e9, Peers: 2, Fraction: &frac, Gate: 0.9, Degraded: true}},
+		{ID: "ar-1-gone", State: bench.GroupFailed, Nodes: []string{"n1", "n3"}, GPUModel: "h100-sxm-80gb", GPUsPerNode: 4, Fabric: bench.FabricNetwork,
+			Started: s.now.Add(-time.Hour), Detail: "no answer from n3 within 5m0s (their parts): are their agents running?"},
+	}, nil
 }

@@ -35,7 +35,7 @@ var funcs = template.FuncMap{
 		switch h {
 		case "healthy", "ready", "", "none", "keep", "low", "ok",
 			// rollouts, their nodes and stacks going as they should
-			"running", "pending", "baking", "complete", "done", "candidate", "validated":
+			"running", "pending", "baking", "complete", "done", "candidate", "validated", "rendezvous":
 			return "ok"
 		case "degraded", "cordoned", "draining", "validating", "repairing", "order", "redeploy", "replace", "no-recommendation",
 			"medium", "findings", "not-measured",

@@ -357,6 +357,8 @@ func TestAdminPagesRender(t *testing.T) {
 			"1 (8 GPUs)", "70%", "replayed: 1 more node meets it", "l4: no finished jobs on it to replay", `id="lifecycle"`, "retire", "3.4 y"},
 		"/audit": {`data-severity="high"`, `data-check="idle-allocated"`, `<a href="/jobs/j-b1">job j-b1 (secret-b)</a>`, `<a href="/nodes/n1">gpu n1 gpu 3</a>`,
 			"$2.43", "0.9", "2 high", "1 medium", "no benchmark figures recorded", "Mistake 15", `href="/audit" aria-current="page"`},
+		"/bench": {`data-allreduce="ar-2-slow"`, "42.6 GB/s", "169 GB/s (2 runs)", "0.25", "under the 0.90 gate: every member degraded",
+			`<span class="badge bad">failed</span>`, "no answer from n3", "2 x 4 GPUs", "No workload bench yet"},
 		"/audit?since=400d": {"since &#34;400d&#34;: expected whole days from 1d to 365d"},
 		"/stacks": {`data-rollout="ro-1"`, "bad-117", "halted", "node n1 failed a gate", "canary", `data-stack="prod-550"`, "driver 550.54.15, cuda 12.4",
 			"h100-sxm-80gb", "only through minor version compatibility", "NVIDIA CUDA Compatibility", `data-live="/ui/stacks"`,

@@ -1604,17 +1604,26 @@ func (b *Backend) GroupToken(context.Context) ([]byte, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.api == nil:
-		return nil, errors.New("cuda bench: rendezvous after close")
-	case !b.nccl:
-		return nil, fmt.Errorf("all-reduce across nodes: %s", b.noNCCL)
+	if err := b.groupReady(); err != nil {
+		return nil, err
 	}
 	tok := make([]byte, C.GF_NCCL_UNIQUE_ID_BYTES)
 	if err := b.nc(C.gf_ncclGetUniqueId(b.api, (*C.char)(unsafe.Pointer(&tok[0]))), "ncclGetUniqueId"); err != nil {
 		return nil, err
 	}
 	return tok, nil
+}
+
+// groupReady says why the backend cannot take part in an all-reduce
+// across nodes (nil when it can); b.mu must be held.
+func (b *Backend) groupReady() error {
+	switch {
+	case b.api == nil:
+		return errors.New("cuda bench: used after close")
+	case !b.nccl:
+		return fmt.Errorf("all-reduce across nodes: %s", b.noNCCL)
+	}
+	return nil
 }
 
 // MeasureGroup runs this node's ranks of an all-reduce across nodes, as
@@ -1663,11 +1672,8 @@ func (b *Backend) MeasureGroup(ctx context.Context, g bench.GroupRun, o bench.Op
 func (b *Backend) measureGroup(ctx context.Context, g bench.GroupRun, o bench.Options, progress func(string)) (m bench.Measurement, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.api == nil:
-		return m, errors.New("cuda bench: measure after close")
-	case !b.nccl:
-		return m, fmt.Errorf("all-reduce across nodes: %s", b.noNCCL)
+	if err := b.groupReady(); err != nil {
+		return m, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
