@@ -30,32 +30,30 @@ const upgradeSpeedup = 1.2
 // jobs never count on the same ones and the ETAs see them taken. A job at
 // a preemption bound (protected) stays: a move is an interruption too.
 func (s *sched) upgrade() {
-	if s.cfg.UpgradeGain <= 0 || !s.cfg.Preemption {
-		return
+	if s.cfg.UpgradeGain <= 0 || !s.cfg.Preemption || !s.cfg.HeterogeneityPreference {
+		return // without the preference no shape knows its models' slowdowns
 	}
 	restart := s.cfg.RestartCost
 	need := max(time.Duration(s.cfg.UpgradeGain*float64(restart)), upgradeMinSaving)
 	for _, v := range s.running {
-		if v.stopping || v.victim || v.protected || !v.job.Preemptible || len(v.g.allocs) == 0 {
+		// The cheap tests first: a huge cycle has hundreds of thousands
+		// of running jobs, few of which ask for the fastest model.
+		if v.stopping || v.victim || v.protected || !v.job.Preemptible || len(v.g.allocs) == 0 ||
+			v.job.Resources.Prefer != gpufleet.Fastest || v.g.allocs[0].inst >= 0 {
 			continue
-		}
-		sh := s.shapeOf(&v.job.Resources)
-		if sh.invalid != "" || sh.kind != gpufleet.Exclusive || len(sh.models) < 2 || sh.slower == nil {
-			// Only a job that asks for the fastest model has its models'
-			// slowdowns (Resources.Prefer).
-			continue
-		}
-		a := v.g.allocs[0]
-		if a.inst >= 0 {
-			continue
-		}
-		cur := s.f.nodes[a.node].gpus[a.gpu].model
-		if sh.slower[cur] < upgradeSpeedup {
-			continue // on one of its fastest models already
 		}
 		left := v.job.Started.Add(s.estimateOf(v.job)).Sub(s.now)
 		if left <= need {
 			continue
+		}
+		sh := s.shapeOf(&v.job.Resources)
+		if sh.invalid != "" || sh.kind != gpufleet.Exclusive || len(sh.models) < 2 || sh.slower == nil {
+			continue // only a job that asks for the fastest model has its models' slowdowns
+		}
+		a := v.g.allocs[0]
+		cur := s.f.nodes[a.node].gpus[a.gpu].model
+		if sh.slower[cur] < upgradeSpeedup {
+			continue // on one of its fastest models already
 		}
 		// Searched as the job would be if it were queued now: its slower
 		// models wait (slowerWait), so a fit is on a faster one.

@@ -146,6 +146,11 @@ func (s *Server) groupMembers(ctx context.Context, r api.AllReduceBenchRequest) 
 	if given != 1 {
 		return nil, fmt.Errorf("%w: give one of nodes, rack or nvlink_domain", gpufleet.ErrInvalid)
 	}
+	for _, f := range []struct{ name, v string }{{"rack", r.Rack}, {"nvlink_domain", r.NVLinkDomain}} {
+		if err := gpufleet.CheckText(f.name, f.v, 253, false); err != nil {
+			return nil, err
+		}
+	}
 	var names []string
 	switch {
 	case len(r.Nodes) > 0:
